@@ -1,0 +1,34 @@
+GO      ?= go
+BIN     := bin/pollux
+SHARED  ?= ../shared/pollux-artifact
+PKGS    := ./...
+
+.PHONY: all build test bench demo lint fmt-check vet proto chaos clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/pollux
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+# The test target CI runs: formatting, vet, then every test under the race detector.
+test: fmt-check vet
+	$(GO) test -race -timeout 40m $(PKGS)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+lint: fmt-check vet
+
+# The main job on built-in defaults (no ../shared needed).
+demo: build
+	./$(BIN) sim --policy all
+
+clean:
+	rm -rf bin out

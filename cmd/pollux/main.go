@@ -1,0 +1,68 @@
+// Command pollux is the single binary of the project: the simulator, the
+// model fitter, the benchmarks and (later) the control-plane server and agent.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// subcommands is filled by each subcommand's file in an init function, so
+// that every command lives in one file of its own.
+var subcommands []func() *cobra.Command
+
+// benchCommands are the children of `pollux bench`.
+var benchCommands []func() *cobra.Command
+
+// usageError marks bad user input; main exits with status 2 for it.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// badInput wraps err so that the command exits with status 2.
+func badInput(err error) error { return usageError{err: err} }
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "pollux",
+		Short:         "Pollux: co-adaptive, goodput-optimised deep-learning cluster scheduling",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return badInput(err) })
+	bench := &cobra.Command{
+		Use:   "bench",
+		Short: "Benchmarks that print a table (or JSON)",
+	}
+	for _, f := range benchCommands {
+		bench.AddCommand(f())
+	}
+	root.AddCommand(bench)
+	for _, f := range subcommands {
+		root.AddCommand(f())
+	}
+	return root
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	root := newRootCmd()
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "pollux:", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}

@@ -1,0 +1,89 @@
+package optimizer
+
+import "pollux/optimizer/goodput"
+
+// Node is one machine of the cluster as the allocator sees it.
+type Node struct {
+	// ID names the node (stable across rounds).
+	ID string `json:"id"`
+	// GPUs is how many GPUs the node has.
+	GPUs int `json:"gpus"`
+}
+
+// NodeCount is how many replicas (GPUs) of one job run on one node. Node
+// indexes Snapshot.Nodes.
+type NodeCount struct {
+	Node  int `json:"node"`
+	Count int `json:"count"`
+}
+
+// Placement is where one job's replicas run: per-node counts, sorted by
+// node index, every count positive. The empty placement means "no GPUs".
+type Placement []NodeCount
+
+// Replicas is the total number of replicas, K.
+func (p Placement) Replicas() int {
+	k := 0
+	for _, nc := range p {
+		k += nc.Count
+	}
+	return k
+}
+
+// Nodes is the number of nodes used, N.
+func (p Placement) Nodes() int { return len(p) }
+
+// Equal reports whether p and q place the same counts on the same nodes.
+func (p Placement) Equal(q Placement) bool {
+	if len(p) != len(q) {
+		return false
+	}
+	for i := range p {
+		if p[i] != q[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Job is one active job as the allocator sees it.
+type Job struct {
+	// ID names the job (stable across rounds).
+	ID string `json:"id"`
+	// SubmitTime is when the job was submitted, in seconds on the caller's
+	// clock (only its order matters).
+	SubmitTime float64 `json:"submit_time"`
+	// Age is the seconds since submission.
+	Age float64 `json:"age"`
+	// Attained is the attained service in GPU-seconds.
+	Attained float64 `json:"attained"`
+	// Restarts counts the job's reallocations so far.
+	Restarts int `json:"restarts"`
+	// MinReplicas and MaxReplicas bound the job's GPU count when it runs.
+	MinReplicas int `json:"min_replicas"`
+	MaxReplicas int `json:"max_replicas"`
+	// Current is the job's allocation going into this round.
+	Current Placement `json:"current"`
+	// Model is the job's fitted goodput model; nil means no model yet (its
+	// speedup is then linear in the fair share).
+	Model *goodput.Model `json:"model,omitempty"`
+}
+
+// Snapshot is the immutable input of one allocation round.
+type Snapshot struct {
+	Jobs  []Job  `json:"jobs"`
+	Nodes []Node `json:"nodes"`
+	// Seed drives every random choice of the round.
+	Seed uint64 `json:"seed"`
+	// Now is the current time, in seconds on the caller's clock.
+	Now float64 `json:"now"`
+}
+
+// TotalGPUs is the number of GPUs over all nodes.
+func (s *Snapshot) TotalGPUs() int {
+	g := 0
+	for _, n := range s.Nodes {
+		g += n.GPUs
+	}
+	return g
+}
