@@ -121,8 +121,11 @@ func (md Model) optimize(n, k int) (Config, bool) {
 	l := md.Limits
 	lo := math.Max(float64(l.InitBatch), float64(l.MinLocal*k))
 	hi := float64(l.MaxBatch)
-	// Geometric spacing from lo to hi inclusive (hi may be below lo, as in
-	// numpy's geomspace: the sequence then decreases).
+	if lo > hi {
+		// Even the smallest atomic batch on every replica exceeds the
+		// largest total batch the job allows.
+		return Config{}, false
+	}
 	ratio := math.Pow(hi/lo, 1/float64(candidates-1))
 	var best Config
 	found := false

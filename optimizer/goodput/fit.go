@@ -1,0 +1,311 @@
+package goodput
+
+import (
+	"fmt"
+	"math"
+
+	"gonum.org/v1/gonum/optimize"
+)
+
+// ProfilePoint is one profiled configuration of a job and the times measured
+// on it.
+type ProfilePoint struct {
+	// Nodes and Replicas are N and K.
+	Nodes    int `json:"nodes"`
+	Replicas int `json:"replicas"`
+	// LocalBatch is the atomic per-GPU batch m.
+	LocalBatch int `json:"local_bsz"`
+	// AccumTime is the time of one accumulation micro-step (a step without
+	// synchronisation): step time minus sync time.
+	AccumTime float64 `json:"accum_time"`
+	// StepTime is the time of one full synchronised step.
+	StepTime float64 `json:"step_time"`
+}
+
+// Validate reports whether the point can be fitted on.
+func (p ProfilePoint) Validate() error {
+	switch {
+	case p.Nodes < 1 || p.Replicas < p.Nodes:
+		return fmt.Errorf("%w: %d replicas on %d nodes", ErrBadPoint, p.Replicas, p.Nodes)
+	case p.LocalBatch <= 0:
+		return fmt.Errorf("%w: local batch %d", ErrBadPoint, p.LocalBatch)
+	case !(p.AccumTime > 0) || math.IsInf(p.AccumTime, 0):
+		return fmt.Errorf("%w: accumulation time %v", ErrBadPoint, p.AccumTime)
+	case !(p.StepTime > 0) || math.IsInf(p.StepTime, 0):
+		return fmt.Errorf("%w: step time %v", ErrBadPoint, p.StepTime)
+	}
+	return nil
+}
+
+// Bounds and starting point of the fit.
+const (
+	lowerBound = 1e-8
+	gammaMin   = 1.0
+	gammaMax   = 10.0
+)
+
+var fitStart = [7]float64{0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1.001}
+
+// gammaStarts are the starting gammas of the fit's restarts.
+var gammaStarts = [...]float64{1.001, 2, 5}
+
+// Parameter indices.
+const (
+	iAlphaC = iota
+	iBetaC
+	iAlphaN
+	iBetaN
+	iAlphaR
+	iBetaR
+	iGamma
+)
+
+// Fit fits the throughput model to profiled points: it minimises the RMSE
+// of log accumulation time plus the RMSE of log step time, with a small
+// pull of gamma towards 1 and of the retrogression terms towards 0.
+// Parameters the points cannot identify are pinned (see the package
+// specification): one distinct local batch pins alpha_c; no multi-node
+// point pins the inter-node terms (raised after the fit to 1.1 times the
+// intra-node ones); no single-node multi-GPU point pins the intra-node
+// terms; no point with K > 2 pins both retrogression terms.
+func Fit(points []ProfilePoint) (Params, error) {
+	if len(points) == 0 {
+		return Params{}, ErrNoPoints
+	}
+	for i, p := range points {
+		if err := p.Validate(); err != nil {
+			return Params{}, fmt.Errorf("point %d: %w", i, err)
+		}
+	}
+	pr := newFitProblem(points)
+	best := pr.decode(pr.encode(fitStart))
+	bestF := pr.objective(best)
+	if len(pr.free) > 0 {
+		// The squashing map of gamma is flat near its bounds, so a start
+		// at gamma ~ 1 alone can stall there: also start from the interior.
+		for _, g := range gammaStarts {
+			start := fitStart
+			start[iGamma] = g
+			res, _ := optimize.Minimize(optimize.Problem{Func: pr.f, Grad: pr.grad},
+				pr.encode(start), &optimize.Settings{
+					GradientThreshold: 1e-6,
+					Converger:         &optimize.FunctionConverge{Absolute: 1e-12, Relative: 1e-10, Iterations: 20},
+					MajorIterations:   1000,
+				}, &optimize.LBFGS{})
+			// A line-search failure after convergence still leaves a
+			// usable point: keep whatever improves on the best so far.
+			if res == nil {
+				continue
+			}
+			if cand := pr.decode(res.X); finite(cand) {
+				if f := pr.objective(cand); f < bestF {
+					best, bestF = cand, f
+				}
+			}
+		}
+	}
+	if math.IsNaN(bestF) || math.IsInf(bestF, 0) {
+		return Params{}, fmt.Errorf("%w: fit diverged", ErrBadPoint)
+	}
+	if !pr.multiNode {
+		best[iAlphaN] = math.Max(best[iAlphaN], 1.1*best[iAlphaR])
+		best[iBetaN] = math.Max(best[iBetaN], 1.1*best[iBetaR])
+	}
+	return paramsFrom(best), nil
+}
+
+func finite(v [7]float64) bool {
+	for _, x := range v {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// fitProblem is the objective of Fit in unconstrained coordinates: free
+// positive parameters are lowerBound + exp(u), gamma is
+// gammaMin + (gammaMax-gammaMin) * sigmoid(u).
+type fitProblem struct {
+	points    []ProfilePoint
+	logAcc    []float64
+	logStep   []float64
+	fixed     [7]float64
+	free      []int // indices of the free parameters, in order
+	multiNode bool
+}
+
+func newFitProblem(points []ProfilePoint) *fitProblem {
+	pr := &fitProblem{points: points, fixed: fitStart}
+	pr.logAcc = make([]float64, len(points))
+	pr.logStep = make([]float64, len(points))
+	var pinned [7]bool
+	distinctM := map[int]bool{}
+	singleNodeMulti, bigK := false, false
+	meanAcc := 0.0
+	for i, p := range points {
+		pr.logAcc[i] = math.Log(p.AccumTime)
+		pr.logStep[i] = math.Log(p.StepTime)
+		distinctM[p.LocalBatch] = true
+		meanAcc += p.AccumTime
+		if p.Nodes > 1 {
+			pr.multiNode = true
+		}
+		if p.Nodes == 1 && p.Replicas > 1 {
+			singleNodeMulti = true
+		}
+		if p.Replicas > 2 {
+			bigK = true
+		}
+	}
+	meanAcc /= float64(len(points))
+	if len(distinctM) == 1 {
+		pr.fixed[iAlphaC], pinned[iAlphaC] = meanAcc/2, true
+	}
+	if !pr.multiNode {
+		pr.fixed[iAlphaN], pinned[iAlphaN] = lowerBound, true
+		pr.fixed[iBetaN], pinned[iBetaN] = lowerBound, true
+	}
+	if !singleNodeMulti {
+		pr.fixed[iAlphaR], pinned[iAlphaR] = lowerBound, true
+		pr.fixed[iBetaR], pinned[iBetaR] = lowerBound, true
+	}
+	if !bigK {
+		pr.fixed[iBetaN], pinned[iBetaN] = lowerBound, true
+		pr.fixed[iBetaR], pinned[iBetaR] = lowerBound, true
+	}
+	for i := range pinned {
+		if !pinned[i] {
+			pr.free = append(pr.free, i)
+		}
+	}
+	return pr
+}
+
+func sigmoid(u float64) float64 { return 1 / (1 + math.Exp(-u)) }
+
+func (pr *fitProblem) encode(v [7]float64) []float64 {
+	x := make([]float64, len(pr.free))
+	for j, i := range pr.free {
+		if i == iGamma {
+			s := (v[i] - gammaMin) / (gammaMax - gammaMin)
+			x[j] = math.Log(s / (1 - s))
+		} else {
+			x[j] = math.Log(v[i] - lowerBound)
+		}
+	}
+	return x
+}
+
+func (pr *fitProblem) decode(x []float64) [7]float64 {
+	v := pr.fixed
+	for j, i := range pr.free {
+		if i == iGamma {
+			v[i] = gammaMin + (gammaMax-gammaMin)*sigmoid(x[j])
+		} else {
+			v[i] = lowerBound + math.Exp(x[j])
+		}
+	}
+	return v
+}
+
+func (pr *fitProblem) f(x []float64) float64 {
+	return pr.objective(pr.decode(x))
+}
+
+func (pr *fitProblem) grad(g, x []float64) {
+	v := pr.decode(x)
+	var dv [7]float64
+	pr.objectiveGrad(v, &dv)
+	for j, i := range pr.free {
+		if i == iGamma {
+			s := sigmoid(x[j])
+			g[j] = dv[i] * (gammaMax - gammaMin) * s * (1 - s)
+		} else {
+			g[j] = dv[i] * math.Exp(x[j])
+		}
+	}
+}
+
+// objective is the fit loss at parameters v.
+func (pr *fitProblem) objective(v [7]float64) float64 {
+	return pr.objectiveGrad(v, nil)
+}
+
+// objectiveGrad returns the loss at v and, when dv is not nil, stores its
+// gradient with respect to v there.
+func (pr *fitProblem) objectiveGrad(v [7]float64, dv *[7]float64) float64 {
+	gamma := v[iGamma]
+	n := float64(len(pr.points))
+	var sse1, sse2 float64
+	// Accumulated d(sse)/dv, to be scaled by d(rmse)/d(sse) at the end.
+	var d1, d2 [7]float64
+	for i, p := range pr.points {
+		m := float64(p.LocalBatch)
+		acc := v[iAlphaC] + v[iBetaC]*m
+		ia, ib := -1, -1
+		switch {
+		case p.Nodes > 1:
+			ia, ib = iAlphaN, iBetaN
+		case p.Replicas > 1:
+			ia, ib = iAlphaR, iBetaR
+		}
+		retro := math.Max(float64(p.Replicas-2), tiny)
+		net := tiny + tiny*retro
+		if ia >= 0 {
+			net = v[ia] + v[ib]*retro
+		}
+		// log T_sync = log(acc^g + net^g) / g, computed stably.
+		la, ln := math.Log(acc), math.Log(net)
+		mx := math.Max(gamma*la, gamma*ln)
+		wa, wn := math.Exp(gamma*la-mx), math.Exp(gamma*ln-mx)
+		logS := mx + math.Log(wa+wn)
+		logSync := logS / gamma
+		r1 := la - pr.logAcc[i]
+		r2 := logSync - pr.logStep[i]
+		sse1 += r1 * r1
+		sse2 += r2 * r2
+		if dv == nil {
+			continue
+		}
+		// Residual 1 depends on alpha_c, beta_c through acc.
+		d1[iAlphaC] += 2 * r1 / acc
+		d1[iBetaC] += 2 * r1 / acc * m
+		// Residual 2: d logSync / d acc = (wa/(wa+wn)) / acc, likewise net.
+		fa, fn := wa/(wa+wn), wn/(wa+wn)
+		dAcc := 2 * r2 * fa / acc
+		d2[iAlphaC] += dAcc
+		d2[iBetaC] += dAcc * m
+		if ia >= 0 {
+			dNet := 2 * r2 * fn / net
+			d2[ia] += dNet
+			d2[ib] += dNet * retro
+		}
+		// d logSync / d gamma = (fa*la + fn*ln)/1 * (1/gamma)*gamma ... :
+		// logSync = logS/g with d logS/d g = fa*la + fn*ln.
+		d2[iGamma] += 2 * r2 * ((fa*la+fn*ln)/gamma - logS/(gamma*gamma))
+	}
+	rmse1, rmse2 := math.Sqrt(sse1/n), math.Sqrt(sse2/n)
+	bn, br := v[iBetaN]/v[iAlphaN], v[iBetaR]/v[iAlphaR]
+	loss := rmse1 + rmse2 + 1e-3*(gamma-1)*(gamma-1) + 1e-2*(bn*bn+br*br)
+	if dv == nil {
+		return loss
+	}
+	// d rmse / d sse = 1 / (2 n rmse); guard the exact-fit case.
+	k1, k2 := 0.0, 0.0
+	if rmse1 > 0 {
+		k1 = 1 / (2 * n * rmse1)
+	}
+	if rmse2 > 0 {
+		k2 = 1 / (2 * n * rmse2)
+	}
+	for i := range dv {
+		dv[i] = k1*d1[i] + k2*d2[i]
+	}
+	dv[iGamma] += 2e-3 * (gamma - 1)
+	dv[iBetaN] += 2e-2 * bn / v[iAlphaN]
+	dv[iAlphaN] -= 2e-2 * bn * bn / v[iAlphaN]
+	dv[iBetaR] += 2e-2 * br / v[iAlphaR]
+	dv[iAlphaR] -= 2e-2 * br * br / v[iAlphaR]
+	return loss
+}
