@@ -67,6 +67,27 @@ type Job struct {
 	// Model is the job's fitted goodput model; nil means no model yet (its
 	// speedup is then linear in the fair share).
 	Model *goodput.Model `json:"model,omitempty"`
+
+	// The fields below are read only by the baseline policies.
+
+	// Replicas is the fixed GPU count Tiresias gives the job when it runs
+	// (the tuned num_replicas of the workload file).
+	Replicas int `json:"replicas,omitempty"`
+	// Executed is how many seconds the job has run with GPUs (Tiresias
+	// demotes a job once Executed*Replicas reaches 16 GPU-hours).
+	Executed float64 `json:"executed,omitempty"`
+	// Oracle tells Optimus the job's step time on k GPUs and its remaining
+	// iterations (the trace in the testbed, the fitted model live). Nil
+	// for the other policies.
+	Oracle Oracle `json:"-"`
+}
+
+// Oracle is what Optimus knows about a job: its true step time (seconds per
+// iteration at the job's fixed total batch) on k GPUs, and how many
+// iterations remain until it completes.
+type Oracle interface {
+	StepTime(k int) float64
+	RemainingIters() float64
 }
 
 // Snapshot is the immutable input of one allocation round.

@@ -1,0 +1,19 @@
+package optimizer
+
+import "errors"
+
+// Sentinel errors. Every error the package returns wraps one of these.
+var (
+	// ErrBadSnapshot is returned for a snapshot that cannot be allocated:
+	// no GPUs, a placement naming an unknown node or with a non-positive
+	// count, duplicate job or node IDs, min above max replicas.
+	ErrBadSnapshot = errors.New("optimizer: bad snapshot")
+	// ErrBadModel is returned when a job's goodput model is invalid or has
+	// no feasible batch configuration at any share up to its fair share.
+	ErrBadModel = errors.New("optimizer: bad job model")
+	// ErrBadAssignment is returned by AssignGPUs when the previous GPU
+	// assignment or the new allocation is inconsistent with the nodes.
+	ErrBadAssignment = errors.New("optimizer: bad GPU assignment")
+	// ErrNoOracle is returned by Optimus for a job without an Oracle.
+	ErrNoOracle = errors.New("optimizer: job has no oracle")
+)

@@ -1,0 +1,291 @@
+package optimizer
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"pollux/optimizer/goodput"
+)
+
+// Objective constants of pollux-spec.md section 4.
+const (
+	// RestartDelay is the seconds a reallocation costs a job; it sets the
+	// restart penalty of the objective.
+	RestartDelay = 30.0
+	// MaxJobNodes is the most nodes one job may span.
+	MaxJobNodes = 16
+	// DefaultPowerMean is the default fairness exponent p of the power mean.
+	DefaultPowerMean = -1.0
+	// meanEps is added to every scaled speedup before the power mean.
+	meanEps = 1e-3
+)
+
+// Objective is the Pollux fitness of allocations of one snapshot: the
+// power mean (exponent p) of every job's fair-share-scaled speedup, with
+// the restart penalty for jobs whose placement changes. Build it once per
+// round; Fitness is safe for concurrent use.
+type Objective struct {
+	snap *Snapshot
+	p    float64
+	// scale turns a speedup into node-equivalents: nodes / total GPUs.
+	scale float64
+	// kFair and nFair are the fair-share base configuration.
+	kFair, nFair int
+	speed        []speedFn
+	// factor is each job's restart penalty multiplier.
+	factor []float64
+	// current is every job's normalised current placement.
+	current []Placement
+	// order lists job indexes by attained service, then submission time
+	// (ties in snapshot order): the priority order of repair.
+	order []int
+	// capacity is the GPUs of every node.
+	capacity []int
+}
+
+// speedFn is one job's speedup: a memoised goodput ratio, or K / K_fair for
+// a job without a model.
+type speedFn struct {
+	s     *goodput.Speedup
+	kFair float64
+}
+
+func (f speedFn) at(n, k int) float64 {
+	if k <= 0 || n <= 0 {
+		return 0
+	}
+	if f.s != nil {
+		return f.s.At(n, k)
+	}
+	return float64(k) / f.kFair
+}
+
+// NewObjective checks snap and builds its objective with power-mean
+// exponent p (use DefaultPowerMean for the paper's p = -1).
+//
+// The speedup base is the fair share: K_fair = ceil(total GPUs / jobs)
+// replicas on N_fair = ceil(nodes / total GPUs) nodes. A job whose model has
+// no feasible batch configuration at the fair share (only possible when
+// K_fair * m_min exceeds its maximum batch) is based on the largest K below
+// K_fair that is feasible instead; the Python reference would divide by
+// zero there.
+func NewObjective(snap *Snapshot, p float64) (*Objective, error) {
+	if snap == nil {
+		return nil, fmt.Errorf("%w: nil snapshot", ErrBadSnapshot)
+	}
+	if math.IsNaN(p) || math.IsInf(p, 0) {
+		return nil, fmt.Errorf("%w: power-mean exponent %v", ErrBadSnapshot, p)
+	}
+	if err := validate(snap); err != nil {
+		return nil, err
+	}
+	total := snap.TotalGPUs()
+	nJobs := len(snap.Jobs)
+	o := &Objective{
+		snap:     snap,
+		p:        p,
+		scale:    float64(len(snap.Nodes)) / float64(total),
+		kFair:    1,
+		nFair:    ceilDiv(len(snap.Nodes), total),
+		speed:    make([]speedFn, nJobs),
+		factor:   make([]float64, nJobs),
+		current:  make([]Placement, nJobs),
+		order:    make([]int, nJobs),
+		capacity: make([]int, len(snap.Nodes)),
+	}
+	if nJobs > 0 {
+		o.kFair = ceilDiv(total, nJobs)
+	}
+	for i, n := range snap.Nodes {
+		o.capacity[i] = n.GPUs
+	}
+	for j := range snap.Jobs {
+		job := &snap.Jobs[j]
+		o.current[j] = normalize(job.Current)
+		o.order[j] = j
+		age := job.Age
+		o.factor[j] = math.Max(age-float64(job.Restarts)*RestartDelay, 0) / (age + RestartDelay)
+		sf, err := newSpeedFn(job, o.nFair, o.kFair)
+		if err != nil {
+			return nil, err
+		}
+		o.speed[j] = sf
+	}
+	sort.SliceStable(o.order, func(a, b int) bool {
+		ja, jb := &snap.Jobs[o.order[a]], &snap.Jobs[o.order[b]]
+		if ja.Attained != jb.Attained {
+			return ja.Attained < jb.Attained
+		}
+		return ja.SubmitTime < jb.SubmitTime
+	})
+	return o, nil
+}
+
+func newSpeedFn(job *Job, nFair, kFair int) (speedFn, error) {
+	if job.Model == nil {
+		return speedFn{kFair: float64(kFair)}, nil
+	}
+	var lastErr error
+	for k := kFair; k >= max(nFair, 1); k-- {
+		s, err := goodput.NewSpeedup(*job.Model, nFair, k)
+		if err == nil {
+			return speedFn{s: s}, nil
+		}
+		if !errors.Is(err, goodput.ErrNoConfig) {
+			return speedFn{}, fmt.Errorf("%w: job %q: %w", ErrBadModel, job.ID, err)
+		}
+		lastErr = err
+	}
+	return speedFn{}, fmt.Errorf("%w: job %q: %w", ErrBadModel, job.ID, lastErr)
+}
+
+// validate checks the structural invariants every policy relies on.
+func validate(snap *Snapshot) error {
+	if snap.TotalGPUs() <= 0 {
+		return fmt.Errorf("%w: no GPUs", ErrBadSnapshot)
+	}
+	nodes := make(map[string]bool, len(snap.Nodes))
+	for i, n := range snap.Nodes {
+		if n.GPUs < 0 {
+			return fmt.Errorf("%w: node %d (%q) has %d GPUs", ErrBadSnapshot, i, n.ID, n.GPUs)
+		}
+		if nodes[n.ID] {
+			return fmt.Errorf("%w: duplicate node id %q", ErrBadSnapshot, n.ID)
+		}
+		nodes[n.ID] = true
+	}
+	jobs := make(map[string]bool, len(snap.Jobs))
+	for j := range snap.Jobs {
+		job := &snap.Jobs[j]
+		if jobs[job.ID] {
+			return fmt.Errorf("%w: duplicate job id %q", ErrBadSnapshot, job.ID)
+		}
+		jobs[job.ID] = true
+		if job.MinReplicas < 0 || job.MaxReplicas < job.MinReplicas {
+			return fmt.Errorf("%w: job %q replicas [%d, %d]", ErrBadSnapshot, job.ID, job.MinReplicas, job.MaxReplicas)
+		}
+		if !(job.Age >= 0) || math.IsInf(job.Age, 0) || job.Restarts < 0 {
+			return fmt.Errorf("%w: job %q age %v restarts %d", ErrBadSnapshot, job.ID, job.Age, job.Restarts)
+		}
+		if math.IsNaN(job.Attained) || math.IsNaN(job.SubmitTime) {
+			return fmt.Errorf("%w: job %q attained service or submit time is NaN", ErrBadSnapshot, job.ID)
+		}
+		for _, nc := range job.Current {
+			if nc.Node < 0 || nc.Node >= len(snap.Nodes) || nc.Count <= 0 {
+				return fmt.Errorf("%w: job %q current placement %v", ErrBadSnapshot, job.ID, job.Current)
+			}
+		}
+	}
+	return nil
+}
+
+// normalize returns p sorted by node with duplicates merged (p must hold
+// valid nodes and positive counts). It returns p itself when it is already
+// normal.
+func normalize(p Placement) Placement {
+	ok := true
+	for i := 1; i < len(p); i++ {
+		if p[i].Node <= p[i-1].Node {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		return p
+	}
+	q := append(Placement(nil), p...)
+	sort.Slice(q, func(a, b int) bool { return q[a].Node < q[b].Node })
+	out := q[:0]
+	for _, nc := range q {
+		if len(out) > 0 && out[len(out)-1].Node == nc.Node {
+			out[len(out)-1].Count += nc.Count
+			continue
+		}
+		out = append(out, nc)
+	}
+	return out
+}
+
+func ceilDiv(a, b int) int {
+	if b <= 0 {
+		return 1
+	}
+	return (a + b - 1) / b
+}
+
+// P is the power-mean exponent.
+func (o *Objective) P() float64 { return o.p }
+
+// Order is the repair priority order of the jobs (indexes into
+// Snapshot.Jobs). The caller must not modify it.
+func (o *Objective) Order() []int { return o.order }
+
+// FairShare is the speedup base: N_fair nodes and K_fair replicas.
+func (o *Objective) FairShare() (nodes, replicas int) { return o.nFair, o.kFair }
+
+// Current is job j's normalised current placement.
+func (o *Objective) Current(j int) Placement { return o.current[j] }
+
+// Speedup is job j's speedup on k replicas over n nodes relative to its
+// fair share.
+func (o *Objective) Speedup(j, n, k int) float64 { return o.speed[j].at(n, k) }
+
+// Scaled is job j's scaled speedup x_j under placement pl, restart penalty
+// included.
+func (o *Objective) Scaled(j int, pl Placement) float64 {
+	x := o.speed[j].at(pl.Nodes(), pl.Replicas()) * o.scale
+	if !pl.Equal(o.current[j]) {
+		x *= o.factor[j]
+	}
+	return x
+}
+
+// term is job j's summand of the power mean under placement pl.
+func (o *Objective) term(j int, pl Placement) float64 {
+	return o.termOf(o.Scaled(j, pl))
+}
+
+func (o *Objective) termOf(x float64) float64 {
+	switch o.p {
+	case 0:
+		return math.Log(math.Max(x, meanEps))
+	case -1:
+		return 1 / (x + meanEps)
+	case 1:
+		return x + meanEps
+	}
+	return math.Pow(x+meanEps, o.p)
+}
+
+// fromSum turns the sum of terms into the power mean.
+func (o *Objective) fromSum(sum float64) float64 {
+	n := float64(len(o.speed))
+	if n == 0 {
+		return 0
+	}
+	switch o.p {
+	case 0:
+		return math.Exp(sum / n)
+	case -1:
+		return n / sum
+	case 1:
+		return sum / n
+	}
+	return math.Pow(sum/n, 1/o.p)
+}
+
+// Fitness is the objective of an allocation (one placement per job, same
+// index as Snapshot.Jobs). Higher is better.
+func (o *Objective) Fitness(alloc []Placement) float64 {
+	sum := 0.0
+	for j := range o.speed {
+		var pl Placement
+		if j < len(alloc) {
+			pl = alloc[j]
+		}
+		sum += o.term(j, pl)
+	}
+	return o.fromSum(sum)
+}

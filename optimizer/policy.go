@@ -1,0 +1,50 @@
+package optimizer
+
+// Policy is one scheduling policy: it maps a snapshot (and the search
+// state it left after the previous round) to an allocation. Policies are
+// pure: no I/O, no clock and no global randomness, so the same snapshot
+// (including its Seed) and the same prev give the same Result. A policy
+// never modifies snap or prev.
+type Policy interface {
+	// Name is the policy's short name ("pollux", "tiresias", "optimus").
+	Name() string
+	// Allocate runs one round. prev may be nil (first round, or a policy
+	// that keeps no state).
+	Allocate(snap *Snapshot, prev *State) (Result, error)
+}
+
+// Result is the outcome of one round.
+type Result struct {
+	// Placements holds one placement per snapshot job, same index as
+	// Snapshot.Jobs. An empty placement means the job gets no GPUs.
+	Placements []Placement `json:"placements"`
+	// Diagnostics describe the search.
+	Diagnostics Diagnostics `json:"diagnostics"`
+	// State is what the policy wants back as prev in the next round (nil
+	// for stateless policies).
+	State *State `json:"-"`
+}
+
+// Diagnostics describe how a round went. Wall-clock time is not here: the
+// caller measures it (policies read no clock).
+type Diagnostics struct {
+	// Fitness is the Pollux objective of Placements (0 for policies that
+	// do not evaluate it).
+	Fitness float64 `json:"fitness"`
+	// CurrentFitness is the Pollux objective of the current allocation.
+	CurrentFitness float64 `json:"current_fitness"`
+	// Generations is how many generations the search ran.
+	Generations int `json:"generations"`
+	// Evaluations counts individuals whose fitness was computed.
+	Evaluations int `json:"evaluations"`
+}
+
+// State is a search's population, kept between rounds so the next round
+// starts warm. Individuals are indexed like JobIDs; node indexes refer to
+// NodeIDs. The next round matches jobs and nodes by ID: new jobs start
+// with no GPUs, vanished nodes lose their replicas.
+type State struct {
+	JobIDs     []string
+	NodeIDs    []string
+	Population [][]Placement
+}
