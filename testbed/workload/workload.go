@@ -1,0 +1,203 @@
+package workload
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Sentinel errors; every error the package returns wraps one of them.
+var (
+	// ErrMalformed is returned for a workload file that cannot be decoded.
+	ErrMalformed = errors.New("workload: malformed workload file")
+	// ErrUnknownApp is returned for a row naming an application the
+	// simulator has no profile for.
+	ErrUnknownApp = errors.New("workload: unknown application")
+	// ErrNoWorkload is returned for a missing path or a directory without
+	// any .csv file.
+	ErrNoWorkload = errors.New("workload: no workload")
+	// ErrBadMix is returned for a generator configuration that cannot
+	// produce jobs.
+	ErrBadMix = errors.New("workload: bad generator configuration")
+)
+
+// Header is the column list a workload file must start with.
+var Header = []string{"name", "time", "application", "num_replicas", "batch_size"}
+
+// Job is one row of a workload: a job submitted at Time seconds that trains
+// App. Replicas and Batch are the tuned fixed configuration the baselines
+// run it with.
+type Job struct {
+	Name     string  `json:"name"`
+	Time     float64 `json:"time"`
+	App      string  `json:"application"`
+	Replicas int     `json:"num_replicas"`
+	Batch    int     `json:"batch_size"`
+}
+
+// Workload is a named list of jobs.
+type Workload struct {
+	Name string `json:"name"`
+	Jobs []Job  `json:"jobs"`
+}
+
+// Decode reads one workload CSV. name is used in errors and as the
+// workload's name; known reports whether an application exists (nil
+// accepts every name).
+func Decode(r io.Reader, name string, known func(string) bool) (Workload, error) {
+	wl := Workload{Name: strings.TrimSuffix(filepath.Base(name), filepath.Ext(name))}
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	header, err := cr.Read()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return wl, fmt.Errorf("%w: %s:1: empty file, want header %q", ErrMalformed, name, strings.Join(Header, ","))
+		}
+		return wl, fmt.Errorf("%w: %s:1: not a CSV file: %v", ErrMalformed, name, err)
+	}
+	if !sameHeader(header) {
+		return wl, fmt.Errorf("%w: %s:1: header %q, want %q", ErrMalformed, name, truncate(strings.Join(header, ",")), strings.Join(Header, ","))
+	}
+	seen := map[string]int{}
+	for {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		line, _ := cr.FieldPos(0)
+		if err != nil {
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				line = pe.Line
+			}
+			return wl, fmt.Errorf("%w: %s:%d: %v", ErrMalformed, name, line, err)
+		}
+		job, err := decodeRow(rec, known)
+		if err != nil {
+			return wl, fmt.Errorf("%s:%d: %w", name, line, err)
+		}
+		if first, dup := seen[job.Name]; dup {
+			return wl, fmt.Errorf("%w: %s:%d: job name %q already used on line %d", ErrMalformed, name, line, job.Name, first)
+		}
+		seen[job.Name] = line
+		wl.Jobs = append(wl.Jobs, job)
+	}
+	if len(wl.Jobs) == 0 {
+		return wl, fmt.Errorf("%w: %s: no jobs", ErrMalformed, name)
+	}
+	return wl, nil
+}
+
+func truncate(s string) string {
+	if len(s) > 60 {
+		return s[:60] + "..."
+	}
+	return s
+}
+
+func sameHeader(h []string) bool {
+	if len(h) != len(Header) {
+		return false
+	}
+	for i, c := range h {
+		if strings.TrimSpace(strings.TrimPrefix(c, "\ufeff")) != Header[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func decodeRow(rec []string, known func(string) bool) (Job, error) {
+	if len(rec) != len(Header) {
+		return Job{}, fmt.Errorf("%w: %d fields, want %d", ErrMalformed, len(rec), len(Header))
+	}
+	for i := range rec {
+		rec[i] = strings.TrimSpace(rec[i])
+	}
+	job := Job{Name: rec[0], App: rec[2]}
+	if job.Name == "" {
+		return Job{}, fmt.Errorf("%w: empty job name", ErrMalformed)
+	}
+	t, err := strconv.ParseFloat(rec[1], 64)
+	switch {
+	case err != nil || math.IsNaN(t) || math.IsInf(t, 0):
+		return Job{}, fmt.Errorf("%w: time %q is not a finite number", ErrMalformed, rec[1])
+	case t < 0:
+		return Job{}, fmt.Errorf("%w: negative time %v", ErrMalformed, t)
+	case t > 1e9:
+		return Job{}, fmt.Errorf("%w: time %v beyond 1e9 seconds", ErrMalformed, t)
+	}
+	job.Time = t
+	if known != nil && !known(job.App) {
+		return Job{}, fmt.Errorf("%w %q", ErrUnknownApp, job.App)
+	}
+	if job.Replicas, err = positive(rec[3], "num_replicas"); err != nil {
+		return Job{}, err
+	}
+	if job.Batch, err = positive(rec[4], "batch_size"); err != nil {
+		return Job{}, err
+	}
+	return job, nil
+}
+
+func positive(s, col string) (int, error) {
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 1 || v > 1<<24 {
+		return 0, fmt.Errorf("%w: %s %q is not an integer in [1, %d]", ErrMalformed, col, s, 1<<24)
+	}
+	return v, nil
+}
+
+// ReadFile decodes the workload file at path.
+func ReadFile(path string, known func(string) bool) (Workload, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Workload{}, fmt.Errorf("%w: %v", ErrNoWorkload, err)
+	}
+	defer f.Close()
+	return Decode(f, path, known)
+}
+
+// Load reads a workload file, or every .csv file of a directory (sorted by
+// name; other files are ignored). A file given explicitly must end in
+// .csv.
+func Load(path string, known func(string) bool) ([]Workload, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoWorkload, err)
+	}
+	if !info.IsDir() {
+		if !strings.EqualFold(filepath.Ext(path), ".csv") {
+			return nil, fmt.Errorf("%w: %s:1: not a .csv file", ErrMalformed, path)
+		}
+		wl, err := ReadFile(path, known)
+		if err != nil {
+			return nil, err
+		}
+		return []Workload{wl}, nil
+	}
+	matches, err := filepath.Glob(filepath.Join(path, "*.csv"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoWorkload, err)
+	}
+	if len(matches) == 0 {
+		return nil, fmt.Errorf("%w: %s holds no .csv file", ErrNoWorkload, path)
+	}
+	sort.Strings(matches)
+	out := make([]Workload, 0, len(matches))
+	for _, m := range matches {
+		wl, err := ReadFile(m, known)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, wl)
+	}
+	return out, nil
+}
