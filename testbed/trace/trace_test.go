@@ -203,3 +203,20 @@ func FuzzDecodeTable(f *testing.F) {
 		}
 	})
 }
+
+func TestLoadMeasured(t *testing.T) {
+	rows, err := LoadMeasured(filepath.Join(writeApp(t, toyFiles()), "toy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 8 {
+		t.Fatalf("%d rows, want 8", len(rows))
+	}
+	r := rows[4]
+	if r.Placement != "1.1" || r.Nodes != 2 || r.Replicas != 2 || r.LocalBatch != 8 || math.Abs(r.AccumTime-0.1) > 1e-12 || r.StepTime != 0.15 {
+		t.Errorf("row 4: %+v", r)
+	}
+	if rows[7].Placement != "4x4" || rows[7].Nodes != 4 {
+		t.Errorf("row 7: %+v", rows[7])
+	}
+}
