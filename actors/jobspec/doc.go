@@ -1,0 +1,9 @@
+// Package jobspec decodes and validates the job specification a user
+// submits (`pollux submit job.yaml`): a name, what to run (a command or a
+// built-in emulated application), replica bounds, batch-size limits and a
+// checkpoint directory.
+//
+// A spec is outside input: decoding is strict (unknown fields, duplicate
+// documents and specs over MaxBytes are rejected) and every validation
+// error names the field, the value and why it was refused.
+package jobspec
