@@ -261,10 +261,10 @@ func (s Spec) Validate() error {
 		return err
 	}
 	ranges := []struct {
-		field   string
-		v       int
-		lo, hi  int
-		loWhy   string
+		field  string
+		v      int
+		lo, hi int
+		loWhy  string
 	}{
 		{"min_replicas", s.MinReplicas, 1, MaxReplicas, ""},
 		{"max_replicas", s.MaxReplicas, s.MinReplicas, MaxReplicas, "min_replicas"},
