@@ -1,0 +1,13 @@
+// Package sim is the trace-driven testbed: it replays a workload on a
+// simulated cluster under any optimizer.Policy, in simulated time.
+//
+// Every scheduling interval each job advances by its true goodput (step
+// times and gradient statistics from its testbed.Application), reports the
+// configuration it ran to its own fitted throughput model and re-optimises
+// its batch size; then the policy allocates GPUs and every job whose
+// allocation changed pays a restart. A run ends when every job completes
+// and yields per-job records, a time series and summary metrics.
+//
+// The package reads no clock and draws no global randomness: the same
+// workload, applications, policy and seed give the same result.
+package sim
