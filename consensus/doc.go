@@ -1,0 +1,61 @@
+// Package consensus is the replicated scheduler state of the control
+// plane: a hashicorp/raft state machine holding every fact the allocator
+// needs (jobs, nodes, the committed allocation and its generation, per-job
+// worker incarnations, the profile points and gradient statistics each
+// job's model is fitted on), so that a new leader on another server
+// resumes exactly where the old one stopped.
+//
+// # State machine
+//
+// FSM applies Commands. Apply is deterministic: it reads no clock and no
+// randomness (times come inside the commands, from the proposer's clock),
+// never depends on map iteration order, and checks a whole command against
+// the state before changing anything, so a refused command leaves no
+// trace. A refusal is returned in the Result, never as a panic.
+//
+// Allocation fencing: CommitAllocation carries a generation and the Raft
+// term its proposer led in. It is applied only if the generation is above
+// the committed one and the term equals the term of the log entry that
+// carries it. A leader that was deposed after deciding an allocation
+// therefore cannot commit it: not through its own log (its entry is
+// overwritten or, if it survives into the new term's log, its generation
+// is stale once the new leader commits) and not by forwarding it to the
+// new leader (the entry's term is then the new one).
+//
+// Committing an allocation bumps the incarnation of every job whose
+// placement changed; reports (UpdateJob, RecordProfile) that name an
+// incarnation other than the current one are refused, so a worker from an
+// old incarnation can never report into a newer one.
+//
+// # Encoding
+//
+// A command is a version byte, a type byte and the fields in a small
+// hand-written binary encoding (uvarints, zig-zag varints, float64 as IEEE
+// bits, length-prefixed strings and lists; see wire.go). Why not JSON or
+// protobuf: the log is written and fsynced on every commit and replayed
+// on every restart, so compactness matters; floats round-trip bit-exactly;
+// the encoding is canonical (maps written sorted), so snapshots of equal
+// states are byte-identical and can be compared; it does not depend on the
+// JSON tags of the optimizer's types, which serve another purpose; and
+// the decoder is small enough to fuzz exhaustively, with every length
+// bounded before it allocates. A command in an unknown version is refused
+// whole (ErrUnknownVersion). Snapshots are a magic, a version byte, the
+// canonical state and a CRC-32C.
+//
+// # Server
+//
+// Server wraps a raft.Raft with injected transport, stores, forwarder and
+// logger, and exposes the API the rest of the system calls: SubmitJob,
+// UpdateJob, CompleteJob, RecordProfile, CommitAllocation, RegisterNode,
+// MarkNode, linearizable reads (Read), local reads (LocalState), AddVoter
+// and RemoveServer. A write on a follower is forwarded to the leader
+// through a Forwarder: HTTPForwarder posts the encoded command to the
+// leader's ForwardHandler (an HTTP listener next to the Raft port), and
+// tests use an in-memory one. OpenDisk builds the stores of a data
+// directory: raft-boltdb log and stable store and file snapshots; a server
+// reopened on the same directory rejoins with its state.
+//
+// Timeouts default to LAN values (200 ms heartbeat and election, 100 ms
+// leader lease), which re-elect in well under a second after a leader
+// dies; see Config.
+package consensus

@@ -1,0 +1,59 @@
+package consensus
+
+import "errors"
+
+// Sentinel errors. Every error the package returns wraps one of these, so
+// callers test with errors.Is; they survive forwarding from a follower to
+// the leader (see errorCodes).
+var (
+	// ErrNotLeader is returned by a leader-only operation (a linearizable
+	// read, a configuration change, a forwarded write) on a server that is
+	// not the Raft leader.
+	ErrNotLeader = errors.New("consensus: not the leader")
+	// ErrNoLeader is returned when a write cannot be forwarded because no
+	// leader is known (an election is under way, or this server is in a
+	// minority partition).
+	ErrNoLeader = errors.New("consensus: no known leader")
+	// ErrTimeout is returned when Raft did not commit or verify in time.
+	ErrTimeout = errors.New("consensus: timed out")
+	// ErrShutdown is returned by a server that has been shut down.
+	ErrShutdown = errors.New("consensus: server shut down")
+	// ErrForward is returned when forwarding a write to the leader failed
+	// at the transport level (the write may or may not have been applied).
+	ErrForward = errors.New("consensus: forwarding to the leader failed")
+
+	// ErrUnknownVersion is returned for a command or snapshot written in an
+	// encoding version this binary does not know. Nothing of it is applied.
+	ErrUnknownVersion = errors.New("consensus: unknown encoding version")
+	// ErrUnknownCommand is returned for a command type this binary does not
+	// know.
+	ErrUnknownCommand = errors.New("consensus: unknown command type")
+	// ErrMalformed is returned for bytes that do not decode: truncated,
+	// trailing garbage, oversized fields, bad checksum.
+	ErrMalformed = errors.New("consensus: malformed encoding")
+	// ErrInvalid is returned for a well-formed command whose content is not
+	// acceptable (empty id, non-finite number, replica bounds inverted, an
+	// allocation over a node's capacity, an illegal state transition...).
+	ErrInvalid = errors.New("consensus: invalid command")
+
+	// ErrUnknownJob is returned for a command naming a job never submitted.
+	ErrUnknownJob = errors.New("consensus: unknown job")
+	// ErrJobExists is returned when a job id is submitted twice.
+	ErrJobExists = errors.New("consensus: job already exists")
+	// ErrJobFinished is returned for a command that would change a job that
+	// has already completed or failed (a job finishes exactly once).
+	ErrJobFinished = errors.New("consensus: job already finished")
+	// ErrUnknownNode is returned for a command naming a node never
+	// registered.
+	ErrUnknownNode = errors.New("consensus: unknown node")
+	// ErrStaleGeneration is returned for an allocation whose generation is
+	// not above the committed one.
+	ErrStaleGeneration = errors.New("consensus: stale allocation generation")
+	// ErrStaleTerm is returned for an allocation decided in a Raft term
+	// other than the one its log entry was appended in, or older than the
+	// committed allocation's term: it fences a deposed leader.
+	ErrStaleTerm = errors.New("consensus: stale leader term")
+	// ErrStaleIncarnation is returned for a job report from a worker
+	// incarnation other than the job's current one.
+	ErrStaleIncarnation = errors.New("consensus: stale worker incarnation")
+)

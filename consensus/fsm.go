@@ -1,0 +1,298 @@
+package consensus
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// Result is what applying one command produced: the Raft index it was
+// committed at and, if the state machine refused it, why (nothing of a
+// refused command is applied).
+type Result struct {
+	Index uint64
+	Err   error
+}
+
+// FSM is the replicated state machine. Apply is deterministic: it reads no
+// clock and no randomness, and never depends on map iteration order. It
+// validates a whole command against the state before changing anything.
+type FSM struct {
+	mu    sync.RWMutex
+	state *State
+}
+
+// NewFSM returns an FSM holding the empty state.
+func NewFSM() *FSM { return &FSM{state: newState()} }
+
+var _ raft.FSM = (*FSM)(nil)
+
+// Apply implements raft.FSM. It returns a Result.
+func (f *FSM) Apply(l *raft.Log) any {
+	res := Result{Index: l.Index}
+	c, err := Decode(l.Data)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	res.Err = apply(f.state, c, l.Term)
+	return res
+}
+
+// Read calls fn with the current state under a read lock; fn must not keep
+// or modify it.
+func (f *FSM) Read(fn func(*State)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	fn(f.state)
+}
+
+// State returns a deep copy of the current state.
+func (f *FSM) State() *State {
+	var c *State
+	f.Read(func(s *State) { c = s.Clone() })
+	return c
+}
+
+// Snapshot implements raft.FSM: it encodes the state now (under the read
+// lock) and writes it later.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	var b []byte
+	f.Read(func(s *State) { b = EncodeState(s) })
+	return fsmSnapshot(b), nil
+}
+
+// Restore implements raft.FSM: it replaces the state with a snapshot.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxSnapshot+1))
+	if err != nil {
+		return fmt.Errorf("consensus: reading snapshot: %w", err)
+	}
+	if len(b) > maxSnapshot {
+		return fmt.Errorf("%w: snapshot over %d bytes", ErrMalformed, maxSnapshot)
+	}
+	s, err := DecodeState(b)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.state = s
+	f.mu.Unlock()
+	return nil
+}
+
+type fsmSnapshot []byte
+
+func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		return errors.Join(fmt.Errorf("consensus: writing snapshot: %w", err), sink.Cancel())
+	}
+	return sink.Close()
+}
+
+func (s fsmSnapshot) Release() {}
+
+// apply changes s by c, appended to the log in Raft term term, or returns
+// why it cannot; on error s is unchanged.
+func apply(s *State, c Command, term uint64) error {
+	switch c := c.(type) {
+	case *SubmitJob:
+		if _, ok := s.Jobs[c.ID]; ok {
+			return fmt.Errorf("%w: %q", ErrJobExists, c.ID)
+		}
+		spec := c.Spec
+		spec.Command = slices.Clone(spec.Command)
+		s.Jobs[c.ID] = &Job{ID: c.ID, Spec: spec, State: Pending, SubmitTime: c.SubmitTime}
+		return nil
+	case *UpdateJob:
+		return applyUpdate(s, c)
+	case *CompleteJob:
+		j, err := liveJob(s, c.ID, 0)
+		if err != nil {
+			return err
+		}
+		j.State = Completed
+		if c.Failed {
+			j.State = Failed
+		}
+		j.FinishTime = c.FinishTime
+		j.Reason = c.Reason
+		delete(s.Allocation.Jobs, c.ID)
+		return nil
+	case *RecordProfile:
+		return applyProfile(s, c)
+	case *CommitAllocation:
+		return applyAllocation(s, c, term)
+	case *RegisterNode:
+		n := c.Node
+		n.Addresses = slices.Clone(n.Addresses)
+		s.Nodes[n.ID] = &n
+		return nil
+	case *MarkNode:
+		n, ok := s.Nodes[c.ID]
+		if !ok {
+			return fmt.Errorf("%w: %q", ErrUnknownNode, c.ID)
+		}
+		n.Health = c.Health
+		return nil
+	}
+	return fmt.Errorf("%w: %T", ErrUnknownCommand, c)
+}
+
+// liveJob returns the job id if it exists, is not finished, and (when
+// incarnation is not 0) runs that incarnation.
+func liveJob(s *State, id string, incarnation uint64) (*Job, error) {
+	j, ok := s.Jobs[id]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("%w: %q", ErrUnknownJob, id)
+	case j.State.Terminal():
+		return nil, fmt.Errorf("%w: %q is %v", ErrJobFinished, id, j.State)
+	case incarnation != 0 && incarnation != j.Incarnation:
+		return nil, fmt.Errorf("%w: job %q report from incarnation %d, current is %d", ErrStaleIncarnation, id, incarnation, j.Incarnation)
+	}
+	return j, nil
+}
+
+func applyUpdate(s *State, c *UpdateJob) error {
+	j, err := liveJob(s, c.ID, c.Incarnation)
+	if err != nil {
+		return err
+	}
+	if c.Set&UpdateState != 0 {
+		placed := len(s.Allocation.Jobs[c.ID]) > 0
+		if placed == (c.State == Pending) {
+			return invalid("job %q cannot be %v while it holds %d slots", c.ID, c.State, len(s.Allocation.Jobs[c.ID]))
+		}
+	}
+	if c.Set&UpdateAttained != 0 && c.Attained < j.Attained {
+		return invalid("job %q attained service would go back from %v to %v", c.ID, j.Attained, c.Attained)
+	}
+	if c.Set&UpdateEpoch != 0 && c.Epoch < j.Epoch {
+		return invalid("job %q epoch would go back from %d to %d", c.ID, j.Epoch, c.Epoch)
+	}
+	if c.Set&UpdateState != 0 {
+		j.State = c.State
+	}
+	if c.Set&UpdateAttained != 0 {
+		j.Attained = c.Attained
+	}
+	if c.Set&UpdateEpoch != 0 {
+		j.Epoch = c.Epoch
+	}
+	if c.Set&UpdateProgress != 0 {
+		j.Progress = c.Progress
+	}
+	return nil
+}
+
+func compareKey(a, b [3]int) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] - b[i]
+		}
+	}
+	return 0
+}
+
+func applyProfile(s *State, c *RecordProfile) error {
+	j, err := liveJob(s, c.ID, c.Incarnation)
+	if err != nil {
+		return err
+	}
+	prof := slices.Clone(j.Profile)
+	for _, e := range c.Entries {
+		i, found := slices.BinarySearchFunc(prof, e.key(), func(p ProfileEntry, k [3]int) int { return compareKey(p.key(), k) })
+		if !found {
+			prof = slices.Insert(prof, i, e)
+			continue
+		}
+		p := &prof[i]
+		total := p.Count + e.Count
+		w := float64(e.Count) / float64(total)
+		p.AccumTime += (e.AccumTime - p.AccumTime) * w
+		p.StepTime += (e.StepTime - p.StepTime) * w
+		p.Count = total
+	}
+	if len(prof) > maxProfile {
+		return invalid("job %q would have %d profiled configurations (limit %d)", c.ID, len(prof), maxProfile)
+	}
+	j.Profile = prof
+	if c.HasGrad {
+		j.Grad, j.HasGrad = c.Grad, true
+	}
+	return nil
+}
+
+func applyAllocation(s *State, c *CommitAllocation, term uint64) error {
+	// Raft log terms never decrease along the log, so requiring the
+	// allocation's term to be its entry's term also keeps committed
+	// allocation terms monotonic.
+	if c.Term != term {
+		return fmt.Errorf("%w: allocation decided in term %d, appended in term %d", ErrStaleTerm, c.Term, term)
+	}
+	if c.Generation <= s.Allocation.Generation {
+		return fmt.Errorf("%w: generation %d, committed %d", ErrStaleGeneration, c.Generation, s.Allocation.Generation)
+	}
+	used := map[string]int{}
+	for id, slots := range c.Jobs {
+		j, err := liveJob(s, id, 0)
+		if err != nil {
+			return err
+		}
+		k := 0
+		for _, sl := range slots {
+			n, ok := s.Nodes[sl.Node]
+			if !ok {
+				return fmt.Errorf("%w: job %q placed on %q", ErrUnknownNode, id, sl.Node)
+			}
+			if n.Health == Dead || n.Health == Left {
+				return invalid("job %q placed on node %q, which is %v", id, sl.Node, n.Health)
+			}
+			used[sl.Node] += sl.GPUs
+			k += sl.GPUs
+		}
+		if k < j.Spec.MinReplicas || k > j.Spec.MaxReplicas {
+			return invalid("job %q given %d GPUs (bounds [%d, %d])", id, k, j.Spec.MinReplicas, j.Spec.MaxReplicas)
+		}
+	}
+	for node, g := range used {
+		if g > s.Nodes[node].GPUs {
+			return invalid("node %q given %d GPUs, has %d", node, g, s.Nodes[node].GPUs)
+		}
+	}
+	next := make(map[string][]Slot, len(c.Jobs))
+	for id, slots := range c.Jobs {
+		slots = slices.Clone(slots)
+		sortSlots(slots)
+		next[id] = slots
+	}
+	for id, j := range s.Jobs {
+		if j.State.Terminal() {
+			continue
+		}
+		old, cur := s.Allocation.Jobs[id], next[id]
+		if slices.Equal(old, cur) {
+			continue
+		}
+		j.Incarnation++
+		switch {
+		case len(cur) == 0:
+			j.State = Pending
+		case len(old) == 0:
+			j.State = Running
+		default:
+			j.State = Rescaling
+			j.Restarts++
+		}
+	}
+	s.Allocation = Allocation{Generation: c.Generation, Term: c.Term, Jobs: next}
+	return nil
+}

@@ -1,0 +1,195 @@
+package consensus
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+)
+
+// Snapshot encoding: the magic "PLXS", a version byte, the state in the
+// binary encoding of wire.go (everything sorted by id, so equal states
+// have equal encodings), then a CRC-32C of all that, little-endian.
+const (
+	snapshotMagic   = "PLXS"
+	SnapshotVersion = 1
+	// maxSnapshot bounds what Restore reads.
+	maxSnapshot = 1 << 30
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// EncodeState returns the canonical encoding of s: two states are equal
+// exactly when their encodings are.
+func EncodeState(s *State) []byte {
+	w := &writer{b: make([]byte, 0, 256)}
+	w.b = append(w.b, snapshotMagic...)
+	w.byte(SnapshotVersion)
+
+	nodes := s.NodeIDs()
+	w.uvarint(uint64(len(nodes)))
+	for _, id := range nodes {
+		encodeNode(w, s.Nodes[id])
+	}
+
+	jobs := s.JobIDs()
+	w.uvarint(uint64(len(jobs)))
+	for _, id := range jobs {
+		j := s.Jobs[id]
+		w.str(j.ID)
+		encodeSpec(w, &j.Spec)
+		w.byte(byte(j.State))
+		w.f64(j.SubmitTime)
+		w.f64(j.FinishTime)
+		w.str(j.Reason)
+		w.f64(j.Attained)
+		w.int(j.Restarts)
+		w.int(j.Epoch)
+		w.f64(j.Progress)
+		encodeProfile(w, j.Profile)
+		w.bool(j.HasGrad)
+		w.f64(j.Grad.GradSqr)
+		w.f64(j.Grad.GradVar)
+		w.uvarint(j.Incarnation)
+	}
+
+	w.uvarint(s.Allocation.Generation)
+	w.uvarint(s.Allocation.Term)
+	encodePlacements(w, s.Allocation.Jobs)
+
+	return binary.LittleEndian.AppendUint32(w.b, crc32.Checksum(w.b, castagnoli))
+}
+
+// DecodeState parses and validates an encoding made by EncodeState.
+// Garbage is an error wrapping ErrMalformed, ErrUnknownVersion or
+// ErrInvalid, never a panic.
+func DecodeState(b []byte) (*State, error) {
+	if len(b) < len(snapshotMagic)+1+4 || !bytes.HasPrefix(b, []byte(snapshotMagic)) {
+		return nil, fmt.Errorf("%w: not a snapshot", ErrMalformed)
+	}
+	if v := b[len(snapshotMagic)]; v != SnapshotVersion {
+		return nil, fmt.Errorf("%w: snapshot version %d (this binary knows %d)", ErrUnknownVersion, v, SnapshotVersion)
+	}
+	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return nil, fmt.Errorf("%w: snapshot checksum mismatch", ErrMalformed)
+	}
+	r := &reader{b: body[len(snapshotMagic)+1:]}
+	s := newState()
+
+	// Nodes and jobs must come in id order (ids are never empty), so only
+	// the canonical encoding decodes.
+	prev := ""
+	n := r.length(maxList)
+	for i := 0; i < n && r.err == nil; i++ {
+		var node Node
+		decodeNode(r, &node)
+		if r.err != nil {
+			break
+		}
+		if err := (&RegisterNode{Node: node}).validate(); err != nil {
+			return nil, err
+		}
+		if node.ID <= prev {
+			return nil, fmt.Errorf("%w: node %q out of order", ErrMalformed, node.ID)
+		}
+		prev = node.ID
+		s.Nodes[node.ID] = &node
+	}
+
+	prev = ""
+	n = r.length(maxList)
+	for i := 0; i < n && r.err == nil; i++ {
+		j := &Job{ID: r.str()}
+		decodeSpec(r, &j.Spec)
+		j.State = JobState(r.byte())
+		j.SubmitTime = r.f64()
+		j.FinishTime = r.f64()
+		j.Reason = r.str()
+		j.Attained = r.f64()
+		j.Restarts = r.int()
+		j.Epoch = r.int()
+		j.Progress = r.f64()
+		j.Profile = decodeProfile(r)
+		j.HasGrad = r.bool()
+		j.Grad.GradSqr = r.f64()
+		j.Grad.GradVar = r.f64()
+		j.Incarnation = r.uvarint()
+		if r.err != nil {
+			break
+		}
+		if err := validateJob(j); err != nil {
+			return nil, err
+		}
+		if j.ID <= prev {
+			return nil, fmt.Errorf("%w: job %q out of order", ErrMalformed, j.ID)
+		}
+		prev = j.ID
+		s.Jobs[j.ID] = j
+	}
+
+	s.Allocation.Generation = r.uvarint()
+	s.Allocation.Term = r.uvarint()
+	s.Allocation.Jobs = decodePlacements(r)
+	if err := r.done(); err != nil {
+		return nil, err
+	}
+	if err := validateAllocation(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// validateJob checks a job read from a snapshot.
+func validateJob(j *Job) error {
+	sub := SubmitJob{ID: j.ID, Spec: j.Spec, SubmitTime: j.SubmitTime}
+	if err := sub.validate(); err != nil {
+		return err
+	}
+	if !j.State.valid() {
+		return invalid("job %q in state %d", j.ID, j.State)
+	}
+	if err := checkText("reason", j.Reason); err != nil {
+		return err
+	}
+	for _, v := range []float64{j.FinishTime, j.Attained, j.Progress, j.Grad.GradSqr, j.Grad.GradVar} {
+		if err := checkNonNeg("job "+j.ID+" figure", v); err != nil {
+			return err
+		}
+	}
+	if j.Restarts < 0 || j.Epoch < 0 {
+		return invalid("job %q restarts %d, epoch %d", j.ID, j.Restarts, j.Epoch)
+	}
+	for i := range j.Profile {
+		if err := j.Profile[i].validate(); err != nil {
+			return err
+		}
+		if i > 0 && compareKey(j.Profile[i-1].key(), j.Profile[i].key()) >= 0 {
+			return fmt.Errorf("%w: job %q profile out of order", ErrMalformed, j.ID)
+		}
+	}
+	return nil
+}
+
+// validateAllocation checks the allocation read from a snapshot against
+// its jobs and nodes.
+func validateAllocation(s *State) error {
+	a := &s.Allocation
+	if len(a.Jobs) > 0 {
+		if err := (&CommitAllocation{Generation: a.Generation, Term: a.Term, Jobs: a.Jobs}).validate(); err != nil {
+			return err
+		}
+	}
+	for id, slots := range a.Jobs {
+		j, ok := s.Jobs[id]
+		if !ok || j.State.Terminal() {
+			return invalid("allocation places job %q, which is unknown or finished", id)
+		}
+		for _, sl := range slots {
+			if _, ok := s.Nodes[sl.Node]; !ok {
+				return invalid("allocation places job %q on unknown node %q", id, sl.Node)
+			}
+		}
+	}
+	return nil
+}

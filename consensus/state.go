@@ -1,0 +1,250 @@
+package consensus
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"pollux/optimizer"
+	"pollux/optimizer/goodput"
+)
+
+// JobState is a job's lifecycle state.
+type JobState uint8
+
+// Lifecycle states. Zero is not a state (it never appears on the wire).
+const (
+	// Pending: submitted, holding no GPUs.
+	Pending JobState = 1 + iota
+	// Running: workers run on the committed placement.
+	Running
+	// Rescaling: the committed placement changed from one non-empty
+	// placement to another; workers restart under a new incarnation. The
+	// job actor moves it back to Running once they report.
+	Rescaling
+	// Completed: finished successfully (terminal).
+	Completed
+	// Failed: finished unsuccessfully (terminal).
+	Failed
+)
+
+var jobStateNames = [...]string{"", "pending", "running", "rescaling", "completed", "failed"}
+
+func (s JobState) String() string {
+	if int(s) < len(jobStateNames) && s != 0 {
+		return jobStateNames[s]
+	}
+	return fmt.Sprintf("JobState(%d)", uint8(s))
+}
+
+// Terminal reports whether s is Completed or Failed.
+func (s JobState) Terminal() bool { return s == Completed || s == Failed }
+
+func (s JobState) valid() bool { return s >= Pending && s <= Failed }
+
+// Health is a node's liveness as seen by cluster membership.
+type Health uint8
+
+// Node health values. Zero is not a value.
+const (
+	Alive Health = 1 + iota
+	Suspect
+	Dead
+	Left
+)
+
+var healthNames = [...]string{"", "alive", "suspect", "dead", "left"}
+
+func (h Health) String() string {
+	if int(h) < len(healthNames) && h != 0 {
+		return healthNames[h]
+	}
+	return fmt.Sprintf("Health(%d)", uint8(h))
+}
+
+func (h Health) valid() bool { return h >= Alive && h <= Left }
+
+// JobSpec is what the user submitted.
+type JobSpec struct {
+	// Name is the human-readable name.
+	Name string
+	// Command is the worker's argv, or empty for an emulated job.
+	Command []string
+	// App names the emulated application when Command is empty.
+	App string
+	// MinReplicas and MaxReplicas bound the GPU count when the job runs.
+	MinReplicas int
+	MaxReplicas int
+	// Limits are the batch-size constraints (InitBatch is M0).
+	Limits goodput.Limits
+	// CheckpointDir is where workers checkpoint and restore.
+	CheckpointDir string
+}
+
+// ProfileEntry is the running mean of the step times a job measured on one
+// configuration (Nodes, Replicas, LocalBatch): what its throughput model is
+// fitted on. Count is how many measurements the mean covers; when
+// recording, it weighs the new entry against the stored mean.
+type ProfileEntry struct {
+	Nodes      int
+	Replicas   int
+	LocalBatch int
+	// AccumTime is the mean time of one accumulation micro-step (step time
+	// minus sync time), seconds.
+	AccumTime float64
+	// StepTime is the mean time of one synchronised step, seconds.
+	StepTime float64
+	Count    uint64
+}
+
+func (p ProfileEntry) key() [3]int { return [3]int{p.Nodes, p.Replicas, p.LocalBatch} }
+
+// Job is one job as the replicated state records it.
+type Job struct {
+	ID   string
+	Spec JobSpec
+	// State is the lifecycle state.
+	State JobState
+	// SubmitTime and FinishTime are in seconds on the proposer's clock
+	// (Apply never reads a clock); FinishTime is 0 until the job finishes.
+	SubmitTime float64
+	FinishTime float64
+	// Reason says why a job failed (empty otherwise).
+	Reason string
+	// Attained is the attained service, GPU-seconds.
+	Attained float64
+	// Restarts counts re-placements from one non-empty placement to
+	// another.
+	Restarts int
+	// Epoch and Progress are as last reported by the job.
+	Epoch    int
+	Progress float64
+	// Profile holds the profiled configurations, sorted by (Nodes,
+	// Replicas, LocalBatch).
+	Profile []ProfileEntry
+	// Grad are the latest gradient statistics; HasGrad is false until the
+	// first report.
+	Grad    goodput.GradStats
+	HasGrad bool
+	// Incarnation numbers the job's current set of workers: it increases
+	// every time a committed allocation changes the job's placement, and
+	// reports from other incarnations are rejected.
+	Incarnation uint64
+}
+
+// Node is one GPU machine.
+type Node struct {
+	ID string
+	// Addresses are how to reach the node's agent (actor, report, ...),
+	// in the order the agent gave them.
+	Addresses []string
+	Rack      string
+	GPUs      int
+	Health    Health
+}
+
+// Slot is a count of one job's GPUs on one node.
+type Slot struct {
+	Node string
+	GPUs int
+}
+
+// Allocation is the committed placement of every job.
+type Allocation struct {
+	// Generation increases with every committed allocation (0: none yet).
+	Generation uint64
+	// Term is the Raft term of the leader that committed it.
+	Term uint64
+	// Jobs maps a job id to its slots, sorted by node id; a job absent
+	// from the map holds no GPUs.
+	Jobs map[string][]Slot
+}
+
+// State is the whole replicated state. Values handed out by Server are
+// deep copies: callers may keep and modify them.
+type State struct {
+	Jobs       map[string]*Job
+	Nodes      map[string]*Node
+	Allocation Allocation
+}
+
+func newState() *State {
+	return &State{Jobs: map[string]*Job{}, Nodes: map[string]*Node{}, Allocation: Allocation{Jobs: map[string][]Slot{}}}
+}
+
+// Clone returns a deep copy of s.
+func (s *State) Clone() *State {
+	c := newState()
+	for id, j := range s.Jobs {
+		cj := *j
+		cj.Spec.Command = slices.Clone(j.Spec.Command)
+		cj.Profile = slices.Clone(j.Profile)
+		c.Jobs[id] = &cj
+	}
+	for id, n := range s.Nodes {
+		cn := *n
+		cn.Addresses = slices.Clone(n.Addresses)
+		c.Nodes[id] = &cn
+	}
+	c.Allocation.Generation = s.Allocation.Generation
+	c.Allocation.Term = s.Allocation.Term
+	for id, slots := range s.Allocation.Jobs {
+		c.Allocation.Jobs[id] = slices.Clone(slots)
+	}
+	return c
+}
+
+// JobIDs returns the job ids sorted.
+func (s *State) JobIDs() []string { return slices.Sorted(maps.Keys(s.Jobs)) }
+
+// NodeIDs returns the node ids sorted.
+func (s *State) NodeIDs() []string { return slices.Sorted(maps.Keys(s.Nodes)) }
+
+// UsedGPUs returns how many GPUs the committed allocation uses per node.
+func (s *State) UsedGPUs() map[string]int {
+	used := map[string]int{}
+	for _, slots := range s.Allocation.Jobs {
+		for _, sl := range slots {
+			used[sl.Node] += sl.GPUs
+		}
+	}
+	return used
+}
+
+// SlotsFromPlacement converts an allocator placement, whose node indexes
+// refer to nodes, into slots keyed by node id.
+func SlotsFromPlacement(nodes []optimizer.Node, p optimizer.Placement) ([]Slot, error) {
+	slots := make([]Slot, 0, len(p))
+	for _, nc := range p {
+		if nc.Node < 0 || nc.Node >= len(nodes) {
+			return nil, fmt.Errorf("%w: placement names node index %d of %d", ErrInvalid, nc.Node, len(nodes))
+		}
+		slots = append(slots, Slot{Node: nodes[nc.Node].ID, GPUs: nc.Count})
+	}
+	sortSlots(slots)
+	return slots, nil
+}
+
+// PlacementFromSlots converts slots back into an allocator placement over
+// nodes. Slots on a node that is not in nodes are an error.
+func PlacementFromSlots(nodes []optimizer.Node, slots []Slot) (optimizer.Placement, error) {
+	index := make(map[string]int, len(nodes))
+	for i, n := range nodes {
+		index[n.ID] = i
+	}
+	p := make(optimizer.Placement, 0, len(slots))
+	for _, sl := range slots {
+		i, ok := index[sl.Node]
+		if !ok {
+			return nil, fmt.Errorf("%w: node %q is not in the snapshot", ErrUnknownNode, sl.Node)
+		}
+		p = append(p, optimizer.NodeCount{Node: i, Count: sl.GPUs})
+	}
+	slices.SortFunc(p, func(a, b optimizer.NodeCount) int { return a.Node - b.Node })
+	return p, nil
+}
+
+func sortSlots(slots []Slot) {
+	slices.SortFunc(slots, func(a, b Slot) int { return strings.Compare(a.Node, b.Node) })
+}
