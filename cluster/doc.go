@@ -1,0 +1,10 @@
+// Package cluster is membership and failure detection for the control
+// plane: every server and agent runs one Membership (a hashicorp/memberlist
+// gossip member) that advertises its Meta (role, rack, GPUs, actor and Raft
+// addresses) and delivers join, update and leave events without ever
+// blocking the gossip machinery.
+//
+// Peers' metadata arrives from the network and is decoded strictly
+// (DecodeMeta); a member whose metadata does not decode is logged and left
+// out of events and of Members.
+package cluster

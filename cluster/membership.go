@@ -1,0 +1,320 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// EventKind says what happened to a member.
+type EventKind int
+
+// The event kinds. A member that left gracefully and one declared dead
+// both arrive as EventLeave.
+const (
+	EventJoin EventKind = iota + 1
+	EventUpdate
+	EventLeave
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventJoin:
+		return "join"
+	case EventUpdate:
+		return "update"
+	case EventLeave:
+		return "leave"
+	}
+	return "event(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Member is one alive member as gossip knows it.
+type Member struct {
+	// Name is the member's unique name.
+	Name string
+	// Addr is its gossip address, host:port.
+	Addr string
+	Meta Meta
+}
+
+// Event is one change of membership.
+type Event struct {
+	Kind   EventKind
+	Member Member
+}
+
+// Config configures one member.
+type Config struct {
+	// Name must be unique in the cluster.
+	Name string
+	// BindAddr is the address to listen on (default 127.0.0.1); BindPort
+	// 0 picks a free port.
+	BindAddr string
+	BindPort int
+	// Meta is what this member advertises.
+	Meta Meta
+	// Fast selects sub-second failure detection (probe every 200 ms,
+	// gossip every 50 ms): a crashed member is noticed in under a second
+	// on a LAN or loopback. Otherwise memberlist's LAN defaults apply
+	// (several seconds).
+	Fast bool
+	// Logger receives memberlist's log lines (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Membership is one running gossip member.
+type Membership struct {
+	ml     *memberlist.Memberlist
+	name   string
+	log    *slog.Logger
+	events chan Event
+
+	mu      sync.Mutex
+	meta    []byte
+	pending []Event
+	wake    chan struct{}
+	done    chan struct{}
+	stopped sync.Once
+	pumped  chan struct{}
+}
+
+// Start creates the member and starts gossiping. It joins nobody: call
+// Join with any existing member's address.
+func Start(cfg Config) (*Membership, error) {
+	if cfg.Name == "" {
+		return nil, fmt.Errorf("%w: empty member name", ErrConfig)
+	}
+	meta, err := cfg.Meta.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.BindAddr == "" {
+		cfg.BindAddr = "127.0.0.1"
+	}
+	m := &Membership{
+		name:   cfg.Name,
+		log:    cfg.Logger.With("member", cfg.Name),
+		events: make(chan Event),
+		meta:   meta,
+		wake:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+		pumped: make(chan struct{}),
+	}
+	mc := memberlist.DefaultLANConfig()
+	if cfg.Fast {
+		mc = memberlist.DefaultLocalConfig()
+		mc.ProbeInterval = 200 * time.Millisecond
+		mc.ProbeTimeout = 100 * time.Millisecond
+		mc.GossipInterval = 50 * time.Millisecond
+		mc.SuspicionMult = 2
+		mc.SuspicionMaxTimeoutMult = 2
+		mc.DeadNodeReclaimTime = time.Second
+	} else {
+		mc.DeadNodeReclaimTime = 30 * time.Second
+	}
+	mc.Name = cfg.Name
+	mc.BindAddr = cfg.BindAddr
+	mc.BindPort = cfg.BindPort
+	mc.AdvertisePort = cfg.BindPort
+	mc.Delegate = (*delegate)(m)
+	mc.Events = (*eventDelegate)(m)
+	mc.LogOutput = logWriter{m.log}
+	go m.pump()
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		m.stop()
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	m.ml = ml
+	return m, nil
+}
+
+// Join contacts the given gossip addresses (host:port) and returns how
+// many answered. It fails only if none did.
+func (m *Membership) Join(addrs []string) (int, error) {
+	n, err := m.ml.Join(addrs)
+	if n == 0 {
+		return 0, fmt.Errorf("%w: %v: %w", ErrJoin, addrs, err)
+	}
+	return n, nil
+}
+
+// Events delivers membership changes of other members, in order. The
+// channel is closed after Shutdown. Events queue without bound until read:
+// the gossip machinery never waits for the reader.
+func (m *Membership) Events() <-chan Event { return m.events }
+
+// Local is this member.
+func (m *Membership) Local() Member {
+	meta, _ := DecodeMeta(m.currentMeta())
+	n := m.ml.LocalNode()
+	return Member{Name: n.Name, Addr: n.Address(), Meta: meta}
+}
+
+// Addr is this member's gossip address, host:port, to give to Join.
+func (m *Membership) Addr() string { return m.ml.LocalNode().Address() }
+
+// Members returns the alive members with valid metadata, this one
+// included.
+func (m *Membership) Members() []Member {
+	var out []Member
+	for _, n := range m.ml.Members() {
+		if mem, ok := m.member(n); ok {
+			out = append(out, mem)
+		}
+	}
+	return out
+}
+
+// UpdateMeta changes what this member advertises and gossips it.
+func (m *Membership) UpdateMeta(meta Meta, timeout time.Duration) error {
+	b, err := meta.Encode()
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.meta = b
+	m.mu.Unlock()
+	if err := m.ml.UpdateNode(timeout); err != nil {
+		return fmt.Errorf("cluster: gossiping metadata: %w", err)
+	}
+	return nil
+}
+
+// Leave announces a graceful departure and waits up to timeout for it to
+// spread. Call Shutdown afterwards.
+func (m *Membership) Leave(timeout time.Duration) error {
+	if err := m.ml.Leave(timeout); err != nil {
+		return fmt.Errorf("cluster: leaving: %w", err)
+	}
+	return nil
+}
+
+// Shutdown stops gossiping without a goodbye (others will declare this
+// member dead) and closes Events. It is safe to call more than once.
+func (m *Membership) Shutdown() error {
+	err := m.ml.Shutdown()
+	m.stop()
+	if err != nil {
+		return fmt.Errorf("cluster: shutting down: %w", err)
+	}
+	return nil
+}
+
+func (m *Membership) stop() {
+	m.stopped.Do(func() { close(m.done) })
+	<-m.pumped
+}
+
+func (m *Membership) currentMeta() []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.meta
+}
+
+func (m *Membership) member(n *memberlist.Node) (Member, bool) {
+	meta, err := DecodeMeta(n.Meta)
+	if err != nil {
+		m.log.Warn("cluster: ignoring member with bad metadata", "peer", n.Name, "addr", n.Address(), "err", err)
+		return Member{}, false
+	}
+	return Member{Name: n.Name, Addr: n.Address(), Meta: meta}, true
+}
+
+// enqueue is called from memberlist's callbacks: it never blocks.
+func (m *Membership) enqueue(kind EventKind, n *memberlist.Node) {
+	if n.Name == m.name {
+		return
+	}
+	mem, ok := m.member(n)
+	if !ok {
+		return
+	}
+	m.mu.Lock()
+	m.pending = append(m.pending, Event{Kind: kind, Member: mem})
+	m.mu.Unlock()
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pump hands queued events to the reader of Events.
+func (m *Membership) pump() {
+	defer close(m.pumped)
+	defer close(m.events)
+	for {
+		m.mu.Lock()
+		batch := m.pending
+		m.pending = nil
+		m.mu.Unlock()
+		for _, ev := range batch {
+			select {
+			case m.events <- ev:
+			case <-m.done:
+				return
+			}
+		}
+		select {
+		case <-m.wake:
+		case <-m.done:
+			return
+		}
+	}
+}
+
+// delegate serves this member's metadata; it carries no user messages.
+type delegate Membership
+
+func (d *delegate) NodeMeta(limit int) []byte {
+	b := (*Membership)(d).currentMeta()
+	if len(b) > limit {
+		return nil
+	}
+	return b
+}
+func (d *delegate) NotifyMsg([]byte)                {}
+func (d *delegate) GetBroadcasts(int, int) [][]byte { return nil }
+func (d *delegate) LocalState(bool) []byte          { return nil }
+func (d *delegate) MergeRemoteState([]byte, bool)   {}
+
+type eventDelegate Membership
+
+func (e *eventDelegate) NotifyJoin(n *memberlist.Node) { (*Membership)(e).enqueue(EventJoin, n) }
+func (e *eventDelegate) NotifyLeave(n *memberlist.Node) {
+	(*Membership)(e).enqueue(EventLeave, n)
+}
+func (e *eventDelegate) NotifyUpdate(n *memberlist.Node) {
+	(*Membership)(e).enqueue(EventUpdate, n)
+}
+
+// logWriter turns memberlist's "[LEVEL] memberlist: text" lines into slog
+// records.
+type logWriter struct{ log *slog.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	line := bytes.TrimSpace(p)
+	level := slog.LevelInfo
+	for _, l := range []struct {
+		prefix string
+		level  slog.Level
+	}{{"[DEBUG]", slog.LevelDebug}, {"[INFO]", slog.LevelInfo}, {"[WARN]", slog.LevelWarn}, {"[ERR]", slog.LevelError}} {
+		if i := bytes.Index(line, []byte(l.prefix)); i >= 0 {
+			level = l.level
+			line = bytes.TrimSpace(line[i+len(l.prefix):])
+			break
+		}
+	}
+	w.log.Log(context.Background(), level, string(line))
+	return len(p), nil
+}

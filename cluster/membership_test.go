@@ -1,0 +1,152 @@
+package cluster
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func start(t *testing.T, name string, meta Meta) *Membership {
+	t.Helper()
+	m, err := Start(Config{Name: name, Meta: meta, Fast: true, Logger: quiet()})
+	if err != nil {
+		t.Fatalf("Start %s: %v", name, err)
+	}
+	t.Cleanup(func() { m.Shutdown() })
+	return m
+}
+
+// waitEvent returns the next event of m matching kind and peer, failing
+// after the deadline.
+func waitEvent(t *testing.T, m *Membership, kind EventKind, peer string, within time.Duration) Event {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case ev, ok := <-m.Events():
+			if !ok {
+				t.Fatalf("%s: events closed while waiting for %s of %s", m.name, kind, peer)
+			}
+			if ev.Kind == kind && ev.Member.Name == peer {
+				return ev
+			}
+		case <-deadline:
+			t.Fatalf("%s: no %s event of %s within %v", m.name, kind, peer, within)
+		}
+	}
+}
+
+func names(ms []Member) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestJoinCarriesMeta(t *testing.T) {
+	srv := start(t, "s1", Meta{Role: RoleServer, ActorAddr: "127.0.0.1:9001", RaftAddr: "127.0.0.1:9002", HTTPAddr: "127.0.0.1:9003"})
+	a1 := start(t, "a1", Meta{Role: RoleAgent, Rack: "r1", GPUs: 4, ActorAddr: "127.0.0.1:9101"})
+	a2 := start(t, "a2", Meta{Role: RoleAgent, Rack: "r2", GPUs: 8, ActorAddr: "127.0.0.1:9201"})
+	for _, a := range []*Membership{a1, a2} {
+		if n, err := a.Join([]string{srv.Addr()}); err != nil || n != 1 {
+			t.Fatalf("Join = %d, %v", n, err)
+		}
+	}
+	ev := waitEvent(t, srv, EventJoin, "a2", 2*time.Second)
+	if ev.Member.Meta.GPUs != 8 || ev.Member.Meta.Rack != "r2" || ev.Member.Meta.Role != RoleAgent {
+		t.Errorf("join event carries %+v", ev.Member.Meta)
+	}
+	// a1 learns of a2 through gossip, not directly.
+	waitEvent(t, a1, EventJoin, "a2", 2*time.Second)
+	if got := names(a1.Members()); !slices.Equal(got, []string{"a1", "a2", "s1"}) {
+		t.Errorf("a1 sees members %v", got)
+	}
+	if l := srv.Local(); l.Meta.RaftAddr != "127.0.0.1:9002" || l.Name != "s1" {
+		t.Errorf("Local = %+v", l)
+	}
+
+	if err := a1.UpdateMeta(Meta{Role: RoleAgent, Rack: "r1", GPUs: 3, ActorAddr: "127.0.0.1:9101"}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ev := waitEvent(t, srv, EventUpdate, "a1", 2*time.Second); ev.Member.Meta.GPUs != 3 {
+		t.Errorf("update event carries %+v", ev.Member.Meta)
+	}
+}
+
+func TestLeaveAndCrashAreNoticed(t *testing.T) {
+	srv := start(t, "s1", Meta{Role: RoleServer})
+	leaver := start(t, "leaver", Meta{Role: RoleAgent, GPUs: 1})
+	crasher := start(t, "crasher", Meta{Role: RoleAgent, GPUs: 1})
+	for _, m := range []*Membership{leaver, crasher} {
+		if _, err := m.Join([]string{srv.Addr()}); err != nil {
+			t.Fatal(err)
+		}
+		waitEvent(t, srv, EventJoin, m.name, 2*time.Second)
+	}
+
+	begin := time.Now()
+	if err := leaver.Leave(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	leaver.Shutdown()
+	waitEvent(t, srv, EventLeave, "leaver", time.Second)
+	t.Logf("graceful leave noticed after %v", time.Since(begin))
+
+	begin = time.Now()
+	crasher.Shutdown() // no goodbye: must be detected by probing
+	waitEvent(t, srv, EventLeave, "crasher", 3*time.Second)
+	t.Logf("crash noticed after %v", time.Since(begin))
+	if got := names(srv.Members()); !slices.Equal(got, []string{"s1"}) {
+		t.Errorf("members after departures: %v", got)
+	}
+}
+
+func TestEventsNeverBlockGossip(t *testing.T) {
+	// Nobody reads srv's events while many members join: gossip must go
+	// on, and every event must still be there afterwards.
+	srv := start(t, "s1", Meta{Role: RoleServer})
+	const n = 6
+	for i := range n {
+		m := start(t, fmt.Sprintf("a%d", i), Meta{Role: RoleAgent, GPUs: 1})
+		if _, err := m.Join([]string{srv.Addr()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for len(srv.Members()) < n+1 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := len(srv.Members()); got != n+1 {
+		t.Fatalf("srv sees %d members, want %d", got, n+1)
+	}
+	for i := range n {
+		waitEvent(t, srv, EventJoin, fmt.Sprintf("a%d", i), time.Second)
+	}
+}
+
+func TestStartRejectsBadConfig(t *testing.T) {
+	if _, err := Start(Config{Meta: Meta{Role: RoleServer}}); err == nil {
+		t.Error("Start without a name succeeded")
+	}
+	if _, err := Start(Config{Name: "x", Meta: Meta{Role: "boss"}}); err == nil {
+		t.Error("Start with a bad role succeeded")
+	}
+}
+
+func TestShutdownClosesEvents(t *testing.T) {
+	m := start(t, "solo", Meta{Role: RoleServer})
+	if err := m.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := <-m.Events(); ok {
+		t.Error("events still open after Shutdown")
+	}
+	m.Shutdown() // idempotent
+}

@@ -1,0 +1,96 @@
+package cluster
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Role is what a member does.
+type Role string
+
+// The roles.
+const (
+	RoleServer Role = "server"
+	RoleAgent  Role = "agent"
+)
+
+// MaxGPUs bounds the GPUs one member may advertise.
+const MaxGPUs = 1024
+
+// Meta is what a member advertises about itself.
+type Meta struct {
+	Role Role `json:"role"`
+	// Rack is a free-form label of the member's rack (agents).
+	Rack string `json:"rack,omitempty"`
+	// GPUs is the member's GPU count (agents).
+	GPUs int `json:"gpus,omitempty"`
+	// ActorAddr is the host:port of the member's actor system.
+	ActorAddr string `json:"actor,omitempty"`
+	// RaftAddr is the host:port of the member's Raft transport (servers).
+	RaftAddr string `json:"raft,omitempty"`
+	// HTTPAddr is the host:port of the member's HTTP API (servers).
+	HTTPAddr string `json:"http,omitempty"`
+}
+
+// Validate reports whether m is usable.
+func (m Meta) Validate() error {
+	switch m.Role {
+	case RoleServer, RoleAgent:
+	default:
+		return fmt.Errorf("%w: role %q, want %q or %q", ErrBadMeta, m.Role, RoleServer, RoleAgent)
+	}
+	if m.GPUs < 0 || m.GPUs > MaxGPUs {
+		return fmt.Errorf("%w: gpus %d outside [0, %d]", ErrBadMeta, m.GPUs, MaxGPUs)
+	}
+	if len(m.Rack) > 64 {
+		return fmt.Errorf("%w: rack label longer than 64 bytes", ErrBadMeta)
+	}
+	for _, a := range []struct{ name, addr string }{{"actor", m.ActorAddr}, {"raft", m.RaftAddr}, {"http", m.HTTPAddr}} {
+		if a.addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return fmt.Errorf("%w: %s address %q: %w", ErrBadMeta, a.name, a.addr, err)
+		}
+	}
+	return nil
+}
+
+// Encode returns m as gossip metadata.
+func (m Meta) Encode() ([]byte, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadMeta, err)
+	}
+	if len(b) > memberlist.MetaMaxSize {
+		return nil, fmt.Errorf("%w: %d bytes, gossip allows %d", ErrBadMeta, len(b), memberlist.MetaMaxSize)
+	}
+	return b, nil
+}
+
+// DecodeMeta parses and validates a peer's metadata.
+func DecodeMeta(b []byte) (Meta, error) {
+	if len(b) > memberlist.MetaMaxSize {
+		return Meta{}, fmt.Errorf("%w: %d bytes", ErrBadMeta, len(b))
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var m Meta
+	if err := dec.Decode(&m); err != nil {
+		return Meta{}, fmt.Errorf("%w: %w", ErrBadMeta, err)
+	}
+	if dec.More() {
+		return Meta{}, fmt.Errorf("%w: trailing data", ErrBadMeta)
+	}
+	if err := m.Validate(); err != nil {
+		return Meta{}, err
+	}
+	return m, nil
+}
