@@ -14,6 +14,10 @@ var (
 	// leader is known (an election is under way, or this server is in a
 	// minority partition).
 	ErrNoLeader = errors.New("consensus: no known leader")
+	// ErrLeadershipLost is returned when the leader lost its leadership
+	// after accepting a write but before it was known to commit: the write
+	// may or may not be applied (read the state to find out).
+	ErrLeadershipLost = errors.New("consensus: leadership lost before the write was known to commit")
 	// ErrTimeout is returned when Raft did not commit or verify in time.
 	ErrTimeout = errors.New("consensus: timed out")
 	// ErrShutdown is returned by a server that has been shut down.

@@ -1,0 +1,62 @@
+package consensus
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// Files of a data directory.
+const (
+	boltFile     = "raft.db"
+	snapshotDir  = "snapshots"
+	keepSnapshot = 2
+)
+
+// OpenDisk starts a server whose Raft log and stable store are a bolt
+// database (raft-boltdb) in dir and whose snapshots are files under
+// dir/snapshots. The directory is created if needed; a server reopened on
+// the directory of a stopped one rejoins its cluster with its state. The
+// server owns transport and closes it, and the database, on Shutdown.
+func OpenDisk(cfg Config, dir string, transport raft.Transport, fwd Forwarder) (*Server, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("consensus: data dir: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, boltFile)})
+	if err != nil {
+		return nil, fmt.Errorf("consensus: opening %s: %w", boltFile, err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(dir, snapshotDir), keepSnapshot, newHCLogger(cfg.Logger, cfg.RaftLogLevel))
+	if err != nil {
+		_ = bolt.Close()
+		return nil, fmt.Errorf("consensus: opening snapshots: %w", err)
+	}
+	s, err := NewServer(cfg, Stores{
+		Transport: transport, Logs: bolt, Stable: bolt, Snapshots: snaps,
+		Forwarder: fwd, Closers: []io.Closer{bolt},
+	})
+	if err != nil {
+		_ = bolt.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// ListenTCP returns Raft's TCP transport bound to addr (host:port; port 0
+// picks a free one, read it from LocalAddr). The advertised address is
+// the bound one, so bind to a concrete host such as 127.0.0.1 (Raft
+// refuses to advertise 0.0.0.0).
+func ListenTCP(addr string, cfg Config) (*raft.NetworkTransport, error) {
+	cfg = cfg.withDefaults()
+	t, err := raft.NewTCPTransportWithLogger(addr, nil, 3, 2*time.Second, newHCLogger(cfg.Logger, cfg.RaftLogLevel))
+	if err != nil {
+		return nil, fmt.Errorf("consensus: raft transport on %s: %w", addr, err)
+	}
+	return t, nil
+}

@@ -1,0 +1,409 @@
+package consensus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// retryDelay is the pause between attempts of a write while no leader
+// can take it (an election is under way).
+const retryDelay = 10 * time.Millisecond
+
+// Stores are what a Server runs on, injected so that tests use Raft's
+// in-memory transport and stores and production uses TCP and bolt
+// (OpenDisk).
+type Stores struct {
+	Transport raft.Transport
+	Logs      raft.LogStore
+	Stable    raft.StableStore
+	Snapshots raft.SnapshotStore
+	// Forwarder carries writes from a follower to the leader; nil means
+	// a follower's writes fail with ErrNotLeader.
+	Forwarder Forwarder
+	// Closers are closed, in order, by Shutdown (after Raft and the
+	// transport), e.g. the bolt store.
+	Closers []io.Closer
+}
+
+// Server is one member of the replicated state: a Raft node and its FSM.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	raft   *raft.Raft
+	fsm    *FSM
+	stores Stores
+	// barrierTerm is the term in which this server, as leader, last
+	// completed a barrier: reads in that term need only verify leadership.
+	barrierTerm atomic.Uint64
+	closed      atomic.Bool
+}
+
+// NewServer starts a Raft node on st. A server with no state waits to be
+// bootstrapped (Bootstrap on one server) or added to a cluster
+// (AddVoter on the leader); one with state rejoins its cluster.
+func NewServer(cfg Config, st Stores) (*Server, error) {
+	if cfg.ID == "" {
+		return nil, fmt.Errorf("%w: server id is empty", ErrInvalid)
+	}
+	if st.Transport == nil || st.Logs == nil || st.Stable == nil || st.Snapshots == nil {
+		return nil, fmt.Errorf("%w: transport and stores are required", ErrInvalid)
+	}
+	cfg = cfg.withDefaults()
+	rc, err := cfg.raftConfig()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("server", string(cfg.ID)), fsm: NewFSM(), stores: st}
+	s.raft, err = raft.NewRaft(rc, s.fsm, st.Logs, st.Stable, st.Snapshots, st.Transport)
+	if err != nil {
+		return nil, fmt.Errorf("consensus: starting raft: %w", err)
+	}
+	return s, nil
+}
+
+// Bootstrap makes servers (which must include this one) the initial
+// cluster. On a server that already has state it does nothing, so it is
+// safe to call on every start.
+func (s *Server) Bootstrap(servers []raft.Server) error {
+	err := s.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		return fmt.Errorf("consensus: bootstrap: %w", err)
+	}
+	return nil
+}
+
+// ID is this server's id.
+func (s *Server) ID() raft.ServerID { return s.cfg.ID }
+
+// Raft returns the underlying Raft node, for observers and statistics.
+func (s *Server) Raft() *raft.Raft { return s.raft }
+
+// Leader returns the id and Raft address of the leader as this server
+// knows it (empty if none).
+func (s *Server) Leader() (raft.ServerID, raft.ServerAddress) {
+	addr, id := s.raft.LeaderWithID()
+	return id, addr
+}
+
+// Leadership returns the current term and whether this server is its
+// leader. An allocator running on the leader passes this term to
+// CommitAllocation.
+func (s *Server) Leadership() (term uint64, leader bool) {
+	term = s.raft.CurrentTerm()
+	return term, s.raft.State() == raft.Leader && s.raft.CurrentTerm() == term
+}
+
+// LocalState returns a copy of this server's state, which on a follower
+// may lag behind the leader's.
+func (s *Server) LocalState() *State { return s.fsm.State() }
+
+// Read returns a copy of the state that reflects every write completed
+// before the call (a linearizable read). Only the leader serves it: it
+// verifies its leadership with a quorum and, once per term, commits a
+// barrier so that entries of earlier terms are applied.
+func (s *Server) Read(ctx context.Context) (*State, error) {
+	if s.closed.Load() {
+		return nil, ErrShutdown
+	}
+	if s.raft.State() != raft.Leader {
+		return nil, ErrNotLeader
+	}
+	if err := wait(ctx, s.raft.VerifyLeader()); err != nil {
+		return nil, err
+	}
+	term := s.raft.CurrentTerm()
+	if s.barrierTerm.Load() != term {
+		if err := wait(ctx, s.raft.Barrier(s.timeout(ctx))); err != nil {
+			return nil, err
+		}
+		s.barrierTerm.Store(term)
+	}
+	return s.fsm.State(), nil
+}
+
+// wait waits for f or the end of ctx and maps Raft's errors to ours.
+func wait(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return raftError(err)
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+	}
+}
+
+// raftError maps an error from Raft to the package's sentinels.
+func raftError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader):
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrAbortedByRestore):
+		return fmt.Errorf("%w: %w", ErrLeadershipLost, err)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("%w: %w", ErrShutdown, err)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
+	}
+	return fmt.Errorf("consensus: raft: %w", err)
+}
+
+// timeout is what is left of ctx, or the write timeout.
+func (s *Server) timeout(ctx context.Context) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		return max(time.Until(dl), time.Millisecond)
+	}
+	return s.cfg.WriteTimeout
+}
+
+// Apply commits cmds in order and returns one Result per command. On the
+// leader the commands are pipelined into Raft (they share log writes and
+// fsyncs); on a follower they are forwarded to the leader in one request.
+// While no leader can take them (an election), Apply retries until ctx
+// ends (or, without a deadline, Config.WriteTimeout). The error is for
+// the whole batch (invalid command, timeout, forwarding failure); a
+// refusal by the state machine is in its Result.
+func (s *Server) Apply(ctx context.Context, cmds ...Command) ([]Result, error) {
+	enc := make([][]byte, len(cmds))
+	for i, c := range cmds {
+		b, err := Encode(c)
+		if err != nil {
+			return nil, err
+		}
+		enc[i] = b
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.WriteTimeout)
+		defer cancel()
+	}
+	for {
+		res, err := s.applyOnce(ctx, enc)
+		if err == nil || !retriable(err) {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w (last attempt: %w)", ErrTimeout, ctx.Err(), err)
+		case <-time.After(retryDelay):
+		}
+	}
+}
+
+// retriable reports whether err certainly means that nothing was applied
+// and a leader may take the write later.
+func retriable(err error) bool {
+	return errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader)
+}
+
+func (s *Server) applyOnce(ctx context.Context, enc [][]byte) ([]Result, error) {
+	if s.closed.Load() {
+		return nil, ErrShutdown
+	}
+	if s.raft.State() == raft.Leader {
+		res, err := s.applyLocal(ctx, enc)
+		if !errors.Is(err, ErrNotLeader) {
+			return res, err
+		}
+	}
+	if s.stores.Forwarder == nil {
+		return nil, ErrNotLeader
+	}
+	leader, _ := s.Leader()
+	if leader == "" || leader == s.cfg.ID {
+		return nil, ErrNoLeader
+	}
+	resp, err := s.stores.Forwarder.Forward(ctx, leader, encodeRequest(enc))
+	if err != nil {
+		return nil, err
+	}
+	res, err := decodeResponse(resp, len(enc))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrForward, err)
+	}
+	return res, allNotLeader(res)
+}
+
+// applyLocal pipelines enc into the local Raft node. If every command
+// was refused because this node is not the leader, the error is
+// ErrNotLeader (nothing was applied).
+func (s *Server) applyLocal(ctx context.Context, enc [][]byte) ([]Result, error) {
+	timeout := s.timeout(ctx)
+	futures := make([]raft.ApplyFuture, len(enc))
+	for i, b := range enc {
+		futures[i] = s.raft.Apply(b, timeout)
+	}
+	res := make([]Result, len(enc))
+	for i, f := range futures {
+		if err := wait(ctx, f); err != nil {
+			res[i].Err = err
+			continue
+		}
+		r, ok := f.Response().(Result)
+		if !ok {
+			res[i].Err = fmt.Errorf("consensus: raft returned %T", f.Response())
+			continue
+		}
+		res[i] = r
+	}
+	return res, allNotLeader(res)
+}
+
+func allNotLeader(res []Result) error {
+	for _, r := range res {
+		if !errors.Is(r.Err, ErrNotLeader) {
+			return nil
+		}
+	}
+	if len(res) == 0 {
+		return nil
+	}
+	return ErrNotLeader
+}
+
+// serveForward applies a forwarded request on this server, which must be
+// the leader (it never forwards again), and returns the encoded results.
+func (s *Server) serveForward(ctx context.Context, req []byte) ([]byte, error) {
+	enc, err := decodeRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	res := make([]Result, len(enc))
+	for i, b := range enc {
+		// Decode here so that garbage is answered per command without
+		// touching the log.
+		if _, err := Decode(b); err != nil {
+			res[i].Err = err
+		}
+	}
+	valid := make([][]byte, 0, len(enc))
+	for i, b := range enc {
+		if res[i].Err == nil {
+			valid = append(valid, b)
+		}
+	}
+	var local []Result
+	if s.closed.Load() {
+		err = ErrShutdown
+	} else if s.raft.State() != raft.Leader {
+		err = ErrNotLeader
+	} else {
+		local, _ = s.applyLocal(ctx, valid)
+	}
+	for i := range res {
+		if res[i].Err != nil {
+			continue
+		}
+		if err != nil {
+			res[i].Err = err
+			continue
+		}
+		res[i], local = local[0], local[1:]
+	}
+	return encodeResponse(res), nil
+}
+
+// single applies one command and returns its index or error.
+func (s *Server) single(ctx context.Context, c Command) (uint64, error) {
+	res, err := s.Apply(ctx, c)
+	if err != nil {
+		return 0, err
+	}
+	return res[0].Index, res[0].Err
+}
+
+// SubmitJob adds a Pending job.
+func (s *Server) SubmitJob(ctx context.Context, id string, spec JobSpec, submitTime float64) error {
+	_, err := s.single(ctx, &SubmitJob{ID: id, Spec: spec, SubmitTime: submitTime})
+	return err
+}
+
+// UpdateJob applies a job's report (see UpdateJob).
+func (s *Server) UpdateJob(ctx context.Context, u UpdateJob) error {
+	_, err := s.single(ctx, &u)
+	return err
+}
+
+// CompleteJob finishes a job (exactly once) and frees its GPUs.
+func (s *Server) CompleteJob(ctx context.Context, id string, failed bool, reason string, finishTime float64) error {
+	_, err := s.single(ctx, &CompleteJob{ID: id, Failed: failed, Reason: reason, FinishTime: finishTime})
+	return err
+}
+
+// RecordProfile merges profile entries and gradient statistics into a
+// job's model inputs.
+func (s *Server) RecordProfile(ctx context.Context, p RecordProfile) error {
+	_, err := s.single(ctx, &p)
+	return err
+}
+
+// CommitAllocation commits an allocation decided by the leader of term
+// (from Leadership) with the given generation (above the committed one).
+// It fails with ErrStaleTerm or ErrStaleGeneration if a newer leader has
+// taken over.
+func (s *Server) CommitAllocation(ctx context.Context, generation, term uint64, jobs map[string][]Slot) error {
+	_, err := s.single(ctx, &CommitAllocation{Generation: generation, Term: term, Jobs: jobs})
+	return err
+}
+
+// RegisterNode adds or replaces a node (a zero Health means Alive).
+func (s *Server) RegisterNode(ctx context.Context, n Node) error {
+	if n.Health == 0 {
+		n.Health = Alive
+	}
+	_, err := s.single(ctx, &RegisterNode{Node: n})
+	return err
+}
+
+// MarkNode sets a node's health.
+func (s *Server) MarkNode(ctx context.Context, id string, h Health) error {
+	_, err := s.single(ctx, &MarkNode{ID: id, Health: h})
+	return err
+}
+
+// AddVoter adds a voting server to the cluster. Only the leader can.
+func (s *Server) AddVoter(ctx context.Context, id raft.ServerID, addr raft.ServerAddress) error {
+	return wait(ctx, s.raft.AddVoter(id, addr, 0, s.timeout(ctx)))
+}
+
+// RemoveServer removes a server from the cluster. Only the leader can.
+func (s *Server) RemoveServer(ctx context.Context, id raft.ServerID) error {
+	return wait(ctx, s.raft.RemoveServer(id, 0, s.timeout(ctx)))
+}
+
+// Servers returns the current Raft configuration.
+func (s *Server) Servers() ([]raft.Server, error) {
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, raftError(err)
+	}
+	return f.Configuration().Servers, nil
+}
+
+// Shutdown stops Raft, then closes the transport (if it can be closed)
+// and the stores' closers. It is safe to call more than once.
+func (s *Server) Shutdown() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	errs := []error{raftError(s.raft.Shutdown().Error())}
+	if c, ok := s.stores.Transport.(raft.WithClose); ok {
+		errs = append(errs, c.Close())
+	}
+	for _, c := range s.stores.Closers {
+		errs = append(errs, c.Close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("consensus: shutdown: %w", err)
+	}
+	return nil
+}

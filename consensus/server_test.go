@@ -1,0 +1,504 @@
+package consensus
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// testConfig has short timeouts, still long enough not to flap under the
+// race detector on a loaded machine.
+func testConfig(id raft.ServerID) Config {
+	c := DefaultConfig(id)
+	c.HeartbeatTimeout = 100 * time.Millisecond
+	c.ElectionTimeout = 100 * time.Millisecond
+	c.LeaderLeaseTimeout = 50 * time.Millisecond
+	c.CommitTimeout = 5 * time.Millisecond
+	c.WriteTimeout = 3 * time.Second
+	c.Logger = slog.New(slog.DiscardHandler)
+	return c
+}
+
+// member is one server of an in-memory test cluster.
+type member struct {
+	id    raft.ServerID
+	addr  raft.ServerAddress
+	trans *raft.InmemTransport
+	srv   *Server
+	// store, stable, snaps survive a restart of the member.
+	store *raft.InmemStore
+	snaps *raft.InmemSnapshotStore
+}
+
+type cluster struct {
+	t       *testing.T
+	fwd     *LocalForwarder
+	members []*member
+	cfg     func(raft.ServerID) Config
+}
+
+// newCluster starts n servers over the in-memory transport and waits for
+// a leader.
+func newCluster(t *testing.T, n int, cfg func(raft.ServerID) Config) *cluster {
+	t.Helper()
+	if cfg == nil {
+		cfg = testConfig
+	}
+	c := &cluster{t: t, fwd: NewLocalForwarder(), cfg: cfg}
+	var servers []raft.Server
+	for i := range n {
+		m := &member{id: raft.ServerID(fmt.Sprintf("s%d", i)), store: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()}
+		m.addr, m.trans = raft.NewInmemTransport(raft.ServerAddress(m.id))
+		c.members = append(c.members, m)
+		servers = append(servers, raft.Server{ID: m.id, Address: m.addr})
+	}
+	c.connectAll()
+	for _, m := range c.members {
+		c.start(m)
+	}
+	if err := c.members[0].srv.Bootstrap(servers); err != nil {
+		t.Fatal(err)
+	}
+	c.leader(c.members...)
+	return c
+}
+
+func (c *cluster) start(m *member) {
+	c.t.Helper()
+	s, err := NewServer(c.cfg(m.id), Stores{Transport: m.trans, Logs: m.store, Stable: m.store, Snapshots: m.snaps, Forwarder: c.fwd})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	m.srv = s
+	c.fwd.Add(s)
+	c.t.Cleanup(func() { _ = s.Shutdown() })
+}
+
+func (c *cluster) connectAll() {
+	for _, a := range c.members {
+		for _, b := range c.members {
+			if a != b {
+				a.trans.Connect(b.addr, b.trans)
+			}
+		}
+	}
+}
+
+// isolate cuts m off from every other member, both ways, and from
+// forwarded writes.
+func (c *cluster) isolate(m *member) {
+	m.trans.DisconnectAll()
+	for _, o := range c.members {
+		if o != m {
+			o.trans.Disconnect(m.addr)
+		}
+	}
+	c.fwd.SetReachable(m.id, false)
+}
+
+func (c *cluster) heal() {
+	c.connectAll()
+	for _, m := range c.members {
+		c.fwd.SetReachable(m.id, true)
+	}
+}
+
+// leader waits until one of ms is leader and serves a linearizable read.
+func (c *cluster) leader(ms ...*member) *member {
+	c.t.Helper()
+	var found *member
+	waitFor(c.t, 10*time.Second, "a leader", func() bool {
+		for _, m := range ms {
+			if m.srv.Raft().State() == raft.Leader {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_, err := m.srv.Read(ctx)
+				cancel()
+				if err == nil {
+					found = m
+					return true
+				}
+			}
+		}
+		return false
+	})
+	return found
+}
+
+func (c *cluster) followers(leader *member) []*member {
+	var fs []*member
+	for _, m := range c.members {
+		if m != leader {
+			fs = append(fs, m)
+		}
+	}
+	return fs
+}
+
+// waitFor polls cond every few milliseconds until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// workload writes a small scheduler history through s.
+func workload(t *testing.T, s *Server, leader *Server) {
+	t.Helper()
+	ctx := ctxT(t, 5*time.Second)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(s.RegisterNode(ctx, Node{ID: "n1", Addresses: []string{"127.0.0.1:9001"}, Rack: "a", GPUs: 4}))
+	must(s.RegisterNode(ctx, Node{ID: "n2", Addresses: []string{"127.0.0.1:9002"}, Rack: "b", GPUs: 4}))
+	must(s.SubmitJob(ctx, "j1", testSpec(), 1))
+	must(s.SubmitJob(ctx, "j2", testSpec(), 2))
+	term, ok := leader.Leadership()
+	if !ok {
+		t.Fatal("leader is not leader")
+	}
+	must(s.CommitAllocation(ctx, 1, term, map[string][]Slot{"j1": {{"n1", 2}, {"n2", 2}}, "j2": {{"n1", 1}}}))
+	must(s.RecordProfile(ctx, RecordProfile{ID: "j1", Incarnation: 1, Entries: []ProfileEntry{{2, 4, 64, 0.1, 0.15, 10}}, HasGrad: true}))
+	must(s.UpdateJob(ctx, UpdateJob{ID: "j1", Incarnation: 1, Set: UpdateAttained | UpdateProgress, Attained: 12, Progress: 0.1}))
+	must(s.MarkNode(ctx, "n2", Suspect))
+}
+
+func encodingOf(t *testing.T, s *Server) []byte {
+	t.Helper()
+	st, err := s.Read(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return EncodeState(st)
+}
+
+func TestLeaderLossNewLeaderIdenticalState(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	old := c.leader(c.members...)
+	// Writes through a follower are forwarded.
+	workload(t, c.followers(old)[0].srv, old.srv)
+	want := encodingOf(t, old.srv)
+
+	if err := old.srv.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	c.isolate(old)
+	nl := c.leader(c.followers(old)...)
+	if got := encodingOf(t, nl.srv); !bytes.Equal(got, want) {
+		t.Fatal("the new leader's state differs from the old leader's")
+	}
+	// The new leader continues the generation sequence in its own term.
+	term, _ := nl.srv.Leadership()
+	ctx := ctxT(t, 5*time.Second)
+	if err := nl.srv.CommitAllocation(ctx, 2, term, map[string][]Slot{"j1": {{"n1", 4}}}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := nl.srv.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Allocation.Generation != 2 || st.Jobs["j1"].Incarnation != 2 || st.Jobs["j1"].Restarts != 1 {
+		t.Fatalf("after failover: allocation %+v, j1 %+v", st.Allocation, st.Jobs["j1"])
+	}
+}
+
+func TestPartitionedMinorityCannotCommit(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	old := c.leader(c.members...)
+	workload(t, old.srv, old.srv)
+	c.isolate(old)
+
+	// The isolated leader cannot commit, however long it tries.
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	err := old.srv.SubmitJob(ctx, "lost", testSpec(), 3)
+	cancel()
+	if err == nil {
+		t.Fatal("an isolated leader committed a write")
+	}
+	t.Logf("isolated write: %v", err)
+
+	// The majority elects a leader and commits.
+	nl := c.leader(c.followers(old)...)
+	var via *member
+	for _, m := range c.followers(nl) {
+		if m != old {
+			via = m
+		}
+	}
+	if err := via.srv.SubmitJob(ctxT(t, 5*time.Second), "kept", testSpec(), 4); err != nil {
+		t.Fatal(err)
+	}
+	want := encodingOf(t, nl.srv)
+
+	c.heal()
+	waitFor(t, 10*time.Second, "the old leader to catch up", func() bool {
+		return bytes.Equal(EncodeState(old.srv.LocalState()), want)
+	})
+	st := old.srv.LocalState()
+	if _, ok := st.Jobs["lost"]; ok {
+		t.Fatal("the minority's write survived the partition")
+	}
+	if _, ok := st.Jobs["kept"]; !ok {
+		t.Fatal("the majority's write is missing")
+	}
+}
+
+func TestDeposedLeaderAllocationRejected(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	old := c.leader(c.members...)
+	workload(t, old.srv, old.srv)
+	oldTerm, ok := old.srv.Leadership()
+	if !ok {
+		t.Fatal("no leadership")
+	}
+	c.isolate(old)
+	nl := c.leader(c.followers(old)...)
+	newTerm, _ := nl.srv.Leadership()
+	if newTerm <= oldTerm {
+		t.Fatalf("new term %d not above old %d", newTerm, oldTerm)
+	}
+	ctx := ctxT(t, 5*time.Second)
+	if err := nl.srv.CommitAllocation(ctx, 2, newTerm, map[string][]Slot{"j2": {{"n1", 4}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// While partitioned, the deposed leader's allocation does not commit.
+	short, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	err := old.srv.CommitAllocation(short, 2, oldTerm, map[string][]Slot{"j1": {{"n1", 1}}})
+	cancel()
+	if err == nil {
+		t.Fatal("a partitioned leader committed an allocation")
+	}
+
+	// Once it can reach the new leader, its allocation is forwarded there
+	// and fenced by the term, whatever generation it claims.
+	c.heal()
+	waitFor(t, 10*time.Second, "the old leader to step down", func() bool {
+		id, _ := old.srv.Leader()
+		return old.srv.Raft().State() == raft.Follower && id == nl.id
+	})
+	for _, gen := range []uint64{2, 3, 100} {
+		err := old.srv.CommitAllocation(ctx, gen, oldTerm, map[string][]Slot{"j1": {{"n1", 1}}})
+		if !errors.Is(err, ErrStaleTerm) {
+			t.Fatalf("generation %d from the deposed leader: %v, want ErrStaleTerm", gen, err)
+		}
+	}
+	// A current-term allocation with an old generation is fenced too.
+	if err := nl.srv.CommitAllocation(ctx, 2, newTerm, map[string][]Slot{"j1": {{"n1", 1}}}); !errors.Is(err, ErrStaleGeneration) {
+		t.Fatalf("repeated generation: %v, want ErrStaleGeneration", err)
+	}
+	st, err := nl.srv.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Allocation.Generation != 2 || st.Allocation.Term != newTerm || len(st.Allocation.Jobs) != 1 {
+		t.Fatalf("allocation %+v", st.Allocation)
+	}
+}
+
+func TestSnapshotInstalledOnNewVoter(t *testing.T) {
+	cfg := func(id raft.ServerID) Config {
+		c := testConfig(id)
+		c.TrailingLogs = 1
+		return c
+	}
+	c := newCluster(t, 3, cfg)
+	l := c.leader(c.members...)
+	workload(t, l.srv, l.srv)
+	if err := l.srv.Raft().Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	// A new server can only catch up from the snapshot: the log before it
+	// is gone.
+	m := &member{id: "s3", store: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()}
+	m.addr, m.trans = raft.NewInmemTransport("s3")
+	c.members = append(c.members, m)
+	c.connectAll()
+	c.start(m)
+	ctx := ctxT(t, 5*time.Second)
+	if err := l.srv.AddVoter(ctx, m.id, m.addr); err != nil {
+		t.Fatal(err)
+	}
+	want := encodingOf(t, l.srv)
+	waitFor(t, 10*time.Second, "the new voter to restore", func() bool {
+		return bytes.Equal(EncodeState(m.srv.LocalState()), want)
+	})
+	servers, err := l.srv.Servers()
+	if err != nil || len(servers) != 4 {
+		t.Fatalf("configuration %v, %v", servers, err)
+	}
+	if err := l.srv.RemoveServer(ctx, m.id); err != nil {
+		t.Fatal(err)
+	}
+	if servers, _ := l.srv.Servers(); len(servers) != 3 {
+		t.Fatalf("after removal: %v", servers)
+	}
+}
+
+func TestFollowerReadAndConfigChangeRefused(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	l := c.leader(c.members...)
+	f := c.followers(l)[0]
+	ctx := ctxT(t, 5*time.Second)
+	if _, err := f.srv.Read(ctx); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("follower read: %v", err)
+	}
+	if err := f.srv.RemoveServer(ctx, l.id); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("follower config change: %v", err)
+	}
+	if _, err := f.srv.Apply(ctx, &SubmitJob{ID: "bad id"}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("invalid command: %v", err)
+	}
+	// A state-machine refusal comes back through forwarding with its
+	// sentinel.
+	if err := f.srv.MarkNode(ctx, "ghost", Dead); !errors.Is(err, ErrUnknownNode) {
+		t.Fatalf("forwarded refusal: %v", err)
+	}
+	if err := f.srv.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.srv.MarkNode(ctx, "ghost", Dead); !errors.Is(err, ErrShutdown) {
+		t.Fatalf("after shutdown: %v", err)
+	}
+}
+
+func TestBatchPipelined(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	l := c.leader(c.members...)
+	ctx := ctxT(t, 10*time.Second)
+	if err := l.srv.RegisterNode(ctx, Node{ID: "n", GPUs: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.srv.SubmitJob(ctx, "j", testSpec(), 0); err != nil {
+		t.Fatal(err)
+	}
+	term, _ := l.srv.Leadership()
+	for _, via := range []*Server{l.srv, c.followers(l)[0].srv} {
+		st := l.srv.LocalState()
+		var cmds []Command
+		for g := range 50 {
+			cmds = append(cmds, &CommitAllocation{Generation: st.Allocation.Generation + uint64(g) + 1, Term: term,
+				Jobs: map[string][]Slot{"j": {{"n", 1 + g%8}}}})
+		}
+		res, err := via.Apply(ctx, cmds...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if r.Err != nil || (i > 0 && r.Index <= res[i-1].Index) {
+				t.Fatalf("result %d: %+v", i, r)
+			}
+		}
+	}
+	st, err := l.srv.Read(ctx)
+	if err != nil || st.Allocation.Generation != 100 {
+		t.Fatalf("generation after two batches: %v, %v", st.Allocation.Generation, err)
+	}
+}
+
+func TestHTTPForwarding(t *testing.T) {
+	fwd := NewHTTPForwarder(nil, nil)
+	c := &cluster{t: t, fwd: NewLocalForwarder(), cfg: testConfig}
+	var servers []raft.Server
+	for i := range 3 {
+		m := &member{id: raft.ServerID(fmt.Sprintf("h%d", i)), store: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()}
+		m.addr, m.trans = raft.NewInmemTransport(raft.ServerAddress(m.id))
+		c.members = append(c.members, m)
+		servers = append(servers, raft.Server{ID: m.id, Address: m.addr})
+	}
+	c.connectAll()
+	for _, m := range c.members {
+		s, err := NewServer(testConfig(m.id), Stores{Transport: m.trans, Logs: m.store, Stable: m.store, Snapshots: m.snaps, Forwarder: fwd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.srv = s
+		t.Cleanup(func() { _ = s.Shutdown() })
+		hs := httptest.NewServer(s.ForwardHandler())
+		t.Cleanup(hs.Close)
+		fwd.SetPeer(m.id, strings.TrimPrefix(hs.URL, "http://"))
+	}
+	if err := c.members[0].srv.Bootstrap(servers); err != nil {
+		t.Fatal(err)
+	}
+	l := c.leader(c.members...)
+	f := c.followers(l)[0]
+	ctx := ctxT(t, 5*time.Second)
+	workload(t, f.srv, l.srv)
+	if err := f.srv.SubmitJob(ctx, "j1", testSpec(), 9); !errors.Is(err, ErrJobExists) {
+		t.Fatalf("duplicate over HTTP: %v", err)
+	}
+
+	// Garbage on the forwarding port is refused with 400.
+	var addr string
+	fwd.mu.RLock()
+	addr = fwd.peers[l.id]
+	fwd.mu.RUnlock()
+	resp, err := http.Post("http://"+addr+ForwardPath, "application/octet-stream", strings.NewReader("\x01\x05garbage"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("garbage answered %s", resp.Status)
+	}
+
+	// An unreachable leader is "no leader" (safe to retry elsewhere).
+	fwd.SetPeer("gone", "127.0.0.1:1")
+	if _, err := fwd.Forward(ctx, "gone", encodeRequest(nil)); !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("dead peer: %v", err)
+	}
+	if _, err := fwd.Forward(ctx, "unknown", nil); !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("unknown peer: %v", err)
+	}
+}
+
+func TestForwardEncodingErrors(t *testing.T) {
+	res := []Result{{Index: 3}, {Index: 4, Err: fmt.Errorf("x: %w", ErrStaleTerm)}, {Err: errors.New("plain \xff")}}
+	got, err := decodeResponse(encodeResponse(res), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Index != 3 || got[0].Err != nil || !errors.Is(got[1].Err, ErrStaleTerm) || got[1].Err.Error() != "x: consensus: stale leader term" || got[2].Err == nil {
+		t.Fatalf("decoded %+v", got)
+	}
+	if _, err := decodeResponse(encodeResponse(res), 2); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("count mismatch: %v", err)
+	}
+	if _, err := decodeRequest([]byte{9, 0}); !errors.Is(err, ErrUnknownVersion) {
+		t.Fatalf("request version: %v", err)
+	}
+}
+
+func FuzzDecodeForward(f *testing.F) {
+	f.Add(encodeRequest([][]byte{{1, 7, 1, 'n', 3}}))
+	f.Add(encodeResponse([]Result{{Index: 1, Err: ErrInvalid}}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if cmds, err := decodeRequest(b); err == nil && !bytes.Equal(encodeRequest(cmds), b) {
+			t.Fatal("request does not re-encode to itself")
+		}
+		_, _ = decodeResponse(b, 1)
+	})
+}
