@@ -1,0 +1,322 @@
+package optimizer
+
+import (
+	"math"
+	"runtime"
+	"slices"
+	"sync"
+)
+
+// Search budget defaults. The population and the number of generations
+// shrink for large rounds so that the work, population x generations x
+// jobs, stays near defaultWork (a round of 4096 jobs then takes a few
+// seconds on two cores).
+const (
+	defaultPopulation  = 32
+	defaultGenerations = 40
+	minPopulation      = 8
+	minGenerations     = 10
+	defaultWork        = 6e6
+	// finalClimbs is how many of the final population's best individuals
+	// the hill climber polishes.
+	finalClimbs = 4
+)
+
+// Pollux is the Pollux allocator: a genetic search over per-job sparse
+// placements (a job spans at most MaxJobNodes nodes) with the spec's
+// crossover, mutations and repair, seeded from the previous round's
+// population, the current allocation and a hill-climbed copy of it, with
+// the best individual hill-climbed again at the end. Children of one
+// generation are built in parallel by Workers goroutines, each child from
+// its own random stream, so the result does not depend on scheduling.
+type Pollux struct {
+	// PowerMean is the fairness exponent p of the objective.
+	PowerMean float64
+	// Population and Generations size the search; 0 picks a default that
+	// shrinks with the number of jobs.
+	Population, Generations int
+	// Workers is how many goroutines build children; 0 means
+	// min(2, GOMAXPROCS).
+	Workers int
+}
+
+// NewPollux returns the policy with the paper's p = -1 and default budget.
+func NewPollux() *Pollux { return &Pollux{PowerMean: DefaultPowerMean} }
+
+// Name implements Policy.
+func (p *Pollux) Name() string { return "pollux" }
+
+// budget returns the population and generations for a round of jobs jobs.
+func (p *Pollux) budget(jobs int) (pop, gens int) {
+	scale := math.Sqrt(min(1, defaultWork/float64(defaultPopulation*defaultGenerations*max(jobs, 1))))
+	pop, gens = p.Population, p.Generations
+	if pop <= 0 {
+		pop = max(minPopulation, int(defaultPopulation*scale))
+	}
+	if gens <= 0 {
+		gens = max(minGenerations, int(defaultGenerations*scale))
+	}
+	return pop, gens
+}
+
+// finalClimbs is how many final individuals to polish: finalClimbs for
+// small rounds, only the best for large ones (a climb costs O(jobs x
+// nodes) there).
+func (p *Pollux) finalClimbs(jobs int) int {
+	if jobs > 512 {
+		return 1
+	}
+	return finalClimbs
+}
+
+func (p *Pollux) workers() int {
+	if p.Workers > 0 {
+		return p.Workers
+	}
+	return max(1, min(2, runtime.GOMAXPROCS(0)))
+}
+
+// Allocate implements Policy.
+func (p *Pollux) Allocate(snap *Snapshot, prev *State) (Result, error) {
+	obj, err := NewObjective(snap, p.PowerMean)
+	if err != nil {
+		return Result{}, err
+	}
+	pr := newProblem(obj)
+	current := make([]Placement, pr.jobs)
+	copy(current, obj.current)
+	res := Result{Diagnostics: Diagnostics{CurrentFitness: obj.Fitness(current)}}
+	if pr.jobs == 0 {
+		res.Placements = []Placement{}
+		res.State = pr.state(nil)
+		return res, nil
+	}
+	popSize, gens := p.budget(pr.jobs)
+	nw := p.workers()
+	workers := make([]*worker, nw)
+	for i := range workers {
+		workers[i] = pr.newWorker()
+	}
+	w0 := workers[0]
+	evals := 0
+
+	// Seeds: the repaired current allocation, a hill-climbed copy of it,
+	// and the previous population.
+	w0.reseed(snap.Seed, 0, 0)
+	base := pr.newIndiv()
+	copy(base.alloc, current)
+	w0.clearTouched()
+	w0.repair(base)
+	pr.evaluate(base)
+	climbed := pr.newIndiv()
+	climbed.copyFrom(base)
+	cl := pr.newClimber()
+	cl.improve(climbed)
+	seeds := []*indiv{base, climbed}
+	for _, alloc := range pr.adopt(prev, popSize) {
+		ind := pr.newIndiv()
+		copy(ind.alloc, alloc)
+		w0.clearTouched()
+		w0.repair(ind)
+		pr.evaluate(ind)
+		seeds = append(seeds, ind)
+	}
+	evals += len(seeds)
+	pop := make([]*indiv, 0, 2*popSize)
+	pop = append(pop, seeds[:min(len(seeds), popSize)]...)
+	// Fill the population with mutants of the seeds.
+	for i := 0; len(pop) < popSize; i++ {
+		ind := pr.newIndiv()
+		ind.copyFrom(seeds[i%len(seeds)])
+		w0.reseed(snap.Seed, 0, uint64(i+1))
+		w0.clearTouched()
+		w0.mutate(ind)
+		w0.repair(ind)
+		pr.reevaluate(ind, w0.touched)
+		pop = append(pop, ind)
+		evals++
+	}
+	sortPop(pop)
+
+	children := make([]*indiv, popSize)
+	spare := make([]*indiv, 0, popSize)
+	for g := 0; g < gens; g++ {
+		for i := range children {
+			if n := len(spare); n > 0 {
+				children[i], spare = spare[n-1], spare[:n-1]
+			} else {
+				children[i] = pr.newIndiv()
+			}
+		}
+		var wg sync.WaitGroup
+		for wi, w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for c := wi; c < popSize; c += nw {
+					pr.child(w, pop, children[c], snap.Seed, uint64(g+1), uint64(c))
+				}
+			}()
+		}
+		wg.Wait()
+		evals += popSize
+		pop, spare = survive(append(pop, children...), popSize, spare[:0])
+	}
+
+	// Climb from the best few individuals; keep the best result.
+	best := pr.newIndiv()
+	best.copyFrom(pop[0])
+	cl.improve(best)
+	cand := pr.newIndiv()
+	for _, ind := range pop[1:min(len(pop), p.finalClimbs(pr.jobs))] {
+		cand.copyFrom(ind)
+		cl.improve(cand)
+		evals++
+		if cand.fit > best.fit {
+			best, cand = cand, best
+		}
+	}
+	res.Placements = make([]Placement, pr.jobs)
+	for j, pl := range best.alloc {
+		res.Placements[j] = slices.Clone(pl)
+	}
+	res.Diagnostics.Fitness = obj.Fitness(res.Placements)
+	res.Diagnostics.Generations = gens
+	res.Diagnostics.Evaluations = evals
+	final := make([][]Placement, 0, len(pop)+1)
+	final = append(final, best.alloc)
+	for _, ind := range pop {
+		final = append(final, ind.alloc)
+	}
+	res.State = pr.state(final[:min(len(final), popSize)])
+	return res, nil
+}
+
+// child builds one child: two tournament-picked parents, single-point
+// crossover over the jobs in job order, mutation, repair, evaluation. Its
+// random stream depends only on (seed, gen, idx).
+func (pr *problem) child(w *worker, pop []*indiv, out *indiv, seed, gen, idx uint64) {
+	w.reseed(seed, gen, idx)
+	a, b := w.tournament(pop), w.tournament(pop)
+	pt := w.rng.IntN(pr.jobs)
+	for pos, j := range pr.order {
+		src := b
+		if pos < pt {
+			src = a
+		}
+		out.alloc[j] = src.alloc[j]
+		out.terms[j] = src.terms[j]
+	}
+	w.clearTouched()
+	w.mutate(out)
+	w.repair(out)
+	pr.reevaluate(out, w.touched)
+}
+
+// tournament picks the fitter of two random individuals.
+func (w *worker) tournament(pop []*indiv) *indiv {
+	a, b := pop[w.rng.IntN(len(pop))], pop[w.rng.IntN(len(pop))]
+	if b.fit > a.fit {
+		return b
+	}
+	return a
+}
+
+// sortPop orders individuals by fitness, best first (stable).
+func sortPop(pop []*indiv) {
+	slices.SortStableFunc(pop, func(a, b *indiv) int {
+		switch {
+		case a.fit > b.fit:
+			return -1
+		case a.fit < b.fit:
+			return 1
+		}
+		return 0
+	})
+}
+
+// survive keeps the best size individuals of all, skipping exact fitness
+// duplicates while there are enough distinct ones; the rest go to spare.
+func survive(all []*indiv, size int, spare []*indiv) (pop, rest []*indiv) {
+	sortPop(all)
+	pop = make([]*indiv, 0, 2*size)
+	dups := make([]*indiv, 0, len(all))
+	for _, ind := range all {
+		if len(pop) < size && (len(pop) == 0 || ind.fit != pop[len(pop)-1].fit) {
+			pop = append(pop, ind)
+		} else {
+			dups = append(dups, ind)
+		}
+	}
+	i := 0
+	for ; len(pop) < size && i < len(dups); i++ {
+		pop = append(pop, dups[i])
+	}
+	sortPop(pop)
+	return pop, append(spare, dups[i:]...)
+}
+
+// adopt maps the previous round's population onto this round's jobs and
+// nodes (by ID): vanished jobs and nodes are dropped, new jobs start with
+// no GPUs. At most limit individuals.
+func (pr *problem) adopt(prev *State, limit int) [][]Placement {
+	if prev == nil || len(prev.Population) == 0 {
+		return nil
+	}
+	snap := pr.obj.snap
+	jobIdx := make(map[string]int, pr.jobs)
+	for j := range snap.Jobs {
+		jobIdx[snap.Jobs[j].ID] = j
+	}
+	nodeIdx := make(map[string]int, pr.nodes)
+	for n := range snap.Nodes {
+		nodeIdx[snap.Nodes[n].ID] = n
+	}
+	nodeMap := make([]int, len(prev.NodeIDs))
+	for i, id := range prev.NodeIDs {
+		if n, ok := nodeIdx[id]; ok {
+			nodeMap[i] = n
+		} else {
+			nodeMap[i] = -1
+		}
+	}
+	var out [][]Placement
+	for _, old := range prev.Population {
+		if len(out) == limit {
+			break
+		}
+		alloc := make([]Placement, pr.jobs)
+		for i, pl := range old {
+			if i >= len(prev.JobIDs) {
+				break
+			}
+			j, ok := jobIdx[prev.JobIDs[i]]
+			if !ok {
+				continue
+			}
+			var npl Placement
+			for _, nc := range pl {
+				if nc.Node < 0 || nc.Node >= len(nodeMap) || nodeMap[nc.Node] < 0 || nc.Count <= 0 {
+					continue
+				}
+				npl = append(npl, NodeCount{Node: nodeMap[nc.Node], Count: nc.Count})
+			}
+			alloc[j] = normalize(npl)
+		}
+		out = append(out, alloc)
+	}
+	return out
+}
+
+// state packages a population for the next round.
+func (pr *problem) state(pop [][]Placement) *State {
+	snap := pr.obj.snap
+	st := &State{JobIDs: make([]string, pr.jobs), NodeIDs: make([]string, pr.nodes), Population: pop}
+	for j := range snap.Jobs {
+		st.JobIDs[j] = snap.Jobs[j].ID
+	}
+	for n := range snap.Nodes {
+		st.NodeIDs[n] = snap.Nodes[n].ID
+	}
+	return st
+}

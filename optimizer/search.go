@@ -1,0 +1,372 @@
+package optimizer
+
+import (
+	"math"
+	"math/rand/v2"
+)
+
+// Operator rates of pollux-spec.md section 4.
+const (
+	resetRate    = 0.1 // a job's row is reset to its current allocation
+	zeroJobRate  = 0.1 // a job is picked for zeroing entries
+	zeroCellRate = 0.1 // each entry of a picked job is zeroed
+)
+
+// problem is one round's search space: the objective plus the constraint
+// data the operators and repair need. It is read-only once built, so
+// workers share it.
+type problem struct {
+	obj      *Objective
+	jobs     int
+	nodes    int
+	capacity []int
+	order    []int
+	minRep   []int
+	maxRep   []int
+}
+
+func newProblem(obj *Objective) *problem {
+	snap := obj.snap
+	pr := &problem{
+		obj:      obj,
+		jobs:     len(snap.Jobs),
+		nodes:    len(snap.Nodes),
+		capacity: obj.capacity,
+		order:    obj.order,
+		minRep:   make([]int, len(snap.Jobs)),
+		maxRep:   make([]int, len(snap.Jobs)),
+	}
+	for j := range snap.Jobs {
+		pr.minRep[j] = snap.Jobs[j].MinReplicas
+		pr.maxRep[j] = snap.Jobs[j].MaxReplicas
+	}
+	return pr
+}
+
+// indiv is one allocation of the population. Placement slices are never
+// modified in place once stored, so individuals share them freely.
+type indiv struct {
+	alloc []Placement
+	terms []float64
+	sum   float64
+	fit   float64
+}
+
+func (pr *problem) newIndiv() *indiv {
+	return &indiv{alloc: make([]Placement, pr.jobs), terms: make([]float64, pr.jobs)}
+}
+
+// copyFrom makes ind a copy of src (sharing placement slices).
+func (ind *indiv) copyFrom(src *indiv) {
+	copy(ind.alloc, src.alloc)
+	copy(ind.terms, src.terms)
+	ind.sum, ind.fit = src.sum, src.fit
+}
+
+// evaluate recomputes every term and the fitness.
+func (pr *problem) evaluate(ind *indiv) {
+	sum := 0.0
+	for j, pl := range ind.alloc {
+		t := pr.obj.term(j, pl)
+		ind.terms[j] = t
+		sum += t
+	}
+	ind.sum = sum
+	ind.fit = pr.obj.fromSum(sum)
+}
+
+// reevaluate recomputes the terms of touched jobs only.
+func (pr *problem) reevaluate(ind *indiv, touched []bool) {
+	sum := 0.0
+	for j := range ind.terms {
+		if touched[j] {
+			ind.terms[j] = pr.obj.term(j, ind.alloc[j])
+		}
+		sum += ind.terms[j]
+	}
+	ind.sum = sum
+	ind.fit = pr.obj.fromSum(sum)
+}
+
+// worker holds one goroutine's scratch space and random source.
+type worker struct {
+	pr      *problem
+	pcg     *rand.PCG
+	rng     *rand.Rand
+	used    []int
+	owner   []int
+	free    []int
+	touched []bool
+	buf     Placement
+	perm    []int
+	// arena backs the placements the worker creates: placements are
+	// immutable once stored, so they can share one large allocation.
+	arena Placement
+}
+
+// arenaChunk is how many entries one arena allocation holds.
+const arenaChunk = 4096
+
+// clone copies p into the worker's arena.
+func (w *worker) clone(p Placement) Placement {
+	n := len(p)
+	if n == 0 {
+		return nil
+	}
+	if len(w.arena)+n > cap(w.arena) {
+		w.arena = make(Placement, 0, max(arenaChunk, n))
+	}
+	start := len(w.arena)
+	w.arena = append(w.arena, p...)
+	return w.arena[start : start+n : start+n]
+}
+
+// sortByNode sorts a short placement by node (insertion sort).
+func sortByNode(p Placement) {
+	for i := 1; i < len(p); i++ {
+		for k := i; k > 0 && p[k].Node < p[k-1].Node; k-- {
+			p[k], p[k-1] = p[k-1], p[k]
+		}
+	}
+}
+
+func (pr *problem) newWorker() *worker {
+	pcg := rand.NewPCG(0, 0)
+	return &worker{
+		pr:      pr,
+		pcg:     pcg,
+		rng:     rand.New(pcg),
+		used:    make([]int, pr.nodes),
+		owner:   make([]int, pr.nodes),
+		free:    make([]int, 0, pr.nodes),
+		touched: make([]bool, pr.jobs),
+		buf:     make(Placement, 0, 64),
+		perm:    make([]int, 0, 64),
+	}
+}
+
+// reseed makes the worker's random stream a pure function of (seed, a, b).
+func (w *worker) reseed(seed, a, b uint64) {
+	w.pcg.Seed(seed^0x9e3779b97f4a7c15*(a+1), b)
+}
+
+func (w *worker) clearTouched() {
+	clear(w.touched)
+}
+
+// set replaces job j's placement (pl must not be modified afterwards).
+func (w *worker) set(ind *indiv, j int, pl Placement) {
+	ind.alloc[j] = pl
+	w.touched[j] = true
+}
+
+// mutate applies the three mutations of the spec to ind.
+func (w *worker) mutate(ind *indiv) {
+	pr, rng := w.pr, w.rng
+	// (1) Reset rows to the current allocation.
+	for j := range ind.alloc {
+		if rng.Float64() < resetRate {
+			cur := pr.obj.current[j]
+			if !ind.alloc[j].Equal(cur) {
+				w.set(ind, j, cur)
+			}
+		}
+	}
+	// (2) Zero some entries of some rows.
+	for j, pl := range ind.alloc {
+		if len(pl) == 0 || rng.Float64() >= zeroJobRate {
+			continue
+		}
+		w.buf = w.buf[:0]
+		for _, nc := range pl {
+			if rng.Float64() >= zeroCellRate {
+				w.buf = append(w.buf, nc)
+			}
+		}
+		if len(w.buf) != len(pl) {
+			w.set(ind, j, w.clone(w.buf))
+		}
+	}
+	// (3) Raise entries on nodes with free GPUs, preferring the nodes a
+	// job already uses: a free node is picked with probability 1/F, and a
+	// free node of the job's own U nodes also with probability 1/U.
+	clear(w.used)
+	for _, pl := range ind.alloc {
+		for _, nc := range pl {
+			w.used[nc.Node] += nc.Count
+		}
+	}
+	w.free = w.free[:0]
+	for n, c := range pr.capacity {
+		if w.used[n] < c {
+			w.free = append(w.free, n)
+		}
+	}
+	if len(w.free) == 0 {
+		return
+	}
+	pF := 1 / float64(len(w.free))
+	logMiss := math.Log1p(-pF) // -Inf when pF == 1
+	direct := len(w.free) <= directScan
+	thrF := threshold(pF)
+	for j, pl := range ind.alloc {
+		u := 0
+		for _, nc := range pl {
+			if w.used[nc.Node] < pr.capacity[nc.Node] {
+				u++
+			}
+		}
+		w.buf = w.buf[:0]
+		changed := false
+		if u > 0 {
+			pU := 1 / float64(u)
+			thrFU := threshold(pF + pU - pF*pU)
+			for _, nc := range pl {
+				c := pr.capacity[nc.Node]
+				if w.used[nc.Node] < c && rng.Uint64() < thrFU {
+					if v := nc.Count + rng.IntN(c-nc.Count+1); v != nc.Count {
+						changed = true
+						nc.Count = v
+					}
+				}
+				w.buf = append(w.buf, nc)
+			}
+		} else {
+			w.buf = append(w.buf, pl...)
+		}
+		// Other free nodes, each with probability pF: a direct scan over
+		// few nodes, geometric skips over many.
+		raise := func(n int) {
+			if countOn(pl, n) > 0 {
+				return
+			}
+			if v := rng.IntN(pr.capacity[n] + 1); v > 0 {
+				w.buf = append(w.buf, NodeCount{Node: n, Count: v})
+				changed = true
+			}
+		}
+		if direct {
+			for _, n := range w.free {
+				if rng.Uint64() < thrF {
+					raise(n)
+				}
+			}
+		} else {
+			for i := w.skip(logMiss); i < len(w.free); i += 1 + w.skip(logMiss) {
+				raise(w.free[i])
+			}
+		}
+		if changed {
+			sortByNode(w.buf)
+			w.set(ind, j, w.clone(w.buf))
+		}
+	}
+}
+
+// directScan is the number of free nodes up to which mutation draws one
+// Bernoulli per node instead of geometric skips.
+const directScan = 64
+
+// threshold turns a probability into a bound for rng.Uint64() < bound.
+func threshold(p float64) uint64 {
+	if p >= 1 {
+		return math.MaxUint64
+	}
+	if p <= 0 {
+		return 0
+	}
+	return uint64(p * (1 << 64))
+}
+
+// skip draws how many Bernoulli trials fail before the next success, for
+// a success probability p given as log(1-p).
+func (w *worker) skip(logMiss float64) int {
+	if math.IsInf(logMiss, -1) {
+		return 0
+	}
+	u := 1 - w.rng.Float64() // (0, 1]
+	s := math.Floor(math.Log(u) / logMiss)
+	if s > 1<<30 {
+		return 1 << 30
+	}
+	return int(s)
+}
+
+// repair enforces, in the spec's order: at most one distributed job per
+// node (the first in job order keeps its replicas there); at most
+// max_replicas per job and at most MaxJobNodes nodes per job (nodes kept
+// in random order); node capacity, filled in job order; min_replicas or
+// nothing.
+func (w *worker) repair(ind *indiv) {
+	pr := w.pr
+	for n := range w.owner {
+		w.owner[n] = -1
+	}
+	clear(w.used)
+	for _, j := range pr.order {
+		pl := ind.alloc[j]
+		if len(pl) > 1 {
+			w.buf = w.buf[:0]
+			for _, nc := range pl {
+				if w.owner[nc.Node] < 0 {
+					w.owner[nc.Node] = j
+					w.buf = append(w.buf, nc)
+				}
+			}
+			if len(w.buf) != len(pl) {
+				pl = w.clone(w.buf)
+				w.set(ind, j, pl)
+			}
+		}
+		if pl.Replicas() > pr.maxRep[j] || len(pl) > MaxJobNodes {
+			pl = w.trim(pl, pr.maxRep[j])
+			w.set(ind, j, pl)
+		}
+		fits := true
+		for _, nc := range pl {
+			if nc.Count > pr.capacity[nc.Node]-w.used[nc.Node] {
+				fits = false
+				break
+			}
+		}
+		if !fits {
+			w.buf = w.buf[:0]
+			for _, nc := range pl {
+				if c := min(nc.Count, pr.capacity[nc.Node]-w.used[nc.Node]); c > 0 {
+					w.buf = append(w.buf, NodeCount{Node: nc.Node, Count: c})
+				}
+			}
+			pl = w.clone(w.buf)
+			w.set(ind, j, pl)
+		}
+		for _, nc := range pl {
+			w.used[nc.Node] += nc.Count
+		}
+		if len(pl) > 0 && pl.Replicas() < pr.minRep[j] {
+			w.set(ind, j, nil)
+		}
+	}
+}
+
+// trim keeps at most maxRep replicas on at most MaxJobNodes nodes of pl,
+// visiting its nodes in random order.
+func (w *worker) trim(pl Placement, maxRep int) Placement {
+	w.perm = w.perm[:0]
+	for i := range pl {
+		w.perm = append(w.perm, i)
+	}
+	w.rng.Shuffle(len(w.perm), func(a, b int) { w.perm[a], w.perm[b] = w.perm[b], w.perm[a] })
+	out := w.buf[:0]
+	left := maxRep
+	for _, i := range w.perm {
+		if left <= 0 || len(out) == MaxJobNodes {
+			break
+		}
+		c := min(pl[i].Count, left)
+		out = append(out, NodeCount{Node: pl[i].Node, Count: c})
+		left -= c
+	}
+	sortByNode(out)
+	w.buf = out
+	return w.clone(out)
+}
