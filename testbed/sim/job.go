@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/binary"
 	"math"
 
 	"pollux/optimizer"
@@ -73,12 +74,13 @@ type job struct {
 	grad         goodput.GradStats
 	maxProfiledK int
 	fits         int
+	cache        *fitCache
 
 	// cache of the true step times for the current placement.
 	cacheM, cacheStep, cacheSync float64
 }
 
-func newJob(i int, spec workload.Job, app testbed.Application, mode Mode) *job {
+func newJob(i int, spec workload.Job, app testbed.Application, mode Mode, cache *fitCache) *job {
 	j := &job{
 		spec:     spec,
 		app:      app,
@@ -88,6 +90,7 @@ func newJob(i int, spec workload.Job, app testbed.Application, mode Mode) *job {
 		restarts: -1,
 		profiled: map[[3]int]bool{},
 		cacheM:   -1,
+		cache:    cache,
 	}
 	switch mode {
 	case FixedAll, FixedBatch:
@@ -170,11 +173,42 @@ func (j *job) observe(step, sync float64, grad goodput.GradStats) {
 		Nodes: j.nodes, Replicas: j.replicas, LocalBatch: j.m,
 		AccumTime: step - sync, StepTime: step,
 	})
-	p, err := goodput.Fit(j.points)
+	p, err := j.cache.fit(j.spec.App, j.points)
 	if err == nil {
 		j.params = &p
 		j.fits++
 	}
+}
+
+// fitCache memoises fits within one run: jobs of one application that
+// profile the same configurations in the same order get the same model, and
+// Fit is pure, so the cache changes no result.
+type fitCache struct {
+	models map[string]goodput.Params
+	key    []byte
+	hits   int
+}
+
+func (c *fitCache) fit(app string, points []goodput.ProfilePoint) (goodput.Params, error) {
+	k := append(c.key[:0], app...)
+	for _, p := range points {
+		k = binary.LittleEndian.AppendUint32(k, uint32(p.Nodes))
+		k = binary.LittleEndian.AppendUint32(k, uint32(p.Replicas))
+		k = binary.LittleEndian.AppendUint32(k, uint32(p.LocalBatch))
+		k = binary.LittleEndian.AppendUint64(k, math.Float64bits(p.AccumTime))
+		k = binary.LittleEndian.AppendUint64(k, math.Float64bits(p.StepTime))
+	}
+	c.key = k
+	if p, ok := c.models[string(k)]; ok {
+		c.hits++
+		return p, nil
+	}
+	p, err := goodput.Fit(points)
+	if err != nil {
+		return p, err
+	}
+	c.models[string(k)] = p
+	return p, nil
 }
 
 // advance runs the job for seconds of simulated time starting at now.

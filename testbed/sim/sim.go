@@ -109,12 +109,13 @@ func Run(ctx context.Context, cfg Config, cat testbed.Catalog, wl workload.Workl
 		return nil, fmt.Errorf("%w: workload %q has no jobs", ErrBadConfig, wl.Name)
 	}
 	s := &state{cfg: cfg, pol: pol, mode: mode, steps: map[stepKey][]float64{}}
+	cache := &fitCache{models: map[string]goodput.Params{}}
 	for i, spec := range wl.Jobs {
 		app, ok := cat[spec.App]
 		if !ok {
 			return nil, fmt.Errorf("%w: job %q names %q", ErrUnknownApp, spec.Name, spec.App)
 		}
-		s.jobs = append(s.jobs, newJob(i, spec, app, mode))
+		s.jobs = append(s.jobs, newJob(i, spec, app, mode, cache))
 	}
 	sort.SliceStable(s.jobs, func(a, b int) bool { return s.jobs[a].spec.Time < s.jobs[b].spec.Time })
 	for i := 0; i < cfg.Nodes; i++ {
