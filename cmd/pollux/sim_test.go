@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const wlHeader = "name,time,application,num_replicas,batch_size\n"
+
+// Every kind of bad input exits with status 2 and names the file (and the
+// line where there is one).
+func TestSimBadInput(t *testing.T) {
+	dir := t.TempDir()
+	good := writeFile(t, dir, "good.csv", wlHeader+"ncf-0,0,ncf,1,32768\n")
+	unknown := writeFile(t, dir, "unknown.csv", wlHeader+"ncf-0,0,ncf,1,32768\nx-1,5,resnet,1,32\n")
+	negative := writeFile(t, dir, "negative.csv", wlHeader+"ncf-0,-3,ncf,1,32768\n")
+	notCSV := writeFile(t, dir, "notes.txt", "hello\n")
+	binary := writeFile(t, dir, "image.csv", "\x89PNG\r\n\x1a\n\"\x00\x00")
+	badTraces := filepath.Join(dir, "traces")
+	writeFile(t, badTraces, "ncf/placements.csv", "placement,local_bsz,step_time,sync_time\n1,32,abc,0.1\n")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown application", []string{"--workload", unknown}, "unknown.csv:3"},
+		{"negative time", []string{"--workload", negative}, "negative.csv:2"},
+		{"non-CSV file", []string{"--workload", notCSV}, "notes.txt:1"},
+		{"binary CSV", []string{"--workload", binary}, "image.csv:1"},
+		{"missing workload", []string{"--workload", filepath.Join(dir, "absent.csv")}, "absent.csv"},
+		{"missing traces", []string{"--workload", good, "--traces", filepath.Join(dir, "none")}, "none"},
+		{"malformed traces", []string{"--workload", good, "--traces", badTraces}, "placements.csv:2"},
+		{"unknown policy", []string{"--workload", good, "--policy", "fifo"}, "fifo"},
+		{"bad interval", []string{"--workload", good, "--interval", "1500ms"}, "interval"},
+		{"bad interference", []string{"--workload", good, "--interference", "2"}, "interference"},
+		{"bad nodes", []string{"--workload", good, "--nodes", "0"}, "nodes"},
+		{"bad flag", []string{"--bogus"}, "bogus"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			code, _ := runCapture(t, append([]string{"sim"}, tt.args...), &stderr)
+			if code != 2 || !strings.Contains(stderr.String(), tt.want) {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, stderr.String(), tt.want)
+			}
+		})
+	}
+}
+
+// runCapture runs the CLI with stdout captured and stderr into errBuf.
+func runCapture(t *testing.T, args []string, errBuf *bytes.Buffer) (int, string) {
+	t.Helper()
+	root := newRootCmd()
+	var out bytes.Buffer
+	root.SetArgs(args)
+	root.SetOut(&out)
+	root.SetErr(errBuf)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0, out.String()
+	}
+	errBuf.WriteString(err.Error())
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2, out.String()
+	}
+	return 1, out.String()
+}
+
+// --json prints exactly one JSON object with the promised fields, and --out
+// writes the summary, the per-job CSV and the plots.
+func TestSimJSONAndOut(t *testing.T) {
+	dir := t.TempDir()
+	wl := writeFile(t, dir, "tiny.csv", wlHeader+
+		"ncf-0,0,ncf,1,32768\ncifar10-1,30,cifar10,4,512\nyolov3-2,90,yolov3,4,64\nncf-3,200,ncf,1,32768\n")
+	out := filepath.Join(dir, "out")
+	var stderr bytes.Buffer
+	code, stdout := runCapture(t, []string{"sim", "--workload", wl, "--policy", "pollux", "--json", "--out", out, "--parallel", "1"}, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	var got struct {
+		Runs []struct {
+			Policy, Workload string
+			AvgJCT           *float64 `json:"avg_jct"`
+			P99JCT           *float64 `json:"p99_jct"`
+			Makespan         *float64 `json:"makespan"`
+			RestartsPerJob   *float64 `json:"restarts_per_job"`
+			GPUHours         *float64 `json:"gpu_hours"`
+			WorstFTF         *float64 `json:"worst_ftf"`
+		} `json:"runs"`
+		Policies map[string]struct {
+			MeanAvgJCT *float64 `json:"mean_avg_jct"`
+		} `json:"policies"`
+	}
+	if err := dec.Decode(&got); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, stdout)
+	}
+	if dec.More() {
+		t.Fatalf("more than one JSON value on stdout: %s", stdout)
+	}
+	if len(got.Runs) != 1 || got.Runs[0].Policy != "pollux" || got.Runs[0].Workload != "tiny" ||
+		got.Runs[0].AvgJCT == nil || got.Runs[0].P99JCT == nil || got.Runs[0].Makespan == nil ||
+		got.Runs[0].RestartsPerJob == nil || got.Runs[0].GPUHours == nil || got.Runs[0].WorstFTF == nil {
+		t.Fatalf("runs: %+v", got.Runs)
+	}
+	if p := got.Policies["pollux"].MeanAvgJCT; p == nil || *p != *got.Runs[0].AvgJCT {
+		t.Errorf("policies: %+v", got.Policies)
+	}
+	for _, f := range []string{"summary.json", "jobs.csv", "jct-cdf.png", "gpus-tiny.png", "batch-tiny.png"} {
+		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(out, "jobs.csv"))
+	if err != nil || strings.Count(string(data), "\n") != 5 {
+		t.Errorf("jobs.csv: %v\n%s", err, data)
+	}
+}
