@@ -32,3 +32,10 @@ demo: build
 
 clean:
 	rm -rf bin out
+
+# Regenerates the committed protobuf code. Needs protoc (Debian:
+# protobuf-compiler) and protoc-gen-go v1.36.12:
+#   go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+PROTOC_GEN_GO ?= $(shell $(GO) env GOPATH)/bin/protoc-gen-go
+proto:
+	protoc --plugin=protoc-gen-go=$(PROTOC_GEN_GO) --go_out=. --go_opt=module=pollux actors/pb/messages.proto

@@ -1,0 +1,275 @@
+package emulator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"pollux/actors/workerproto"
+	"pollux/testbed"
+)
+
+// CheckpointFile is the name of the emulated worker's checkpoint in the
+// checkpoint directory.
+const CheckpointFile = "emulated.json"
+
+// ErrConfig is returned by Run for an unusable configuration.
+var ErrConfig = errors.New("emulator: bad configuration")
+
+// Config configures one emulated worker.
+type Config struct {
+	Env workerproto.Env
+	App testbed.Application
+	// TimeScale is simulated seconds per real second (> 0).
+	TimeScale float64
+	// Tick is the real time between progress updates (default 50 ms).
+	Tick time.Duration
+	// ReportEvery is the real time between reports (default 250 ms).
+	ReportEvery time.Duration
+	// RestartCost is the simulated time a (re)start takes before training
+	// makes progress, like a real job loading data and its checkpoint.
+	RestartCost time.Duration
+	Logger      *slog.Logger
+}
+
+// Checkpoint is what the emulated worker saves.
+type Checkpoint struct {
+	Job      string  `json:"job"`
+	Epoch    int     `json:"epoch"`
+	Progress float64 `json:"progress"`
+	Done     bool    `json:"done"`
+}
+
+// Run trains until the application's epochs are done (it then sends a
+// done report, checkpoints and returns) or until ctx is cancelled (it then
+// checkpoints and returns). Only rank 0 reports and checkpoints. The
+// returned checkpoint is the state at return.
+func Run(ctx context.Context, cfg Config) (Checkpoint, error) {
+	if err := cfg.Env.Validate(); err != nil {
+		return Checkpoint{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if cfg.App == nil || !(cfg.TimeScale > 0) || math.IsInf(cfg.TimeScale, 0) {
+		return Checkpoint{}, fmt.Errorf("%w: application %v, time scale %v", ErrConfig, cfg.App, cfg.TimeScale)
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = 50 * time.Millisecond
+	}
+	if cfg.ReportEvery <= 0 {
+		cfg.ReportEvery = 250 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	w := &worker{cfg: cfg, lead: cfg.Env.Rank == 0}
+	defer w.closeConn()
+	st, err := Restore(cfg.Env.CheckpointDir, cfg.Env.JobID)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	w.st = st
+	w.setup()
+	if !(w.iter > 0) || math.IsInf(w.iter, 0) {
+		return Checkpoint{}, fmt.Errorf("%w: %s has iteration time %v on %v", ErrConfig, cfg.App.Name(), w.iter, w.placement)
+	}
+	if !w.st.Done {
+		if err := w.sleep(ctx, time.Duration(float64(cfg.RestartCost)/cfg.TimeScale)); err != nil {
+			return w.st, w.save()
+		}
+		if err := w.train(ctx); err != nil {
+			return w.st, w.save()
+		}
+	}
+	w.report(true)
+	return w.st, w.save()
+}
+
+type worker struct {
+	cfg  Config
+	lead bool
+	st   Checkpoint
+
+	placement      []int
+	step, sync     float64 // true times of one micro-step and its sync part
+	iter           float64 // one iteration
+	batch          float64 // total batch M
+	conn           net.Conn
+	lastReportTime time.Time
+}
+
+// setup derives the true timing of the configuration in the environment:
+// K workers spread as evenly as possible over N nodes.
+func (w *worker) setup() {
+	e := w.cfg.Env
+	p := make([]int, e.NumNodes)
+	for i := range p {
+		p[i] = e.WorldSize / e.NumNodes
+		if i < e.WorldSize%e.NumNodes {
+			p[i]++
+		}
+	}
+	w.placement = testbed.NormalizePlacement(p)
+	m := float64(e.AtomicBatch)
+	w.step, w.sync = w.cfg.App.StepTimes(w.placement, m)
+	w.iter = w.step + float64(e.AccumSteps)*(w.step-w.sync)
+	w.batch = float64(e.WorldSize) * m * float64(e.AccumSteps+1)
+}
+
+func (w *worker) train(ctx context.Context) error {
+	tick := time.NewTicker(w.cfg.Tick)
+	defer tick.Stop()
+	last := time.Now()
+	w.report(false)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case now := <-tick.C:
+			w.advance(now.Sub(last).Seconds() * w.cfg.TimeScale)
+			last = now
+			if w.st.Done {
+				return nil
+			}
+			if now.Sub(w.lastReportTime) >= w.cfg.ReportEvery {
+				w.report(false)
+			}
+		}
+	}
+}
+
+// advance makes sim seconds of training progress, crossing epoch
+// boundaries (where the gradient statistics, hence the gain, change).
+func (w *worker) advance(sim float64) {
+	app := w.cfg.App
+	for sim > 0 && !w.st.Done {
+		gain := app.GradStats(w.batch, w.st.Epoch).Gain(w.batch, float64(w.cfg.Env.InitBatch))
+		rate := gain / w.iter // progress per simulated second
+		end := app.EpochEnd(w.st.Epoch + 1)
+		need := (end - w.st.Progress) / rate
+		if need > sim {
+			w.st.Progress += rate * sim
+			return
+		}
+		sim -= need
+		w.st.Progress = end
+		w.st.Epoch++
+		w.st.Done = w.st.Epoch >= app.MaxEpochs()
+	}
+}
+
+// report sends one report (rank 0 only). Failures are logged: reports are
+// measurements and losing one is harmless.
+func (w *worker) report(final bool) {
+	w.lastReportTime = time.Now()
+	if !w.lead {
+		return
+	}
+	e := w.cfg.Env
+	g := w.cfg.App.GradStats(w.batch, w.st.Epoch)
+	line, err := workerproto.Encode(workerproto.Report{
+		Job: e.JobID, Incarnation: e.Incarnation, Rank: e.Rank,
+		StepTime: w.step, SyncTime: w.sync, GradSqr: math.Max(g.GradSqr, 0), GradVar: math.Max(g.GradVar, 0),
+		Epoch: w.st.Epoch, Progress: w.st.Progress, LocalBatch: e.AtomicBatch, AccumSteps: e.AccumSteps,
+		Done: final && w.st.Done,
+	})
+	if err != nil {
+		w.cfg.Logger.Error("emulator: cannot encode report", "err", err)
+		return
+	}
+	if w.conn == nil {
+		c, err := net.DialTimeout("tcp", e.ReportAddr, time.Second)
+		if err != nil {
+			w.cfg.Logger.Warn("emulator: cannot reach report address", "addr", e.ReportAddr, "err", err)
+			return
+		}
+		w.conn = c
+	}
+	_ = w.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	if _, err := w.conn.Write(line); err != nil {
+		w.cfg.Logger.Warn("emulator: report lost", "err", err)
+		w.closeConn()
+	}
+}
+
+func (w *worker) closeConn() {
+	if w.conn != nil {
+		w.conn.Close()
+		w.conn = nil
+	}
+}
+
+func (w *worker) sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func (w *worker) save() error {
+	if !w.lead {
+		return nil
+	}
+	return Save(w.cfg.Env.CheckpointDir, w.st)
+}
+
+// Save writes c atomically into dir (a temporary file, then rename).
+func Save(dir string, c Checkpoint) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("emulator: checkpoint dir: %w", err)
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("emulator: encoding checkpoint: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, CheckpointFile+".tmp*")
+	if err != nil {
+		return fmt.Errorf("emulator: writing checkpoint: %w", err)
+	}
+	_, werr := tmp.Write(b)
+	serr := tmp.Sync()
+	cerr := tmp.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("emulator: writing checkpoint: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, CheckpointFile)); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("emulator: writing checkpoint: %w", err)
+	}
+	return nil
+}
+
+// Restore reads the checkpoint of job from dir; a missing checkpoint is a
+// fresh start. A checkpoint of another job, or one that does not decode,
+// is an error (never silently restarted from zero).
+func Restore(dir, job string) (Checkpoint, error) {
+	b, err := os.ReadFile(filepath.Join(dir, CheckpointFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Checkpoint{Job: job}, nil
+	}
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("emulator: reading checkpoint: %w", err)
+	}
+	var c Checkpoint
+	if err := json.Unmarshal(b, &c); err != nil {
+		return Checkpoint{}, fmt.Errorf("emulator: checkpoint %s: %w", filepath.Join(dir, CheckpointFile), err)
+	}
+	if c.Job != job || c.Epoch < 0 || !(c.Progress >= 0) || math.IsInf(c.Progress, 0) {
+		return Checkpoint{}, fmt.Errorf("emulator: checkpoint of job %q at epoch %d, progress %v does not fit job %q", c.Job, c.Epoch, c.Progress, job)
+	}
+	return c, nil
+}

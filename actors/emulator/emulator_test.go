@@ -1,0 +1,225 @@
+package emulator
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"pollux/actors/workerproto"
+	"pollux/optimizer/goodput"
+)
+
+// toyApp is a two-epoch application: one micro-step takes 0.1 s of which
+// 0.02 s is sync, each epoch needs 100 steps at M0, and gradient noise
+// gives a gain of 1.5 at batch 2*M0.
+type toyApp struct{}
+
+func (toyApp) Name() string { return "toy" }
+func (toyApp) Limits() goodput.Limits {
+	return goodput.Limits{InitBatch: 32, MaxBatch: 256, MinLocal: 8, MaxLocal: 64, Accumulation: true}
+}
+func (toyApp) MaxEpochs() int                              { return 2 }
+func (toyApp) StepTimes([]int, float64) (float64, float64) { return 0.1, 0.02 }
+func (toyApp) GradStats(float64, int) goodput.GradStats {
+	return goodput.GradStats{GradSqr: 1, GradVar: 32}
+}
+func (toyApp) EpochEnd(e int) float64          { return 100 * float64(e) }
+func (toyApp) Iterations(float64, int) float64 { return 0 }
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// collector is a report listener.
+type collector struct {
+	ln      net.Listener
+	mu      sync.Mutex
+	reports []workerproto.Report
+}
+
+func listen(t *testing.T) *collector {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &collector{ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				rd := workerproto.NewReader(conn)
+				for {
+					r, err := rd.Next()
+					if err != nil {
+						if errors.Is(err, workerproto.ErrBadReport) {
+							t.Errorf("bad report: %v", err)
+							continue
+						}
+						return
+					}
+					c.mu.Lock()
+					c.reports = append(c.reports, r)
+					c.mu.Unlock()
+				}
+			}()
+		}
+	}()
+	return c
+}
+
+func (c *collector) all() []workerproto.Report {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]workerproto.Report(nil), c.reports...)
+}
+
+func env(dir, addr string) workerproto.Env {
+	return workerproto.Env{
+		JobID: "toy-1", Incarnation: 2, Rank: 0, WorldSize: 2, NumNodes: 1,
+		MasterAddr: "127.0.0.1", MasterPort: 29500, GPUs: []int{0},
+		InitBatch: 32, AtomicBatch: 16, AccumSteps: 1, Gain: 1.5,
+		CheckpointDir: dir, ReportAddr: addr,
+	}
+}
+
+func TestAdvanceCrossesEpochs(t *testing.T) {
+	w := &worker{cfg: Config{App: toyApp{}, Env: env("/x", "127.0.0.1:1")}}
+	w.setup()
+	// K*m*(s+1) = 2*16*2 = 64 = 2*M0: gain (32+1)/(16+1) = 33/17.
+	// iteration = step + s*(step-sync) = 0.1 + 0.08 = 0.18 s.
+	if w.batch != 64 || math.Abs(w.iter-0.18) > 1e-12 {
+		t.Fatalf("batch %v, iteration %v", w.batch, w.iter)
+	}
+	rate := 33.0 / 17 / 0.18
+	w.advance(50 / rate)
+	if math.Abs(w.st.Progress-50) > 1e-9 || w.st.Epoch != 0 {
+		t.Fatalf("after 50 steps' time: %+v", w.st)
+	}
+	w.advance(100 / rate)
+	if math.Abs(w.st.Progress-150) > 1e-9 || w.st.Epoch != 1 || w.st.Done {
+		t.Fatalf("after 150 steps' time: %+v", w.st)
+	}
+	w.advance(1000)
+	if w.st.Progress != 200 || w.st.Epoch != 2 || !w.st.Done {
+		t.Fatalf("after the end: %+v", w.st)
+	}
+}
+
+func TestRunToCompletion(t *testing.T) {
+	c := listen(t)
+	dir := t.TempDir()
+	// 200 steps of progress at rate ~10.8/s simulated: ~18.5 s simulated,
+	// ~0.19 s real at scale 100.
+	cfg := Config{Env: env(dir, c.ln.Addr().String()), App: toyApp{}, TimeScale: 100,
+		Tick: 5 * time.Millisecond, ReportEvery: 20 * time.Millisecond, Logger: quiet()}
+	st, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Done || st.Epoch != 2 {
+		t.Fatalf("final state %+v", st)
+	}
+	saved, err := Restore(dir, "toy-1")
+	if err != nil || saved != st {
+		t.Fatalf("saved checkpoint %+v, %v; want %+v", saved, err, st)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		rs := c.all()
+		if len(rs) > 0 && rs[len(rs)-1].Done {
+			last := rs[len(rs)-1]
+			if last.Epoch != 2 || last.Progress != 200 || last.Incarnation != 2 || last.LocalBatch != 16 || last.AccumSteps != 1 {
+				t.Errorf("final report %+v", last)
+			}
+			if len(rs) < 3 {
+				t.Errorf("only %d reports", len(rs))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no done report among %d", len(rs))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestCancelCheckpointsAndRestartResumes(t *testing.T) {
+	c := listen(t)
+	dir := t.TempDir()
+	cfg := Config{Env: env(dir, c.ln.Addr().String()), App: toyApp{}, TimeScale: 20,
+		Tick: 5 * time.Millisecond, Logger: quiet()}
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	st, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Done || !(st.Progress > 0) {
+		t.Fatalf("cancelled state %+v", st)
+	}
+	if saved, _ := Restore(dir, "toy-1"); saved != st {
+		t.Fatalf("saved %+v, want %+v", saved, st)
+	}
+	// The next incarnation continues from the checkpoint.
+	cfg.TimeScale = 1000
+	cfg.Env.Incarnation = 3
+	final, err := Run(context.Background(), cfg)
+	if err != nil || !final.Done {
+		t.Fatalf("resumed run: %+v, %v", final, err)
+	}
+	for _, r := range c.all() {
+		if r.Incarnation == 3 && r.Progress < st.Progress {
+			t.Fatalf("incarnation 3 reported progress %v below checkpoint %v", r.Progress, st.Progress)
+		}
+	}
+}
+
+func TestRestartCostDelaysProgress(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Env: env(dir, "127.0.0.1:1"), App: toyApp{}, TimeScale: 100,
+		RestartCost: 30 * time.Second, Tick: 5 * time.Millisecond, Logger: quiet()}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	st, err := Run(ctx, cfg) // 30 s simulated = 300 ms real: no progress yet
+	if err != nil || st.Progress != 0 {
+		t.Fatalf("state %+v, %v; want no progress during the restart", st, err)
+	}
+}
+
+func TestRestoreRejects(t *testing.T) {
+	for name, content := range map[string]string{
+		"garbage":   "not json",
+		"other job": `{"job":"other","epoch":1,"progress":5}`,
+		"negative":  `{"job":"toy-1","epoch":-1,"progress":5}`,
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, CheckpointFile), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Restore(dir, "toy-1"); err == nil {
+			t.Errorf("%s: Restore accepted %q", name, content)
+		}
+	}
+}
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	e := env(t.TempDir(), "127.0.0.1:1")
+	if _, err := Run(context.Background(), Config{Env: e, App: toyApp{}, TimeScale: 0}); !errors.Is(err, ErrConfig) {
+		t.Errorf("zero time scale: %v", err)
+	}
+	e.Rank = 5
+	if _, err := Run(context.Background(), Config{Env: e, App: toyApp{}, TimeScale: 1}); !errors.Is(err, ErrConfig) {
+		t.Errorf("bad env: %v", err)
+	}
+}

@@ -1,0 +1,5 @@
+// Package pb holds the protobuf messages actors exchange across processes
+// (protoactor-go sends only protobuf messages remotely). messages.pb.go is
+// generated from messages.proto by `make proto` and committed, so builds
+// need no protoc.
+package pb
