@@ -1,0 +1,233 @@
+package schedule
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Kind is a kind of fault.
+type Kind string
+
+// The fault kinds. "Killed" is SIGKILL, without any chance to clean up.
+const (
+	// LeaderKill kills the Raft leader and restarts it from its data
+	// directory after Fault.Down.
+	LeaderKill Kind = "leader-kill"
+	// FollowerKill kills a follower (Fault.Pick chooses which) and
+	// restarts it after Fault.Down.
+	FollowerKill Kind = "follower-kill"
+	// LeaderPause stops the leader with SIGSTOP for Fault.Down, longer
+	// than the election timeout, then resumes it with SIGCONT: a stale
+	// leader that comes back after the others elected a new one.
+	LeaderPause Kind = "leader-pause"
+	// AgentKill kills a node agent (Fault.Pick) and restarts it, with
+	// the same id, after Fault.Down: long enough for the cluster to
+	// declare it dead and re-place its jobs.
+	AgentKill Kind = "agent-kill"
+	// WorkerKill kills one worker process (Fault.Pick among the running
+	// workers).
+	WorkerKill Kind = "worker-kill"
+	// ColdRestart kills every server at once and restarts them all from
+	// their data directories after Fault.Down.
+	ColdRestart Kind = "cold-restart"
+	// AgentRestart kills a node agent (Fault.Pick) and restarts it with
+	// the same id after Fault.Down, shorter than failure detection: the
+	// new incarnation must take over, or clear, the old one's workers.
+	AgentRestart Kind = "agent-restart"
+)
+
+// Kinds lists every fault kind, in catalogue order.
+var Kinds = []Kind{LeaderKill, FollowerKill, LeaderPause, AgentKill, WorkerKill, ColdRestart, AgentRestart}
+
+// Sentinel errors.
+var (
+	// ErrUnknownScenario is returned for a scenario name not in the
+	// catalogue.
+	ErrUnknownScenario = errors.New("schedule: unknown scenario")
+	// ErrInvalid is returned for a scenario or options that cannot give a
+	// schedule (negative counts, unknown kinds, non-positive durations).
+	ErrInvalid = errors.New("schedule: invalid")
+)
+
+// Fault is one scheduled fault.
+type Fault struct {
+	// Seq is the fault's position in its schedule, from 0; the history
+	// events of its injection carry it as FSeq.
+	Seq int
+	// Kind is what to do.
+	Kind Kind
+	// At is when to begin, from the start of the fault phase of the run.
+	At time.Duration
+	// Down is how long the victim stays stopped or dead before it is
+	// resumed or restarted (0 for WorkerKill: its agent handles that).
+	Down time.Duration
+	// Pick selects the victim among the n candidates alive at injection
+	// time, sorted by id: candidate Pick % n.
+	Pick uint32
+}
+
+// End is when the fault's victim is back (resumed or restarted).
+func (f Fault) End() time.Duration { return f.At + f.Down }
+
+func (f Fault) String() string {
+	return fmt.Sprintf("#%d %s at %s (down %s, pick %d)", f.Seq, f.Kind, f.At, f.Down, f.Pick)
+}
+
+// Options sets the timing of generated schedules.
+type Options struct {
+	// Gap is the mean quiet time between the end of one fault and the
+	// beginning of the next (uniform in [Gap/2, 3Gap/2)).
+	Gap time.Duration
+	// ElectionTimeout is the servers' Raft election timeout: a leader
+	// pause lasts between 2 and 3 times it.
+	ElectionTimeout time.Duration
+	// ServerDown is the mean time a killed server stays dead (uniform in
+	// [ServerDown/2, 3ServerDown/2)); a cold restart keeps all down for it.
+	ServerDown time.Duration
+	// AgentDown is the mean time a killed agent (AgentKill) stays dead;
+	// it must exceed failure detection so that its jobs get re-placed.
+	AgentDown time.Duration
+	// AgentRestartDown is how long an AgentRestart keeps the agent dead:
+	// shorter than failure detection.
+	AgentRestartDown time.Duration
+}
+
+// DefaultOptions suits a loopback cluster with a 1 s election timeout and
+// sub-second failure detection.
+var DefaultOptions = Options{
+	Gap:              3 * time.Second,
+	ElectionTimeout:  time.Second,
+	ServerDown:       2 * time.Second,
+	AgentDown:        6 * time.Second,
+	AgentRestartDown: 200 * time.Millisecond,
+}
+
+func (o Options) validate() error {
+	for _, d := range []time.Duration{o.Gap, o.ElectionTimeout, o.ServerDown, o.AgentDown, o.AgentRestartDown} {
+		if d <= 0 {
+			return fmt.Errorf("%w: options %+v: every duration must be positive", ErrInvalid, o)
+		}
+	}
+	return nil
+}
+
+// Count is how many faults of one kind a scenario injects.
+type Count struct {
+	Kind Kind
+	N    int
+}
+
+// Scenario is a named mix of faults.
+type Scenario struct {
+	Name   string
+	Counts []Count
+}
+
+// Total is the scenario's number of faults.
+func (s Scenario) Total() int {
+	n := 0
+	for _, c := range s.Counts {
+		n += c.N
+	}
+	return n
+}
+
+// All is the name that selects every scenario of the catalogue.
+const All = "all"
+
+// catalogue: one scenario per kind, and mixed with every kind.
+var catalogue = []Scenario{
+	{Name: string(LeaderKill), Counts: []Count{{LeaderKill, 8}}},
+	{Name: string(FollowerKill), Counts: []Count{{FollowerKill, 6}}},
+	{Name: string(LeaderPause), Counts: []Count{{LeaderPause, 6}}},
+	{Name: string(AgentKill), Counts: []Count{{AgentKill, 6}}},
+	{Name: string(WorkerKill), Counts: []Count{{WorkerKill, 8}}},
+	{Name: string(ColdRestart), Counts: []Count{{ColdRestart, 3}}},
+	{Name: string(AgentRestart), Counts: []Count{{AgentRestart, 6}}},
+	{Name: "mixed", Counts: []Count{{LeaderKill, 2}, {FollowerKill, 2}, {LeaderPause, 2}, {AgentKill, 2}, {WorkerKill, 3}, {ColdRestart, 1}, {AgentRestart, 2}}},
+}
+
+// Catalogue returns a copy of every scenario, in order.
+func Catalogue() []Scenario {
+	out := make([]Scenario, len(catalogue))
+	for i, s := range catalogue {
+		out[i] = Scenario{Name: s.Name, Counts: slices.Clone(s.Counts)}
+	}
+	return out
+}
+
+// Names lists the scenario names, then All.
+func Names() []string {
+	var out []string
+	for _, s := range catalogue {
+		out = append(out, s.Name)
+	}
+	return append(out, All)
+}
+
+// Lookup returns the scenarios a name selects: one, or every one for All.
+func Lookup(name string) ([]Scenario, error) {
+	if name == All {
+		return Catalogue(), nil
+	}
+	for _, s := range Catalogue() {
+		if s.Name == name {
+			return []Scenario{s}, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %q (known: %s)", ErrUnknownScenario, name, strings.Join(Names(), ", "))
+}
+
+// Generate returns the schedule of scenario sc under seed: its faults in
+// a seeded random order, one after another, each beginning a random gap
+// after the previous one ended, so that no two faults overlap. The
+// random stream is PCG seeded with (seed, a hash of the scenario name):
+// the same seed gives different scenarios independent schedules.
+func Generate(seed uint64, sc Scenario, opts Options) ([]Fault, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	var kinds []Kind
+	for _, c := range sc.Counts {
+		if c.N < 0 || !slices.Contains(Kinds, c.Kind) {
+			return nil, fmt.Errorf("%w: scenario %q count %+v", ErrInvalid, sc.Name, c)
+		}
+		for range c.N {
+			kinds = append(kinds, c.Kind)
+		}
+	}
+	h := fnv.New64a()
+	h.Write([]byte(sc.Name))
+	rng := rand.New(rand.NewPCG(seed, h.Sum64()))
+	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+
+	// around returns a duration uniform in [d/2, 3d/2).
+	around := func(d time.Duration) time.Duration {
+		return d/2 + time.Duration(rng.Int64N(int64(d)))
+	}
+	faults := make([]Fault, len(kinds))
+	var t time.Duration
+	for i, k := range kinds {
+		t += around(opts.Gap)
+		f := Fault{Seq: i, Kind: k, At: t, Pick: rng.Uint32()}
+		switch k {
+		case LeaderKill, FollowerKill, ColdRestart:
+			f.Down = around(opts.ServerDown)
+		case LeaderPause:
+			f.Down = 2*opts.ElectionTimeout + time.Duration(rng.Int64N(int64(opts.ElectionTimeout)))
+		case AgentKill:
+			f.Down = around(opts.AgentDown)
+		case AgentRestart:
+			f.Down = opts.AgentRestartDown
+		case WorkerKill:
+		}
+		faults[i] = f
+		t = f.End()
+	}
+	return faults, nil
+}
