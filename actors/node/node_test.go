@@ -1,0 +1,356 @@
+package node
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"pollux/actors/pb"
+	"pollux/actors/workerproto"
+)
+
+// TestMain doubles as a fake worker: the node under test starts this test
+// binary with "fakeworker MODE" as its arguments.
+func TestMain(m *testing.M) {
+	if len(os.Args) == 3 && os.Args[1] == "fakeworker" {
+		os.Exit(fakeWorker(os.Args[2]))
+	}
+	os.Exit(m.Run())
+}
+
+// fakeWorker follows the worker protocol minimally. Modes: "serve" reports
+// once then waits for SIGTERM and exits 0; "slowterm" takes 300 ms to exit
+// after SIGTERM; "stubborn" ignores SIGTERM; "done" reports done and exits
+// 0; "fail" exits 3.
+func fakeWorker(mode string) int {
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	env, err := workerproto.ParseEnv(os.LookupEnv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 10
+	}
+	if mode == "fail" {
+		return 3
+	}
+	c, err := net.Dial("tcp", env.ReportAddr)
+	if err != nil {
+		return 11
+	}
+	defer c.Close()
+	line, err := workerproto.Encode(workerproto.Report{
+		Job: env.JobID, Incarnation: env.Incarnation, Rank: env.Rank,
+		StepTime: 0.1, SyncTime: 0.01, Epoch: env.GPUs[0], // the GPU, for the test to see
+		LocalBatch: env.AtomicBatch, AccumSteps: env.AccumSteps, Done: mode == "done",
+	})
+	if err != nil {
+		return 12
+	}
+	if _, err := c.Write(line); err != nil {
+		return 13
+	}
+	if mode == "done" {
+		return 0
+	}
+	for {
+		<-term
+		switch mode {
+		case "stubborn":
+			continue
+		case "slowterm":
+			time.Sleep(300 * time.Millisecond)
+		}
+		return 0
+	}
+}
+
+// owner collects what the node tells a run's owner.
+type owner struct{ got chan any }
+
+func (o *owner) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *pb.WorkerReport, *pb.WorkerExited:
+		o.got <- m
+	}
+}
+
+type fixture struct {
+	t     *testing.T
+	sys   *actor.ActorSystem
+	node  *Node
+	owner *pb.Ref
+	got   chan any
+}
+
+func newFixture(t *testing.T, gpus int, grace time.Duration) *fixture {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
+	n, err := Start(sys, Config{Name: "n1", GPUs: gpus, Grace: grace, WorkerOutput: io.Discard, Logger: log,
+		Emulator: func(app string) []string { return []string{os.Args[0], "fakeworker", app} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, sys: sys, node: n, got: make(chan any, 1000)}
+	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &owner{got: f.got} }))
+	f.owner = &pb.Ref{Address: pid.Address, Id: pid.Id}
+	t.Cleanup(func() {
+		if err := n.Stop(5 * time.Second); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+		sys.Shutdown()
+	})
+	return f
+}
+
+// run is a RunJob of an emulated job whose "application" is the fake
+// worker's mode.
+func (f *fixture) run(job string, inc uint64, replicas uint32, mode string) *pb.RunJob {
+	return &pb.RunJob{
+		Job: job, Incarnation: inc, Application: mode, Replicas: replicas, WorldSize: replicas, NumNodes: 1,
+		MasterAddr: "127.0.0.1", MasterPort: 29500, InitBatch: 32, AtomicBatch: 32, Gain: 1,
+		CheckpointDir: f.t.TempDir(), Owner: f.owner,
+	}
+}
+
+func (f *fixture) assign(gen uint64, runs ...*pb.RunJob) *pb.AssignAck {
+	f.t.Helper()
+	res, err := f.sys.Root.RequestFuture(f.node.PID(), &pb.Assign{Generation: gen, Runs: runs}, 5*time.Second).Result()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return res.(*pb.AssignAck)
+}
+
+func (f *fixture) status() *pb.NodeStatus {
+	f.t.Helper()
+	res, err := f.sys.Root.RequestFuture(f.node.PID(), &pb.StatusRequest{}, 5*time.Second).Result()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return res.(*pb.NodeStatus)
+}
+
+// next returns the next owner message, failing after d.
+func (f *fixture) next(d time.Duration) any {
+	f.t.Helper()
+	select {
+	case m := <-f.got:
+		return m
+	case <-time.After(d):
+		f.t.Fatalf("no owner message within %v", d)
+		return nil
+	}
+}
+
+// reports waits for n reports (skipping nothing else) and returns them.
+func (f *fixture) reports(n int) []*pb.WorkerReport {
+	f.t.Helper()
+	var out []*pb.WorkerReport
+	for len(out) < n {
+		switch m := f.next(5 * time.Second).(type) {
+		case *pb.WorkerReport:
+			out = append(out, m)
+		default:
+			f.t.Fatalf("got %T %v while waiting for reports", m, m)
+		}
+	}
+	return out
+}
+
+func (f *fixture) quiet(d time.Duration) {
+	f.t.Helper()
+	select {
+	case m := <-f.got:
+		f.t.Fatalf("unexpected owner message %T %v", m, m)
+	case <-time.After(d):
+	}
+}
+
+func TestStartsWorkersOnDistinctGPUsIdempotently(t *testing.T) {
+	f := newFixture(t, 4, time.Second)
+	rj := f.run("a", 1, 3, "serve")
+	if ack := f.assign(1, rj); !ack.Ok {
+		t.Fatal(ack.Error)
+	}
+	var gpus, ranks []int
+	for _, r := range f.reports(3) {
+		gpus = append(gpus, int(r.Epoch))
+		ranks = append(ranks, int(r.Rank))
+		if r.Job != "a" || r.Incarnation != 1 || r.Node != "n1" || r.LocalBsz != 32 {
+			t.Errorf("report %v", r)
+		}
+	}
+	slices.Sort(gpus)
+	slices.Sort(ranks)
+	if !slices.Equal(ranks, []int{0, 1, 2}) || len(slices.Compact(gpus)) != 3 {
+		t.Errorf("ranks %v on GPUs %v", ranks, gpus)
+	}
+	// Re-sent (same and newer generation): nothing new starts.
+	f.assign(1, rj)
+	f.assign(2, rj)
+	f.quiet(300 * time.Millisecond)
+	st := f.status()
+	if len(st.Jobs) != 1 || st.Jobs[0].Alive != 3 || st.Generation != 2 {
+		t.Errorf("status %v", st)
+	}
+}
+
+func TestRefusesStaleAndBadAssignments(t *testing.T) {
+	f := newFixture(t, 4, time.Second)
+	if ack := f.assign(5); !ack.Ok || ack.Generation != 5 {
+		t.Fatalf("ack %v", ack)
+	}
+	tests := []struct {
+		name    string
+		gen     uint64
+		runs    []*pb.RunJob
+		mention string
+	}{
+		{"stale generation", 4, []*pb.RunJob{f.run("a", 1, 1, "serve")}, "stale generation 4"},
+		{"over capacity", 6, []*pb.RunJob{f.run("a", 1, 3, "serve"), f.run("b", 1, 2, "serve")}, "5 workers assigned to 4 GPUs"},
+		{"bad name", 6, []*pb.RunJob{f.run("A B", 1, 1, "serve")}, "name"},
+		{"twice", 6, []*pb.RunJob{f.run("a", 1, 1, "serve"), f.run("a", 2, 1, "serve")}, "twice"},
+		{"no program", 6, []*pb.RunJob{{Job: "a", Incarnation: 1, Replicas: 1, WorldSize: 1}}, "exactly one of"},
+		{"ranks beyond world", 6, []*pb.RunJob{func() *pb.RunJob { r := f.run("a", 1, 2, "serve"); r.FirstRank = 1; return r }()}, "beyond world size"},
+		{"no report env", 6, []*pb.RunJob{func() *pb.RunJob { r := f.run("a", 1, 1, "serve"); r.CheckpointDir = ""; return r }()}, "CHECKPOINT"},
+	}
+	for _, tc := range tests {
+		ack := f.assign(tc.gen, tc.runs...)
+		if ack.Ok || !strings.Contains(ack.Error, tc.mention) || ack.Generation != 5 {
+			t.Errorf("%s: ack %v, want refusal mentioning %q at generation 5", tc.name, ack, tc.mention)
+		}
+	}
+	f.quiet(200 * time.Millisecond)
+	if st := f.status(); len(st.Jobs) != 0 || st.Generation != 5 {
+		t.Errorf("status after refusals: %v", st)
+	}
+}
+
+func TestNewJobWaitsForOldWorkersToExit(t *testing.T) {
+	f := newFixture(t, 2, 5*time.Second)
+	f.assign(1, f.run("a", 1, 2, "slowterm"))
+	f.reports(2)
+	// Generation 2 replaces a with b on the same GPUs: b must not start
+	// before both of a's workers have exited (they take 300 ms).
+	if ack := f.assign(2, f.run("b", 1, 2, "serve")); !ack.Ok {
+		t.Fatal(ack.Error)
+	}
+	st := f.status()
+	if len(st.Jobs) != 2 || !st.Jobs[0].Stopping || !st.Jobs[1].Pending {
+		t.Errorf("status while a drains: %v", st)
+	}
+	var exits int
+	for exits < 2 {
+		switch m := f.next(5 * time.Second).(type) {
+		case *pb.WorkerExited:
+			if m.Job != "a" || !m.Requested || m.ExitCode != 0 {
+				t.Errorf("exit %v", m)
+			}
+			exits++
+		default:
+			t.Fatalf("%T %v before a's workers exited", m, m)
+		}
+	}
+	for _, r := range f.reports(2) {
+		if r.Job != "b" {
+			t.Errorf("report %v", r)
+		}
+	}
+}
+
+func TestStubbornWorkerIsKilledAfterGrace(t *testing.T) {
+	f := newFixture(t, 1, 200*time.Millisecond)
+	f.assign(1, f.run("a", 1, 1, "stubborn"))
+	f.reports(1)
+	begin := time.Now()
+	f.assign(2)
+	m, ok := f.next(5 * time.Second).(*pb.WorkerExited)
+	if !ok || m.Signal != "killed" || !m.Requested || m.ExitCode != -1 {
+		t.Fatalf("exit %v", m)
+	}
+	if d := time.Since(begin); d < 200*time.Millisecond {
+		t.Errorf("killed after %v, before the grace period", d)
+	}
+}
+
+func TestFinishedRunIsNeverRestarted(t *testing.T) {
+	f := newFixture(t, 2, time.Second)
+	rj := f.run("a", 1, 1, "done")
+	f.assign(1, rj)
+	if r := f.reports(1)[0]; !r.Done {
+		t.Errorf("report %v", r)
+	}
+	if m, ok := f.next(5 * time.Second).(*pb.WorkerExited); !ok || m.Requested || m.ExitCode != 0 {
+		t.Fatalf("exit %v", m)
+	}
+	f.assign(2, rj)
+	f.assign(3) // dropped from the assignment ...
+	f.assign(4, rj)
+	f.quiet(300 * time.Millisecond) // ... and re-sent: still not restarted
+	// An older incarnation is not started either; a newer one is.
+	f.assign(5, f.run("a", 0, 1, "serve"))
+	f.quiet(200 * time.Millisecond)
+	f.assign(6, f.run("a", 2, 1, "serve"))
+	if r := f.reports(1)[0]; r.Incarnation != 2 {
+		t.Errorf("report %v", r)
+	}
+}
+
+func TestFailedWorkerIsReported(t *testing.T) {
+	f := newFixture(t, 1, time.Second)
+	f.assign(1, f.run("a", 1, 1, "fail"))
+	if m, ok := f.next(5 * time.Second).(*pb.WorkerExited); !ok || m.ExitCode != 3 || m.Requested {
+		t.Fatalf("exit %v", m)
+	}
+}
+
+func TestReportsOfUnknownRunsAreDropped(t *testing.T) {
+	f := newFixture(t, 1, time.Second)
+	f.assign(1, f.run("a", 4, 1, "serve"))
+	f.reports(1)
+	c, err := net.Dial("tcp", f.node.ReportAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	lines := []string{
+		`{"job":"a","incarnation":3,"rank":0,"step_time":1,"local_bsz":1}`, // old incarnation
+		`{"job":"b","incarnation":4,"rank":0,"step_time":1,"local_bsz":1}`, // unknown job
+		`{"job":"a","incarnation":4,"rank":1,"step_time":1,"local_bsz":1}`, // rank not here
+		`{"job":"a","incarnation":4,"rank":0,"step_time":"NaN","local_bsz":1}`,
+		"\x00\x01garbage",
+		`{"job":"a","incarnation":4,"rank":0,"step_time":1,"local_bsz":7}`, // the only good one
+	}
+	if _, err := io.WriteString(c, strings.Join(lines, "\n")+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.reports(1)[0]; r.LocalBsz != 7 {
+		t.Errorf("forwarded %v", r)
+	}
+	f.quiet(200 * time.Millisecond)
+}
+
+func TestStopTerminatesWorkers(t *testing.T) {
+	f := newFixture(t, 2, time.Second)
+	f.assign(1, f.run("a", 1, 2, "serve"))
+	f.reports(2)
+	if err := f.node.Stop(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if m, ok := f.next(5 * time.Second).(*pb.WorkerExited); !ok || !m.Requested {
+			t.Fatalf("exit %v", m)
+		}
+	}
+}
