@@ -40,7 +40,7 @@ type member struct {
 }
 
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
 	fwd     *LocalForwarder
 	members []*member
 	cfg     func(raft.ServerID) Config
@@ -48,7 +48,7 @@ type cluster struct {
 
 // newCluster starts n servers over the in-memory transport and waits for
 // a leader.
-func newCluster(t *testing.T, n int, cfg func(raft.ServerID) Config) *cluster {
+func newCluster(t testing.TB, n int, cfg func(raft.ServerID) Config) *cluster {
 	t.Helper()
 	if cfg == nil {
 		cfg = testConfig
@@ -144,7 +144,7 @@ func (c *cluster) followers(leader *member) []*member {
 }
 
 // waitFor polls cond every few milliseconds until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
