@@ -279,10 +279,10 @@ func decodeProfile(r *reader) []ProfileEntry {
 	}
 	es := make([]ProfileEntry, 0, n)
 	for i := 0; i < n && r.err == nil; i++ {
-		es = append(es, ProfileEntry{
-			Nodes: r.int(), Replicas: r.int(), LocalBatch: r.int(),
-			AccumTime: r.f64(), StepTime: r.f64(), Count: r.uvarint(),
-		})
+		var e ProfileEntry
+		e.Nodes, e.Replicas, e.LocalBatch = r.int(), r.int(), r.int()
+		e.AccumTime, e.StepTime, e.Count = r.f64(), r.f64(), r.uvarint()
+		es = append(es, e)
 	}
 	return es
 }
@@ -479,11 +479,8 @@ func (c *CompleteJob) validate() error {
 }
 
 func (e *ProfileEntry) validate() error {
-	if e.Nodes < 1 || e.Replicas < e.Nodes || e.LocalBatch < 1 {
-		return invalid("profile configuration (N=%d, K=%d, m=%d)", e.Nodes, e.Replicas, e.LocalBatch)
-	}
-	if !finite(e.AccumTime) || !finite(e.StepTime) || e.AccumTime <= 0 || e.StepTime <= 0 {
-		return invalid("profile times accum %v, step %v (want finite, > 0)", e.AccumTime, e.StepTime)
+	if err := e.ProfilePoint.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if e.Count == 0 || e.Count > 1<<40 {
 		return invalid("profile count %d", e.Count)

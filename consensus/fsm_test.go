@@ -20,6 +20,10 @@ func testSpec() JobSpec {
 	}
 }
 
+func entry(n, k, m int, accum, step float64, count uint64) ProfileEntry {
+	return ProfileEntry{ProfilePoint: goodput.ProfilePoint{Nodes: n, Replicas: k, LocalBatch: m, AccumTime: accum, StepTime: step}, Count: count}
+}
+
 // fsmApplier feeds encoded commands to an FSM as Raft would.
 type fsmApplier struct {
 	f     *FSM
@@ -65,8 +69,8 @@ func populated(t *testing.T) *fsmApplier {
 		&SubmitJob{ID: "j3", Spec: testSpec(), SubmitTime: 12},
 		&CommitAllocation{Generation: 1, Term: 1, Jobs: map[string][]Slot{"j1": {{"n2", 2}, {"n1", 2}}, "j2": {{"n1", 1}}}},
 		&RecordProfile{ID: "j1", Incarnation: 1, Entries: []ProfileEntry{
-			{Nodes: 2, Replicas: 4, LocalBatch: 64, AccumTime: 0.1, StepTime: 0.2, Count: 3},
-			{Nodes: 1, Replicas: 1, LocalBatch: 32, AccumTime: 0.05, StepTime: 0.06, Count: 1},
+			entry(2, 4, 64, 0.1, 0.2, 3),
+			entry(1, 1, 32, 0.05, 0.06, 1),
 		}, Grad: goodput.GradStats{GradSqr: 1.5, GradVar: 20}, HasGrad: true},
 		&UpdateJob{ID: "j1", Incarnation: 1, Set: UpdateAttained | UpdateEpoch | UpdateProgress, Attained: 40, Epoch: 2, Progress: 0.25},
 		&MarkNode{ID: "n2", Health: Suspect},
@@ -83,6 +87,9 @@ func TestApplyTransitions(t *testing.T) {
 	}
 	if got := j1.Profile; len(got) != 2 || got[0].Nodes != 1 || got[1].Count != 3 {
 		t.Fatalf("profile not sorted by configuration: %+v", got)
+	}
+	if pts := j1.ProfilePoints(); len(pts) != 2 || pts[1] != (goodput.ProfilePoint{Nodes: 2, Replicas: 4, LocalBatch: 64, AccumTime: 0.1, StepTime: 0.2}) {
+		t.Fatalf("profile points %+v", pts)
 	}
 	if s.Jobs["j3"].State != Pending || s.Jobs["j3"].Incarnation != 0 {
 		t.Fatalf("unplaced j3: %+v", s.Jobs["j3"])
@@ -109,7 +116,7 @@ func TestApplyTransitions(t *testing.T) {
 		t.Fatalf("started j3: %+v", j)
 	}
 	// Profile merge is a weighted mean.
-	a.must(t, 2, &RecordProfile{ID: "j1", Incarnation: 2, Entries: []ProfileEntry{{Nodes: 2, Replicas: 4, LocalBatch: 64, AccumTime: 0.5, StepTime: 0.6, Count: 1}}})
+	a.must(t, 2, &RecordProfile{ID: "j1", Incarnation: 2, Entries: []ProfileEntry{entry(2, 4, 64, 0.5, 0.6, 1)}})
 	p := a.f.State().Jobs["j1"].Profile[1]
 	if p.Count != 4 || math.Abs(p.AccumTime-0.2) > 1e-12 || math.Abs(p.StepTime-0.3) > 1e-12 {
 		t.Fatalf("merged entry %+v, want count 4, accum 0.2, step 0.3", p)
@@ -231,10 +238,10 @@ func TestEncodeValidates(t *testing.T) {
 		{"infinite progress", &UpdateJob{ID: "j", Set: UpdateProgress, Progress: math.Inf(1)}},
 		{"negative attained", &UpdateJob{ID: "j", Set: UpdateAttained, Attained: -1}},
 		{"empty profile", &RecordProfile{ID: "j"}},
-		{"K below N", &RecordProfile{ID: "j", Entries: []ProfileEntry{{Nodes: 2, Replicas: 1, LocalBatch: 1, AccumTime: 1, StepTime: 1, Count: 1}}}},
-		{"zero step time", &RecordProfile{ID: "j", Entries: []ProfileEntry{{Nodes: 1, Replicas: 1, LocalBatch: 1, AccumTime: 1, Count: 1}}}},
+		{"K below N", &RecordProfile{ID: "j", Entries: []ProfileEntry{entry(2, 1, 1, 1, 1, 1)}}},
+		{"zero step time", &RecordProfile{ID: "j", Entries: []ProfileEntry{entry(1, 1, 1, 1, 0, 1)}}},
 		{"NaN grad", &RecordProfile{ID: "j", HasGrad: true, Grad: goodput.GradStats{GradSqr: math.NaN()}}},
-		{"grad without flag", &RecordProfile{ID: "j", Entries: []ProfileEntry{{Nodes: 1, Replicas: 1, LocalBatch: 1, AccumTime: 1, StepTime: 1, Count: 1}}, Grad: goodput.GradStats{GradSqr: 1}}},
+		{"grad without flag", &RecordProfile{ID: "j", Entries: []ProfileEntry{entry(1, 1, 1, 1, 1, 1)}, Grad: goodput.GradStats{GradSqr: 1}}},
 		{"generation zero", &CommitAllocation{Term: 1}},
 		{"empty placement", &CommitAllocation{Generation: 1, Term: 1, Jobs: map[string][]Slot{"j": nil}}},
 		{"zero GPUs", &CommitAllocation{Generation: 1, Term: 1, Jobs: map[string][]Slot{"j": {{"n", 0}}}}},
@@ -257,7 +264,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		&SubmitJob{ID: "j1", Spec: JobSpec{Name: "n", Command: []string{"a", "b c"}, App: "", MinReplicas: 2, MaxReplicas: 3, Limits: testSpec().Limits, CheckpointDir: "/ck"}, SubmitTime: 1.25},
 		&UpdateJob{ID: "j1", Incarnation: 3, Set: UpdateState | UpdateProgress, State: Rescaling, Progress: 0.5},
 		&CompleteJob{ID: "j1", Failed: true, Reason: "exit 1", FinishTime: 7},
-		&RecordProfile{ID: "j1", Incarnation: 1, Entries: []ProfileEntry{{1, 2, 3, 0.1, 0.2, 5}}, HasGrad: true, Grad: goodput.GradStats{GradSqr: 1e-9, GradVar: 3}},
+		&RecordProfile{ID: "j1", Incarnation: 1, Entries: []ProfileEntry{entry(1, 2, 3, 0.1, 0.2, 5)}, HasGrad: true, Grad: goodput.GradStats{GradSqr: 1e-9, GradVar: 3}},
 		&CommitAllocation{Generation: 1 << 40, Term: 9, Jobs: map[string][]Slot{"b": {{"n2", 1}}, "a": {{"n1", 2}, {"n0", 1}}}},
 		&RegisterNode{Node: Node{ID: "n1", Addresses: []string{"x:1"}, Rack: "r", GPUs: 8, Health: Suspect}},
 		&MarkNode{ID: "n1", Health: Left},
@@ -376,7 +383,7 @@ func FuzzDecodeCommand(f *testing.F) {
 		&SubmitJob{ID: "j1", Spec: testSpec(), SubmitTime: 1},
 		&UpdateJob{ID: "j1", Set: UpdateEpoch, Epoch: 1},
 		&CompleteJob{ID: "j1"},
-		&RecordProfile{ID: "j1", Entries: []ProfileEntry{{1, 1, 1, 1, 1, 1}}},
+		&RecordProfile{ID: "j1", Entries: []ProfileEntry{entry(1, 1, 1, 1, 1, 1)}},
 		&CommitAllocation{Generation: 1, Term: 1, Jobs: map[string][]Slot{"j": {{"n", 1}}}},
 		&RegisterNode{Node: Node{ID: "n", GPUs: 1, Health: Alive, Addresses: []string{"a"}}},
 		&MarkNode{ID: "n", Health: Dead},

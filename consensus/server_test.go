@@ -180,7 +180,7 @@ func workload(t *testing.T, s *Server, leader *Server) {
 		t.Fatal("leader is not leader")
 	}
 	must(s.CommitAllocation(ctx, 1, term, map[string][]Slot{"j1": {{"n1", 2}, {"n2", 2}}, "j2": {{"n1", 1}}}))
-	must(s.RecordProfile(ctx, RecordProfile{ID: "j1", Incarnation: 1, Entries: []ProfileEntry{{2, 4, 64, 0.1, 0.15, 10}}, HasGrad: true}))
+	must(s.RecordProfile(ctx, RecordProfile{ID: "j1", Incarnation: 1, Entries: []ProfileEntry{entry(2, 4, 64, 0.1, 0.15, 10)}, HasGrad: true}))
 	must(s.UpdateJob(ctx, UpdateJob{ID: "j1", Incarnation: 1, Set: UpdateAttained | UpdateProgress, Attained: 12, Progress: 0.1}))
 	must(s.MarkNode(ctx, "n2", Suspect))
 }

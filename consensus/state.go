@@ -82,20 +82,13 @@ type JobSpec struct {
 	CheckpointDir string
 }
 
-// ProfileEntry is the running mean of the step times a job measured on one
-// configuration (Nodes, Replicas, LocalBatch): what its throughput model is
-// fitted on. Count is how many measurements the mean covers; when
-// recording, it weighs the new entry against the stored mean.
+// ProfileEntry is a profiled configuration (Nodes, Replicas, LocalBatch)
+// with the running mean of its measured times, what the job's throughput
+// model is fitted on. Count is how many measurements the mean covers;
+// when recording, it weighs the new entry against the stored mean.
 type ProfileEntry struct {
-	Nodes      int
-	Replicas   int
-	LocalBatch int
-	// AccumTime is the mean time of one accumulation micro-step (step time
-	// minus sync time), seconds.
-	AccumTime float64
-	// StepTime is the mean time of one synchronised step, seconds.
-	StepTime float64
-	Count    uint64
+	goodput.ProfilePoint
+	Count uint64
 }
 
 func (p ProfileEntry) key() [3]int { return [3]int{p.Nodes, p.Replicas, p.LocalBatch} }
@@ -131,6 +124,15 @@ type Job struct {
 	// every time a committed allocation changes the job's placement, and
 	// reports from other incarnations are rejected.
 	Incarnation uint64
+}
+
+// ProfilePoints returns the job's profile as the points goodput.Fit takes.
+func (j *Job) ProfilePoints() []goodput.ProfilePoint {
+	pts := make([]goodput.ProfilePoint, len(j.Profile))
+	for i, e := range j.Profile {
+		pts[i] = e.ProfilePoint
+	}
+	return pts
 }
 
 // Node is one GPU machine.
