@@ -291,3 +291,28 @@ func BenchmarkCheck(b *testing.B) {
 		}
 	}
 }
+
+func TestRunning(t *testing.T) {
+	pids := func(at time.Duration) []int {
+		var out []int
+		for _, e := range Running(base(), at) {
+			out = append(out, e.PID)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		at   time.Duration
+		want []int
+	}{
+		{0, nil},
+		{30 * ms, []int{301, 302}},
+		{1000 * ms, []int{301, 302, 401}}, // the agent kill does not end its workers
+		{1205 * ms, []int{302, 401}},
+		{2000 * ms, []int{401, 402, 403}},
+		{5000 * ms, nil},
+	} {
+		if got := pids(c.at); !slices.Equal(got, c.want) {
+			t.Errorf("at %v: %v, want %v", c.at, got, c.want)
+		}
+	}
+}

@@ -136,3 +136,20 @@ func overlap(k gpuKey, a, b *interval) Violation {
 			b.start.Job, b.start.Inc, b.start.PID, fmtT(b.start.T)),
 		evidence}
 }
+
+// Running returns the WorkerStart events of the workers running at time
+// at (started at or before it, not seen gone by then), in start order.
+// The harness calls it after killing an agent to learn which pids to
+// watch until they are gone (and then record their WorkerStop).
+func Running(events []history.Event, at time.Duration) []history.Event {
+	ev := slices.Clone(events)
+	history.Sort(ev)
+	all, _ := workers(ev)
+	var out []history.Event
+	for _, w := range all {
+		if w.start.T <= at && w.end > at {
+			out = append(out, w.start)
+		}
+	}
+	return out
+}
