@@ -47,7 +47,7 @@ func TestPolluxBeatsReferenceOnArtifact(t *testing.T) {
 		med := fits[len(fits)/2]
 		t.Logf("%s: jobs %d, current %.6f, reference median %.6f, ours median %.6f (min %.6f), %v/round",
 			e.Name, len(e.Snapshot.Jobs), e.Reference.CurrentFitness, e.Reference.GAFitnessMed, med, fits[0], spent/5)
-		if med < e.Reference.GAFitnessMed {
+		if med < e.Reference.GAFitnessMed*(1-1e-9) { // equal optima differ in the last bits
 			t.Errorf("%s: median fitness %.9f below the reference's %.9f", e.Name, med, e.Reference.GAFitnessMed)
 		}
 	}

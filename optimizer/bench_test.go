@@ -19,3 +19,27 @@ func BenchmarkPolluxRoundArtifact(b *testing.B) {
 		}
 	}
 }
+
+func benchSynthetic(b *testing.B, gpus, perNode int) {
+	snap, err := optimizer.Synthetic(gpus, perNode, gpus/2, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := optimizer.NewPollux()
+	res, err := p.Allocate(snap, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.Allocate(snap, res.State); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPolluxRound64 times a warm-started round on 64 GPUs, 32 jobs.
+func BenchmarkPolluxRound64(b *testing.B) { benchSynthetic(b, 64, 4) }
+
+// BenchmarkPolluxRound2048 times a warm-started round on 2048 GPUs, 1024 jobs.
+func BenchmarkPolluxRound2048(b *testing.B) { benchSynthetic(b, 2048, 4) }

@@ -168,7 +168,7 @@ func (c *climber) step(j int) bool {
 		try(rev)
 	}
 	k := cur.Replicas()
-	for target := k + 1; target <= min(k+climbGrowth, pr.maxRep[j]); target++ {
+	for target := max(k+1, pr.minRep[j]); target <= min(max(k, pr.minRep[j])+climbGrowth, pr.maxRep[j]); target++ {
 		pl := c.grow(j, target)
 		if pl == nil {
 			break

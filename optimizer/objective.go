@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"sync"
 
 	"pollux/optimizer/goodput"
 )
@@ -72,6 +73,12 @@ func (f speedFn) at(n, k int) float64 {
 // K_fair that is feasible instead; the Python reference would divide by
 // zero there.
 func NewObjective(snap *Snapshot, p float64) (*Objective, error) {
+	return newObjective(snap, p, nil)
+}
+
+// newObjective is NewObjective drawing speedup functions from cache (nil
+// for none).
+func newObjective(snap *Snapshot, p float64, cache *SpeedupCache) (*Objective, error) {
 	if snap == nil {
 		return nil, fmt.Errorf("%w: nil snapshot", ErrBadSnapshot)
 	}
@@ -107,7 +114,7 @@ func NewObjective(snap *Snapshot, p float64) (*Objective, error) {
 		o.order[j] = j
 		age := job.Age
 		o.factor[j] = math.Max(age-float64(job.Restarts)*RestartDelay, 0) / (age + RestartDelay)
-		sf, err := newSpeedFn(job, o.nFair, o.kFair)
+		sf, err := cache.get(job, o.nFair, o.kFair)
 		if err != nil {
 			return nil, err
 		}
@@ -121,6 +128,56 @@ func NewObjective(snap *Snapshot, p float64) (*Objective, error) {
 		return ja.SubmitTime < jb.SubmitTime
 	})
 	return o, nil
+}
+
+// SpeedupCache keeps jobs' memoised speedup functions from one round to the
+// next: a speedup depends only on the model and the fair-share base, so a
+// job whose model and base did not change reuses its memo instead of
+// recomputing it. Entries unused for a round are dropped. Safe for
+// concurrent use; the zero value is ready.
+type SpeedupCache struct {
+	mu        sync.Mutex
+	cur, prev map[speedKey]speedFn
+}
+
+type speedKey struct {
+	model        goodput.Model
+	nFair, kFair int
+}
+
+// get returns job's speedup function, from the cache when possible.
+func (c *SpeedupCache) get(job *Job, nFair, kFair int) (speedFn, error) {
+	if c == nil || job.Model == nil {
+		return newSpeedFn(job, nFair, kFair)
+	}
+	key := speedKey{*job.Model, nFair, kFair}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f, ok := c.cur[key]; ok {
+		return f, nil
+	}
+	f, ok := c.prev[key]
+	if !ok {
+		var err error
+		if f, err = newSpeedFn(job, nFair, kFair); err != nil {
+			return speedFn{}, err
+		}
+	}
+	if c.cur == nil {
+		c.cur = make(map[speedKey]speedFn)
+	}
+	c.cur[key] = f
+	return f, nil
+}
+
+// endRound forgets the entries the finished round did not use.
+func (c *SpeedupCache) endRound() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.prev, c.cur = c.cur, nil
 }
 
 func newSpeedFn(job *Job, nFair, kFair int) (speedFn, error) {

@@ -16,7 +16,7 @@ const (
 	defaultGenerations = 40
 	minPopulation      = 8
 	minGenerations     = 10
-	defaultWork        = 6e6
+	defaultWork        = 1.5e6
 	// finalClimbs is how many of the final population's best individuals
 	// the hill climber polishes.
 	finalClimbs = 4
@@ -38,10 +38,14 @@ type Pollux struct {
 	// Workers is how many goroutines build children; 0 means
 	// min(2, GOMAXPROCS).
 	Workers int
+	// Cache, if set, carries memoised speedups from round to round (it
+	// never changes results, only their cost).
+	Cache *SpeedupCache
 }
 
-// NewPollux returns the policy with the paper's p = -1 and default budget.
-func NewPollux() *Pollux { return &Pollux{PowerMean: DefaultPowerMean} }
+// NewPollux returns the policy with the paper's p = -1, the default budget
+// and a speedup cache.
+func NewPollux() *Pollux { return &Pollux{PowerMean: DefaultPowerMean, Cache: &SpeedupCache{}} }
 
 // Name implements Policy.
 func (p *Pollux) Name() string { return "pollux" }
@@ -78,10 +82,11 @@ func (p *Pollux) workers() int {
 
 // Allocate implements Policy.
 func (p *Pollux) Allocate(snap *Snapshot, prev *State) (Result, error) {
-	obj, err := NewObjective(snap, p.PowerMean)
+	obj, err := newObjective(snap, p.PowerMean, p.Cache)
 	if err != nil {
 		return Result{}, err
 	}
+	defer p.Cache.endRound()
 	pr := newProblem(obj)
 	current := make([]Placement, pr.jobs)
 	copy(current, obj.current)
