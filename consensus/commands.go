@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -523,7 +524,8 @@ func (c *CommitAllocation) validate() error {
 	if len(c.Jobs) > maxList {
 		return invalid("allocation of %d jobs", len(c.Jobs))
 	}
-	for id, slots := range c.Jobs {
+	for _, id := range slices.Sorted(maps.Keys(c.Jobs)) {
+		slots := c.Jobs[id]
 		if err := checkID("job", id); err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 
@@ -241,8 +242,12 @@ func applyAllocation(s *State, c *CommitAllocation, term uint64) error {
 	if c.Generation <= s.Allocation.Generation {
 		return fmt.Errorf("%w: generation %d, committed %d", ErrStaleGeneration, c.Generation, s.Allocation.Generation)
 	}
+	// Checked in id order, so that the refusal (and its message) does not
+	// depend on map iteration order.
+	ids := slices.Sorted(maps.Keys(c.Jobs))
 	used := map[string]int{}
-	for id, slots := range c.Jobs {
+	for _, id := range ids {
+		slots := c.Jobs[id]
 		j, err := liveJob(s, id, 0)
 		if err != nil {
 			return err
@@ -263,8 +268,8 @@ func applyAllocation(s *State, c *CommitAllocation, term uint64) error {
 			return invalid("job %q given %d GPUs (bounds [%d, %d])", id, k, j.Spec.MinReplicas, j.Spec.MaxReplicas)
 		}
 	}
-	for node, g := range used {
-		if g > s.Nodes[node].GPUs {
+	for _, node := range slices.Sorted(maps.Keys(used)) {
+		if g := used[node]; g > s.Nodes[node].GPUs {
 			return invalid("node %q given %d GPUs, has %d", node, g, s.Nodes[node].GPUs)
 		}
 	}
