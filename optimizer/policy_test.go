@@ -198,7 +198,7 @@ type tableOracle struct {
 	iters float64
 }
 
-func (o tableOracle) StepTime(k int) float64   { return o.steps[min(k, len(o.steps))-1] }
+func (o tableOracle) StepTime(k int) float64  { return o.steps[min(k, len(o.steps))-1] }
 func (o tableOracle) RemainingIters() float64 { return o.iters }
 
 func TestTiresias(t *testing.T) {

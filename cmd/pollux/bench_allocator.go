@@ -1,0 +1,270 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"gonum.org/v1/gonum/stat"
+
+	"pollux/optimizer"
+	"pollux/optimizer/refsnap"
+)
+
+func init() {
+	benchCommands = append(benchCommands, newBenchAllocatorCmd)
+}
+
+// allocatorReport is what `pollux bench allocator --json` prints in the
+// synthetic mode.
+type allocatorReport struct {
+	GPUs        int     `json:"gpus"`
+	GPUsPerNode int     `json:"gpus_per_node"`
+	Nodes       int     `json:"nodes"`
+	Jobs        int     `json:"jobs"`
+	Rounds      int     `json:"rounds"`
+	Seed        uint64  `json:"seed"`
+	MedianS     float64 `json:"median_round_s"`
+	P95S        float64 `json:"p95_round_s"`
+	MaxS        float64 `json:"max_round_s"`
+	// Fitness is the last round's; FirstFitness the first (cold) round's,
+	// CurrentFitness that of the first round's current allocation.
+	Fitness        float64 `json:"fitness"`
+	FirstFitness   float64 `json:"first_round_fitness"`
+	CurrentFitness float64 `json:"current_fitness"`
+	Population     int     `json:"population"`
+	Generations    int     `json:"generations"`
+	Evaluations    int     `json:"evaluations"`
+	// With --compare, the baselines on the first round's snapshot.
+	Compare *allocatorCompare `json:"compare,omitempty"`
+}
+
+type allocatorCompare struct {
+	ReferenceGAFitness float64 `json:"reference_ga_fitness"`
+	ReferenceGAS       float64 `json:"reference_ga_s"`
+	GreedyFitness      float64 `json:"greedy_fitness"`
+	GreedyS            float64 `json:"greedy_s"`
+}
+
+// snapshotResult is one artifact snapshot in `--snapshots` mode.
+type snapshotResult struct {
+	Jobs             int     `json:"jobs"`
+	CurrentFitness   float64 `json:"current_fitness"`
+	Fitness          float64 `json:"fitness"`
+	RoundS           float64 `json:"round_s"`
+	ReferenceCurrent float64 `json:"reference_current_fitness"`
+	ReferenceFitness float64 `json:"reference_fitness"`
+}
+
+type allocatorOpts struct {
+	gpus, perNode, jobs, rounds, seeds int
+	seed                               uint64
+	snapshots                          string
+	compare, asJSON                    bool
+}
+
+func newBenchAllocatorCmd() *cobra.Command {
+	var o allocatorOpts
+	cmd := &cobra.Command{
+		Use:   "allocator",
+		Short: "Time Pollux allocation rounds on a synthetic cluster, or check them on the artifact's snapshots",
+		Long: `Synthetic mode (--gpus G): builds a seeded cluster of G GPUs on nodes of
+--gpus-per-node GPUs (default 4 up to 2048 GPUs, 8 above) with --jobs active
+jobs (default G/2) of mixed kinds and sizes, and times --rounds warm-started
+rounds (each round starts from the previous round's population, and the
+previous round's allocation becomes the current one). --compare also runs
+the reference-shaped GA (population 100 x 100 generations on dense
+matrices; slow) and the greedy baseline on the first round.
+
+Snapshot mode (--snapshots DIR): for every snap-*.json of DIR (the Python
+artifact's recorded rounds), the fitness our objective gives the current
+allocation, the median over --seeds seeds of the fitness our search
+reaches from a cold start, and the median round time, next to the
+artifact's own figures.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.snapshots != "" {
+				if o.seeds < 1 {
+					return badInput(fmt.Errorf("--seeds %d: need at least 1", o.seeds))
+				}
+				return benchAllocatorSnapshots(cmd.OutOrStdout(), o)
+			}
+			if o.gpus < 1 {
+				return badInput(errors.New("give --gpus G (at least 1) or --snapshots DIR"))
+			}
+			if o.perNode == 0 {
+				o.perNode = 4
+				if o.gpus > 2048 {
+					o.perNode = 8
+				}
+			}
+			if o.jobs == 0 {
+				o.jobs = max(1, o.gpus/2)
+			}
+			if o.perNode < 1 || o.jobs < 1 || o.rounds < 1 {
+				return badInput(fmt.Errorf("--gpus-per-node %d, --jobs %d, --rounds %d: all must be at least 1", o.perNode, o.jobs, o.rounds))
+			}
+			rep, err := benchAllocatorSynthetic(o)
+			if err != nil {
+				return err
+			}
+			if o.asJSON {
+				return writeAllocatorJSON(cmd.OutOrStdout(), rep)
+			}
+			return printAllocator(cmd.OutOrStdout(), rep)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.gpus, "gpus", 0, "GPUs of the synthetic cluster")
+	f.IntVar(&o.perNode, "gpus-per-node", 0, "GPUs per node (default 4 up to 2048 GPUs, 8 above)")
+	f.IntVar(&o.jobs, "jobs", 0, "active jobs (default gpus/2)")
+	f.IntVar(&o.rounds, "rounds", 5, "warm-started rounds to time")
+	f.Uint64Var(&o.seed, "seed", 1, "seed of the synthetic cluster and of the first round")
+	f.BoolVar(&o.compare, "compare", false, "also run the reference-shaped GA and the greedy baseline on the first round")
+	f.StringVar(&o.snapshots, "snapshots", "", "directory of artifact snapshots (snapshot mode)")
+	f.IntVar(&o.seeds, "seeds", 5, "seeds per snapshot (snapshot mode)")
+	f.BoolVar(&o.asJSON, "json", false, "print one JSON object on stdout")
+	return cmd
+}
+
+func writeAllocatorJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func benchAllocatorSynthetic(o allocatorOpts) (*allocatorReport, error) {
+	snap, err := optimizer.Synthetic(o.gpus, o.perNode, o.jobs, o.seed)
+	if err != nil {
+		return nil, badInput(err)
+	}
+	rep := &allocatorReport{GPUs: o.gpus, GPUsPerNode: o.perNode, Nodes: len(snap.Nodes), Jobs: o.jobs, Rounds: o.rounds, Seed: o.seed}
+	if o.compare {
+		rep.Compare = &allocatorCompare{}
+		for _, p := range []optimizer.Policy{optimizer.NewRefGA(), optimizer.NewGreedy()} {
+			start := time.Now()
+			res, err := p.Allocate(snap, nil)
+			if err != nil {
+				return nil, err
+			}
+			spent := time.Since(start).Seconds()
+			if p.Name() == "greedy" {
+				rep.Compare.GreedyFitness, rep.Compare.GreedyS = res.Diagnostics.Fitness, spent
+			} else {
+				rep.Compare.ReferenceGAFitness, rep.Compare.ReferenceGAS = res.Diagnostics.Fitness, spent
+			}
+		}
+	}
+	pol := optimizer.NewPollux()
+	var prev *optimizer.State
+	times := make([]float64, 0, o.rounds)
+	for r := 0; r < o.rounds; r++ {
+		snap.Seed = o.seed + uint64(r)
+		start := time.Now()
+		res, err := pol.Allocate(snap, prev)
+		if err != nil {
+			return nil, err
+		}
+		times = append(times, time.Since(start).Seconds())
+		if r == 0 {
+			rep.FirstFitness = res.Diagnostics.Fitness
+			rep.CurrentFitness = res.Diagnostics.CurrentFitness
+		}
+		rep.Fitness = res.Diagnostics.Fitness
+		rep.Generations = res.Diagnostics.Generations
+		rep.Evaluations = res.Diagnostics.Evaluations
+		rep.Population = len(res.State.Population)
+		prev = res.State
+		advanceRound(snap, res.Placements)
+	}
+	slices.Sort(times)
+	rep.MedianS = stat.Quantile(0.5, stat.Empirical, times, nil)
+	rep.P95S = stat.Quantile(0.95, stat.Empirical, times, nil)
+	rep.MaxS = times[len(times)-1]
+	return rep, nil
+}
+
+// advanceRound moves snap one 60 s interval on: the allocation becomes current,
+// jobs age and attain service, and moved jobs count a restart.
+func advanceRound(snap *optimizer.Snapshot, alloc []optimizer.Placement) {
+	const interval = 60.0
+	snap.Now += interval
+	for j := range snap.Jobs {
+		job := &snap.Jobs[j]
+		job.Age += interval
+		job.Attained += interval * float64(alloc[j].Replicas())
+		if !job.Current.Equal(alloc[j]) && len(alloc[j]) > 0 {
+			job.Restarts++
+		}
+		job.Current = alloc[j]
+	}
+}
+
+func printAllocator(w io.Writer, rep *allocatorReport) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "GPUs\tnodes\tjobs\trounds\tmedian s\tp95 s\tfitness\tfirst round\tcurrent\n")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%.4f\t%.4f\t%.5f\t%.5f\t%.5f\n", rep.GPUs, rep.Nodes, rep.Jobs, rep.Rounds,
+		rep.MedianS, rep.P95S, rep.Fitness, rep.FirstFitness, rep.CurrentFitness)
+	if c := rep.Compare; c != nil {
+		fmt.Fprintf(tw, "\nfirst round\tfitness\ttime s\n")
+		fmt.Fprintf(tw, "reference GA\t%.5f\t%.3f\n", c.ReferenceGAFitness, c.ReferenceGAS)
+		fmt.Fprintf(tw, "greedy\t%.5f\t%.3f\n", c.GreedyFitness, c.GreedyS)
+	}
+	return tw.Flush()
+}
+
+func benchAllocatorSnapshots(w io.Writer, o allocatorOpts) error {
+	entries, err := refsnap.LoadDir(o.snapshots)
+	if err != nil {
+		return badInput(err)
+	}
+	out := map[string]snapshotResult{}
+	for _, e := range entries {
+		obj, err := optimizer.NewObjective(e.Snapshot, optimizer.DefaultPowerMean)
+		if err != nil {
+			return fmt.Errorf("%s: %w", e.Name, err)
+		}
+		cur := make([]optimizer.Placement, len(e.Snapshot.Jobs))
+		for j := range cur {
+			cur[j] = e.Snapshot.Jobs[j].Current
+		}
+		fits := make([]float64, 0, o.seeds)
+		times := make([]float64, 0, o.seeds)
+		for s := range o.seeds {
+			snap := *e.Snapshot
+			snap.Seed = uint64(s)
+			start := time.Now()
+			res, err := optimizer.NewPollux().Allocate(&snap, nil)
+			if err != nil {
+				return fmt.Errorf("%s: %w", e.Name, err)
+			}
+			times = append(times, time.Since(start).Seconds())
+			fits = append(fits, res.Diagnostics.Fitness)
+		}
+		slices.Sort(fits)
+		slices.Sort(times)
+		out[e.Name] = snapshotResult{
+			Jobs:             len(e.Snapshot.Jobs),
+			CurrentFitness:   obj.Fitness(cur),
+			Fitness:          stat.Quantile(0.5, stat.Empirical, fits, nil),
+			RoundS:           stat.Quantile(0.5, stat.Empirical, times, nil),
+			ReferenceCurrent: e.Reference.CurrentFitness,
+			ReferenceFitness: e.Reference.GAFitnessMed,
+		}
+	}
+	if o.asJSON {
+		return writeAllocatorJSON(w, map[string]any{"snapshots": out})
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "snapshot\tjobs\tcurrent\treference current\treference GA\tours\tour round s\n")
+	for _, e := range entries {
+		r := out[e.Name]
+		fmt.Fprintf(tw, "%s\t%d\t%.9f\t%.9f\t%.6f\t%.6f\t%.4f\n", e.Name, r.Jobs, r.CurrentFitness, r.ReferenceCurrent, r.ReferenceFitness, r.Fitness, r.RoundS)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func runAllocatorBench(t *testing.T, args ...string) ([]byte, error) {
+	t.Helper()
+	root := newRootCmd()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(append([]string{"bench", "allocator"}, args...))
+	err := root.Execute()
+	return out.Bytes(), err
+}
+
+func TestBenchAllocatorSynthetic(t *testing.T) {
+	out, err := runAllocatorBench(t, "--gpus", "32", "--rounds", "2", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep map[string]any
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, key := range []string{"gpus", "jobs", "median_round_s", "p95_round_s", "fitness"} {
+		if _, ok := rep[key]; !ok {
+			t.Errorf("JSON lacks %q: %s", key, out)
+		}
+	}
+	if rep["gpus"] != 32.0 || rep["jobs"] != 16.0 || !(rep["fitness"].(float64) > 0) {
+		t.Errorf("report %v", rep)
+	}
+}
+
+func TestBenchAllocatorSnapshots(t *testing.T) {
+	dir := filepath.Join("..", "..", "..", "shared", "pollux-artifact", "allocator-snapshots")
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("artifact snapshots absent (%s): %v", dir, err)
+	}
+	out, err := runAllocatorBench(t, "--snapshots", dir, "--seeds", "1", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Snapshots map[string]struct {
+			CurrentFitness float64 `json:"current_fitness"`
+			Fitness        float64 `json:"fitness"`
+			RoundS         float64 `json:"round_s"`
+		} `json:"snapshots"`
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(rep.Snapshots) != 9 {
+		t.Fatalf("%d snapshots: %s", len(rep.Snapshots), out)
+	}
+	for name, r := range rep.Snapshots {
+		if !(r.Fitness >= r.CurrentFitness) || !(r.RoundS > 0) {
+			t.Errorf("%s: %+v", name, r)
+		}
+	}
+}
+
+func TestBenchAllocatorBadInput(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"--gpus", "8", "--rounds", "0"},
+		{"--snapshots", t.TempDir()},
+		{"--snapshots", t.TempDir(), "--seeds", "0"},
+	} {
+		if _, err := runAllocatorBench(t, args...); err == nil {
+			t.Errorf("%v: no error", args)
+		} else if _, ok := err.(usageError); !ok {
+			t.Errorf("%v: %v is not a usage error", args, err)
+		}
+	}
+}
