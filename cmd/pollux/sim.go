@@ -39,6 +39,8 @@ var simPolicies = map[string]func(p float64, workers int) optimizer.Policy{
 		pol.Workers = workers
 		return pol
 	},
+	"tiresias": func(float64, int) optimizer.Policy { return optimizer.Tiresias{} },
+	"optimus":  func(float64, int) optimizer.Policy { return optimizer.Optimus{} },
 }
 
 // simPolicyOrder is the order runs and tables list policies in.
