@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/spf13/cobra"
+
+	"pollux/actors/node"
+	"pollux/cluster"
+)
+
+func init() { subcommands = append(subcommands, newAgentCmd) }
+
+// agentOpts are the flags of `pollux agent`.
+type agentOpts struct {
+	name, bind, rack, logLevel  string
+	join                        []string
+	gossipPort, actorPort, gpus int
+	grace                       time.Duration
+	fast                        bool
+	timeScale                   float64
+	restartCost                 time.Duration
+	workerExec                  []string
+}
+
+// agentReady is the line `pollux agent` prints on stdout once it serves.
+type agentReady struct {
+	Name    string `json:"name"`
+	Gossip  string `json:"gossip"`
+	Actor   string `json:"actor"`
+	Reports string `json:"reports"`
+	GPUs    int    `json:"gpus"`
+}
+
+func newAgentCmd() *cobra.Command {
+	var o agentOpts
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the node agent of one GPU machine: joins the cluster and runs the workers it is assigned",
+		Long: "Runs one node agent: a gossip member (role agent) advertising its GPUs and rack, and the node " +
+			"actor that starts, stops and watches the machine's workers. GPUs are counted with nvidia-smi " +
+			"unless --gpus N emulates N of them. It prints one JSON line with its addresses on stdout when " +
+			"ready, and on SIGTERM or SIGINT stops its workers (SIGTERM, SIGKILL after --grace) and leaves.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			return runAgent(ctx, o, cmd)
+		},
+	}
+	host, _ := os.Hostname()
+	f := cmd.Flags()
+	f.StringVar(&o.name, "name", host, "unique member name of this machine")
+	f.StringVar(&o.bind, "bind", "127.0.0.1", "address to listen on (gossip, actors, worker reports)")
+	f.IntVar(&o.gossipPort, "gossip-port", 0, "gossip port (0: any free port)")
+	f.IntVar(&o.actorPort, "actor-port", 0, "actor port (0: any free port)")
+	f.StringSliceVar(&o.join, "join", nil, "gossip addresses (host:port) of cluster members to join")
+	f.IntVar(&o.gpus, "gpus", 0, "emulate this many GPUs (0: count them with nvidia-smi)")
+	f.StringVar(&o.rack, "rack", "", "rack label of this machine")
+	f.DurationVar(&o.grace, "grace", node.DefaultGrace, "time between SIGTERM and SIGKILL when stopping a worker")
+	f.BoolVar(&o.fast, "fast-gossip", false, "sub-second failure detection (loopback and test clusters)")
+	f.Float64Var(&o.timeScale, "time-scale", 1, "time scale of emulated workers (simulated seconds per real second)")
+	f.DurationVar(&o.restartCost, "restart-cost", 30*time.Second, "simulated start-up time of emulated workers")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringSliceVar(&o.workerExec, "worker-exec", nil, "program (and leading arguments) that runs `pollux worker` (default: this binary)")
+	_ = f.MarkHidden("worker-exec")
+	return cmd
+}
+
+func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
+	log, err := newLogger(cmd.ErrOrStderr(), o.logLevel)
+	if err != nil {
+		return badInput(err)
+	}
+	if o.name == "" {
+		return badInput(errors.New("agent: --name is empty"))
+	}
+	if !(o.timeScale > 0) {
+		return badInput(fmt.Errorf("agent: --time-scale %v, want > 0", o.timeScale))
+	}
+	gpus := o.gpus
+	if gpus < 0 || gpus > cluster.MaxGPUs {
+		return badInput(fmt.Errorf("agent: --gpus %d outside [0, %d]", gpus, cluster.MaxGPUs))
+	}
+	if gpus == 0 {
+		if gpus, err = countGPUs(ctx); err != nil {
+			return badInput(fmt.Errorf("agent: %w; pass --gpus N to emulate N GPUs", err))
+		}
+	}
+	workerExec := o.workerExec
+	if len(workerExec) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("agent: finding own executable: %w", err)
+		}
+		workerExec = []string{exe}
+	}
+	log = log.With("agent", o.name)
+
+	// The actor library logs every connection at info: keep its warnings.
+	libLog := log
+	if o.logLevel != "debug" {
+		libLog, _ = newLogger(cmd.ErrOrStderr(), "warn")
+	}
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return libLog.With("agent", o.name, "lib", "protoactor")
+	}))
+	rem := remote.NewRemote(sys, remote.Configure(o.bind, o.actorPort))
+	rem.Start()
+	defer rem.Shutdown(false)
+
+	nd, err := node.Start(sys, node.Config{
+		Name: o.name, GPUs: gpus, Grace: o.grace, ReportListen: o.bind + ":0", Logger: log,
+		Emulator: func(app string) []string {
+			return append(append([]string(nil), workerExec...), "worker", "--emulate", app,
+				"--time-scale", strconv.FormatFloat(o.timeScale, 'g', -1, 64),
+				"--restart-cost", o.restartCost.String())
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := nd.Stop(o.grace + 5*time.Second); err != nil {
+			log.Error("agent: stopping workers", "err", err)
+		}
+	}()
+
+	members, err := cluster.Start(cluster.Config{
+		Name: o.name, BindAddr: o.bind, BindPort: o.gossipPort, Fast: o.fast, Logger: log.With("lib", "memberlist"),
+		Meta: cluster.Meta{Role: cluster.RoleAgent, Rack: o.rack, GPUs: gpus, ActorAddr: sys.Address()},
+	})
+	if err != nil {
+		return err
+	}
+	defer members.Shutdown()
+	defer members.Leave(time.Second)
+	go drainEvents(members, log)
+
+	ready, _ := json.Marshal(agentReady{Name: o.name, Gossip: members.Addr(), Actor: sys.Address(), Reports: nd.ReportAddr(), GPUs: gpus})
+	fmt.Fprintln(cmd.OutOrStdout(), string(ready))
+	log.Info("agent: ready", "gossip", members.Addr(), "actor", sys.Address(), "gpus", gpus, "rack", o.rack)
+
+	if len(o.join) > 0 {
+		if err := joinUntil(ctx, members, o.join, log); err != nil {
+			return nil // interrupted before joining: a clean stop
+		}
+	}
+	<-ctx.Done()
+	log.Info("agent: stopping")
+	return nil
+}
+
+// joinUntil retries joining until one address answers or ctx ends.
+func joinUntil(ctx context.Context, m *cluster.Membership, addrs []string, log *slog.Logger) error {
+	for {
+		n, err := m.Join(addrs)
+		if err == nil {
+			log.Info("agent: joined the cluster", "via", n)
+			return nil
+		}
+		log.Warn("agent: join failed, retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// drainEvents logs membership changes until the membership shuts down.
+func drainEvents(m *cluster.Membership, log *slog.Logger) {
+	for ev := range m.Events() {
+		log.Debug("agent: membership", "event", ev.Kind.String(), "member", ev.Member.Name, "role", ev.Member.Meta.Role)
+	}
+}
+
+// countGPUs counts the GPUs nvidia-smi lists.
+func countGPUs(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "nvidia-smi", "-L").Output()
+	if err != nil {
+		return 0, fmt.Errorf("no GPUs detected (nvidia-smi -L: %w)", err)
+	}
+	n := 0
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		if bytes.HasPrefix(bytes.TrimSpace(line), []byte("GPU ")) {
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, errors.New("no GPUs detected (nvidia-smi lists none)")
+	}
+	return n, nil
+}
+
+// newLogger is a text slog logger at the named level.
+func newLogger(w interface{ Write([]byte) (int, error) }, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToLower(level))); err != nil {
+		return nil, fmt.Errorf("bad log level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}

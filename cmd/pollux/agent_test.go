@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+
+	"pollux/actors/emulator"
+	"pollux/actors/node"
+	"pollux/actors/pb"
+	"pollux/cluster"
+)
+
+// TestPolluxProcess is not a test: agent tests re-execute the test binary
+// with it selected to run `pollux ARGS...` (agents, and the workers they
+// start).
+func TestPolluxProcess(t *testing.T) {
+	if os.Getenv("POLLUX_TEST_PROCESS") != "1" {
+		t.Skip("helper process of the agent tests")
+	}
+	i := slices.Index(os.Args, "--")
+	if i < 0 {
+		t.Fatal("no -- in the arguments")
+	}
+	os.Exit(run(os.Args[i+1:]))
+}
+
+var selfExec = []string{os.Args[0], "-test.run=^TestPolluxProcess$", "--"}
+
+// startAgent starts `pollux agent` as a subprocess and returns it with its
+// ready line. The process is killed at cleanup if still running.
+func startAgent(t *testing.T, name string, args ...string) (*exec.Cmd, agentReady) {
+	t.Helper()
+	full := append(slices.Clone(selfExec), "agent", "--name", name, "--fast-gossip", "--log-level", "warn",
+		"--worker-exec", strings.Join(selfExec, ","))
+	cmd := exec.Command(full[0], append(full[1:], args...)...)
+	cmd.Env = append(os.Environ(), "POLLUX_TEST_PROCESS=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	select {
+	case line := <-lines:
+		var r agentReady
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("ready line %q: %v", line, err)
+		}
+		return cmd, r
+	case <-time.After(30 * time.Second):
+		t.Fatal("agent not ready within 30 s")
+	}
+	return nil, agentReady{}
+}
+
+// controller is the test's side of the cluster: a gossip member and an
+// actor system with remote (the only remote node of this process).
+type controller struct {
+	t       *testing.T
+	members *cluster.Membership
+	sys     *actor.ActorSystem
+	owner   *pb.Ref
+	got     chan any
+}
+
+type ownerActor struct{ got chan any }
+
+func (o *ownerActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *pb.WorkerReport, *pb.WorkerExited:
+		o.got <- m
+	}
+}
+
+func newController(t *testing.T) *controller {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	m, err := cluster.Start(cluster.Config{Name: "test-server", Fast: true, Logger: log, Meta: cluster.Meta{Role: cluster.RoleServer}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
+	rem := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0))
+	rem.Start()
+	c := &controller{t: t, members: m, sys: sys, got: make(chan any, 1000)}
+	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &ownerActor{got: c.got} }))
+	c.owner = &pb.Ref{Address: pid.Address, Id: pid.Id}
+	t.Cleanup(func() {
+		m.Shutdown()
+		rem.Shutdown(false)
+		sys.Shutdown()
+	})
+	return c
+}
+
+func (c *controller) waitMember(name string, kind cluster.EventKind) cluster.Member {
+	c.t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case ev := <-c.members.Events():
+			if ev.Kind == kind && ev.Member.Name == name {
+				return ev.Member
+			}
+		case <-deadline:
+			c.t.Fatalf("no %v event of %s", kind, name)
+		}
+	}
+}
+
+func (c *controller) assign(actorAddr string, a *pb.Assign) *pb.AssignAck {
+	c.t.Helper()
+	res, err := c.sys.Root.RequestFuture(actor.NewPID(actorAddr, node.ActorName), a, 10*time.Second).Result()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return res.(*pb.AssignAck)
+}
+
+func (c *controller) next() any {
+	c.t.Helper()
+	select {
+	case m := <-c.got:
+		return m
+	case <-time.After(30 * time.Second):
+		c.t.Fatal("no message from the node within 30 s")
+		return nil
+	}
+}
+
+func emulatedRun(c *controller, job string, replicas uint32, dir string) *pb.RunJob {
+	return &pb.RunJob{
+		Job: job, Incarnation: 1, Application: "cifar10", Replicas: replicas, WorldSize: replicas, NumNodes: 1,
+		MasterAddr: "127.0.0.1", MasterPort: 29500, InitBatch: 128, AtomicBatch: 128, Gain: 1,
+		CheckpointDir: dir, Owner: c.owner,
+	}
+}
+
+func TestAgentRunsEmulatedJobToCompletion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts agent and worker processes")
+	}
+	c := newController(t)
+	agent, ready := startAgent(t, "a1", "--gpus", "2", "--rack", "r9", "--time-scale", "50000", "--restart-cost", "0s",
+		"--grace", "2s", "--join", c.members.Addr())
+	m := c.waitMember("a1", cluster.EventJoin)
+	if m.Meta.GPUs != 2 || m.Meta.Rack != "r9" || m.Meta.ActorAddr != ready.Actor || m.Meta.Role != cluster.RoleAgent {
+		t.Fatalf("agent member %+v, ready %+v", m, ready)
+	}
+	dir := t.TempDir()
+	if ack := c.assign(ready.Actor, &pb.Assign{Generation: 1, Runs: []*pb.RunJob{emulatedRun(c, "cifar-1", 2, dir)}}); !ack.Ok {
+		t.Fatal(ack.Error)
+	}
+	var done bool
+	var exits []uint32
+	for !done || len(exits) < 2 {
+		switch m := c.next().(type) {
+		case *pb.WorkerReport:
+			if m.Rank != 0 || m.Job != "cifar-1" || m.Node != "a1" {
+				t.Errorf("report %v", m)
+			}
+			done = done || m.Done
+		case *pb.WorkerExited:
+			if m.ExitCode != 0 || m.Requested {
+				t.Errorf("exit %v", m)
+			}
+			exits = append(exits, m.Rank)
+		}
+	}
+	ck, err := emulator.Restore(dir, "cifar-1")
+	if err != nil || !ck.Done || ck.Epoch != 100 {
+		t.Errorf("checkpoint %+v, %v", ck, err)
+	}
+	// A stale generation is refused over the wire too.
+	if ack := c.assign(ready.Actor, &pb.Assign{Generation: 0}); ack.Ok || ack.Generation != 1 {
+		t.Errorf("stale ack %v", ack)
+	}
+	if err := agent.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Wait(); err != nil {
+		t.Errorf("agent exit: %v", err)
+	}
+	c.waitMember("a1", cluster.EventLeave)
+}
+
+func TestKilledAgentTakesItsWorkersAlong(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts agent and worker processes")
+	}
+	c := newController(t)
+	agent, ready := startAgent(t, "a2", "--gpus", "2", "--time-scale", "1", "--restart-cost", "0s", "--join", c.members.Addr())
+	c.waitMember("a2", cluster.EventJoin)
+	job := "orphan-check-" + strconv.Itoa(os.Getpid())
+	if ack := c.assign(ready.Actor, &pb.Assign{Generation: 1, Runs: []*pb.RunJob{emulatedRun(c, job, 2, t.TempDir())}}); !ack.Ok {
+		t.Fatal(ack.Error)
+	}
+	if _, ok := c.next().(*pb.WorkerReport); !ok {
+		t.Fatal("no report from the workers")
+	}
+	if n := len(processesWithEnv("POLLUX_JOB_ID=" + job)); n != 2 {
+		t.Fatalf("%d worker processes before the kill, want 2", n)
+	}
+	begin := time.Now()
+	if err := agent.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = agent.Wait()
+	c.waitMember("a2", cluster.EventLeave)
+	t.Logf("dead agent noticed after %v", time.Since(begin))
+	deadline := time.Now().Add(5 * time.Second)
+	for len(processesWithEnv("POLLUX_JOB_ID="+job)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("workers outlived their killed agent")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// processesWithEnv lists the pids whose environment holds kv (Linux).
+func processesWithEnv(kv string) []int {
+	paths, _ := filepath.Glob("/proc/[0-9]*/environ")
+	var pids []int
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if slices.ContainsFunc(bytes.Split(b, []byte{0}), func(e []byte) bool { return string(e) == kv }) {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
