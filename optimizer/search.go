@@ -99,6 +99,7 @@ type worker struct {
 	touched []bool
 	buf     Placement
 	perm    []int
+	cdf     []float64
 	// arena backs the placements the worker creates: placements are
 	// immutable once stored, so they can share one large allocation.
 	arena Placement
@@ -206,9 +207,7 @@ func (w *worker) mutate(ind *indiv) {
 		return
 	}
 	pF := 1 / float64(len(w.free))
-	logMiss := math.Log1p(-pF) // -Inf when pF == 1
-	direct := len(w.free) <= directScan
-	thrF := threshold(pF)
+	w.pickCDF(len(w.free), pF)
 	for j, pl := range ind.alloc {
 		u := 0
 		for _, nc := range pl {
@@ -234,27 +233,33 @@ func (w *worker) mutate(ind *indiv) {
 		} else {
 			w.buf = append(w.buf, pl...)
 		}
-		// Other free nodes, each with probability pF: a direct scan over
-		// few nodes, geometric skips over many.
-		raise := func(n int) {
-			if countOn(pl, n) > 0 {
-				return
+		// Every other free node with probability pF, independently: draw
+		// how many free nodes are hit (binomial), then which ones (distinct,
+		// uniformly), and skip the job's own.
+		hits := w.picks()
+		for h := 0; h < hits; h++ {
+			n := w.free[rng.IntN(len(w.free))]
+			if countOn(w.buf[len(pl):], n) > 0 {
+				h-- // already hit: draw again (hits <= maxPicks << free nodes)
+				continue
 			}
-			if v := rng.IntN(pr.capacity[n] + 1); v > 0 {
-				w.buf = append(w.buf, NodeCount{Node: n, Count: v})
-				changed = true
+			// A hit on the job's own node, or raised to 0, is remembered
+			// as a zero entry (dropped below).
+			v := 0
+			if countOn(pl, n) == 0 {
+				v = rng.IntN(pr.capacity[n] + 1)
 			}
+			w.buf = append(w.buf, NodeCount{Node: n, Count: v})
+			changed = changed || v > 0
 		}
-		if direct {
-			for _, n := range w.free {
-				if rng.Uint64() < thrF {
-					raise(n)
+		if len(w.buf) > len(pl) {
+			out := w.buf[:len(pl)]
+			for _, nc := range w.buf[len(pl):] {
+				if nc.Count > 0 {
+					out = append(out, nc)
 				}
 			}
-		} else {
-			for i := w.skip(logMiss); i < len(w.free); i += 1 + w.skip(logMiss) {
-				raise(w.free[i])
-			}
+			w.buf = out
 		}
 		if changed {
 			sortByNode(w.buf)
@@ -263,9 +268,49 @@ func (w *worker) mutate(ind *indiv) {
 	}
 }
 
-// directScan is the number of free nodes up to which mutation draws one
-// Bernoulli per node instead of geometric skips.
-const directScan = 64
+// maxPicks caps the free nodes one job's mutation hits (the binomial tail
+// beyond it is below 1e-9).
+const maxPicks = 12
+
+// pickCDF tabulates the binomial(f, p) distribution of hits.
+func (w *worker) pickCDF(f int, p float64) {
+	w.cdf = w.cdf[:0]
+	pmf := math.Pow(1-p, float64(f)) // P(0)
+	acc := 0.0
+	for c := 0; c <= min(f, maxPicks); c++ {
+		acc += pmf
+		w.cdf = append(w.cdf, acc)
+		if p >= 1 {
+			pmf = 0
+		} else {
+			pmf *= float64(f-c) / float64(c+1) * p / (1 - p)
+		}
+	}
+	if p >= 1 {
+		w.cdf = w.cdf[:0]
+		for c := 0; c <= min(f, maxPicks); c++ {
+			w.cdf = append(w.cdf, float64(boolInt(c == min(f, maxPicks))))
+		}
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// picks draws a number of hits from the tabulated distribution.
+func (w *worker) picks() int {
+	u := w.rng.Float64()
+	for c, v := range w.cdf {
+		if u < v {
+			return c
+		}
+	}
+	return len(w.cdf) - 1
+}
 
 // threshold turns a probability into a bound for rng.Uint64() < bound.
 func threshold(p float64) uint64 {
@@ -276,20 +321,6 @@ func threshold(p float64) uint64 {
 		return 0
 	}
 	return uint64(p * (1 << 64))
-}
-
-// skip draws how many Bernoulli trials fail before the next success, for
-// a success probability p given as log(1-p).
-func (w *worker) skip(logMiss float64) int {
-	if math.IsInf(logMiss, -1) {
-		return 0
-	}
-	u := 1 - w.rng.Float64() // (0, 1]
-	s := math.Floor(math.Log(u) / logMiss)
-	if s > 1<<30 {
-		return 1 << 30
-	}
-	return int(s)
 }
 
 // repair enforces, in the spec's order: at most one distributed job per
