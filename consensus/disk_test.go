@@ -26,7 +26,7 @@ func TestRestartFromDisk(t *testing.T) {
 		c := &cluster{t: t, fwd: fwd, cfg: testConfig}
 		for _, id := range ids {
 			m := &member{id: id}
-			m.addr, m.trans = raft.NewInmemTransport(raft.ServerAddress(id))
+			m.addr, m.trans = newTransport(id)
 			c.members = append(c.members, m)
 		}
 		c.connectAll()

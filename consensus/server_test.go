@@ -57,7 +57,7 @@ func newCluster(t testing.TB, n int, cfg func(raft.ServerID) Config) *cluster {
 	var servers []raft.Server
 	for i := range n {
 		m := &member{id: raft.ServerID(fmt.Sprintf("s%d", i)), store: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()}
-		m.addr, m.trans = raft.NewInmemTransport(raft.ServerAddress(m.id))
+		m.addr, m.trans = newTransport(m.id)
 		c.members = append(c.members, m)
 		servers = append(servers, raft.Server{ID: m.id, Address: m.addr})
 	}
@@ -70,6 +70,13 @@ func newCluster(t testing.TB, n int, cfg func(raft.ServerID) Config) *cluster {
 	}
 	c.leader(c.members...)
 	return c
+}
+
+// newTransport returns an in-memory transport whose RPCs time out after
+// a second (the library's 5 s default makes a shutdown wait that long for
+// an RPC to a removed server).
+func newTransport(id raft.ServerID) (raft.ServerAddress, *raft.InmemTransport) {
+	return raft.NewInmemTransportWithTimeout(raft.ServerAddress(id), time.Second)
 }
 
 func (c *cluster) start(m *member) {
@@ -295,9 +302,18 @@ func TestDeposedLeaderAllocationRejected(t *testing.T) {
 	// Once it can reach the new leader, its allocation is forwarded there
 	// and fenced by the term, whatever generation it claims.
 	c.heal()
-	waitFor(t, 10*time.Second, "the old leader to step down", func() bool {
+	var cur *member
+	waitFor(t, 10*time.Second, "the old leader to follow a new one", func() bool {
 		id, _ := old.srv.Leader()
-		return old.srv.Raft().State() == raft.Follower && id == nl.id
+		if old.srv.Raft().State() != raft.Follower || id == "" || id == old.id {
+			return false
+		}
+		for _, m := range c.members {
+			if m.id == id {
+				cur = m
+			}
+		}
+		return true
 	})
 	for _, gen := range []uint64{2, 3, 100} {
 		err := old.srv.CommitAllocation(ctx, gen, oldTerm, map[string][]Slot{"j1": {{"n1", 1}}})
@@ -306,10 +322,12 @@ func TestDeposedLeaderAllocationRejected(t *testing.T) {
 		}
 	}
 	// A current-term allocation with an old generation is fenced too.
-	if err := nl.srv.CommitAllocation(ctx, 2, newTerm, map[string][]Slot{"j1": {{"n1", 1}}}); !errors.Is(err, ErrStaleGeneration) {
+	cur = c.leader(cur)
+	curTerm, _ := cur.srv.Leadership()
+	if err := cur.srv.CommitAllocation(ctx, 2, curTerm, map[string][]Slot{"j1": {{"n1", 1}}}); !errors.Is(err, ErrStaleGeneration) {
 		t.Fatalf("repeated generation: %v, want ErrStaleGeneration", err)
 	}
-	st, err := nl.srv.Read(ctx)
+	st, err := cur.srv.Read(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +351,7 @@ func TestSnapshotInstalledOnNewVoter(t *testing.T) {
 	// A new server can only catch up from the snapshot: the log before it
 	// is gone.
 	m := &member{id: "s3", store: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()}
-	m.addr, m.trans = raft.NewInmemTransport("s3")
+	m.addr, m.trans = newTransport("s3")
 	c.members = append(c.members, m)
 	c.connectAll()
 	c.start(m)
@@ -424,7 +442,7 @@ func TestHTTPForwarding(t *testing.T) {
 	var servers []raft.Server
 	for i := range 3 {
 		m := &member{id: raft.ServerID(fmt.Sprintf("h%d", i)), store: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()}
-		m.addr, m.trans = raft.NewInmemTransport(raft.ServerAddress(m.id))
+		m.addr, m.trans = newTransport(m.id)
 		c.members = append(c.members, m)
 		servers = append(servers, raft.Server{ID: m.id, Address: m.addr})
 	}
