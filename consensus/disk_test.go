@@ -3,6 +3,7 @@ package consensus
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -86,5 +87,43 @@ func TestOpenDiskErrors(t *testing.T) {
 	}
 	if _, err := OpenDisk(Config{}, t.TempDir(), trans, nil); err == nil {
 		t.Fatal("a server without id started")
+	}
+}
+
+// TestTCPGarbage sends garbage to the Raft TCP port of a bolt-backed
+// single-server cluster: the connection is dropped and the server keeps
+// committing.
+func TestTCPGarbage(t *testing.T) {
+	cfg := testConfig("t0")
+	trans, err := ListenTCP("127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenDisk(cfg, t.TempDir(), trans, nil)
+	if err != nil {
+		_ = trans.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown() })
+	if err := s.Bootstrap([]raft.Server{{ID: "t0", Address: trans.LocalAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 10*time.Second)
+	if err := s.RegisterNode(ctx, Node{ID: "n", GPUs: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, junk := range [][]byte{[]byte("GET / HTTP/1.1\r\n\r\n"), {0, 0xff, 0xfe, 1, 2, 3}, bytes.Repeat([]byte{0x01}, 4096)} {
+		conn, err := net.Dial("tcp", string(trans.LocalAddr()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = conn.Write(junk)
+		_ = conn.Close()
+	}
+	if err := s.MarkNode(ctx, "n", Dead); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.Read(ctx); err != nil || st.Nodes["n"].Health != Dead {
+		t.Fatalf("after garbage: %v, %v", st, err)
 	}
 }

@@ -312,38 +312,34 @@ func (s *Server) serveForward(ctx context.Context, req []byte) ([]byte, error) {
 	return encodeResponse(res), nil
 }
 
-// single applies one command and returns its index or error.
-func (s *Server) single(ctx context.Context, c Command) (uint64, error) {
+// single applies one command and returns its error.
+func (s *Server) single(ctx context.Context, c Command) error {
 	res, err := s.Apply(ctx, c)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	return res[0].Index, res[0].Err
+	return res[0].Err
 }
 
 // SubmitJob adds a Pending job.
 func (s *Server) SubmitJob(ctx context.Context, id string, spec JobSpec, submitTime float64) error {
-	_, err := s.single(ctx, &SubmitJob{ID: id, Spec: spec, SubmitTime: submitTime})
-	return err
+	return s.single(ctx, &SubmitJob{ID: id, Spec: spec, SubmitTime: submitTime})
 }
 
 // UpdateJob applies a job's report (see UpdateJob).
 func (s *Server) UpdateJob(ctx context.Context, u UpdateJob) error {
-	_, err := s.single(ctx, &u)
-	return err
+	return s.single(ctx, &u)
 }
 
 // CompleteJob finishes a job (exactly once) and frees its GPUs.
 func (s *Server) CompleteJob(ctx context.Context, id string, failed bool, reason string, finishTime float64) error {
-	_, err := s.single(ctx, &CompleteJob{ID: id, Failed: failed, Reason: reason, FinishTime: finishTime})
-	return err
+	return s.single(ctx, &CompleteJob{ID: id, Failed: failed, Reason: reason, FinishTime: finishTime})
 }
 
 // RecordProfile merges profile entries and gradient statistics into a
 // job's model inputs.
 func (s *Server) RecordProfile(ctx context.Context, p RecordProfile) error {
-	_, err := s.single(ctx, &p)
-	return err
+	return s.single(ctx, &p)
 }
 
 // CommitAllocation commits an allocation decided by the leader of term
@@ -351,8 +347,7 @@ func (s *Server) RecordProfile(ctx context.Context, p RecordProfile) error {
 // It fails with ErrStaleTerm or ErrStaleGeneration if a newer leader has
 // taken over.
 func (s *Server) CommitAllocation(ctx context.Context, generation, term uint64, jobs map[string][]Slot) error {
-	_, err := s.single(ctx, &CommitAllocation{Generation: generation, Term: term, Jobs: jobs})
-	return err
+	return s.single(ctx, &CommitAllocation{Generation: generation, Term: term, Jobs: jobs})
 }
 
 // RegisterNode adds or replaces a node (a zero Health means Alive).
@@ -360,14 +355,12 @@ func (s *Server) RegisterNode(ctx context.Context, n Node) error {
 	if n.Health == 0 {
 		n.Health = Alive
 	}
-	_, err := s.single(ctx, &RegisterNode{Node: n})
-	return err
+	return s.single(ctx, &RegisterNode{Node: n})
 }
 
 // MarkNode sets a node's health.
 func (s *Server) MarkNode(ctx context.Context, id string, h Health) error {
-	_, err := s.single(ctx, &MarkNode{ID: id, Health: h})
-	return err
+	return s.single(ctx, &MarkNode{ID: id, Health: h})
 }
 
 // AddVoter adds a voting server to the cluster. Only the leader can.
