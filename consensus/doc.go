@@ -40,10 +40,13 @@
 // the encoding is canonical (maps written sorted), so snapshots of equal
 // states are byte-identical and can be compared; it does not depend on the
 // JSON tags of the optimizer's types, which serve another purpose; and
-// the decoder is small enough to fuzz exhaustively, with every length
+// the decoder is small and fuzzed, with every length
 // bounded before it allocates. A command in an unknown version is refused
-// whole (ErrUnknownVersion). Snapshots are a magic, a version byte, the
-// canonical state and a CRC-32C.
+// whole (ErrUnknownVersion). Every server refuses such a command the same
+// way, so replicas cannot diverge; but a cluster must therefore run
+// binaries that know a new version on every server before any leader
+// writes it (Encode writes CommandVersion only). Snapshots are a magic, a
+// version byte, the canonical state and a CRC-32C.
 //
 // # Server
 //
