@@ -1,10 +1,30 @@
 // Package optimizer holds the cluster-wide scheduling policies: Pollux's
-// goodput-driven genetic search and the Tiresias and Optimus baselines.
+// goodput-driven search and the Tiresias and Optimus baselines, all behind
+// one small Policy interface, plus the pieces around them.
 //
 // Every policy is pure: it reads an immutable Snapshot (jobs with their
-// speedup functions, nodes, the previous round's search state, a seed and
-// the current time) and returns an Allocation with diagnostics. There is no
-// I/O, no clock and no global randomness, so the same snapshot and seed
-// always give the same allocation. The live allocator actor and the
-// trace-driven testbed call the very same code.
+// goodput models, age, attained service, restarts, replica bounds and
+// current placements; nodes; a seed; the current time) and the search
+// State it returned the round before, and returns a Result: one Placement
+// (per-node replica counts) per job, diagnostics and the next State. There
+// is no I/O, no clock and no global randomness (math/rand/v2 PCG streams
+// derived from Snapshot.Seed), so the same snapshot and state give the same
+// allocation whatever the number of worker goroutines. The live allocator
+// actor and the trace-driven testbed call the very same code.
+//
+// Contents:
+//   - Objective (objective.go): the Pollux fitness of pollux-spec.md
+//     section 4, speedups relative to the fair share, exactly as the Python
+//     artifact computes it (checked against its recorded rounds by
+//     optimizer/refsnap's tests).
+//   - Pollux (pollux.go, search.go, climb.go): a genetic search over sparse
+//     per-job placements with the spec's crossover, mutations and repair,
+//     warm-started from the previous population, plus a hill climber.
+//   - RefGA (refga.go) and Greedy (greedy.go): the reference-shaped dense
+//     GA and a greedy baseline, used by the tests and `pollux bench
+//     allocator` to measure the search's quality.
+//   - Tiresias and Optimus (baselines.go): pollux-spec.md section 5.
+//   - AssignGPUs (gpus.go): per-node counts to GPU ids without moving jobs
+//     whose counts did not change.
+//   - Synthetic (synth.go): seeded synthetic rounds for benchmarks and tests.
 package optimizer
