@@ -18,6 +18,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"pollux/optimizer"
 	"pollux/testbed"
@@ -139,8 +140,15 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 	}
 	workers := min(f.parallel, len(runs))
 	perRun := max(1, runtime.GOMAXPROCS(0)/workers)
+	// The bar redraws in place: draw it only on a terminal, so that logs
+	// and test buffers get the final timing line alone.
+	tty := false
+	if fh, ok := stderr.(*os.File); ok {
+		tty = term.IsTerminal(int(fh.Fd()))
+	}
 	bar := progressbar.NewOptions(total,
 		progressbar.OptionSetWriter(stderr),
+		progressbar.OptionSetVisibility(tty),
 		progressbar.OptionSetDescription(fmt.Sprintf("simulating %d runs", len(runs))),
 		progressbar.OptionShowCount(),
 		progressbar.OptionThrottle(200*time.Millisecond),

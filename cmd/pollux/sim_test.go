@@ -139,3 +139,30 @@ func TestSimJSONAndOut(t *testing.T) {
 		t.Errorf("jobs.csv: %v\n%s", err, data)
 	}
 }
+
+// The same seed gives the same summary.json, byte for byte, for every
+// policy.
+func TestSimSameSeedSameSummary(t *testing.T) {
+	dir := t.TempDir()
+	wl := writeFile(t, dir, "tiny.csv", wlHeader+
+		"ncf-0,0,ncf,1,32768\ncifar10-1,30,cifar10,4,512\nyolov3-2,90,yolov3,4,64\ncifar10-3,100,cifar10,8,1024\n")
+	summary := func(name string) []byte {
+		out := filepath.Join(dir, name)
+		var stderr bytes.Buffer
+		if code, _ := runCapture(t, []string{"sim", "--workload", wl, "--policy", "all", "--seed", "5", "--out", out}, &stderr); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+		data, err := os.ReadFile(filepath.Join(out, "summary.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	a, b := summary("a"), summary("b")
+	if !bytes.Equal(a, b) {
+		t.Errorf("same seed, different summaries:\n%s\n%s", a, b)
+	}
+	if !bytes.Contains(a, []byte(`"tiresias"`)) || !bytes.Contains(a, []byte(`"optimus"`)) {
+		t.Errorf("summary lacks a policy:\n%s", a)
+	}
+}

@@ -29,8 +29,8 @@ func (toyApp) StepTimes(p []int, _ float64) (float64, float64) {
 	return 0.1 + sync, sync
 }
 func (toyApp) GradStats(float64, int) goodput.GradStats { return goodput.GradStats{} }
-func (toyApp) EpochEnd(e int) float64                    { return 600 * float64(e) }
-func (toyApp) Iterations(_ float64, e int) float64       { return 600 * float64(e) }
+func (toyApp) EpochEnd(e int) float64                   { return 600 * float64(e) }
+func (toyApp) Iterations(_ float64, e int) float64      { return 600 * float64(e) }
 
 // fixedPolicy gives every job the same placement every round.
 type fixedPolicy struct{ pl optimizer.Placement }

@@ -220,3 +220,13 @@ func TestLoadMeasured(t *testing.T) {
 		t.Errorf("row 7: %+v", rows[7])
 	}
 }
+
+// BenchmarkStepTimes looks up an unmeasured placement (the interpolated
+// path) on the artifact traces.
+func BenchmarkStepTimes(b *testing.B) {
+	a := loadArtifact(b)["imagenet"]
+	p := []int{4, 4, 3, 4, 4, 2, 4}
+	for b.Loop() {
+		a.StepTimes(p, 100)
+	}
+}
