@@ -38,7 +38,7 @@ type Config struct {
 	// Logger receives the server's and Raft's logs (nil: slog.Default()).
 	Logger *slog.Logger
 	// RaftLogLevel is the least level of Raft's own messages that is
-	// logged (zero value: warnings).
+	// logged (DefaultConfig: warnings; the zero value is slog.LevelInfo).
 	RaftLogLevel slog.Level
 }
 

@@ -173,6 +173,9 @@ func (s *Server) timeout(ctx context.Context) time.Duration {
 // the whole batch (invalid command, timeout, forwarding failure); a
 // refusal by the state machine is in its Result.
 func (s *Server) Apply(ctx context.Context, cmds ...Command) ([]Result, error) {
+	if len(cmds) == 0 {
+		return nil, nil
+	}
 	enc := make([][]byte, len(cmds))
 	for i, c := range cmds {
 		b, err := Encode(c)
