@@ -45,14 +45,15 @@ func decodeTable(r io.Reader, name string, want []string) (*table, error) {
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		line, _ := cr.FieldPos(0)
 		if err != nil {
+			line := 0
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
 				line = pe.Line
 			}
 			return nil, fmt.Errorf("%w: %s:%d: %v", ErrMalformed, name, line, err)
 		}
+		line, _ := cr.FieldPos(0)
 		if len(rec) != len(want) {
 			return nil, fmt.Errorf("%w: %s:%d: %d fields, want %d", ErrMalformed, name, line, len(rec), len(want))
 		}

@@ -71,14 +71,15 @@ func Decode(r io.Reader, name string, known func(string) bool) (Workload, error)
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		line, _ := cr.FieldPos(0)
 		if err != nil {
+			line := 0
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
 				line = pe.Line
 			}
 			return wl, fmt.Errorf("%w: %s:%d: %v", ErrMalformed, name, line, err)
 		}
+		line, _ := cr.FieldPos(0)
 		job, err := decodeRow(rec, known)
 		if err != nil {
 			return wl, fmt.Errorf("%s:%d: %w", name, line, err)
