@@ -63,16 +63,6 @@ func (p *Pollux) budget(jobs int) (pop, gens int) {
 	return pop, gens
 }
 
-// finalClimbs is how many final individuals to polish: finalClimbs for
-// small rounds, only the best for large ones (a climb costs O(jobs x
-// nodes) there).
-func (p *Pollux) finalClimbs(jobs int) int {
-	if jobs > 512 {
-		return 1
-	}
-	return finalClimbs
-}
-
 func (p *Pollux) workers() int {
 	if p.Workers > 0 {
 		return p.Workers
@@ -173,7 +163,7 @@ func (p *Pollux) Allocate(snap *Snapshot, prev *State) (Result, error) {
 	best.copyFrom(pop[0])
 	cl.improve(best)
 	cand := pr.newIndiv()
-	for _, ind := range pop[1:min(len(pop), p.finalClimbs(pr.jobs))] {
+	for _, ind := range pop[1:min(len(pop), finalClimbs)] {
 		cand.copyFrom(ind)
 		cl.improve(cand)
 		evals++
