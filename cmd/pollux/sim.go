@@ -85,7 +85,7 @@ without --workload it draws ` + fmt.Sprint(generatedWorkloads) + ` seeded worklo
 	fl.IntVar(&f.gpusPerNode, "gpus-per-node", 4, "GPUs per node")
 	fl.DurationVar(&f.interval, "interval", 60*time.Second, "scheduling interval (whole seconds)")
 	fl.Float64Var(&f.interference, "interference", 0, "slowdown of a distributed job sharing a node with another, in [0, 1]")
-	fl.Float64Var(&f.p, "p", -1, "Pollux fairness exponent of the power mean")
+	fl.Float64Var(&f.p, "p", -1, "Pollux fairness exponent of the power mean (1 utilitarian, more negative fairer)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the policies and of generated workloads")
 	fl.IntVar(&f.parallel, "parallel", runtime.NumCPU(), "runs to simulate at once")
 	fl.StringVar(&f.out, "out", "", "directory for summary.json, jobs.csv and PNG plots")
@@ -115,8 +115,8 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return badInput(err)
 	}
-	if math.IsNaN(f.p) || math.IsInf(f.p, 0) || f.p == 0 {
-		return badInput(fmt.Errorf("sim: --p %v: want a finite non-zero exponent", f.p))
+	if math.IsNaN(f.p) || math.IsInf(f.p, 0) {
+		return badInput(fmt.Errorf("sim: --p %v: want a finite exponent (0 is the geometric mean)", f.p))
 	}
 	if f.parallel < 1 {
 		return badInput(fmt.Errorf("sim: --parallel %d: want at least 1", f.parallel))

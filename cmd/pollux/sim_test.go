@@ -53,6 +53,8 @@ func TestSimBadInput(t *testing.T) {
 		{"bad interval", []string{"--workload", good, "--interval", "1500ms"}, "interval"},
 		{"bad interference", []string{"--workload", good, "--interference", "2"}, "interference"},
 		{"bad nodes", []string{"--workload", good, "--nodes", "0"}, "nodes"},
+		{"bad p", []string{"--workload", good, "--p", "NaN"}, "--p"},
+		{"bad parallel", []string{"--workload", good, "--parallel", "0"}, "--parallel"},
 		{"bad flag", []string{"--bogus"}, "bogus"},
 	}
 	for _, tt := range tests {
