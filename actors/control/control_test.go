@@ -1,0 +1,187 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/hashicorp/raft"
+
+	"pollux/actors/emulator"
+	"pollux/actors/node"
+	"pollux/actors/workerproto"
+	"pollux/consensus"
+	"pollux/testbed/builtin"
+)
+
+// TestMain doubles as an emulated worker: the node actor under test
+// starts this binary with "emuworker APP".
+func TestMain(m *testing.M) {
+	if len(os.Args) == 3 && os.Args[1] == "emuworker" {
+		os.Exit(emuWorker(os.Args[2]))
+	}
+	os.Exit(m.Run())
+}
+
+func emuWorker(app string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	env, err := workerproto.ParseEnv(os.LookupEnv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	cat, err := builtin.Catalog()
+	if err != nil || cat[app] == nil {
+		return 3
+	}
+	_, err = emulator.Run(ctx, emulator.Config{Env: env, App: cat[app], TimeScale: 3000,
+		ReportEvery: 50 * time.Millisecond, Tick: 10 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return 4
+	}
+	return 0
+}
+
+func quiet() *slog.Logger {
+	if os.Getenv("CONTROL_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// singleServer is a one-member in-memory consensus cluster.
+func singleServer(t *testing.T) *consensus.Server {
+	t.Helper()
+	cfg := consensus.DefaultConfig("s0")
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
+	cfg.Logger = quiet()
+	addr, trans := raft.NewInmemTransport("s0")
+	store := raft.NewInmemStore()
+	srv, err := consensus.NewServer(cfg, consensus.Stores{Transport: trans, Logs: store, Stable: store, Snapshots: raft.NewInmemSnapshotStore()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown() })
+	if err := srv.Bootstrap([]raft.Server{{ID: "s0", Address: addr}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, leader := srv.Leadership(); leader {
+			return srv
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no leader")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// recordingStore remembers the profile entries the job actors write.
+type recordingStore struct {
+	*consensus.Server
+	mu       sync.Mutex
+	profiles []consensus.RecordProfile
+}
+
+func (r *recordingStore) RecordProfile(ctx context.Context, p consensus.RecordProfile) error {
+	r.mu.Lock()
+	r.profiles = append(r.profiles, p)
+	r.mu.Unlock()
+	return r.Server.RecordProfile(ctx, p)
+}
+
+func TestClusterRunsJobsToCompletion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs emulated worker processes")
+	}
+	srv := singleServer(t)
+	store := &recordingStore{Server: srv}
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet() }))
+	nd, err := node.Start(sys, node.Config{Name: "n1", GPUs: 4, Grace: 5 * time.Second, WorkerOutput: io.Discard, Logger: quiet(),
+		Emulator: func(app string) []string { return []string{os.Args[0], "emuworker", app} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nd.Stop(10 * time.Second)
+	ctx := context.Background()
+	if err := srv.RegisterNode(ctx, consensus.Node{ID: "n1", Addresses: []string{sys.Address()}, GPUs: 4, Health: consensus.Alive}); err != nil {
+		t.Fatal(err)
+	}
+	cat, _ := builtin.Catalog()
+	jobs := map[string]string{"c1": "cifar10", "c2": "cifar10", "d1": "deepspeech2"}
+	for id, app := range jobs {
+		spec := consensus.JobSpec{Name: id, App: app, MinReplicas: 1, MaxReplicas: 4, Limits: cat[app].Limits(), CheckpointDir: t.TempDir()}
+		if err := srv.SubmitJob(ctx, id, spec, float64(time.Now().UnixNano())/1e9); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var rounds []RoundInfo
+	props, err := NewAllocator(Config{Store: store, Interval: 200 * time.Millisecond, TimeScale: 3000, CheckpointRoot: t.TempDir(), Logger: quiet()},
+		func(ri RoundInfo) { mu.Lock(); rounds = append(rounds, ri); mu.Unlock() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := sys.Root.SpawnNamed(props, AllocatorName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sys.Root.StopFuture(pid).Wait() }()
+
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st := srv.LocalState()
+		done := 0
+		for _, j := range st.Jobs {
+			if j.State == consensus.Completed {
+				done++
+			}
+			if j.State == consensus.Failed {
+				t.Fatalf("job %s failed: %s", j.ID, j.Reason)
+			}
+		}
+		if done == len(jobs) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d jobs completed", done, len(jobs))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, ri := range rounds {
+		if ri.GPUsUsed > 4 {
+			t.Errorf("round %+v uses more than 4 GPUs", ri)
+		}
+	}
+	adapted := false
+	for _, p := range store.profiles {
+		for _, e := range p.Entries {
+			if e.LocalBatch*e.Replicas != cat[jobs[p.ID]].Limits().InitBatch {
+				adapted = true
+			}
+		}
+	}
+	if !adapted {
+		t.Error("no job ever ran at a batch other than its initial one")
+	}
+	st := srv.LocalState()
+	for id, j := range st.Jobs {
+		if j.Epoch != cat[jobs[id]].MaxEpochs() || len(j.Profile) == 0 || j.Attained <= 0 {
+			t.Errorf("job %s: epoch %d, %d profile entries, attained %v", id, j.Epoch, len(j.Profile), j.Attained)
+		}
+	}
+	t.Logf("%d rounds, last %+v", len(rounds), rounds[len(rounds)-1])
+}
