@@ -1,8 +1,10 @@
 package builtin
 
 import (
+	"bytes"
 	"errors"
 	"math"
+	"os"
 	"testing"
 )
 
@@ -71,4 +73,24 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The embedded profiles are what the committed derivation makes of the
+// artifact's traces.
+func TestDeriveReproducesEmbedded(t *testing.T) {
+	const dir = "../../../shared/pollux-artifact/traces"
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("artifact traces not present at %s: %v", dir, err)
+	}
+	ps, err := Derive(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Encode(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := bytes.TrimSpace(profilesJSON); !bytes.Equal(got, want) {
+		t.Errorf("profiles.json is stale: rerun go run ./testbed/builtin/gen")
+	}
 }
