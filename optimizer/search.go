@@ -240,7 +240,7 @@ func (w *worker) mutate(ind *indiv) {
 		for h := 0; h < hits; h++ {
 			n := w.free[rng.IntN(len(w.free))]
 			if countOn(w.buf[len(pl):], n) > 0 {
-				h-- // already hit: draw again (hits <= maxPicks << free nodes)
+				h-- // already hit: draw again (hits <= free nodes, so this ends)
 				continue
 			}
 			// A hit on the job's own node, or raised to 0, is remembered
@@ -272,33 +272,25 @@ func (w *worker) mutate(ind *indiv) {
 // beyond it is below 1e-9).
 const maxPicks = 12
 
-// pickCDF tabulates the binomial(f, p) distribution of hits.
+// pickCDF tabulates the binomial(f, p) distribution of hits, truncated at
+// maxPicks.
 func (w *worker) pickCDF(f int, p float64) {
+	top := min(f, maxPicks)
 	w.cdf = w.cdf[:0]
+	if p >= 1 { // every node is hit
+		for c := 0; c < top; c++ {
+			w.cdf = append(w.cdf, 0)
+		}
+		w.cdf = append(w.cdf, 1)
+		return
+	}
 	pmf := math.Pow(1-p, float64(f)) // P(0)
 	acc := 0.0
-	for c := 0; c <= min(f, maxPicks); c++ {
+	for c := 0; c <= top; c++ {
 		acc += pmf
 		w.cdf = append(w.cdf, acc)
-		if p >= 1 {
-			pmf = 0
-		} else {
-			pmf *= float64(f-c) / float64(c+1) * p / (1 - p)
-		}
+		pmf *= float64(f-c) / float64(c+1) * p / (1 - p)
 	}
-	if p >= 1 {
-		w.cdf = w.cdf[:0]
-		for c := 0; c <= min(f, maxPicks); c++ {
-			w.cdf = append(w.cdf, float64(boolInt(c == min(f, maxPicks))))
-		}
-	}
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // picks draws a number of hits from the tabulated distribution.
@@ -320,7 +312,11 @@ func threshold(p float64) uint64 {
 	if p <= 0 {
 		return 0
 	}
-	return uint64(p * (1 << 64))
+	v := p * (1 << 64)
+	if v >= 1<<64 {
+		return math.MaxUint64
+	}
+	return uint64(v)
 }
 
 // repair enforces, in the spec's order: at most one distributed job per
