@@ -1,0 +1,333 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"pollux/actors/control"
+	"pollux/actors/jobspec"
+	"pollux/consensus"
+)
+
+// Paths of the API.
+const (
+	PathJobs   = "/v1/jobs"
+	PathNodes  = "/v1/nodes"
+	PathStatus = "/v1/status"
+)
+
+var _ Backend = (*consensus.Server)(nil)
+
+// Backend is what the API reads and writes: a consensus server.
+type Backend interface {
+	Leadership() (term uint64, leader bool)
+	Leader() (raft.ServerID, raft.ServerAddress)
+	Read(ctx context.Context) (*consensus.State, error)
+	LocalState() *consensus.State
+	SubmitJob(ctx context.Context, id string, spec consensus.JobSpec, submitTime float64) error
+}
+
+// Config configures the API.
+type Config struct {
+	Backend Backend
+	// Apps are the emulated applications a spec may name.
+	Apps []string
+	// Forward serves consensus.ForwardPath (nil: not served).
+	Forward http.Handler
+	Now     func() time.Time
+	Logger  *slog.Logger
+}
+
+// Job is one job as the API shows it.
+type Job struct {
+	ID          string  `json:"id"`
+	State       string  `json:"state"`
+	App         string  `json:"application,omitempty"`
+	GPUs        int     `json:"gpus"`
+	Nodes       int     `json:"nodes"`
+	Incarnation uint64  `json:"incarnation"`
+	Restarts    int     `json:"restarts"`
+	Epoch       int     `json:"epoch"`
+	Progress    float64 `json:"progress"`
+	Attained    float64 `json:"attained_gpu_seconds"`
+	SubmitTime  float64 `json:"submit_time"`
+	FinishTime  float64 `json:"finish_time,omitempty"`
+	InitBatch   int     `json:"init_batch_size"`
+	Reason      string  `json:"reason,omitempty"`
+}
+
+// Node is one node as the API shows it.
+type Node struct {
+	ID      string `json:"id"`
+	Health  string `json:"health"`
+	GPUs    int    `json:"gpus"`
+	Used    int    `json:"gpus_used"`
+	Rack    string `json:"rack,omitempty"`
+	Address string `json:"address,omitempty"`
+}
+
+// Status is the cluster's state in brief.
+type Status struct {
+	// Leader is the leader's id; Serving is this server; Stale is set
+	// when the answer comes from a follower's local copy.
+	Leader     string         `json:"leader"`
+	Serving    string         `json:"serving"`
+	Stale      bool           `json:"stale"`
+	Term       uint64         `json:"term"`
+	Generation uint64         `json:"generation"`
+	GPUs       int            `json:"gpus"`
+	GPUsUsed   int            `json:"gpus_used"`
+	Jobs       map[string]int `json:"jobs"`
+	LastRound  *RoundJSON     `json:"last_round,omitempty"`
+}
+
+// RoundJSON is the allocator's last round on this server.
+type RoundJSON struct {
+	Generation uint64  `json:"generation"`
+	Jobs       int     `json:"jobs"`
+	Fitness    float64 `json:"fitness"`
+	Seconds    float64 `json:"seconds"`
+}
+
+// API is the HTTP handler and the metrics it exports.
+type API struct {
+	cfg Config
+	id  string
+	mux *http.ServeMux
+	reg *prometheus.Registry
+
+	roundTime   prometheus.Histogram
+	fitness     prometheus.Gauge
+	leaderships prometheus.Counter
+
+	mu        sync.Mutex
+	lastRound *control.RoundInfo
+	lastTerm  uint64
+}
+
+// New returns the API of server id.
+func New(id string, cfg Config) *API {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a := &API{cfg: cfg, id: id, mux: http.NewServeMux(), reg: prometheus.NewRegistry()}
+	a.roundTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pollux_allocation_round_seconds",
+		Help: "Wall time of allocation rounds run by this server as leader.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
+	a.fitness = prometheus.NewGauge(prometheus.GaugeOpts{Name: "pollux_allocation_fitness", Help: "Fitness of the last allocation this server decided."})
+	a.leaderships = prometheus.NewCounter(prometheus.CounterOpts{Name: "pollux_leader_changes_total", Help: "Leaderships this server has taken up."})
+	a.reg.MustRegister(a.roundTime, a.fitness, a.leaderships, stateCollector{a})
+	a.mux.HandleFunc("POST "+PathJobs, a.submit)
+	a.mux.HandleFunc("GET "+PathJobs, a.jobs)
+	a.mux.HandleFunc("GET "+PathNodes, a.nodes)
+	a.mux.HandleFunc("GET "+PathStatus, a.status)
+	a.mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	if cfg.Forward != nil {
+		a.mux.Handle(consensus.ForwardPath, cfg.Forward)
+	}
+	return a
+}
+
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+
+// ObserveRound records one allocator round (a control.Observer).
+func (a *API) ObserveRound(ri control.RoundInfo) {
+	a.roundTime.Observe(ri.Duration.Seconds())
+	a.fitness.Set(ri.Fitness)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ri.Term != a.lastTerm {
+		a.lastTerm = ri.Term
+		a.leaderships.Inc()
+	}
+	a.lastRound = &ri
+}
+
+// Error is the body of every non-2xx answer.
+type Error struct {
+	Error string `json:"error"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (a *API) submit(w http.ResponseWriter, r *http.Request) {
+	spec, err := jobspec.Decode(http.MaxBytesReader(w, r.Body, jobspec.MaxBytes+1))
+	if err == nil && spec.Application != "" && !slices.Contains(a.cfg.Apps, spec.Application) {
+		err = &jobspec.FieldError{Field: "application", Value: fmt.Sprintf("%q", spec.Application),
+			Reason: fmt.Sprintf("not a built-in application (%v)", a.cfg.Apps)}
+	}
+	if err != nil {
+		code := http.StatusBadRequest
+		var mbe *http.MaxBytesError
+		if errors.Is(err, jobspec.ErrTooLarge) || errors.As(err, &mbe) {
+			code = http.StatusRequestEntityTooLarge
+		}
+		writeJSON(w, code, Error{err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	cs := consensus.JobSpec{Name: spec.Name, Command: spec.Command, App: spec.Application,
+		MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas, Limits: spec.Limits(), CheckpointDir: spec.CheckpointDir}
+	err = a.cfg.Backend.SubmitJob(ctx, spec.Name, cs, float64(a.cfg.Now().UnixNano())/1e9)
+	switch {
+	case errors.Is(err, consensus.ErrJobExists):
+		writeJSON(w, http.StatusConflict, Error{err.Error()})
+	case errors.Is(err, consensus.ErrInvalid):
+		writeJSON(w, http.StatusBadRequest, Error{err.Error()})
+	case err != nil:
+		a.cfg.Logger.Warn("api: submit", "job", spec.Name, "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
+	default:
+		a.cfg.Logger.Info("api: job submitted", "job", spec.Name)
+		writeJSON(w, http.StatusCreated, map[string]string{"id": spec.Name})
+	}
+}
+
+// state reads the leader's linearizable state or, on a follower, the
+// local copy (stale true).
+func (a *API) state(ctx context.Context) (*consensus.State, bool, error) {
+	if _, leader := a.cfg.Backend.Leadership(); leader {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		st, err := a.cfg.Backend.Read(ctx)
+		return st, false, err
+	}
+	return a.cfg.Backend.LocalState(), true, nil
+}
+
+func (a *API) jobs(w http.ResponseWriter, r *http.Request) {
+	st, _, err := a.state(r.Context())
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, JobsOf(st))
+}
+
+// JobsOf lists the jobs of st by submission time.
+func JobsOf(st *consensus.State) []Job {
+	out := []Job{}
+	for _, id := range st.JobIDs() {
+		j := st.Jobs[id]
+		slots := st.Allocation.Jobs[id]
+		k := 0
+		for _, sl := range slots {
+			k += sl.GPUs
+		}
+		out = append(out, Job{ID: id, State: j.State.String(), App: j.Spec.App, GPUs: k, Nodes: len(slots),
+			Incarnation: j.Incarnation, Restarts: j.Restarts, Epoch: j.Epoch, Progress: j.Progress, Attained: j.Attained,
+			SubmitTime: j.SubmitTime, FinishTime: j.FinishTime, InitBatch: j.Spec.Limits.InitBatch, Reason: j.Reason})
+	}
+	slices.SortStableFunc(out, func(x, y Job) int { return cmp.Compare(x.SubmitTime, y.SubmitTime) })
+	return out
+}
+
+func (a *API) nodes(w http.ResponseWriter, r *http.Request) {
+	st, _, err := a.state(r.Context())
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
+		return
+	}
+	used := st.UsedGPUs()
+	out := []Node{}
+	for _, id := range st.NodeIDs() {
+		n := st.Nodes[id]
+		nd := Node{ID: id, Health: n.Health.String(), GPUs: n.GPUs, Used: used[id], Rack: n.Rack}
+		if len(n.Addresses) > 0 {
+			nd.Address = n.Addresses[0]
+		}
+		out = append(out, nd)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *API) status(w http.ResponseWriter, r *http.Request) {
+	st, stale, err := a.state(r.Context())
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
+		return
+	}
+	leader, _ := a.cfg.Backend.Leader()
+	term, _ := a.cfg.Backend.Leadership()
+	s := Status{Leader: string(leader), Serving: a.id, Stale: stale, Term: term, Generation: st.Allocation.Generation, Jobs: map[string]int{}}
+	for _, n := range st.Nodes {
+		if n.Health == consensus.Alive {
+			s.GPUs += n.GPUs
+		}
+	}
+	for _, g := range st.UsedGPUs() {
+		s.GPUsUsed += g
+	}
+	for _, j := range st.Jobs {
+		s.Jobs[j.State.String()]++
+	}
+	a.mu.Lock()
+	if ri := a.lastRound; ri != nil {
+		s.LastRound = &RoundJSON{Generation: ri.Generation, Jobs: ri.Jobs, Fitness: ri.Fitness, Seconds: ri.Duration.Seconds()}
+	}
+	a.mu.Unlock()
+	writeJSON(w, http.StatusOK, s)
+}
+
+// stateCollector exports gauges computed from the local state at scrape
+// time.
+type stateCollector struct{ a *API }
+
+var (
+	descJobs     = prometheus.NewDesc("pollux_jobs", "Jobs by state.", []string{"state"}, nil)
+	descGPUs     = prometheus.NewDesc("pollux_gpus_allocated", "GPUs in the committed allocation.", nil, nil)
+	descGPUTotal = prometheus.NewDesc("pollux_gpus", "GPUs of alive nodes.", nil, nil)
+	descRestarts = prometheus.NewDesc("pollux_job_restarts", "Re-placements of all jobs so far.", nil, nil)
+	descGen      = prometheus.NewDesc("pollux_allocation_generation", "Committed allocation generation.", nil, nil)
+)
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descJobs, descGPUs, descGPUTotal, descRestarts, descGen} {
+		ch <- d
+	}
+}
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.a.cfg.Backend.LocalState()
+	byState := map[string]int{}
+	restarts, total := 0, 0
+	for _, j := range st.Jobs {
+		byState[j.State.String()]++
+		restarts += j.Restarts
+	}
+	for _, s := range []consensus.JobState{consensus.Pending, consensus.Running, consensus.Rescaling, consensus.Completed, consensus.Failed} {
+		ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(byState[s.String()]), s.String())
+	}
+	used := 0
+	for _, g := range st.UsedGPUs() {
+		used += g
+	}
+	for _, n := range st.Nodes {
+		if n.Health == consensus.Alive {
+			total += n.GPUs
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descGPUs, prometheus.GaugeValue, float64(used))
+	ch <- prometheus.MustNewConstMetric(descGPUTotal, prometheus.GaugeValue, float64(total))
+	ch <- prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(restarts))
+	ch <- prometheus.MustNewConstMetric(descGen, prometheus.GaugeValue, float64(st.Allocation.Generation))
+}
