@@ -66,6 +66,15 @@ type Job struct {
 	FinishTime  float64 `json:"finish_time,omitempty"`
 	InitBatch   int     `json:"init_batch_size"`
 	Reason      string  `json:"reason,omitempty"`
+	// Profiled are the configurations the job has run and measured.
+	Profiled []Profiled `json:"profiled,omitempty"`
+}
+
+// Profiled is one measured configuration of a job.
+type Profiled struct {
+	Nodes      int `json:"nodes"`
+	Replicas   int `json:"replicas"`
+	LocalBatch int `json:"local_bsz"`
 }
 
 // Node is one node as the API shows it.
@@ -236,6 +245,9 @@ func JobsOf(st *consensus.State) []Job {
 		out = append(out, Job{ID: id, State: j.State.String(), App: j.Spec.App, GPUs: k, Nodes: len(slots),
 			Incarnation: j.Incarnation, Restarts: j.Restarts, Epoch: j.Epoch, Progress: j.Progress, Attained: j.Attained,
 			SubmitTime: j.SubmitTime, FinishTime: j.FinishTime, InitBatch: j.Spec.Limits.InitBatch, Reason: j.Reason})
+		for _, e := range j.Profile {
+			out[len(out)-1].Profiled = append(out[len(out)-1].Profiled, Profiled{Nodes: e.Nodes, Replicas: e.Replicas, LocalBatch: e.LocalBatch})
+		}
 	}
 	slices.SortStableFunc(out, func(x, y Job) int { return cmp.Compare(x.SubmitTime, y.SubmitTime) })
 	return out

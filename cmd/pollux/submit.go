@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"pollux/actors/api"
+	"pollux/actors/jobspec"
+)
+
+func init() {
+	subcommands = append(subcommands, newSubmitCmd, newJobsCmd, newNodesCmd, newStatusCmd)
+}
+
+// clientOpts are the flags every API client command takes.
+type clientOpts struct {
+	servers []string
+	asJSON  bool
+	timeout time.Duration
+}
+
+func (o *clientOpts) flags(cmd *cobra.Command) {
+	cmd.Flags().StringSliceVar(&o.servers, "server", []string{"127.0.0.1:8080"}, "HTTP addresses of servers (tried in order)")
+	cmd.Flags().BoolVar(&o.asJSON, "json", false, "print the server's JSON answer")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 15*time.Second, "give up after this long")
+}
+
+// errAPI is an answer of the API refusing the request.
+var errAPI = errors.New("refused")
+
+// call sends one request to the first server that answers. A 4xx answer
+// is bad input (errAPI wrapped in badInput); a 5xx or an unreachable
+// server moves on to the next.
+func (o *clientOpts) call(ctx context.Context, method, path string, body []byte, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	var errs []error
+	for _, s := range o.servers {
+		req, err := http.NewRequestWithContext(ctx, method, "http://"+s+path, bytes.NewReader(body))
+		if err != nil {
+			return badInput(fmt.Errorf("server %q: %w", s, err))
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+		resp.Body.Close()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if resp.StatusCode >= 300 {
+			var e api.Error
+			msg := strings.TrimSpace(string(data))
+			if json.Unmarshal(data, &e) == nil && e.Error != "" {
+				msg = e.Error
+			}
+			if resp.StatusCode < 500 {
+				return badInput(fmt.Errorf("%w (%s): %s", errAPI, resp.Status, msg))
+			}
+			errs = append(errs, fmt.Errorf("%s: %s: %s", s, resp.Status, msg))
+			continue
+		}
+		if raw, ok := out.(*json.RawMessage); ok {
+			*raw = data
+			return nil
+		}
+		return json.Unmarshal(data, out)
+	}
+	return fmt.Errorf("no server answered: %w", errors.Join(errs...))
+}
+
+func newSubmitCmd() *cobra.Command {
+	var o clientOpts
+	cmd := &cobra.Command{
+		Use:   "submit JOB.yaml",
+		Short: "Submit a job (YAML spec, see docs/worker-protocol.md and actors/jobspec) to the cluster",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := os.Open(args[0])
+			if err != nil {
+				return badInput(err)
+			}
+			defer f.Close()
+			body, err := io.ReadAll(io.LimitReader(f, jobspec.MaxBytes+1))
+			if err != nil {
+				return badInput(err)
+			}
+			// Validate locally first for an immediate, precise error.
+			if _, err := jobspec.Parse(body); err != nil {
+				return badInput(err)
+			}
+			var res map[string]string
+			if err := o.call(cmd.Context(), http.MethodPost, api.PathJobs, body, &res); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "submitted %s\n", res["id"])
+			return nil
+		},
+	}
+	o.flags(cmd)
+	return cmd
+}
+
+func newJobsCmd() *cobra.Command {
+	var o clientOpts
+	cmd := &cobra.Command{
+		Use:   "jobs",
+		Short: "List the cluster's jobs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.show(cmd, api.PathJobs, func(w io.Writer, raw []byte) error {
+				var jobs []api.Job
+				if err := json.Unmarshal(raw, &jobs); err != nil {
+					return err
+				}
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "JOB\tSTATE\tAPP\tGPUS\tNODES\tEPOCH\tRESTARTS\tINCARNATION")
+				for _, j := range jobs {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", j.ID, j.State, j.App, j.GPUs, j.Nodes, j.Epoch, j.Restarts, j.Incarnation)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	o.flags(cmd)
+	return cmd
+}
+
+func newNodesCmd() *cobra.Command {
+	var o clientOpts
+	cmd := &cobra.Command{
+		Use:   "nodes",
+		Short: "List the cluster's GPU nodes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.show(cmd, api.PathNodes, func(w io.Writer, raw []byte) error {
+				var nodes []api.Node
+				if err := json.Unmarshal(raw, &nodes); err != nil {
+					return err
+				}
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "NODE\tHEALTH\tGPUS\tUSED\tRACK\tADDRESS")
+				for _, n := range nodes {
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", n.ID, n.Health, n.GPUs, n.Used, n.Rack, n.Address)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	o.flags(cmd)
+	return cmd
+}
+
+func newStatusCmd() *cobra.Command {
+	var o clientOpts
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the cluster's leader, term, allocation generation and GPU use",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.show(cmd, api.PathStatus, func(w io.Writer, raw []byte) error {
+				var s api.Status
+				if err := json.Unmarshal(raw, &s); err != nil {
+					return err
+				}
+				stale := ""
+				if s.Stale {
+					stale = " (a follower's local view)"
+				}
+				fmt.Fprintf(w, "leader %s, term %d, generation %d%s\n", s.Leader, s.Term, s.Generation, stale)
+				fmt.Fprintf(w, "GPUs %d used of %d\n", s.GPUsUsed, s.GPUs)
+				fmt.Fprintf(w, "jobs: %d pending, %d running, %d rescaling, %d completed, %d failed\n",
+					s.Jobs["pending"], s.Jobs["running"], s.Jobs["rescaling"], s.Jobs["completed"], s.Jobs["failed"])
+				return nil
+			})
+		},
+	}
+	o.flags(cmd)
+	return cmd
+}
+
+// show GETs path and prints it as JSON or through table.
+func (o *clientOpts) show(cmd *cobra.Command, path string, table func(io.Writer, []byte) error) error {
+	var raw json.RawMessage
+	if err := o.call(cmd.Context(), http.MethodGet, path, nil, &raw); err != nil {
+		return err
+	}
+	if o.asJSON {
+		_, err := cmd.OutOrStdout().Write(raw)
+		return err
+	}
+	return table(cmd.OutOrStdout(), raw)
+}
