@@ -62,6 +62,9 @@ type jobActor struct {
 	epoch   int
 	prog    float64
 	moved   bool // epoch/progress changed since the last flush
+	// started is set once the current incarnation has reported: the
+	// next flush records the job as running (no longer rescaling).
+	started, announced bool
 	exited  map[uint32]bool
 	done    bool
 	timer   *time.Timer
@@ -90,6 +93,7 @@ func (j *jobActor) Receive(ctx actor.Context) {
 			j.flush()
 			clear(j.sums)
 			clear(j.exited)
+			j.started, j.announced = false, false
 		}
 		j.plan = m
 	case *pb.WorkerReport:
@@ -103,6 +107,7 @@ func (j *jobActor) report(ctx actor.Context, r *pb.WorkerReport) {
 	if r.Incarnation != j.plan.incarnation || j.done {
 		return
 	}
+	j.started = true
 	if r.Rank == 0 {
 		key := [3]int{j.plan.nodes, j.plan.reps, int(r.LocalBsz)}
 		s := j.sums[key]
@@ -153,7 +158,8 @@ func (j *jobActor) exit(ctx actor.Context, e *pb.WorkerExited) {
 
 // flush writes the aggregated profile, gradient statistics and progress.
 func (j *jobActor) flush() {
-	if len(j.sums) == 0 && !j.moved {
+	announce := j.started && !j.announced
+	if len(j.sums) == 0 && !j.moved && !announce {
 		return
 	}
 	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -173,11 +179,17 @@ func (j *jobActor) flush() {
 		}
 		clear(j.sums)
 	}
-	if j.moved {
-		err := j.store.UpdateJob(c, consensus.UpdateJob{ID: j.id, Incarnation: j.plan.incarnation,
-			Set: consensus.UpdateEpoch | consensus.UpdateProgress, Epoch: j.epoch, Progress: j.prog})
-		if err != nil {
+	if j.moved || announce {
+		u := consensus.UpdateJob{ID: j.id, Incarnation: j.plan.incarnation,
+			Set: consensus.UpdateEpoch | consensus.UpdateProgress, Epoch: j.epoch, Progress: j.prog}
+		if announce && !j.done {
+			u.Set |= consensus.UpdateState
+			u.State = consensus.Running
+		}
+		if err := j.store.UpdateJob(c, u); err != nil {
 			j.logWrite("control: recording progress", err)
+		} else {
+			j.announced = j.announced || announce
 		}
 		j.moved = false
 	}
