@@ -186,6 +186,7 @@ func (a *allocator) round(ctx actor.Context) {
 	}
 	a.models.Forget(st.Jobs)
 	info := RoundInfo{Term: term, Generation: st.Allocation.Generation, Jobs: len(snap.Jobs)}
+	slots := map[string][]consensus.Slot{}
 	if len(snap.Jobs) > 0 && len(snap.Nodes) > 0 {
 		res, err := a.cfg.Policy.Allocate(snap, a.prev)
 		if err != nil {
@@ -193,22 +194,21 @@ func (a *allocator) round(ctx actor.Context) {
 			return
 		}
 		a.prev, info.Fitness = res.State, res.Diagnostics.Fitness
-		slots, err := Slots(snap, res.Placements)
-		if err != nil {
+		if slots, err = Slots(snap, res.Placements); err != nil {
 			a.cfg.Logger.Error("control: converting allocation", "err", err)
 			return
 		}
-		if !sameAllocation(slots, st.Allocation.Jobs) {
-			gen := st.Allocation.Generation + 1
-			if err := a.cfg.Store.CommitAllocation(c, gen, term, slots); err != nil {
-				a.cfg.Logger.Warn("control: committing allocation", "generation", gen, "err", err)
-				return
-			}
-			info.Committed, info.Generation = true, gen
-			if st, err = a.cfg.Store.Read(c); err != nil {
-				a.cfg.Logger.Warn("control: reading state", "err", err)
-				return
-			}
+	}
+	if !sameAllocation(slots, st.Allocation.Jobs) {
+		gen := st.Allocation.Generation + 1
+		if err := a.cfg.Store.CommitAllocation(c, gen, term, slots); err != nil {
+			a.cfg.Logger.Warn("control: committing allocation", "generation", gen, "err", err)
+			return
+		}
+		info.Committed, info.Generation = true, gen
+		if st, err = a.cfg.Store.Read(c); err != nil {
+			a.cfg.Logger.Warn("control: reading state", "err", err)
+			return
 		}
 	}
 	a.syncJobs(ctx, st)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -18,7 +19,9 @@ import (
 	"pollux/actors/emulator"
 	"pollux/actors/node"
 	"pollux/actors/workerproto"
+	"pollux/cluster"
 	"pollux/consensus"
+	"pollux/optimizer/goodput"
 	"pollux/testbed/builtin"
 )
 
@@ -32,6 +35,9 @@ func TestMain(m *testing.M) {
 }
 
 func emuWorker(app string) int {
+	if app == "crash" {
+		return 3
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	env, err := workerproto.ParseEnv(os.LookupEnv)
@@ -184,4 +190,89 @@ func TestClusterRunsJobsToCompletion(t *testing.T) {
 		}
 	}
 	t.Logf("%d rounds, last %+v", len(rounds), rounds[len(rounds)-1])
+}
+
+// startAllocator spawns an allocator over srv and a one-node actor system
+// whose node runs emulated workers; members may be nil.
+func startAllocator(t *testing.T, srv *consensus.Server, members Members) *actor.ActorSystem {
+	t.Helper()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet() }))
+	nd, err := node.Start(sys, node.Config{Name: "n1", GPUs: 2, Grace: 5 * time.Second, WorkerOutput: io.Discard, Logger: quiet(),
+		Emulator: func(app string) []string { return []string{os.Args[0], "emuworker", app} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	props, err := NewAllocator(Config{Store: srv, Members: members, Interval: 100 * time.Millisecond, TimeScale: 1000,
+		CheckpointRoot: t.TempDir(), Logger: quiet()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := sys.Root.SpawnNamed(props, AllocatorName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = sys.Root.StopFuture(pid).Wait()
+		_ = nd.Stop(10 * time.Second)
+	})
+	return sys
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestFailedWorkersAreRestartedUnderNewIncarnations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs worker processes")
+	}
+	srv := singleServer(t)
+	ctx := context.Background()
+	startAllocator(t, srv, nil)
+	if err := srv.RegisterNode(ctx, consensus.Node{ID: "n1", Addresses: []string{"nonhost"}, GPUs: 2, Health: consensus.Alive}); err != nil {
+		t.Fatal(err)
+	}
+	spec := consensus.JobSpec{Name: "x", App: "crash", MinReplicas: 1, MaxReplicas: 1,
+		Limits: goodput.Limits{InitBatch: 32, MaxBatch: 32, MinLocal: 32, MaxLocal: 32}, CheckpointDir: t.TempDir()}
+	if err := srv.SubmitJob(ctx, "x", spec, float64(time.Now().Unix())); err != nil {
+		t.Fatal(err)
+	}
+	// Every failure takes the job off its GPUs for a round, and the next
+	// round places it again under a new incarnation.
+	waitFor(t, "three failed incarnations", func() bool {
+		j := srv.LocalState().Jobs["x"]
+		return j != nil && j.Incarnation >= 4
+	})
+	if j := srv.LocalState().Jobs["x"]; j.State.Terminal() {
+		t.Errorf("job state %v", j.State)
+	}
+}
+
+func TestMembersAreRegisteredAndMarkedDead(t *testing.T) {
+	srv := singleServer(t)
+	var mu sync.Mutex
+	members := []cluster.Member{
+		{Name: "s0", Meta: cluster.Meta{Role: cluster.RoleServer}},
+		{Name: "n1", Meta: cluster.Meta{Role: cluster.RoleAgent, GPUs: 2, Rack: "r1", ActorAddr: "127.0.0.1:9"}},
+		{Name: "n2", Meta: cluster.Meta{Role: cluster.RoleAgent, GPUs: 4, ActorAddr: "127.0.0.1:10"}},
+	}
+	startAllocator(t, srv, func() []cluster.Member { mu.Lock(); defer mu.Unlock(); return slices.Clone(members) })
+	waitFor(t, "both agents registered", func() bool {
+		st := srv.LocalState()
+		return len(st.Nodes) == 2 && st.Nodes["n1"].Rack == "r1" && st.Nodes["n2"].GPUs == 4
+	})
+	mu.Lock()
+	members = members[:2] // n2 is gone
+	mu.Unlock()
+	waitFor(t, "n2 marked dead", func() bool {
+		st := srv.LocalState()
+		return st.Nodes["n2"].Health == consensus.Dead && st.Nodes["n1"].Health == consensus.Alive
+	})
 }

@@ -65,9 +65,9 @@ type jobActor struct {
 	// started is set once the current incarnation has reported: the
 	// next flush records the job as running (no longer rescaling).
 	started, announced bool
-	exited  map[uint32]bool
-	done    bool
-	timer   *time.Timer
+	exited             map[uint32]bool
+	done               bool
+	timer              *time.Timer
 }
 
 func newJobActor(id string, store Store, now func() time.Time, log *slog.Logger) *jobActor {
