@@ -70,19 +70,23 @@ func Run(ctx context.Context, cfg Config) (Checkpoint, error) {
 	}
 	w := &worker{cfg: cfg, lead: cfg.Env.Rank == 0}
 	defer w.closeConn()
+	w.setup()
+	if !(w.iter > 0) || math.IsInf(w.iter, 0) {
+		return Checkpoint{}, fmt.Errorf("%w: %s has iteration time %v on %v", ErrConfig, cfg.App.Name(), w.iter, w.placement)
+	}
+	// Start-up comes first and the checkpoint is read at its end, as a
+	// real trainer loads it after initialising: a predecessor still
+	// saving on another machine has had the restart time to finish.
+	sleepErr := w.sleep(ctx, time.Duration(float64(cfg.RestartCost)/cfg.TimeScale))
 	st, err := Restore(cfg.Env.CheckpointDir, cfg.Env.JobID)
 	if err != nil {
 		return Checkpoint{}, err
 	}
 	w.st = st
-	w.setup()
-	if !(w.iter > 0) || math.IsInf(w.iter, 0) {
-		return Checkpoint{}, fmt.Errorf("%w: %s has iteration time %v on %v", ErrConfig, cfg.App.Name(), w.iter, w.placement)
+	if sleepErr != nil {
+		return w.st, nil // stopped while starting: the checkpoint is untouched
 	}
 	if !w.st.Done {
-		if err := w.sleep(ctx, time.Duration(float64(cfg.RestartCost)/cfg.TimeScale)); err != nil {
-			return w.st, w.save()
-		}
 		if err := w.train(ctx); err != nil {
 			return w.st, w.save()
 		}

@@ -223,3 +223,20 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		t.Errorf("bad env: %v", err)
 	}
 }
+
+func TestCheckpointIsReadAfterStartUp(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Env: env(dir, "127.0.0.1:1"), App: toyApp{}, TimeScale: 100,
+		RestartCost: 20 * time.Second, Tick: 5 * time.Millisecond, Logger: quiet()}
+	// A predecessor finishes saving while this worker starts up (200 ms).
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_ = Save(dir, Checkpoint{Job: "toy-1", Epoch: 1, Progress: 150})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	st, err := Run(ctx, cfg)
+	if err != nil || st.Epoch < 1 || st.Progress < 150 {
+		t.Fatalf("state %+v, %v; want to continue from the predecessor's checkpoint", st, err)
+	}
+}
