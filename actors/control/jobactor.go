@@ -26,6 +26,11 @@ type (
 	jobPlan struct {
 		incarnation uint64
 		nodes, reps int
+		// epoch and progress are the replicated ones: what the job
+		// records never goes below them (a worker restored from an
+		// older checkpoint catches up first).
+		epoch    int
+		progress float64
 	}
 	// jobFailed tells the allocator that an incarnation's workers failed:
 	// the job is taken off its GPUs for a round so that it restarts under
@@ -96,6 +101,7 @@ func (j *jobActor) Receive(ctx actor.Context) {
 			j.started, j.announced = false, false
 		}
 		j.plan = m
+		j.epoch, j.prog = max(j.epoch, m.epoch), max(j.prog, m.progress)
 	case *pb.WorkerReport:
 		j.report(ctx, m)
 	case *pb.WorkerExited:
