@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"pollux/actors/api"
 	"pollux/actors/launch"
+	"pollux/testbed/builtin"
 )
 
 // TestClusterSurvivesLeaderKill runs 3 servers and 2 agents as separate
@@ -39,64 +40,51 @@ func TestClusterSurvivesLeaderKill(t *testing.T) {
 			}
 		}
 	}()
-	jobs := map[string]string{"cifar-1": "cifar10", "cifar-2": "cifar10", "ds-1": "deepspeech2", "cifar-3": "cifar10"}
-	for name, app := range jobs {
-		spec := fmt.Sprintf("name: %s\napplication: %s\nmax_replicas: 8\n", name, app)
-		switch app {
-		case "cifar10":
-			spec += "init_batch_size: 128\nmax_batch_size: 4096\nmin_local_batch_size: 32\nmax_local_batch_size: 1024\naccumulation: true\n"
-		case "deepspeech2":
-			spec += "init_batch_size: 20\nmax_batch_size: 640\nmin_local_batch_size: 10\nmax_local_batch_size: 80\naccumulation: true\n"
-		}
-		if err := c.Submit(ctx, []byte(spec)); err != nil {
-			t.Fatal(err)
-		}
+	jobs := []launch.Job{{Name: "cifar-1", App: "cifar10"}, {Name: "cifar-2", App: "cifar10"},
+		{Name: "ds-1", App: "deepspeech2", After: time.Second}, {Name: "cifar-3", App: "cifar10", After: 2 * time.Second}}
+	cat, err := builtin.Catalog()
+	if err != nil {
+		t.Fatal(err)
 	}
 	killed := false
-	begin := time.Now()
-	var final []api.Job
-	for final == nil {
-		if ctx.Err() != nil {
-			js, _ := c.Jobs(context.Background())
-			t.Fatalf("jobs not all completed after %v: %+v", time.Since(begin), js)
-		}
-		if st, err := c.Status(ctx); err == nil && st.GPUsUsed > st.GPUs {
-			t.Errorf("GPUs over-committed: %+v", st)
-		}
-		if !killed && time.Since(begin) > 5*time.Second {
-			if p, err := c.Leader(ctx); err == nil {
-				t.Logf("killing leader %s", p.Name)
-				c.Kill(p)
-				killed = true
+	var overCommit []api.Status
+	res, err := c.Run(ctx, cat, jobs, launch.RunOptions{TimeScale: 400, Tick: 250 * time.Millisecond,
+		OnTick: func(elapsed time.Duration) {
+			if st, err := c.Status(ctx); err == nil && st.GPUsUsed > st.GPUs {
+				overCommit = append(overCommit, st)
 			}
-		}
-		if js, err := c.Jobs(ctx); err == nil {
-			done := 0
-			for _, j := range js {
-				if j.State == "completed" {
-					done++
-				}
-				if j.State == "failed" {
-					t.Fatalf("job %s failed: %s", j.ID, j.Reason)
+			if !killed && elapsed > 5*time.Second {
+				if p, err := c.Leader(ctx); err == nil {
+					t.Logf("killing leader %s after %v", p.Name, elapsed)
+					c.Kill(p)
+					killed = true
 				}
 			}
-			if done == len(jobs) && killed {
-				final = js
-			}
-		}
-		time.Sleep(250 * time.Millisecond)
+		}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("all %d jobs completed %v after submission", len(jobs), time.Since(begin))
-	if len(final) != len(jobs) {
-		t.Errorf("%d jobs listed, want %d", len(final), len(jobs))
+	if !killed {
+		t.Error("the workload finished before the leader could be killed")
+	}
+	if len(overCommit) > 0 {
+		t.Errorf("GPUs over-committed: %+v", overCommit)
+	}
+	var table strings.Builder
+	if err := launch.WriteResults(&table, res); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("results:\n%s", table.String())
+	if len(res) != len(jobs) {
+		t.Errorf("%d results, want %d", len(res), len(jobs))
 	}
 	adapted := false
-	for _, j := range final {
-		if j.FinishTime <= 0 {
-			t.Errorf("job %s completed without a finish time", j.ID)
+	for _, r := range res {
+		if r.Job.FinishTime <= 0 || !(r.JCT > 0) {
+			t.Errorf("job %s: finish %v, JCT %v", r.Job.ID, r.Job.FinishTime, r.JCT)
 		}
-		for _, p := range j.Profiled {
-			if p.Replicas*p.LocalBatch > j.InitBatch {
+		for _, p := range r.Job.Profiled {
+			if p.Replicas*p.LocalBatch > r.Job.InitBatch {
 				adapted = true
 			}
 		}
@@ -108,9 +96,9 @@ func TestClusterSurvivesLeaderKill(t *testing.T) {
 	if err := c.Stop(30 * time.Second); err != nil {
 		t.Error(err)
 	}
-	for name := range jobs {
-		if pids := processesWithEnv("POLLUX_JOB_ID=" + name); len(pids) > 0 {
-			t.Errorf("workers of %s still running: %v", name, pids)
+	for _, j := range jobs {
+		if pids := processesWithEnv("POLLUX_JOB_ID=" + j.Name); len(pids) > 0 {
+			t.Errorf("workers of %s still running: %v", j.Name, pids)
 		}
 	}
 }
