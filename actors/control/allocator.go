@@ -124,7 +124,7 @@ func (a *allocator) Receive(ctx actor.Context) {
 		a.failed[m.id] = m.incarnation
 	case jobFinished:
 		if pid := a.jobs[m.id]; pid != nil {
-			ctx.Stop(pid)
+			_ = ctx.StopFuture(pid).Wait()
 			delete(a.jobs, m.id)
 		}
 	}
@@ -229,7 +229,11 @@ func (a *allocator) round(ctx actor.Context) {
 // stepDown forgets everything only a leader holds.
 func (a *allocator) stepDown(ctx actor.Context) {
 	for id, pid := range a.jobs {
-		ctx.Stop(pid)
+		// Wait, so that a job actor respawned under the same name right
+		// after does not collide with this one.
+		if err := ctx.StopFuture(pid).Wait(); err != nil {
+			a.cfg.Logger.Warn("control: stopping job actor", "job", id, "err", err)
+		}
 		delete(a.jobs, id)
 	}
 	a.term, a.prev, a.lastRound = 0, nil, time.Time{}
