@@ -50,7 +50,7 @@ type Checkpoint struct {
 
 // Run trains until the application's epochs are done (it then sends a
 // done report, checkpoints and returns) or until ctx is cancelled (it then
-// checkpoints and returns). Only rank 0 reports and checkpoints. The
+// checkpoints and returns). It also checkpoints at every epoch boundary. Only rank 0 reports and checkpoints. The
 // returned checkpoint is the state at return.
 func Run(ctx context.Context, cfg Config) (Checkpoint, error) {
 	if err := cfg.Env.Validate(); err != nil {
@@ -136,10 +136,18 @@ func (w *worker) train(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case now := <-tick.C:
+			epoch := w.st.Epoch
 			w.advance(now.Sub(last).Seconds() * w.cfg.TimeScale)
 			last = now
 			if w.st.Done {
 				return nil
+			}
+			if w.st.Epoch != epoch {
+				// Checkpoint at every epoch boundary, as trainers do, so
+				// a worker killed without warning loses at most an epoch.
+				if err := w.save(); err != nil {
+					w.cfg.Logger.Warn("emulator: epoch checkpoint", "err", err)
+				}
 			}
 			if now.Sub(w.lastReportTime) >= w.cfg.ReportEvery {
 				w.report(false)

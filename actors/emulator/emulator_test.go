@@ -240,3 +240,23 @@ func TestCheckpointIsReadAfterStartUp(t *testing.T) {
 		t.Fatalf("state %+v, %v; want to continue from the predecessor's checkpoint", st, err)
 	}
 }
+
+func TestCheckpointsEveryEpoch(t *testing.T) {
+	dir := t.TempDir()
+	// Epoch 1 ends after ~9.3 s emulated = ~0.19 s real at scale 50.
+	cfg := Config{Env: env(dir, "127.0.0.1:1"), App: toyApp{}, TimeScale: 50, Tick: 5 * time.Millisecond, Logger: quiet()}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _, _ = Run(ctx, cfg); close(done) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if c, err := Restore(dir, "toy-1"); err == nil && c.Epoch >= 1 && !c.Done {
+			return // saved at the boundary, while still training
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no checkpoint at the first epoch boundary")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
