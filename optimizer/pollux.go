@@ -12,7 +12,7 @@ import (
 // jobs, stays near defaultWork (a round of 4096 jobs then takes a few
 // seconds on two cores).
 const (
-	defaultPopulation  = 32
+	defaultPopulation  = 64
 	defaultGenerations = 40
 	minPopulation      = 8
 	minGenerations     = 10
