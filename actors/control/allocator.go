@@ -31,6 +31,11 @@ type Config struct {
 	// marked dead. Nil skips the reconciliation (nodes registered by
 	// other means).
 	Members Members
+	// NodeGrace is how long a registered agent must be missing from the
+	// membership before it is marked dead (default 3 s): gossip can
+	// declare a busy but healthy machine dead for a moment, and marking
+	// it dead would restart every job on it.
+	NodeGrace time.Duration
 	// Policy decides allocations (default optimizer.NewPollux()).
 	Policy optimizer.Policy
 	// Interval between rounds (default 60 s).
@@ -77,6 +82,9 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
 	}
+	if cfg.NodeGrace <= 0 {
+		cfg.NodeGrace = 3 * time.Second
+	}
 	if !(cfg.TimeScale > 0) {
 		cfg.TimeScale = 1
 	}
@@ -87,7 +95,8 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 		cfg.Logger = slog.Default()
 	}
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &allocator{cfg: cfg, observe: observe, models: NewModels(), jobs: map[string]*actor.PID{}, failed: map[string]uint64{}}
+		return &allocator{cfg: cfg, observe: observe, models: NewModels(), jobs: map[string]*actor.PID{},
+			failed: map[string]uint64{}, missing: map[string]time.Time{}}
 	}), nil
 }
 
@@ -102,6 +111,7 @@ type allocator struct {
 	seed      uint64
 	jobs      map[string]*actor.PID // job actors
 	failed    map[string]uint64     // job -> incarnation whose workers failed
+	missing   map[string]time.Time  // node -> since when it is missing from the membership
 	timer     *time.Timer
 }
 
@@ -238,10 +248,12 @@ func (a *allocator) stepDown(ctx actor.Context) {
 	}
 	a.term, a.prev, a.lastRound = 0, nil, time.Time{}
 	clear(a.failed)
+	clear(a.missing)
 }
 
-// reconcileMembers registers agents that are members and marks registered
-// nodes that are not dead. It reports whether it changed anything.
+// reconcileMembers registers agents that are members and marks dead the
+// registered nodes missing from the membership for NodeGrace. It reports
+// whether it changed anything.
 func (a *allocator) reconcileMembers(c context.Context, st *consensus.State) bool {
 	if a.cfg.Members == nil {
 		return false
@@ -265,10 +277,26 @@ func (a *allocator) reconcileMembers(c context.Context, st *consensus.State) boo
 		a.cfg.Logger.Info("control: node registered", "node", m.Name, "gpus", want.GPUs, "rack", want.Rack)
 		changed = true
 	}
+	now := time.Now()
+	for id := range a.missing {
+		if seen[id] {
+			delete(a.missing, id)
+		}
+	}
 	for id, n := range st.Nodes {
 		if seen[id] || n.Health == consensus.Dead || n.Health == consensus.Left {
 			continue
 		}
+		since, ok := a.missing[id]
+		if !ok {
+			a.missing[id] = now
+			a.cfg.Logger.Info("control: node missing from the membership", "node", id)
+			continue
+		}
+		if now.Sub(since) < a.cfg.NodeGrace {
+			continue
+		}
+		delete(a.missing, id)
 		if err := a.cfg.Store.MarkNode(c, id, consensus.Dead); err != nil {
 			a.cfg.Logger.Warn("control: marking node dead", "node", id, "err", err)
 			continue

@@ -194,7 +194,7 @@ func TestClusterRunsJobsToCompletion(t *testing.T) {
 
 // startAllocator spawns an allocator over srv and a one-node actor system
 // whose node runs emulated workers; members may be nil.
-func startAllocator(t *testing.T, srv *consensus.Server, members Members) *actor.ActorSystem {
+func startAllocator(t *testing.T, srv *consensus.Server, members Members, nodeGrace time.Duration) *actor.ActorSystem {
 	t.Helper()
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet() }))
 	nd, err := node.Start(sys, node.Config{Name: "n1", GPUs: 2, Grace: 5 * time.Second, WorkerOutput: io.Discard, Logger: quiet(),
@@ -202,7 +202,7 @@ func startAllocator(t *testing.T, srv *consensus.Server, members Members) *actor
 	if err != nil {
 		t.Fatal(err)
 	}
-	props, err := NewAllocator(Config{Store: srv, Members: members, Interval: 100 * time.Millisecond, TimeScale: 1000,
+	props, err := NewAllocator(Config{Store: srv, Members: members, Interval: 100 * time.Millisecond, TimeScale: 1000, NodeGrace: nodeGrace,
 		CheckpointRoot: t.TempDir(), Logger: quiet()}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -235,7 +235,7 @@ func TestFailedWorkersAreRestartedUnderNewIncarnations(t *testing.T) {
 	}
 	srv := singleServer(t)
 	ctx := context.Background()
-	startAllocator(t, srv, nil)
+	startAllocator(t, srv, nil, 0)
 	if err := srv.RegisterNode(ctx, consensus.Node{ID: "n1", Addresses: []string{"nonhost"}, GPUs: 2, Health: consensus.Alive}); err != nil {
 		t.Fatal(err)
 	}
@@ -263,16 +263,33 @@ func TestMembersAreRegisteredAndMarkedDead(t *testing.T) {
 		{Name: "n1", Meta: cluster.Meta{Role: cluster.RoleAgent, GPUs: 2, Rack: "r1", ActorAddr: "127.0.0.1:9"}},
 		{Name: "n2", Meta: cluster.Meta{Role: cluster.RoleAgent, GPUs: 4, ActorAddr: "127.0.0.1:10"}},
 	}
-	startAllocator(t, srv, func() []cluster.Member { mu.Lock(); defer mu.Unlock(); return slices.Clone(members) })
+	startAllocator(t, srv, func() []cluster.Member { mu.Lock(); defer mu.Unlock(); return slices.Clone(members) }, 500*time.Millisecond)
 	waitFor(t, "both agents registered", func() bool {
 		st := srv.LocalState()
 		return len(st.Nodes) == 2 && st.Nodes["n1"].Rack == "r1" && st.Nodes["n2"].GPUs == 4
 	})
+	// A blip shorter than the grace period changes nothing.
+	mu.Lock()
+	all := slices.Clone(members)
+	members = members[:2]
+	mu.Unlock()
+	time.Sleep(250 * time.Millisecond)
+	mu.Lock()
+	members = all
+	mu.Unlock()
+	time.Sleep(500 * time.Millisecond)
+	if h := srv.LocalState().Nodes["n2"].Health; h != consensus.Alive {
+		t.Fatalf("n2 is %v after a short absence", h)
+	}
 	mu.Lock()
 	members = members[:2] // n2 is gone
 	mu.Unlock()
+	gone := time.Now()
 	waitFor(t, "n2 marked dead", func() bool {
 		st := srv.LocalState()
 		return st.Nodes["n2"].Health == consensus.Dead && st.Nodes["n1"].Health == consensus.Alive
 	})
+	if d := time.Since(gone); d < 500*time.Millisecond {
+		t.Errorf("n2 marked dead after %v, before the grace period", d)
+	}
 }

@@ -335,6 +335,12 @@ func (c *Cluster) Jobs(ctx context.Context) ([]api.Job, error) {
 	return js, c.get(ctx, api.PathJobs, &js)
 }
 
+// Nodes lists the nodes from any live server.
+func (c *Cluster) Nodes(ctx context.Context) ([]api.Node, error) {
+	var ns []api.Node
+	return ns, c.get(ctx, api.PathNodes, &ns)
+}
+
 // Leader is the live server the cluster reports as leader.
 func (c *Cluster) Leader(ctx context.Context) (*Process, error) {
 	st, err := c.Status(ctx)

@@ -33,7 +33,7 @@ type serverOpts struct {
 	join                                                             []string
 	gossipPort, actorPort                                            int
 	bootstrap, fast                                                  bool
-	interval                                                         time.Duration
+	interval, nodeGrace                                              time.Duration
 	timeScale                                                        float64
 }
 
@@ -76,6 +76,7 @@ func newServerCmd() *cobra.Command {
 	f.StringSliceVar(&o.join, "join", nil, "gossip addresses (host:port) of members to join")
 	f.BoolVar(&o.fast, "fast-gossip", false, "sub-second failure detection (loopback and test clusters)")
 	f.DurationVar(&o.interval, "interval", control.DefaultInterval, "scheduling interval")
+	f.DurationVar(&o.nodeGrace, "node-grace", 3*time.Second, "how long an agent must be missing from the membership before it is marked dead")
 	f.Float64Var(&o.timeScale, "time-scale", 1, "emulated seconds per real second of the cluster's emulated workers")
 	f.StringVar(&o.ckptRoot, "checkpoint-root", "", "checkpoint root of jobs that name no directory (default DATA-DIR/checkpoints)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -172,7 +173,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	httpAPI := api.New(o.id, api.Config{Backend: srv, Apps: catalog.Names(), Forward: srv.ForwardHandler(), Logger: log})
 	props, err := control.NewAllocator(control.Config{
 		Store: srv, Members: members.Members, Interval: o.interval, CheckpointRoot: o.ckptRoot,
-		TimeScale: o.timeScale, Logger: log,
+		TimeScale: o.timeScale, NodeGrace: o.nodeGrace, Logger: log,
 	}, httpAPI.ObserveRound)
 	if err != nil {
 		return err

@@ -12,11 +12,11 @@ import (
 	"pollux/testbed/builtin"
 )
 
-// TestClusterSurvivesLeaderKill runs 3 servers and 2 agents as separate
-// processes, submits a small workload, SIGKILLs the Raft leader mid-run
-// and checks that every job completes exactly once, that the GPUs were
+// TestClusterSurvivesLeaderAndAgentKill runs 3 servers and 2 agents as separate
+// processes, submits a small workload, SIGKILLs the Raft leader and then
+// an agent mid-run, and checks that every job completes exactly once, that the GPUs were
 // never over-committed and that batch sizes adapted.
-func TestClusterSurvivesLeaderKill(t *testing.T) {
+func TestClusterSurvivesLeaderAndAgentKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 5-process cluster")
 	}
@@ -47,11 +47,18 @@ func TestClusterSurvivesLeaderKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := false
-	var overCommit []api.Status
+	var agentKilled time.Time
+	var replaced time.Duration
+	agentWasAlive := false
+	var overCommit []api.Node
 	res, err := c.Run(ctx, cat, jobs, launch.RunOptions{TimeScale: 400, Tick: 250 * time.Millisecond,
 		OnTick: func(elapsed time.Duration) {
-			if st, err := c.Status(ctx); err == nil && st.GPUsUsed > st.GPUs {
-				overCommit = append(overCommit, st)
+			if ns, err := c.Nodes(ctx); err == nil {
+				for _, n := range ns {
+					if n.Used > n.GPUs {
+						overCommit = append(overCommit, n)
+					}
+				}
 			}
 			if !killed && elapsed > 5*time.Second {
 				if p, err := c.Leader(ctx); err == nil {
@@ -60,12 +67,37 @@ func TestClusterSurvivesLeaderKill(t *testing.T) {
 					killed = true
 				}
 			}
+			if killed && agentKilled.IsZero() && elapsed > 8*time.Second {
+				ns, err := c.Nodes(ctx)
+				for _, n := range ns {
+					agentWasAlive = agentWasAlive || (err == nil && n.ID == c.Agents[1].Name && n.Health == "alive")
+				}
+				t.Logf("killing agent %s after %v; nodes %+v", c.Agents[1].Name, elapsed, ns)
+				c.Kill(c.Agents[1])
+				agentKilled = time.Now()
+			}
+			if !agentKilled.IsZero() && replaced == 0 {
+				ns, err := c.Nodes(ctx)
+				for _, n := range ns {
+					if err == nil && n.ID == c.Agents[1].Name && n.Health == "dead" && n.Used == 0 {
+						replaced = time.Since(agentKilled)
+					}
+				}
+			}
 		}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !killed {
-		t.Error("the workload finished before the leader could be killed")
+	if !killed || agentKilled.IsZero() {
+		t.Error("the workload finished before the leader and an agent could be killed")
+	}
+	switch {
+	case !agentWasAlive:
+		t.Logf("agent %s was not alive in the state when killed (a false suspicion under load): no timing", c.Agents[1].Name)
+	case replaced == 0 || replaced > 10*time.Second:
+		t.Errorf("dead agent's GPUs released after %v, want within 10 s", replaced)
+	default:
+		t.Logf("the dead agent's GPUs were released %v after the kill", replaced)
 	}
 	if len(overCommit) > 0 {
 		t.Errorf("GPUs over-committed: %+v", overCommit)
