@@ -1,0 +1,38 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestClientCommandsBadInput(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good.yaml", "name: j\napplication: cifar10\ninit_batch_size: 128\n")
+	tests := []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"unknown field", []string{"submit", write("bad.yaml", "name: j\napplication: cifar10\ninit_batch_size: 128\ngpus: 2\n")}, 2},
+		{"negative replicas", []string{"submit", write("neg.yaml", "name: j\napplication: cifar10\ninit_batch_size: 128\nmin_replicas: -1\n")}, 2},
+		{"missing file", []string{"submit", filepath.Join(dir, "nope.yaml")}, 2},
+		{"no server", []string{"submit", good, "--server", "127.0.0.1:1", "--timeout", "2s"}, 1},
+		{"jobs, no server", []string{"jobs", "--server", "127.0.0.1:1", "--timeout", "2s"}, 1},
+		{"worker without environment", []string{"worker", "--emulate", "cifar10"}, 2},
+		{"agent with bad gpus", []string{"agent", "--gpus", "-3"}, 2},
+		{"server without peers", []string{"server", "--id", "s", "--data-dir", dir}, 2},
+	}
+	for _, tc := range tests {
+		if got := run(tc.args); got != tc.code {
+			t.Errorf("%s: exit %d, want %d", tc.name, got, tc.code)
+		}
+	}
+}
