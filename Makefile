@@ -3,7 +3,7 @@ BIN     := bin/pollux
 SHARED  ?= ../shared/pollux-artifact
 PKGS    := ./...
 
-.PHONY: all build test bench demo lint fmt-check vet proto chaos clean
+.PHONY: all build test bench demo sim lint fmt-check vet proto chaos clean
 
 all: build
 
@@ -26,8 +26,13 @@ bench:
 
 lint: fmt-check vet
 
-# The main job on built-in defaults (no ../shared needed).
+# The main job on built-in defaults (no ../shared needed): a whole cluster
+# (3 servers, 4 agents of 4 emulated GPUs) runs a dozen jobs, then stops.
 demo: build
+	./$(BIN) demo
+
+# The simulator on built-in defaults: Pollux vs Tiresias vs Optimus.
+sim: build
 	./$(BIN) sim --policy all
 
 clean:
