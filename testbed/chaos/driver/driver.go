@@ -162,7 +162,8 @@ func Run(ctx context.Context, sc schedule.Scenario, seed uint64, o Options) (res
 		}
 	}
 	log := o.Logger.With("scenario", sc.Name, "seed", seed)
-	c, err := newCluster(o, dir, log)
+	o.Logger = log
+	c, err := up(ctx, o, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -173,14 +174,6 @@ func Run(ctx context.Context, sc schedule.Scenario, seed uint64, o Options) (res
 		}
 		err = errors.Join(err, c.close())
 	}()
-	for _, m := range append(slices.Clone(c.servers), c.agents...) {
-		if err := c.start(ctx, m, "", 0); err != nil {
-			return nil, err
-		}
-	}
-	if err := c.waitGPUs(ctx, o.Agents*o.GPUsPerAgent, 60*time.Second); err != nil {
-		return nil, err
-	}
 	log.Info("driver: cluster up", "dir", dir, "faults", len(faults))
 
 	r := &run{c: c, o: o, log: log, faults: faults, cat: cat, rng: rand.New(rand.NewPCG(seed, 0x706f6c6c7578))}

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"pollux/actors/api"
+	"pollux/testbed/chaos/check"
+	"pollux/testbed/chaos/driver"
+	"pollux/testbed/chaos/schedule"
+)
+
+// chaosOptions is a small, fast cluster of test-binary processes.
+func chaosOptions(t *testing.T) driver.Options {
+	return driver.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Servers: 3, Agents: 2, GPUsPerAgent: 2,
+		TimeScale: 800, Converge: 90 * time.Second, Jobs: 3,
+		Schedule: schedule.Options{Gap: 1500 * time.Millisecond, ElectionTimeout: time.Second, ServerDown: time.Second,
+			AgentDown: 4 * time.Second, AgentRestartDown: 200 * time.Millisecond},
+		Logger: testLogger(t)}
+}
+
+// TestChaosShortScenario runs a short scenario end to end through the
+// command's code: a leader kill, an agent kill and a worker kill under a
+// workload of three jobs. Nothing may be lost and no invariant broken.
+func TestChaosShortScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 5-process cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	sc := schedule.Scenario{Name: "short", Counts: []schedule.Count{{Kind: schedule.LeaderKill, N: 1}, {Kind: schedule.AgentKill, N: 1}, {Kind: schedule.WorkerKill, N: 1}}}
+	var out bytes.Buffer
+	err := runChaos(ctx, []schedule.Scenario{sc}, 7, chaosOptions(t), true, &out)
+	var rep map[string]any
+	if jerr := json.Unmarshal(out.Bytes(), &rep); jerr != nil {
+		t.Fatalf("run: %v; output is not JSON (%v): %s", err, jerr, out.String())
+	}
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	for _, k := range []string{"faults", "jobs_submitted", "jobs_completed", "lost_jobs", "violations", "failover_median_s", "failover_max_s", "replace_after_agent_death_s"} {
+		if _, ok := rep[k]; !ok {
+			t.Errorf("JSON output lacks %q", k)
+		}
+	}
+	if rep["faults"] != 3.0 || rep["lost_jobs"] != 0.0 || rep["violations"] != 0.0 || rep["jobs_submitted"] != 3.0 || rep["jobs_completed"] != 3.0 {
+		t.Errorf("want 3 faults, 3 jobs submitted and completed, none lost, no violation; got\n%s", out.String())
+	}
+	if rep["failover_max_s"].(float64) <= 0 {
+		t.Errorf("no failover measured after the leader kill:\n%s", out.String())
+	}
+}
+
+func TestChaosUnknownScenario(t *testing.T) {
+	if code := run([]string{"chaos", "--scenario", "no-such"}); code != 2 {
+		t.Errorf("exit code %d, want 2", code)
+	}
+}
+
+// TestGarbageOnEveryPort sends seeded random bytes to the Raft, HTTP,
+// gossip (TCP and UDP) and actor ports of every server of a running
+// cluster, and bad job specs to its API: no server may exit, the bad
+// specs must be refused with a 4xx and an error message, and the cluster
+// must still elect, commit and complete every job, with a history that
+// passes every invariant.
+func TestGarbageOnEveryPort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 5-process cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	c, err := driver.Start(ctx, chaosOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_, _ = c.Stop()
+		}
+	}()
+	if err := c.Submit(ctx, "before-1", "cifar10"); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(42, 1))
+	garbage := func(prefix []byte) []byte {
+		b := make([]byte, 1+rng.IntN(64<<10))
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return append(append([]byte(nil), prefix...), b...)
+	}
+	// Prefixes that get past the first byte or line, so that the bytes
+	// reach the decoders behind it: Raft's RPC type byte, an HTTP request
+	// line, the HTTP/2 preface of gRPC.
+	prefixes := map[string][][]byte{
+		"raft":   {nil, {0}, {1}, {2}, {3}},
+		"http":   {nil, []byte("POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 70000\r\n\r\n"), []byte("GET /v1/status HTTP/1.1\r\n")},
+		"gossip": {nil, {0}, {1}, {6}, {8}},
+		"actor":  {nil, []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")},
+	}
+	for _, s := range c.Servers() {
+		for _, port := range []struct{ name, addr string }{{"raft", s.Raft}, {"http", s.HTTP}, {"gossip", s.Gossip}, {"actor", s.Actor}} {
+			for i := range 12 {
+				ps := prefixes[port.name]
+				sendTCP(t, port.addr, garbage(ps[i%len(ps)]))
+			}
+		}
+		for range 30 { // memberlist also reads UDP packets on its port
+			if conn, err := net.Dial("udp", s.Gossip); err == nil {
+				_, _ = conn.Write(garbage(nil)[:min(1400, 1+rng.IntN(1400))])
+				conn.Close()
+			}
+		}
+	}
+	if ex := c.Exited(); len(ex) > 0 {
+		t.Fatalf("processes exited after the garbage: %v", ex)
+	}
+	badSpecs(t, c.Servers()[0].HTTP)
+
+	if _, err := c.Leader(ctx, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Submit(ctx, "after-1", "ncf"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitDone(ctx, 90*time.Second); err != nil {
+		t.Error(err)
+	}
+	if ex := c.Exited(); len(ex) > 0 {
+		t.Errorf("processes exited: %v", ex)
+	}
+	stopped = true
+	ev, err := c.Stop()
+	if err != nil {
+		t.Error(err)
+	}
+	for _, v := range check.Check(ev, check.Config{}) {
+		t.Errorf("violation: %v", v)
+	}
+	if m := check.Measure(ev); m.JobsSubmitted != 2 || m.JobsCompleted != 2 {
+		t.Errorf("jobs submitted %d, completed %d; want 2 and 2", m.JobsSubmitted, m.JobsCompleted)
+	}
+}
+
+// sendTCP writes b to addr and closes the connection, ignoring errors (a
+// server may close first: that is a correct answer to garbage).
+func sendTCP(t *testing.T, addr string, b []byte) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		t.Errorf("dial %s: %v", addr, err)
+		return
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	_, _ = conn.Write(b)
+	_, _ = io.Copy(io.Discard, io.LimitReader(conn, 1<<16))
+}
+
+// badSpecs submits malformed, oversized, absurd and unknown-field specs
+// through the real API and wants a 4xx with an error naming the problem
+// for each, and none of them in the job list.
+func badSpecs(t *testing.T, addr string) {
+	t.Helper()
+	good := "name: bad-%d\napplication: cifar10\n"
+	cases := []struct {
+		name, body, want string
+		code             int
+	}{
+		{"not yaml", "\x00\xff{{{: [", "jobspec", http.StatusBadRequest},
+		{"oversized", fmt.Sprintf(good, 1) + "#" + strings.Repeat("x", 1<<20+10) + "\n", "too large", http.StatusRequestEntityTooLarge},
+		{"absurd replicas", fmt.Sprintf(good, 2) + "max_replicas: 1000000000\n", "max_replicas", http.StatusBadRequest},
+		{"negative replicas", fmt.Sprintf(good, 3) + "min_replicas: -4\n", "min_replicas", http.StatusBadRequest},
+		{"absurd batch", fmt.Sprintf(good, 4) + "max_batch_size: 99999999999999999999\n", "max_batch_size", http.StatusBadRequest},
+		{"batch below init", fmt.Sprintf(good, 5) + "init_batch_size: 512\nmax_batch_size: 8\n", "batch", http.StatusBadRequest},
+		{"unknown field", fmt.Sprintf(good, 6) + "gpus_please: 8\n", "gpus_please", http.StatusBadRequest},
+		{"bad name", "name: \"../../etc\"\napplication: cifar10\n", "name", http.StatusBadRequest},
+		{"empty", "", "", http.StatusBadRequest},
+	}
+	for _, tc := range cases {
+		resp, err := http.Post("http://"+addr+api.PathJobs, "application/yaml", strings.NewReader(tc.body))
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		var e api.Error
+		derr := json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != tc.code || derr != nil || e.Error == "" || !strings.Contains(e.Error, tc.want) {
+			t.Errorf("%s: %s, error %q (decode: %v); want %d and an error mentioning %q", tc.name, resp.Status, e.Error, derr, tc.code, tc.want)
+		}
+	}
+	resp, err := http.Get("http://" + addr + api.PathJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var js []api.Job
+	if err := json.NewDecoder(resp.Body).Decode(&js); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range js {
+		if strings.HasPrefix(j.ID, "bad-") {
+			t.Errorf("a refused spec became job %+v", j)
+		}
+	}
+}
+
+// testLogger sends the driver's progress to the test log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(b), "\n"))
+	return len(b), nil
+}
