@@ -26,6 +26,12 @@ bench:
 
 lint: fmt-check vet
 
+# The full fault-injection run: every scenario of the catalogue (57
+# faults), each on a fresh 5-process cluster; exits 1 if a job was lost or
+# an invariant broken. CHAOS_SEED picks the schedules (default 1).
+chaos: build
+	./$(BIN) chaos --scenario all --seed $${CHAOS_SEED:-1}
+
 # The main job on built-in defaults (no ../shared needed): a whole cluster
 # (3 servers, 4 agents of 4 emulated GPUs) runs a dozen jobs, then stops.
 demo: build
