@@ -1,0 +1,98 @@
+package driver
+
+import (
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"pollux/testbed/builtin"
+	"pollux/testbed/chaos/schedule"
+)
+
+func TestPlanSpreadsJobsBeforeTheLastFault(t *testing.T) {
+	cat, err := builtin.Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := schedule.Scenario{Name: "agent-kill", Counts: []schedule.Count{{Kind: schedule.AgentKill, N: 5}}}
+	faults, err := schedule.Generate(3, sc, schedule.DefaultOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := func(seed uint64) []submission {
+		o := Options{Exec: []string{"pollux"}}
+		if err := o.defaults(); err != nil {
+			t.Fatal(err)
+		}
+		r := &run{o: o, log: slog.New(slog.DiscardHandler), faults: faults, cat: cat, rng: rand.New(rand.NewPCG(seed, 1))}
+		r.plan(sc)
+		return r.subs
+	}
+	subs := plan(9)
+	if len(subs) != len(faults)+2 {
+		t.Fatalf("%d jobs for %d faults, want faults+2", len(subs), len(faults))
+	}
+	last := faults[len(faults)-1].At
+	names := map[string]bool{}
+	for i, s := range subs {
+		if s.at < 0 || s.at >= max(last, 1) || (i > 0 && s.at < subs[i-1].at) {
+			t.Errorf("job %d at %v: want sorted times in [0, %v)", i, s.at, last)
+		}
+		if names[s.name] || len(s.spec) == 0 {
+			t.Errorf("job %d: name %q repeated or empty spec", i, s.name)
+		}
+		names[s.name] = true
+	}
+	if subs[0].at != 0 || subs[1].at != 0 {
+		t.Errorf("the first two jobs should be submitted at once: %v, %v", subs[0].at, subs[1].at)
+	}
+	again := plan(9)
+	if !slices.EqualFunc(subs, again, func(a, b submission) bool { return a.at == b.at && a.name == b.name }) {
+		t.Error("the same seed gave another workload")
+	}
+}
+
+func TestOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+		ok   bool
+	}{
+		{"defaults", Options{Exec: []string{"pollux"}}, true},
+		{"no exec", Options{}, false},
+		{"two servers", Options{Exec: []string{"pollux"}, Servers: 2}, false},
+		{"one agent", Options{Exec: []string{"pollux"}, Agents: 1}, false},
+		{"negative time scale", Options{Exec: []string{"pollux"}, TimeScale: -1}, false},
+	} {
+		err := tc.o.defaults()
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrConfig)) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+}
+
+func TestReadyWriter(t *testing.T) {
+	w := &readyWriter{ready: make(chan struct{})}
+	_, _ = w.Write([]byte(`{"id":`))
+	select {
+	case <-w.ready:
+		t.Fatal("ready before a full line")
+	default:
+	}
+	_, _ = w.Write([]byte("\"s0\"}\nmore\n"))
+	select {
+	case <-w.ready:
+	default:
+		t.Fatal("not ready after a full line")
+	}
+}
+
+func TestAbbrev(t *testing.T) {
+	for in, want := range map[string]string{"leader-kill": "lk", "mixed": "m", "agent-restart": "ar", "a-b-c": "abc"} {
+		if got := abbrev(in); got != want {
+			t.Errorf("abbrev(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
