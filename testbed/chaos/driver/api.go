@@ -110,7 +110,8 @@ func (cl *Cluster) Leader(ctx context.Context, timeout time.Duration) (string, e
 }
 
 // Submit submits job name running the built-in application app, and
-// records its acknowledgement.
+// records its acknowledgement; it retries for up to 15 s while no server
+// can take it (an election).
 func (cl *Cluster) Submit(ctx context.Context, name, app string) error {
 	cat, err := builtin.Catalog()
 	if err != nil {
@@ -120,7 +121,18 @@ func (cl *Cluster) Submit(ctx context.Context, name, app string) error {
 	if err != nil {
 		return err
 	}
-	return cl.c.submit(ctx, name, spec)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := cl.c.submit(ctx, name, spec)
+		if !errors.Is(err, errUnavailable) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // WaitDone waits until every acknowledged job has completed.

@@ -387,8 +387,15 @@ func (c *cluster) submit(ctx context.Context, job string, spec []byte) error {
 		}
 		errs = append(errs, fmt.Errorf("%s: %s: %s", m.id, resp.Status, bytes.TrimSpace(body)))
 	}
-	return fmt.Errorf("%w: no server took job %s: %w", ErrCluster, job, errors.Join(errs...))
+	if len(errs) == 0 {
+		errs = append(errs, errors.New("no server is running"))
+	}
+	return fmt.Errorf("%w: job %s: %w", errUnavailable, job, errors.Join(errs...))
 }
+
+// errUnavailable is a submission no server could take now (none running,
+// an election under way): it is retried later.
+var errUnavailable = errors.New("driver: no server took the job")
 
 // stop ends the run: SIGTERM to the agents (they stop their workers),
 // then to the servers, then SIGKILL to whatever is left; the orphans of

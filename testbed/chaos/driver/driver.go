@@ -268,14 +268,12 @@ func (r *run) since() time.Duration { return time.Since(r.start) }
 func (r *run) submitDue(ctx context.Context) error {
 	for len(r.subs) > 0 && r.subs[0].at <= r.since() {
 		s := r.subs[0]
-		var err error
-		for range 20 { // a submission may meet an election: retry
-			if err = r.c.submit(ctx, s.name, s.spec); err == nil || errors.Is(err, context.Canceled) {
-				break
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
-		if err != nil {
+		if err := r.c.submit(ctx, s.name, s.spec); errors.Is(err, errUnavailable) {
+			// An election or a restart is under way: retry at the next
+			// tick.
+			r.log.Debug("driver: submission deferred", "err", err)
+			return nil
+		} else if err != nil {
 			return err
 		}
 		r.subs = r.subs[1:]
@@ -442,6 +440,17 @@ func (r *run) converge(ctx context.Context) error {
 	for {
 		if err := r.submitDue(ctx); err != nil {
 			return err
+		}
+		if len(r.subs) > 0 {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%w: %d jobs could not be submitted within %s", ErrCluster, len(r.subs), r.o.Converge)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(250 * time.Millisecond):
+			}
+			continue
 		}
 		ev, err := r.c.events()
 		if err != nil {
