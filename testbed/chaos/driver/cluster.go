@@ -38,10 +38,18 @@ type member struct {
 	// ports are every port it listens on (raft, http, gossip, actor).
 	ports []int
 
-	mu   sync.Mutex
-	p    *proc.Proc
-	inc  uint64
-	exit chan struct{} // closed once the current incarnation's exit is recorded
+	mu     sync.Mutex
+	p      *proc.Proc
+	inc    uint64
+	exit   chan struct{} // closed once the current incarnation's exit is recorded
+	paused bool          // SIGSTOPped: its sockets accept but never answer
+}
+
+// serving returns whether m runs and is not paused.
+func (m *member) serving() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.p != nil && !m.p.Exited() && !m.paused
 }
 
 // current returns the running process and its incarnation (nil if dead).
@@ -204,7 +212,11 @@ func (c *cluster) signal(m *member, sig syscall.Signal, fault string, fseq int) 
 	}
 	c.record(c.rec.Now(), history.Event{Kind: history.Signal, Role: m.role, ID: m.id, PID: p.PID(), Inc: inc,
 		Sig: strings.TrimPrefix(unix.SignalName(sig), "SIG"), Fault: fault, FSeq: fseq})
-	return p.Signal(sig)
+	err := p.Signal(sig)
+	m.mu.Lock()
+	m.paused = sig == syscall.SIGSTOP
+	m.mu.Unlock()
+	return err
 }
 
 // kill is kill -9 of m; it returns once the exit is recorded.
@@ -315,7 +327,7 @@ func (c *cluster) leader(ctx context.Context, timeout time.Duration) (*member, e
 	deadline := time.Now().Add(timeout)
 	for {
 		for _, m := range c.servers {
-			if p, _ := m.current(); p == nil {
+			if !m.serving() {
 				continue
 			}
 			if st, err := c.status(ctx, m); err == nil && st.Leader == m.id && st.Serving == m.id && !st.Stale {
@@ -361,7 +373,7 @@ func (c *cluster) waitGPUs(ctx context.Context, want int, timeout time.Duration)
 func (c *cluster) submit(ctx context.Context, job string, spec []byte) error {
 	var errs []error
 	for _, m := range c.servers {
-		if p, _ := m.current(); p == nil {
+		if !m.serving() {
 			continue
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+m.http+api.PathJobs, bytes.NewReader(spec))

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -179,12 +180,25 @@ func Run(ctx context.Context, sc schedule.Scenario, seed uint64, o Options) (res
 	r := &run{c: c, o: o, log: log, faults: faults, cat: cat, rng: rand.New(rand.NewPCG(seed, 0x706f6c6c7578))}
 	r.plan(sc)
 	res = &Result{Scenario: sc.Name, Seed: seed, Faults: faults}
+	r.start = time.Now()
+	submitted := make(chan struct{})
+	subCtx, stopSubmitting := context.WithCancel(ctx)
+	r.subCtx = subCtx
+	go r.submitter(subCtx, submitted)
+	defer func() {
+		stopSubmitting()
+		<-submitted
+		r.probes.Wait()
+	}()
 	if res.Skipped, err = r.inject(ctx); err != nil {
 		return nil, err
 	}
-	if err := r.converge(ctx); err != nil {
+	if err := r.converge(ctx, submitted); err != nil {
 		log.Warn("driver: not converged", "err", err)
 	}
+	stopSubmitting()
+	<-submitted
+	r.probes.Wait()
 	stopped = true
 	if err := c.stop(); err != nil {
 		log.Warn("driver: stopping", "err", err)
@@ -219,12 +233,23 @@ type run struct {
 	cat    testbed.Catalog
 	rng    *rand.Rand
 	subs   []submission
-	start  time.Time
+	// submitErr is the submitter's error, read once it is done.
+	submitErr error
+	// probes are the probe submissions in flight (see probe); probeErr
+	// their first error.
+	probes   sync.WaitGroup
+	probeMu  sync.Mutex
+	probeErr error
+	subCtx   context.Context
+	start    time.Time
+	// scenario names the run's jobs.
+	scenario string
 }
 
 // plan spreads the workload over the fault phase: two jobs at once, the
 // rest at random times before the last fault begins.
 func (r *run) plan(sc schedule.Scenario) {
+	r.scenario = sc.Name
 	n := r.o.Jobs
 	if n == 0 {
 		n = max(4, len(r.faults)+2)
@@ -264,30 +289,40 @@ func abbrev(s string) string {
 // since is the time since the fault phase began.
 func (r *run) since() time.Duration { return time.Since(r.start) }
 
-// submitDue submits every job due by now.
-func (r *run) submitDue(ctx context.Context) error {
-	for len(r.subs) > 0 && r.subs[0].at <= r.since() {
-		s := r.subs[0]
-		if err := r.c.submit(ctx, s.name, s.spec); errors.Is(err, errUnavailable) {
-			// An election or a restart is under way: retry at the next
-			// tick.
+// submitter submits the workload at its times, in its own goroutine so
+// that a slow submission (forwarded to a paused leader) never delays a
+// fault; a submission no server can take now is retried. It closes done
+// when every job is submitted or ctx ends, having stored its error.
+func (r *run) submitter(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	for _, s := range r.subs {
+		for {
+			if d := s.at - r.since(); d > 0 {
+				select {
+				case <-ctx.Done():
+					r.submitErr = ctx.Err()
+					return
+				case <-time.After(d):
+				}
+			}
+			err := r.c.submit(ctx, s.name, s.spec)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, errUnavailable) {
+				r.submitErr = err
+				return
+			}
 			r.log.Debug("driver: submission deferred", "err", err)
-			return nil
-		} else if err != nil {
-			return err
+			s.at = r.since() + 250*time.Millisecond
 		}
-		r.subs = r.subs[1:]
 	}
-	return nil
 }
 
-// sleepUntil waits until the fault phase reaches t, submitting jobs and
-// tracking workers on the way.
+// sleepUntil waits until the fault phase reaches t, tracking workers on
+// the way.
 func (r *run) sleepUntil(ctx context.Context, t time.Duration) error {
 	for {
-		if err := r.submitDue(ctx); err != nil {
-			return err
-		}
 		if _, err := r.c.running(); err != nil {
 			return err
 		}
@@ -303,11 +338,10 @@ func (r *run) sleepUntil(ctx context.Context, t time.Duration) error {
 	}
 }
 
-// inject runs the schedule. A fault's times are relative: it begins at
+// inject runs the schedule from r.start. A fault's times are relative: it begins at
 // its scheduled offset from the end of the previous fault's injection,
 // so that a slow step (waiting for a leader) never makes faults overlap.
 func (r *run) inject(ctx context.Context) (skipped int, err error) {
-	r.start = time.Now()
 	shift := time.Duration(0)
 	prevEnd := time.Duration(0)
 	for _, f := range r.faults {
@@ -362,6 +396,7 @@ func (r *run) one(ctx context.Context, f schedule.Fault) (bool, error) {
 			if err := c.signal(victim, syscall.SIGSTOP, kind, seq); err != nil {
 				return false, err
 			}
+			r.probe(seq)
 			if err := r.sleepUntil(ctx, r.since()+f.Down); err != nil {
 				_ = c.signal(victim, syscall.SIGCONT, kind, seq)
 				return false, err
@@ -370,6 +405,9 @@ func (r *run) one(ctx context.Context, f schedule.Fault) (bool, error) {
 		}
 		if err := c.kill(victim, kind, seq); err != nil {
 			return false, err
+		}
+		if f.Kind == schedule.LeaderKill {
+			r.probe(seq)
 		}
 		if err := r.sleepUntil(ctx, r.since()+f.Down); err != nil {
 			return false, err
@@ -405,6 +443,7 @@ func (r *run) one(ctx context.Context, f schedule.Fault) (bool, error) {
 		return true, c.start(ctx, victim, kind, seq)
 	case schedule.WorkerKill:
 		deadline := r.since() + 20*time.Second
+		extra := r.since() + 3*time.Second
 		for {
 			ws, err := c.running()
 			if err != nil {
@@ -425,6 +464,13 @@ func (r *run) one(ctx context.Context, f schedule.Fault) (bool, error) {
 				r.log.Warn("driver: no worker to kill", "fault", f.String())
 				return false, nil
 			}
+			if extra > 0 && r.since() > extra {
+				// Every job has finished: give the fault a victim.
+				extra = 0
+				if err := r.extraJob(ctx, f.Seq); err != nil {
+					return false, err
+				}
+			}
 			if err := r.sleepUntil(ctx, r.since()+100*time.Millisecond); err != nil {
 				return false, err
 			}
@@ -433,25 +479,78 @@ func (r *run) one(ctx context.Context, f schedule.Fault) (bool, error) {
 	return false, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, f.Kind)
 }
 
-// converge submits what is left and waits until every acknowledged job
-// has completed, or the convergence bound has passed.
-func (r *run) converge(ctx context.Context) error {
-	deadline := time.Now().Add(r.o.Converge)
-	for {
-		if err := r.submitDue(ctx); err != nil {
-			return err
-		}
-		if len(r.subs) > 0 {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%w: %d jobs could not be submitted within %s", ErrCluster, len(r.subs), r.o.Converge)
+// probe submits one more job, in the background, right after a leader
+// fault: it needs an allocation, so the new leader's first round commits
+// one, and the failover time measures the election and that round rather
+// than how long the workload happens to leave the allocation unchanged.
+func (r *run) probe(seq int) {
+	app := r.o.Apps[seq%len(r.o.Apps)]
+	name := fmt.Sprintf("%s-p%02d-%s", abbrev(r.scenario), seq, app)
+	spec, err := launch.Job{Name: name, App: app}.Spec(r.cat, r.o.GPUsPerAgent*r.o.Agents)
+	if err != nil {
+		r.setProbeErr(err)
+		return
+	}
+	r.probes.Add(1)
+	go func() {
+		defer r.probes.Done()
+		for {
+			err := r.c.submit(r.subCtx, name, spec)
+			if !errors.Is(err, errUnavailable) {
+				r.setProbeErr(err)
+				return
 			}
 			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(250 * time.Millisecond):
+			case <-r.subCtx.Done():
+				r.setProbeErr(r.subCtx.Err())
+				return
+			case <-time.After(100 * time.Millisecond):
 			}
-			continue
 		}
+	}()
+}
+
+func (r *run) setProbeErr(err error) {
+	r.probeMu.Lock()
+	defer r.probeMu.Unlock()
+	if r.probeErr == nil {
+		r.probeErr = err
+	}
+}
+
+// extraJob submits one more job now (for a fault that needs a running
+// worker after the workload has finished).
+func (r *run) extraJob(ctx context.Context, seq int) error {
+	app := r.o.Apps[0]
+	name := fmt.Sprintf("%s-x%02d-%s", abbrev(r.scenario), seq, app)
+	spec, err := launch.Job{Name: name, App: app}.Spec(r.cat, r.o.GPUsPerAgent*r.o.Agents)
+	if err != nil {
+		return err
+	}
+	for {
+		if err := r.c.submit(ctx, name, spec); !errors.Is(err, errUnavailable) {
+			return err
+		}
+		if err := r.sleepUntil(ctx, r.since()+250*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// converge waits until the workload is submitted and every acknowledged
+// job has completed, or the convergence bound has passed.
+func (r *run) converge(ctx context.Context, submitted <-chan struct{}) error {
+	deadline := time.Now().Add(r.o.Converge)
+	select {
+	case <-submitted:
+	case <-time.After(r.o.Converge):
+		return fmt.Errorf("%w: the workload could not be submitted within %s", ErrCluster, r.o.Converge)
+	}
+	r.probes.Wait()
+	if err := errors.Join(r.submitErr, r.probeErr); err != nil {
+		return err
+	}
+	for {
 		ev, err := r.c.events()
 		if err != nil {
 			return err
