@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -105,22 +106,29 @@ func (o *ownerActor) Receive(ctx actor.Context) {
 	}
 }
 
+// testRemote is the one actor system with remote of this test process:
+// protoactor's Remote.Start sets grpc's global logger, so a second remote
+// node in one process races with the first one's connections.
+var testRemote = sync.OnceValue(func() *actor.ActorSystem {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
+	remote.NewRemote(sys, remote.Configure("127.0.0.1", 0)).Start()
+	return sys
+})
+
 func newController(t *testing.T) *controller {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m, err := cluster.Start(cluster.Config{Name: "test-server", Fast: true, Logger: log, Meta: cluster.Meta{Role: cluster.RoleServer}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
-	rem := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0))
-	rem.Start()
+	sys := testRemote()
 	c := &controller{t: t, members: m, sys: sys, got: make(chan any, 1000)}
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &ownerActor{got: c.got} }))
 	c.owner = &pb.Ref{Address: pid.Address, Id: pid.Id}
 	t.Cleanup(func() {
 		m.Shutdown()
-		rem.Shutdown(false)
-		sys.Shutdown()
+		_ = sys.Root.StopFuture(pid).Wait()
 	})
 	return c
 }
