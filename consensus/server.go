@@ -105,6 +105,24 @@ func (s *Server) Leadership() (term uint64, leader bool) {
 	return term, s.raft.State() == raft.Leader && s.raft.CurrentTerm() == term
 }
 
+// VerifyLeader confirms with a quorum that this server still leads and
+// returns its term. A leader that was paused or cut off learns here that
+// it was deposed (ErrNotLeader or ErrLeadershipLost), before acting on
+// anything that arrived while it was away.
+func (s *Server) VerifyLeader(ctx context.Context) (uint64, error) {
+	if s.closed.Load() {
+		return 0, ErrShutdown
+	}
+	if s.raft.State() != raft.Leader {
+		return 0, ErrNotLeader
+	}
+	term := s.raft.CurrentTerm()
+	if err := wait(ctx, s.raft.VerifyLeader()); err != nil {
+		return 0, err
+	}
+	return term, nil
+}
+
 // LocalState returns a copy of this server's state, which on a follower
 // may lag behind the leader's.
 func (s *Server) LocalState() *State { return s.fsm.State() }

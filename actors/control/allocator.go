@@ -355,7 +355,7 @@ func (a *allocator) syncJobs(ctx actor.Context, st *consensus.State) {
 		for _, sl := range slots {
 			k += sl.GPUs
 		}
-		ctx.Send(pid, jobPlan{incarnation: j.Incarnation, nodes: len(slots), reps: k, epoch: j.Epoch, progress: j.Progress})
+		ctx.Send(pid, jobPlan{term: a.term, incarnation: j.Incarnation, nodes: len(slots), reps: k, epoch: j.Epoch, progress: j.Progress})
 	}
 }
 

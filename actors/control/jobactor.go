@@ -23,11 +23,19 @@ import (
 // flushEvery is how often a job actor writes what its workers reported.
 const flushEvery = time.Second
 
+// leaderLease is how long a confirmed leadership lets a job actor accept
+// reports without asking a quorum again. A server paused for longer (and
+// so possibly deposed) re-confirms before it accepts what queued up.
+const leaderLease = 100 * time.Millisecond
+
 // Messages between the allocator actor and its job actors (local only).
 type (
 	// jobPlan tells a job actor the configuration of its current
 	// incarnation.
 	jobPlan struct {
+		// term is the allocator's term: reports are accepted only while
+		// this server still leads in it.
+		term        uint64
 		incarnation uint64
 		nodes, reps int
 		// epoch and progress are the replicated ones: what the job
@@ -77,6 +85,9 @@ type jobActor struct {
 	exited             map[uint32]bool
 	done               bool
 	timer              *time.Timer
+	// verified is when a quorum last confirmed this server leads in
+	// plan.term.
+	verified time.Time
 }
 
 // reportHistory is the fault-injection harness's history (nil, recording
@@ -115,6 +126,9 @@ func (j *jobActor) Receive(ctx actor.Context) {
 			clear(j.exited)
 			j.started, j.announced = false, false
 		}
+		if m.term != j.plan.term {
+			j.verified = time.Time{}
+		}
 		j.plan = m
 		j.epoch, j.prog = max(j.epoch, m.epoch), max(j.prog, m.progress)
 	case *pb.WorkerReport:
@@ -124,8 +138,29 @@ func (j *jobActor) Receive(ctx actor.Context) {
 	}
 }
 
+// leading reports whether this server still leads in the plan's term,
+// asking a quorum when the last confirmation is older than leaderLease. A
+// deposed leader that resumes after a pause must not accept the reports
+// that queued up meanwhile: a newer incarnation may already run elsewhere.
+func (j *jobActor) leading() bool {
+	now := j.now()
+	if !j.verified.IsZero() && now.Sub(j.verified) < leaderLease && now.Sub(j.verified) >= 0 {
+		return true
+	}
+	c, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	term, err := j.store.VerifyLeader(c)
+	if err != nil || term != j.plan.term {
+		j.verified = time.Time{}
+		j.log.Debug("control: not leading the plan's term: report dropped", "term", term, "plan_term", j.plan.term, "err", err)
+		return false
+	}
+	j.verified = now
+	return true
+}
+
 func (j *jobActor) report(ctx actor.Context, r *pb.WorkerReport) {
-	if r.Incarnation != j.plan.incarnation || j.done {
+	if r.Incarnation != j.plan.incarnation || j.done || !j.leading() {
 		return
 	}
 	_ = reportHistory().Record(history.Event{Kind: history.Report, Job: j.id, Inc: r.Incarnation, Into: j.plan.incarnation, Rank: int(r.Rank)})

@@ -11,6 +11,7 @@ import (
 // Store is the part of consensus.Server the actors use.
 type Store interface {
 	Leadership() (term uint64, leader bool)
+	VerifyLeader(ctx context.Context) (term uint64, err error)
 	Read(ctx context.Context) (*consensus.State, error)
 	CommitAllocation(ctx context.Context, generation, term uint64, jobs map[string][]consensus.Slot) error
 	UpdateJob(ctx context.Context, u consensus.UpdateJob) error
