@@ -18,6 +18,10 @@ import (
 // can take it (an election is under way).
 const retryDelay = 10 * time.Millisecond
 
+// leaderPoll is how often a forwarded write checks whether the leader it
+// was sent to is still the one this server knows.
+const leaderPoll = 20 * time.Millisecond
+
 // Stores are what a Server runs on, injected so that tests use Raft's
 // in-memory transport and stores and production uses TCP and bolt
 // (OpenDisk).
@@ -248,7 +252,7 @@ func (s *Server) applyOnce(ctx context.Context, enc [][]byte) ([]Result, error) 
 	if leader == "" || leader == s.cfg.ID {
 		return nil, ErrNoLeader
 	}
-	resp, err := s.stores.Forwarder.Forward(ctx, leader, encodeRequest(enc))
+	resp, err := s.forward(ctx, leader, encodeRequest(enc))
 	if err != nil {
 		return nil, err
 	}
@@ -257,6 +261,40 @@ func (s *Server) applyOnce(ctx context.Context, enc [][]byte) ([]Result, error) 
 		return nil, fmt.Errorf("%w: %w", ErrForward, err)
 	}
 	return res, allNotLeader(res)
+}
+
+// forward sends req to leader, but gives up as soon as this server learns
+// of another leader: a leader that was paused or cut off keeps the
+// connection open without answering, and a write must not wait for it to
+// come back when a new leader can take it. Giving up is ErrForward (the
+// old leader may have committed the write before it was deposed), so the
+// caller decides whether to resend.
+func (s *Server) forward(ctx context.Context, leader raft.ServerID, req []byte) ([]byte, error) {
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		b   []byte
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		b, err := s.stores.Forwarder.Forward(fctx, leader, req)
+		done <- answer{b, err}
+	}()
+	tick := time.NewTicker(leaderPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case a := <-done:
+			return a.b, a.err
+		case <-tick.C:
+			if now, _ := s.Leader(); now != "" && now != leader {
+				cancel()
+				<-done
+				return nil, fmt.Errorf("%w: leader changed from %q to %q while forwarding", ErrForward, leader, now)
+			}
+		}
+	}
 }
 
 // applyLocal pipelines enc into the local Raft node. If every command

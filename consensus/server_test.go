@@ -520,3 +520,33 @@ func FuzzDecodeForward(f *testing.F) {
 		_, _ = decodeResponse(b, 1)
 	})
 }
+
+// hangingForwarder stands for a leader that was paused: the connection is
+// open but no answer ever comes.
+type hangingForwarder struct{}
+
+func (hangingForwarder) Forward(ctx context.Context, _ raft.ServerID, _ []byte) ([]byte, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A write forwarded to a leader that stops answering gives up as soon as
+// the forwarding server learns of a new leader, rather than waiting for
+// the old one to come back (or the write's whole timeout).
+func TestForwardGivesUpOnLeaderChange(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	old := c.leader(c.members...)
+	via := c.followers(old)[0]
+	via.srv.stores.Forwarder = hangingForwarder{}
+	done := make(chan error, 1)
+	go func() { done <- via.srv.SubmitJob(ctxT(t, 20*time.Second), "late", testSpec(), 1) }()
+	// Let the write reach the forwarder, then depose the leader.
+	time.Sleep(50 * time.Millisecond)
+	c.isolate(old)
+	nl := c.leader(c.followers(old)...)
+	err := <-done
+	if !errors.Is(err, ErrForward) || errors.Is(err, ErrTimeout) {
+		t.Fatalf("forward to the deposed leader: %v, want ErrForward on the change to %s", err, nl.id)
+	}
+	t.Logf("gave up with: %v", err)
+}
