@@ -134,7 +134,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 			c = nil
 		}
 	}()
-	ports, err := freePorts(2*o.Servers + 1)
+	ports, err := FreePorts(2*o.Servers + 1)
 	if err != nil {
 		return nil, err
 	}
@@ -381,7 +381,10 @@ func (c *Cluster) Submit(ctx context.Context, spec []byte) error {
 	return fmt.Errorf("launch: no server took the job: %w", errors.Join(errs...))
 }
 
-func freePorts(n int) ([]int, error) {
+// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a
+// moment ago (the listeners are closed before it returns, so another
+// program may take one meanwhile: callers start their processes at once).
+func FreePorts(n int) ([]int, error) {
 	var ports []int
 	var lns []net.Listener
 	defer func() {

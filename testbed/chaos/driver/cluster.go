@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"pollux/actors/api"
+	"pollux/actors/launch"
 	"pollux/testbed/chaos/check"
 	"pollux/testbed/chaos/history"
 	"pollux/testbed/chaos/proc"
@@ -92,7 +93,7 @@ func newCluster(o Options, dir string, log *slog.Logger) (*cluster, error) {
 	}
 	c := &cluster{o: o, log: log, group: proc.NewGroup(), rec: rec, clock: clock, histEnv: clock.Env(path), path: path,
 		client: http.Client{Timeout: time.Second}, tracked: map[int]bool{}}
-	ports, err := freePorts(4*o.Servers + 2*o.Agents)
+	ports, err := launch.FreePorts(4*o.Servers + 2*o.Agents)
 	if err != nil {
 		rec.Close()
 		return nil, err
@@ -446,21 +447,3 @@ func (c *cluster) close() error {
 	return errors.Join(err, c.rec.Close())
 }
 
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("driver: free port: %w", err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
