@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -49,6 +50,10 @@ type Config struct {
 	// and attained service are counted in emulated time, like the
 	// emulated workers' progress.
 	TimeScale float64
+	// MaxFailures is how many incarnations of a job in a row may fail
+	// without the job finishing an epoch before it is marked Failed
+	// (default 5; negative: retry forever).
+	MaxFailures int
 	// Seed starts the sequence of per-round seeds.
 	Seed   uint64
 	Logger *slog.Logger
@@ -70,6 +75,14 @@ type Observer func(RoundInfo)
 
 type roundTick struct{}
 
+// crashRecord counts a job's failed incarnations in a row: a failure after
+// the job finished an epoch starts the count again.
+type crashRecord struct {
+	incarnation uint64
+	epoch       int
+	count       int
+}
+
 // NewAllocator returns the props of the allocator actor. observe may be
 // nil.
 func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
@@ -81,6 +94,9 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
+	}
+	if cfg.MaxFailures == 0 {
+		cfg.MaxFailures = 5
 	}
 	if cfg.NodeGrace <= 0 {
 		cfg.NodeGrace = 3 * time.Second
@@ -96,7 +112,7 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 	}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &allocator{cfg: cfg, observe: observe, models: NewModels(), jobs: map[string]*actor.PID{},
-			failed: map[string]uint64{}, missing: map[string]time.Time{}}
+			failed: map[string]uint64{}, crashes: map[string]*crashRecord{}, missing: map[string]time.Time{}}
 	}), nil
 }
 
@@ -111,7 +127,8 @@ type allocator struct {
 	seed      uint64
 	jobs      map[string]*actor.PID // job actors
 	failed    map[string]uint64     // job -> incarnation whose workers failed
-	missing   map[string]time.Time  // node -> since when it is missing from the membership
+	crashes   map[string]*crashRecord
+	missing   map[string]time.Time // node -> since when it is missing from the membership
 	timer     *time.Timer
 }
 
@@ -188,6 +205,17 @@ func (a *allocator) round(ctx actor.Context) {
 			delete(a.failed, id)
 		}
 	}
+	for id := range a.crashes {
+		if j := st.Jobs[id]; j == nil || j.State.Terminal() {
+			delete(a.crashes, id)
+		}
+	}
+	if a.failCrashLoops(ctx, c, st, now) {
+		if st, err = a.cfg.Store.Read(c); err != nil {
+			a.cfg.Logger.Warn("control: reading state", "err", err)
+			return
+		}
+	}
 	a.seed++
 	snap, err := BuildSnapshot(st, a.models, float64(now.UnixNano())/1e9, a.cfg.TimeScale, a.seed, setOf(a.failed))
 	if err != nil {
@@ -236,6 +264,46 @@ func (a *allocator) round(ctx actor.Context) {
 	}
 }
 
+// failCrashLoops counts this round's failed incarnations and marks Failed
+// every job whose workers failed MaxFailures incarnations in a row without
+// finishing an epoch. It reports whether it changed anything.
+func (a *allocator) failCrashLoops(ctx actor.Context, c context.Context, st *consensus.State, now time.Time) bool {
+	changed := false
+	for _, id := range slices.Sorted(maps.Keys(a.failed)) {
+		inc, j := a.failed[id], st.Jobs[id]
+		rec := a.crashes[id]
+		if rec == nil {
+			rec = &crashRecord{}
+			a.crashes[id] = rec
+		}
+		if rec.incarnation != inc {
+			if j.Epoch > rec.epoch {
+				rec.count = 0
+			}
+			rec.incarnation, rec.epoch = inc, j.Epoch
+			rec.count++
+		}
+		if a.cfg.MaxFailures < 0 || rec.count < a.cfg.MaxFailures {
+			continue
+		}
+		reason := fmt.Sprintf("workers failed in %d incarnations in a row without finishing an epoch", rec.count)
+		err := a.cfg.Store.CompleteJob(c, id, true, reason, float64(now.UnixNano())/1e9)
+		if err != nil && !errors.Is(err, consensus.ErrJobFinished) {
+			a.cfg.Logger.Warn("control: failing a crash-looping job", "job", id, "err", err)
+			continue
+		}
+		a.cfg.Logger.Error("control: job failed", "job", id, "reason", reason)
+		delete(a.failed, id)
+		delete(a.crashes, id)
+		if pid := a.jobs[id]; pid != nil {
+			_ = ctx.StopFuture(pid).Wait()
+			delete(a.jobs, id)
+		}
+		changed = true
+	}
+	return changed
+}
+
 // stepDown forgets everything only a leader holds.
 func (a *allocator) stepDown(ctx actor.Context) {
 	for id, pid := range a.jobs {
@@ -248,6 +316,7 @@ func (a *allocator) stepDown(ctx actor.Context) {
 	}
 	a.term, a.prev, a.lastRound = 0, nil, time.Time{}
 	clear(a.failed)
+	clear(a.crashes)
 	clear(a.missing)
 }
 

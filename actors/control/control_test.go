@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -194,7 +195,7 @@ func TestClusterRunsJobsToCompletion(t *testing.T) {
 
 // startAllocator spawns an allocator over srv and a one-node actor system
 // whose node runs emulated workers; members may be nil.
-func startAllocator(t *testing.T, srv *consensus.Server, members Members, nodeGrace time.Duration) *actor.ActorSystem {
+func startAllocator(t *testing.T, srv *consensus.Server, members Members, nodeGrace time.Duration, opts ...func(*Config)) *actor.ActorSystem {
 	t.Helper()
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet() }))
 	nd, err := node.Start(sys, node.Config{Name: "n1", GPUs: 2, Grace: 5 * time.Second, WorkerOutput: io.Discard, Logger: quiet(),
@@ -202,8 +203,12 @@ func startAllocator(t *testing.T, srv *consensus.Server, members Members, nodeGr
 	if err != nil {
 		t.Fatal(err)
 	}
-	props, err := NewAllocator(Config{Store: srv, Members: members, Interval: 100 * time.Millisecond, TimeScale: 1000, NodeGrace: nodeGrace,
-		CheckpointRoot: t.TempDir(), Logger: quiet()}, nil)
+	cfg := Config{Store: srv, Members: members, Interval: 100 * time.Millisecond, TimeScale: 1000, NodeGrace: nodeGrace,
+		CheckpointRoot: t.TempDir(), Logger: quiet()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	props, err := NewAllocator(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,6 +258,33 @@ func TestFailedWorkersAreRestartedUnderNewIncarnations(t *testing.T) {
 	if j := srv.LocalState().Jobs["x"]; j.State.Terminal() {
 		t.Errorf("job state %v", j.State)
 	}
+}
+
+func TestCrashLoopingJobFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs worker processes")
+	}
+	srv := singleServer(t)
+	ctx := context.Background()
+	startAllocator(t, srv, nil, 0, func(c *Config) { c.MaxFailures = 3 })
+	if err := srv.RegisterNode(ctx, consensus.Node{ID: "n1", Addresses: []string{"nonhost"}, GPUs: 2, Health: consensus.Alive}); err != nil {
+		t.Fatal(err)
+	}
+	spec := consensus.JobSpec{Name: "x", App: "crash", MinReplicas: 1, MaxReplicas: 1,
+		Limits: goodput.Limits{InitBatch: 32, MaxBatch: 32, MinLocal: 32, MaxLocal: 32}, CheckpointDir: t.TempDir()}
+	if err := srv.SubmitJob(ctx, "x", spec, float64(time.Now().Unix())); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the crash-looping job to be failed", func() bool {
+		j := srv.LocalState().Jobs["x"]
+		return j != nil && j.State.Terminal()
+	})
+	st := srv.LocalState()
+	j := st.Jobs["x"]
+	if j.State != consensus.Failed || !strings.Contains(j.Reason, "3 incarnations") {
+		t.Errorf("job state %v, reason %q", j.State, j.Reason)
+	}
+	waitFor(t, "its GPUs to be released", func() bool { return len(srv.LocalState().Allocation.Jobs["x"]) == 0 })
 }
 
 func TestMembersAreRegisteredAndMarkedDead(t *testing.T) {

@@ -31,7 +31,7 @@ func init() { subcommands = append(subcommands, newServerCmd) }
 type serverOpts struct {
 	id, dataDir, bind, raftAddr, httpAddr, peers, logLevel, ckptRoot string
 	join                                                             []string
-	gossipPort, actorPort                                            int
+	gossipPort, actorPort, maxFailures                               int
 	bootstrap, fast                                                  bool
 	interval, nodeGrace                                              time.Duration
 	timeScale                                                        float64
@@ -77,6 +77,7 @@ func newServerCmd() *cobra.Command {
 	f.BoolVar(&o.fast, "fast-gossip", false, "sub-second failure detection (loopback and test clusters)")
 	f.DurationVar(&o.interval, "interval", control.DefaultInterval, "scheduling interval")
 	f.DurationVar(&o.nodeGrace, "node-grace", 3*time.Second, "how long an agent must be missing from the membership before it is marked dead")
+	f.IntVar(&o.maxFailures, "max-failures", 5, "failed incarnations in a row (without finishing an epoch) after which a job is marked failed; -1: retry forever")
 	f.Float64Var(&o.timeScale, "time-scale", 1, "emulated seconds per real second of the cluster's emulated workers")
 	f.StringVar(&o.ckptRoot, "checkpoint-root", "", "checkpoint root of jobs that name no directory (default DATA-DIR/checkpoints)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -173,7 +174,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	httpAPI := api.New(o.id, api.Config{Backend: srv, Apps: catalog.Names(), Forward: srv.ForwardHandler(), Logger: log})
 	props, err := control.NewAllocator(control.Config{
 		Store: srv, Members: members.Members, Interval: o.interval, CheckpointRoot: o.ckptRoot,
-		TimeScale: o.timeScale, NodeGrace: o.nodeGrace, Logger: log,
+		TimeScale: o.timeScale, NodeGrace: o.nodeGrace, MaxFailures: o.maxFailures, Logger: log,
 	}, httpAPI.ObserveRound)
 	if err != nil {
 		return err
