@@ -446,4 +446,3 @@ func (c *cluster) close() error {
 	err := c.group.Close()
 	return errors.Join(err, c.rec.Close())
 }
-
