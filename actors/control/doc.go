@@ -17,9 +17,20 @@
 // reports and exits to. A job actor aggregates its workers' step times
 // into profile entries and gradient statistics, writes them through
 // consensus (so a fit survives failover), records progress, and completes
-// the job exactly once when its workers report done. Nothing a job actor
-// knows lives only in its memory: a new leader's job actors start from
-// the replicated state.
+// the job exactly once when its workers report done. It accepts reports
+// only while a quorum has confirmed, within the last 100 ms, that its
+// server leads in the term of its plan, so a leader resumed after a pause
+// never acts on what queued up while it was deposed. Apart from the
+// measurements of the last flush interval (1 s), nothing a job actor knows
+// lives only in its memory: a new leader's job actors start from the
+// replicated state.
+//
+// Models are fitted where decisions are made: the allocator fits each
+// job's throughput model from the job's replicated profile (cached until
+// the profile changes), so the bid a job makes is its replicated profile
+// and gradient statistics, and it survives any failover. A job whose
+// workers fail in MaxFailures incarnations in a row without finishing an
+// epoch is marked Failed.
 //
 // The planning functions (BuildSnapshot, Assignments) are pure and tested
 // on their own.
