@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -67,11 +68,20 @@ type Config struct {
 	Fast bool
 	// Logger receives memberlist's log lines (default slog.Default()).
 	Logger *slog.Logger
+	// Keys encrypt and authenticate gossip (AES-GCM, see ParseKeys): the
+	// first is the primary key, used to send; every key is accepted on
+	// receipt, and a packet no key opens is refused. Without keys gossip
+	// is plaintext (insecure mode).
+	Keys [][]byte
+	// Label is put on every packet and checked on receipt (default
+	// Label).
+	Label string
 }
 
 // Membership is one running gossip member.
 type Membership struct {
 	ml     *memberlist.Memberlist
+	ring   *memberlist.Keyring // nil without encryption
 	name   string
 	log    *slog.Logger
 	events chan Event
@@ -101,8 +111,18 @@ func Start(cfg Config) (*Membership, error) {
 	if cfg.BindAddr == "" {
 		cfg.BindAddr = "127.0.0.1"
 	}
+	if cfg.Label == "" {
+		cfg.Label = Label
+	}
+	var ring *memberlist.Keyring
+	if len(cfg.Keys) > 0 {
+		if ring, err = memberlist.NewKeyring(cfg.Keys, cfg.Keys[0]); err != nil {
+			return nil, fmt.Errorf("%w: gossip keys: %w", ErrConfig, err)
+		}
+	}
 	m := &Membership{
 		name:   cfg.Name,
+		ring:   ring,
 		log:    cfg.Logger.With("member", cfg.Name),
 		events: make(chan Event),
 		meta:   meta,
@@ -123,6 +143,9 @@ func Start(cfg Config) (*Membership, error) {
 		mc.DeadNodeReclaimTime = 30 * time.Second
 	}
 	mc.Name = cfg.Name
+	mc.Label = cfg.Label
+	mc.Keyring = ring
+	mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	mc.BindAddr = cfg.BindAddr
 	mc.BindPort = cfg.BindPort
 	mc.AdvertisePort = cfg.BindPort
@@ -147,6 +170,38 @@ func (m *Membership) Join(addrs []string) (int, error) {
 		return 0, fmt.Errorf("%w: %v: %w", ErrJoin, addrs, err)
 	}
 	return n, nil
+}
+
+// SetKeys replaces the gossip keys without a restart: keys[0] becomes
+// the primary key, every key in keys is accepted, and keys not in keys are
+// dropped. A rotation (docs/security.md) calls it on every member three
+// times: with [old, new], [new, old], [new]. It fails on a member started
+// without keys (gossip cannot be switched from plaintext to encrypted
+// while running).
+func (m *Membership) SetKeys(keys [][]byte) error {
+	if m.ring == nil {
+		return fmt.Errorf("%w: gossip was started without keys", ErrConfig)
+	}
+	if len(keys) == 0 {
+		return fmt.Errorf("%w: no gossip key", ErrConfig)
+	}
+	for _, k := range keys {
+		if err := m.ring.AddKey(k); err != nil {
+			return fmt.Errorf("%w: gossip key: %w", ErrConfig, err)
+		}
+	}
+	if err := m.ring.UseKey(keys[0]); err != nil {
+		return fmt.Errorf("%w: gossip key: %w", ErrConfig, err)
+	}
+	for _, k := range m.ring.GetKeys() {
+		if !slices.ContainsFunc(keys, func(n []byte) bool { return bytes.Equal(n, k) }) {
+			if err := m.ring.RemoveKey(k); err != nil {
+				return fmt.Errorf("%w: gossip key: %w", ErrConfig, err)
+			}
+		}
+	}
+	m.log.Info("cluster: gossip keys installed", "primary", KeyID(keys[0]), "keys", len(keys))
+	return nil
 }
 
 // Events delivers membership changes of other members, in order. The

@@ -1,0 +1,23 @@
+// Package pki is the cluster's public-key infrastructure: one cluster CA,
+// certificates that name their holder's role (server, agent or client)
+// and name, and the TLS configurations of every channel, which check
+// that the peer holds a certificate of the cluster CA and of a role that
+// may use the channel.
+//
+// Why a package of its own: who may talk to whom is a policy, and a
+// policy spread over every listener drifts. Here it is one table
+// (acceptFrom) and the builders every listener and dialer take their
+// configuration from; the wiring elsewhere only says which channel a
+// socket is.
+//
+// Certificates are ECDSA P-256, PEM files, with the identity in a URI
+// subject alternative name spiffe://pollux/<role>/<name> (and repeated in
+// the subject: CN is the name, OU the role), plus the IP addresses and
+// DNS names the holder serves on. Only the standard library's crypto is
+// used.
+//
+// Listener completes every TLS handshake in its own goroutine, bounded in
+// time and number, and logs each refusal once with the peer's address and
+// the identity its certificate claimed, so a refused peer never reaches
+// the code behind the socket.
+package pki
