@@ -115,4 +115,3 @@ func (b *Bundle) Credentials(name string) (*Credentials, error) {
 
 // GossipKeys reads the bundle's gossip key.
 func (b *Bundle) GossipKeys() ([][]byte, error) { return cluster.ReadKeyFile(b.GossipKey) }
-
