@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -46,17 +45,4 @@ func OpenDisk(cfg Config, dir string, transport raft.Transport, fwd Forwarder) (
 		return nil, err
 	}
 	return s, nil
-}
-
-// ListenTCP returns Raft's TCP transport bound to addr (host:port; port 0
-// picks a free one, read it from LocalAddr). The advertised address is
-// the bound one, so bind to a concrete host such as 127.0.0.1 (Raft
-// refuses to advertise 0.0.0.0).
-func ListenTCP(addr string, cfg Config) (*raft.NetworkTransport, error) {
-	cfg = cfg.withDefaults()
-	t, err := raft.NewTCPTransportWithLogger(addr, nil, 3, 2*time.Second, newHCLogger(cfg.Logger, cfg.RaftLogLevel))
-	if err != nil {
-		return nil, fmt.Errorf("consensus: raft transport on %s: %w", addr, err)
-	}
-	return t, nil
 }

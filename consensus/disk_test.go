@@ -95,11 +95,11 @@ func TestOpenDiskErrors(t *testing.T) {
 // committing.
 func TestTCPGarbage(t *testing.T) {
 	cfg := testConfig("t0")
-	trans, err := ListenTCP("127.0.0.1:0", cfg)
+	trans, err := ListenTCP("127.0.0.1:0", cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := OpenDisk(cfg, t.TempDir(), trans, nil)
+	s, err := OpenDisk(cfg, t.TempDir(), trans, trans.Forwarder())
 	if err != nil {
 		_ = trans.Close()
 		t.Fatal(err)

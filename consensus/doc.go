@@ -55,9 +55,11 @@
 // UpdateJob, CompleteJob, RecordProfile, CommitAllocation, RegisterNode,
 // MarkNode, linearizable reads (Read), local reads (LocalState), AddVoter
 // and RemoveServer. A write on a follower is forwarded to the leader
-// through a Forwarder: HTTPForwarder posts the encoded command to the
-// leader's ForwardHandler (an HTTP listener next to the Raft port), and
-// tests use an in-memory one. OpenDisk builds the stores of a data
+// through a Forwarder: Transport (ListenTCP) carries both Raft's RPCs and
+// forwarded writes on the Raft port, told apart by the first byte of each
+// connection, over mutual TLS where only server certificates of the
+// cluster CA get in (a forwarded write is a Raft write: it is not on the
+// public API); tests use an in-memory forwarder. OpenDisk builds the stores of a data
 // directory: raft-boltdb log and stable store and file snapshots; a server
 // reopened on the same directory rejoins with its state.
 //

@@ -1,13 +1,9 @@
 package consensus
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"strings"
 	"sync"
 
@@ -23,106 +19,12 @@ type Forwarder interface {
 	Forward(ctx context.Context, leader raft.ServerID, req []byte) ([]byte, error)
 }
 
-// ForwardPath is the HTTP path of ForwardHandler.
-const ForwardPath = "/consensus/v1/apply"
-
-// maxForward bounds a forwarded request or response body.
+// maxForward bounds a forwarded request or its answer.
 const maxForward = 64 << 20
 
-// ForwardHandler serves writes forwarded by followers' HTTPForwarders:
-// POST ForwardPath with the encoded batch as the body. It answers 200 with
-// the encoded results; a garbled request gets 400.
-func (s *Server) ForwardHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+ForwardPath, func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxForward+1))
-		if err == nil && len(body) > maxForward {
-			err = fmt.Errorf("%w: request over %d bytes", ErrMalformed, maxForward)
-		}
-		var resp []byte
-		if err == nil {
-			ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
-			resp, err = s.serveForward(ctx, body)
-			cancel()
-		}
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		w.Header().Set("Content-Type", "application/octet-stream")
-		_, _ = w.Write(resp)
-	})
-	return mux
-}
-
-// HTTPForwarder forwards over HTTP to the leader's ForwardHandler. It
-// knows each server's HTTP address by id.
-type HTTPForwarder struct {
-	client *http.Client
-	mu     sync.RWMutex
-	peers  map[raft.ServerID]string
-}
-
-// NewHTTPForwarder returns a forwarder that reaches server id at
-// http://peers[id]. A nil client means a client with no overall timeout
-// (the caller's context bounds each request).
-func NewHTTPForwarder(client *http.Client, peers map[raft.ServerID]string) *HTTPForwarder {
-	if client == nil {
-		client = &http.Client{}
-	}
-	f := &HTTPForwarder{client: client, peers: map[raft.ServerID]string{}}
-	for id, addr := range peers {
-		f.peers[id] = addr
-	}
-	return f
-}
-
-// SetPeer records (or, with an empty addr, forgets) a server's HTTP
-// address.
-func (f *HTTPForwarder) SetPeer(id raft.ServerID, addr string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if addr == "" {
-		delete(f.peers, id)
-		return
-	}
-	f.peers[id] = addr
-}
-
-// Forward implements Forwarder.
-func (f *HTTPForwarder) Forward(ctx context.Context, leader raft.ServerID, req []byte) ([]byte, error) {
-	f.mu.RLock()
-	addr, ok := f.peers[leader]
-	f.mu.RUnlock()
-	if !ok {
-		return nil, fmt.Errorf("%w: no HTTP address for leader %q", ErrNoLeader, leader)
-	}
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+ForwardPath, bytes.NewReader(req))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrForward, err)
-	}
-	hr.Header.Set("Content-Type", "application/octet-stream")
-	resp, err := f.client.Do(hr)
-	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			return nil, fmt.Errorf("%w: leader %q at %s unreachable: %w", ErrNoLeader, leader, addr, err)
-		}
-		return nil, fmt.Errorf("%w: %w", ErrForward, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxForward+1))
-	if err != nil {
-		return nil, fmt.Errorf("%w: reading answer: %w", ErrForward, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%w: leader answered %s: %s", ErrForward, resp.Status, bytes.TrimSpace(body))
-	}
-	return body, nil
-}
-
 // LocalForwarder forwards between servers of one process (tests and
-// single-process clusters) through the same encoding as HTTPForwarder.
+// single-process clusters) through the same encoding as the Raft port's
+// forwarding (Transport.Forwarder).
 type LocalForwarder struct {
 	mu      sync.RWMutex
 	servers map[raft.ServerID]*Server

@@ -74,6 +74,9 @@ func NewServer(cfg Config, st Stores) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consensus: starting raft: %w", err)
 	}
+	if t, ok := st.Transport.(*Transport); ok {
+		t.serveForwards(s)
+	}
 	return s, nil
 }
 

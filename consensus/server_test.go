@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -433,63 +430,6 @@ func TestBatchPipelined(t *testing.T) {
 	st, err := l.srv.Read(ctx)
 	if err != nil || st.Allocation.Generation != 100 {
 		t.Fatalf("generation after two batches: %v, %v", st.Allocation.Generation, err)
-	}
-}
-
-func TestHTTPForwarding(t *testing.T) {
-	fwd := NewHTTPForwarder(nil, nil)
-	c := &cluster{t: t, fwd: NewLocalForwarder(), cfg: testConfig}
-	var servers []raft.Server
-	for i := range 3 {
-		m := &member{id: raft.ServerID(fmt.Sprintf("h%d", i)), store: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()}
-		m.addr, m.trans = newTransport(m.id)
-		c.members = append(c.members, m)
-		servers = append(servers, raft.Server{ID: m.id, Address: m.addr})
-	}
-	c.connectAll()
-	for _, m := range c.members {
-		s, err := NewServer(testConfig(m.id), Stores{Transport: m.trans, Logs: m.store, Stable: m.store, Snapshots: m.snaps, Forwarder: fwd})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.srv = s
-		t.Cleanup(func() { _ = s.Shutdown() })
-		hs := httptest.NewServer(s.ForwardHandler())
-		t.Cleanup(hs.Close)
-		fwd.SetPeer(m.id, strings.TrimPrefix(hs.URL, "http://"))
-	}
-	if err := c.members[0].srv.Bootstrap(servers); err != nil {
-		t.Fatal(err)
-	}
-	l := c.leader(c.members...)
-	f := c.followers(l)[0]
-	ctx := ctxT(t, 5*time.Second)
-	workload(t, f.srv, l.srv)
-	if err := f.srv.SubmitJob(ctx, "j1", testSpec(), 9); !errors.Is(err, ErrJobExists) {
-		t.Fatalf("duplicate over HTTP: %v", err)
-	}
-
-	// Garbage on the forwarding port is refused with 400.
-	var addr string
-	fwd.mu.RLock()
-	addr = fwd.peers[l.id]
-	fwd.mu.RUnlock()
-	resp, err := http.Post("http://"+addr+ForwardPath, "application/octet-stream", strings.NewReader("\x01\x05garbage"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest {
-		t.Fatalf("garbage answered %s", resp.Status)
-	}
-
-	// An unreachable leader is "no leader" (safe to retry elsewhere).
-	fwd.SetPeer("gone", "127.0.0.1:1")
-	if _, err := fwd.Forward(ctx, "gone", encodeRequest(nil)); !errors.Is(err, ErrNoLeader) {
-		t.Fatalf("dead peer: %v", err)
-	}
-	if _, err := fwd.Forward(ctx, "unknown", nil); !errors.Is(err, ErrNoLeader) {
-		t.Fatalf("unknown peer: %v", err)
 	}
 }
 

@@ -43,11 +43,9 @@ type Backend interface {
 type Config struct {
 	Backend Backend
 	// Apps are the emulated applications a spec may name.
-	Apps []string
-	// Forward serves consensus.ForwardPath (nil: not served).
-	Forward http.Handler
-	Now     func() time.Time
-	Logger  *slog.Logger
+	Apps   []string
+	Now    func() time.Time
+	Logger *slog.Logger
 }
 
 // Job is one job as the API shows it.
@@ -145,13 +143,21 @@ func New(id string, cfg Config) *API {
 	a.mux.HandleFunc("GET "+PathNodes, a.nodes)
 	a.mux.HandleFunc("GET "+PathStatus, a.status)
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
-	if cfg.Forward != nil {
-		a.mux.Handle(consensus.ForwardPath, cfg.Forward)
-	}
 	return a
 }
 
-func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+// MaxBody bounds the body of a request to any endpoint that sets no
+// bound of its own (a job submission allows jobspec.MaxBytes).
+const MaxBody = 64 << 10
+
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	limit := int64(MaxBody)
+	if r.Method == http.MethodPost && r.URL.Path == PathJobs {
+		limit = jobspec.MaxBytes + 1
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	a.mux.ServeHTTP(w, r)
+}
 
 // ObserveRound records one allocator round (a control.Observer).
 func (a *API) ObserveRound(ri control.RoundInfo) {

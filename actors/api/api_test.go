@@ -100,3 +100,20 @@ func TestReads(t *testing.T) {
 		}
 	}
 }
+
+// TestNoForwardingOnThePublicAPI: the followers' write forwarding is on
+// the Raft port (servers' certificates only), never on the API.
+func TestNoForwardingOnThePublicAPI(t *testing.T) {
+	a, fb := newTest()
+	for _, path := range []string{"/consensus/v1/apply", "/consensus/v1/apply/"} {
+		if code, _ := do(a, http.MethodPost, path, "\x01\x01\x05hello"); code != http.StatusNotFound {
+			t.Errorf("POST %s: %d, want 404", path, code)
+		}
+	}
+	if code, body := do(a, http.MethodPost, PathJobs, good+"#"+strings.Repeat("x", 2<<20)+"\n"); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("2 MiB spec: %d %s, want 413", code, body)
+	}
+	if len(fb.st.Jobs) != 0 {
+		t.Errorf("jobs %v", fb.st.Jobs)
+	}
+}

@@ -2,6 +2,7 @@ package emulator
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"pollux/actors/workerproto"
+	"pollux/cluster/pki"
 	"pollux/testbed"
 )
 
@@ -69,6 +71,13 @@ func Run(ctx context.Context, cfg Config) (Checkpoint, error) {
 		cfg.Logger = slog.Default()
 	}
 	w := &worker{cfg: cfg, lead: cfg.Env.Rank == 0}
+	if cfg.Env.ReportCA != "" {
+		pool, err := pki.LoadPool(cfg.Env.ReportCA)
+		if err != nil {
+			return Checkpoint{}, fmt.Errorf("%w: %s: %w", ErrConfig, workerproto.EnvReportCA, err)
+		}
+		w.tls = pki.ReportClient(pool)
+	}
 	defer w.closeConn()
 	w.setup()
 	if !(w.iter > 0) || math.IsInf(w.iter, 0) {
@@ -105,6 +114,7 @@ type worker struct {
 	iter           float64 // one iteration
 	batch          float64 // total batch M
 	conn           net.Conn
+	tls            *tls.Config // nil: plaintext reports
 	lastReportTime time.Time
 }
 
@@ -196,7 +206,7 @@ func (w *worker) report(final bool) {
 		return
 	}
 	if w.conn == nil {
-		c, err := net.DialTimeout("tcp", e.ReportAddr, time.Second)
+		c, err := w.dial(e.ReportAddr)
 		if err != nil {
 			w.cfg.Logger.Warn("emulator: cannot reach report address", "addr", e.ReportAddr, "err", err)
 			return
@@ -208,6 +218,17 @@ func (w *worker) report(final bool) {
 		w.cfg.Logger.Warn("emulator: report lost", "err", err)
 		w.closeConn()
 	}
+}
+
+// dial connects to the report address: over TLS, checking that the
+// agent holds an agent certificate of the CA for that address, unless
+// the environment names no CA.
+func (w *worker) dial(addr string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: time.Second}
+	if w.tls == nil {
+		return d.Dial("tcp", addr)
+	}
+	return tls.DialWithDialer(d, "tcp", addr, w.tls)
 }
 
 func (w *worker) closeConn() {

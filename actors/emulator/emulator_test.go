@@ -2,6 +2,7 @@ package emulator
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"pollux/actors/workerproto"
+	"pollux/cluster/pki"
 	"pollux/optimizer/goodput"
 )
 
@@ -43,10 +45,16 @@ type collector struct {
 	reports []workerproto.Report
 }
 
-func listen(t *testing.T) *collector {
+func listen(t *testing.T) *collector { return listenTLS(t, nil) }
+
+// listenTLS is a report listener over TLS with cfg (nil: plaintext).
+func listenTLS(t *testing.T, cfg *tls.Config) *collector {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
 	}
 	c := &collector{ln: ln}
 	t.Cleanup(func() { ln.Close() })
@@ -258,5 +266,50 @@ func TestCheckpointsEveryEpoch(t *testing.T) {
 			t.Fatal("no checkpoint at the first epoch boundary")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestReportsOverTLS: with POLLUX_REPORT_CA the worker reports over TLS
+// to an agent certificate of that CA, refuses an agent of another CA, and
+// refuses to start on a CA file it cannot read.
+func TestReportsOverTLS(t *testing.T) {
+	b, err := pki.DevBundle(t.TempDir(), nil, []string{"agent-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pki.DevBundle(t.TempDir(), nil, []string{"agent-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := b.Credentials("agent-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := creds.ServerConfig(pki.ChannelReport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		ca      string
+		reports bool
+	}{{"the cluster CA", b.CA, true}, {"another CA", other.CA, false}} {
+		c := listenTLS(t, srv)
+		e := env(t.TempDir(), c.ln.Addr().String())
+		e.ReportCA = tc.ca
+		st, err := Run(context.Background(), Config{Env: e, App: toyApp{}, TimeScale: 100,
+			Tick: 5 * time.Millisecond, ReportEvery: 20 * time.Millisecond, Logger: quiet()})
+		if err != nil || !st.Done {
+			t.Fatalf("%s: %+v, %v", tc.name, st, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if got := len(c.all()) > 0; got != tc.reports {
+			t.Errorf("%s: reports arrived %v, want %v", tc.name, got, tc.reports)
+		}
+	}
+	e := env(t.TempDir(), "127.0.0.1:1")
+	e.ReportCA = "/nonexistent/ca.pem"
+	if _, err := Run(context.Background(), Config{Env: e, App: toyApp{}, TimeScale: 1, Logger: quiet()}); !errors.Is(err, ErrConfig) {
+		t.Errorf("missing CA file: %v, want ErrConfig", err)
 	}
 }

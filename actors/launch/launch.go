@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"pollux/actors/api"
+	"pollux/cluster/pki"
 )
 
 // ErrConfig is returned by Start for unusable options.
@@ -78,8 +79,11 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 type Cluster struct {
 	Servers []*Process
 	Agents  []*Process
+	// TLS holds the cluster's CA, certificates and gossip key (in
+	// Dir/tls): every process runs with TLS and encrypted gossip.
+	TLS     *pki.Bundle
 	opts    Options
-	client  http.Client
+	client  *http.Client
 	mu      sync.Mutex
 	all     []*Process // every process started, for Stop
 	isAgent map[*Process]bool
@@ -127,7 +131,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
-	c = &Cluster{opts: o, client: http.Client{Timeout: 5 * time.Second}, isAgent: map[*Process]bool{}}
+	c = &Cluster{opts: o, isAgent: map[*Process]bool{}}
 	defer func() {
 		if err != nil {
 			c.Stop(10 * time.Second)
@@ -137,6 +141,19 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	ports, err := FreePorts(2*o.Servers + 1)
 	if err != nil {
 		return nil, err
+	}
+	var serverNames, agentNames []string
+	for i := range o.Servers {
+		serverNames = append(serverNames, fmt.Sprintf("s%d", i))
+	}
+	for i := range o.Agents {
+		agentNames = append(agentNames, fmt.Sprintf("a%d", i))
+	}
+	if c.TLS, err = pki.DevBundle(filepath.Join(o.Dir, "tls"), serverNames, agentNames); err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	if c.client, err = c.TLS.HTTPClient(5 * time.Second); err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
 	}
 	gossip := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*o.Servers]))
 	var peers []string
@@ -149,6 +166,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 			"--raft", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--http", fmt.Sprintf("127.0.0.1:%d", ports[o.Servers+i]),
 			"--peers", strings.Join(peers, ","), "--bootstrap", "--fast-gossip", "--interval", o.Interval.String(),
 			"--time-scale", strconv.FormatFloat(o.TimeScale, 'g', -1, 64), "--log-level", o.LogLevel}
+		args = append(args, c.TLS.Flags(name)...)
 		if i == 0 {
 			args = append(args, "--gossip-port", strconv.Itoa(ports[2*o.Servers]))
 		} else {
@@ -167,6 +185,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 			"--join", gossip, "--fast-gossip", "--time-scale", strconv.FormatFloat(o.TimeScale, 'g', -1, 64),
 			"--restart-cost", o.RestartCost.String(), "--grace", o.Grace.String(),
 			"--worker-exec", strings.Join(o.Exec, ","), "--log-level", o.LogLevel}
+		args = append(args, c.TLS.Flags(name)...)
 		p, err := c.start(ctx, name, args)
 		if err != nil {
 			return nil, err
@@ -303,7 +322,7 @@ func (c *Cluster) Live() []*Process {
 func (c *Cluster) get(ctx context.Context, path string, out any) error {
 	var errs []error
 	for _, p := range c.Live() {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.HTTP+path, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+p.HTTP+path, nil)
 		if err != nil {
 			return err
 		}
@@ -359,7 +378,7 @@ func (c *Cluster) Leader(ctx context.Context) (*Process, error) {
 func (c *Cluster) Submit(ctx context.Context, spec []byte) error {
 	var errs []error
 	for _, p := range c.Live() {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+p.HTTP+api.PathJobs, bytes.NewReader(spec))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+p.HTTP+api.PathJobs, bytes.NewReader(spec))
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"cmp"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +45,16 @@ type Config struct {
 	// ReportListen is where to listen for worker reports (default
 	// 127.0.0.1:0).
 	ReportListen string
+	// ReportTLS secures the report port (pki's ChannelReport server
+	// configuration) and ReportCA is the CA file workers check it with
+	// (POLLUX_REPORT_CA); nil and "": plaintext (insecure mode).
+	ReportTLS *tls.Config
+	ReportCA  string
+	// MaxReportConns bounds the report connections open at once (default
+	// DefaultMaxReportConns); ReportIdle closes a connection that sends
+	// no line for that long (default DefaultReportIdle).
+	MaxReportConns int
+	ReportIdle     time.Duration
 	// Emulator returns the program and arguments that run a built-in
 	// emulated application; nil refuses emulated runs.
 	Emulator func(app string) []string
@@ -79,6 +90,15 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 	if cfg.ReportListen == "" {
 		cfg.ReportListen = "127.0.0.1:0"
 	}
+	if cfg.MaxReportConns <= 0 {
+		cfg.MaxReportConns = DefaultMaxReportConns
+	}
+	if cfg.ReportIdle <= 0 {
+		cfg.ReportIdle = DefaultReportIdle
+	}
+	if (cfg.ReportTLS == nil) != (cfg.ReportCA == "") {
+		return nil, fmt.Errorf("%w: a TLS report port needs both its configuration and the CA file for workers", ErrConfig)
+	}
 	if cfg.WorkerEnv == nil {
 		cfg.WorkerEnv = os.Environ()
 	}
@@ -98,10 +118,10 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 	}
 	var pid *actor.PID
 	ready := make(chan struct{})
-	rl, err := listenReports(cfg.ReportListen, func(r workerproto.Report) {
+	rl, err := listenReports(cfg, func(r workerproto.Report) {
 		<-ready
 		sys.Root.Send(pid, reportIn{r})
-	}, cfg.Logger)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: report listener: %w", ErrConfig, err)
 	}
@@ -316,6 +336,7 @@ func (a *nodeActor) env(rj *pb.RunJob, local, gpu int) workerproto.Env {
 		Gain:          rj.Gain,
 		CheckpointDir: rj.CheckpointDir,
 		ReportAddr:    a.reportAddr,
+		ReportCA:      a.cfg.ReportCA,
 	}
 }
 

@@ -2,33 +2,52 @@ package node
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"sync"
+	"time"
 
 	"pollux/actors/workerproto"
+	"pollux/cluster/pki"
 )
 
-// reportListener accepts worker connections and hands every valid report
-// to deliver. Bad lines are logged and dropped; a connection sending an
-// oversized line is closed.
+// Limits of the report port.
+const (
+	// DefaultMaxReportConns bounds the report connections open at once.
+	DefaultMaxReportConns = 256
+	// DefaultReportIdle closes a report connection silent for that long
+	// (a worker reports every few seconds and reconnects when cut off).
+	DefaultReportIdle = 2 * time.Minute
+)
+
+// reportListener accepts worker connections (over TLS unless insecure)
+// and hands every valid report to deliver. Bad lines are logged and
+// dropped; a connection sending an oversized line, silent for the idle
+// time, or beyond the connection cap is closed.
 type reportListener struct {
 	ln      net.Listener
 	deliver func(workerproto.Report)
 	log     *slog.Logger
+	max     int
+	idle    time.Duration
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
 }
 
-func listenReports(addr string, deliver func(workerproto.Report), log *slog.Logger) (*reportListener, error) {
-	ln, err := net.Listen("tcp", addr)
+func listenReports(cfg Config, deliver func(workerproto.Report)) (*reportListener, error) {
+	ln, err := net.Listen("tcp", cfg.ReportListen)
 	if err != nil {
 		return nil, err
 	}
-	l := &reportListener{ln: ln, deliver: deliver, log: log, conns: map[net.Conn]struct{}{}}
+	if cfg.ReportTLS != nil {
+		ln = pki.NewListener(ln, cfg.ReportTLS, pki.ListenerOptions{Channel: pki.ChannelReport, Logger: cfg.Logger})
+	}
+	l := &reportListener{ln: ln, deliver: deliver, log: cfg.Logger, max: cfg.MaxReportConns, idle: cfg.ReportIdle,
+		conns: map[net.Conn]struct{}{}}
 	l.wg.Add(1)
 	go l.accept()
 	return l, nil
@@ -49,6 +68,13 @@ func (l *reportListener) accept() {
 			c.Close()
 			return
 		}
+		if len(l.conns) >= l.max {
+			l.mu.Unlock()
+			l.log.Warn("node: refused report connection", "channel", pki.ChannelReport, "peer", c.RemoteAddr().String(),
+				"err", fmt.Sprintf("%d report connections open, the most allowed", l.max))
+			c.Close()
+			continue
+		}
 		l.conns[c] = struct{}{}
 		l.mu.Unlock()
 		l.wg.Add(1)
@@ -66,6 +92,7 @@ func (l *reportListener) serve(c net.Conn) {
 	}()
 	rd := workerproto.NewReader(c)
 	for {
+		_ = c.SetReadDeadline(time.Now().Add(l.idle))
 		r, err := rd.Next()
 		switch {
 		case err == nil:

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -29,6 +30,7 @@ const (
 	EnvGain          = "POLLUX_GAIN"
 	EnvCheckpointDir = "POLLUX_CHECKPOINT_DIR"
 	EnvReportAddr    = "POLLUX_REPORT_ADDR"
+	EnvReportCA      = "POLLUX_REPORT_CA"
 	EnvCUDADevices   = "CUDA_VISIBLE_DEVICES"
 )
 
@@ -58,6 +60,11 @@ type Env struct {
 	// from on start; ReportAddr (host:port) is where it sends reports.
 	CheckpointDir string
 	ReportAddr    string
+	// ReportCA is the absolute path of the cluster CA's certificate
+	// (PEM): the worker connects to ReportAddr over TLS and checks that
+	// the agent holds a certificate of this CA for that address. Empty:
+	// plaintext (an agent running --insecure).
+	ReportCA string
 }
 
 // Validate reports whether e is complete and consistent.
@@ -86,6 +93,9 @@ func (e Env) Validate() error {
 	case e.CheckpointDir == "":
 		return fmt.Errorf("%w: %s is empty", ErrBadEnv, EnvCheckpointDir)
 	}
+	if e.ReportCA != "" && !filepath.IsAbs(e.ReportCA) {
+		return fmt.Errorf("%w: %s %q is not an absolute path", ErrBadEnv, EnvReportCA, e.ReportCA)
+	}
 	if _, _, err := net.SplitHostPort(e.ReportAddr); err != nil {
 		return fmt.Errorf("%w: %s %q: %w", ErrBadEnv, EnvReportAddr, e.ReportAddr, err)
 	}
@@ -98,7 +108,8 @@ func (e Env) Validate() error {
 }
 
 // Environ returns e as KEY=VALUE strings for exec.Cmd.Env (to be appended
-// to the inherited environment). It does not validate.
+// to the inherited environment). It does not validate. POLLUX_REPORT_CA
+// is left out when ReportCA is empty.
 func (e Env) Environ() []string {
 	gpus := make([]string, len(e.GPUs))
 	for i, g := range e.GPUs {
@@ -125,6 +136,9 @@ func (e Env) Environ() []string {
 		{"WORLD_SIZE", strconv.Itoa(e.WorldSize)},
 		{"MASTER_ADDR", e.MasterAddr},
 		{"MASTER_PORT", strconv.Itoa(e.MasterPort)},
+	}
+	if e.ReportCA != "" {
+		kv = append(kv, [2]string{EnvReportCA, e.ReportCA})
 	}
 	out := make([]string, len(kv))
 	for i, p := range kv {
@@ -153,6 +167,7 @@ func ParseEnv(lookup func(string) (string, bool)) (Env, error) {
 		CheckpointDir: p.str(EnvCheckpointDir),
 		ReportAddr:    p.str(EnvReportAddr),
 	}
+	e.ReportCA, _ = lookup(EnvReportCA) // optional
 	if devs := p.str(EnvCUDADevices); devs != "" {
 		for _, f := range strings.Split(devs, ",") {
 			g, err := strconv.Atoi(strings.TrimSpace(f))

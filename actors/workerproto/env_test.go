@@ -12,7 +12,7 @@ func sampleEnv() Env {
 		JobID: "cifar10-a", Incarnation: 7, Rank: 3, LocalRank: 1, WorldSize: 4, NumNodes: 2,
 		MasterAddr: "127.0.0.1", MasterPort: 29500, GPUs: []int{2, 3},
 		InitBatch: 128, AtomicBatch: 256, AccumSteps: 1, Gain: 3.25,
-		CheckpointDir: "/tmp/ckpt", ReportAddr: "127.0.0.1:7070",
+		CheckpointDir: "/tmp/ckpt", ReportAddr: "127.0.0.1:7070", ReportCA: "/etc/pollux/pollux-ca.pem",
 	}
 }
 
@@ -42,6 +42,19 @@ func TestEnvRoundTrip(t *testing.T) {
 	}
 }
 
+func TestEnvWithoutReportCA(t *testing.T) {
+	want := sampleEnv()
+	want.ReportCA = ""
+	kv := want.Environ()
+	if strings.Contains(strings.Join(kv, " "), EnvReportCA) {
+		t.Errorf("insecure environment names %s: %v", EnvReportCA, kv)
+	}
+	got, err := ParseEnv(lookupFrom(kv))
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, %v", got, err)
+	}
+}
+
 func TestParseEnvRejects(t *testing.T) {
 	tests := []struct {
 		name, key, value, mention string
@@ -54,6 +67,7 @@ func TestParseEnvRejects(t *testing.T) {
 		{"bad devices", EnvCUDADevices, "0,x", EnvCUDADevices},
 		{"bad report addr", EnvReportAddr, "nowhere", EnvReportAddr},
 		{"bad job", EnvJobID, "A B", EnvJobID},
+		{"relative CA", EnvReportCA, "pollux-ca.pem", EnvReportCA},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,7 +3,9 @@ package pki
 import (
 	"crypto/tls"
 	"fmt"
+	"net/http"
 	"path/filepath"
+	"time"
 
 	"pollux/cluster"
 )
@@ -115,3 +117,15 @@ func (b *Bundle) Credentials(name string) (*Credentials, error) {
 
 // GossipKeys reads the bundle's gossip key.
 func (b *Bundle) GossipKeys() ([][]byte, error) { return cluster.ReadKeyFile(b.GossipKey) }
+
+// HTTPClient is an HTTPS client of the bundle's cluster API (see
+// ClientTLS), with an overall timeout per request.
+func (b *Bundle) HTTPClient(timeout time.Duration) (*http.Client, error) {
+	cfg, err := b.ClientTLS()
+	if err != nil {
+		return nil, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = cfg
+	return &http.Client{Transport: tr, Timeout: timeout}, nil
+}

@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -21,6 +23,7 @@ import (
 
 	"pollux/actors/node"
 	"pollux/cluster"
+	"pollux/cluster/pki"
 )
 
 func init() { subcommands = append(subcommands, newAgentCmd) }
@@ -35,6 +38,7 @@ type agentOpts struct {
 	timeScale                   float64
 	restartCost                 time.Duration
 	workerExec                  []string
+	sec                         securityOpts
 }
 
 // agentReady is the line `pollux agent` prints on stdout once it serves.
@@ -54,7 +58,9 @@ func newAgentCmd() *cobra.Command {
 		Long: "Runs one node agent: a gossip member (role agent) advertising its GPUs and rack, and the node " +
 			"actor that starts, stops and watches the machine's workers. GPUs are counted with nvidia-smi " +
 			"unless --gpus N emulates N of them. It prints one JSON line with its addresses on stdout when " +
-			"ready, and on SIGTERM or SIGINT stops its workers (SIGTERM, SIGKILL after --grace) and leaves.",
+			"ready, and on SIGTERM or SIGINT stops its workers (SIGTERM, SIGKILL after --grace) and leaves. Its actor " +
+			"port accepts only server certificates of --ca, its workers report to it over TLS (they get the CA in " +
+			"POLLUX_REPORT_CA) and gossip is encrypted with --gossip-key (docs/security.md); --insecure runs plaintext.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -78,6 +84,7 @@ func newAgentCmd() *cobra.Command {
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringSliceVar(&o.workerExec, "worker-exec", nil, "program (and leading arguments) that runs `pollux worker` (default: this binary)")
 	_ = f.MarkHidden("worker-exec")
+	o.sec.flags(f)
 	return cmd
 }
 
@@ -116,15 +123,30 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 	if o.logLevel != "debug" {
 		libLog, _ = newLogger(cmd.ErrOrStderr(), "warn")
 	}
+	sec, err := o.sec.load(pki.RoleAgent, o.name, []string{o.bind}, log)
+	if err != nil {
+		return err
+	}
+	remoteOpts, err := sec.remoteOptions(libLog.With("agent", o.name, "lib", "protoactor"))
+	if err != nil {
+		return err
+	}
+	var reportTLS *tls.Config
+	if sec.creds != nil {
+		if reportTLS, err = sec.creds.ServerConfig(pki.ChannelReport); err != nil {
+			return err
+		}
+	}
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return libLog.With("agent", o.name, "lib", "protoactor")
 	}))
-	rem := remote.NewRemote(sys, remote.Configure(o.bind, o.actorPort))
+	rem := remote.NewRemote(sys, remote.Configure(o.bind, o.actorPort, remoteOpts...))
 	rem.Start()
 	defer rem.Shutdown(false)
 
 	nd, err := node.Start(sys, node.Config{
-		Name: o.name, GPUs: gpus, Grace: o.grace, ReportListen: o.bind + ":0", Logger: log,
+		Name: o.name, GPUs: gpus, Grace: o.grace, ReportListen: net.JoinHostPort(o.bind, "0"), Logger: log,
+		ReportTLS: reportTLS, ReportCA: sec.caPath,
 		Emulator: func(app string) []string {
 			return append(append([]string(nil), workerExec...), "worker", "--emulate", app,
 				"--time-scale", strconv.FormatFloat(o.timeScale, 'g', -1, 64),
@@ -142,6 +164,7 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 
 	members, err := cluster.Start(cluster.Config{
 		Name: o.name, BindAddr: o.bind, BindPort: o.gossipPort, Fast: o.fast, Logger: log.With("lib", "memberlist"),
+		Keys: sec.gossipKeys,
 		Meta: cluster.Meta{Role: cluster.RoleAgent, Rack: o.rack, GPUs: gpus, ActorAddr: sys.Address()},
 	})
 	if err != nil {
@@ -150,6 +173,7 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 	defer members.Shutdown()
 	defer members.Leave(time.Second)
 	go drainEvents(members, log)
+	sec.reloadGossipKeys(ctx, members, log)
 
 	ready, _ := json.Marshal(agentReady{Name: o.name, Gossip: members.Addr(), Actor: sys.Address(), Reports: nd.ReportAddr(), GPUs: gpus})
 	fmt.Fprintln(cmd.OutOrStdout(), string(ready))

@@ -46,11 +46,18 @@ var selfExec = []string{os.Args[0], "-test.run=^TestPolluxProcess$", "--"}
 // ready line. The process is killed at cleanup if still running.
 func startAgent(t *testing.T, name string, args ...string) (*exec.Cmd, agentReady) {
 	t.Helper()
+	return startAgentTo(t, os.Stderr, name, args...)
+}
+
+// startAgentTo is startAgent with the agent's log written to stderr.
+func startAgentTo(t *testing.T, stderr io.Writer, name string, args ...string) (*exec.Cmd, agentReady) {
+	t.Helper()
 	full := append(slices.Clone(selfExec), "agent", "--name", name, "--fast-gossip", "--log-level", "warn",
 		"--worker-exec", strings.Join(selfExec, ","))
+	full = append(full, testBundle().Flags(name)...)
 	cmd := exec.Command(full[0], append(full[1:], args...)...)
 	cmd.Env = append(os.Environ(), "POLLUX_TEST_PROCESS=1")
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -109,16 +116,30 @@ func (o *ownerActor) Receive(ctx actor.Context) {
 // testRemote is the one actor system with remote of this test process:
 // protoactor's Remote.Start sets grpc's global logger, so a second remote
 // node in one process races with the first one's connections.
+// It holds the server certificate of testServer: agents take messages
+// from servers only.
 var testRemote = sync.OnceValue(func() *actor.ActorSystem {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	creds, err := testBundle().Credentials(testServer)
+	if err != nil {
+		panic(err)
+	}
+	opts, err := (&security{creds: creds}).remoteOptions(log)
+	if err != nil {
+		panic(err)
+	}
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
-	remote.NewRemote(sys, remote.Configure("127.0.0.1", 0)).Start()
+	remote.NewRemote(sys, remote.Configure("127.0.0.1", 0, opts...)).Start()
 	return sys
 })
 
 func newController(t *testing.T) *controller {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m, err := cluster.Start(cluster.Config{Name: "test-server", Fast: true, Logger: log, Meta: cluster.Meta{Role: cluster.RoleServer}})
+	keys, err := testBundle().GossipKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cluster.Start(cluster.Config{Name: testServer, Fast: true, Logger: log, Keys: keys, Meta: cluster.Meta{Role: cluster.RoleServer}})
 	if err != nil {
 		t.Fatal(err)
 	}

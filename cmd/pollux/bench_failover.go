@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"github.com/spf13/cobra"
 	"gonum.org/v1/gonum/stat"
 
+	"pollux/cluster/pki"
 	"pollux/consensus"
 	"pollux/optimizer/goodput"
 )
@@ -50,12 +52,30 @@ type failoverReport struct {
 	Allocations int     `json:"allocations"`
 	Batch       int     `json:"batch"`
 	AllocsPerS  float64 `json:"allocs_per_s"`
+	// TLS says whether the servers ran mutual TLS on their Raft ports
+	// (and the benchmark's own HTTP control channel).
+	TLS bool `json:"tls"`
+	// Plaintext is the same benchmark without TLS, run right after (the
+	// baseline of the cost of TLS), and TLSCost compares the two.
+	Plaintext *failoverReport `json:"plaintext,omitempty"`
+	TLSCost   *tlsCost        `json:"tls_cost,omitempty"`
+}
+
+// tlsCost is the TLS run's figures over the plaintext run's.
+type tlsCost struct {
+	// MedianRatio is the TLS median failover over the plaintext one.
+	MedianRatio float64 `json:"median_ratio"`
+	// AllocsRatio is the TLS allocation rate over the plaintext one.
+	AllocsRatio float64 `json:"allocs_ratio"`
 }
 
 type failoverOpts struct {
 	servers, trials, allocs, batch int
 	heartbeat, election, lease     time.Duration
 	keep                           bool
+	// insecure runs without TLS only; baseline also runs the plaintext
+	// benchmark after the TLS one.
+	insecure, baseline bool
 	// member returns the command that runs one server process with the
 	// given arguments of the hidden consensus-member subcommand.
 	member func(args []string) *exec.Cmd
@@ -80,11 +100,14 @@ func newBenchFailoverCmd() *cobra.Command {
 		Use:   "failover",
 		Short: "Kill the Raft leader of a real cluster repeatedly and time the next committed write; measure allocation commits per second",
 		Long: `Starts --servers consensus servers as separate processes on 127.0.0.1 (TCP
-transport, bolt log and file snapshots in temporary directories), first
+transport with mutual TLS, bolt log and file snapshots in temporary
+directories; a CA and certificates are made there too), first
 measures how many allocations per second the leader commits (pipelined in
 batches of --batch), then --trials times: SIGKILLs the leader, times from
 the kill until a write sent to a surviving server commits through a new
-leader, and restarts the killed server on its data directory.`,
+leader, and restarts the killed server on its data directory. Unless
+--plaintext-baseline=false it then runs the same benchmark without TLS and
+reports the cost of TLS; --insecure runs the plaintext benchmark only.`,
 		Args: failoverNoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
@@ -101,9 +124,20 @@ leader, and restarts the killed server on its data directory.`,
 			if asJSON {
 				progress = io.Discard
 			}
-			rep, err := runFailover(cmd.Context(), o, progress, cmd.ErrOrStderr())
+			rep, err := runFailover(cmd.Context(), o, !o.insecure, progress, cmd.ErrOrStderr())
 			if err != nil {
 				return err
+			}
+			if !o.insecure && o.baseline {
+				plain, err := runFailover(cmd.Context(), o, false, progress, cmd.ErrOrStderr())
+				if err != nil {
+					return fmt.Errorf("bench failover: plaintext baseline: %w", err)
+				}
+				rep.Plaintext = &plain
+				rep.TLSCost = &tlsCost{MedianRatio: rep.MedianS / plain.MedianS}
+				if plain.AllocsPerS > 0 {
+					rep.TLSCost.AllocsRatio = rep.AllocsPerS / plain.AllocsPerS
+				}
 			}
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -123,6 +157,8 @@ leader, and restarts the killed server on its data directory.`,
 	f.DurationVar(&o.lease, "lease", d.LeaderLeaseTimeout, "Raft leader lease timeout")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object on stdout")
 	f.BoolVar(&o.keep, "keep", false, "keep the servers' data directories and logs (path printed on stderr)")
+	f.BoolVar(&o.insecure, "insecure", false, "run the servers without TLS only")
+	f.BoolVar(&o.baseline, "plaintext-baseline", true, "after the TLS run, run the same benchmark without TLS and report the cost of TLS")
 	o.member = selfMember
 	return cmd
 }
@@ -137,6 +173,11 @@ func failoverNoArgs(cmd *cobra.Command, args []string) error {
 
 func printFailover(w io.Writer, r failoverReport) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	mode := "plaintext (--insecure)"
+	if r.TLS {
+		mode = "mutual TLS"
+	}
+	fmt.Fprintf(tw, "transport\t%s\n", mode)
 	fmt.Fprintf(tw, "servers\t%d\n", r.Servers)
 	fmt.Fprintf(tw, "timeouts\theartbeat %d ms, election %d ms, lease %d ms\n", r.HeartbeatMS, r.ElectionMS, r.LeaseMS)
 	fmt.Fprintf(tw, "leader kills\t%d\n", r.Trials)
@@ -144,20 +185,26 @@ func printFailover(w io.Writer, r failoverReport) error {
 	if r.Allocations > 0 {
 		fmt.Fprintf(tw, "allocations committed\t%d in batches of %d: %.0f /s\n", r.Allocations, r.Batch, r.AllocsPerS)
 	}
+	if p := r.Plaintext; p != nil {
+		fmt.Fprintf(tw, "plaintext baseline\tmedian %.3f s, p95 %.3f s, max %.3f s; %.0f allocations/s\n", p.MedianS, p.P95S, p.MaxS, p.AllocsPerS)
+		fmt.Fprintf(tw, "cost of TLS\tfailover median x%.2f, allocation rate x%.2f\n", r.TLSCost.MedianRatio, r.TLSCost.AllocsRatio)
+	}
 	return tw.Flush()
 }
 
 // benchMember is one server process of the benchmark cluster.
 type benchMember struct {
 	id, dir, raftAddr, httpAddr string
+	scheme                      string // of httpAddr's URLs
 	cmd                         *exec.Cmd
 	stdin                       io.WriteCloser
 	exited                      chan struct{}
 }
 
-// runFailover runs the benchmark; progress gets the progress bar, stderr
-// the notes.
-func runFailover(ctx context.Context, o failoverOpts, progress, stderr io.Writer) (rep failoverReport, err error) {
+// runFailover runs the benchmark, over TLS (a CA and certificates made
+// in its temporary directory) or plaintext; progress gets the progress
+// bar, stderr the notes.
+func runFailover(ctx context.Context, o failoverOpts, withTLS bool, progress, stderr io.Writer) (rep failoverReport, err error) {
 	tmp, err := os.MkdirTemp("", "pollux-failover-")
 	if err != nil {
 		return rep, fmt.Errorf("bench failover: %w", err)
@@ -167,11 +214,32 @@ func runFailover(ctx context.Context, o failoverOpts, progress, stderr io.Writer
 	} else {
 		defer os.RemoveAll(tmp)
 	}
+	ids := make([]string, o.servers)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("s%d", i)
+	}
+	scheme, client := "http://", &http.Client{Timeout: 30 * time.Second}
+	secArgs := func(string) []string { return []string{"--insecure"} }
+	if withTLS {
+		bundle, err := pki.DevBundle(filepath.Join(tmp, "tls"), ids, nil)
+		if err != nil {
+			return rep, fmt.Errorf("bench failover: %w", err)
+		}
+		cfg, err := bundle.ClientTLS()
+		if err != nil {
+			return rep, fmt.Errorf("bench failover: %w", err)
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = cfg
+		scheme, client = "https://", &http.Client{Timeout: 30 * time.Second, Transport: tr}
+		secArgs = func(id string) []string { return bundle.Flags(id)[:6] } // no gossip in this benchmark
+	}
+	defer client.CloseIdleConnections()
 
 	members := make([]*benchMember, o.servers)
 	var peers []string
 	for i := range members {
-		m := &benchMember{id: fmt.Sprintf("s%d", i), dir: filepath.Join(tmp, fmt.Sprintf("s%d", i))}
+		m := &benchMember{id: ids[i], dir: filepath.Join(tmp, ids[i]), scheme: scheme}
 		if m.raftAddr, err = freeAddr(); err != nil {
 			return rep, err
 		}
@@ -182,9 +250,9 @@ func runFailover(ctx context.Context, o failoverOpts, progress, stderr io.Writer
 		peers = append(peers, m.id+"="+m.raftAddr+"="+m.httpAddr)
 	}
 	args := func(m *benchMember, bootstrap bool) []string {
-		return []string{"consensus-member", "--id", m.id, "--dir", m.dir, "--raft", m.raftAddr, "--http", m.httpAddr,
+		return append([]string{"consensus-member", "--id", m.id, "--dir", m.dir, "--raft", m.raftAddr, "--http", m.httpAddr,
 			"--peers", strings.Join(peers, ","), "--bootstrap=" + strconv.FormatBool(bootstrap),
-			"--heartbeat", o.heartbeat.String(), "--election", o.election.String(), "--lease", o.lease.String()}
+			"--heartbeat", o.heartbeat.String(), "--election", o.election.String(), "--lease", o.lease.String()}, secArgs(m.id)...)
 	}
 	defer func() {
 		for _, m := range members {
@@ -196,14 +264,12 @@ func runFailover(ctx context.Context, o failoverOpts, progress, stderr io.Writer
 			return rep, err
 		}
 	}
-	client := &http.Client{Timeout: 30 * time.Second}
-
 	leader, err := waitLeader(ctx, client, members)
 	if err != nil {
 		return rep, err
 	}
 	rep = failoverReport{
-		Servers: o.servers, Trials: o.trials, Batch: o.batch,
+		TLS: withTLS, Servers: o.servers, Trials: o.trials, Batch: o.batch,
 		HeartbeatMS: o.heartbeat.Milliseconds(), ElectionMS: o.election.Milliseconds(), LeaseMS: o.lease.Milliseconds(),
 	}
 	if o.allocs > 0 {
@@ -211,7 +277,7 @@ func runFailover(ctx context.Context, o failoverOpts, progress, stderr io.Writer
 			return rep, err
 		}
 		var tr allocsResult
-		url := fmt.Sprintf("http://%s/bench/allocs?n=%d&batch=%d", leader.httpAddr, o.allocs, o.batch)
+		url := fmt.Sprintf("%s%s/bench/allocs?n=%d&batch=%d", scheme, leader.httpAddr, o.allocs, o.batch)
 		if err := postJSON(ctx, client, url, "", &tr); err != nil {
 			return rep, fmt.Errorf("bench failover: throughput run: %w", err)
 		}
@@ -246,7 +312,7 @@ func runFailover(ctx context.Context, o failoverOpts, progress, stderr io.Writer
 		// The write is an idempotent node registration: an attempt that
 		// fails ambiguously (e.g. forwarded over a connection to the
 		// dead leader) is simply sent again.
-		url := fmt.Sprintf("http://%s/bench/write?node=trial-%d", survivor.httpAddr, trial)
+		url := fmt.Sprintf("%s%s/bench/write?node=trial-%d", scheme, survivor.httpAddr, trial)
 		err = poll(ctx, "a write after the kill", func(ctx context.Context) (bool, error) {
 			return postJSON(ctx, client, url, "", nil) == nil, nil
 		})
@@ -349,7 +415,7 @@ type allocsResult struct {
 
 func getStatus(ctx context.Context, client *http.Client, m *benchMember) (memberStatus, error) {
 	var st memberStatus
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.httpAddr+"/bench/status", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.scheme+m.httpAddr+"/bench/status", nil)
 	if err != nil {
 		return st, err
 	}
@@ -446,13 +512,15 @@ func postJSON(ctx context.Context, client *http.Client, url, body string, out an
 }
 
 // newConsensusMemberCmd is the hidden server process the benchmark
-// starts: a consensus server on a data directory with Raft over TCP and
-// an HTTP listener for forwarded writes and the benchmark's requests. It
-// exits when its stdin closes.
+// starts: a consensus server on a data directory with Raft (and
+// forwarded writes) over TCP, with mutual TLS unless --insecure, and an
+// HTTP listener (HTTPS with the same certificate) for the benchmark's
+// requests. It exits when its stdin closes.
 func newConsensusMemberCmd() *cobra.Command {
 	var (
 		id, dir, raftAddr, httpAddr, peers string
-		bootstrap                          bool
+		caPath, certPath, keyPath          string
+		bootstrap, insecure                bool
 		heartbeat, election, lease         time.Duration
 	)
 	cmd := &cobra.Command{
@@ -461,19 +529,38 @@ func newConsensusMemberCmd() *cobra.Command {
 		Hidden: true,
 		Args:   failoverNoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			servers, httpPeers, err := parsePeers(peers)
+			servers, _, err := parsePeers(peers)
 			if err != nil {
 				return badInput(err)
 			}
 			logger := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			var raftTLS *consensus.TLS
+			var apiTLS *tls.Config
+			switch {
+			case insecure && caPath+certPath+keyPath == "":
+			case !insecure && caPath != "" && certPath != "" && keyPath != "":
+				creds, err := pki.LoadCredentials(caPath, certPath, keyPath)
+				if err != nil {
+					return badInput(err)
+				}
+				srvCfg, err1 := creds.ServerConfig(pki.ChannelRaft)
+				cliCfg, err2 := creds.ClientConfig(pki.ChannelRaft)
+				api, err3 := creds.ServerConfig(pki.ChannelAPI)
+				if err := errors.Join(err1, err2, err3); err != nil {
+					return err
+				}
+				raftTLS, apiTLS = &consensus.TLS{Server: srvCfg, Client: cliCfg}, api
+			default:
+				return badInput(errors.New("consensus-member: want --ca, --cert and --key, or --insecure"))
+			}
 			cfg := consensus.DefaultConfig(raft.ServerID(id))
 			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = heartbeat, election, lease
 			cfg.Logger = logger
-			trans, err := consensus.ListenTCP(raftAddr, cfg)
+			trans, err := consensus.ListenTCP(raftAddr, cfg, raftTLS)
 			if err != nil {
 				return err
 			}
-			srv, err := consensus.OpenDisk(cfg, dir, trans, consensus.NewHTTPForwarder(nil, httpPeers))
+			srv, err := consensus.OpenDisk(cfg, dir, trans, trans.Forwarder())
 			if err != nil {
 				_ = trans.Close()
 				return err
@@ -488,7 +575,11 @@ func newConsensusMemberCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("consensus-member: %w", err)
 			}
-			hs := &http.Server{Handler: memberHandler(srv), ReadHeaderTimeout: 5 * time.Second}
+			if apiTLS != nil {
+				ln = pki.NewListener(ln, apiTLS, pki.ListenerOptions{Channel: pki.ChannelAPI, Logger: logger})
+			}
+			hs := newHTTPServer(memberHandler(srv), logger)
+			hs.WriteTimeout = 6 * time.Minute // the throughput run answers when done
 			go func() { _ = hs.Serve(ln) }()
 			defer hs.Close()
 			// Run until stdin closes (the benchmark stopped or died).
@@ -506,6 +597,10 @@ func newConsensusMemberCmd() *cobra.Command {
 	f.DurationVar(&heartbeat, "heartbeat", 200*time.Millisecond, "Raft heartbeat timeout")
 	f.DurationVar(&election, "election", 200*time.Millisecond, "Raft election timeout")
 	f.DurationVar(&lease, "lease", 100*time.Millisecond, "Raft leader lease timeout")
+	f.StringVar(&caPath, "ca", "", "cluster CA certificate")
+	f.StringVar(&certPath, "cert", "", "this server's certificate")
+	f.StringVar(&keyPath, "key", "", "this server's key")
+	f.BoolVar(&insecure, "insecure", false, "plaintext Raft port and HTTP")
 	return cmd
 }
 
@@ -524,10 +619,9 @@ func parsePeers(s string) ([]raft.Server, map[raft.ServerID]string, error) {
 	return servers, httpPeers, nil
 }
 
-// memberHandler serves forwarded writes and the benchmark's endpoints.
+// memberHandler serves the benchmark's endpoints.
 func memberHandler(srv *consensus.Server) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(consensus.ForwardPath, srv.ForwardHandler())
 	mux.HandleFunc("GET /bench/status", func(w http.ResponseWriter, _ *http.Request) {
 		r := srv.Raft()
 		id, _ := srv.Leader()

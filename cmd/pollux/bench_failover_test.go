@@ -37,11 +37,11 @@ func TestBenchFailover(t *testing.T) {
 	defer cancel()
 	o := failoverOpts{servers: 3, trials: 2, allocs: 300, batch: 64,
 		heartbeat: 200 * time.Millisecond, election: 200 * time.Millisecond, lease: 100 * time.Millisecond, member: testMember}
-	rep, err := runFailover(ctx, o, io.Discard, io.Discard)
+	rep, err := runFailover(ctx, o, true, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Trials != 2 || len(rep.SamplesS) != 2 || rep.Allocations != 300 || !(rep.AllocsPerS > 0) {
+	if !rep.TLS || rep.Trials != 2 || len(rep.SamplesS) != 2 || rep.Allocations != 300 || !(rep.AllocsPerS > 0) {
 		t.Fatalf("report %+v", rep)
 	}
 	// A kill cannot be noticed before the election timeout, and the
@@ -63,6 +63,7 @@ func TestBenchFailoverBadInput(t *testing.T) {
 		{"bench", "failover", "--lease", "1s"},
 		{"bench", "failover", "--batch", "0"},
 		{"bench", "failover", "extra"},
+		{"consensus-member", "--id", "s0", "--peers", "s0=127.0.0.1:1=127.0.0.1:2"}, // neither TLS nor --insecure
 	} {
 		if code := run(args); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)

@@ -128,7 +128,7 @@ func TestGarbageOnEveryPort(t *testing.T) {
 	if ex := c.Exited(); len(ex) > 0 {
 		t.Fatalf("processes exited after the garbage: %v", ex)
 	}
-	badSpecs(t, c.Servers()[0].HTTP)
+	badSpecs(t, c.HTTPClient(), c.Servers()[0].HTTP)
 
 	if _, err := c.Leader(ctx, 15*time.Second); err != nil {
 		t.Fatal(err)
@@ -173,7 +173,7 @@ func sendTCP(t *testing.T, addr string, b []byte) {
 // badSpecs submits malformed, oversized, absurd and unknown-field specs
 // through the real API and wants a 4xx with an error naming the problem
 // for each, and none of them in the job list.
-func badSpecs(t *testing.T, addr string) {
+func badSpecs(t *testing.T, client *http.Client, addr string) {
 	t.Helper()
 	good := "name: bad-%d\napplication: cifar10\n"
 	cases := []struct {
@@ -191,7 +191,7 @@ func badSpecs(t *testing.T, addr string) {
 		{"empty", "", "", http.StatusBadRequest},
 	}
 	for _, tc := range cases {
-		resp, err := http.Post("http://"+addr+api.PathJobs, "application/yaml", strings.NewReader(tc.body))
+		resp, err := client.Post("https://"+addr+api.PathJobs, "application/yaml", strings.NewReader(tc.body))
 		if err != nil {
 			t.Errorf("%s: %v", tc.name, err)
 			continue
@@ -203,7 +203,7 @@ func badSpecs(t *testing.T, addr string) {
 			t.Errorf("%s: %s, error %q (decode: %v); want %d and an error mentioning %q", tc.name, resp.Status, e.Error, derr, tc.code, tc.want)
 		}
 	}
-	resp, err := http.Get("http://" + addr + api.PathJobs)
+	resp, err := client.Get("https://" + addr + api.PathJobs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"pollux/actors/api"
 	"pollux/actors/control"
 	"pollux/cluster"
+	"pollux/cluster/pki"
 	"pollux/consensus"
 	"pollux/testbed/builtin"
 )
@@ -35,6 +35,7 @@ type serverOpts struct {
 	bootstrap, fast                                                  bool
 	interval, nodeGrace                                              time.Duration
 	timeScale                                                        float64
+	sec                                                              securityOpts
 }
 
 // serverReady is the line `pollux server` prints on stdout once it serves.
@@ -54,7 +55,9 @@ func newServerCmd() *cobra.Command {
 		Long: "Runs one control-plane server (run 3 or 5): a Raft member of the replicated scheduler state " +
 			"(data in --data-dir), a gossip member, the allocator actor (active on the Raft leader only, every " +
 			"--interval) with its job actors, and the HTTP JSON API on --http (every server answers; followers " +
-			"forward writes). --peers lists every server as id=raftaddr=httpaddr; --bootstrap forms the cluster " +
+			"forward writes to the leader over the Raft port). Every channel runs over mutual TLS with the " +
+			"certificates of --ca, --cert and --key and gossip is encrypted with --gossip-key (docs/security.md); " +
+			"--insecure runs plaintext, for development. --peers lists every server as id=raftaddr=httpaddr; --bootstrap forms the cluster " +
 			"from it (safe to repeat on restart). Prints one JSON line with its addresses on stdout when ready.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -81,7 +84,17 @@ func newServerCmd() *cobra.Command {
 	f.Float64Var(&o.timeScale, "time-scale", 1, "emulated seconds per real second of the cluster's emulated workers")
 	f.StringVar(&o.ckptRoot, "checkpoint-root", "", "checkpoint root of jobs that name no directory (default DATA-DIR/checkpoints)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	o.sec.flags(f)
 	return cmd
+}
+
+// hostOf is the host of a host:port address ("" if it has none).
+func hostOf(addr string) string {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	return h
 }
 
 // serverPeers parses --peers.
@@ -114,11 +127,11 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	if !(o.timeScale > 0) || o.interval <= 0 {
 		return badInput(fmt.Errorf("server: --time-scale %v and --interval %v must be positive", o.timeScale, o.interval))
 	}
-	servers, httpPeers, err := serverPeers(o.peers)
+	servers, peers, err := serverPeers(o.peers)
 	if err != nil {
 		return badInput(err)
 	}
-	if _, ok := httpPeers[raft.ServerID(o.id)]; !ok {
+	if _, ok := peers[raft.ServerID(o.id)]; !ok {
 		return badInput(fmt.Errorf("server: --peers does not list this server %q", o.id))
 	}
 	if o.ckptRoot == "" {
@@ -134,14 +147,26 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 		libLog, _ = newLogger(cmd.ErrOrStderr(), "warn")
 		libLog = libLog.With("server", o.id)
 	}
-
-	ccfg := consensus.DefaultConfig(raft.ServerID(o.id))
-	ccfg.Logger = libLog.With("lib", "consensus")
-	trans, err := consensus.ListenTCP(o.raftAddr, ccfg)
+	sec, err := o.sec.load(pki.RoleServer, o.id, []string{o.bind, hostOf(o.raftAddr), hostOf(o.httpAddr)}, log)
 	if err != nil {
 		return err
 	}
-	srv, err := consensus.OpenDisk(ccfg, filepath.Join(o.dataDir, "raft"), trans, consensus.NewHTTPForwarder(nil, httpPeers))
+	raftTLS, err := sec.raftTLS()
+	if err != nil {
+		return err
+	}
+	remoteOpts, err := sec.remoteOptions(libLog.With("lib", "protoactor"))
+	if err != nil {
+		return err
+	}
+
+	ccfg := consensus.DefaultConfig(raft.ServerID(o.id))
+	ccfg.Logger = libLog.With("lib", "consensus")
+	trans, err := consensus.ListenTCP(o.raftAddr, ccfg, raftTLS)
+	if err != nil {
+		return err
+	}
+	srv, err := consensus.OpenDisk(ccfg, filepath.Join(o.dataDir, "raft"), trans, trans.Forwarder())
 	if err != nil {
 		_ = trans.Close()
 		return err
@@ -156,12 +181,13 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return libLog.With("lib", "protoactor")
 	}))
-	rem := remote.NewRemote(sys, remote.Configure(o.bind, o.actorPort))
+	rem := remote.NewRemote(sys, remote.Configure(o.bind, o.actorPort, remoteOpts...))
 	rem.Start()
 	defer rem.Shutdown(false)
 
 	members, err := cluster.Start(cluster.Config{
 		Name: o.id, BindAddr: o.bind, BindPort: o.gossipPort, Fast: o.fast, Logger: libLog.With("lib", "memberlist"),
+		Keys: sec.gossipKeys,
 		Meta: cluster.Meta{Role: cluster.RoleServer, ActorAddr: sys.Address(), RaftAddr: string(trans.LocalAddr()), HTTPAddr: o.httpAddr},
 	})
 	if err != nil {
@@ -170,8 +196,9 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	defer members.Shutdown()
 	defer members.Leave(time.Second)
 	go drainEvents(members, log)
+	sec.reloadGossipKeys(ctx, members, log)
 
-	httpAPI := api.New(o.id, api.Config{Backend: srv, Apps: catalog.Names(), Forward: srv.ForwardHandler(), Logger: log})
+	httpAPI := api.New(o.id, api.Config{Backend: srv, Apps: catalog.Names(), Logger: log})
 	props, err := control.NewAllocator(control.Config{
 		Store: srv, Members: members.Members, Interval: o.interval, CheckpointRoot: o.ckptRoot,
 		TimeScale: o.timeScale, NodeGrace: o.nodeGrace, MaxFailures: o.maxFailures, Logger: log,
@@ -189,7 +216,10 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	if err != nil {
 		return fmt.Errorf("server: HTTP listener: %w", err)
 	}
-	hs := &http.Server{Handler: httpAPI, ReadHeaderTimeout: 5 * time.Second}
+	if ln, err = sec.listen(ln, pki.ChannelAPI, log); err != nil {
+		return err
+	}
+	hs := newHTTPServer(httpAPI, log)
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +19,7 @@ import (
 
 	"pollux/actors/api"
 	"pollux/actors/jobspec"
+	"pollux/cluster/pki"
 )
 
 func init() {
@@ -26,14 +29,59 @@ func init() {
 // clientOpts are the flags every API client command takes.
 type clientOpts struct {
 	servers []string
+	ca      string
 	asJSON  bool
 	timeout time.Duration
 }
 
+// EnvCA names the environment variable that --ca defaults to.
+const EnvCA = "POLLUX_CA"
+
 func (o *clientOpts) flags(cmd *cobra.Command) {
-	cmd.Flags().StringSliceVar(&o.servers, "server", []string{"127.0.0.1:8080"}, "HTTP addresses of servers (tried in order)")
+	cmd.Flags().StringSliceVar(&o.servers, "server", []string{"127.0.0.1:8080"}, "API addresses of servers, tried in order: host:port is HTTPS; http://host:port a server running --insecure")
+	cmd.Flags().StringVar(&o.ca, "ca", os.Getenv(EnvCA), "cluster CA certificate the servers' certificates are checked against (default $"+EnvCA+")")
 	cmd.Flags().BoolVar(&o.asJSON, "json", false, "print the server's JSON answer")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 15*time.Second, "give up after this long")
+}
+
+// client is the HTTP client of the API: HTTPS checking that the server
+// holds a server certificate of --ca.
+func (o *clientOpts) client() (*http.Client, error) {
+	var pool *x509.CertPool
+	if o.ca != "" {
+		p, err := pki.LoadPool(o.ca)
+		if err != nil {
+			return nil, badInput(fmt.Errorf("--ca: %w", err))
+		}
+		pool = p
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = pki.APIClient(pool, nil)
+	return &http.Client{Transport: tr}, nil
+}
+
+// apiURL is the URL of path on server s: HTTPS unless s says http://.
+func apiURL(s, path string) string {
+	if strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://") {
+		return strings.TrimSuffix(s, "/") + path
+	}
+	return "https://" + s + path
+}
+
+// explain adds what to do to a TLS failure of the API client.
+func explain(err error, ca string) error {
+	var ua x509.UnknownAuthorityError
+	var cv *tls.CertificateVerificationError
+	switch {
+	case errors.As(err, &ua) || errors.As(err, &cv):
+		if ca == "" {
+			return fmt.Errorf("%w (pass the cluster CA with --ca or $%s)", err, EnvCA)
+		}
+		return fmt.Errorf("%w (is --ca %s the CA of this cluster?)", err, ca)
+	case strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return fmt.Errorf("%w (the server runs --insecure: give its address as http://HOST:PORT)", err)
+	}
+	return err
 }
 
 // errAPI is an answer of the API refusing the request.
@@ -45,15 +93,20 @@ var errAPI = errors.New("refused")
 func (o *clientOpts) call(ctx context.Context, method, path string, body []byte, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	client, err := o.client()
+	if err != nil {
+		return err
+	}
+	defer client.CloseIdleConnections()
 	var errs []error
 	for _, s := range o.servers {
-		req, err := http.NewRequestWithContext(ctx, method, "http://"+s+path, bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, method, apiURL(s, path), bytes.NewReader(body))
 		if err != nil {
 			return badInput(fmt.Errorf("server %q: %w", s, err))
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, explain(err, o.ca))
 			continue
 		}
 		data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"pollux/cluster"
@@ -63,4 +65,34 @@ func TestTLSCommands(t *testing.T) {
 	if keys, err := cluster.ParseKeys([]byte(out)); err != nil || len(keys) != 1 || len(keys[0]) != cluster.KeySize {
 		t.Errorf("keygen printed %q: %v", out, err)
 	}
+}
+
+// testServer is the name of the test process's own server identity (its
+// gossip member and actor system).
+const testServer = "test-server"
+
+// testBundleDir holds testBundle's files; TestMain removes it.
+var testBundleDir string
+
+// testBundle is the CA, certificates and gossip key of the clusters the
+// tests of this package start themselves (a launcher makes its own).
+var testBundle = sync.OnceValue(func() *pki.Bundle {
+	dir, err := os.MkdirTemp("", "pollux-test-tls-")
+	if err != nil {
+		panic(err)
+	}
+	testBundleDir = dir
+	b, err := pki.DevBundle(dir, []string{testServer}, []string{"a1", "a2", "a3", "a4"})
+	if err != nil {
+		panic(err)
+	}
+	return b
+})
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if testBundleDir != "" {
+		os.RemoveAll(testBundleDir)
+	}
+	os.Exit(code)
 }

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
 	"time"
 
 	"pollux/actors/launch"
+	"pollux/cluster/pki"
 	"pollux/testbed/builtin"
 	"pollux/testbed/chaos/check"
 	"pollux/testbed/chaos/history"
@@ -172,3 +174,9 @@ func (cl *Cluster) Stop() ([]history.Event, error) {
 	}
 	return ev, err
 }
+
+// TLS is the cluster's CA, certificates and gossip key.
+func (cl *Cluster) TLS() *pki.Bundle { return cl.c.tls }
+
+// HTTPClient is an HTTPS client of the cluster's API (5 s timeout).
+func (cl *Cluster) HTTPClient() *http.Client { return cl.c.submitClient }

@@ -23,6 +23,7 @@ import (
 
 	"pollux/actors/api"
 	"pollux/actors/launch"
+	"pollux/cluster/pki"
 	"pollux/testbed/chaos/check"
 	"pollux/testbed/chaos/history"
 	"pollux/testbed/chaos/proc"
@@ -74,7 +75,11 @@ type cluster struct {
 	path    string
 	servers []*member
 	agents  []*member
-	client  http.Client
+	// tls is the cluster's CA, certificates and gossip key: every member
+	// runs with TLS and encrypted gossip.
+	tls          *pki.Bundle
+	client       *http.Client
+	submitClient *http.Client // a longer timeout
 
 	trackMu sync.Mutex
 	tracked map[int]bool
@@ -92,7 +97,24 @@ func newCluster(o Options, dir string, log *slog.Logger) (*cluster, error) {
 		return nil, err
 	}
 	c := &cluster{o: o, log: log, group: proc.NewGroup(), rec: rec, clock: clock, histEnv: clock.Env(path), path: path,
-		client: http.Client{Timeout: time.Second}, tracked: map[int]bool{}}
+		tracked: map[int]bool{}}
+	var serverNames, agentNames []string
+	for i := range o.Servers {
+		serverNames = append(serverNames, fmt.Sprintf("s%d", i))
+	}
+	for i := range o.Agents {
+		agentNames = append(agentNames, fmt.Sprintf("a%d", i))
+	}
+	if c.tls, err = pki.DevBundle(filepath.Join(dir, "tls"), serverNames, agentNames); err == nil {
+		c.client, err = c.tls.HTTPClient(time.Second)
+	}
+	if err == nil {
+		c.submitClient, err = c.tls.HTTPClient(5 * time.Second)
+	}
+	if err != nil {
+		rec.Close()
+		return nil, fmt.Errorf("driver: %w", err)
+	}
 	ports, err := launch.FreePorts(4*o.Servers + 2*o.Agents)
 	if err != nil {
 		rec.Close()
@@ -120,6 +142,7 @@ func newCluster(o Options, dir string, log *slog.Logger) (*cluster, error) {
 				"--raft", addr(p[0]), "--http", addr(p[1]), "--gossip-port", strconv.Itoa(p[2]), "--actor-port", strconv.Itoa(p[3]),
 				"--peers", strings.Join(peers, ","), "--bootstrap", "--fast-gossip", "--interval", o.Interval.String(),
 				"--time-scale", ts, "--log-level", o.LogLevel, "--join", strings.Join(join, ",")}})
+		c.servers[i].args = append(c.servers[i].args, c.tls.Flags(id)...)
 	}
 	for i := range o.Agents {
 		id := fmt.Sprintf("a%d", i)
@@ -129,6 +152,7 @@ func newCluster(o Options, dir string, log *slog.Logger) (*cluster, error) {
 				"--gossip-port", strconv.Itoa(p[0]), "--actor-port", strconv.Itoa(p[1]), "--join", strings.Join(gossip, ","),
 				"--fast-gossip", "--time-scale", ts, "--restart-cost", o.RestartCost.String(), "--grace", o.Grace.String(),
 				"--worker-exec", strings.Join(o.Exec, ","), "--log-level", o.LogLevel}})
+		c.agents[i].args = append(c.agents[i].args, c.tls.Flags(id)...)
 	}
 	return c, nil
 }
@@ -307,7 +331,7 @@ func (c *cluster) reapOrphans(node string) error {
 // status asks one server for its status.
 func (c *cluster) status(ctx context.Context, m *member) (api.Status, error) {
 	var st api.Status
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.http+api.PathStatus, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+m.http+api.PathStatus, nil)
 	if err != nil {
 		return st, err
 	}
@@ -377,12 +401,11 @@ func (c *cluster) submit(ctx context.Context, job string, spec []byte) error {
 		if !m.serving() {
 			continue
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+m.http+api.PathJobs, bytes.NewReader(spec))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+m.http+api.PathJobs, bytes.NewReader(spec))
 		if err != nil {
 			return err
 		}
-		cl := http.Client{Timeout: 5 * time.Second}
-		resp, err := cl.Do(req)
+		resp, err := c.submitClient.Do(req)
 		if err != nil {
 			errs = append(errs, err)
 			continue
