@@ -1,13 +1,33 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"pollux/actors/api"
+	"pollux/actors/launch"
 	"pollux/cluster"
 	"pollux/cluster/pki"
 )
@@ -82,7 +102,7 @@ var testBundle = sync.OnceValue(func() *pki.Bundle {
 		panic(err)
 	}
 	testBundleDir = dir
-	b, err := pki.DevBundle(dir, []string{testServer}, []string{"a1", "a2", "a3", "a4"})
+	b, err := pki.DevBundle(dir, []string{testServer, "ts0"}, []string{"a1", "a2", "a3", "a4"})
 	if err != nil {
 		panic(err)
 	}
@@ -95,4 +115,306 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(testBundleDir)
 	}
 	os.Exit(code)
+}
+
+// lockedBuffer collects a process's log.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// linesWith returns the log lines containing every one of subs.
+func (l *lockedBuffer) linesWith(subs ...string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		ok := line != ""
+		for _, s := range subs {
+			ok = ok && strings.Contains(line, s)
+		}
+		if ok {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// startProc runs `pollux ARGS` as a subprocess with its log in stderr and
+// returns it with its ready line; it is killed at cleanup.
+func startProc(t *testing.T, stderr io.Writer, args ...string) (*exec.Cmd, []byte) {
+	t.Helper()
+	full := append(slices.Clone(selfExec), args...)
+	cmd := exec.Command(full[0], full[1:]...)
+	cmd.Env = append(os.Environ(), "POLLUX_TEST_PROCESS=1")
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	ready := make(chan []byte, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		if sc.Scan() {
+			ready <- slices.Clone(sc.Bytes())
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case line := <-ready:
+		return cmd, line
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%v not ready within 60 s", args[:1])
+	}
+	return nil, nil
+}
+
+// attacker holds the certificates an outsider might try: the cluster's
+// own (of the wrong role), a self-signed one claiming to be a server, an
+// expired one of the cluster CA, and one of another CA.
+type attacker struct {
+	agent, client, server        tls.Certificate
+	selfSigned, expired, otherCA tls.Certificate
+	pool                         *x509.CertPool
+}
+
+func newAttacker(t *testing.T, b *pki.Bundle) *attacker {
+	t.Helper()
+	a := &attacker{}
+	for name, dst := range map[string]*tls.Certificate{"a4": &a.agent, pki.DevClient: &a.client, testServer: &a.server} {
+		c, err := b.Credentials(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*dst, a.pool = c.Cert, c.Pool
+	}
+	issued := func(ca *pki.CA, req pki.CertRequest) tls.Certificate {
+		is, err := ca.Issue(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tls.Certificate{Certificate: [][]byte{is.Cert.Raw}, PrivateKey: is.Key, Leaf: is.Cert}
+	}
+	ca, err := pki.LoadCA(b.CA, filepath.Join(b.Dir, pki.CAKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvID := pki.Identity{Role: pki.RoleServer, Name: "ts0"}
+	a.expired = issued(ca, pki.CertRequest{Identity: srvID, NotBefore: time.Now().Add(-48 * time.Hour), Validity: 24 * time.Hour})
+	other, err := pki.NewCA(pki.CAOptions{CommonName: "another CA"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.otherCA = issued(other, pki.CertRequest{Identity: srvID})
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ts0"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
+		URIs:        []*url.URL{srvID.URI()}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.selfSigned = tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return a
+}
+
+// probe connects to addr as cert (nil: no certificate; plain: no TLS),
+// writes payload and reads: it returns the local address (what the
+// process logs as the peer) and whether the process accepted the
+// connection (a TLS alert or a closed plaintext connection is a refusal;
+// an answer or a wait for more is an acceptance).
+func probe(t *testing.T, addr string, pool *x509.CertPool, cert *tls.Certificate, plain bool, payload []byte) (string, bool, error) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	defer c.Close()
+	local := c.LocalAddr().String()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	var conn net.Conn = c
+	if !plain {
+		cfg := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", NextProtos: []string{"h2", "http/1.1"}}
+		if cert != nil {
+			cfg.Certificates = []tls.Certificate{*cert}
+		}
+		tc := tls.Client(c, cfg)
+		if err := tc.Handshake(); err != nil {
+			return local, false, err
+		}
+		conn = tc
+	}
+	if _, err := conn.Write(payload); err != nil {
+		return local, false, err
+	}
+	n, err := conn.Read(make([]byte, 512))
+	if n > 0 && !plain {
+		return local, true, nil
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return local, !plain, nil
+	}
+	return local, false, err
+}
+
+// TestSecurePortsRefuseStrangers starts a real server and agent with TLS
+// and gossip keys and tries every port with every wrong credential: each
+// attempt is refused (a clear error for the client), logged once by the
+// process naming the peer's address, changes nothing, and crashes
+// nothing. The right credentials get in.
+func TestSecurePortsRefuseStrangers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts server and agent processes")
+	}
+	b := testBundle()
+	att := newAttacker(t, b)
+	ports, err := launch.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raftAddr, httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	var srvLog, agentLog lockedBuffer
+	srv, line := startProc(t, &srvLog, append([]string{"server", "--id", "ts0", "--data-dir", t.TempDir(), "--raft", raftAddr,
+		"--http", httpAddr, "--peers", "ts0=" + raftAddr + "=" + httpAddr, "--bootstrap", "--fast-gossip", "--interval", "500ms", "--log-level", "warn"},
+		b.Flags("ts0")...)...)
+	var sr serverReady
+	if err := json.Unmarshal(line, &sr); err != nil {
+		t.Fatal(err)
+	}
+	agent, line := startProc(t, &agentLog, append([]string{"agent", "--name", "a3", "--gpus", "2", "--fast-gossip", "--log-level", "warn",
+		"--join", sr.Gossip, "--worker-exec", strings.Join(selfExec, ",")}, b.Flags("a3")...)...)
+	var ar agentReady
+	if err := json.Unmarshal(line, &ar); err != nil {
+		t.Fatal(err)
+	}
+	// The server reaches the agent over TLS: it registers its GPUs.
+	waitStatus := func(what string, ok func(api.Status) bool) api.Status {
+		t.Helper()
+		var st api.Status
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			code, out := runOut("status", "--server", httpAddr, "--ca", b.CA, "--json")
+			if code == 0 && json.Unmarshal([]byte(out), &st) == nil && ok(st) {
+				return st
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: last status %d %s\nserver log:\n%s\nagent log:\n%s", what, code, out, srvLog.b.String(), agentLog.b.String())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	before := waitStatus("agent registered", func(s api.Status) bool { return s.GPUs == 2 && s.Leader == "ts0" })
+
+	h2 := []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+	get := []byte("GET /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+	forward := []byte{2, 0, 0, 0, 5, 1, 1, 4, 1, 7} // a forwarded write (type byte 2, one frame)
+	type attempt struct {
+		name    string
+		log     *lockedBuffer
+		addr    string
+		cert    *tls.Certificate
+		plain   bool
+		payload []byte
+		accept  bool
+	}
+	attempts := []attempt{
+		{"raft: plaintext", &srvLog, raftAddr, nil, true, append([]byte{1}, make([]byte, 64)...), false},
+		{"raft: agent certificate", &srvLog, raftAddr, &att.agent, false, []byte{1, 0, 0, 0}, false},
+		{"raft: client certificate forwarding", &srvLog, raftAddr, &att.client, false, forward, false},
+		{"raft: agent certificate forwarding", &srvLog, raftAddr, &att.agent, false, forward, false},
+		{"raft: self-signed server", &srvLog, raftAddr, &att.selfSigned, false, forward, false},
+		{"raft: expired server", &srvLog, raftAddr, &att.expired, false, forward, false},
+		{"raft: another CA's server", &srvLog, raftAddr, &att.otherCA, false, forward, false},
+		{"raft: no certificate", &srvLog, raftAddr, nil, false, forward, false},
+		{"raft: server certificate", &srvLog, raftAddr, &att.server, false, []byte{1}, true},
+		{"server actor: plaintext gRPC", &srvLog, sr.Actor, nil, true, h2, false},
+		{"server actor: client certificate", &srvLog, sr.Actor, &att.client, false, h2, false},
+		{"server actor: another CA", &srvLog, sr.Actor, &att.otherCA, false, h2, false},
+		{"server actor: expired", &srvLog, sr.Actor, &att.expired, false, h2, false},
+		{"server actor: agent certificate", &srvLog, sr.Actor, &att.agent, false, h2, true},
+		{"API: plaintext HTTP", &srvLog, httpAddr, nil, true, get, false},
+		{"API: another CA's certificate", &srvLog, httpAddr, &att.otherCA, false, get, false},
+		{"API: expired certificate", &srvLog, httpAddr, &att.expired, false, get, false},
+		{"API: self-signed certificate", &srvLog, httpAddr, &att.selfSigned, false, get, false},
+		{"API: no certificate", &srvLog, httpAddr, nil, false, get, true},
+		{"API: agent certificate", &srvLog, httpAddr, &att.agent, false, get, true},
+		{"agent actor: plaintext gRPC", &agentLog, ar.Actor, nil, true, h2, false},
+		{"agent actor: another agent's certificate", &agentLog, ar.Actor, &att.agent, false, h2, false},
+		{"agent actor: client certificate", &agentLog, ar.Actor, &att.client, false, h2, false},
+		{"agent actor: self-signed server", &agentLog, ar.Actor, &att.selfSigned, false, h2, false},
+		{"agent actor: server certificate", &agentLog, ar.Actor, &att.server, false, h2, true},
+		{"reports: plaintext", &agentLog, ar.Reports, nil, true, []byte(`{"job":"x","incarnation":1,"rank":0,"step_time":1,"local_bsz":1,"done":true}` + "\n"), false},
+	}
+	for _, a := range attempts {
+		local, ok, err := probe(t, a.addr, att.pool, a.cert, a.plain, a.payload)
+		if ok != a.accept {
+			t.Errorf("%s: accepted %v (%v), want %v", a.name, ok, err, a.accept)
+			continue
+		}
+		if a.accept {
+			continue
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for len(a.log.linesWith("peer="+local)) == 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if lines := a.log.linesWith("peer=" + local); len(lines) != 1 || !strings.Contains(lines[0], "refused") {
+			t.Errorf("%s: log lines naming the peer %s: %q", a.name, local, lines)
+		} else {
+			t.Logf("%s: client: %v; log: %s", a.name, err, lines[0])
+		}
+	}
+
+	// Gossip: members without the key, or with another, cannot join.
+	other, _ := cluster.NewKey()
+	otherKeys, _ := cluster.ParseKeys([]byte(other))
+	for name, keys := range map[string][][]byte{"no key": nil, "another key": otherKeys} {
+		m, err := cluster.Start(cluster.Config{Name: "intruder", Fast: true, Keys: keys, Logger: slog.New(slog.DiscardHandler),
+			Meta: cluster.Meta{Role: cluster.RoleAgent, GPUs: 64}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Join([]string{sr.Gossip}); err == nil {
+			t.Errorf("gossip with %s joined", name)
+		}
+		m.Shutdown()
+	}
+
+	// Client commands: the CA is needed and named when missing.
+	if code, out := runOut("status", "--server", httpAddr, "--timeout", "3s", "--ca", ""); code == 0 || !strings.Contains(out, "--ca") {
+		t.Errorf("status without the CA: %d %s", code, out)
+	}
+	if code, out := runOut("status", "--server", "http://"+httpAddr, "--timeout", "3s"); code == 0 || !strings.Contains(out, "400") {
+		t.Errorf("status over plaintext: %d %s", code, out)
+	}
+
+	// Nothing changed, nothing crashed.
+	after := waitStatus("after the attacks", func(api.Status) bool { return true })
+	if after.GPUs != before.GPUs || after.Generation != before.Generation || len(after.Jobs) != 0 {
+		t.Errorf("state changed: before %+v, after %+v", before, after)
+	}
+	for name, p := range map[string]*exec.Cmd{"server": srv, "agent": agent} {
+		if p.ProcessState != nil {
+			t.Errorf("%s exited: %v", name, p.ProcessState)
+		}
+	}
 }
