@@ -52,6 +52,9 @@ type failoverReport struct {
 	Allocations int     `json:"allocations"`
 	Batch       int     `json:"batch"`
 	AllocsPerS  float64 `json:"allocs_per_s"`
+	// ThroughputRestarts counts throughput runs started over because the
+	// leader changed during them.
+	ThroughputRestarts int `json:"throughput_restarts"`
 	// TLS says whether the servers ran mutual TLS on their Raft ports
 	// (and the benchmark's own HTTP control channel).
 	TLS bool `json:"tls"`
@@ -201,6 +204,9 @@ type benchMember struct {
 	exited                      chan struct{}
 }
 
+// throughputAttempts bounds the throughput runs of one benchmark.
+const throughputAttempts = 3
+
 // runFailover runs the benchmark, over TLS (a CA and certificates made
 // in its temporary directory) or plaintext; progress gets the progress
 // bar, stderr the notes.
@@ -272,16 +278,29 @@ func runFailover(ctx context.Context, o failoverOpts, withTLS bool, progress, st
 		TLS: withTLS, Servers: o.servers, Trials: o.trials, Batch: o.batch,
 		HeartbeatMS: o.heartbeat.Milliseconds(), ElectionMS: o.election.Milliseconds(), LeaseMS: o.lease.Milliseconds(),
 	}
-	if o.allocs > 0 {
+	// A leader change during the throughput run (an election on a loaded
+	// machine) fences its allocations (stale term): the run starts over
+	// on the new leader, at most throughputAttempts times, and the
+	// restarts are reported.
+	for attempt := 1; o.allocs > 0; attempt++ {
 		if err := waitCaughtUp(ctx, client, members); err != nil {
 			return rep, err
 		}
 		var tr allocsResult
 		url := fmt.Sprintf("%s%s/bench/allocs?n=%d&batch=%d", scheme, leader.httpAddr, o.allocs, o.batch)
-		if err := postJSON(ctx, client, url, "", &tr); err != nil {
-			return rep, fmt.Errorf("bench failover: throughput run: %w", err)
+		err := postJSON(ctx, client, url, "", &tr)
+		if err == nil {
+			rep.Allocations, rep.AllocsPerS = tr.N, float64(tr.N)/tr.Seconds
+			break
 		}
-		rep.Allocations, rep.AllocsPerS = tr.N, float64(tr.N)/tr.Seconds
+		if attempt == throughputAttempts {
+			return rep, fmt.Errorf("bench failover: throughput run (attempt %d): %w", attempt, err)
+		}
+		fmt.Fprintf(stderr, "bench failover: throughput run restarted: %v\n", err)
+		rep.ThroughputRestarts++
+		if leader, err = waitLeader(ctx, client, members); err != nil {
+			return rep, err
+		}
 	}
 
 	bar := progressbar.NewOptions(o.trials,

@@ -68,6 +68,7 @@ times faster than real time.`,
 			if err != nil {
 				return fmt.Errorf("demo: %w", err)
 			}
+			fmt.Fprintf(out, "mutual TLS and encrypted gossip on (CA, certificates and gossip key in %s)\n", c.TLS.Dir)
 			// Stop every process on every way out, Ctrl-C included.
 			defer func() {
 				fmt.Fprintln(out, "stopping the cluster")
