@@ -78,7 +78,7 @@ func IdentityOf(c *x509.Certificate) (Identity, error) {
 			continue
 		}
 		parts := strings.Split(strings.TrimPrefix(u.Path, "/"), "/")
-		if len(parts) != 2 {
+		if len(parts) != 2 || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" || u.ForceQuery {
 			return Identity{}, fmt.Errorf("%w: identity URI %q is not spiffe://pollux/<role>/<name>", ErrRefused, u)
 		}
 		id := Identity{Role: Role(parts[0]), Name: parts[1]}

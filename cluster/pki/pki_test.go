@@ -590,3 +590,35 @@ func TestDevBundle(t *testing.T) {
 		t.Errorf("a name both server and agent: %v", err)
 	}
 }
+
+// FuzzIdentityOf reads identities from URIs as a peer's (unverified)
+// certificate may carry them: never a panic, and an accepted identity
+// is valid and round-trips.
+func FuzzIdentityOf(f *testing.F) {
+	for _, s := range []string{"spiffe://pollux/server/s0", "spiffe://pollux/agent/a/b", "spiffe://pollux//", "spiffe://other/server/x", "spiffe://pollux/admin/root"} {
+		f.Add(s, "")
+	}
+	f.Add("spiffe://pollux/agent/a1", "spiffe://pollux/server/s1")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		var uris []*url.URL
+		for _, s := range []string{a, b} {
+			if u, err := url.Parse(s); err == nil && s != "" {
+				uris = append(uris, u)
+			}
+		}
+		id, err := IdentityOf(&x509.Certificate{URIs: uris})
+		if err != nil {
+			if !errors.Is(err, ErrRefused) {
+				t.Fatalf("error %v is not ErrRefused", err)
+			}
+			return
+		}
+		if id.Validate() != nil {
+			t.Fatalf("accepted invalid %v", id)
+		}
+		back, err := IdentityOf(&x509.Certificate{URIs: []*url.URL{id.URI()}})
+		if err != nil || back != id {
+			t.Fatalf("%v does not round-trip: %v, %v", id, back, err)
+		}
+	})
+}
