@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -416,5 +417,84 @@ func TestSecurePortsRefuseStrangers(t *testing.T) {
 		if p.ProcessState != nil {
 			t.Errorf("%s exited: %v", name, p.ProcessState)
 		}
+	}
+}
+
+// TestGossipKeyReloadOnSIGHUP: an agent re-reads its gossip key file on
+// SIGHUP; a member holding only the new key gets in once the agent sends
+// with it and not before, and a bad file changes nothing.
+func TestGossipKeyReloadOnSIGHUP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an agent process")
+	}
+	b := testBundle()
+	oldKey, _ := cluster.NewKey()
+	newKey, _ := cluster.NewKey()
+	keyFile := filepath.Join(t.TempDir(), "gossip.key")
+	if err := os.WriteFile(keyFile, []byte(oldKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	flags := b.Flags("a2")
+	flags[len(flags)-1] = keyFile
+	var log lockedBuffer
+	agent, line := startProc(t, &log, append([]string{"agent", "--name", "a2", "--gpus", "1", "--fast-gossip", "--log-level", "info",
+		"--worker-exec", strings.Join(selfExec, ",")}, flags...)...)
+	var ar agentReady
+	if err := json.Unmarshal(line, &ar); err != nil {
+		t.Fatal(err)
+	}
+	var joinWith func([][]byte) error
+	joins := 0
+	newKeys, _ := cluster.ParseKeys([]byte(newKey))
+	oldKeys, _ := cluster.ParseKeys([]byte(oldKey))
+	join := func() error { return joinWith(newKeys) }
+	joinWith = func(keys [][]byte) error {
+		joins++
+		m, err := cluster.Start(cluster.Config{Name: fmt.Sprintf("newcomer-%d", joins), Fast: true, Keys: keys, Logger: slog.New(slog.DiscardHandler),
+			Meta: cluster.Meta{Role: cluster.RoleServer}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Shutdown()
+		_, err = m.Join([]string{ar.Gossip})
+		return err
+	}
+	if join() == nil {
+		t.Fatal("a member with a key the agent does not have joined")
+	}
+	hup := func(content string, wantLog string) {
+		t.Helper()
+		if err := os.WriteFile(keyFile, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		n := len(log.linesWith(wantLog))
+		if err := agent.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for len(log.linesWith(wantLog)) == n {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q in the log after SIGHUP:\n%s", wantLog, log.b.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	hup("not a key\n", "gossip keys not reloaded")
+	if err := joinWith(oldKeys); err != nil {
+		t.Fatalf("a bad key file changed the keys: %v", err)
+	}
+	// Step 1: the new key is accepted but the agent still sends with
+	// the old one, which the newcomer cannot read.
+	hup(oldKey+"\n"+newKey+"\n", "gossip keys installed")
+	if join() == nil {
+		t.Error("joined while the agent sends with the old key")
+	}
+	// Step 2: the agent sends with the new key.
+	hup(newKey+"\n"+oldKey+"\n", "gossip keys installed")
+	if err := join(); err != nil {
+		t.Errorf("after making the new key primary: %v", err)
+	}
+	if agent.ProcessState != nil {
+		t.Errorf("agent exited: %v", agent.ProcessState)
 	}
 }
