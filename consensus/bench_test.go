@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // benchAllocation is a 16-job allocation over 8 nodes, shifted by gen so
@@ -77,8 +80,36 @@ func BenchmarkEncodeState(b *testing.B) {
 // allocations on a 3-server in-memory cluster (no disk: the Raft and
 // state-machine cost alone).
 func BenchmarkClusterCommitAllocation(b *testing.B) {
-	c := newCluster(b, 3, nil)
-	leader := c.leader(c.members...).srv
+	c := newCluster(b, 3, benchConfig)
+	benchCommits(b, c.leader(c.members...).srv)
+}
+
+// BenchmarkRaftPortCommitAllocation is BenchmarkClusterCommitAllocation
+// over real Raft ports on loopback (in memory otherwise), with mutual
+// TLS and in plaintext: the cost of TLS on replication.
+func BenchmarkRaftPortCommitAllocation(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		tls  bool
+	}{{"tls", true}, {"plaintext", false}} {
+		b.Run(mode.name, func(b *testing.B) {
+			c := newPortCluster(b, mode.tls, benchConfig)
+			benchCommits(b, c.leader(c.members...).srv)
+		})
+	}
+}
+
+// benchConfig has Raft's own 1 s timeouts: a benchmark saturating a
+// loaded machine must not depose its leader (which fences the batch in
+// flight), and the timeouts do not enter the commit path.
+func benchConfig(id raft.ServerID) Config {
+	c := testConfig(id)
+	c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
+	return c
+}
+
+// benchCommits commits batches of 64 allocations on leader.
+func benchCommits(b *testing.B, leader *Server) {
 	ctx := context.Background()
 	var setup []Command
 	for i := range 8 {

@@ -54,7 +54,11 @@ type tlsCluster struct {
 	ports  map[raft.ServerID]*Transport
 }
 
-func newTLSCluster(t *testing.T) *tlsCluster {
+func newTLSCluster(t testing.TB) *tlsCluster { return newPortCluster(t, true, testConfig) }
+
+// newPortCluster is three servers over real Raft ports on loopback, with
+// mutual TLS or (withTLS false) plaintext.
+func newPortCluster(t testing.TB, withTLS bool, base func(raft.ServerID) Config) *tlsCluster {
 	t.Helper()
 	ids := []string{"t0", "t1", "t2"}
 	b, err := pki.DevBundle(t.TempDir(), ids, []string{"a0"})
@@ -63,23 +67,27 @@ func newTLSCluster(t *testing.T) *tlsCluster {
 	}
 	logs := &logSink{}
 	cfgOf := func(id raft.ServerID) Config {
-		c := testConfig(id)
+		c := base(id)
 		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		return c
 	}
 	tc := &tlsCluster{cluster: &cluster{t: t, cfg: cfgOf}, bundle: b, logs: logs, ports: map[raft.ServerID]*Transport{}}
 	var servers []raft.Server
 	for _, id := range ids {
-		creds, err := b.Credentials(id)
-		if err != nil {
-			t.Fatal(err)
+		var tlsCfg *TLS
+		if withTLS {
+			creds, err := b.Credentials(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srvCfg, err1 := creds.ServerConfig(pki.ChannelRaft)
+			cliCfg, err2 := creds.ClientConfig(pki.ChannelRaft)
+			if err := errors.Join(err1, err2); err != nil {
+				t.Fatal(err)
+			}
+			tlsCfg = &TLS{Server: srvCfg, Client: cliCfg}
 		}
-		srvCfg, err1 := creds.ServerConfig(pki.ChannelRaft)
-		cliCfg, err2 := creds.ClientConfig(pki.ChannelRaft)
-		if err := errors.Join(err1, err2); err != nil {
-			t.Fatal(err)
-		}
-		trans, err := ListenTCP("127.0.0.1:0", cfgOf(raft.ServerID(id)), &TLS{Server: srvCfg, Client: cliCfg})
+		trans, err := ListenTCP("127.0.0.1:0", cfgOf(raft.ServerID(id)), tlsCfg)
 		if err != nil {
 			t.Fatal(err)
 		}
