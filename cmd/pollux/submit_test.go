@@ -29,6 +29,13 @@ func TestClientCommandsBadInput(t *testing.T) {
 		{"worker without environment", []string{"worker", "--emulate", "cifar10"}, 2},
 		{"agent with bad gpus", []string{"agent", "--gpus", "-3"}, 2},
 		{"server without peers", []string{"server", "--id", "s", "--data-dir", dir}, 2},
+		{"server without TLS files", []string{"server", "--id", "s", "--data-dir", dir, "--peers", "s=127.0.0.1:1=127.0.0.1:2"}, 2},
+		{"agent without TLS files", []string{"agent", "--name", "a", "--gpus", "1"}, 2},
+		{"insecure with a CA", []string{"agent", "--name", "a", "--gpus", "1", "--insecure", "--ca", good}, 2},
+		{"certificate of another role", append([]string{"agent", "--name", "ts0", "--gpus", "1"}, testBundle().Flags("ts0")...), 2},
+		{"certificate of another name", append([]string{"agent", "--name", "a9", "--gpus", "1"}, testBundle().Flags("a1")...), 2},
+		{"unreadable gossip key", []string{"agent", "--name", "a", "--gpus", "1", "--insecure", "--gossip-key", good}, 2},
+		{"client with a bad CA file", []string{"jobs", "--ca", good}, 2},
 	}
 	for _, tc := range tests {
 		if got := run(tc.args); got != tc.code {
