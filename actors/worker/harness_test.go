@@ -132,6 +132,12 @@ func (s *sink) serve(c net.Conn) {
 	}
 }
 
+func (s *sink) connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns
+}
+
 // all returns the reports received so far, optionally only those of one
 // incarnation.
 func (s *sink) all(inc ...uint64) []timedReport {
@@ -187,25 +193,18 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// start launches the replicas of r, each pinned to one core of this
-// machine (round robin) as an agent's CPU slots would be. Every process is
-// stopped at the end of the test.
+// start launches the replicas of r (see envOf). Every process is stopped
+// at the end of the test.
 func start(t *testing.T, l Layout, r run) []*worker {
 	t.Helper()
 	port := 0
 	if r.replicas > 1 {
 		port = freePort(t)
 	}
-	ncpu := len(cpuSet())
 	var ws []*worker
 	for rank := 0; rank < r.replicas; rank++ {
-		e := workerproto.Env{
-			JobID: r.job, Incarnation: r.incarnation, Rank: rank, LocalRank: rank,
-			WorldSize: r.replicas, NumNodes: 1, MasterAddr: "127.0.0.1", MasterPort: max(port, 1),
-			InitBatch: r.initBatch, AtomicBatch: r.atomicBatch, AccumSteps: r.accumSteps, Gain: 1,
-			CheckpointDir: r.dir, ReportAddr: r.reportAddr,
-			CPUs: []int{cpuSet()[rank%ncpu]},
-		}
+		e := envOf(r, rank)
+		e.MasterPort = max(port, 1)
 		if err := e.Validate(); err != nil {
 			t.Fatal(err)
 		}
@@ -225,6 +224,19 @@ func start(t *testing.T, l Layout, r run) []*worker {
 		ws = append(ws, w)
 	}
 	return ws
+}
+
+// envOf is the environment of one rank of r, pinned to one core of this
+// machine (round robin) as an agent's CPU slot would be.
+func envOf(r run, rank int) workerproto.Env {
+	cpus := cpuSet()
+	return workerproto.Env{
+		JobID: r.job, Incarnation: r.incarnation, Rank: rank, LocalRank: rank,
+		WorldSize: r.replicas, NumNodes: 1, MasterAddr: "127.0.0.1", MasterPort: 1,
+		InitBatch: r.initBatch, AtomicBatch: r.atomicBatch, AccumSteps: r.accumSteps, Gain: 1,
+		CheckpointDir: r.dir, ReportAddr: r.reportAddr,
+		CPUs: []int{cpus[rank%len(cpus)]},
+	}
 }
 
 // cleanEnv is this process's environment without the protocol's variables

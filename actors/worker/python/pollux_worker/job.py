@@ -271,7 +271,7 @@ class Job:
             self.reporter.close()
         except AttributeError:
             pass
-        raise SystemExit("pollux_worker: %s" % msg)
+        raise SystemExit(1)
 
     def _state_dict(self):
         return {"epoch": self.epoch, "position": self.position,

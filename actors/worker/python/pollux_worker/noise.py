@@ -31,6 +31,19 @@ import math
 import torch
 
 
+def _sample(local, total, count, b, m0):
+    """One step's unsmoothed (|G|^2, tr(Sigma)/M0)."""
+    sqr = (count * total - local) / (count - 1)
+    var = (local - total) * count / (count - 1) * b / m0
+    return sqr, var
+
+
+def _finite_sample(local, total, count, b, m0):
+    if not (math.isfinite(local) and math.isfinite(total)):
+        return False
+    return all(math.isfinite(v) for v in _sample(local, total, count, b, m0))
+
+
 class NoiseEstimator:
     """Smoothed |G|^2 and tr(Sigma)/M0."""
 
@@ -87,7 +100,8 @@ class NoiseEstimator:
         non-finite sample."""
         if count < 2:
             raise ValueError("observe needs count >= 2, got %d" % count)
-        if not (math.isfinite(local_sqr) and math.isfinite(total_sqr)):
+        if not _finite_sample(local_sqr, total_sqr, count, micro_bsz,
+                              init_bsz):
             return False
         if self.biased:
             self._avg.clear()
@@ -105,21 +119,24 @@ class NoiseEstimator:
         if not math.isfinite(sqr):
             self._prev = None
             return False
+        if self._prev is not None:
+            local = (sqr + float(self._prev.dot(self._prev))) / 2
+            mean = (g + self._prev) / 2
+            total = float(mean.dot(mean))
+            if not _finite_sample(local, total, 2, micro_bsz, init_bsz):
+                self._prev = None
+                return False
         if not self.biased:
             self._avg.clear()
             self.biased = True
         prev, self._prev = self._prev, g.clone()
         if prev is None:
             return True
-        local = (sqr + float(prev.dot(prev))) / 2
-        mean = (g + prev) / 2
-        total = float(mean.dot(mean))
         self._update(local, total, 2, micro_bsz, init_bsz)
         return True
 
     def _update(self, local, total, count, b, m0):
-        sqr = (count * total - local) / (count - 1)
-        var = (local - total) * count / (count - 1) * b / m0
+        sqr, var = _sample(local, total, count, b, m0)
         theta = self.smoothing ** (count * b / m0)
         for name, v in (("sqr", sqr), ("var", var)):
             a = self._avg.setdefault(name, [0.0, 0.0])

@@ -131,8 +131,8 @@ class AdaptiveOptimizer:
         if not (math.isfinite(total) and math.isfinite(local)):
             self._bad += 1
             LOG.error("pollux_worker: training diverges: non-finite gradient "
-                      "at epoch %d, progress %.1f (%d step(s) in a row "
-                      "skipped); no gradient statistics are reported",
+                      "at epoch %d, progress %.1f: step skipped, gradient "
+                      "statistics not updated (%d in a row)",
                       job.epoch, job.progress, self._bad)
             if self._bad >= self.max_bad_steps:
                 job._fatal("training diverged: %d steps in a row had a "

@@ -76,6 +76,7 @@ class NoiseTest(unittest.TestCase):
         before = est.state_dict()
         self.assertFalse(est.observe(float("nan"), 1.0, 4, 8, 8))
         self.assertFalse(est.observe(2.0, float("inf"), 4, 8, 8))
+        self.assertFalse(est.observe(1e308, -1e308, 4, 8, 8))  # overflows
         self.assertFalse(est.observe_single(
             torch.tensor([1.0, float("nan")]), 8, 8))
         self.assertEqual(est.state_dict(), before)
