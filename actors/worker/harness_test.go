@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -85,10 +86,16 @@ type sink struct {
 	conns   int
 }
 
-func newSink(t *testing.T) *sink {
+func newSink(t *testing.T) *sink { return newTLSSink(t, nil) }
+
+// newTLSSink is a sink serving TLS with cfg (nil: plain TCP).
+func newTLSSink(t *testing.T, cfg *tls.Config) *sink {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
 	}
 	s := &sink{t: t, ln: ln}
 	t.Cleanup(func() { ln.Close() })
@@ -113,6 +120,12 @@ func (s *sink) accept() {
 
 func (s *sink) serve(c net.Conn) {
 	defer c.Close()
+	if tc, ok := c.(*tls.Conn); ok {
+		if err := tc.Handshake(); err != nil {
+			s.t.Logf("report connection refused: %v", err)
+			return
+		}
+	}
 	rd := workerproto.NewReader(c)
 	for {
 		r, err := rd.Next()

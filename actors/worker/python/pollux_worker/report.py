@@ -159,9 +159,21 @@ class Reporter:
         return True
 
     def close(self):
-        if self._sock is not None:
+        """Closes the connection. Over TLS it first says close_notify and
+        reads the listener's (and the session tickets it sent): closing a
+        socket with unread data resets the connection, and a reset makes
+        the peer's kernel discard reports it has not read yet."""
+        s, self._sock = self._sock, None
+        if s is None:
+            return
+        try:
+            if isinstance(s, ssl.SSLSocket):
+                s.settimeout(self._timeout)
+                s = s.unwrap()
+        except (OSError, ValueError):
+            pass
+        finally:
             try:
-                self._sock.close()
+                s.close()
             except OSError:
                 pass
-            self._sock = None
