@@ -94,7 +94,7 @@ class ElasticLoader:
                 t0 = time.perf_counter()
                 batch = self._fetch(local[k * m:(k + 1) * m])
                 k += 1
-                j._begin_micro(t0, sync=(i == micro - 1), micro=micro)
+                j._begin_micro(t0, sync=(i == micro - 1))
                 yield batch
                 if not j._micro_done:
                     raise RuntimeError(

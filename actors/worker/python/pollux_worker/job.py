@@ -188,7 +188,7 @@ class Job:
 
     # -- loader and optimizer hooks ----------------------------------------
 
-    def _begin_micro(self, t0, sync, micro):
+    def _begin_micro(self, t0, sync):
         self._micro_t0 = t0
         self._sync = sync
         self._micro_done = False
@@ -379,4 +379,8 @@ class Job:
              "accum_steps": self.env.accum_steps}
         if done:
             r["done"] = True
+            if not self.reporter.send_final(r):
+                LOG.error("pollux_worker: the done report could not be sent "
+                          "to %s", self.env.report_addr)
+            return
         self.reporter.send(r)

@@ -133,6 +133,18 @@ class Reporter:
         self.dropped += 1
         return False
 
+    def send_final(self, report, attempts=5):
+        """Sends the last report of a worker (the done report), waiting
+        out the reconnection back-off up to attempts times: the worker
+        exits after it, so there is no later report to carry it."""
+        for i in range(attempts):
+            if self.send(report):
+                return True
+            if i + 1 < attempts:
+                time.sleep(min(self._backoff, 1.0))
+                self._next_try = 0.0
+        return False
+
     def _connect(self):
         now = self._clock()
         if now < self._next_try:

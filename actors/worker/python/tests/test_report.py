@@ -111,6 +111,30 @@ class ReportTest(unittest.TestCase):
         self.assertGreaterEqual(len(srv.wait(3)), 3)
         self.assertGreaterEqual(srv.conns, 3)
 
+    def test_final_report_waits_for_the_listener(self):
+        # The listener comes up while the worker is in its back-off.
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        r = report.Reporter("127.0.0.1:%d" % port)
+        self.addCleanup(r.close)
+        with self.assertLogs("pollux_worker", "WARNING"):
+            self.assertFalse(r.send(GOOD))
+        s.listen()
+        got = []
+
+        def accept():
+            c, _ = s.accept()
+            with c, c.makefile("rb") as f:
+                got.extend(json.loads(line) for line in f)
+        t = threading.Thread(target=accept, daemon=True)
+        t.start()
+        self.assertTrue(r.send_final(dict(GOOD, done=True)))
+        r.close()
+        t.join(5)
+        s.close()
+        self.assertEqual(got, [dict(GOOD, done=True)])
+
     def test_unreachable_is_not_an_error(self):
         s = socket.socket()
         s.bind(("127.0.0.1", 0))
