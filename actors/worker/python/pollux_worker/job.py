@@ -38,7 +38,7 @@ def _setup_logging(e):
 
 
 def init(environ=None, checkpoint_interval=30.0, report_every=1.0,
-         timeout=120.0):
+         timeout=1800.0):
     """Starts this worker: reads the environment, pins the CPU slot's
     cores, installs the SIGTERM handler and joins the process group.
 
@@ -46,7 +46,10 @@ def init(environ=None, checkpoint_interval=30.0, report_every=1.0,
     2 and a message naming it. checkpoint_interval (seconds) is how often
     rank 0 checkpoints besides every epoch end and SIGTERM; report_every
     (seconds) how often every rank reports; timeout bounds the
-    rendezvous and each collective.
+    rendezvous and each collective (torch's default: a replica may wait
+    that long for another's evaluation; a replica that died closes its
+    connections and fails the collective at once, and the node agent
+    stops the survivors of a machine that vanished).
     """
     try:
         e = envmod.parse(environ)
@@ -63,7 +66,7 @@ class Job:
     """One worker of one job incarnation. Build it with init()."""
 
     def __init__(self, env, checkpoint_interval=30.0, report_every=1.0,
-                 timeout=120.0, clock=time.monotonic):
+                 timeout=1800.0, clock=time.monotonic):
         self.env = env
         self.checkpoint_interval = checkpoint_interval
         self.report_every = report_every
