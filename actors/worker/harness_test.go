@@ -34,10 +34,14 @@ var (
 	pythonErr   error
 )
 
-// library skips (or, with POLLUX_REQUIRE_TORCH=1, fails) t when Python
-// lacks torch or sklearn, and otherwise returns the installed library.
+// library skips t in -short mode, skips it (or, with
+// POLLUX_REQUIRE_TORCH=1, fails it) when Python lacks torch or sklearn,
+// and otherwise returns the installed library.
 func library(t *testing.T) Layout {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts real PyTorch workers")
+	}
 	installOnce.Do(func() {
 		if pythonErr = CheckPython(context.Background()); pythonErr != nil {
 			return
