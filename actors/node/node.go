@@ -40,6 +40,11 @@ type Config struct {
 	Name string
 	// GPUs is how many GPUs the node has (indexes 0..GPUs-1).
 	GPUs int
+	// CPUSlots, when set, makes the node's GPUs CPU slots (for machines
+	// without accelerators): it has one entry per GPU, the CPU ids of that
+	// slot, and the worker on slot i is told CPUSlots[i] (POLLUX_CPUS,
+	// OMP_NUM_THREADS) and no GPU.
+	CPUSlots [][]int
 	// Grace is the time between SIGTERM and SIGKILL (default 30 s).
 	Grace time.Duration
 	// ReportListen is where to listen for worker reports (default
@@ -83,6 +88,16 @@ type Node struct {
 func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 	if cfg.Name == "" || cfg.GPUs < 0 {
 		return nil, fmt.Errorf("%w: name %q, %d GPUs", ErrConfig, cfg.Name, cfg.GPUs)
+	}
+	if cfg.CPUSlots != nil {
+		if len(cfg.CPUSlots) != cfg.GPUs {
+			return nil, fmt.Errorf("%w: %d CPU slots for %d GPUs", ErrConfig, len(cfg.CPUSlots), cfg.GPUs)
+		}
+		for i, cpus := range cfg.CPUSlots {
+			if len(cpus) == 0 || slices.Min(cpus) < 0 {
+				return nil, fmt.Errorf("%w: CPU slot %d has CPUs %v", ErrConfig, i, cpus)
+			}
+		}
 	}
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultGrace
@@ -320,6 +335,10 @@ func (a *nodeActor) check(rj *pb.RunJob) error {
 }
 
 func (a *nodeActor) env(rj *pb.RunJob, local, gpu int) workerproto.Env {
+	gpus, cpus := []int{gpu}, []int(nil)
+	if a.cfg.CPUSlots != nil {
+		gpus, cpus = nil, a.cfg.CPUSlots[gpu]
+	}
 	return workerproto.Env{
 		JobID:         rj.Job,
 		Incarnation:   rj.Incarnation,
@@ -329,7 +348,8 @@ func (a *nodeActor) env(rj *pb.RunJob, local, gpu int) workerproto.Env {
 		NumNodes:      int(rj.NumNodes),
 		MasterAddr:    rj.MasterAddr,
 		MasterPort:    int(rj.MasterPort),
-		GPUs:          []int{gpu},
+		GPUs:          gpus,
+		CPUs:          cpus,
 		InitBatch:     int(rj.InitBatch),
 		AtomicBatch:   int(rj.AtomicBatch),
 		AccumSteps:    int(rj.AccumSteps),

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -48,11 +49,22 @@ func fakeWorker(mode string) int {
 		return 11
 	}
 	defer c.Close()
-	line, err := workerproto.Encode(workerproto.Report{
+	rep := workerproto.Report{
 		Job: env.JobID, Incarnation: env.Incarnation, Rank: env.Rank,
-		StepTime: 0.1, SyncTime: 0.01, Epoch: env.GPUs[0], // the GPU, for the test to see
-		LocalBatch: env.AtomicBatch, AccumSteps: env.AccumSteps, Done: mode == "done",
-	})
+		StepTime: 0.1, SyncTime: 0.01, LocalBatch: env.AtomicBatch, AccumSteps: env.AccumSteps, Done: mode == "done",
+	}
+	if mode == "cpuslot" {
+		// A CPU slot: no GPU, its cores in POLLUX_CPUS and their count in
+		// OMP_NUM_THREADS. Reported as epoch = first core, accum_steps =
+		// number of cores, for the test to see.
+		if len(env.GPUs) != 0 || len(env.CPUs) == 0 || os.Getenv(workerproto.EnvOMPThreads) != fmt.Sprint(len(env.CPUs)) {
+			return 14
+		}
+		rep.Epoch, rep.AccumSteps = env.CPUs[0], len(env.CPUs)
+	} else {
+		rep.Epoch = env.GPUs[0] // the GPU, for the test to see
+	}
+	line, err := workerproto.Encode(rep)
 	if err != nil {
 		return 12
 	}
@@ -92,11 +104,11 @@ type fixture struct {
 	got   chan any
 }
 
-func newFixture(t *testing.T, gpus int, grace time.Duration) *fixture {
+func newFixture(t *testing.T, gpus int, grace time.Duration, cpuSlots ...[]int) *fixture {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
-	n, err := Start(sys, Config{Name: "n1", GPUs: gpus, Grace: grace, WorkerOutput: io.Discard, Logger: log,
+	n, err := Start(sys, Config{Name: "n1", GPUs: gpus, CPUSlots: cpuSlots, Grace: grace, WorkerOutput: io.Discard, Logger: log,
 		Emulator: func(app string) []string { return []string{os.Args[0], "fakeworker", app} }})
 	if err != nil {
 		t.Fatal(err)
@@ -174,6 +186,29 @@ func (f *fixture) quiet(d time.Duration) {
 	case m := <-f.got:
 		f.t.Fatalf("unexpected owner message %T %v", m, m)
 	case <-time.After(d):
+	}
+}
+
+func TestCPUSlotsPinWorkersToTheirCores(t *testing.T) {
+	f := newFixture(t, 2, time.Second, []int{0, 1}, []int{2})
+	if ack := f.assign(1, f.run("c", 1, 2, "cpuslot")); !ack.Ok {
+		t.Fatal(ack.Error)
+	}
+	got := map[[2]int]bool{}
+	for _, r := range f.reports(2) {
+		got[[2]int{int(r.Epoch), int(r.AccumSteps)}] = true
+	}
+	if !got[[2]int{0, 2}] || !got[[2]int{2, 1}] {
+		t.Errorf("workers saw (first core, cores) %v, want (0, 2) and (2, 1)", got)
+	}
+}
+
+func TestCPUSlotsMustMatchTheGPUs(t *testing.T) {
+	sys := actor.NewActorSystem()
+	for _, slots := range [][][]int{{{0}}, {{0}, {}}, {{0}, {-1}}} {
+		if _, err := Start(sys, Config{Name: "n", GPUs: 2, CPUSlots: slots}); !errors.Is(err, ErrConfig) {
+			t.Errorf("CPU slots %v for 2 GPUs: %v, want ErrConfig", slots, err)
+		}
 	}
 }
 

@@ -32,6 +32,12 @@ const (
 	EnvReportAddr    = "POLLUX_REPORT_ADDR"
 	EnvReportCA      = "POLLUX_REPORT_CA"
 	EnvCUDADevices   = "CUDA_VISIBLE_DEVICES"
+	// EnvCPUs is optional: the CPU ids of a CPU slot (`pollux agent
+	// --cpu-slots N`), comma-separated. A worker pins itself to them.
+	EnvCPUs = "POLLUX_CPUS"
+	// EnvOMPThreads repeats the number of EnvCPUs for OpenMP and the
+	// libraries that read it; it is set only with EnvCPUs.
+	EnvOMPThreads = "OMP_NUM_THREADS"
 )
 
 // Env is what one worker process is told at start.
@@ -50,6 +56,9 @@ type Env struct {
 	// GPUs are the device indexes the worker may use
 	// (CUDA_VISIBLE_DEVICES).
 	GPUs []int
+	// CPUs are the cores of a CPU slot (POLLUX_CPUS), for a worker that
+	// runs without a GPU; empty otherwise.
+	CPUs []int
 	// InitBatch is M0; AtomicBatch is m, AccumSteps is s; Gain is the
 	// AdaScale learning-rate multiplier for the total batch K*m*(s+1).
 	InitBatch   int
@@ -104,6 +113,11 @@ func (e Env) Validate() error {
 			return fmt.Errorf("%w: %s has negative device %d", ErrBadEnv, EnvCUDADevices, g)
 		}
 	}
+	for _, c := range e.CPUs {
+		if c < 0 {
+			return fmt.Errorf("%w: %s has negative CPU %d", ErrBadEnv, EnvCPUs, c)
+		}
+	}
 	return nil
 }
 
@@ -111,10 +125,6 @@ func (e Env) Validate() error {
 // to the inherited environment). It does not validate. POLLUX_REPORT_CA
 // is left out when ReportCA is empty.
 func (e Env) Environ() []string {
-	gpus := make([]string, len(e.GPUs))
-	for i, g := range e.GPUs {
-		gpus[i] = strconv.Itoa(g)
-	}
 	kv := [][2]string{
 		{EnvJobID, e.JobID},
 		{EnvIncarnation, strconv.FormatUint(e.Incarnation, 10)},
@@ -130,7 +140,7 @@ func (e Env) Environ() []string {
 		{EnvGain, strconv.FormatFloat(e.Gain, 'g', -1, 64)},
 		{EnvCheckpointDir, e.CheckpointDir},
 		{EnvReportAddr, e.ReportAddr},
-		{EnvCUDADevices, strings.Join(gpus, ",")},
+		{EnvCUDADevices, joinInts(e.GPUs)},
 		{"RANK", strconv.Itoa(e.Rank)},
 		{"LOCAL_RANK", strconv.Itoa(e.LocalRank)},
 		{"WORLD_SIZE", strconv.Itoa(e.WorldSize)},
@@ -140,11 +150,22 @@ func (e Env) Environ() []string {
 	if e.ReportCA != "" {
 		kv = append(kv, [2]string{EnvReportCA, e.ReportCA})
 	}
+	if len(e.CPUs) > 0 {
+		kv = append(kv, [2]string{EnvCPUs, joinInts(e.CPUs)}, [2]string{EnvOMPThreads, strconv.Itoa(len(e.CPUs))})
+	}
 	out := make([]string, len(kv))
 	for i, p := range kv {
 		out[i] = p[0] + "=" + p[1]
 	}
 	return out
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
 }
 
 // ParseEnv reads a worker's environment through lookup (os.LookupEnv in a
@@ -168,14 +189,9 @@ func ParseEnv(lookup func(string) (string, bool)) (Env, error) {
 		ReportAddr:    p.str(EnvReportAddr),
 	}
 	e.ReportCA, _ = lookup(EnvReportCA) // optional
-	if devs := p.str(EnvCUDADevices); devs != "" {
-		for _, f := range strings.Split(devs, ",") {
-			g, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil && p.err == nil {
-				p.err = fmt.Errorf("%w: %s %q: %w", ErrBadEnv, EnvCUDADevices, devs, err)
-			}
-			e.GPUs = append(e.GPUs, g)
-		}
+	e.GPUs = p.ints(EnvCUDADevices, p.str(EnvCUDADevices))
+	if cpus, ok := lookup(EnvCPUs); ok {
+		e.CPUs = p.ints(EnvCPUs, cpus)
 	}
 	if p.err != nil {
 		return Env{}, p.err
@@ -198,6 +214,22 @@ func (p *envParser) str(name string) string {
 		p.err = fmt.Errorf("%w: %s is not set", ErrBadEnv, name)
 	}
 	return v
+}
+
+// ints parses a comma-separated list of numbers (empty: none).
+func (p *envParser) ints(name, list string) []int {
+	if list == "" {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil && p.err == nil {
+			p.err = fmt.Errorf("%w: %s %q: %w", ErrBadEnv, name, list, err)
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 func (p *envParser) int(name string) int {

@@ -55,6 +55,28 @@ func TestEnvWithoutReportCA(t *testing.T) {
 	}
 }
 
+func TestEnvCPUSlotRoundTrip(t *testing.T) {
+	want := sampleEnv()
+	want.GPUs, want.CPUs = nil, []int{4, 5}
+	kv := want.Environ()
+	got, err := ParseEnv(lookupFrom(kv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	joined := strings.Join(kv, " ")
+	for _, k := range []string{"POLLUX_CPUS=4,5", "OMP_NUM_THREADS=2", "CUDA_VISIBLE_DEVICES= "} {
+		if !strings.Contains(joined+" ", k) {
+			t.Errorf("environment lacks %q: %s", k, joined)
+		}
+	}
+	if strings.Contains(strings.Join(sampleEnv().Environ(), " "), EnvCPUs) {
+		t.Errorf("a GPU worker's environment names %s", EnvCPUs)
+	}
+}
+
 func TestParseEnvRejects(t *testing.T) {
 	tests := []struct {
 		name, key, value, mention string
@@ -65,6 +87,8 @@ func TestParseEnvRejects(t *testing.T) {
 		{"nodes above world", EnvNumNodes, "5", EnvNumNodes},
 		{"bad gain", EnvGain, "NaN", EnvGain},
 		{"bad devices", EnvCUDADevices, "0,x", EnvCUDADevices},
+		{"bad cpus", EnvCPUs, "0,,1", EnvCPUs},
+		{"negative cpu", EnvCPUs, "-1", EnvCPUs},
 		{"bad report addr", EnvReportAddr, "nowhere", EnvReportAddr},
 		{"bad job", EnvJobID, "A B", EnvJobID},
 		{"relative CA", EnvReportCA, "pollux-ca.pem", EnvReportCA},
@@ -72,14 +96,19 @@ func TestParseEnvRejects(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var kv []string
+			found := false
 			for _, s := range sampleEnv().Environ() {
 				if strings.HasPrefix(s, tc.key+"=") {
+					found = true
 					if tc.value == "" {
 						continue
 					}
 					s = tc.key + "=" + tc.value
 				}
 				kv = append(kv, s)
+			}
+			if !found {
+				kv = append(kv, tc.key+"="+tc.value)
 			}
 			_, err := ParseEnv(lookupFrom(kv))
 			if !errors.Is(err, ErrBadEnv) || !strings.Contains(err.Error(), tc.mention) {

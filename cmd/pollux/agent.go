@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"pollux/actors/node"
 	"pollux/cluster"
@@ -33,6 +35,7 @@ type agentOpts struct {
 	name, bind, rack, logLevel  string
 	join                        []string
 	gossipPort, actorPort, gpus int
+	cpuSlots                    int
 	grace                       time.Duration
 	fast                        bool
 	timeScale                   float64
@@ -48,6 +51,8 @@ type agentReady struct {
 	Actor   string `json:"actor"`
 	Reports string `json:"reports"`
 	GPUs    int    `json:"gpus"`
+	// CPUSlots is set when the GPUs are CPU slots (--cpu-slots).
+	CPUSlots bool `json:"cpu_slots,omitempty"`
 }
 
 func newAgentCmd() *cobra.Command {
@@ -57,7 +62,8 @@ func newAgentCmd() *cobra.Command {
 		Short: "Run the node agent of one GPU machine: joins the cluster and runs the workers it is assigned",
 		Long: "Runs one node agent: a gossip member (role agent) advertising its GPUs and rack, and the node " +
 			"actor that starts, stops and watches the machine's workers. GPUs are counted with nvidia-smi " +
-			"unless --gpus N emulates N of them. It prints one JSON line with its addresses on stdout when " +
+			"unless --gpus N emulates N of them, or --cpu-slots N offers N CPU slots instead (machines without " +
+			"accelerators: each slot's worker is pinned to its share of the cores). It prints one JSON line with its addresses on stdout when " +
 			"ready, and on SIGTERM or SIGINT stops its workers (SIGTERM, SIGKILL after --grace) and leaves. Its actor " +
 			"port accepts only server certificates of --ca, its workers report to it over TLS (they get the CA in " +
 			"POLLUX_REPORT_CA) and gossip is encrypted with --gossip-key (docs/security.md); --insecure runs plaintext.",
@@ -76,6 +82,7 @@ func newAgentCmd() *cobra.Command {
 	f.IntVar(&o.actorPort, "actor-port", 0, "actor port (0: any free port)")
 	f.StringSliceVar(&o.join, "join", nil, "gossip addresses (host:port) of cluster members to join")
 	f.IntVar(&o.gpus, "gpus", 0, "emulate this many GPUs (0: count them with nvidia-smi)")
+	f.IntVar(&o.cpuSlots, "cpu-slots", 0, "offer this many CPU slots as GPUs, each pinned to its share of this machine's cores (POLLUX_CPUS)")
 	f.StringVar(&o.rack, "rack", "", "rack label of this machine")
 	f.DurationVar(&o.grace, "grace", node.DefaultGrace, "time between SIGTERM and SIGKILL when stopping a worker")
 	f.BoolVar(&o.fast, "fast-gossip", false, "sub-second failure detection (loopback and test clusters)")
@@ -103,9 +110,24 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 	if gpus < 0 || gpus > cluster.MaxGPUs {
 		return badInput(fmt.Errorf("agent: --gpus %d outside [0, %d]", gpus, cluster.MaxGPUs))
 	}
-	if gpus == 0 {
+	var slots [][]int
+	switch {
+	case o.cpuSlots != 0 && gpus != 0:
+		return badInput(errors.New("agent: --gpus and --cpu-slots exclude each other"))
+	case o.cpuSlots < 0 || o.cpuSlots > cluster.MaxGPUs:
+		return badInput(fmt.Errorf("agent: --cpu-slots %d outside [1, %d]", o.cpuSlots, cluster.MaxGPUs))
+	case o.cpuSlots > 0:
+		cpus, err := allowedCPUs()
+		if err != nil {
+			return fmt.Errorf("agent: --cpu-slots: %w", err)
+		}
+		gpus, slots = o.cpuSlots, splitCPUs(cpus, o.cpuSlots)
+		if o.cpuSlots > len(cpus) {
+			log.Warn("agent: more CPU slots than cores: slots share cores", "slots", o.cpuSlots, "cores", len(cpus))
+		}
+	case gpus == 0:
 		if gpus, err = countGPUs(ctx); err != nil {
-			return badInput(fmt.Errorf("agent: %w; pass --gpus N to emulate N GPUs", err))
+			return badInput(fmt.Errorf("agent: %w; pass --gpus N to emulate N GPUs or --cpu-slots N to run on CPUs", err))
 		}
 	}
 	workerExec := o.workerExec
@@ -145,7 +167,7 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 	defer rem.Shutdown(false)
 
 	nd, err := node.Start(sys, node.Config{
-		Name: o.name, GPUs: gpus, Grace: o.grace, ReportListen: net.JoinHostPort(o.bind, "0"), Logger: log,
+		Name: o.name, GPUs: gpus, CPUSlots: slots, Grace: o.grace, ReportListen: net.JoinHostPort(o.bind, "0"), Logger: log,
 		ReportTLS: reportTLS, ReportCA: sec.caPath,
 		Emulator: func(app string) []string {
 			return append(append([]string(nil), workerExec...), "worker", "--emulate", app,
@@ -175,9 +197,10 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 	go drainEvents(members, log)
 	sec.reloadGossipKeys(ctx, members, log)
 
-	ready, _ := json.Marshal(agentReady{Name: o.name, Gossip: members.Addr(), Actor: sys.Address(), Reports: nd.ReportAddr(), GPUs: gpus})
+	ready, _ := json.Marshal(agentReady{Name: o.name, Gossip: members.Addr(), Actor: sys.Address(), Reports: nd.ReportAddr(),
+		GPUs: gpus, CPUSlots: slots != nil})
 	fmt.Fprintln(cmd.OutOrStdout(), string(ready))
-	log.Info("agent: ready", "gossip", members.Addr(), "actor", sys.Address(), "gpus", gpus, "rack", o.rack)
+	log.Info("agent: ready", "gossip", members.Addr(), "actor", sys.Address(), "gpus", gpus, "cpu_slots", slots, "rack", o.rack)
 
 	if len(o.join) > 0 {
 		if err := joinUntil(ctx, members, o.join, log); err != nil {
@@ -211,6 +234,35 @@ func drainEvents(m *cluster.Membership, log *slog.Logger) {
 	for ev := range m.Events() {
 		log.Debug("agent: membership", "event", ev.Kind.String(), "member", ev.Member.Name, "role", ev.Member.Meta.Role)
 	}
+}
+
+// allowedCPUs lists the CPUs this process may run on.
+func allowedCPUs() ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, fmt.Errorf("reading the CPU affinity: %w", err)
+	}
+	var cpus []int
+	for c := 0; len(cpus) < set.Count(); c++ {
+		if set.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus, nil
+}
+
+// splitCPUs shares cpus among n slots: contiguous runs as even as
+// possible, or, with more slots than CPUs, one CPU per slot round robin.
+func splitCPUs(cpus []int, n int) [][]int {
+	slots := make([][]int, n)
+	for i := range slots {
+		if n > len(cpus) {
+			slots[i] = []int{cpus[i%len(cpus)]}
+			continue
+		}
+		slots[i] = slices.Clone(cpus[i*len(cpus)/n : (i+1)*len(cpus)/n])
+	}
+	return slots
 }
 
 // countGPUs counts the GPUs nvidia-smi lists.

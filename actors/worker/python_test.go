@@ -1,0 +1,64 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPythonUnitTests runs the library's own unittest files (noise
+// estimator, elastic data order, checkpoints, environment, reports).
+func TestPythonUnitTests(t *testing.T) {
+	l := library(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, Python, "-m", "unittest", "discover", "-s", l.Tests)
+	cmd.Dir = l.Dir
+	cmd.Env = append(cleanEnv(), "PYTHONDONTWRITEBYTECODE=1", "OMP_NUM_THREADS=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python unit tests: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	t.Log(strings.Join(lines[max(0, len(lines)-3):], " | "))
+}
+
+func TestInstallWritesTheLibrary(t *testing.T) {
+	l, err := Install(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{l.Digits, l.Dir + "/pollux_worker/__init__.py", l.Dir + "/pollux_worker/job.py", l.Tests + "/test_noise.py"} {
+		if st, err := os.Stat(f); err != nil || st.Size() == 0 {
+			t.Errorf("%s missing after Install: %v", f, err)
+		}
+	}
+}
+
+func TestExampleSpecsValidate(t *testing.T) {
+	l := Layout{Dir: "/opt/pw", Digits: "/opt/pw/train_digits.py"}
+	for _, e := range Examples {
+		s, err := e.Spec("digits-"+e.Model, l, "/ck/"+e.Model, "--min-epochs", "3")
+		if err != nil {
+			t.Errorf("%s: %v", e.Model, err)
+			continue
+		}
+		want := []string{Python, l.Digits, "--model", e.Model}
+		if strings.Join(s.Command[:4], " ") != strings.Join(want, " ") || s.Command[len(s.Command)-1] != "3" {
+			t.Errorf("%s: command %q", e.Model, s.Command)
+		}
+	}
+}
+
+func TestCheckPythonNamesThePackages(t *testing.T) {
+	for _, py := range []string{"/nonexistent/python3", "/bin/false"} {
+		err := checkPython(context.Background(), py)
+		if !errors.Is(err, ErrNoPython) || !strings.Contains(err.Error(), InstallHint) || !strings.Contains(err.Error(), py) {
+			t.Errorf("checkPython(%s) = %v, want ErrNoPython naming %q and the interpreter", py, err, InstallHint)
+		}
+	}
+}
