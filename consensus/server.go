@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-
-	"pollux/testbed/chaos/history"
 )
 
 // retryDelay is the pause between attempts of a write while no leader
@@ -67,9 +65,6 @@ func NewServer(cfg Config, st Stores) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("server", string(cfg.ID)), fsm: NewFSM(), stores: st}
-	if s.fsm.rec, err = history.FromEnv("server/" + string(cfg.ID)); err != nil {
-		s.log.Warn("consensus: no history recording", "err", err)
-	}
 	s.raft, err = raft.NewRaft(rc, s.fsm, st.Logs, st.Stable, st.Snapshots, st.Transport)
 	if err != nil {
 		return nil, fmt.Errorf("consensus: starting raft: %w", err)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -27,6 +28,11 @@ const (
 	PathNodes  = "/v1/nodes"
 	PathStatus = "/v1/status"
 )
+
+// HeaderStale is set on every answer read from the state: "true" when a
+// follower answered from its local copy (which may lag), "false" for the
+// leader's linearizable read.
+const HeaderStale = "X-Pollux-Stale"
 
 var _ Backend = (*consensus.Server)(nil)
 
@@ -224,11 +230,12 @@ func (a *API) state(ctx context.Context) (*consensus.State, bool, error) {
 }
 
 func (a *API) jobs(w http.ResponseWriter, r *http.Request) {
-	st, _, err := a.state(r.Context())
+	st, stale, err := a.state(r.Context())
 	if err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
 		return
 	}
+	w.Header().Set(HeaderStale, strconv.FormatBool(stale))
 	writeJSON(w, http.StatusOK, JobsOf(st))
 }
 
@@ -254,11 +261,12 @@ func JobsOf(st *consensus.State) []Job {
 }
 
 func (a *API) nodes(w http.ResponseWriter, r *http.Request) {
-	st, _, err := a.state(r.Context())
+	st, stale, err := a.state(r.Context())
 	if err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
 		return
 	}
+	w.Header().Set(HeaderStale, strconv.FormatBool(stale))
 	used := st.UsedGPUs()
 	out := []Node{}
 	for _, id := range st.NodeIDs() {
@@ -281,6 +289,7 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 	leader, _ := a.cfg.Backend.Leader()
 	term, _ := a.cfg.Backend.Leadership()
 	s := Status{Leader: string(leader), Serving: a.id, Stale: stale, Term: term, Generation: st.Allocation.Generation, Jobs: map[string]int{}}
+	w.Header().Set(HeaderStale, strconv.FormatBool(stale))
 	for _, n := range st.Nodes {
 		if n.Health == consensus.Alive {
 			s.GPUs += n.GPUs

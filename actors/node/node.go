@@ -9,18 +9,15 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"golang.org/x/sys/unix"
 
 	"pollux/actors/jobspec"
 	"pollux/actors/pb"
 	"pollux/actors/workerproto"
-	"pollux/testbed/chaos/history"
 )
 
 // ActorName is the name the node actor is spawned under: a remote peer
@@ -90,12 +87,6 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 	}
 	cfg.Logger = cfg.Logger.With("node", cfg.Name)
 	n := &Node{sys: sys}
-	// The fault-injection harness's history (a nil recorder, recording
-	// nothing, outside it): worker starts and stops, for its GPU checks.
-	rec, err := history.FromEnv("agent/" + cfg.Name)
-	if err != nil {
-		cfg.Logger.Warn("node: no history recording", "err", err)
-	}
 	var pid *actor.PID
 	ready := make(chan struct{})
 	rl, err := listenReports(cfg.ReportListen, func(r workerproto.Report) {
@@ -111,7 +102,6 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 			cfg:        cfg,
 			sys:        sys,
 			reportAddr: rl.addr(),
-			rec:        rec,
 			runs:       map[runKey]*run{},
 			latest:     map[string]uint64{},
 			owner:      make([]*run, cfg.GPUs),
@@ -189,7 +179,6 @@ type nodeActor struct {
 	cfg        Config
 	sys        *actor.ActorSystem
 	reportAddr string
-	rec        *history.Recorder
 
 	generation, term uint64
 	runs             map[runKey]*run
@@ -358,7 +347,6 @@ func (a *nodeActor) launch(ctx actor.Context, r *run) {
 		c.Env = append(slices.Clip(a.cfg.WorkerEnv), env.Environ()...)
 		c.Stdout, c.Stderr = a.cfg.WorkerOutput, a.cfg.WorkerOutput
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		t0 := a.rec.Now()
 		if err := c.Start(); err != nil {
 			a.cfg.Logger.Error("node: cannot start worker", "job", r.key.job, "rank", env.Rank, "err", err)
 			a.tell(ctx, r, &pb.WorkerExited{
@@ -369,8 +357,6 @@ func (a *nodeActor) launch(ctx actor.Context, r *run) {
 		}
 		a.owner[gpu] = r
 		r.procs[env.Rank] = c
-		a.record(t0, history.Event{Kind: history.WorkerStart, Node: a.cfg.Name, PID: c.Process.Pid,
-			Job: r.key.job, Inc: r.key.incarnation, Rank: env.Rank, GPUs: []int{gpu}})
 		a.cfg.Logger.Info("node: worker started", "job", r.key.job, "incarnation", r.key.incarnation,
 			"rank", env.Rank, "gpu", gpu, "pid", c.Process.Pid)
 		key, rank := r.key, env.Rank
@@ -406,8 +392,6 @@ func (a *nodeActor) exited(ctx actor.Context, m procExited) {
 	if r == nil || r.procs[m.rank] == nil {
 		return
 	}
-	stop := history.Event{Kind: history.WorkerStop, Node: a.cfg.Name, PID: r.procs[m.rank].Process.Pid,
-		Job: m.key.job, Inc: m.key.incarnation, Rank: m.rank}
 	delete(r.procs, m.rank)
 	if g := r.gpus[m.rank-int(r.spec.FirstRank)]; a.owner[g] == r {
 		a.owner[g] = nil
@@ -418,11 +402,7 @@ func (a *nodeActor) exited(ctx actor.Context, m procExited) {
 	}
 	if ws, ok := m.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		ev.Signal = ws.Signal().String()
-		stop.Sig = strings.TrimPrefix(unix.SignalName(ws.Signal()), "SIG")
-	} else {
-		stop.Exit = m.state.ExitCode()
 	}
-	a.record(a.rec.Now(), stop)
 	a.cfg.Logger.Info("node: worker exited", "job", ev.Job, "incarnation", ev.Incarnation, "rank", ev.Rank,
 		"code", ev.ExitCode, "signal", ev.Signal, "requested", ev.Requested)
 	a.tell(ctx, r, ev)
@@ -446,13 +426,6 @@ func (a *nodeActor) maybeDrained() {
 	case <-a.shutdown:
 	default:
 		close(a.shutdown)
-	}
-}
-
-// record appends e to the harness's history at t; a failure is logged.
-func (a *nodeActor) record(t time.Duration, e history.Event) {
-	if err := a.rec.RecordAt(t, e); err != nil {
-		a.cfg.Logger.Warn("node: history", "err", err)
 	}
 }
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"pollux/actors/launch"
 	"pollux/testbed/builtin"
+	"pollux/testbed/launch"
 )
 
 func init() { subcommands = append(subcommands, newDemoCmd) }
@@ -71,7 +71,7 @@ times faster than real time.`,
 			// Stop every process on every way out, Ctrl-C included.
 			defer func() {
 				fmt.Fprintln(out, "stopping the cluster")
-				if err := c.Stop(15 * time.Second); err != nil {
+				if err := c.Stop(); err != nil {
 					fmt.Fprintln(cmd.ErrOrStderr(), "pollux: demo:", err)
 				}
 			}()
