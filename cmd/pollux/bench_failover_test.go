@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"pollux/testbed/failover"
 )
 
 // TestConsensusMemberProcess is not a test: TestBenchFailover re-executes
@@ -35,9 +37,9 @@ func TestBenchFailover(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	o := failoverOpts{servers: 3, trials: 2, allocs: 300, batch: 64,
-		heartbeat: 200 * time.Millisecond, election: 200 * time.Millisecond, lease: 100 * time.Millisecond, member: testMember}
-	rep, err := runFailover(ctx, o, io.Discard, io.Discard)
+	o := failover.Options{Servers: 3, Trials: 2, Allocs: 300, Batch: 64,
+		Heartbeat: 200 * time.Millisecond, Election: 200 * time.Millisecond, Lease: 100 * time.Millisecond, Member: testMember}
+	rep, err := failover.Run(ctx, o, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,8 +49,8 @@ func TestBenchFailover(t *testing.T) {
 	// A kill cannot be noticed before the election timeout, and the
 	// benchmark gives up after 30 s.
 	for _, s := range rep.SamplesS {
-		if s < o.election.Seconds() || s > 30 {
-			t.Fatalf("failover sample %.3f s outside [%.1f, 30]", s, o.election.Seconds())
+		if s < o.Election.Seconds() || s > 30 {
+			t.Fatalf("failover sample %.3f s outside [%.1f, 30]", s, o.Election.Seconds())
 		}
 	}
 	if !(rep.MinS <= rep.MedianS && rep.MedianS <= rep.P95S && rep.P95S <= rep.MaxS) {

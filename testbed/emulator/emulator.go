@@ -53,8 +53,8 @@ type Checkpoint struct {
 	// fresh state).
 	Incarnation uint64  `json:"incarnation,omitempty"`
 	Epoch       int     `json:"epoch"`
-	Progress float64 `json:"progress"`
-	Done     bool    `json:"done"`
+	Progress    float64 `json:"progress"`
+	Done        bool    `json:"done"`
 }
 
 // Run trains until the application's epochs are done (it then sends a

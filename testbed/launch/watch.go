@@ -42,9 +42,9 @@ type watcher struct {
 	scanMu sync.Mutex // one scan at a time
 	mu     sync.Mutex
 	known  map[string]*watched // by file
-	quit  chan struct{}
-	done  chan struct{}
-	once  sync.Once
+	quit   chan struct{}
+	done   chan struct{}
+	once   sync.Once
 }
 
 type watched struct {

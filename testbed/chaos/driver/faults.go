@@ -272,4 +272,3 @@ func (r *run) network(ctx context.Context, f schedule.Fault) error {
 	r.event(history.Event{Kind: history.Net, Fault: string(f.Kind), Seq: f.Seq, Detail: n.Describe()})
 	return derr
 }
-

@@ -376,4 +376,3 @@ func describeOp(in, out any) string {
 	}
 	return fmt.Sprintf("%s %s -> %d", i.f, i.job, o.code)
 }
-

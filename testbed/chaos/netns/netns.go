@@ -189,24 +189,41 @@ func (n *Net) Dial(ctx context.Context, network, addr string) (net.Conn, error) 
 	return conn, err
 }
 
-// inNamespace runs fn on a thread of its own that has entered network
-// namespace ns; sockets fn creates stay in ns. The thread is never
-// returned to the runtime (the goroutine exits locked, so Go ends it).
+// inNamespace runs fn on a thread that has entered network namespace ns;
+// sockets fn creates stay in ns. The thread then returns to its own
+// namespace and to the runtime. Should that fail, the goroutine exits
+// still locked and Go ends the thread, so that no other goroutine ever
+// runs in ns by accident. (Ending threads has a cost beyond that: a child
+// started with Pdeathsig dies when the thread that forked it ends, so the
+// common path keeps its thread.)
 func inNamespace(ns string, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("%w: opening this thread's namespace: %w", ErrCommand, err)
+			return
+		}
+		defer unix.Close(home)
 		fd, err := unix.Open(filepath.Join(nsDir, ns), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("%w: opening namespace %s: %w", ErrCommand, ns, err)
 			return
 		}
 		defer unix.Close(fd)
 		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("%w: entering namespace %s: %w", ErrCommand, ns, err)
 			return
 		}
-		errc <- fn()
+		err = fn()
+		if unix.Setns(home, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
 	}()
 	return <-errc
 }
