@@ -173,6 +173,12 @@ type run struct {
 	procs    map[int]*exec.Cmd // alive workers by rank
 	started  bool              // workers were launched
 	stopping bool              // asked to stop
+	// done is the run's final report and exits its workers' exits, kept
+	// once they ended on their own: told again to the owner while the
+	// run is still assigned (an owner that lost leadership meanwhile, or
+	// a new one, has missed them).
+	done  *pb.WorkerReport
+	exits []*pb.WorkerExited
 }
 
 type nodeActor struct {
@@ -246,8 +252,13 @@ func (a *nodeActor) assign(ctx actor.Context, m *pb.Assign) *pb.AssignAck {
 	for key, r := range a.runs {
 		if w := want[key.job]; w == nil || w.Incarnation != key.incarnation {
 			a.stop(ctx, r)
-		} else if w.Owner != nil {
-			r.spec.Owner = w.Owner // a new leader re-homes the run
+		} else {
+			if w.Owner != nil {
+				r.spec.Owner = w.Owner // a new leader re-homes the run
+			}
+			if r.started && len(r.procs) == 0 && !r.stopping {
+				a.retell(ctx, r)
+			}
 		}
 	}
 	for _, rj := range m.Runs {
@@ -405,6 +416,9 @@ func (a *nodeActor) exited(ctx actor.Context, m procExited) {
 	}
 	a.cfg.Logger.Info("node: worker exited", "job", ev.Job, "incarnation", ev.Incarnation, "rank", ev.Rank,
 		"code", ev.ExitCode, "signal", ev.Signal, "requested", ev.Requested)
+	if !r.stopping {
+		r.exits = append(r.exits, ev)
+	}
 	a.tell(ctx, r, ev)
 	if len(r.procs) == 0 && r.stopping {
 		delete(a.runs, r.key)
@@ -438,12 +452,30 @@ func (a *nodeActor) forwardReport(ctx actor.Context, rep workerproto.Report) {
 			"job", rep.Job, "incarnation", rep.Incarnation, "rank", rep.Rank)
 		return
 	}
-	a.tell(ctx, r, &pb.WorkerReport{
+	msg := &pb.WorkerReport{
 		Node: a.cfg.Name, Job: rep.Job, Incarnation: rep.Incarnation, Rank: uint32(rep.Rank),
 		StepTime: rep.StepTime, SyncTime: rep.SyncTime, GradSqr: rep.GradSqr, GradVar: rep.GradVar,
 		Epoch: uint32(rep.Epoch), Progress: rep.Progress, LocalBsz: uint32(rep.LocalBatch),
 		AccumSteps: uint32(rep.AccumSteps), Done: rep.Done,
-	})
+	}
+	if rep.Done {
+		r.done = msg
+	}
+	a.tell(ctx, r, msg)
+}
+
+// retell tells r's owner again how r ended: its final report, then its
+// workers' exits. A run whose workers all ended while the control plane
+// changed leader would otherwise stay running in the state for ever: the
+// old owner's completion or restart died with its leadership, and the
+// new owner hears nothing from a run that no longer runs.
+func (a *nodeActor) retell(ctx actor.Context, r *run) {
+	if r.done != nil {
+		a.tell(ctx, r, r.done)
+	}
+	for _, e := range r.exits {
+		a.tell(ctx, r, e)
+	}
 }
 
 // tell sends msg to r's owner, if it has one.
