@@ -208,6 +208,8 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusConflict, Error{err.Error()})
 	case errors.Is(err, consensus.ErrInvalid):
 		writeJSON(w, http.StatusBadRequest, Error{err.Error()})
+	case errors.Is(err, consensus.ErrNoSpace):
+		writeJSON(w, http.StatusInsufficientStorage, Error{err.Error()})
 	case err != nil:
 		a.cfg.Logger.Warn("api: submit", "job", spec.Name, "err", err)
 		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})

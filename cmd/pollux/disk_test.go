@@ -3,13 +3,18 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"pollux/testbed/builtin"
+	"pollux/testbed/chaos/check"
+	"pollux/testbed/chaos/history"
 	"pollux/testbed/launch"
 )
 
@@ -40,9 +45,11 @@ func fill(t *testing.T, dir string) int64 {
 }
 
 // TestDiskFull fills the data directory (a small tmpfs) of every server
-// of a running cluster: submissions must be refused with an error, no
-// server may crash, and once space is freed every submission that had
-// been acknowledged is still there, and new ones are taken again.
+// of a running cluster: submissions must be refused with an error (507,
+// not a timeout), no server may crash, and once space is freed every
+// submission that had been acknowledged is still there, and new ones are
+// taken again. The client history of the whole run must pass the checker
+// (linearizable, nothing acknowledged lost).
 func TestDiskFull(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-process cluster")
@@ -69,32 +76,25 @@ func TestDiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl := c.Client()
-	acked := map[string]bool{}
 	submit := func(name string) launch.Answer {
 		spec, err := launch.Job{Name: name, App: "cifar10"}.Spec(cat, 4)
 		if err != nil {
 			t.Fatal(err)
 		}
-		a := cl.SubmitAny(ctx, name, spec, 100*time.Millisecond, 0)
-		if a.OK() {
-			acked[name] = true
-		}
-		return a
+		return cl.SubmitAny(ctx, name, spec, 100*time.Millisecond, 10*time.Second)
 	}
 	for i := range 5 {
-		if a := submit("before-" + string(rune('a'+i))); !a.OK() {
+		if a := submit(fmt.Sprintf("before-%d", i)); !a.OK() {
 			t.Fatalf("before the disks fill: %s", a.Error())
 		}
 	}
 	for _, m := range c.Servers {
 		t.Logf("%s: filled with %d bytes", m.ID, fill(t, m.DataDir))
 	}
-	refused := 0
-	for i := range 20 {
-		a := submit("full-" + string(rune('a'+i)))
-		t.Logf("submission on full disks: %v %s", a.OK(), a.Error())
-		if !a.OK() {
-			refused++
+	for i := range 10 {
+		a := submit(fmt.Sprintf("full-%d", i))
+		if a.Type != history.Fail || a.Code != http.StatusInsufficientStorage {
+			t.Errorf("submission %d on full disks: %s; want a 507 refusal", i, a.Error())
 		}
 	}
 	for _, m := range c.Servers {
@@ -102,31 +102,39 @@ func TestDiskFull(t *testing.T) {
 			t.Errorf("%s exited on a full disk (see %s)", m.ID, m.Log)
 		}
 	}
-	t.Logf("%d of 20 submissions refused on full disks", refused)
 	for _, m := range c.Servers {
 		if err := os.Remove(filepath.Join(m.DataDir, "filler")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(2 * time.Second)
-	if a := submit("after-a"); !a.OK() {
+	if a := submit("after-0"); !a.OK() {
 		t.Errorf("after space is freed: %s", a.Error())
 	}
-	js, stale, err := cl.JobsAny(ctx)
-	if err != nil || stale {
-		t.Fatalf("jobs: stale %v, %v", stale, err)
-	}
-	seen := map[string]bool{}
-	for _, j := range js {
-		seen[j.ID] = true
-	}
-	for name := range acked {
-		if !seen[name] {
-			t.Errorf("acknowledged job %s lost", name)
-		}
+	if _, stale, err := cl.JobsAny(ctx); err != nil || stale {
+		t.Fatalf("final read: stale %v, %v", stale, err)
 	}
 	stopped = true
 	if err := c.Stop(); err != nil {
 		t.Error(err)
+	}
+	lines, err := history.ReadFile(filepath.Join(dir, "history.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := check.Check(check.Input{History: lines}, check.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 5 submitted before, 10 refused, 1 after. With no agent nothing
+	// runs: the 6 acknowledged jobs must still be there (pending), which
+	// the last linearizable read shows, and the history linearizable.
+	o := res.Outcomes
+	if o.Submitted != 16 || o.Unsubmitted != 10 || o.Lost != 6 || len(res.Violations) != 0 || !res.Linear.Linearizable() {
+		t.Errorf("outcomes %+v, violations %v", o, res.Violations)
+	}
+	for _, j := range o.Jobs {
+		if j.Outcome == check.Lost && !strings.HasPrefix(j.Reason, "still pending") {
+			t.Errorf("acknowledged job %s: %s", j.Job, j.Reason)
+		}
 	}
 }

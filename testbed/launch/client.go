@@ -17,8 +17,9 @@ import (
 
 // Client sends API requests to chosen servers and, when the cluster is
 // observed, records each as an operation of the client-side history: an
-// invoke before the request leaves, then ok, fail (a 4xx: it definitely
-// did not happen) or info (a timeout, a broken connection, a 5xx: unknown).
+// invoke before the request leaves, then ok, fail (a 4xx or a 507: it
+// definitely did not happen) or info (a timeout, a broken connection,
+// another 5xx: unknown).
 // One client issues one operation at a time; use one per goroutine.
 type Client struct {
 	c  *Cluster
@@ -107,7 +108,9 @@ func (cl *Client) send(ctx context.Context, m *Member, method, path string, body
 	if json.Unmarshal(msg, &e) == nil && e.Error != "" {
 		text = e.Error
 	}
-	if code >= 400 && code < 500 {
+	// 507: the leader refused the write before logging it (its disk is
+	// full): it definitely did not happen.
+	if code >= 400 && code < 500 || code == http.StatusInsufficientStorage {
 		return Answer{Type: history.Fail, Code: code, Err: text}
 	}
 	return Answer{Type: history.Info, Code: code, Err: text}

@@ -33,7 +33,9 @@ const (
 	Invoke Type = "invoke"
 	// OK: the operation happened, with the answer recorded.
 	OK Type = "ok"
-	// Fail: the operation definitely did not happen (a 4xx refusal).
+	// Fail: the operation definitely did not happen (a 4xx refusal, or
+	// 507: the leader's disk is full and it refused the write before
+	// logging it).
 	Fail Type = "fail"
 	// Info: unknown whether it happened (timeout, broken connection, a
 	// 5xx that may follow a commit).
@@ -155,8 +157,8 @@ func (o *Op) Validate() error {
 	if o.Type == OK && (o.Code < 200 || o.Code >= 300) && !(o.F == Submit && o.Code == 409) {
 		return bad("ok with status %d", o.Code)
 	}
-	if o.Type == Fail && (o.Code < 400 || o.Code >= 500) {
-		return bad("a definite failure is a 4xx answer, not %d", o.Code)
+	if o.Type == Fail && (o.Code < 400 || o.Code >= 500) && o.Code != 507 {
+		return bad("a definite failure is a 4xx or 507 answer, not %d", o.Code)
 	}
 	read := o.Type == OK && (o.F == Jobs || o.F == Status)
 	if !read && (o.Stale || o.Jobs != nil || o.Status != nil) {

@@ -139,7 +139,7 @@ func partitions(lines []history.Line) (map[string][]porcupine.Operation, error) 
 				out.code = done.Code
 			}
 			if inv.F == history.Submit && kind == history.Fail {
-				return // a refused spec (400, 413) says nothing about the state
+				return // a refused spec (400, 413) or a full disk (507) says nothing about the state
 			}
 			add("job "+inv.Job, porcupine.Operation{ClientId: inv.Client, Input: input{f: inv.F, job: inv.Job},
 				Call: call, Output: out, Return: ret, Metadata: meta})
