@@ -227,3 +227,31 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecode decodes 10,000 lines: jobs reads of 20 jobs each, the
+// bulk of a long run's history.
+func BenchmarkDecode(b *testing.B) {
+	var buf bytes.Buffer
+	jobs := make([]Job, 20)
+	for i := range jobs {
+		jobs[i] = Job{ID: fmt.Sprintf("m-%02d-cifar10", i), State: "running", Inc: 3, Epoch: 17, Progress: 6721.5024943469725}
+	}
+	for i := range 5000 {
+		inv := Line{T: int64(2*i + 1), Op: &Op{Type: Invoke, ID: uint64(i + 1), Client: 1, F: Jobs, Server: "s0"}}
+		ok := Line{T: int64(2*i + 2), Op: &Op{Type: OK, ID: uint64(i + 1), Client: 1, F: Jobs, Code: 200, Jobs: jobs}}
+		for _, l := range []*Line{&inv, &ok} {
+			e, err := Encode(l)
+			if err != nil {
+				b.Fatal(err)
+			}
+			buf.Write(e)
+		}
+	}
+	b.SetBytes(int64(buf.Len()))
+	b.ResetTimer()
+	for b.Loop() {
+		if ls, err := Decode(bytes.NewReader(buf.Bytes()), "bench"); err != nil || len(ls) != 10000 {
+			b.Fatal(len(ls), err)
+		}
+	}
+}
