@@ -115,7 +115,7 @@ func apply(s *State, c Command, term uint64) error {
 	case *UpdateJob:
 		return applyUpdate(s, c)
 	case *CompleteJob:
-		j, err := liveJob(s, c.ID, 0)
+		j, err := liveJob(s, c.ID, c.Incarnation)
 		if err != nil {
 			return err
 		}

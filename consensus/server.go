@@ -419,9 +419,10 @@ func (s *Server) UpdateJob(ctx context.Context, u UpdateJob) error {
 	return s.single(ctx, &u)
 }
 
-// CompleteJob finishes a job (exactly once) and frees its GPUs.
-func (s *Server) CompleteJob(ctx context.Context, id string, failed bool, reason string, finishTime float64) error {
-	return s.single(ctx, &CompleteJob{ID: id, Failed: failed, Reason: reason, FinishTime: finishTime})
+// CompleteJob finishes a job (exactly once) and frees its GPUs; a
+// non-zero incarnation must be the job's current one (ErrStaleIncarnation).
+func (s *Server) CompleteJob(ctx context.Context, id string, incarnation uint64, failed bool, reason string, finishTime float64) error {
+	return s.single(ctx, &CompleteJob{ID: id, Incarnation: incarnation, Failed: failed, Reason: reason, FinishTime: finishTime})
 }
 
 // RecordProfile merges profile entries and gradient statistics into a

@@ -171,7 +171,14 @@ func (j *jobActor) report(ctx actor.Context, r *pb.WorkerReport) {
 		j.flush()
 		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		err := j.store.CompleteJob(c, j.id, false, "", float64(j.now().UnixNano())/1e9)
+		// Fenced by the incarnation: if a round has replaced it since, the
+		// new incarnation's workers report their own completion.
+		err := j.store.CompleteJob(c, j.id, j.plan.incarnation, false, "", float64(j.now().UnixNano())/1e9)
+		if errors.Is(err, consensus.ErrStaleIncarnation) {
+			j.log.Info("control: completion of a replaced incarnation refused", "incarnation", j.plan.incarnation)
+			j.done = false
+			return
+		}
 		if err != nil && !errors.Is(err, consensus.ErrJobFinished) {
 			j.log.Error("control: completing job", "err", err)
 			j.done = false // a later report retries
