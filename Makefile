@@ -26,7 +26,7 @@ bench:
 
 lint: fmt-check vet
 
-# The full fault-injection run: every scenario of the catalogue (104
+# The full fault-injection run: every scenario of the catalogue (103
 # faults, 34 of them network faults when run as root with iptables), each
 # on a fresh 5-process cluster, judged from the client history and the
 # workers' own records; exits 1 if a job was lost, failed or never
