@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -91,7 +92,9 @@ func (w *watcher) scan() {
 			continue
 		}
 		for _, f := range files {
-			w.look(n.Name(), filepath.Join(w.root, n.Name(), f.Name()))
+			if strings.HasSuffix(f.Name(), ".jsonl") {
+				w.look(n.Name(), filepath.Join(w.root, n.Name(), f.Name()))
+			}
 		}
 	}
 }

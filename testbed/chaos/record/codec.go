@@ -137,6 +137,9 @@ func ReadRoot(root string) ([]Worker, error) {
 		}
 		for _, f := range files {
 			path := filepath.Join(root, n.Name(), f.Name())
+			if !f.IsDir() && strings.HasSuffix(f.Name(), ".jsonl"+TempSuffix) {
+				continue // its worker died before its start record was complete
+			}
 			if f.IsDir() || !strings.HasSuffix(f.Name(), ".jsonl") {
 				return nil, fmt.Errorf("%w: %s is not a record file", ErrMalformed, path)
 			}

@@ -10,6 +10,10 @@ import (
 // workers record nothing.
 const EnvDir = "POLLUX_TESTBED_RECORD"
 
+// TempSuffix marks a record file whose start record was not complete
+// when its worker died: readers skip it.
+const TempSuffix = ".tmp"
+
 // MaxLine is the longest encoded record, newline included.
 const MaxLine = 4096
 

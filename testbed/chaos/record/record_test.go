@@ -229,3 +229,27 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// A worker killed before its start record was complete leaves only a
+// temporary file, which readers skip.
+func TestTempFilesAreSkipped(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "n1")
+	os.Mkdir(dir, 0o755)
+	if err := os.WriteFile(filepath.Join(dir, "a.1.0.77.jsonl"+TempSuffix), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if ws, err := ReadRoot(root); err != nil || len(ws) != 0 {
+		t.Errorf("%v, %v", ws, err)
+	}
+	w, err := Create(dir, mono.Now(), "b", 1, 0, []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(w.Path() + TempSuffix); err == nil {
+		t.Error("the temporary file is still there after the start record")
+	}
+	if ws, err := ReadRoot(root); err != nil || len(ws) != 1 {
+		t.Errorf("%v, %v", ws, err)
+	}
+}

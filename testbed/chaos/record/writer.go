@@ -34,7 +34,10 @@ func FromEnv(t int64, job string, inc uint64, rank int, gpus []int) (*Writer, er
 }
 
 // Create creates dir/<job>.<inc>.<rank>.<pid>.jsonl (it must not exist)
-// and writes the start record.
+// holding the start record: the record is written to a temporary name
+// (TempSuffix) and renamed, so that the file never exists without its
+// start. A worker killed before the rename leaves only the temporary
+// file: it never got past its start, and readers skip it.
 func Create(dir string, t int64, job string, inc uint64, rank int, gpus []int) (*Writer, error) {
 	pid := os.Getpid()
 	boot, err := mono.StartTicks(pid)
@@ -48,12 +51,20 @@ func Create(dir string, t int64, job string, inc uint64, rank int, gpus []int) (
 		return nil, err
 	}
 	w.path = filepath.Join(dir, job+"."+strconv.FormatUint(inc, 10)+"."+strconv.Itoa(rank)+"."+strconv.Itoa(pid)+".jsonl")
-	if w.f, err = os.OpenFile(w.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o644); err != nil {
+	if _, err := os.Lstat(w.path); err == nil {
+		return nil, fmt.Errorf("%w: %s exists", ErrIO, w.path)
+	}
+	tmp := w.path + TempSuffix
+	if w.f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o644); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrIO, err)
 	}
 	if err := w.write(start); err != nil {
 		w.f.Close()
 		return nil, err
+	}
+	if err := os.Rename(tmp, w.path); err != nil {
+		w.f.Close()
+		return nil, fmt.Errorf("%w: %w", ErrIO, err)
 	}
 	return w, nil
 }
