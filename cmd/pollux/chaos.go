@@ -180,6 +180,9 @@ func writeChaosTable(w io.Writer, s *driver.Summary) error {
 	for _, sk := range s.Skipped {
 		fmt.Fprintln(w, "skipped:", sk)
 	}
+	for _, n := range s.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
 	for _, f := range s.Failures {
 		fmt.Fprintln(w, "FAIL:", f)
 	}

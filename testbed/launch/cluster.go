@@ -436,7 +436,7 @@ func (c *Cluster) Stop() error {
 		}
 		for _, m := range group {
 			if err := c.waitExit(m, c.o.Grace+15*time.Second); err != nil {
-				errs = append(errs, err)
+				errs = append(errs, fmt.Errorf("%w: %s/%s still running %s after SIGTERM: killed", ErrSlowStop, m.Role, m.ID, c.o.Grace+15*time.Second))
 				_ = c.Signal(m, syscall.SIGKILL, "", 0)
 				_ = c.waitExit(m, 5*time.Second)
 			}

@@ -13,8 +13,13 @@ import (
 var ErrConfig = errors.New("launch: bad options")
 
 // ErrCluster is returned when the cluster cannot be started, driven or
-// stopped as asked (a process that is not ready, no leader).
+// stopped as asked (a process that is not ready, no leader, a worker that
+// outlived its agent).
 var ErrCluster = errors.New("launch: cluster")
+
+// ErrSlowStop marks, in Stop's error, a server or agent that had to be
+// killed because it was still running long after SIGTERM.
+var ErrSlowStop = errors.New("launch: slow to stop")
 
 // Network says how the processes reach each other.
 type Network string

@@ -254,7 +254,7 @@ func TestViolations(t *testing.T) {
 		}, CompletionBacked, "done records: [incarnation 1 at 0.900s]"},
 		{"worker started after the job was read completed", func(f *fixture) {
 			f.workers["b2"] = start("n1", 2580, "b", 2, 400, 2).exit(2590)
-		}, RanAfterFinish, "job b incarnation 2 rank 0 (pid 400 on n1, GPUs [2]) started at 2.580s, after the job was read completed at 2.560s"},
+		}, RanAfterFinish, "job b incarnation 2 rank 0 (pid 400 on n1, GPUs [2]) started at 2.580s, after the job was read completed in incarnation 1 at 2.560s"},
 		{"exists before any submission", func(f *fixture) {
 			f.h.submit(800, 810, "q", history.OK, 409)
 			f.h.read(820, 830, jv("a", "running", 1, 1, 100), jv("b", "running", 1, 1, 100), jv("p", "pending", 0, 0, 0), jv("q", "pending", 0, 0, 0))
@@ -311,6 +311,9 @@ func TestNearMisses(t *testing.T) {
 		},
 		"superseded checkpoint never read": func(f *fixture) {
 			f.workers["a1"].ckpt(1700, 1701, 1, 999, false)
+		},
+		"a rank of the completed incarnation starting late": func(f *fixture) {
+			f.workers["b1r1"] = start("n1", 2580, "b", 1, 401, 2).exit(2590)
 		},
 		"stale read shows the past": func(f *fixture) {
 			f.h.op(2650, 2660, history.Jobs, "", history.OK, 200, func(o *history.Op) {

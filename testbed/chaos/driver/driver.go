@@ -124,9 +124,12 @@ type Result struct {
 	Faults []schedule.Fault
 	// Check is the judgement of the observers' records.
 	Check *check.Result
-	// Harness lists what went wrong in the harness's own hands (a process
-	// that would not stop, a worker that outlived its agent).
+	// Harness lists what went wrong in the harness's own hands (a worker
+	// that outlived its agent); it fails the run. Notes lists what is
+	// worth knowing but breaks no promise (a server that needed SIGKILL
+	// at the end of the run).
 	Harness []string
+	Notes   []string
 	// Dir is the run's directory if it was kept.
 	Dir string
 	// Elapsed is the wall time of the run.
@@ -196,7 +199,11 @@ func Run(ctx context.Context, sc schedule.Scenario, seed uint64, o Options) (res
 	r.plan()
 	runErr := r.drive(ctx)
 	if err := c.Stop(); err != nil {
-		res.Harness = append(res.Harness, "stopping the cluster: "+err.Error())
+		if errors.Is(err, launch.ErrSlowStop) && !errors.Is(err, launch.ErrCluster) {
+			res.Notes = append(res.Notes, "stopping the cluster: "+err.Error())
+		} else {
+			res.Harness = append(res.Harness, "stopping the cluster: "+err.Error())
+		}
 	}
 	if runErr != nil {
 		return res, runErr

@@ -40,6 +40,9 @@ type Summary struct {
 	// Skipped the scenarios not run, with the reason.
 	Failures []string `json:"failures"`
 	Skipped  []string `json:"skipped,omitempty"`
+	// Notes are worth knowing but fail nothing (a server that needed
+	// SIGKILL at the end of a run).
+	Notes    []string `json:"notes,omitempty"`
 	ElapsedS float64  `json:"elapsed_s"`
 	// Scenarios holds each run's figures.
 	Scenarios []ScenarioSummary `json:"scenarios"`
@@ -117,6 +120,9 @@ func (s *Summary) Add(r *Result) {
 	s.FailoverMedianS, s.FailoverMaxS = check.Median(s.failovers).Seconds(), check.Max(s.failovers).Seconds()
 	s.ReplacementMedianS, s.ReplacementMaxS = check.Median(s.replacements).Seconds(), check.Max(s.replacements).Seconds()
 	s.ElapsedS += sc.ElapsedS
+	for _, n := range r.Notes {
+		s.Notes = append(s.Notes, r.Scenario+": "+n)
+	}
 	s.Scenarios = append(s.Scenarios, sc)
 }
 
