@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -31,11 +32,11 @@ var errChaosFailed = errors.New("chaos: the run failed")
 
 func newChaosCmd() *cobra.Command {
 	var (
-		scenario, dir, logLevel, network string
-		seed                             uint64
-		jsonOut                          bool
-		exec                             []string
-		o                                driver.Options
+		scenario, dir, logLevel, network, judge string
+		seed                                    uint64
+		jsonOut                                 bool
+		exec                                    []string
+		o                                       driver.Options
 	)
 	cmd := &cobra.Command{
 		Use:   "chaos",
@@ -51,6 +52,9 @@ func newChaosCmd() *cobra.Command {
 			"table (or, with --json, one object) and exits 1 if anything failed. Scenarios: " + strings.Join(schedule.Names(), ", ") + ".",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if judge != "" {
+				return judgeChaos(judge, jsonOut, cmd.OutOrStdout())
+			}
 			scs, err := schedule.Lookup(scenario)
 			if err != nil {
 				return badInput(err)
@@ -95,6 +99,7 @@ func newChaosCmd() *cobra.Command {
 	f.Uint64Var(&seed, "seed", 1, "seed of the fault schedules and the workload")
 	f.BoolVar(&jsonOut, "json", false, "print one JSON object instead of a table")
 	f.StringVar(&dir, "dir", "", "keep every run's data, logs, history and worker records under this directory (default: a temporary one, removed after a run that passes)")
+	f.StringVar(&judge, "judge", "", "judge again the kept run directories under DIR (from --dir) instead of running anything")
 	f.StringVar(&network, "network", "auto", "auto (namespaces when possible), netns or loopback; network faults need netns")
 	f.StringVar(&logLevel, "log-level", "", "level of the driver's progress log on stderr (default info, warn with --json)")
 	f.StringVar(&o.LogLevel, "process-log-level", "warn", "log level of the servers and agents (their logs are kept with --dir)")
@@ -103,6 +108,39 @@ func newChaosCmd() *cobra.Command {
 	f.StringSliceVar(&exec, "exec", nil, "program (and leading arguments) that runs `pollux` (default: this binary)")
 	_ = f.MarkHidden("exec")
 	return cmd
+}
+
+// judgeChaos judges kept run directories again: dir itself if it holds a
+// history, else each of its subdirectories that does.
+func judgeChaos(dir string, jsonOut bool, w io.Writer) error {
+	dirs := []string{dir}
+	if _, err := os.Stat(filepath.Join(dir, "history.jsonl")); err != nil {
+		matches, _ := filepath.Glob(filepath.Join(dir, "*", "history.jsonl"))
+		if len(matches) == 0 {
+			return badInput(fmt.Errorf("chaos: --judge %s: no history.jsonl in it or in its subdirectories", dir))
+		}
+		dirs = dirs[:0]
+		for _, m := range matches {
+			dirs = append(dirs, filepath.Dir(m))
+		}
+	}
+	var sum *driver.Summary
+	for _, d := range dirs {
+		res, err := driver.Judge(d)
+		if sum == nil {
+			seed := uint64(0)
+			if res != nil {
+				seed = res.Seed
+			}
+			sum = driver.NewSummary(seed)
+		}
+		if err != nil {
+			sum.Fail(d, err)
+			continue
+		}
+		sum.Add(res)
+	}
+	return printChaos(sum, jsonOut, w)
 }
 
 // runChaos runs the scenarios one after another, each on a fresh
@@ -135,6 +173,11 @@ func runChaos(ctx context.Context, scs []schedule.Scenario, seed uint64, o drive
 			o.Logger.Warn("chaos: failure", "scenario", sc.Name, "failure", f)
 		}
 	}
+	return printChaos(sum, jsonOut, w)
+}
+
+// printChaos prints the summary and fails unless every run passed.
+func printChaos(sum *driver.Summary, jsonOut bool, w io.Writer) error {
 	if jsonOut {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")

@@ -208,17 +208,33 @@ func Run(ctx context.Context, sc schedule.Scenario, seed uint64, o Options) (res
 	if runErr != nil {
 		return res, runErr
 	}
+	res.Check, err = judge(dir, o.LinearTimeout)
+	return res, err
+}
+
+// judge checks a stopped run's directory: its history and worker records.
+func judge(dir string, linearTimeout time.Duration) (*check.Result, error) {
 	lines, err := history.ReadFile(filepath.Join(dir, "history.jsonl"))
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	workers, err := record.ReadRoot(filepath.Join(dir, "records"))
 	if err != nil {
-		return res, err
+		return nil, err
 	}
-	res.Check, err = check.Check(check.Input{History: lines, Workers: workers},
-		check.Options{Linear: linear.Options{Timeout: o.LinearTimeout, VisualizeDir: dir}})
-	return res, err
+	return check.Check(check.Input{History: lines, Workers: workers},
+		check.Options{Linear: linear.Options{Timeout: linearTimeout, VisualizeDir: dir}})
+}
+
+// Judge checks again a run directory kept with Options.Dir (the files
+// alone: the processes are long gone). The result's Elapsed is the
+// history's span.
+func Judge(dir string) (*Result, error) {
+	c, err := judge(dir, 2*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Scenario: c.Scenario, Seed: c.Seed, Check: c, Dir: dir, Elapsed: c.Duration}, nil
 }
 
 // submission is one job of the workload.
