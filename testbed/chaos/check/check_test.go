@@ -258,7 +258,7 @@ func TestViolations(t *testing.T) {
 		{"exists before any submission", func(f *fixture) {
 			f.h.submit(800, 810, "q", history.OK, 409)
 			f.h.read(820, 830, jv("a", "running", 1, 1, 100), jv("b", "running", 1, 1, 100), jv("p", "pending", 0, 0, 0), jv("q", "pending", 0, 0, 0))
-		}, ExistsBeforeSubmit, "the first submission of job q (operation"},
+		}, ExistsBeforeSubmit, "submission of job q (operation"},
 		{"acknowledged job missing from a read", func(f *fixture) {
 			f.h.read(2650, 2660, jv("a", "completed", 2, 3, 300), jv("p", "completed", 1, 2, 200))
 		}, Linearizable, "job b"},
@@ -311,6 +311,13 @@ func TestNearMisses(t *testing.T) {
 		},
 		"superseded checkpoint never read": func(f *fixture) {
 			f.workers["a1"].ckpt(1700, 1701, 1, 999, false)
+		},
+		"two concurrent submissions, the first answered exists": func(f *fixture) {
+			f.h.op(800, 850, history.Submit, "q", history.OK, 409, nil)
+			f.h.op(810, 820, history.Submit, "q", history.OK, 201, nil)
+			f.h.dropFinalRead()
+			f.h.read(2600, 2610, jv("a", "completed", 2, 3, 300), jv("b", "completed", 1, 2, 200), jv("p", "completed", 1, 2, 200), jv("q", "completed", 1, 1, 1))
+			f.workers["q1"] = start("n3", 900, "q", 1, 900, 0).done(950, 1, 1).exit(960)
 		},
 		"a rank of the completed incarnation starting late": func(f *fixture) {
 			f.workers["b1r1"] = start("n1", 2580, "b", 1, 401, 2).exit(2590)

@@ -2,6 +2,7 @@ package check
 
 import (
 	"fmt"
+	"slices"
 
 	"pollux/testbed/chaos/history"
 	"pollux/testbed/chaos/record"
@@ -217,23 +218,26 @@ func checkCompletions(r *run, ls []*life) []Violation {
 	return out
 }
 
-// checkExists reports a submission answered "exists" before any
-// submission of that job had been sent.
+// checkExists reports a submission answered "exists" although no other
+// submission of that job had been sent before the answer came (the
+// harness sends concurrent attempts: one may create the job while
+// another, sent first, is answered 409).
 func checkExists(r *run) []Violation {
 	var out []Violation
-	sent := map[string]int64{} // job -> first invoke
+	calls := map[string][]*op{}
 	for _, p := range r.ops {
-		if p.inv.F != history.Submit {
-			continue
-		}
-		if _, ok := sent[p.inv.Job]; !ok {
-			sent[p.inv.Job] = p.call
+		if p.inv.F == history.Submit {
+			calls[p.inv.Job] = append(calls[p.inv.Job], p)
 		}
 	}
 	for _, p := range r.ops {
-		if p.inv.F == history.Submit && p.ok() && p.done.Code == 409 && sent[p.inv.Job] == p.call {
+		if p.inv.F != history.Submit || !p.ok() || p.done.Code != 409 {
+			continue
+		}
+		other := slices.ContainsFunc(calls[p.inv.Job], func(q *op) bool { return q != p && q.call < p.ret })
+		if !other {
 			out = append(out, Violation{ExistsBeforeSubmit, p.ret, fmt.Sprintf(
-				"the first submission of job %s (operation %d, at %s) was answered 409: it existed before anyone submitted it",
+				"submission of job %s (operation %d, at %s) was answered 409 although no other submission of it had been sent: it existed before anyone submitted it",
 				p.inv.Job, p.inv.ID, r.at(p.call))})
 		}
 	}
