@@ -204,6 +204,44 @@ func (m *Membership) SetKeys(keys [][]byte) error {
 	return nil
 }
 
+// KeepJoined re-joins, every interval until ctx ends, each of seeds
+// (gossip addresses) that is not an alive member. Gossip alone never
+// heals a partition: once each side has declared the other dead, neither
+// probes nor syncs with it again, even after the network is back. A
+// re-join makes the two sides exchange state, the member declared dead
+// refutes it, and the views merge.
+func (m *Membership) KeepJoined(ctx context.Context, seeds []string, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.done:
+			return
+		case <-t.C:
+		}
+		alive := map[string]bool{m.Addr(): true}
+		for _, n := range m.ml.Members() {
+			alive[n.Address()] = true
+		}
+		var missing []string
+		for _, s := range seeds {
+			if !alive[s] {
+				missing = append(missing, s)
+			}
+		}
+		if len(missing) == 0 {
+			continue
+		}
+		if n, err := m.ml.Join(missing); n > 0 {
+			m.log.Info("cluster: re-joined members missing from the view", "seeds", missing, "answered", n)
+		} else {
+			m.log.Debug("cluster: re-join failed", "seeds", missing, "err", err)
+		}
+	}
+}
+
 // Events delivers membership changes of other members, in order. The
 // channel is closed after Shutdown. Events queue without bound until read:
 // the gossip machinery never waits for the reader.

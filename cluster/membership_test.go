@@ -1,10 +1,13 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -149,4 +152,39 @@ func TestShutdownClosesEvents(t *testing.T) {
 		t.Error("events still open after Shutdown")
 	}
 	m.Shutdown() // idempotent
+}
+
+// A member declared dead that comes back without joining anyone is found
+// again by a member that keeps its seeds joined (as after a partition
+// heals: each side has declared the other dead and gossip alone never
+// looks again).
+func TestKeepJoinedHealsAfterDeath(t *testing.T) {
+	srv := start(t, "s1", Meta{Role: RoleServer})
+	agent := start(t, "a1", Meta{Role: RoleAgent, GPUs: 1})
+	if _, err := agent.Join([]string{srv.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, srv, EventJoin, "a1", 2*time.Second)
+	addr := agent.Addr()
+	_, portStr, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(portStr)
+	agent.Shutdown() // a crash (or a partition), seen as a death
+	waitEvent(t, srv, EventLeave, "a1", 3*time.Second)
+
+	back, err := Start(Config{Name: "a1", BindPort: port, Meta: Meta{Role: RoleAgent, GPUs: 1}, Fast: true, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { back.Shutdown() })
+	time.Sleep(time.Second)
+	if got := names(srv.Members()); !slices.Equal(got, []string{"s1"}) {
+		t.Fatalf("without a re-join the dead member should stay unseen: %v", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go srv.KeepJoined(ctx, []string{addr}, 100*time.Millisecond)
+	waitEvent(t, srv, EventJoin, "a1", 3*time.Second)
+	if got := names(back.Members()); !slices.Equal(got, []string{"a1", "s1"}) {
+		t.Errorf("the member that came back sees %v", got)
+	}
 }

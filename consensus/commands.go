@@ -69,12 +69,17 @@ type UpdateJob struct {
 
 // CompleteJob finishes a job exactly once, as Completed or (Failed true)
 // Failed, and frees its GPUs in the committed allocation (the generation
-// does not change).
+// does not change). A non-zero Incarnation must match the job's current
+// incarnation: a completion reported by a superseded incarnation's
+// workers is refused (the current incarnation's workers report their
+// own). It is encoded last, and only when non-zero, so that entries
+// written before it existed still decode.
 type CompleteJob struct {
-	ID         string
-	Failed     bool
-	Reason     string
-	FinishTime float64
+	ID          string
+	Failed      bool
+	Reason      string
+	FinishTime  float64
+	Incarnation uint64
 }
 
 // RecordProfile merges profile entries into a job's profile (a weighted
@@ -235,12 +240,20 @@ func (c *CompleteJob) encode(w *writer) {
 	w.bool(c.Failed)
 	w.str(c.Reason)
 	w.f64(c.FinishTime)
+	if c.Incarnation != 0 {
+		w.uvarint(c.Incarnation)
+	}
 }
 func (c *CompleteJob) decode(r *reader) {
 	c.ID = r.str()
 	c.Failed = r.bool()
 	c.Reason = r.str()
 	c.FinishTime = r.f64()
+	if len(r.b) > 0 && r.err == nil {
+		if c.Incarnation = r.uvarint(); c.Incarnation == 0 {
+			r.fail("completion with an encoded incarnation 0 (it is left out instead)")
+		}
+	}
 }
 
 func (c *RecordProfile) kind() byte { return typeRecordProfile }

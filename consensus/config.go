@@ -26,6 +26,10 @@ type Config struct {
 	// WriteTimeout bounds a write (including retries while a leader is
 	// elected) whose context has no deadline.
 	WriteTimeout time.Duration
+	// MinFreeSpace is the free space the data directory's file system must
+	// keep for the leader to accept writes (default 1 MiB; only with a
+	// store that reports it, see Stores.FreeSpace).
+	MinFreeSpace uint64
 	// MaxAppendEntries is the most entries sent (and group-committed) at
 	// once.
 	MaxAppendEntries int
@@ -76,6 +80,9 @@ func (c Config) withDefaults() Config {
 	set(&c.CommitTimeout, d.CommitTimeout)
 	set(&c.WriteTimeout, d.WriteTimeout)
 	set(&c.SnapshotInterval, d.SnapshotInterval)
+	if c.MinFreeSpace == 0 {
+		c.MinFreeSpace = 1 << 20
+	}
 	if c.MaxAppendEntries == 0 {
 		c.MaxAppendEntries = d.MaxAppendEntries
 	}

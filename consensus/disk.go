@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"golang.org/x/sys/unix"
 )
 
 // Files of a data directory.
@@ -39,6 +40,13 @@ func OpenDisk(cfg Config, dir string, transport raft.Transport, fwd Forwarder) (
 	s, err := NewServer(cfg, Stores{
 		Transport: transport, Logs: bolt, Stable: bolt, Snapshots: snaps,
 		Forwarder: fwd, Closers: []io.Closer{bolt},
+		FreeSpace: func() (uint64, error) {
+			var st unix.Statfs_t
+			if err := unix.Statfs(dir, &st); err != nil {
+				return 0, err
+			}
+			return st.Bavail * uint64(st.Bsize), nil
+		},
 	})
 	if err != nil {
 		_ = bolt.Close()

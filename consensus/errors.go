@@ -60,4 +60,8 @@ var (
 	// ErrStaleIncarnation is returned for a job report from a worker
 	// incarnation other than the job's current one.
 	ErrStaleIncarnation = errors.New("consensus: stale worker incarnation")
+	// ErrNoSpace is returned for a write refused, before it reached the
+	// log, because the leader's data directory has less free space than
+	// Config.MinFreeSpace: nothing of it is applied.
+	ErrNoSpace = errors.New("consensus: data directory full")
 )

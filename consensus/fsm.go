@@ -9,8 +9,6 @@ import (
 	"sync"
 
 	"github.com/hashicorp/raft"
-
-	"pollux/testbed/chaos/history"
 )
 
 // Result is what applying one command produced: the Raft index it was
@@ -27,9 +25,6 @@ type Result struct {
 type FSM struct {
 	mu    sync.RWMutex
 	state *State
-	// rec is the fault-injection harness's history (nil outside it):
-	// applied allocations and completions, for its invariant checks.
-	rec *history.Recorder
 }
 
 // NewFSM returns an FSM holding the empty state.
@@ -48,14 +43,6 @@ func (f *FSM) Apply(l *raft.Log) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	res.Err = apply(f.state, c, l.Term)
-	if res.Err == nil {
-		switch c := c.(type) {
-		case *CommitAllocation:
-			_ = f.rec.Record(history.Event{Kind: history.Commit, Gen: c.Generation, Term: c.Term, Index: l.Index, Alloc: history.Digest(l.Data)})
-		case *CompleteJob:
-			_ = f.rec.Record(history.Event{Kind: history.Complete, Job: c.ID, Index: l.Index, Inc: f.state.Jobs[c.ID].Incarnation})
-		}
-	}
 	return res
 }
 
@@ -128,7 +115,7 @@ func apply(s *State, c Command, term uint64) error {
 	case *UpdateJob:
 		return applyUpdate(s, c)
 	case *CompleteJob:
-		j, err := liveJob(s, c.ID, 0)
+		j, err := liveJob(s, c.ID, c.Incarnation)
 		if err != nil {
 			return err
 		}

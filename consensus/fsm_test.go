@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -122,7 +123,11 @@ func TestApplyTransitions(t *testing.T) {
 		t.Fatalf("merged entry %+v, want count 4, accum 0.2, step 0.3", p)
 	}
 	a.must(t, 2, &UpdateJob{ID: "j1", Incarnation: 2, Set: UpdateState, State: Running})
-	a.must(t, 2, &CompleteJob{ID: "j1", FinishTime: 99})
+	// A completion reported by the replaced incarnation is refused.
+	if err := a.apply(t, 2, &CompleteJob{ID: "j1", Incarnation: 1, FinishTime: 98}); !errors.Is(err, ErrStaleIncarnation) {
+		t.Fatalf("completion of incarnation 1 after incarnation 2 began: %v", err)
+	}
+	a.must(t, 2, &CompleteJob{ID: "j1", Incarnation: 2, FinishTime: 99})
 	s = a.f.State()
 	if j := s.Jobs["j1"]; j.State != Completed || j.FinishTime != 99 {
 		t.Fatalf("completed j1: %+v", j)
@@ -264,6 +269,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		&SubmitJob{ID: "j1", Spec: JobSpec{Name: "n", Command: []string{"a", "b c"}, App: "", MinReplicas: 2, MaxReplicas: 3, Limits: testSpec().Limits, CheckpointDir: "/ck"}, SubmitTime: 1.25},
 		&UpdateJob{ID: "j1", Incarnation: 3, Set: UpdateState | UpdateProgress, State: Rescaling, Progress: 0.5},
 		&CompleteJob{ID: "j1", Failed: true, Reason: "exit 1", FinishTime: 7},
+		&CompleteJob{ID: "j1", Incarnation: 4, FinishTime: 7},
 		&RecordProfile{ID: "j1", Incarnation: 1, Entries: []ProfileEntry{entry(1, 2, 3, 0.1, 0.2, 5)}, HasGrad: true, Grad: goodput.GradStats{GradSqr: 1e-9, GradVar: 3}},
 		&CommitAllocation{Generation: 1 << 40, Term: 9, Jobs: map[string][]Slot{"b": {{"n2", 1}}, "a": {{"n1", 2}, {"n0", 1}}}},
 		&RegisterNode{Node: Node{ID: "n1", Addresses: []string{"x:1"}, Rack: "r", GPUs: 8, Health: Suspect}},
@@ -434,4 +440,28 @@ func FuzzDecodeState(f *testing.F) {
 			t.Fatal("a decodable snapshot does not re-encode to itself")
 		}
 	})
+}
+
+// A completion encoded before CompleteJob had an incarnation still
+// decodes (as unfenced); an explicit zero incarnation is not a valid
+// encoding (every value has exactly one).
+func TestCompleteJobIncarnationEncoding(t *testing.T) {
+	old, err := Encode(&CompleteJob{ID: "j1", FinishTime: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Decode(old)
+	if err != nil || c.(*CompleteJob).Incarnation != 0 {
+		t.Fatalf("old encoding: %+v, %v", c, err)
+	}
+	if _, err := Decode(append(slices.Clone(old), 0)); !errors.Is(err, ErrMalformed) {
+		t.Errorf("explicit zero incarnation: %v", err)
+	}
+	with, _ := Encode(&CompleteJob{ID: "j1", FinishTime: 3, Incarnation: 300})
+	if len(with) <= len(old) {
+		t.Errorf("the incarnation is not encoded")
+	}
+	if _, err := Decode(append(slices.Clone(with), 1)); !errors.Is(err, ErrMalformed) {
+		t.Errorf("trailing byte after the incarnation: %v", err)
+	}
 }

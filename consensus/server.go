@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-
-	"pollux/testbed/chaos/history"
 )
 
 // retryDelay is the pause between attempts of a write while no leader
@@ -36,6 +34,10 @@ type Stores struct {
 	// Closers are closed, in order, by Shutdown (after Raft and the
 	// transport), e.g. the bolt store.
 	Closers []io.Closer
+	// FreeSpace, if set, reports the free bytes of the file system the
+	// log is on: the leader refuses writes (ErrNoSpace) below
+	// Config.MinFreeSpace instead of failing them in the log store.
+	FreeSpace func() (uint64, error)
 }
 
 // Server is one member of the replicated state: a Raft node and its FSM.
@@ -67,9 +69,6 @@ func NewServer(cfg Config, st Stores) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("server", string(cfg.ID)), fsm: NewFSM(), stores: st}
-	if s.fsm.rec, err = history.FromEnv("server/" + string(cfg.ID)); err != nil {
-		s.log.Warn("consensus: no history recording", "err", err)
-	}
 	s.raft, err = raft.NewRaft(rc, s.fsm, st.Logs, st.Stable, st.Snapshots, st.Transport)
 	if err != nil {
 		return nil, fmt.Errorf("consensus: starting raft: %w", err)
@@ -304,6 +303,13 @@ func (s *Server) forward(ctx context.Context, leader raft.ServerID, req []byte) 
 // was refused because this node is not the leader, the error is
 // ErrNotLeader (nothing was applied).
 func (s *Server) applyLocal(ctx context.Context, enc [][]byte) ([]Result, error) {
+	if err := s.roomToWrite(); err != nil {
+		res := make([]Result, len(enc))
+		for i := range res {
+			res[i].Err = err
+		}
+		return res, nil
+	}
 	timeout := s.timeout(ctx)
 	futures := make([]raft.ApplyFuture, len(enc))
 	for i, b := range enc {
@@ -323,6 +329,24 @@ func (s *Server) applyLocal(ctx context.Context, enc [][]byte) ([]Result, error)
 		res[i] = r
 	}
 	return res, allNotLeader(res)
+}
+
+// roomToWrite refuses writes while the log's file system is nearly full.
+// A log store that runs out of space mid-write makes the leader step down
+// and every server elect again and again, and clients wait until they
+// time out; refusing up front keeps the leader and answers at once.
+func (s *Server) roomToWrite() error {
+	if s.stores.FreeSpace == nil {
+		return nil
+	}
+	free, err := s.stores.FreeSpace()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNoSpace, err)
+	}
+	if free < s.cfg.MinFreeSpace {
+		return fmt.Errorf("%w: %d bytes free, %d needed to accept writes", ErrNoSpace, free, s.cfg.MinFreeSpace)
+	}
+	return nil
 }
 
 func allNotLeader(res []Result) error {
@@ -398,9 +422,10 @@ func (s *Server) UpdateJob(ctx context.Context, u UpdateJob) error {
 	return s.single(ctx, &u)
 }
 
-// CompleteJob finishes a job (exactly once) and frees its GPUs.
-func (s *Server) CompleteJob(ctx context.Context, id string, failed bool, reason string, finishTime float64) error {
-	return s.single(ctx, &CompleteJob{ID: id, Failed: failed, Reason: reason, FinishTime: finishTime})
+// CompleteJob finishes a job (exactly once) and frees its GPUs; a
+// non-zero incarnation must be the job's current one (ErrStaleIncarnation).
+func (s *Server) CompleteJob(ctx context.Context, id string, incarnation uint64, failed bool, reason string, finishTime float64) error {
+	return s.single(ctx, &CompleteJob{ID: id, Incarnation: incarnation, Failed: failed, Reason: reason, FinishTime: finishTime})
 }
 
 // RecordProfile merges profile entries and gradient statistics into a

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -27,6 +28,11 @@ const (
 	PathNodes  = "/v1/nodes"
 	PathStatus = "/v1/status"
 )
+
+// HeaderStale is set on every answer read from the state: "true" when a
+// follower answered from its local copy (which may lag), "false" for the
+// leader's linearizable read.
+const HeaderStale = "X-Pollux-Stale"
 
 var _ Backend = (*consensus.Server)(nil)
 
@@ -208,6 +214,8 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusConflict, Error{err.Error()})
 	case errors.Is(err, consensus.ErrInvalid):
 		writeJSON(w, http.StatusBadRequest, Error{err.Error()})
+	case errors.Is(err, consensus.ErrNoSpace):
+		writeJSON(w, http.StatusInsufficientStorage, Error{err.Error()})
 	case err != nil:
 		a.cfg.Logger.Warn("api: submit", "job", spec.Name, "err", err)
 		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
@@ -230,11 +238,12 @@ func (a *API) state(ctx context.Context) (*consensus.State, bool, error) {
 }
 
 func (a *API) jobs(w http.ResponseWriter, r *http.Request) {
-	st, _, err := a.state(r.Context())
+	st, stale, err := a.state(r.Context())
 	if err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
 		return
 	}
+	w.Header().Set(HeaderStale, strconv.FormatBool(stale))
 	writeJSON(w, http.StatusOK, JobsOf(st))
 }
 
@@ -260,11 +269,12 @@ func JobsOf(st *consensus.State) []Job {
 }
 
 func (a *API) nodes(w http.ResponseWriter, r *http.Request) {
-	st, _, err := a.state(r.Context())
+	st, stale, err := a.state(r.Context())
 	if err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
 		return
 	}
+	w.Header().Set(HeaderStale, strconv.FormatBool(stale))
 	used := st.UsedGPUs()
 	out := []Node{}
 	for _, id := range st.NodeIDs() {
@@ -287,6 +297,7 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 	leader, _ := a.cfg.Backend.Leader()
 	term, _ := a.cfg.Backend.Leadership()
 	s := Status{Leader: string(leader), Serving: a.id, Stale: stale, Term: term, Generation: st.Allocation.Generation, Jobs: map[string]int{}}
+	w.Header().Set(HeaderStale, strconv.FormatBool(stale))
 	for _, n := range st.Nodes {
 		if n.Health == consensus.Alive {
 			s.GPUs += n.GPUs

@@ -287,7 +287,7 @@ func (a *allocator) failCrashLoops(ctx actor.Context, c context.Context, st *con
 			continue
 		}
 		reason := fmt.Sprintf("workers failed in %d incarnations in a row without finishing an epoch", rec.count)
-		err := a.cfg.Store.CompleteJob(c, id, true, reason, float64(now.UnixNano())/1e9)
+		err := a.cfg.Store.CompleteJob(c, id, 0, true, reason, float64(now.UnixNano())/1e9)
 		if err != nil && !errors.Is(err, consensus.ErrJobFinished) {
 			a.cfg.Logger.Warn("control: failing a crash-looping job", "job", id, "err", err)
 			continue

@@ -17,13 +17,13 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/hashicorp/raft"
 
-	"pollux/actors/emulator"
 	"pollux/actors/node"
 	"pollux/actors/workerproto"
 	"pollux/cluster"
 	"pollux/consensus"
 	"pollux/optimizer/goodput"
 	"pollux/testbed/builtin"
+	"pollux/testbed/emulator"
 )
 
 // TestMain doubles as an emulated worker: the node actor under test

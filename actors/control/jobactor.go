@@ -6,10 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
-	"os"
 	"slices"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -17,7 +14,6 @@ import (
 	"pollux/actors/pb"
 	"pollux/consensus"
 	"pollux/optimizer/goodput"
-	"pollux/testbed/chaos/history"
 )
 
 // flushEvery is how often a job actor writes what its workers reported.
@@ -90,17 +86,6 @@ type jobActor struct {
 	verified time.Time
 }
 
-// reportHistory is the fault-injection harness's history (nil, recording
-// nothing, outside it): every report a job actor accepts, for its
-// incarnation checks. One recorder per process, named by its pid.
-var reportHistory = sync.OnceValue(func() *history.Recorder {
-	r, err := history.FromEnv("jobs/" + strconv.Itoa(os.Getpid()))
-	if err != nil {
-		slog.Warn("control: no history recording", "err", err)
-	}
-	return r
-})
-
 func newJobActor(id string, store Store, now func() time.Time, log *slog.Logger) *jobActor {
 	return &jobActor{id: id, store: store, now: now, log: log.With("job", id), sums: map[[3]int]*profileSum{}, exited: map[uint32]bool{}}
 }
@@ -163,7 +148,6 @@ func (j *jobActor) report(ctx actor.Context, r *pb.WorkerReport) {
 	if r.Incarnation != j.plan.incarnation || j.done || !j.leading() {
 		return
 	}
-	_ = reportHistory().Record(history.Event{Kind: history.Report, Job: j.id, Inc: r.Incarnation, Into: j.plan.incarnation, Rank: int(r.Rank)})
 	j.started = true
 	if r.Rank == 0 {
 		key := [3]int{j.plan.nodes, j.plan.reps, int(r.LocalBsz)}
@@ -187,7 +171,14 @@ func (j *jobActor) report(ctx actor.Context, r *pb.WorkerReport) {
 		j.flush()
 		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		err := j.store.CompleteJob(c, j.id, false, "", float64(j.now().UnixNano())/1e9)
+		// Fenced by the incarnation: if a round has replaced it since, the
+		// new incarnation's workers report their own completion.
+		err := j.store.CompleteJob(c, j.id, j.plan.incarnation, false, "", float64(j.now().UnixNano())/1e9)
+		if errors.Is(err, consensus.ErrStaleIncarnation) {
+			j.log.Info("control: completion of a replaced incarnation refused", "incarnation", j.plan.incarnation)
+			j.done = false
+			return
+		}
 		if err != nil && !errors.Is(err, consensus.ErrJobFinished) {
 			j.log.Error("control: completing job", "err", err)
 			j.done = false // a later report retries

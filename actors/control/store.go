@@ -16,7 +16,7 @@ type Store interface {
 	CommitAllocation(ctx context.Context, generation, term uint64, jobs map[string][]consensus.Slot) error
 	UpdateJob(ctx context.Context, u consensus.UpdateJob) error
 	RecordProfile(ctx context.Context, p consensus.RecordProfile) error
-	CompleteJob(ctx context.Context, id string, failed bool, reason string, finishTime float64) error
+	CompleteJob(ctx context.Context, id string, incarnation uint64, failed bool, reason string, finishTime float64) error
 	RegisterNode(ctx context.Context, n consensus.Node) error
 	MarkNode(ctx context.Context, id string, h consensus.Health) error
 }

@@ -10,18 +10,15 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"golang.org/x/sys/unix"
 
 	"pollux/actors/jobspec"
 	"pollux/actors/pb"
 	"pollux/actors/workerproto"
-	"pollux/testbed/chaos/history"
 )
 
 // ActorName is the name the node actor is spawned under: a remote peer
@@ -125,12 +122,6 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 	}
 	cfg.Logger = cfg.Logger.With("node", cfg.Name)
 	n := &Node{sys: sys}
-	// The fault-injection harness's history (a nil recorder, recording
-	// nothing, outside it): worker starts and stops, for its GPU checks.
-	rec, err := history.FromEnv("agent/" + cfg.Name)
-	if err != nil {
-		cfg.Logger.Warn("node: no history recording", "err", err)
-	}
 	var pid *actor.PID
 	ready := make(chan struct{})
 	rl, err := listenReports(cfg, func(r workerproto.Report) {
@@ -146,7 +137,6 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 			cfg:        cfg,
 			sys:        sys,
 			reportAddr: rl.addr(),
-			rec:        rec,
 			runs:       map[runKey]*run{},
 			latest:     map[string]uint64{},
 			owner:      make([]*run, cfg.GPUs),
@@ -218,13 +208,18 @@ type run struct {
 	procs    map[int]*exec.Cmd // alive workers by rank
 	started  bool              // workers were launched
 	stopping bool              // asked to stop
+	// done is the run's final report and exits its workers' exits, kept
+	// once they ended on their own: told again to the owner while the
+	// run is still assigned (an owner that lost leadership meanwhile, or
+	// a new one, has missed them).
+	done  *pb.WorkerReport
+	exits []*pb.WorkerExited
 }
 
 type nodeActor struct {
 	cfg        Config
 	sys        *actor.ActorSystem
 	reportAddr string
-	rec        *history.Recorder
 
 	generation, term uint64
 	runs             map[runKey]*run
@@ -292,8 +287,13 @@ func (a *nodeActor) assign(ctx actor.Context, m *pb.Assign) *pb.AssignAck {
 	for key, r := range a.runs {
 		if w := want[key.job]; w == nil || w.Incarnation != key.incarnation {
 			a.stop(ctx, r)
-		} else if w.Owner != nil {
-			r.spec.Owner = w.Owner // a new leader re-homes the run
+		} else {
+			if w.Owner != nil {
+				r.spec.Owner = w.Owner // a new leader re-homes the run
+			}
+			if r.started && len(r.procs) == 0 && !r.stopping {
+				a.retell(ctx, r)
+			}
 		}
 	}
 	for _, rj := range m.Runs {
@@ -399,7 +399,6 @@ func (a *nodeActor) launch(ctx actor.Context, r *run) {
 		c.Env = append(slices.Clip(a.cfg.WorkerEnv), env.Environ()...)
 		c.Stdout, c.Stderr = a.cfg.WorkerOutput, a.cfg.WorkerOutput
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		t0 := a.rec.Now()
 		if err := c.Start(); err != nil {
 			a.cfg.Logger.Error("node: cannot start worker", "job", r.key.job, "rank", env.Rank, "err", err)
 			a.tell(ctx, r, &pb.WorkerExited{
@@ -410,8 +409,6 @@ func (a *nodeActor) launch(ctx actor.Context, r *run) {
 		}
 		a.owner[gpu] = r
 		r.procs[env.Rank] = c
-		a.record(t0, history.Event{Kind: history.WorkerStart, Node: a.cfg.Name, PID: c.Process.Pid,
-			Job: r.key.job, Inc: r.key.incarnation, Rank: env.Rank, GPUs: []int{gpu}})
 		a.cfg.Logger.Info("node: worker started", "job", r.key.job, "incarnation", r.key.incarnation,
 			"rank", env.Rank, "gpu", gpu, "pid", c.Process.Pid)
 		key, rank := r.key, env.Rank
@@ -447,8 +444,6 @@ func (a *nodeActor) exited(ctx actor.Context, m procExited) {
 	if r == nil || r.procs[m.rank] == nil {
 		return
 	}
-	stop := history.Event{Kind: history.WorkerStop, Node: a.cfg.Name, PID: r.procs[m.rank].Process.Pid,
-		Job: m.key.job, Inc: m.key.incarnation, Rank: m.rank}
 	delete(r.procs, m.rank)
 	if g := r.gpus[m.rank-int(r.spec.FirstRank)]; a.owner[g] == r {
 		a.owner[g] = nil
@@ -459,13 +454,12 @@ func (a *nodeActor) exited(ctx actor.Context, m procExited) {
 	}
 	if ws, ok := m.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		ev.Signal = ws.Signal().String()
-		stop.Sig = strings.TrimPrefix(unix.SignalName(ws.Signal()), "SIG")
-	} else {
-		stop.Exit = m.state.ExitCode()
 	}
-	a.record(a.rec.Now(), stop)
 	a.cfg.Logger.Info("node: worker exited", "job", ev.Job, "incarnation", ev.Incarnation, "rank", ev.Rank,
 		"code", ev.ExitCode, "signal", ev.Signal, "requested", ev.Requested)
+	if !r.stopping {
+		r.exits = append(r.exits, ev)
+	}
 	a.tell(ctx, r, ev)
 	if len(r.procs) == 0 && r.stopping {
 		delete(a.runs, r.key)
@@ -490,13 +484,6 @@ func (a *nodeActor) maybeDrained() {
 	}
 }
 
-// record appends e to the harness's history at t; a failure is logged.
-func (a *nodeActor) record(t time.Duration, e history.Event) {
-	if err := a.rec.RecordAt(t, e); err != nil {
-		a.cfg.Logger.Warn("node: history", "err", err)
-	}
-}
-
 // forwardReport passes a worker's report to its run's owner if the report
 // belongs to a run of this node.
 func (a *nodeActor) forwardReport(ctx actor.Context, rep workerproto.Report) {
@@ -506,12 +493,30 @@ func (a *nodeActor) forwardReport(ctx actor.Context, rep workerproto.Report) {
 			"job", rep.Job, "incarnation", rep.Incarnation, "rank", rep.Rank)
 		return
 	}
-	a.tell(ctx, r, &pb.WorkerReport{
+	msg := &pb.WorkerReport{
 		Node: a.cfg.Name, Job: rep.Job, Incarnation: rep.Incarnation, Rank: uint32(rep.Rank),
 		StepTime: rep.StepTime, SyncTime: rep.SyncTime, GradSqr: rep.GradSqr, GradVar: rep.GradVar,
 		Epoch: uint32(rep.Epoch), Progress: rep.Progress, LocalBsz: uint32(rep.LocalBatch),
 		AccumSteps: uint32(rep.AccumSteps), Done: rep.Done,
-	})
+	}
+	if rep.Done {
+		r.done = msg
+	}
+	a.tell(ctx, r, msg)
+}
+
+// retell tells r's owner again how r ended: its final report, then its
+// workers' exits. A run whose workers all ended while the control plane
+// changed leader would otherwise stay running in the state for ever: the
+// old owner's completion or restart died with its leadership, and the
+// new owner hears nothing from a run that no longer runs.
+func (a *nodeActor) retell(ctx actor.Context, r *run) {
+	if r.done != nil {
+		a.tell(ctx, r, r.done)
+	}
+	for _, e := range r.exits {
+		a.tell(ctx, r, e)
+	}
 }
 
 // tell sends msg to r's owner, if it has one.

@@ -329,7 +329,15 @@ func TestFinishedRunIsNeverRestarted(t *testing.T) {
 	if m, ok := f.next(5 * time.Second).(*pb.WorkerExited); !ok || m.Requested || m.ExitCode != 0 {
 		t.Fatalf("exit %v", m)
 	}
+	// Still assigned: the owner is told again how it ended (a new owner
+	// may have missed it), and nothing restarts.
 	f.assign(2, rj)
+	if r := f.reports(1)[0]; !r.Done {
+		t.Errorf("re-told report %v", r)
+	}
+	if m, ok := f.next(5 * time.Second).(*pb.WorkerExited); !ok || m.Requested || m.ExitCode != 0 {
+		t.Fatalf("re-told exit %v", m)
+	}
 	f.assign(3) // dropped from the assignment ...
 	f.assign(4, rj)
 	f.quiet(300 * time.Millisecond) // ... and re-sent: still not restarted

@@ -1,6 +1,6 @@
 // Package worker carries the PyTorch worker library, pollux_worker, and the
 // example training jobs written with it: the worker side of
-// docs/worker-protocol.md for real models, as actors/emulator is for
+// docs/worker-protocol.md for real models, as testbed/emulator is for
 // emulated ones.
 //
 // The Python sources live under python/ and are embedded in the binary, so

@@ -32,6 +32,14 @@ type Bundle struct {
 // Launchers of local clusters (pollux demo, pollux chaos, tests) call it
 // and pass Flags(name) to each process.
 func DevBundle(dir string, servers, agents []string) (*Bundle, error) {
+	return DevBundleHosts(dir, servers, agents, nil)
+}
+
+// DevBundleHosts is DevBundle for processes that are also reached at
+// other addresses than loopback (e.g. each in a network namespace of its
+// own): the certificate of each server or agent name in hosts also names
+// hosts[name] (IP addresses or DNS names).
+func DevBundleHosts(dir string, servers, agents []string, hosts map[string][]string) (*Bundle, error) {
 	b := &Bundle{Dir: dir, CA: filepath.Join(dir, CAFile), GossipKey: filepath.Join(dir, GossipKeyFile), roles: map[string]Role{}}
 	ids := []Identity{{RoleClient, DevClient}}
 	for _, s := range servers {
@@ -49,6 +57,11 @@ func DevBundle(dir string, servers, agents []string) (*Bundle, error) {
 		}
 		b.roles[id.Name] = id.Role
 	}
+	for name := range hosts {
+		if r, ok := b.roles[name]; !ok || r == RoleClient {
+			return nil, fmt.Errorf("%w: hosts for %q, which is no server or agent of the bundle", ErrBadName, name)
+		}
+	}
 	ca, err := NewCA(CAOptions{})
 	if err != nil {
 		return nil, err
@@ -57,7 +70,7 @@ func DevBundle(dir string, servers, agents []string) (*Bundle, error) {
 		return nil, err
 	}
 	for _, id := range ids {
-		is, err := ca.Issue(CertRequest{Identity: id})
+		is, err := ca.Issue(CertRequest{Identity: id, Hosts: hosts[id.Name]})
 		if err != nil {
 			return nil, err
 		}

@@ -591,6 +591,36 @@ func TestDevBundle(t *testing.T) {
 	}
 }
 
+// TestDevBundleHosts: certificates name the extra hosts of their process
+// (and loopback), and only theirs; hosts of a name not in the bundle, or
+// of the client, are refused.
+func TestDevBundleHosts(t *testing.T) {
+	b, err := DevBundleHosts(t.TempDir(), []string{"s0"}, []string{"a0"},
+		map[string][]string{"s0": {"10.77.0.1"}, "a0": {"10.77.0.2", "a0.lab"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string][]string{"s0": {"10.77.0.1", "127.0.0.1"}, "a0": {"10.77.0.2", "a0.lab", "localhost"}} {
+		c, err := b.Credentials(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range want {
+			if err := c.Cert.Leaf.VerifyHostname(h); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+	}
+	if c, err := b.Credentials("s0"); err != nil || c.Cert.Leaf.VerifyHostname("10.77.0.2") == nil {
+		t.Errorf("s0's certificate names a0's address (%v)", err)
+	}
+	for _, hosts := range []map[string][]string{{"s9": {"10.0.0.1"}}, {DevClient: {"10.0.0.1"}}, {"s0": {"not a host!"}}} {
+		if _, err := DevBundleHosts(t.TempDir(), []string{"s0"}, nil, hosts); !errors.Is(err, ErrBadName) {
+			t.Errorf("hosts %v: %v, want ErrBadName", hosts, err)
+		}
+	}
+}
+
 // FuzzIdentityOf reads identities from URIs as a peer's (unverified)
 // certificate may carry them: never a panic, and an accepted identity
 // is valid and round-trips.

@@ -206,6 +206,8 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 		if err := joinUntil(ctx, members, o.join, log); err != nil {
 			return nil // interrupted before joining: a clean stop
 		}
+		// Gossip does not heal a partition by itself: keep the seeds.
+		go members.KeepJoined(ctx, o.join, time.Second)
 	}
 	<-ctx.Done()
 	log.Info("agent: stopping")

@@ -20,10 +20,10 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 
-	"pollux/actors/emulator"
 	"pollux/actors/node"
 	"pollux/actors/pb"
 	"pollux/cluster"
+	"pollux/testbed/emulator"
 )
 
 // TestPolluxProcess is not a test: agent tests re-execute the test binary

@@ -1,87 +1,23 @@
 package main
 
 import (
-	"bufio"
-	"context"
-	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/hashicorp/raft"
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"gonum.org/v1/gonum/stat"
 
-	"pollux/cluster/pki"
 	"pollux/consensus"
-	"pollux/optimizer/goodput"
+	"pollux/testbed/failover"
 )
 
 func init() {
 	benchCommands = append(benchCommands, newBenchFailoverCmd)
 	subcommands = append(subcommands, newConsensusMemberCmd)
-}
-
-// failoverReport is what `pollux bench failover --json` prints.
-type failoverReport struct {
-	Servers     int       `json:"servers"`
-	Trials      int       `json:"trials"`
-	MedianS     float64   `json:"median_s"`
-	P95S        float64   `json:"p95_s"`
-	MaxS        float64   `json:"max_s"`
-	MinS        float64   `json:"min_s"`
-	MeanS       float64   `json:"mean_s"`
-	SamplesS    []float64 `json:"samples_s"`
-	HeartbeatMS int64     `json:"heartbeat_ms"`
-	ElectionMS  int64     `json:"election_ms"`
-	LeaseMS     int64     `json:"lease_ms"`
-	// Allocations committed by the throughput run, at AllocsPerS.
-	Allocations int     `json:"allocations"`
-	Batch       int     `json:"batch"`
-	AllocsPerS  float64 `json:"allocs_per_s"`
-	// ThroughputRestarts counts throughput runs started over because the
-	// leader changed during them.
-	ThroughputRestarts int `json:"throughput_restarts"`
-	// TLS says whether the servers ran mutual TLS on their Raft ports
-	// (and the benchmark's own HTTP control channel).
-	TLS bool `json:"tls"`
-	// Plaintext is the same benchmark without TLS, run right after (the
-	// baseline of the cost of TLS), and TLSCost compares the two.
-	Plaintext *failoverReport `json:"plaintext,omitempty"`
-	TLSCost   *tlsCost        `json:"tls_cost,omitempty"`
-}
-
-// tlsCost is the TLS run's figures over the plaintext run's.
-type tlsCost struct {
-	// MedianRatio is the TLS median failover over the plaintext one.
-	MedianRatio float64 `json:"median_ratio"`
-	// AllocsRatio is the TLS allocation rate over the plaintext one.
-	AllocsRatio float64 `json:"allocs_ratio"`
-}
-
-type failoverOpts struct {
-	servers, trials, allocs, batch int
-	heartbeat, election, lease     time.Duration
-	keep                           bool
-	// insecure runs without TLS only; baseline also runs the plaintext
-	// benchmark after the TLS one.
-	insecure, baseline bool
-	// member returns the command that runs one server process with the
-	// given arguments of the hidden consensus-member subcommand.
-	member func(args []string) *exec.Cmd
 }
 
 // selfMember re-executes this binary.
@@ -94,11 +30,9 @@ func selfMember(args []string) *exec.Cmd {
 }
 
 func newBenchFailoverCmd() *cobra.Command {
-	var (
-		o      failoverOpts
-		asJSON bool
-	)
+	var asJSON bool
 	d := consensus.DefaultConfig("")
+	o := failover.Options{Member: selfMember}
 	cmd := &cobra.Command{
 		Use:   "failover",
 		Short: "Kill the Raft leader of a real cluster repeatedly and time the next committed write; measure allocation commits per second",
@@ -113,34 +47,16 @@ leader, and restarts the killed server on its data directory. Unless
 reports the cost of TLS; --insecure runs the plaintext benchmark only.`,
 		Args: failoverNoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch {
-			case o.servers < 3:
-				return badInput(fmt.Errorf("--servers %d: need at least 3 to survive a kill", o.servers))
-			case o.trials < 1:
-				return badInput(fmt.Errorf("--trials %d: need at least 1", o.trials))
-			case o.allocs < 0 || o.batch < 1:
-				return badInput(fmt.Errorf("--allocs %d, --batch %d: need allocs >= 0, batch >= 1", o.allocs, o.batch))
-			case o.lease > o.heartbeat || o.heartbeat < 5*time.Millisecond || o.election < o.heartbeat:
-				return badInput(fmt.Errorf("timeouts: need 5ms <= heartbeat <= election and lease <= heartbeat"))
+			if err := o.Validate(); err != nil {
+				return badInput(err)
 			}
 			var progress io.Writer = cmd.ErrOrStderr()
 			if asJSON {
 				progress = io.Discard
 			}
-			rep, err := runFailover(cmd.Context(), o, !o.insecure, progress, cmd.ErrOrStderr())
+			rep, err := failover.Run(cmd.Context(), o, progress, cmd.ErrOrStderr())
 			if err != nil {
 				return err
-			}
-			if !o.insecure && o.baseline {
-				plain, err := runFailover(cmd.Context(), o, false, progress, cmd.ErrOrStderr())
-				if err != nil {
-					return fmt.Errorf("bench failover: plaintext baseline: %w", err)
-				}
-				rep.Plaintext = &plain
-				rep.TLSCost = &tlsCost{MedianRatio: rep.MedianS / plain.MedianS}
-				if plain.AllocsPerS > 0 {
-					rep.TLSCost.AllocsRatio = rep.AllocsPerS / plain.AllocsPerS
-				}
 			}
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -151,18 +67,17 @@ reports the cost of TLS; --insecure runs the plaintext benchmark only.`,
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&o.servers, "servers", 3, "servers in the cluster")
-	f.IntVar(&o.trials, "trials", 20, "leader kills")
-	f.IntVar(&o.allocs, "allocs", 20000, "allocations to commit in the throughput run (0: skip it)")
-	f.IntVar(&o.batch, "batch", 256, "allocations pipelined per batch in the throughput run")
-	f.DurationVar(&o.heartbeat, "heartbeat", d.HeartbeatTimeout, "Raft heartbeat timeout")
-	f.DurationVar(&o.election, "election", d.ElectionTimeout, "Raft election timeout")
-	f.DurationVar(&o.lease, "lease", d.LeaderLeaseTimeout, "Raft leader lease timeout")
+	f.IntVar(&o.Servers, "servers", 3, "servers in the cluster")
+	f.IntVar(&o.Trials, "trials", 20, "leader kills")
+	f.IntVar(&o.Allocs, "allocs", 20000, "allocations to commit in the throughput run (0: skip it)")
+	f.IntVar(&o.Batch, "batch", 256, "allocations pipelined per batch in the throughput run")
+	f.DurationVar(&o.Heartbeat, "heartbeat", d.HeartbeatTimeout, "Raft heartbeat timeout")
+	f.DurationVar(&o.Election, "election", d.ElectionTimeout, "Raft election timeout")
+	f.DurationVar(&o.Lease, "lease", d.LeaderLeaseTimeout, "Raft leader lease timeout")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object on stdout")
-	f.BoolVar(&o.keep, "keep", false, "keep the servers' data directories and logs (path printed on stderr)")
-	f.BoolVar(&o.insecure, "insecure", false, "run the servers without TLS only")
-	f.BoolVar(&o.baseline, "plaintext-baseline", true, "after the TLS run, run the same benchmark without TLS and report the cost of TLS")
-	o.member = selfMember
+	f.BoolVar(&o.Keep, "keep", false, "keep the servers' data directories and logs (path printed on stderr)")
+	f.BoolVar(&o.Insecure, "insecure", false, "run the servers without TLS only")
+	f.BoolVar(&o.Baseline, "plaintext-baseline", true, "after the TLS run, run the same benchmark without TLS and report the cost of TLS")
 	return cmd
 }
 
@@ -174,7 +89,7 @@ func failoverNoArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-func printFailover(w io.Writer, r failoverReport) error {
+func printFailover(w io.Writer, r failover.Report) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	mode := "plaintext (--insecure)"
 	if r.TLS {
@@ -188,6 +103,9 @@ func printFailover(w io.Writer, r failoverReport) error {
 	if r.Allocations > 0 {
 		fmt.Fprintf(tw, "allocations committed\t%d in batches of %d: %.0f /s\n", r.Allocations, r.Batch, r.AllocsPerS)
 	}
+	if r.ThroughputRestarts > 0 {
+		fmt.Fprintf(tw, "throughput restarts\t%d (a leader change during the run)\n", r.ThroughputRestarts)
+	}
 	if p := r.Plaintext; p != nil {
 		fmt.Fprintf(tw, "plaintext baseline\tmedian %.3f s, p95 %.3f s, max %.3f s; %.0f allocations/s\n", p.MedianS, p.P95S, p.MaxS, p.AllocsPerS)
 		fmt.Fprintf(tw, "cost of TLS\tfailover median x%.2f, allocation rate x%.2f\n", r.TLSCost.MedianRatio, r.TLSCost.AllocsRatio)
@@ -195,562 +113,36 @@ func printFailover(w io.Writer, r failoverReport) error {
 	return tw.Flush()
 }
 
-// benchMember is one server process of the benchmark cluster.
-type benchMember struct {
-	id, dir, raftAddr, httpAddr string
-	scheme                      string // of httpAddr's URLs
-	cmd                         *exec.Cmd
-	stdin                       io.WriteCloser
-	exited                      chan struct{}
-}
-
-// throughputAttempts bounds the throughput runs of one benchmark.
-const throughputAttempts = 3
-
-// runFailover runs the benchmark, over TLS (a CA and certificates made
-// in its temporary directory) or plaintext; progress gets the progress
-// bar, stderr the notes.
-func runFailover(ctx context.Context, o failoverOpts, withTLS bool, progress, stderr io.Writer) (rep failoverReport, err error) {
-	tmp, err := os.MkdirTemp("", "pollux-failover-")
-	if err != nil {
-		return rep, fmt.Errorf("bench failover: %w", err)
-	}
-	if o.keep {
-		fmt.Fprintf(stderr, "data and logs kept in %s\n", tmp)
-	} else {
-		defer os.RemoveAll(tmp)
-	}
-	ids := make([]string, o.servers)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("s%d", i)
-	}
-	scheme, client := "http://", &http.Client{Timeout: 30 * time.Second}
-	secArgs := func(string) []string { return []string{"--insecure"} }
-	if withTLS {
-		bundle, err := pki.DevBundle(filepath.Join(tmp, "tls"), ids, nil)
-		if err != nil {
-			return rep, fmt.Errorf("bench failover: %w", err)
-		}
-		cfg, err := bundle.ClientTLS()
-		if err != nil {
-			return rep, fmt.Errorf("bench failover: %w", err)
-		}
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig = cfg
-		scheme, client = "https://", &http.Client{Timeout: 30 * time.Second, Transport: tr}
-		secArgs = func(id string) []string { return bundle.Flags(id)[:6] } // no gossip in this benchmark
-	}
-	defer client.CloseIdleConnections()
-
-	members := make([]*benchMember, o.servers)
-	var peers []string
-	for i := range members {
-		m := &benchMember{id: ids[i], dir: filepath.Join(tmp, ids[i]), scheme: scheme}
-		if m.raftAddr, err = freeAddr(); err != nil {
-			return rep, err
-		}
-		if m.httpAddr, err = freeAddr(); err != nil {
-			return rep, err
-		}
-		members[i] = m
-		peers = append(peers, m.id+"="+m.raftAddr+"="+m.httpAddr)
-	}
-	args := func(m *benchMember, bootstrap bool) []string {
-		return append([]string{"consensus-member", "--id", m.id, "--dir", m.dir, "--raft", m.raftAddr, "--http", m.httpAddr,
-			"--peers", strings.Join(peers, ","), "--bootstrap=" + strconv.FormatBool(bootstrap),
-			"--heartbeat", o.heartbeat.String(), "--election", o.election.String(), "--lease", o.lease.String()}, secArgs(m.id)...)
-	}
-	defer func() {
-		for _, m := range members {
-			m.stop()
-		}
-	}()
-	for i, m := range members {
-		if err := m.start(o.member, args(m, i == 0), tmp); err != nil {
-			return rep, err
-		}
-	}
-	leader, err := waitLeader(ctx, client, members)
-	if err != nil {
-		return rep, err
-	}
-	rep = failoverReport{
-		TLS: withTLS, Servers: o.servers, Trials: o.trials, Batch: o.batch,
-		HeartbeatMS: o.heartbeat.Milliseconds(), ElectionMS: o.election.Milliseconds(), LeaseMS: o.lease.Milliseconds(),
-	}
-	// A leader change during the throughput run (an election on a loaded
-	// machine) fences its allocations (stale term): the run starts over
-	// on the new leader, at most throughputAttempts times, and the
-	// restarts are reported.
-	for attempt := 1; o.allocs > 0; attempt++ {
-		if err := waitCaughtUp(ctx, client, members); err != nil {
-			return rep, err
-		}
-		var tr allocsResult
-		url := fmt.Sprintf("%s%s/bench/allocs?n=%d&batch=%d", scheme, leader.httpAddr, o.allocs, o.batch)
-		err := postJSON(ctx, client, url, "", &tr)
-		if err == nil {
-			rep.Allocations, rep.AllocsPerS = tr.N, float64(tr.N)/tr.Seconds
-			break
-		}
-		if attempt == throughputAttempts {
-			return rep, fmt.Errorf("bench failover: throughput run (attempt %d): %w", attempt, err)
-		}
-		fmt.Fprintf(stderr, "bench failover: throughput run restarted: %v\n", err)
-		rep.ThroughputRestarts++
-		if leader, err = waitLeader(ctx, client, members); err != nil {
-			return rep, err
-		}
-	}
-
-	bar := progressbar.NewOptions(o.trials,
-		progressbar.OptionSetWriter(progress),
-		progressbar.OptionSetDescription("leader kills"),
-		progressbar.OptionShowCount(),
-		progressbar.OptionClearOnFinish(),
-	)
-	for trial := range o.trials {
-		leader, err := waitLeader(ctx, client, members)
-		if err != nil {
-			return rep, err
-		}
-		if err := waitCaughtUp(ctx, client, members); err != nil {
-			return rep, err
-		}
-		var survivor *benchMember
-		for _, m := range members {
-			if m != leader {
-				survivor = m
-				break
-			}
-		}
-		if err := leader.cmd.Process.Kill(); err != nil {
-			return rep, fmt.Errorf("bench failover: killing %s: %w", leader.id, err)
-		}
-		killed := time.Now()
-		// The write is an idempotent node registration: an attempt that
-		// fails ambiguously (e.g. forwarded over a connection to the
-		// dead leader) is simply sent again.
-		url := fmt.Sprintf("%s%s/bench/write?node=trial-%d", scheme, survivor.httpAddr, trial)
-		err = poll(ctx, "a write after the kill", func(ctx context.Context) (bool, error) {
-			return postJSON(ctx, client, url, "", nil) == nil, nil
-		})
-		if err != nil {
-			return rep, fmt.Errorf("bench failover: trial %d: %w", trial, err)
-		}
-		rep.SamplesS = append(rep.SamplesS, time.Since(killed).Seconds())
-		<-leader.exited
-		if err := leader.start(o.member, args(leader, false), tmp); err != nil {
-			return rep, err
-		}
-		_ = bar.Add(1)
-	}
-	_ = bar.Finish()
-
-	sorted := slices.Clone(rep.SamplesS)
-	slices.Sort(sorted)
-	rep.MedianS = stat.Quantile(0.5, stat.Empirical, sorted, nil)
-	rep.P95S = stat.Quantile(0.95, stat.Empirical, sorted, nil)
-	rep.MinS, rep.MaxS = sorted[0], sorted[len(sorted)-1]
-	rep.MeanS = stat.Mean(sorted, nil)
-	return rep, nil
-}
-
-// freeAddr returns a 127.0.0.1 address with a port that was free a moment
-// ago (the server process binds it shortly after).
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("bench failover: finding a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-// start runs the member's process. Its stdin is a pipe: when this process
-// dies the pipe closes and the member exits, so nothing is left behind.
-func (m *benchMember) start(member func([]string) *exec.Cmd, args []string, logDir string) error {
-	logf, err := os.OpenFile(filepath.Join(logDir, m.id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("bench failover: %w", err)
-	}
-	m.cmd = member(args)
-	m.cmd.Stdout, m.cmd.Stderr = logf, logf
-	if m.stdin, err = m.cmd.StdinPipe(); err != nil {
-		logf.Close()
-		return fmt.Errorf("bench failover: %w", err)
-	}
-	if err := m.cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("bench failover: starting %s: %w", m.id, err)
-	}
-	m.exited = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) {
-		_ = cmd.Wait()
-		logf.Close()
-		close(done)
-	}(m.cmd, m.exited)
-	return nil
-}
-
-// stop asks the member to shut down (closing its stdin) and kills it if
-// it has not exited after a grace period.
-func (m *benchMember) stop() {
-	if m.cmd == nil {
-		return
-	}
-	_ = m.stdin.Close()
-	select {
-	case <-m.exited:
-	case <-time.After(3 * time.Second):
-		_ = m.cmd.Process.Kill()
-		<-m.exited
-	}
-}
-
-func (m *benchMember) alive() bool {
-	select {
-	case <-m.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// memberStatus is what a member's /bench/status answers.
-type memberStatus struct {
-	ID      string `json:"id"`
-	State   string `json:"state"`
-	Leader  string `json:"leader"`
-	Term    uint64 `json:"term"`
-	Applied uint64 `json:"applied"`
-	Last    uint64 `json:"last"`
-}
-
-type allocsResult struct {
-	N       int     `json:"n"`
-	Seconds float64 `json:"seconds"`
-}
-
-func getStatus(ctx context.Context, client *http.Client, m *benchMember) (memberStatus, error) {
-	var st memberStatus
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.scheme+m.httpAddr+"/bench/status", nil)
-	if err != nil {
-		return st, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return st, err
-	}
-	defer resp.Body.Close()
-	return st, json.NewDecoder(resp.Body).Decode(&st)
-}
-
-// poll calls cond every 10 ms until it reports done, fails, or 30 s pass.
-func poll(ctx context.Context, what string, cond func(context.Context) (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		done, err := cond(ctx)
-		if err != nil {
-			return err
-		}
-		if done {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("bench failover: waiting for %s: %w", what, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
-// waitLeader waits until every live member answers and names the same
-// leader, which answers that it is the leader.
-func waitLeader(ctx context.Context, client *http.Client, members []*benchMember) (*benchMember, error) {
-	var leader *benchMember
-	err := poll(ctx, "a leader", func(ctx context.Context) (bool, error) {
-		leader = nil
-		name := ""
-		for _, m := range members {
-			if !m.alive() {
-				return false, fmt.Errorf("bench failover: server %s exited (see its log)", m.id)
-			}
-			st, err := getStatus(ctx, client, m)
-			if err != nil || st.Leader == "" || (name != "" && st.Leader != name) {
-				return false, nil
-			}
-			name = st.Leader
-			if st.ID == st.Leader && st.State == raft.Leader.String() {
-				leader = m
-			}
-		}
-		return leader != nil, nil
-	})
-	return leader, err
-}
-
-// waitCaughtUp waits until every member has applied its whole log and all
-// logs end at the same index.
-func waitCaughtUp(ctx context.Context, client *http.Client, members []*benchMember) error {
-	return poll(ctx, "servers to catch up", func(ctx context.Context) (bool, error) {
-		var last uint64
-		for i, m := range members {
-			st, err := getStatus(ctx, client, m)
-			if err != nil || st.Applied != st.Last || (i > 0 && st.Last != last) {
-				return false, nil
-			}
-			last = st.Last
-		}
-		return true, nil
-	})
-}
-
-func postJSON(ctx context.Context, client *http.Client, url, body string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
-	}
-	if out == nil {
-		return nil
-	}
-	return json.Unmarshal(b, out)
-}
-
 // newConsensusMemberCmd is the hidden server process the benchmark
-// starts: a consensus server on a data directory with Raft (and
-// forwarded writes) over TCP, with mutual TLS unless --insecure, and an
-// HTTP listener (HTTPS with the same certificate) for the benchmark's
-// requests. It exits when its stdin closes.
+// starts (failover.RunMember): mutual TLS on its Raft port and HTTPS
+// unless --insecure. It exits when its stdin closes.
 func newConsensusMemberCmd() *cobra.Command {
-	var (
-		id, dir, raftAddr, httpAddr, peers string
-		caPath, certPath, keyPath          string
-		bootstrap, insecure                bool
-		heartbeat, election, lease         time.Duration
-	)
+	var o failover.MemberOptions
 	cmd := &cobra.Command{
 		Use:    "consensus-member",
 		Short:  "One consensus server process (used by pollux bench failover)",
 		Hidden: true,
 		Args:   failoverNoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			servers, _, err := parsePeers(peers)
-			if err != nil {
+			if err := o.Validate(); err != nil {
 				return badInput(err)
 			}
-			logger := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-			var raftTLS *consensus.TLS
-			var apiTLS *tls.Config
-			switch {
-			case insecure && caPath+certPath+keyPath == "":
-			case !insecure && caPath != "" && certPath != "" && keyPath != "":
-				creds, err := pki.LoadCredentials(caPath, certPath, keyPath)
-				if err != nil {
-					return badInput(err)
-				}
-				srvCfg, err1 := creds.ServerConfig(pki.ChannelRaft)
-				cliCfg, err2 := creds.ClientConfig(pki.ChannelRaft)
-				api, err3 := creds.ServerConfig(pki.ChannelAPI)
-				if err := errors.Join(err1, err2, err3); err != nil {
-					return err
-				}
-				raftTLS, apiTLS = &consensus.TLS{Server: srvCfg, Client: cliCfg}, api
-			default:
-				return badInput(errors.New("consensus-member: want --ca, --cert and --key, or --insecure"))
-			}
-			cfg := consensus.DefaultConfig(raft.ServerID(id))
-			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = heartbeat, election, lease
-			cfg.Logger = logger
-			trans, err := consensus.ListenTCP(raftAddr, cfg, raftTLS)
-			if err != nil {
-				return err
-			}
-			srv, err := consensus.OpenDisk(cfg, dir, trans, trans.Forwarder())
-			if err != nil {
-				_ = trans.Close()
-				return err
-			}
-			defer srv.Shutdown()
-			if bootstrap {
-				if err := srv.Bootstrap(servers); err != nil {
-					return err
-				}
-			}
-			ln, err := net.Listen("tcp", httpAddr)
-			if err != nil {
-				return fmt.Errorf("consensus-member: %w", err)
-			}
-			if apiTLS != nil {
-				ln = pki.NewListener(ln, apiTLS, pki.ListenerOptions{Channel: pki.ChannelAPI, Logger: logger})
-			}
-			hs := newHTTPServer(memberHandler(srv), logger)
-			hs.WriteTimeout = 6 * time.Minute // the throughput run answers when done
-			go func() { _ = hs.Serve(ln) }()
-			defer hs.Close()
-			// Run until stdin closes (the benchmark stopped or died).
-			_, _ = io.Copy(io.Discard, bufio.NewReader(cmd.InOrStdin()))
-			return nil
+			return failover.RunMember(o, cmd.InOrStdin(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&id, "id", "", "server id")
-	f.StringVar(&dir, "dir", "", "data directory")
-	f.StringVar(&raftAddr, "raft", "127.0.0.1:0", "Raft TCP address")
-	f.StringVar(&httpAddr, "http", "127.0.0.1:0", "HTTP address")
-	f.StringVar(&peers, "peers", "", "every server as id=raftaddr=httpaddr, comma-separated")
-	f.BoolVar(&bootstrap, "bootstrap", false, "bootstrap the cluster from --peers")
-	f.DurationVar(&heartbeat, "heartbeat", 200*time.Millisecond, "Raft heartbeat timeout")
-	f.DurationVar(&election, "election", 200*time.Millisecond, "Raft election timeout")
-	f.DurationVar(&lease, "lease", 100*time.Millisecond, "Raft leader lease timeout")
-	f.StringVar(&caPath, "ca", "", "cluster CA certificate")
-	f.StringVar(&certPath, "cert", "", "this server's certificate")
-	f.StringVar(&keyPath, "key", "", "this server's key")
-	f.BoolVar(&insecure, "insecure", false, "plaintext Raft port and HTTP")
+	f.StringVar(&o.ID, "id", "", "server id")
+	f.StringVar(&o.Dir, "dir", "", "data directory")
+	f.StringVar(&o.Raft, "raft", "127.0.0.1:0", "Raft TCP address")
+	f.StringVar(&o.HTTP, "http", "127.0.0.1:0", "HTTP address")
+	f.StringVar(&o.Peers, "peers", "", "every server as id=raftaddr=httpaddr, comma-separated")
+	f.BoolVar(&o.Bootstrap, "bootstrap", false, "bootstrap the cluster from --peers")
+	f.DurationVar(&o.Heartbeat, "heartbeat", 200*time.Millisecond, "Raft heartbeat timeout")
+	f.DurationVar(&o.Election, "election", 200*time.Millisecond, "Raft election timeout")
+	f.DurationVar(&o.Lease, "lease", 100*time.Millisecond, "Raft leader lease timeout")
+	f.StringVar(&o.CA, "ca", "", "cluster CA certificate")
+	f.StringVar(&o.Cert, "cert", "", "this server's certificate")
+	f.StringVar(&o.Key, "key", "", "this server's key")
+	f.BoolVar(&o.Insecure, "insecure", false, "plaintext Raft port and HTTP")
 	return cmd
-}
-
-func parsePeers(s string) ([]raft.Server, map[raft.ServerID]string, error) {
-	var servers []raft.Server
-	httpPeers := map[raft.ServerID]string{}
-	for _, p := range strings.Split(s, ",") {
-		parts := strings.Split(p, "=")
-		if len(parts) != 3 || parts[0] == "" {
-			return nil, nil, fmt.Errorf("--peers: %q is not id=raftaddr=httpaddr", p)
-		}
-		id := raft.ServerID(parts[0])
-		servers = append(servers, raft.Server{ID: id, Address: raft.ServerAddress(parts[1])})
-		httpPeers[id] = parts[2]
-	}
-	return servers, httpPeers, nil
-}
-
-// memberHandler serves the benchmark's endpoints.
-func memberHandler(srv *consensus.Server) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /bench/status", func(w http.ResponseWriter, _ *http.Request) {
-		r := srv.Raft()
-		id, _ := srv.Leader()
-		writeJSON(w, memberStatus{ID: string(srv.ID()), State: r.State().String(), Leader: string(id),
-			Term: r.CurrentTerm(), Applied: r.AppliedIndex(), Last: r.LastIndex()})
-	})
-	// A write through this server (forwarded if it is a follower).
-	mux.HandleFunc("POST /bench/write", func(w http.ResponseWriter, req *http.Request) {
-		ctx, cancel := context.WithTimeout(req.Context(), 20*time.Second)
-		defer cancel()
-		if err := srv.RegisterNode(ctx, consensus.Node{ID: req.URL.Query().Get("node"), GPUs: 1}); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		writeJSON(w, map[string]bool{"ok": true})
-	})
-	// The throughput run, on the leader.
-	mux.HandleFunc("POST /bench/allocs", func(w http.ResponseWriter, req *http.Request) {
-		n, err1 := strconv.Atoi(req.URL.Query().Get("n"))
-		batch, err2 := strconv.Atoi(req.URL.Query().Get("batch"))
-		if err := errors.Join(err1, err2); err != nil || n < 1 || batch < 1 {
-			http.Error(w, fmt.Sprintf("bad n or batch: %v", err), http.StatusBadRequest)
-			return
-		}
-		secs, err := commitAllocations(req.Context(), srv, n, batch)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		writeJSON(w, allocsResult{N: n, Seconds: secs})
-	})
-	return mux
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// Shape of the throughput run's cluster: benchNodes nodes of 8 GPUs and
-// benchJobs jobs; every allocation moves each job to the next node and
-// varies its GPU count, so every commit changes every placement.
-const (
-	benchNodes = 8
-	benchJobs  = 16
-)
-
-// commitAllocations commits n allocations on the leader srv, pipelined in
-// batches, and returns the seconds they took.
-func commitAllocations(ctx context.Context, srv *consensus.Server, n, batch int) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	var setup []consensus.Command
-	for i := range benchNodes {
-		setup = append(setup, &consensus.RegisterNode{Node: consensus.Node{ID: fmt.Sprintf("bench-node-%d", i), GPUs: 8, Health: consensus.Alive}})
-	}
-	st := srv.LocalState()
-	for j := range benchJobs {
-		id := fmt.Sprintf("bench-job-%d", j)
-		if _, ok := st.Jobs[id]; ok {
-			continue
-		}
-		setup = append(setup, &consensus.SubmitJob{ID: id, Spec: consensus.JobSpec{App: "bench", MinReplicas: 1, MaxReplicas: 4,
-			Limits: goodput.Limits{InitBatch: 64, MaxBatch: 1024, MinLocal: 32, MaxLocal: 256}}})
-	}
-	if err := applyAll(ctx, srv, setup); err != nil {
-		return 0, err
-	}
-	st, err := srv.Read(ctx)
-	if err != nil {
-		return 0, err
-	}
-	term, ok := srv.Leadership()
-	if !ok {
-		return 0, consensus.ErrNotLeader
-	}
-	gen := st.Allocation.Generation
-	start := time.Now()
-	for done := 0; done < n; {
-		k := min(batch, n-done)
-		cmds := make([]consensus.Command, k)
-		for i := range cmds {
-			gen++
-			jobs := make(map[string][]consensus.Slot, benchJobs)
-			for j := range benchJobs {
-				jobs[fmt.Sprintf("bench-job-%d", j)] = []consensus.Slot{{
-					Node: fmt.Sprintf("bench-node-%d", (j+int(gen))%benchNodes), GPUs: 1 + int(gen)%2}}
-			}
-			cmds[i] = &consensus.CommitAllocation{Generation: gen, Term: term, Jobs: jobs}
-		}
-		if err := applyAll(ctx, srv, cmds); err != nil {
-			return 0, err
-		}
-		done += k
-	}
-	return time.Since(start).Seconds(), nil
-}
-
-func applyAll(ctx context.Context, srv *consensus.Server, cmds []consensus.Command) error {
-	if len(cmds) == 0 {
-		return nil
-	}
-	res, err := srv.Apply(ctx, cmds...)
-	if err != nil {
-		return err
-	}
-	for _, r := range res {
-		if r.Err != nil {
-			return r.Err
-		}
-	}
-	return nil
 }

@@ -1,60 +1,6 @@
 package main
 
-import (
-	"context"
-	"io"
-	"os"
-	"os/exec"
-	"slices"
-	"testing"
-	"time"
-)
-
-// TestConsensusMemberProcess is not a test: TestBenchFailover re-executes
-// the test binary with it selected to run one server process.
-func TestConsensusMemberProcess(t *testing.T) {
-	if os.Getenv("POLLUX_CONSENSUS_MEMBER") != "1" {
-		t.Skip("helper process of TestBenchFailover")
-	}
-	i := slices.Index(os.Args, "--")
-	if i < 0 {
-		t.Fatal("no -- in the arguments")
-	}
-	os.Exit(run(os.Args[i+1:]))
-}
-
-func testMember(args []string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestConsensusMemberProcess$", "--"}, args...)...)
-	cmd.Env = append(os.Environ(), "POLLUX_CONSENSUS_MEMBER=1")
-	return cmd
-}
-
-func TestBenchFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-process cluster")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	o := failoverOpts{servers: 3, trials: 2, allocs: 300, batch: 64,
-		heartbeat: 200 * time.Millisecond, election: 200 * time.Millisecond, lease: 100 * time.Millisecond, member: testMember}
-	rep, err := runFailover(ctx, o, true, io.Discard, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.TLS || rep.Trials != 2 || len(rep.SamplesS) != 2 || rep.Allocations != 300 || !(rep.AllocsPerS > 0) {
-		t.Fatalf("report %+v", rep)
-	}
-	// A kill cannot be noticed before the election timeout, and the
-	// benchmark gives up after 30 s.
-	for _, s := range rep.SamplesS {
-		if s < o.election.Seconds() || s > 30 {
-			t.Fatalf("failover sample %.3f s outside [%.1f, 30]", s, o.election.Seconds())
-		}
-	}
-	if !(rep.MinS <= rep.MedianS && rep.MedianS <= rep.P95S && rep.P95S <= rep.MaxS) {
-		t.Fatalf("order statistics out of order: %+v", rep)
-	}
-}
+import "testing"
 
 func TestBenchFailoverBadInput(t *testing.T) {
 	for _, args := range [][]string{

@@ -9,7 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"slices"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -19,34 +19,42 @@ import (
 	"github.com/spf13/cobra"
 
 	"pollux/testbed/chaos/driver"
+	"pollux/testbed/chaos/netns"
 	"pollux/testbed/chaos/schedule"
+	"pollux/testbed/launch"
 )
 
 func init() { subcommands = append(subcommands, newChaosCmd) }
 
-// errViolations is returned when a run lost jobs or broke an invariant.
-var errViolations = errors.New("chaos: the cluster lost jobs or broke invariants")
+// errChaosFailed is returned when a run lost a job, broke an invariant or
+// could not inject or observe what it had to.
+var errChaosFailed = errors.New("chaos: the run failed")
 
 func newChaosCmd() *cobra.Command {
 	var (
-		scenario, dir, logLevel string
-		seed                    uint64
-		jsonOut                 bool
-		exec                    []string
-		o                       driver.Options
+		scenario, dir, logLevel, network, judge string
+		seed                                    uint64
+		jsonOut                                 bool
+		exec                                    []string
+		o                                       driver.Options
 	)
 	cmd := &cobra.Command{
 		Use:   "chaos",
-		Short: "Fault injection: run a cluster through a seeded fault schedule and check its history",
-		Long: "Starts a 3-server, 2-agent cluster of emulated GPUs on 127.0.0.1 for each scenario, submits emulated " +
-			"jobs, injects the scenario's faults on a schedule drawn from --seed (kill -9 of the leader, a follower, " +
-			"an agent or a worker; SIGSTOP of the leader beyond the election timeout; cold restart of every server; " +
-			"restart of an agent with the same id), waits for every job to complete, stops every process, and checks " +
-			"the recorded history: every acknowledged job completed exactly once, no GPU ran two workers at once, " +
-			"no stale incarnation reported, committed generations only grew. Prints a table (or, with --json, one " +
-			"object) and exits 1 if a job was lost or an invariant broken. Scenarios: " + strings.Join(schedule.Names(), ", ") + ".",
+		Short: "Fault injection: run a cluster through a seeded fault schedule and judge it from independent observers",
+		Long: "Starts a 3-server, 2-agent cluster of emulated GPUs for each scenario (each process in a network namespace " +
+			"of its own when run as root with iptables, else on 127.0.0.1), submits emulated jobs, injects the scenario's " +
+			"faults on a schedule drawn from --seed (kill -9 of the leader, a follower, an agent or a worker; SIGSTOP of " +
+			"the leader; cold restart; agent restart; the leader isolated, 2/1 and 1/1/1 splits, a non-transitive bridge, " +
+			"30 % packet loss, 200 ms latency, then heal), waits until every acknowledged job has finished, stops every " +
+			"process, and judges the run from its own client-side history of API operations and the records each worker " +
+			"process wrote itself: every job completed, failed, cancelled, lost or unsubmitted; no GPU used twice at once; " +
+			"no stale checkpoint restored; completions backed by the workers; the API linearizable (porcupine). Prints a " +
+			"table (or, with --json, one object) and exits 1 if anything failed. Scenarios: " + strings.Join(schedule.Names(), ", ") + ".",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if judge != "" {
+				return judgeChaos(judge, jsonOut, cmd.OutOrStdout())
+			}
 			scs, err := schedule.Lookup(scenario)
 			if err != nil {
 				return badInput(err)
@@ -59,6 +67,19 @@ func newChaosCmd() *cobra.Command {
 				return badInput(fmt.Errorf("chaos: --log-level %q: %w", logLevel, err))
 			}
 			o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
+			switch network {
+			case "auto":
+				if err := netns.Available(); err != nil {
+					o.Logger.Warn("chaos: no network namespaces: network faults are skipped", "why", err)
+					o.Network = launch.Loopback
+				} else {
+					o.Network = launch.Namespaces
+				}
+			case string(launch.Loopback), string(launch.Namespaces):
+				o.Network = launch.Network(network)
+			default:
+				return badInput(fmt.Errorf("chaos: --network %q (auto, netns or loopback)", network))
+			}
 			o.Exec = exec
 			if len(o.Exec) == 0 {
 				self, err := os.Executable()
@@ -77,160 +98,136 @@ func newChaosCmd() *cobra.Command {
 	f.StringVar(&scenario, "scenario", "mixed", "scenario to run, or all")
 	f.Uint64Var(&seed, "seed", 1, "seed of the fault schedules and the workload")
 	f.BoolVar(&jsonOut, "json", false, "print one JSON object instead of a table")
-	f.StringVar(&dir, "dir", "", "keep every run's data, logs and history under this directory (default: a temporary one, removed)")
+	f.StringVar(&dir, "dir", "", "keep every run's data, logs, history and worker records under this directory (default: a temporary one, removed after a run that passes)")
+	f.StringVar(&judge, "judge", "", "judge again the kept run directories under DIR (from --dir) instead of running anything")
+	f.StringVar(&network, "network", "auto", "auto (namespaces when possible), netns or loopback; network faults need netns")
 	f.StringVar(&logLevel, "log-level", "", "level of the driver's progress log on stderr (default info, warn with --json)")
+	f.StringVar(&o.LogLevel, "process-log-level", "warn", "log level of the servers and agents (their logs are kept with --dir)")
 	f.Float64Var(&o.TimeScale, "time-scale", 400, "emulated seconds per real second")
-	f.DurationVar(&o.Converge, "converge", 120*time.Second, "bound on the time from the last fault until every job has completed")
+	f.DurationVar(&o.Converge, "converge", 120*time.Second, "bound on the wait, after the last fault, until every job has finished")
 	f.StringSliceVar(&exec, "exec", nil, "program (and leading arguments) that runs `pollux` (default: this binary)")
 	_ = f.MarkHidden("exec")
 	return cmd
 }
 
-// chaosReport is the --json output: the figures summed over the
-// scenarios, then each scenario's.
-type chaosReport struct {
-	Seed                 uint64         `json:"seed"`
-	Faults               int            `json:"faults"`
-	FaultsByKind         map[string]int `json:"faults_by_kind"`
-	FaultsSkipped        int            `json:"faults_skipped"`
-	JobsSubmitted        int            `json:"jobs_submitted"`
-	JobsCompleted        int            `json:"jobs_completed"`
-	LostJobs             int            `json:"lost_jobs"`
-	Violations           int            `json:"violations"`
-	ViolationDetails     []string       `json:"violation_details,omitempty"`
-	FailoverMedianS      float64        `json:"failover_median_s"`
-	FailoverMaxS         float64        `json:"failover_max_s"`
-	FailoversMissing     int            `json:"failovers_missing"`
-	ReplaceMedianS       float64        `json:"replace_median_s"`
-	ReplaceAfterDeathS   float64        `json:"replace_after_agent_death_s"`
-	ReplacementsMissing  int            `json:"replacements_missing"`
-	ElapsedS             float64        `json:"elapsed_s"`
-	Scenarios            []scenarioJSON `json:"scenarios"`
-	failovers, replacing []time.Duration
+// judgeChaos judges kept run directories again: dir itself if it holds a
+// history, else each of its subdirectories that does.
+func judgeChaos(dir string, jsonOut bool, w io.Writer) error {
+	dirs := []string{dir}
+	if _, err := os.Stat(filepath.Join(dir, "history.jsonl")); err != nil {
+		matches, _ := filepath.Glob(filepath.Join(dir, "*", "history.jsonl"))
+		if len(matches) == 0 {
+			return badInput(fmt.Errorf("chaos: --judge %s: no history.jsonl in it or in its subdirectories", dir))
+		}
+		dirs = dirs[:0]
+		for _, m := range matches {
+			dirs = append(dirs, filepath.Dir(m))
+		}
+	}
+	var sum *driver.Summary
+	for _, d := range dirs {
+		res, err := driver.Judge(d)
+		if sum == nil {
+			seed := uint64(0)
+			if res != nil {
+				seed = res.Seed
+			}
+			sum = driver.NewSummary(seed)
+		}
+		if err != nil {
+			sum.Fail(d, err)
+			continue
+		}
+		sum.Add(res)
+	}
+	return printChaos(sum, jsonOut, w)
 }
 
-type scenarioJSON struct {
-	Name            string  `json:"name"`
-	Faults          int     `json:"faults"`
-	Skipped         int     `json:"faults_skipped"`
-	JobsSubmitted   int     `json:"jobs_submitted"`
-	JobsCompleted   int     `json:"jobs_completed"`
-	LostJobs        int     `json:"lost_jobs"`
-	Violations      int     `json:"violations"`
-	FailoverMedianS float64 `json:"failover_median_s"`
-	FailoverMaxS    float64 `json:"failover_max_s"`
-	ReplaceMaxS     float64 `json:"replace_after_agent_death_s"`
-	ElapsedS        float64 `json:"elapsed_s"`
-	History         string  `json:"history,omitempty"`
-}
-
-// add folds one scenario's result into the report.
-func (r *chaosReport) add(res *driver.Result) {
-	m := res.Metrics
-	r.Faults += m.Faults
-	for k, n := range m.ByKind {
-		r.FaultsByKind[k] += n
-	}
-	r.FaultsSkipped += res.Skipped
-	r.JobsSubmitted += m.JobsSubmitted
-	r.JobsCompleted += m.JobsCompleted
-	r.LostJobs += m.Lost
-	r.Violations += len(res.Violations)
-	for _, v := range res.Violations {
-		r.ViolationDetails = append(r.ViolationDetails, res.Scenario+": "+v.String())
-	}
-	r.FailoversMissing += m.FailoversMissing
-	r.ReplacementsMissing += m.ReplacementsMissing
-	r.failovers = append(r.failovers, m.Failovers...)
-	r.replacing = append(r.replacing, m.Replacements...)
-	r.FailoverMedianS, r.FailoverMaxS = median(r.failovers), maxOf(r.failovers)
-	r.ReplaceMedianS, r.ReplaceAfterDeathS = median(r.replacing), maxOf(r.replacing)
-	r.ElapsedS += res.Elapsed.Seconds()
-	r.Scenarios = append(r.Scenarios, scenarioJSON{Name: res.Scenario, Faults: m.Faults, Skipped: res.Skipped,
-		JobsSubmitted: m.JobsSubmitted, JobsCompleted: m.JobsCompleted, LostJobs: m.Lost, Violations: len(res.Violations),
-		FailoverMedianS: median(m.Failovers), FailoverMaxS: maxOf(m.Failovers), ReplaceMaxS: maxOf(m.Replacements),
-		ElapsedS: res.Elapsed.Seconds(), History: res.History})
-}
-
-func median(ds []time.Duration) float64 {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2].Seconds()
-	}
-	return (s[n/2-1] + s[n/2]).Seconds() / 2
-}
-
-func maxOf(ds []time.Duration) float64 {
-	if len(ds) == 0 {
-		return 0
-	}
-	return slices.Max(ds).Seconds()
-}
-
-// runChaos runs the scenarios one after another, each on a fresh cluster,
-// and prints the report.
+// runChaos runs the scenarios one after another, each on a fresh
+// cluster, and prints the summary.
 func runChaos(ctx context.Context, scs []schedule.Scenario, seed uint64, o driver.Options, jsonOut bool, w io.Writer) error {
-	rep := chaosReport{Seed: seed, FaultsByKind: map[string]int{}}
+	sum := driver.NewSummary(seed)
 	for _, sc := range scs {
+		if sc.Network() && o.Network != launch.Namespaces {
+			local := sc.WithoutNetwork()
+			if local.Total() == 0 {
+				sum.Skip(sc.Name, "network faults need network namespaces (root and iptables)")
+				continue
+			}
+			sum.Skip(sc.Name+" (network faults only)", "network faults need network namespaces (root and iptables)")
+			sc = local
+		}
 		res, err := driver.Run(ctx, sc, seed, o)
 		if err != nil {
-			return fmt.Errorf("chaos: scenario %s: %w", sc.Name, err)
-		}
-		rep.add(res)
-		if o.Logger != nil {
-			o.Logger.Info("chaos: scenario done", "scenario", sc.Name, "faults", res.Metrics.Faults,
-				"jobs", res.Metrics.JobsSubmitted, "lost", res.Metrics.Lost, "violations", len(res.Violations),
-				"took", res.Elapsed.Round(time.Second))
-			for _, v := range res.Violations {
-				o.Logger.Warn("chaos: violation", "scenario", sc.Name, "v", v.String())
+			if ctx.Err() != nil {
+				return fmt.Errorf("chaos: interrupted: %w", ctx.Err())
 			}
+			sum.Fail(sc.Name, err)
+			o.Logger.Error("chaos: scenario not judged", "scenario", sc.Name, "err", err)
+			continue
+		}
+		sum.Add(res)
+		o.Logger.Info("chaos: scenario done", "scenario", sc.Name, "faults", len(res.Faults), "failures", len(res.Failures()),
+			"took", res.Elapsed.Round(time.Second), "dir", res.Dir)
+		for _, f := range res.Failures() {
+			o.Logger.Warn("chaos: failure", "scenario", sc.Name, "failure", f)
 		}
 	}
+	return printChaos(sum, jsonOut, w)
+}
+
+// printChaos prints the summary and fails unless every run passed.
+func printChaos(sum *driver.Summary, jsonOut bool, w io.Writer) error {
 	if jsonOut {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := enc.Encode(sum); err != nil {
 			return err
 		}
-	} else if err := writeChaosTable(w, &rep); err != nil {
+	} else if err := writeChaosTable(w, sum); err != nil {
 		return err
 	}
-	if rep.LostJobs > 0 || rep.Violations > 0 {
-		return fmt.Errorf("%w: %d lost jobs, %d violations", errViolations, rep.LostJobs, rep.Violations)
+	if !sum.Pass() {
+		return fmt.Errorf("%w: %d failures (%d lost, %d unsubmitted, %d failed jobs, %d violations, linearizable %v)", errChaosFailed,
+			len(sum.Failures), sum.LostJobs, sum.JobsUnsubmitted, sum.JobsFailed, sum.Violations, sum.Linearizable)
 	}
 	return nil
 }
 
-func writeChaosTable(w io.Writer, r *chaosReport) error {
+func writeChaosTable(w io.Writer, s *driver.Summary) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tfaults\tjobs\tcompleted\tlost\tviolations\tfailover median (s)\tfailover max (s)\treplaced after agent death, max (s)\ttook (s)\t")
-	for _, s := range r.Scenarios {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.0f\t\n", s.Name, s.Faults, s.JobsSubmitted, s.JobsCompleted,
-			s.LostJobs, s.Violations, s.FailoverMedianS, s.FailoverMaxS, s.ReplaceMaxS, s.ElapsedS)
+	fmt.Fprintln(tw, "scenario\tfaults\tjobs\tcompleted\tfailed\tcancelled\tlost\tunsubmitted\tviolations\tlinearizable\tfailover median (s)\tfailover max (s)\tre-placement max (s)\ttook (s)\t")
+	row := func(name string, faults, jobs, done, failed, cancelled, lost, unsub, viol int, lin bool, fmed, fmax, rmax, took float64) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%v\t%.2f\t%.2f\t%.2f\t%.0f\t\n",
+			name, faults, jobs, done, failed, cancelled, lost, unsub, viol, lin, fmed, fmax, rmax, took)
 	}
-	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.0f\t\n", r.Faults, r.JobsSubmitted, r.JobsCompleted,
-		r.LostJobs, r.Violations, r.FailoverMedianS, r.FailoverMaxS, r.ReplaceAfterDeathS, r.ElapsedS)
+	for _, c := range s.Scenarios {
+		row(c.Name, c.Faults, c.JobsSubmitted, c.JobsCompleted, c.JobsFailed, c.JobsCancelled, c.LostJobs, c.JobsUnsubmitted,
+			c.Violations, c.Linearizable, c.FailoverMedianS, c.FailoverMaxS, c.ReplacementMaxS, c.ElapsedS)
+	}
+	row("total", s.Faults, s.JobsSubmitted, s.JobsCompleted, s.JobsFailed, s.JobsCancelled, s.LostJobs, s.JobsUnsubmitted,
+		s.Violations, s.Linearizable, s.FailoverMedianS, s.FailoverMaxS, s.ReplacementMaxS, s.ElapsedS)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	kinds := make([]string, 0, len(r.FaultsByKind))
-	for k := range r.FaultsByKind {
+	kinds := make([]string, 0, len(s.FaultsByKind))
+	for k := range s.FaultsByKind {
 		kinds = append(kinds, k)
 	}
 	sort.Strings(kinds)
 	var parts []string
 	for _, k := range kinds {
-		parts = append(parts, fmt.Sprintf("%s %d", k, r.FaultsByKind[k]))
+		parts = append(parts, fmt.Sprintf("%s %d", k, s.FaultsByKind[k]))
 	}
-	fmt.Fprintf(w, "faults by kind: %s; skipped (no victim) %d; failovers without a new-term commit %d; agent deaths with a job never re-placed %d\n",
-		strings.Join(parts, ", "), r.FaultsSkipped, r.FailoversMissing, r.ReplacementsMissing)
-	for _, v := range r.ViolationDetails {
-		fmt.Fprintln(w, "violation:", v)
+	fmt.Fprintf(w, "faults: %d of %d planned injected (%d network, %d partitions): %s\n", s.Faults, s.FaultsPlanned, s.NetworkFaults, s.Partitions, strings.Join(parts, ", "))
+	for _, sk := range s.Skipped {
+		fmt.Fprintln(w, "skipped:", sk)
+	}
+	for _, n := range s.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+	for _, f := range s.Failures {
+		fmt.Fprintln(w, "FAIL:", f)
 	}
 	return nil
 }

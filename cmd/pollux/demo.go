@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"pollux/actors/launch"
 	"pollux/testbed/builtin"
+	"pollux/testbed/launch"
 )
 
 func init() { subcommands = append(subcommands, newDemoCmd) }
@@ -68,11 +68,11 @@ times faster than real time.`,
 			if err != nil {
 				return fmt.Errorf("demo: %w", err)
 			}
-			fmt.Fprintf(out, "mutual TLS and encrypted gossip on (CA, certificates and gossip key in %s)\n", c.TLS.Dir)
+			fmt.Fprintf(out, "mutual TLS and encrypted gossip on (CA, certificates and gossip key in %s)\n", c.TLS().Dir)
 			// Stop every process on every way out, Ctrl-C included.
 			defer func() {
 				fmt.Fprintln(out, "stopping the cluster")
-				if err := c.Stop(15 * time.Second); err != nil {
+				if err := c.Stop(); err != nil {
 					fmt.Fprintln(cmd.ErrOrStderr(), "pollux: demo:", err)
 				}
 			}()

@@ -230,6 +230,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 		if err := joinUntil(ctx, members, o.join, log); err != nil {
 			return nil
 		}
+		go members.KeepJoined(ctx, o.join, time.Second)
 	}
 	<-ctx.Done()
 	log.Info("server: stopping")

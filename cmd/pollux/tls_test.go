@@ -28,9 +28,9 @@ import (
 	"time"
 
 	"pollux/actors/api"
-	"pollux/actors/launch"
 	"pollux/cluster"
 	"pollux/cluster/pki"
+	"pollux/testbed/launch"
 )
 
 // runOut runs pollux args and returns its exit code and stdout.

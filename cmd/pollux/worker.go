@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,9 +12,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"pollux/actors/emulator"
 	"pollux/actors/workerproto"
 	"pollux/testbed/builtin"
+	"pollux/testbed/chaos/mono"
+	"pollux/testbed/chaos/record"
+	"pollux/testbed/emulator"
 )
 
 func init() { subcommands = append(subcommands, newWorkerCmd) }
@@ -35,11 +38,32 @@ func newWorkerCmd() *cobra.Command {
 			"it restores from its checkpoint directory, reports to its report address, checkpoints " +
 			"and exits 0 on SIGTERM.",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			began := mono.Now()
 			env, err := workerproto.ParseEnv(os.LookupEnv)
 			if err != nil {
 				return badInput(err)
 			}
+			// The worker's own record (only under the fault-injection
+			// harness, which sets record.EnvDir): its start, read before
+			// anything else, and its exit, the last thing it does.
+			rec, err := record.FromEnv(began, env.JobID, env.Incarnation, env.Rank, env.GPUs)
+			if err != nil {
+				return fmt.Errorf("worker: %w", err)
+			}
+			defer func() {
+				code := 0
+				var ue usageError
+				switch {
+				case errors.As(err, &ue):
+					code = 2
+				case err != nil:
+					code = 1
+				}
+				if rerr := rec.Exit(code); rerr != nil && err == nil {
+					err = fmt.Errorf("worker: %w", rerr)
+				}
+			}()
 			catalog, err := builtin.Catalog()
 			if err != nil {
 				return err
@@ -56,7 +80,7 @@ func newWorkerCmd() *cobra.Command {
 			defer stop()
 			st, err := emulator.Run(ctx, emulator.Config{
 				Env: env, App: profile, TimeScale: scale, RestartCost: restartCost,
-				ReportEvery: reportEvery, Logger: log,
+				ReportEvery: reportEvery, Logger: log, Record: rec,
 			})
 			if err != nil {
 				return err

@@ -1,140 +1,175 @@
 package check
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 	"time"
 
 	"pollux/testbed/chaos/history"
+	"pollux/testbed/chaos/record"
 	"pollux/testbed/chaos/schedule"
 )
 
-// Metrics are a run's figures, derived from its history.
+// Metrics are a run's figures.
 type Metrics struct {
-	// Faults counts the injected faults: distinct (Fault, FSeq) pairs
-	// among the events; ByKind splits them by fault kind.
-	Faults int
-	ByKind map[string]int
-	// JobsSubmitted counts acknowledged jobs, JobsCompleted the
-	// acknowledged jobs that completed at least once, Lost the rest.
-	JobsSubmitted, JobsCompleted, Lost int
-	// Failovers holds, for every leader-kill and leader-pause fault, the
-	// time from its first event (the signal) until the first allocation
-	// committed in a later term than every commit before the fault.
-	// FailoversMissing counts such faults after which none was.
+	// Planned counts the faults the run announced; Faults those injected
+	// (a fault_begin and a fault_end), ByKind by kind; Network and
+	// Partitions count the injected network faults and, among them, the
+	// partitions.
+	Planned, Faults     int
+	ByKind              map[string]int
+	Network, Partitions int
+	// NotInjected names the planned faults without a begin or an end.
+	NotInjected []string
+	// Failovers holds, for every fault that deposed the leader while a
+	// quorum stayed, the time from its begin until the first write (a
+	// submission) invoked after it was acknowledged; FailoversMissing
+	// names those before whose next fault (or the end) none was.
 	Failovers        []time.Duration
-	FailoversMissing int
-	// Replacements holds, for every agent-kill fault whose agent ran
-	// workers at the time of the kill, the time from the kill until every
-	// one of those jobs had started a worker of a newer incarnation
-	// (jobs that completed first do not count).
-	// ReplacementsMissing counts such faults after which some job never
-	// was re-placed.
+	FailoversMissing []string
+	// Replacements holds, for every agent kill that ended workers, the
+	// time from the kill until every one of their jobs had started a
+	// worker of a newer incarnation (jobs that finished first aside);
+	// ReplacementsMissing names the jobs never re-placed.
 	Replacements        []time.Duration
-	ReplacementsMissing int
+	ReplacementsMissing []string
 }
 
-// Measure computes a run's figures from its history (in any order).
-func Measure(events []history.Event) Metrics {
-	ev := slices.Clone(events)
-	history.Sort(ev)
+// measure derives the figures.
+func measure(r *run, ls []*life) Metrics {
 	m := Metrics{ByKind: map[string]int{}}
-
-	done := completions(ev)
-	for _, s := range submissions(ev) {
-		m.JobsSubmitted++
-		if len(done[s.Job]) > 0 {
-			m.JobsCompleted++
-		} else {
-			m.Lost++
+	begun := map[int]event{}
+	ended := map[int]bool{}
+	var begins []event
+	for _, e := range r.events {
+		switch e.Kind {
+		case history.FaultBegin:
+			begun[e.Seq] = e
+			begins = append(begins, e)
+		case history.FaultEnd:
+			ended[e.Seq] = true
 		}
 	}
-
-	type faultID struct {
-		kind string
-		seq  int
-	}
-	seen := map[faultID]bool{}
-	intervals, _ := workers(ev)
-	for _, e := range ev {
-		id := faultID{e.Fault, e.FSeq}
-		if e.Fault == "" || seen[id] {
+	for _, p := range r.begin.Planned {
+		m.Planned++
+		b, ok := begun[p.Seq]
+		switch {
+		case !ok:
+			m.NotInjected = append(m.NotInjected, fmt.Sprintf("#%d %s (never begun)", p.Seq, p.Fault))
+			continue
+		case b.Fault != p.Fault:
+			m.NotInjected = append(m.NotInjected, fmt.Sprintf("#%d %s (%s injected instead)", p.Seq, p.Fault, b.Fault))
+			continue
+		case !ended[p.Seq]:
+			m.NotInjected = append(m.NotInjected, fmt.Sprintf("#%d %s (begun at %s, never ended)", p.Seq, p.Fault, r.at(b.t)))
 			continue
 		}
-		seen[id] = true
 		m.Faults++
-		m.ByKind[e.Fault]++
-		switch schedule.Kind(e.Fault) {
-		case schedule.LeaderKill, schedule.LeaderPause:
-			if d, ok := failover(ev, e.T); ok {
+		m.ByKind[p.Fault]++
+		k := schedule.Kind(p.Fault)
+		if k.Network() {
+			m.Network++
+		}
+		if k.Partition() {
+			m.Partitions++
+		}
+	}
+	for i, b := range begins {
+		next := r.end
+		if i+1 < len(begins) {
+			next = begins[i+1].t
+		}
+		name := fmt.Sprintf("#%d %s at %s", b.Seq, b.Fault, r.at(b.t))
+		if b.Deposes {
+			if d, ok := failover(r, b.t, next); ok {
 				m.Failovers = append(m.Failovers, d)
 			} else {
-				m.FailoversMissing++
+				m.FailoversMissing = append(m.FailoversMissing, name+" (no write acknowledged before "+r.at(next)+")")
 			}
-		case schedule.AgentKill:
-			if e.Role != history.Agent {
-				continue
-			}
-			d, replaced, ok := replacement(ev, intervals, done, e)
-			switch {
-			case !ok:
-				m.ReplacementsMissing++
-			case replaced > 0:
+		}
+		if schedule.Kind(b.Fault) == schedule.AgentKill && len(b.Targets) == 1 {
+			d, missing := replacement(r, ls, b)
+			if d >= 0 {
 				m.Replacements = append(m.Replacements, d)
+			}
+			for _, j := range missing {
+				m.ReplacementsMissing = append(m.ReplacementsMissing, name+": job "+j)
 			}
 		}
 	}
 	return m
 }
 
-// failover returns the time from t0 until the first commit in a term
-// above every term committed up to t0.
-func failover(ev []history.Event, t0 time.Duration) (time.Duration, bool) {
-	var term uint64
-	for _, e := range ev {
-		if e.Kind != history.Commit {
-			continue
-		}
-		if e.T <= t0 {
-			term = max(term, e.Term)
-		} else if e.Term > term {
-			return e.T - t0, true
+// failover is the time from t0 until the first submission invoked at or
+// after t0 was acknowledged, if that happened before limit.
+func failover(r *run, t0, limit int64) (time.Duration, bool) {
+	best := int64(-1)
+	for _, p := range r.ops {
+		if p.inv.F == history.Submit && p.call >= t0 && p.ok() && p.ret <= limit && (best < 0 || p.ret < best) {
+			best = p.ret
 		}
 	}
-	return 0, false
+	return time.Duration(best - t0), best >= 0
 }
 
-// replacement returns how long after the kill event k every job that had
-// a worker on k's node was running a newer incarnation, and how many jobs
-// were re-placed; false if one was neither re-placed nor completed.
-func replacement(ev []history.Event, intervals []*interval, done map[string][]completion, k history.Event) (time.Duration, int, bool) {
+// replacement measures agent kill b: the jobs with a worker alive on the
+// node at the kill must each start a worker of a newer incarnation, or
+// finish (a done record). It returns the time until the last was
+// re-placed (-1 if no job needed it) and the jobs never re-placed.
+func replacement(r *run, ls []*life, b event) (time.Duration, []string) {
+	node := b.Targets[0]
 	victims := map[string]uint64{} // job -> newest incarnation on the node
-	for _, w := range intervals {
-		if w.start.Node == k.ID && w.start.T <= k.T && w.end > k.T {
-			victims[w.start.Job] = max(victims[w.start.Job], w.start.Inc)
+	for _, l := range ls {
+		if l.w.Node == node && l.start.T <= b.t && !l.endsBy(b.t) {
+			victims[l.start.Job] = max(victims[l.start.Job], l.start.Inc)
 		}
 	}
-	var worst time.Duration
-	replaced := 0
-	for job, inc := range victims {
-		settled := len(done[job]) > 0 && done[job][0].first.T <= k.T
-		for _, e := range ev {
-			if e.T <= k.T || e.Job != job {
+	worst := time.Duration(-1)
+	var missing []string
+	for _, job := range slices.Sorted(maps.Keys(victims)) {
+		inc := victims[job]
+		var first int64 = -1
+		finished := false
+		for _, l := range ls {
+			if l.start.Job != job {
 				continue
 			}
-			if e.Kind == history.WorkerStart && e.Inc > inc {
-				worst = max(worst, e.T-k.T)
-				replaced++
-				settled = true
-				break
+			if l.start.Inc > inc && l.start.T > b.t && (first < 0 || l.start.T < first) {
+				first = l.start.T
 			}
-			if e.Kind == history.Complete {
-				settled = true
-				break
+			if d, ok := l.w.Find(record.Done); ok && d.T > b.t {
+				finished = true
 			}
 		}
-		if !settled {
-			return 0, replaced, false
+		switch {
+		case first >= 0:
+			worst = max(worst, time.Duration(first-b.t))
+		case !finished:
+			missing = append(missing, job+" (incarnation "+fmt.Sprint(inc)+")")
 		}
 	}
-	return worst, replaced, true
+	return worst, missing
+}
+
+// Median returns the median of ds (0 if empty).
+func Median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// Max returns the largest of ds (0 if empty).
+func Max(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	return slices.Max(ds)
 }

@@ -8,60 +8,61 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
-	"pollux/actors/launch"
+	"pollux/actors/api"
 	"pollux/testbed"
 	"pollux/testbed/builtin"
 	"pollux/testbed/chaos/check"
 	"pollux/testbed/chaos/history"
-	"pollux/testbed/chaos/proc"
+	"pollux/testbed/chaos/linear"
+	"pollux/testbed/chaos/record"
 	"pollux/testbed/chaos/schedule"
+	"pollux/testbed/launch"
 )
 
-// Sentinel errors.
-var (
-	// ErrConfig is returned for unusable options.
-	ErrConfig = errors.New("driver: bad options")
-	// ErrCluster is returned when the cluster cannot be started, driven
-	// or stopped as the run needs (a process that is not ready, no
-	// leader, a refused job).
-	ErrCluster = errors.New("driver: cluster")
-)
+// ErrConfig is returned for unusable options.
+var ErrConfig = errors.New("driver: bad options")
 
 // Options configure a run.
 type Options struct {
-	// Exec is the program (and leading arguments) that runs `pollux`.
-	Exec []string
+	// Exec is the program (and leading arguments) that runs `pollux`;
 	// Env is added to every process's environment.
-	Env []string
-	// Dir holds one directory per scenario run (data directories, logs,
-	// the history); "" uses a temporary directory removed afterwards.
+	Exec []string
+	Env  []string
+	// Dir keeps one directory per run (data, logs, history, worker
+	// records); "" uses a temporary directory, removed after a run that
+	// passes and kept after one that fails.
 	Dir string
 	// Servers (default 3), Agents (default 2) and GPUsPerAgent (default 4).
 	Servers, Agents, GPUsPerAgent int
-	// Interval is the scheduling interval (default 500 ms); TimeScale
-	// the emulated seconds per real second (default 400); RestartCost the
+	// Interval is the scheduling interval (default 500 ms); TimeScale the
+	// emulated seconds per real second (default 400); RestartCost the
 	// emulated start-up of a worker (default 30 s); Grace the SIGTERM to
 	// SIGKILL delay for workers (default 2 s).
 	Interval    time.Duration
 	TimeScale   float64
 	RestartCost time.Duration
 	Grace       time.Duration
+	// Network is launch.Loopback (default) or launch.Namespaces, which
+	// network faults need.
+	Network launch.Network
 	// Jobs is how many jobs a scenario submits (default: its number of
 	// faults + 2, at least 4), spread over its fault phase; Apps are the
 	// applications they cycle through (default cifar10, ncf).
 	Jobs int
 	Apps []string
-	// Converge bounds the time from the last fault until every job has
-	// completed (default 120 s): the run waits that long at most, and the
-	// checker reports jobs later than that.
+	// Converge bounds the wait, after the last fault, until every
+	// acknowledged job has finished (default 120 s).
 	Converge time.Duration
 	// Schedule times the faults (default schedule.DefaultOptions).
 	Schedule schedule.Options
+	// LinearTimeout bounds the linearizability search of one partition
+	// (default 2 minutes).
+	LinearTimeout time.Duration
 	// LogLevel of the processes (default "warn").
 	LogLevel string
 	// Logger receives the driver's progress (default: discarded).
@@ -89,6 +90,7 @@ func (o *Options) defaults() error {
 	dur(&o.RestartCost, 30*time.Second)
 	dur(&o.Grace, 2*time.Second)
 	dur(&o.Converge, 120*time.Second)
+	dur(&o.LinearTimeout, 2*time.Minute)
 	if o.TimeScale == 0 {
 		o.TimeScale = 400
 	}
@@ -100,6 +102,9 @@ func (o *Options) defaults() error {
 	}
 	if o.LogLevel == "" {
 		o.LogLevel = "warn"
+	}
+	if o.Network == "" {
+		o.Network = launch.Loopback
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -115,29 +120,43 @@ func (o *Options) defaults() error {
 type Result struct {
 	Scenario string
 	Seed     uint64
-	// Faults is the schedule injected; Skipped counts faults that found
-	// no victim (a worker-kill while no worker ran).
-	Faults  []schedule.Fault
-	Skipped int
-	// Metrics and Violations come from the history.
-	Metrics    check.Metrics
-	Violations []check.Violation
-	// History is the path of the history file ("" once a temporary
-	// directory is removed); Events its events.
-	History string
-	Events  []history.Event
+	// Faults is the schedule.
+	Faults []schedule.Fault
+	// Check is the judgement of the observers' records.
+	Check *check.Result
+	// Harness lists what went wrong in the harness's own hands (a worker
+	// that outlived its agent); it fails the run. Notes lists what is
+	// worth knowing but breaks no promise (a server that needed SIGKILL
+	// at the end of the run).
+	Harness []string
+	Notes   []string
+	// Dir is the run's directory if it was kept.
+	Dir string
 	// Elapsed is the wall time of the run.
 	Elapsed time.Duration
 }
 
+// Failures lists every reason the run fails (none: it passes).
+func (r *Result) Failures() []string {
+	out := slices.Clone(r.Harness)
+	if r.Check != nil {
+		out = append(out, r.Check.Failures()...)
+	}
+	return out
+}
+
 // Run runs one scenario under seed: start the cluster, submit the
-// workload, inject the schedule, wait for convergence, stop everything,
-// check the history. Every process it started is gone when it returns,
-// whatever happened (also when ctx is cancelled).
+// workload, inject the schedule, wait for every job, stop everything,
+// judge the observers' records. Every process it started is gone when it
+// returns, whatever happened (also when ctx is cancelled). An error means
+// the run could not be judged at all.
 func Run(ctx context.Context, sc schedule.Scenario, seed uint64, o Options) (res *Result, err error) {
 	begin := time.Now()
 	if err := o.defaults(); err != nil {
 		return nil, err
+	}
+	if sc.Network() && o.Network != launch.Namespaces {
+		return nil, fmt.Errorf("%w: scenario %s has network faults: it needs network namespaces", ErrConfig, sc.Name)
 	}
 	faults, err := schedule.Generate(seed, sc, o.Schedule)
 	if err != nil {
@@ -147,74 +166,75 @@ func Run(ctx context.Context, sc schedule.Scenario, seed uint64, o Options) (res
 	if err != nil {
 		return nil, err
 	}
-	dir := o.Dir
-	if dir == "" {
+	dir, temp := filepath.Join(o.Dir, fmt.Sprintf("%s-seed%d", sc.Name, seed)), o.Dir == ""
+	if temp {
 		if dir, err = os.MkdirTemp("", "pollux-chaos-*"); err != nil {
 			return nil, fmt.Errorf("driver: %w", err)
 		}
-		defer os.RemoveAll(dir)
-	} else {
-		dir = fmt.Sprintf("%s/%s-seed%d", o.Dir, sc.Name, seed)
-		if err := os.RemoveAll(dir); err != nil {
-			return nil, fmt.Errorf("driver: %w", err)
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("driver: %w", err)
-		}
+	} else if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("driver: %w", err)
 	}
+	res = &Result{Scenario: sc.Name, Seed: seed, Faults: faults, Dir: dir}
+	defer func() {
+		if temp && err == nil && len(res.Failures()) == 0 {
+			os.RemoveAll(dir)
+			res.Dir = ""
+		}
+		res.Elapsed = time.Since(begin)
+	}()
 	log := o.Logger.With("scenario", sc.Name, "seed", seed)
-	o.Logger = log
-	c, err := up(ctx, o, dir)
-	if err != nil {
-		return nil, err
+	var planned []history.Planned
+	for _, f := range faults {
+		planned = append(planned, history.Planned{Seq: f.Seq, Fault: string(f.Kind)})
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			err = errors.Join(err, c.stop())
+	c, err := launch.Start(ctx, launch.Options{Exec: o.Exec, Env: o.Env, Dir: dir, Servers: o.Servers, Agents: o.Agents,
+		GPUsPerAgent: o.GPUsPerAgent, Interval: o.Interval, TimeScale: o.TimeScale, RestartCost: o.RestartCost, Grace: o.Grace,
+		LogLevel: o.LogLevel, Network: o.Network, Observe: true, Scenario: sc.Name, Seed: seed, Planned: planned, Logger: log})
+	if err != nil {
+		return res, err
+	}
+	log.Info("driver: cluster up", "dir", dir, "faults", len(faults), "network", o.Network)
+	r := &run{c: c, o: o, log: log, faults: faults, cat: cat, rng: rand.New(rand.NewPCG(seed, 0x706f6c6c7578)),
+		scenario: sc.Name, acked: map[string]bool{}}
+	r.plan()
+	runErr := r.drive(ctx)
+	if err := c.Stop(); err != nil {
+		if errors.Is(err, launch.ErrSlowStop) && !errors.Is(err, launch.ErrCluster) {
+			res.Notes = append(res.Notes, "stopping the cluster: "+err.Error())
+		} else {
+			res.Harness = append(res.Harness, "stopping the cluster: "+err.Error())
 		}
-		err = errors.Join(err, c.close())
-	}()
-	log.Info("driver: cluster up", "dir", dir, "faults", len(faults))
+	}
+	if runErr != nil {
+		return res, runErr
+	}
+	res.Check, err = judge(dir, o.LinearTimeout)
+	return res, err
+}
 
-	r := &run{c: c, o: o, log: log, faults: faults, cat: cat, rng: rand.New(rand.NewPCG(seed, 0x706f6c6c7578))}
-	r.plan(sc)
-	res = &Result{Scenario: sc.Name, Seed: seed, Faults: faults}
-	r.start = time.Now()
-	submitted := make(chan struct{})
-	subCtx, stopSubmitting := context.WithCancel(ctx)
-	r.subCtx = subCtx
-	go r.submitter(subCtx, submitted)
-	defer func() {
-		stopSubmitting()
-		<-submitted
-		r.probes.Wait()
-	}()
-	if res.Skipped, err = r.inject(ctx); err != nil {
-		return nil, err
-	}
-	if err := r.converge(ctx, submitted); err != nil {
-		log.Warn("driver: not converged", "err", err)
-	}
-	stopSubmitting()
-	<-submitted
-	r.probes.Wait()
-	stopped = true
-	if err := c.stop(); err != nil {
-		log.Warn("driver: stopping", "err", err)
-	}
-	ev, err := c.events()
+// judge checks a stopped run's directory: its history and worker records.
+func judge(dir string, linearTimeout time.Duration) (*check.Result, error) {
+	lines, err := history.ReadFile(filepath.Join(dir, "history.jsonl"))
 	if err != nil {
 		return nil, err
 	}
-	res.Events = ev
-	res.Metrics = check.Measure(ev)
-	res.Violations = check.Check(ev, check.Config{Converge: o.Converge})
-	if o.Dir != "" {
-		res.History = c.path
+	workers, err := record.ReadRoot(filepath.Join(dir, "records"))
+	if err != nil {
+		return nil, err
 	}
-	res.Elapsed = time.Since(begin)
-	return res, nil
+	return check.Check(check.Input{History: lines, Workers: workers},
+		check.Options{Linear: linear.Options{Timeout: linearTimeout, VisualizeDir: dir}})
+}
+
+// Judge checks again a run directory kept with Options.Dir (the files
+// alone: the processes are long gone). The result's Elapsed is the
+// history's span.
+func Judge(dir string) (*Result, error) {
+	c, err := judge(dir, 2*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Scenario: c.Scenario, Seed: c.Seed, Check: c, Dir: dir, Elapsed: c.Duration}, nil
 }
 
 // submission is one job of the workload.
@@ -224,32 +244,37 @@ type submission struct {
 	spec []byte
 }
 
-// run is the state of one scenario's fault phase.
+// run is the state of one scenario's run.
 type run struct {
-	c      *cluster
-	o      Options
-	log    *slog.Logger
-	faults []schedule.Fault
-	cat    testbed.Catalog
-	rng    *rand.Rand
-	subs   []submission
-	// submitErr is the submitter's error, read once it is done.
-	submitErr error
-	// probes are the probe submissions in flight (see probe); probeErr
-	// their first error.
-	probes   sync.WaitGroup
-	probeMu  sync.Mutex
-	probeErr error
-	subCtx   context.Context
-	start    time.Time
-	// scenario names the run's jobs.
+	c        *launch.Cluster
+	o        Options
+	log      *slog.Logger
+	faults   []schedule.Fault
+	cat      testbed.Catalog
+	rng      *rand.Rand
 	scenario string
+	subs     []submission
+	start    time.Time
+
+	// bg is every background goroutine (submitter, reader, probes);
+	// bgCtx stops them.
+	bg     sync.WaitGroup
+	bgCtx  context.Context
+	stopBg context.CancelFunc
+
+	mu sync.Mutex
+	// acked are the jobs acknowledged; submitted says the workload is
+	// all submitted (or given up on); last is the newest linearizable
+	// jobs list.
+	acked     map[string]bool
+	submitted bool
+	last      []api.Job
+	lastAt    time.Time
 }
 
 // plan spreads the workload over the fault phase: two jobs at once, the
-// rest at random times before the last fault begins.
-func (r *run) plan(sc schedule.Scenario) {
-	r.scenario = sc.Name
+// rest at seeded random times before the last fault begins.
+func (r *run) plan() {
 	n := r.o.Jobs
 	if n == 0 {
 		n = max(4, len(r.faults)+2)
@@ -264,7 +289,7 @@ func (r *run) plan(sc schedule.Scenario) {
 			at = time.Duration(r.rng.Int64N(int64(end)))
 		}
 		app := r.o.Apps[i%len(r.o.Apps)]
-		name := fmt.Sprintf("%s-%02d-%s", abbrev(sc.Name), i, app)
+		name := fmt.Sprintf("%s-%02d-%s", abbrev(r.scenario), i, app)
 		spec, err := launch.Job{Name: name, App: app}.Spec(r.cat, r.o.GPUsPerAgent*r.o.Agents)
 		if err != nil {
 			r.log.Error("driver: job spec", "err", err)
@@ -289,281 +314,215 @@ func abbrev(s string) string {
 // since is the time since the fault phase began.
 func (r *run) since() time.Duration { return time.Since(r.start) }
 
-// submitter submits the workload at its times, in its own goroutine so
-// that a slow submission (forwarded to a paused leader) never delays a
-// fault; a submission no server can take now is retried. It closes done
-// when every job is submitted or ctx ends, having stored its error.
-func (r *run) submitter(ctx context.Context, done chan<- struct{}) {
-	defer close(done)
-	for _, s := range r.subs {
-		for {
-			if d := s.at - r.since(); d > 0 {
-				select {
-				case <-ctx.Done():
-					r.submitErr = ctx.Err()
-					return
-				case <-time.After(d):
-				}
-			}
-			err := r.c.submit(ctx, s.name, s.spec)
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, errUnavailable) {
-				r.submitErr = err
-				return
-			}
-			r.log.Debug("driver: submission deferred", "err", err)
-			s.at = r.since() + 250*time.Millisecond
-		}
+// drive runs the fault phase and the convergence; the background
+// goroutines are stopped when it returns.
+func (r *run) drive(ctx context.Context) error {
+	r.bgCtx, r.stopBg = context.WithCancel(ctx)
+	defer func() {
+		r.stopBg()
+		r.bg.Wait()
+	}()
+	r.start = time.Now()
+	r.background(r.submitter)
+	r.background(r.reader)
+	if err := r.inject(ctx); err != nil {
+		return err
 	}
+	if err := r.converge(ctx); err != nil {
+		r.log.Warn("driver: not converged", "err", err)
+	}
+	// A last linearizable read, once everything has settled.
+	r.stopBg()
+	r.bg.Wait()
+	return r.finalRead(ctx)
 }
 
-// sleepUntil waits until the fault phase reaches t, tracking workers on
-// the way.
-func (r *run) sleepUntil(ctx context.Context, t time.Duration) error {
+func (r *run) background(f func(ctx context.Context)) {
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		f(r.bgCtx)
+	}()
+}
+
+// submit submits one job until it is acknowledged or definitely refused,
+// or ctx ends; it returns whether it was acknowledged.
+func (r *run) submit(ctx context.Context, cl *launch.Client, name string, spec []byte, retry time.Duration) bool {
 	for {
-		if _, err := r.c.running(); err != nil {
-			return err
-		}
-		d := t - r.since()
-		if d <= 0 {
-			return nil
+		a := cl.SubmitAny(ctx, name, spec, retry, 0)
+		switch {
+		case a.OK():
+			r.mu.Lock()
+			r.acked[name] = true
+			r.mu.Unlock()
+			return true
+		case a.Type == history.Fail:
+			r.log.Error("driver: job refused", "job", name, "answer", a.Error())
+			return false
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(min(d, 100*time.Millisecond)):
+			return false
+		case <-time.After(retry):
 		}
 	}
 }
 
-// inject runs the schedule from r.start. A fault's times are relative: it begins at
-// its scheduled offset from the end of the previous fault's injection,
-// so that a slow step (waiting for a leader) never makes faults overlap.
-func (r *run) inject(ctx context.Context) (skipped int, err error) {
-	shift := time.Duration(0)
-	prevEnd := time.Duration(0)
-	for _, f := range r.faults {
-		at := f.At + shift
-		if err := r.sleepUntil(ctx, at); err != nil {
-			return skipped, err
-		}
-		r.log.Info("driver: fault", "fault", f.String())
-		began := r.since()
-		ok, err := r.one(ctx, f)
-		if err != nil {
-			return skipped, fmt.Errorf("driver: fault %s: %w", f, err)
-		}
-		if !ok {
-			skipped++
-		}
-		// Keep the scheduled gap after the fault's actual end.
-		shift += max(0, r.since()-began-(f.End()-f.At))
-		prevEnd = f.End() + shift
-	}
-	return skipped, r.sleepUntil(ctx, prevEnd)
-}
-
-// pick returns candidate pick % n of members sorted by id.
-func pick[T any](cands []T, p uint32) T { return cands[int(p%uint32(len(cands)))] }
-
-// one injects fault f; false if it found no victim.
-func (r *run) one(ctx context.Context, f schedule.Fault) (bool, error) {
-	kind := string(f.Kind)
-	seq := f.Seq
-	c := r.c
-	switch f.Kind {
-	case schedule.LeaderKill, schedule.FollowerKill, schedule.LeaderPause:
-		leader, err := c.leader(ctx, 15*time.Second)
-		if err != nil {
-			return false, err
-		}
-		victim := leader
-		if f.Kind == schedule.FollowerKill {
-			var fs []*member
-			for _, m := range c.servers {
-				if p, _ := m.current(); p != nil && m != leader {
-					fs = append(fs, m)
-				}
-			}
-			if len(fs) == 0 {
-				return false, nil
-			}
-			victim = pick(fs, f.Pick)
-		}
-		if f.Kind == schedule.LeaderPause {
-			if err := c.signal(victim, syscall.SIGSTOP, kind, seq); err != nil {
-				return false, err
-			}
-			r.probe(seq)
-			if err := r.sleepUntil(ctx, r.since()+f.Down); err != nil {
-				_ = c.signal(victim, syscall.SIGCONT, kind, seq)
-				return false, err
-			}
-			return true, c.signal(victim, syscall.SIGCONT, kind, seq)
-		}
-		if err := c.kill(victim, kind, seq); err != nil {
-			return false, err
-		}
-		if f.Kind == schedule.LeaderKill {
-			r.probe(seq)
-		}
-		if err := r.sleepUntil(ctx, r.since()+f.Down); err != nil {
-			return false, err
-		}
-		return true, c.start(ctx, victim, kind, seq)
-	case schedule.ColdRestart:
-		for _, m := range c.servers {
-			if err := c.kill(m, kind, seq); err != nil {
-				return false, err
+// submitter submits the workload at its times; a submission no server
+// can take now is retried (in its own goroutine, so that a slow one never
+// delays a fault).
+func (r *run) submitter(ctx context.Context) {
+	defer func() {
+		r.mu.Lock()
+		r.submitted = true
+		r.mu.Unlock()
+	}()
+	cl := r.c.Client()
+	for _, s := range r.subs {
+		if d := s.at - r.since(); d > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
 			}
 		}
-		if err := r.sleepUntil(ctx, r.since()+f.Down); err != nil {
-			return false, err
-		}
-		for _, m := range c.servers {
-			if err := c.start(ctx, m, kind, seq); err != nil {
-				return false, err
-			}
-		}
-		_, err := c.leader(ctx, 30*time.Second)
-		return true, err
-	case schedule.AgentKill, schedule.AgentRestart:
-		victim := pick(c.agents, f.Pick)
-		if err := c.kill(victim, kind, seq); err != nil {
-			return false, err
-		}
-		if err := c.reapOrphans(victim.id); err != nil {
-			r.log.Warn("driver: orphans", "err", err)
-		}
-		if err := r.sleepUntil(ctx, r.since()+f.Down); err != nil {
-			return false, err
-		}
-		return true, c.start(ctx, victim, kind, seq)
-	case schedule.WorkerKill:
-		deadline := r.since() + 20*time.Second
-		extra := r.since() + 3*time.Second
-		for {
-			ws, err := c.running()
-			if err != nil {
-				return false, err
-			}
-			ws = slices.DeleteFunc(ws, func(w history.Event) bool { return !proc.Alive(w.PID) })
-			if len(ws) > 0 {
-				slices.SortFunc(ws, func(a, b history.Event) int {
-					return cmp.Or(cmp.Compare(a.Job, b.Job), cmp.Compare(a.Inc, b.Inc), cmp.Compare(a.Rank, b.Rank))
-				})
-				w := pick(ws, f.Pick)
-				c.record(c.rec.Now(), history.Event{Kind: history.Signal, Role: history.Worker, ID: w.Job, PID: w.PID, Inc: w.Inc,
-					Sig: "KILL", Fault: kind, FSeq: seq})
-				_ = syscall.Kill(w.PID, syscall.SIGKILL)
-				return true, nil
-			}
-			if r.since() > deadline {
-				r.log.Warn("driver: no worker to kill", "fault", f.String())
-				return false, nil
-			}
-			if extra > 0 && r.since() > extra {
-				// Every job has finished: give the fault a victim.
-				extra = 0
-				if err := r.extraJob(ctx, f.Seq); err != nil {
-					return false, err
-				}
-			}
-			if err := r.sleepUntil(ctx, r.since()+100*time.Millisecond); err != nil {
-				return false, err
-			}
+		if !r.submit(ctx, cl, s.name, s.spec, 250*time.Millisecond) && ctx.Err() != nil {
+			return
 		}
 	}
-	return false, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, f.Kind)
 }
 
-// probe submits one more job, in the background, right after a leader
-// fault: it needs an allocation, so the new leader's first round commits
-// one, and the failover time measures the election and that round rather
-// than how long the workload happens to leave the allocation unchanged.
+// reader reads the jobs and the status every 250 ms: the linearizable
+// reads the checker and the convergence use.
+func (r *run) reader(ctx context.Context) {
+	cl := r.c.Client()
+	for {
+		if js, stale, err := cl.JobsAny(ctx); err == nil && !stale {
+			r.mu.Lock()
+			r.last, r.lastAt = js, time.Now()
+			r.mu.Unlock()
+		}
+		_, _ = cl.StatusAny(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// probe submits one more job right after a fault that takes the leader
+// away, to every serving server every 100 ms until one acknowledges it:
+// the first write acknowledged after the fault ends the failover.
 func (r *run) probe(seq int) {
 	app := r.o.Apps[seq%len(r.o.Apps)]
 	name := fmt.Sprintf("%s-p%02d-%s", abbrev(r.scenario), seq, app)
 	spec, err := launch.Job{Name: name, App: app}.Spec(r.cat, r.o.GPUsPerAgent*r.o.Agents)
 	if err != nil {
-		r.setProbeErr(err)
+		r.log.Error("driver: probe spec", "err", err)
 		return
 	}
-	r.probes.Add(1)
-	go func() {
-		defer r.probes.Done()
-		for {
-			err := r.c.submit(r.subCtx, name, spec)
-			if !errors.Is(err, errUnavailable) {
-				r.setProbeErr(err)
-				return
-			}
-			select {
-			case <-r.subCtx.Done():
-				r.setProbeErr(r.subCtx.Err())
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
+	r.background(func(ctx context.Context) {
+		ctx, done := context.WithCancel(ctx)
+		defer done()
+		var wg sync.WaitGroup
+		for _, m := range r.c.Servers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cl := r.c.Client()
+				for ctx.Err() == nil {
+					if m.Serving() {
+						a := cl.Submit(ctx, m, name, spec, time.Second)
+						if a.OK() {
+							r.mu.Lock()
+							r.acked[name] = true
+							r.mu.Unlock()
+							done()
+							return
+						}
+						if a.Type == history.Fail {
+							r.log.Error("driver: probe refused", "job", name, "answer", a.Error())
+							done()
+							return
+						}
+					}
+					select {
+					case <-ctx.Done():
+					case <-time.After(100 * time.Millisecond):
+					}
+				}
+			}()
 		}
-	}()
+		wg.Wait()
+	})
 }
 
-func (r *run) setProbeErr(err error) {
-	r.probeMu.Lock()
-	defer r.probeMu.Unlock()
-	if r.probeErr == nil {
-		r.probeErr = err
-	}
-}
-
-// extraJob submits one more job now (for a fault that needs a running
-// worker after the workload has finished).
-func (r *run) extraJob(ctx context.Context, seq int) error {
+// extraJob submits one more job now, for a worker-kill that finds no
+// worker once the workload has finished.
+func (r *run) extraJob(seq int) {
 	app := r.o.Apps[0]
 	name := fmt.Sprintf("%s-x%02d-%s", abbrev(r.scenario), seq, app)
 	spec, err := launch.Job{Name: name, App: app}.Spec(r.cat, r.o.GPUsPerAgent*r.o.Agents)
 	if err != nil {
-		return err
+		r.log.Error("driver: job spec", "err", err)
+		return
 	}
-	for {
-		if err := r.c.submit(ctx, name, spec); !errors.Is(err, errUnavailable) {
-			return err
+	r.background(func(ctx context.Context) { r.submit(ctx, r.c.Client(), name, spec, 250*time.Millisecond) })
+}
+
+// pending lists the acknowledged jobs the last linearizable read does not
+// show finished.
+func (r *run) pending() (done bool, left []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	state := map[string]string{}
+	for _, j := range r.last {
+		state[j.ID] = j.State
+	}
+	for job := range r.acked {
+		switch state[job] {
+		case "completed", "failed", "cancelled":
+		default:
+			left = append(left, job)
 		}
-		if err := r.sleepUntil(ctx, r.since()+250*time.Millisecond); err != nil {
-			return err
+	}
+	slices.Sort(left)
+	return r.submitted, left
+}
+
+// converge waits until the workload is submitted and every acknowledged
+// job is seen finished, or the bound has passed.
+func (r *run) converge(ctx context.Context) error {
+	deadline := time.Now().Add(r.o.Converge)
+	for {
+		submitted, left := r.pending()
+		if submitted && len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("driver: %v not finished %s after the last fault (workload submitted: %v)", left, r.o.Converge, submitted)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }
 
-// converge waits until the workload is submitted and every acknowledged
-// job has completed, or the convergence bound has passed.
-func (r *run) converge(ctx context.Context, submitted <-chan struct{}) error {
-	deadline := time.Now().Add(r.o.Converge)
-	select {
-	case <-submitted:
-	case <-time.After(r.o.Converge):
-		return fmt.Errorf("%w: the workload could not be submitted within %s", ErrCluster, r.o.Converge)
-	}
-	r.probes.Wait()
-	if err := errors.Join(r.submitErr, r.probeErr); err != nil {
-		return err
-	}
+// finalRead makes one more linearizable read of the jobs (for up to
+// 30 s): the checker takes the outcomes from the last one.
+func (r *run) finalRead(ctx context.Context) error {
+	cl := r.c.Client()
+	deadline := time.Now().Add(30 * time.Second)
 	for {
-		ev, err := r.c.events()
-		if err != nil {
-			return err
-		}
-		if _, err := r.c.running(); err != nil {
-			return err
-		}
-		m := check.Measure(ev)
-		if m.Lost == 0 {
+		if _, stale, err := cl.JobsAny(ctx); err == nil && !stale {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: %d of %d jobs not completed %s after the last fault", ErrCluster, m.Lost, m.JobsSubmitted, r.o.Converge)
+			r.log.Warn("driver: no linearizable read at the end of the run")
+			return nil
 		}
 		select {
 		case <-ctx.Done():

@@ -5,9 +5,12 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"pollux/testbed/builtin"
+	"pollux/testbed/chaos/check"
 	"pollux/testbed/chaos/schedule"
 )
 
@@ -26,8 +29,8 @@ func TestPlanSpreadsJobsBeforeTheLastFault(t *testing.T) {
 		if err := o.defaults(); err != nil {
 			t.Fatal(err)
 		}
-		r := &run{o: o, log: slog.New(slog.DiscardHandler), faults: faults, cat: cat, rng: rand.New(rand.NewPCG(seed, 1))}
-		r.plan(sc)
+		r := &run{o: o, log: slog.New(slog.DiscardHandler), faults: faults, cat: cat, rng: rand.New(rand.NewPCG(seed, 1)), scenario: sc.Name}
+		r.plan()
 		return r.subs
 	}
 	subs := plan(9)
@@ -40,8 +43,8 @@ func TestPlanSpreadsJobsBeforeTheLastFault(t *testing.T) {
 		if s.at < 0 || s.at >= max(last, 1) || (i > 0 && s.at < subs[i-1].at) {
 			t.Errorf("job %d at %v: want sorted times in [0, %v)", i, s.at, last)
 		}
-		if names[s.name] || len(s.spec) == 0 {
-			t.Errorf("job %d: name %q repeated or empty spec", i, s.name)
+		if names[s.name] || len(s.spec) == 0 || !strings.HasPrefix(s.name, "ak-") {
+			t.Errorf("job %d: name %q repeated, unprefixed or empty spec", i, s.name)
 		}
 		names[s.name] = true
 	}
@@ -73,26 +76,36 @@ func TestOptions(t *testing.T) {
 	}
 }
 
-func TestReadyWriter(t *testing.T) {
-	w := &readyWriter{ready: make(chan struct{})}
-	_, _ = w.Write([]byte(`{"id":`))
-	select {
-	case <-w.ready:
-		t.Fatal("ready before a full line")
-	default:
-	}
-	_, _ = w.Write([]byte("\"s0\"}\nmore\n"))
-	select {
-	case <-w.ready:
-	default:
-		t.Fatal("not ready after a full line")
-	}
-}
-
 func TestAbbrev(t *testing.T) {
-	for in, want := range map[string]string{"leader-kill": "lk", "mixed": "m", "agent-restart": "ar", "a-b-c": "abc"} {
+	for in, want := range map[string]string{"leader-kill": "lk", "mixed": "m", "agent-restart": "ar", "split-2-1": "s21"} {
 		if got := abbrev(in); got != want {
 			t.Errorf("abbrev(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestSummary(t *testing.T) {
+	s := NewSummary(4)
+	if s.Pass() {
+		t.Error("an empty summary passes")
+	}
+	pass := &Result{Scenario: "a", Check: &check.Result{
+		Outcomes: check.Outcomes{Submitted: 5, Completed: 5},
+		Metrics: check.Metrics{Planned: 3, Faults: 3, ByKind: map[string]int{"leader-kill": 2, "loss": 1}, Network: 1,
+			Failovers: []time.Duration{time.Second, 3 * time.Second}, Replacements: []time.Duration{2 * time.Second}}}}
+	s.Add(pass)
+	if !s.Pass() || s.Faults != 3 || s.NetworkFaults != 1 || s.FailoverMedianS != 2 || s.FailoverMaxS != 3 || s.ReplacementMaxS != 2 || !s.Linearizable {
+		t.Errorf("after a passing run: %+v", s)
+	}
+	fail := &Result{Scenario: "b", Harness: []string{"server s1 would not stop"}, Check: &check.Result{
+		Outcomes: check.Outcomes{Submitted: 2, Completed: 1, Lost: 1, Jobs: []check.JobOutcome{{Job: "x", Outcome: check.Lost}}},
+		Metrics:  check.Metrics{Planned: 1, ByKind: map[string]int{}, NotInjected: []string{"#0 split-2-1 (never begun)"}}}}
+	s.Add(fail)
+	if s.Pass() || s.LostJobs != 1 || s.JobsSubmitted != 7 || s.FaultsPlanned != 4 || len(s.Failures) != 3 {
+		t.Errorf("after a failing run: %+v", s)
+	}
+	s.Fail("c", errors.New("no leader"))
+	if s.Linearizable || len(s.Scenarios) != 3 {
+		t.Errorf("after an unjudged run: %+v", s)
 	}
 }

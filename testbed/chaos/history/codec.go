@@ -3,99 +3,88 @@ package history
 import (
 	"bufio"
 	"bytes"
-	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"slices"
 )
 
-// MaxLine is the longest encoded event, newline included. Linux appends a
-// single write of this size to an O_APPEND regular file without
-// interleaving it with other writers' writes.
-const MaxLine = 4096
-
-// Encode validates e and returns its JSON line, newline included.
-func Encode(e *Event) ([]byte, error) {
-	if err := e.Validate(); err != nil {
+// Encode validates l and returns its JSON line, newline included.
+func Encode(l *Line) ([]byte, error) {
+	if err := l.Validate(); err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(e)
+	b, err := json.Marshal(l)
 	if err != nil {
-		return nil, fmt.Errorf("history: encode: %w", err)
+		return nil, fmt.Errorf("%w: encode: %w", ErrMalformed, err)
 	}
 	if len(b)+1 > MaxLine {
-		return nil, fmt.Errorf("%w: %d bytes (at most %d)", ErrTooLong, len(b)+1, MaxLine)
+		return nil, fmt.Errorf("%w: line of %d bytes (at most %d)", ErrMalformed, len(b)+1, MaxLine)
 	}
 	return append(b, '\n'), nil
 }
 
-// Decode reads a whole history from r, in file order. name prefixes error
-// messages ("name:line: ..."). Every line must be one valid event
-// terminated by a newline; the first bad line ends decoding with an error
-// wrapping ErrMalformed.
-func Decode(r io.Reader, name string) ([]Event, error) {
-	br := bufio.NewReaderSize(r, MaxLine)
-	var out []Event
+// Decode reads a whole history from r, in file order (name prefixes
+// errors, "name:line: ..."). Every line must be one valid Line ending in a
+// newline and no earlier than the line before. An empty input decodes to
+// no lines: whether that is acceptable is the checker's call.
+func Decode(r io.Reader, name string) ([]Line, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var out []Line
+	var buf []byte
 	for line := 1; ; line++ {
-		b, err := br.ReadSlice('\n')
-		switch {
-		case errors.Is(err, bufio.ErrBufferFull):
-			return nil, fmt.Errorf("%w: %s:%d: line longer than %d bytes", ErrMalformed, name, line, MaxLine)
-		case err == io.EOF && len(b) == 0:
-			return out, nil
-		case err == io.EOF:
-			return nil, fmt.Errorf("%w: %s:%d: last line not terminated (torn write?)", ErrMalformed, name, line)
-		case err != nil:
-			return nil, fmt.Errorf("history: %s:%d: %w", name, line, err)
+		buf = buf[:0]
+		for {
+			b, err := br.ReadSlice('\n')
+			buf = append(buf, b...)
+			if len(buf) > MaxLine {
+				return nil, fmt.Errorf("%w: %s:%d: line longer than %d bytes", ErrMalformed, name, line, MaxLine)
+			}
+			if errors.Is(err, bufio.ErrBufferFull) {
+				continue
+			}
+			if err == io.EOF {
+				if len(buf) == 0 {
+					return out, nil
+				}
+				return nil, fmt.Errorf("%w: %s:%d: last line not terminated (truncated?)", ErrMalformed, name, line)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s:%d: %w", ErrIO, name, line, err)
+			}
+			break
 		}
-		e, err := decodeLine(b[:len(b)-1])
+		l, err := decodeLine(buf[:len(buf)-1])
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
 		}
-		out = append(out, e)
+		if len(out) > 0 && l.T < out[len(out)-1].T {
+			return nil, fmt.Errorf("%w: %s:%d: time %d before the previous line's %d", ErrMalformed, name, line, l.T, out[len(out)-1].T)
+		}
+		out = append(out, l)
 	}
 }
 
-func decodeLine(b []byte) (Event, error) {
-	var e Event
+func decodeLine(b []byte) (Line, error) {
+	var l Line
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&e); err != nil {
-		return Event{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+	if err := dec.Decode(&l); err != nil {
+		return Line{}, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return Event{}, fmt.Errorf("%w: data after the event", ErrMalformed)
+		return Line{}, fmt.Errorf("%w: data after the line", ErrMalformed)
 	}
-	if err := e.Validate(); err != nil {
-		return Event{}, err
-	}
-	return e, nil
+	return l, l.Validate()
 }
 
 // ReadFile decodes the history file at path.
-func ReadFile(path string) ([]Event, error) {
+func ReadFile(path string) ([]Line, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("history: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrIO, err)
 	}
 	defer f.Close()
 	return Decode(f, path)
-}
-
-// Sort orders events by time, keeping file order among equal times.
-func Sort(events []Event) {
-	slices.SortStableFunc(events, func(a, b Event) int { return cmp.Compare(a.T, b.T) })
-}
-
-// Digest returns the digest recorders put in a Commit event's Alloc: the
-// first 16 hex digits of the SHA-256 of the allocation's canonical
-// encoding (any encoding that is equal exactly when the allocations are).
-func Digest(canonical []byte) string {
-	sum := sha256.Sum256(canonical)
-	return hex.EncodeToString(sum[:8])
 }

@@ -1,19 +1,22 @@
-// Package history is the event log of a fault-injection run: every server,
-// agent and worker of a cluster under test, and the harness that drives it,
-// appends what it did (process starts and exits, signals, worker starts and
-// stops with their GPUs, committed allocations, acknowledged submissions,
-// completions, accepted worker reports) to one shared file, and the
-// invariant checker (package check) reconstructs from it who held which
-// GPU when.
+// Package history is the harness's own record of a fault-injection run,
+// in the manner of Jepsen: every operation it sends to the cluster's API
+// (an invoke line before the request leaves, then one completion: ok,
+// fail when the answer says it definitely did not happen, info when the
+// outcome is unknown, a timeout or a broken connection), with the answer;
+// and what it does and sees itself as the harness: processes it starts,
+// signals it sends, their exits, worker processes it saw gone, faults it
+// injected and healed. Nothing in it comes from the system under test
+// other than the API's answers.
 //
-// The file is JSON lines: one Event per line, written with a single write
-// to a file opened with O_APPEND, so that concurrent writers in different
-// processes never interleave their lines. Timestamps are nanoseconds since
-// a shared epoch on CLOCK_MONOTONIC, the one clock every process on the
-// machine reads alike (see Monotonic); the harness picks the epoch and hands
-// it to its children in the environment (EnvEpoch, EnvFile).
+// The file is JSON lines written by one process: each line is a Line
+// holding either an Op or an Event, stamped with CLOCK_MONOTONIC (package
+// mono) under the recorder's lock, so the file is in time order. An invoke
+// is stamped before its request is sent and a completion after its answer
+// arrived, so the interval of an operation contains its real effect. A
+// run begins with a run-begin event listing the faults scheduled and ends
+// with a run-end event: a file without the end was truncated.
 //
-// Decode reads such a file back, strictly: an unknown field, a missing
-// field an event kind requires, a value out of range or a torn last line is
-// an error naming the file and line.
+// Decode reads such a file back, strictly: an unknown field, a field a
+// kind does not carry, a value out of range or a torn last line is an
+// error naming the file and line.
 package history

@@ -1,48 +1,50 @@
 package history
 
-import (
-	"fmt"
-	"time"
-)
+import "fmt"
 
-// Kind says what an event records.
-type Kind string
+// EvKind says what a harness event records.
+type EvKind string
 
-// The event kinds. The table in docs/reliability.md says who records each
-// one and when; Validate enforces which fields each carries.
+// The event kinds. Times follow the action: a start is stamped before the
+// process is started, an exit or a worker gone after the harness saw it,
+// a signal before it is sent, a fault's begin before its first action and
+// its end after its last.
 const (
-	// ProcStart: the harness started a server or agent process (Role, ID,
-	// PID, Inc; Fault and FSeq when the start is part of a fault, such as
-	// a restart). T is read before the process is started.
-	ProcStart Kind = "proc_start"
-	// ProcExit: the harness reaped a server or agent process (Role, ID,
-	// PID, Inc; Exit, or Sig when a signal ended it).
-	ProcExit Kind = "proc_exit"
-	// Signal: the harness is about to send Sig to a process (Role, ID,
-	// PID, Inc; Fault and FSeq name the fault it belongs to, if any).
-	Signal Kind = "signal"
-	// WorkerStart: an agent started a worker (Node, PID, Job, Inc, Rank,
-	// GPUs). T must be read before the process is started.
-	WorkerStart Kind = "worker_start"
-	// WorkerStop: a recorder observed a worker gone (Node, PID, Job, Inc;
-	// Exit or Sig if known). T must be read after the process is gone
-	// (reaped by its agent, or no longer present for the harness).
-	WorkerStop Kind = "worker_stop"
-	// Commit: a server applied a committed allocation (Gen, Term, Index,
-	// Alloc, Leader if known).
-	Commit Kind = "commit"
-	// Submit: the API acknowledged a job submission (Job); recorded by
-	// the client after the acknowledgement arrived.
-	Submit Kind = "submit"
-	// Complete: a server applied the job's completion (Job, Index, Inc).
-	Complete Kind = "complete"
-	// Report: a job's owner accepted a worker report (Job; Inc, the
-	// worker's incarnation; Into, the job's incarnation the owner
-	// accepted it into; Rank).
-	Report Kind = "report"
+	// RunBegin opens the history: Scenario, Seed and Planned, the faults
+	// scheduled (each must be injected: a fault_begin and a fault_end).
+	RunBegin EvKind = "run_begin"
+	// RunEnd closes it; a history without it is truncated.
+	RunEnd EvKind = "run_end"
+	// ProcStart: the harness started a server or agent (Role, ID, PID,
+	// Inc: the n-th start of that member, from 1; Fault and Seq when the
+	// start is part of a fault).
+	ProcStart EvKind = "proc_start"
+	// ProcExit: the harness reaped a server or agent (Role, ID, PID, Inc;
+	// Sig if a signal ended it, else Exit).
+	ProcExit EvKind = "proc_exit"
+	// Signal: the harness sends Sig to a process (Role, ID, PID, Inc; for
+	// a worker Role is worker, ID its job, with Node and Rank; Fault and
+	// Seq when part of a fault).
+	Signal EvKind = "signal"
+	// WorkerGone: the harness saw a worker's process gone, or a zombie
+	// (Node, Job, Inc, Rank, PID). Workers write their own records
+	// (package record); this closes the life of one that wrote no exit.
+	WorkerGone EvKind = "worker_gone"
+	// FaultBegin: the harness begins injecting fault Seq of kind Fault on
+	// Targets (member ids); Leader is the leader it saw before, Deposes
+	// says the fault takes that leader away (kill, pause, isolation from
+	// the majority), which is when a failover is measured.
+	FaultBegin EvKind = "fault_begin"
+	// FaultEnd: the fault's victims are back (restarted, resumed, healed).
+	FaultEnd EvKind = "fault_end"
+	// Net: the harness changed the network (Detail says how; Fault, Seq).
+	Net EvKind = "net"
+	// Disk: the harness filled or freed a server's disk (Detail, Targets;
+	// Fault, Seq).
+	Disk EvKind = "disk"
 )
 
-// Role is the part a process plays in the cluster.
+// Role is the part a process plays.
 type Role string
 
 // The roles.
@@ -52,218 +54,121 @@ const (
 	Worker Role = "worker"
 )
 
-// Event is one line of the history. Fields a kind does not use stay zero
-// (and are omitted from the encoding).
-type Event struct {
-	// T is the time since the shared epoch on CLOCK_MONOTONIC.
-	T time.Duration `json:"t"`
-	// Kind is what happened.
-	Kind Kind `json:"kind"`
-	// Src names the recorder: "harness", "server/<id>", "agent/<id>".
-	Src string `json:"src"`
+// Planned is one scheduled fault, as the run announces it.
+type Planned struct {
+	Seq   int    `json:"seq"`
+	Fault string `json:"fault"`
+}
 
-	// Role, ID, PID and Inc identify a process: its role, its cluster id
-	// (server or agent id; the job id for a worker), its OS pid, and its
-	// incarnation (the n-th start of that role and id, from 1; for a
-	// worker, the job's incarnation).
+// Event is one thing the harness did or saw. Fields a kind does not use
+// stay zero.
+type Event struct {
+	Kind EvKind `json:"kind"`
+	// Role, ID, PID and Inc identify a process (for a worker: ID is its
+	// job, Node its node, Rank its rank, Inc the job's incarnation).
 	Role Role   `json:"role,omitempty"`
 	ID   string `json:"id,omitempty"`
 	PID  int    `json:"pid,omitempty"`
 	Inc  uint64 `json:"inc,omitempty"`
-	// Exit is an exit status; Sig a signal name without "SIG" (KILL,
-	// STOP, CONT, TERM).
+	// Exit is an exit status; Sig a signal name without "SIG".
 	Exit int    `json:"exit,omitempty"`
 	Sig  string `json:"sig,omitempty"`
-
-	// Job, Node, Rank and GPUs describe a worker or the job an event is
-	// about; GPUs are indexes on Node.
-	Job  string `json:"job,omitempty"`
 	Node string `json:"node,omitempty"`
+	Job  string `json:"job,omitempty"`
 	Rank int    `json:"rank,omitempty"`
-	GPUs []int  `json:"gpus,omitempty"`
-	// Into is the job incarnation a report was accepted into.
-	Into uint64 `json:"into,omitempty"`
-
-	// Gen, Term and Index are an allocation's generation, the Raft term
-	// it was decided in and the Raft log index it was committed at (for a
-	// completion, the index of the completion). Alloc is a digest of the
-	// allocation's content (see Digest); Leader the leader's id if known.
-	Gen    uint64 `json:"gen,omitempty"`
-	Term   uint64 `json:"term,omitempty"`
-	Index  uint64 `json:"index,omitempty"`
-	Alloc  string `json:"alloc,omitempty"`
-	Leader string `json:"leader,omitempty"`
-
-	// Fault is the kind of the scheduled fault this event is part of and
-	// FSeq its position in the schedule.
-	Fault string `json:"fault,omitempty"`
-	FSeq  int    `json:"fseq,omitempty"`
-}
-
-// field bits, for the per-kind required and allowed sets.
-type field uint32
-
-const (
-	fRole field = 1 << iota
-	fID
-	fPID
-	fInc
-	fExit
-	fSig
-	fJob
-	fNode
-	fRank
-	fGPUs
-	fInto
-	fGen
-	fTerm
-	fIndex
-	fAlloc
-	fLeader
-	fFault
-	fFSeq
-)
-
-var fieldNames = []string{"role", "id", "pid", "inc", "exit", "sig", "job", "node", "rank", "gpus", "into", "gen", "term", "index", "alloc", "leader", "fault", "fseq"}
-
-// set returns the fields of e that are not zero.
-func (e *Event) set() field {
-	var f field
-	flag := func(b field, nonzero bool) {
-		if nonzero {
-			f |= b
-		}
-	}
-	flag(fRole, e.Role != "")
-	flag(fID, e.ID != "")
-	flag(fPID, e.PID != 0)
-	flag(fInc, e.Inc != 0)
-	flag(fExit, e.Exit != 0)
-	flag(fSig, e.Sig != "")
-	flag(fJob, e.Job != "")
-	flag(fNode, e.Node != "")
-	flag(fRank, e.Rank != 0)
-	flag(fGPUs, len(e.GPUs) != 0)
-	flag(fInto, e.Into != 0)
-	flag(fGen, e.Gen != 0)
-	flag(fTerm, e.Term != 0)
-	flag(fIndex, e.Index != 0)
-	flag(fAlloc, e.Alloc != "")
-	flag(fLeader, e.Leader != "")
-	flag(fFault, e.Fault != "")
-	flag(fFSeq, e.FSeq != 0)
-	return f
-}
-
-// shape is what a kind requires and what it may carry besides.
-type shape struct{ required, optional field }
-
-var shapes = map[Kind]shape{
-	ProcStart:   {fRole | fID | fPID | fInc, fFault | fFSeq},
-	ProcExit:    {fRole | fID | fPID | fInc, fExit | fSig | fFault | fFSeq},
-	Signal:      {fRole | fID | fPID | fInc | fSig, fFault | fFSeq},
-	WorkerStart: {fNode | fPID | fJob | fInc | fGPUs, fRank},
-	WorkerStop:  {fNode | fPID | fJob | fInc, fRank | fExit | fSig},
-	Commit:      {fGen | fTerm | fIndex | fAlloc, fLeader},
-	Submit:      {fJob, 0},
-	Complete:    {fJob | fIndex, fInc},
-	Report:      {fJob | fInc | fInto, fRank},
+	// Fault is the kind of the fault an event is part of and Seq its
+	// position in the schedule (meaningful when Fault is set).
+	Fault   string   `json:"fault,omitempty"`
+	Seq     int      `json:"seq,omitempty"`
+	Targets []string `json:"targets,omitempty"`
+	Leader  string   `json:"leader,omitempty"`
+	Deposes bool     `json:"deposes,omitempty"`
+	Detail  string   `json:"detail,omitempty"`
+	// Scenario, Seed and Planned describe the run (run_begin).
+	Scenario string    `json:"scenario,omitempty"`
+	Seed     uint64    `json:"seed,omitempty"`
+	Planned  []Planned `json:"planned,omitempty"`
 }
 
 // signals are the signal names an event may carry.
-var signals = map[string]bool{"KILL": true, "STOP": true, "CONT": true, "TERM": true, "INT": true, "HUP": true, "QUIT": true, "ABRT": true, "SEGV": true, "PIPE": true}
+var signals = map[string]bool{"KILL": true, "STOP": true, "CONT": true, "TERM": true, "INT": true, "HUP": true,
+	"QUIT": true, "ABRT": true, "SEGV": true, "PIPE": true, "BUS": true, "ILL": true, "FPE": true, "TRAP": true, "SYS": true}
 
-// MaxName is the longest id, job, node, source, digest or fault name.
-const MaxName = 128
-
-// MaxGPUs bounds a worker's GPU list and its GPU indexes.
-const MaxGPUs = 1024
-
-// Validate reports whether e is a well-formed event of its kind: every
-// field the kind requires is set, no field it does not use is, and every
-// value is in range.
+// Validate reports whether e is a well-formed event of its kind.
 func (e *Event) Validate() error {
-	sh, ok := shapes[e.Kind]
-	if !ok {
-		return fmt.Errorf("%w: unknown kind %q", ErrMalformed, e.Kind)
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s event: %s", ErrMalformed, e.Kind, fmt.Sprintf(format, a...))
 	}
-	if e.T < 0 {
-		return fmt.Errorf("%w: negative time %d", ErrMalformed, e.T)
+	proc := e.Kind == ProcStart || e.Kind == ProcExit || e.Kind == Signal
+	worker := e.Kind == WorkerGone || (e.Kind == Signal && e.Role == Worker)
+	faulty := e.Kind == FaultBegin || e.Kind == FaultEnd || e.Kind == Net || e.Kind == Disk
+	switch e.Kind {
+	case RunBegin, RunEnd, ProcStart, ProcExit, Signal, WorkerGone, FaultBegin, FaultEnd, Net, Disk:
+	default:
+		return fmt.Errorf("%w: unknown event kind %q", ErrMalformed, e.Kind)
 	}
-	if err := checkName("src", e.Src, true); err != nil {
-		return err
-	}
-	got := e.set()
-	if missing := sh.required &^ got; missing != 0 {
-		return fmt.Errorf("%w: %s event without %s", ErrMalformed, e.Kind, names(missing))
-	}
-	if extra := got &^ (sh.required | sh.optional); extra != 0 {
-		return fmt.Errorf("%w: %s event with %s", ErrMalformed, e.Kind, names(extra))
-	}
-	if e.Role != "" && e.Role != Server && e.Role != Agent && e.Role != Worker {
-		return fmt.Errorf("%w: unknown role %q", ErrMalformed, e.Role)
-	}
-	if (e.Kind == ProcStart || e.Kind == ProcExit) && e.Role == Worker {
-		return fmt.Errorf("%w: %s of a worker (use %s/%s)", ErrMalformed, e.Kind, WorkerStart, WorkerStop)
-	}
-	if e.PID < 0 || e.Rank < 0 || e.FSeq < 0 {
-		return fmt.Errorf("%w: negative pid, rank or fseq", ErrMalformed)
-	}
-	if e.Sig != "" && !signals[e.Sig] {
-		return fmt.Errorf("%w: unknown signal %q", ErrMalformed, e.Sig)
-	}
-	if e.FSeq != 0 && e.Fault == "" {
-		return fmt.Errorf("%w: fseq without fault", ErrMalformed)
-	}
-	for _, s := range []struct{ name, v string }{{"id", e.ID}, {"job", e.Job}, {"node", e.Node}, {"alloc", e.Alloc}, {"leader", e.Leader}, {"fault", e.Fault}} {
-		if err := checkName(s.name, s.v, false); err != nil {
-			return err
+	for _, s := range []struct {
+		what, v string
+	}{{"id", e.ID}, {"node", e.Node}, {"job", e.Job}, {"fault", e.Fault}, {"leader", e.Leader}, {"scenario", e.Scenario}} {
+		if err := checkName(s.what, s.v, false); err != nil {
+			return bad("%v", err)
 		}
 	}
-	if len(e.GPUs) > MaxGPUs {
-		return fmt.Errorf("%w: %d gpus (at most %d)", ErrMalformed, len(e.GPUs), MaxGPUs)
+	for _, t := range e.Targets {
+		if err := checkName("target", t, true); err != nil {
+			return bad("%v", err)
+		}
 	}
-	for i, g := range e.GPUs {
-		if g < 0 || g >= MaxGPUs {
-			return fmt.Errorf("%w: gpu index %d out of [0, %d)", ErrMalformed, g, MaxGPUs)
+	switch {
+	case e.PID < 0 || e.Rank < 0 || e.Seq < 0 || len(e.Detail) > 4096 || len(e.Targets) > 1024 || len(e.Planned) > 1<<16:
+		return bad("negative pid, rank or seq, or an over-long detail or list")
+	case proc && (e.Role == "" || e.PID == 0 || e.Inc == 0 || e.ID == ""):
+		return bad("a process event needs role, id, pid and inc")
+	case proc && e.Role != Server && e.Role != Agent && !(e.Kind == Signal && e.Role == Worker):
+		return bad("role %q", e.Role)
+	case !proc && (e.Role != "" || e.ID != ""):
+		return bad("role and id belong to process events")
+	case e.Kind == WorkerGone && (e.PID == 0 || e.Inc == 0 || e.Node == "" || e.Job == ""):
+		return bad("a worker event needs node, job, inc and pid")
+	case !worker && (e.Node != "" || e.Job != "" || e.Rank != 0):
+		return bad("node, job and rank belong to worker events")
+	case worker && e.Kind == Signal && (e.Node == "" || e.Job != ""):
+		return bad("a worker signal names the job as id, with node and rank")
+	case !proc && !worker && (e.PID != 0 || e.Inc != 0):
+		return bad("pid and inc belong to process events")
+	case e.Kind != Signal && e.Kind != ProcExit && e.Sig != "":
+		return bad("sig belongs to signals and exits")
+	case e.Kind == Signal && e.Sig == "":
+		return bad("a signal without sig")
+	case e.Sig != "" && !signals[e.Sig]:
+		return bad("unknown signal %q", e.Sig)
+	case e.Kind != ProcExit && e.Exit != 0:
+		return bad("exit belongs to exits")
+	case faulty && e.Fault == "":
+		return bad("no fault")
+	case !faulty && e.Kind != ProcStart && e.Kind != Signal && (e.Fault != "" || e.Seq != 0):
+		return bad("fault and seq belong to fault events, starts and signals")
+	case e.Fault == "" && e.Seq != 0:
+		return bad("seq without fault")
+	case e.Kind != FaultBegin && e.Kind != Disk && len(e.Targets) != 0:
+		return bad("targets belong to fault begins and disk events")
+	case e.Kind != FaultBegin && (e.Leader != "" || e.Deposes):
+		return bad("leader and deposes belong to fault begins")
+	case e.Kind != Net && e.Kind != Disk && e.Detail != "":
+		return bad("detail belongs to net and disk events")
+	case (e.Kind == Net || e.Kind == Disk) && e.Detail == "":
+		return bad("no detail")
+	case e.Kind != RunBegin && (e.Scenario != "" || e.Seed != 0 || e.Planned != nil):
+		return bad("scenario, seed and planned belong to run_begin")
+	case e.Kind == RunBegin && e.Scenario == "":
+		return bad("no scenario")
+	}
+	seqs := map[int]bool{}
+	for _, p := range e.Planned {
+		if err := checkName("planned fault", p.Fault, true); err != nil || p.Seq < 0 || seqs[p.Seq] {
+			return bad("planned fault %+v", p)
 		}
-		for _, h := range e.GPUs[:i] {
-			if g == h {
-				return fmt.Errorf("%w: gpu %d listed twice", ErrMalformed, g)
-			}
-		}
+		seqs[p.Seq] = true
 	}
 	return nil
-}
-
-// checkName accepts printable ASCII without spaces, at most MaxName bytes.
-func checkName(what, s string, required bool) error {
-	if s == "" {
-		if required {
-			return fmt.Errorf("%w: empty %s", ErrMalformed, what)
-		}
-		return nil
-	}
-	if len(s) > MaxName {
-		return fmt.Errorf("%w: %s longer than %d bytes", ErrMalformed, what, MaxName)
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("%w: %s %q has a byte outside printable ASCII", ErrMalformed, what, s)
-		}
-	}
-	return nil
-}
-
-func names(f field) string {
-	out := ""
-	for i, n := range fieldNames {
-		if f&(1<<i) != 0 {
-			if out != "" {
-				out += ", "
-			}
-			out += n
-		}
-	}
-	return out
 }

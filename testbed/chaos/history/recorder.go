@@ -3,78 +3,91 @@ package history
 import (
 	"fmt"
 	"os"
-	"time"
+	"sync"
+
+	"pollux/testbed/chaos/mono"
 )
 
-// Recorder appends events to a history file. It is safe for concurrent
-// use, and any number of Recorders in any number of processes may append
-// to the same file: each event is one write(2) of at most MaxLine bytes
-// to a file opened with O_APPEND, which Linux never interleaves with
-// another write to the same file.
-//
-// A nil *Recorder records nothing and returns no errors, so code that may
-// run without a harness records unconditionally.
+// Recorder appends lines to a history file. It is safe for concurrent
+// use; it stamps each line with CLOCK_MONOTONIC under its lock, so lines
+// are written in time order. The first error sticks: every later call
+// returns it, and Err reports it, so a run whose history lost a line
+// cannot pass.
 type Recorder struct {
-	f     *os.File
-	src   string
-	clock Clock
+	mu     sync.Mutex
+	f      *os.File
+	path   string
+	nextID uint64
+	err    error
 }
 
-// Open opens (creating it if needed) the history file at path for
-// appending, as recorder src, stamping events with clock.
-func Open(path, src string, clock Clock) (*Recorder, error) {
-	if err := checkName("src", src, true); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+// Create creates the history file at path (it must not exist).
+func Create(path string) (*Recorder, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("history: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrIO, err)
 	}
-	return &Recorder{f: f, src: src, clock: clock}, nil
+	return &Recorder{f: f, path: path}, nil
 }
 
-// Now reads the recorder's clock (0 on a nil Recorder). Read it before an
-// action whose start must not be recorded late (starting a worker), then
-// pass it to RecordAt.
-func (r *Recorder) Now() time.Duration {
-	if r == nil {
-		return 0
-	}
-	return r.clock.Now()
+// Path is the file's path.
+func (r *Recorder) Path() string { return r.path }
+
+// NextID returns a fresh operation id.
+func (r *Recorder) NextID() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nextID++
+	return r.nextID
 }
 
-// Record stamps e with the current time and the recorder's source, and
-// appends it.
-func (r *Recorder) Record(e Event) error {
-	if r == nil {
-		return nil
-	}
-	return r.RecordAt(r.clock.Now(), e)
-}
+// Op appends an operation step stamped now and returns the stamp.
+func (r *Recorder) Op(o Op) (int64, error) { return r.add(Line{Op: &o}) }
 
-// RecordAt appends e stamped with time t and the recorder's source.
-func (r *Recorder) RecordAt(t time.Duration, e Event) error {
-	if r == nil {
-		return nil
+// Event appends a harness event stamped now and returns the stamp.
+func (r *Recorder) Event(e Event) (int64, error) { return r.add(Line{Ev: &e}) }
+
+func (r *Recorder) add(l Line) (int64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return 0, r.err
 	}
-	e.T, e.Src = t, r.src
-	b, err := Encode(&e)
+	if r.f == nil {
+		return 0, fmt.Errorf("%w: %s is closed", ErrIO, r.path)
+	}
+	l.T = mono.Now()
+	b, err := Encode(&l)
+	if err == nil {
+		if _, werr := r.f.Write(b); werr != nil {
+			err = fmt.Errorf("%w: append to %s: %w", ErrIO, r.path, werr)
+		}
+	}
 	if err != nil {
-		return err
+		r.err = err
+		return 0, err
 	}
-	if _, err := r.f.Write(b); err != nil {
-		return fmt.Errorf("history: append: %w", err)
-	}
-	return nil
+	return l.T, nil
 }
 
-// Close closes the file.
+// Err is the first error the recorder met (nil if none).
+func (r *Recorder) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// Close closes the file (it is idempotent); later lines are refused.
 func (r *Recorder) Close() error {
-	if r == nil {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.f == nil {
 		return nil
 	}
-	if err := r.f.Close(); err != nil {
-		return fmt.Errorf("history: %w", err)
+	err := r.f.Close()
+	r.f = nil
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrIO, err)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -177,6 +178,16 @@ func (g *Group) Track(pgid int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.tracked = append(g.tracked, pgid)
+}
+
+// Untrack forgets a tracked group (its processes are known gone), so that
+// Close never signals a group id that another process may have reused.
+func (g *Group) Untrack(pgid int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if i := slices.Index(g.tracked, pgid); i >= 0 {
+		g.tracked = slices.Delete(g.tracked, i, i+1)
+	}
 }
 
 // Close kills every process group the group started or tracks (also

@@ -39,10 +39,47 @@ const (
 	// the same id after Fault.Down, shorter than failure detection: the
 	// new incarnation must take over, or clear, the old one's workers.
 	AgentRestart Kind = "agent-restart"
+
+	// The network faults need every process in a network namespace of
+	// its own (package netns); each lasts Fault.Down, then the network
+	// heals.
+
+	// IsolateLeader cuts the Raft leader off from every other member,
+	// servers and agents: the majority must elect another.
+	IsolateLeader Kind = "isolate-leader"
+	// Split21 splits the servers 2/1 (Fault.Pick chooses the lone one);
+	// each agent lands on one side.
+	Split21 Kind = "split-2-1"
+	// Split111 splits the servers 1/1/1: no side has a quorum until the
+	// network heals; each agent lands on one side.
+	Split111 Kind = "split-1-1-1"
+	// Bridge is a non-transitive partition of the servers (Fault.Pick
+	// orders them A, B, C): A sees B, B sees C, A does not see C; the
+	// agents see everyone.
+	Bridge Kind = "bridge"
+	// Loss drops 30 % of the packets every member sends.
+	Loss Kind = "loss"
+	// Latency delays every packet every member sends by 200 ms.
+	Latency Kind = "latency"
 )
 
 // Kinds lists every fault kind, in catalogue order.
-var Kinds = []Kind{LeaderKill, FollowerKill, LeaderPause, AgentKill, WorkerKill, ColdRestart, AgentRestart}
+var Kinds = []Kind{LeaderKill, FollowerKill, LeaderPause, AgentKill, WorkerKill, ColdRestart, AgentRestart,
+	IsolateLeader, Split21, Split111, Bridge, Loss, Latency}
+
+// Network reports whether k is a network fault (it needs network
+// namespaces).
+func (k Kind) Network() bool {
+	switch k {
+	case IsolateLeader, Split21, Split111, Bridge, Loss, Latency:
+		return true
+	}
+	return false
+}
+
+// Partition reports whether k partitions the network (as opposed to
+// degrading every link).
+func (k Kind) Partition() bool { return k.Network() && k != Loss && k != Latency }
 
 // Sentinel errors.
 var (
@@ -95,6 +132,9 @@ type Options struct {
 	// AgentRestartDown is how long an AgentRestart keeps the agent dead:
 	// shorter than failure detection.
 	AgentRestartDown time.Duration
+	// NetDown is the mean time a network fault lasts before the network
+	// heals (uniform in [NetDown/2, 3NetDown/2)).
+	NetDown time.Duration
 }
 
 // DefaultOptions suits a loopback cluster with a 1 s election timeout and
@@ -105,10 +145,11 @@ var DefaultOptions = Options{
 	ServerDown:       2 * time.Second,
 	AgentDown:        6 * time.Second,
 	AgentRestartDown: 200 * time.Millisecond,
+	NetDown:          4 * time.Second,
 }
 
 func (o Options) validate() error {
-	for _, d := range []time.Duration{o.Gap, o.ElectionTimeout, o.ServerDown, o.AgentDown, o.AgentRestartDown} {
+	for _, d := range []time.Duration{o.Gap, o.ElectionTimeout, o.ServerDown, o.AgentDown, o.AgentRestartDown, o.NetDown} {
 		if d <= 0 {
 			return fmt.Errorf("%w: options %+v: every duration must be positive", ErrInvalid, o)
 		}
@@ -128,6 +169,27 @@ type Scenario struct {
 	Counts []Count
 }
 
+// Network reports whether the scenario holds a network fault.
+func (s Scenario) Network() bool {
+	for _, c := range s.Counts {
+		if c.N > 0 && c.Kind.Network() {
+			return true
+		}
+	}
+	return false
+}
+
+// WithoutNetwork is the scenario without its network faults.
+func (s Scenario) WithoutNetwork() Scenario {
+	out := Scenario{Name: s.Name}
+	for _, c := range s.Counts {
+		if !c.Kind.Network() {
+			out.Counts = append(out.Counts, c)
+		}
+	}
+	return out
+}
+
 // Total is the scenario's number of faults.
 func (s Scenario) Total() int {
 	n := 0
@@ -142,14 +204,21 @@ const All = "all"
 
 // catalogue: one scenario per kind, and mixed with every kind.
 var catalogue = []Scenario{
-	{Name: string(LeaderKill), Counts: []Count{{LeaderKill, 8}}},
-	{Name: string(FollowerKill), Counts: []Count{{FollowerKill, 6}}},
-	{Name: string(LeaderPause), Counts: []Count{{LeaderPause, 6}}},
-	{Name: string(AgentKill), Counts: []Count{{AgentKill, 6}}},
-	{Name: string(WorkerKill), Counts: []Count{{WorkerKill, 8}}},
-	{Name: string(ColdRestart), Counts: []Count{{ColdRestart, 3}}},
-	{Name: string(AgentRestart), Counts: []Count{{AgentRestart, 6}}},
-	{Name: "mixed", Counts: []Count{{LeaderKill, 2}, {FollowerKill, 2}, {LeaderPause, 2}, {AgentKill, 2}, {WorkerKill, 3}, {ColdRestart, 1}, {AgentRestart, 2}}},
+	{Name: string(LeaderKill), Counts: []Count{{LeaderKill, 10}}},
+	{Name: string(FollowerKill), Counts: []Count{{FollowerKill, 8}}},
+	{Name: string(LeaderPause), Counts: []Count{{LeaderPause, 8}}},
+	{Name: string(AgentKill), Counts: []Count{{AgentKill, 8}}},
+	{Name: string(WorkerKill), Counts: []Count{{WorkerKill, 10}}},
+	{Name: string(ColdRestart), Counts: []Count{{ColdRestart, 4}}},
+	{Name: string(AgentRestart), Counts: []Count{{AgentRestart, 8}}},
+	{Name: string(IsolateLeader), Counts: []Count{{IsolateLeader, 6}}},
+	{Name: string(Split21), Counts: []Count{{Split21, 6}}},
+	{Name: string(Split111), Counts: []Count{{Split111, 4}}},
+	{Name: string(Bridge), Counts: []Count{{Bridge, 4}}},
+	{Name: string(Loss), Counts: []Count{{Loss, 4}}},
+	{Name: string(Latency), Counts: []Count{{Latency, 4}}},
+	{Name: "mixed", Counts: []Count{{LeaderKill, 2}, {FollowerKill, 2}, {LeaderPause, 2}, {AgentKill, 2}, {WorkerKill, 2},
+		{ColdRestart, 1}, {AgentRestart, 2}, {IsolateLeader, 1}, {Split21, 1}, {Split111, 1}, {Bridge, 1}, {Loss, 1}, {Latency, 1}}},
 }
 
 // Catalogue returns a copy of every scenario, in order.
@@ -225,6 +294,8 @@ func Generate(seed uint64, sc Scenario, opts Options) ([]Fault, error) {
 		case AgentRestart:
 			f.Down = opts.AgentRestartDown
 		case WorkerKill:
+		default: // network faults
+			f.Down = around(opts.NetDown)
 		}
 		faults[i] = f
 		t = f.End()

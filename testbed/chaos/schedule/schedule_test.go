@@ -119,12 +119,43 @@ func TestGenerateGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Fault{
-		{Seq: 0, Kind: FollowerKill, At: 2346226368, Down: 2462944745, Pick: 2115663977},
-		{Seq: 1, Kind: LeaderPause, At: 7755835183, Down: 2349726875, Pick: 465166749},
-		{Seq: 2, Kind: LeaderKill, At: 11881596955, Down: 1945778511, Pick: 3444875580},
+		{Seq: 0, Kind: LeaderPause, At: 2549180625, Down: 2802072598, Pick: 395186952},
+		{Seq: 1, Kind: FollowerKill, At: 8269920989, Down: 2913928223, Pick: 766529329},
+		{Seq: 2, Kind: Loss, At: 14016870016, Down: 3790886246, Pick: 3476544843},
 	}
 	if !reflect.DeepEqual(got[:3], want) {
 		t.Errorf("mixed, seed 1 begins %v, want %v", got[:3], want)
+	}
+}
+
+func TestNetworkKinds(t *testing.T) {
+	for _, k := range Kinds {
+		want := k == IsolateLeader || k == Split21 || k == Split111 || k == Bridge || k == Loss || k == Latency
+		if k.Network() != want {
+			t.Errorf("%s: Network() = %v", k, k.Network())
+		}
+		if k.Partition() != (want && k != Loss && k != Latency) {
+			t.Errorf("%s: Partition() = %v", k, k.Partition())
+		}
+	}
+	sc, _ := Lookup("mixed")
+	if !sc[0].Network() {
+		t.Error("mixed has network faults")
+	}
+	local := sc[0].WithoutNetwork()
+	if local.Network() || local.Total() != 13 || local.Name != "mixed" {
+		t.Errorf("mixed without network: %+v", local)
+	}
+	all, _ := Lookup(All)
+	total, network := 0, 0
+	for _, s := range all {
+		total += s.Total()
+		if s.Network() {
+			network += s.WithoutNetwork().Total() - s.Total()
+		}
+	}
+	if total < 100 || -network < 20 {
+		t.Errorf("the catalogue has %d faults, %d of them network faults; want >= 100 and >= 20", total, -network)
 	}
 }
 

@@ -17,6 +17,8 @@ import (
 	"pollux/actors/workerproto"
 	"pollux/cluster/pki"
 	"pollux/testbed"
+	"pollux/testbed/chaos/mono"
+	"pollux/testbed/chaos/record"
 )
 
 // CheckpointFile is the name of the emulated worker's checkpoint in the
@@ -40,14 +42,21 @@ type Config struct {
 	// makes progress, like a real job loading data and its checkpoint.
 	RestartCost time.Duration
 	Logger      *slog.Logger
+	// Record, if set, receives the worker's own account of its restore,
+	// checkpoints and completion (package record). A record that cannot
+	// be written fails the worker: an observer must not lose events.
+	Record *record.Writer
 }
 
 // Checkpoint is what the emulated worker saves.
 type Checkpoint struct {
-	Job      string  `json:"job"`
-	Epoch    int     `json:"epoch"`
-	Progress float64 `json:"progress"`
-	Done     bool    `json:"done"`
+	Job string `json:"job"`
+	// Incarnation is the incarnation of the worker that wrote it (0 in a
+	// fresh state).
+	Incarnation uint64  `json:"incarnation,omitempty"`
+	Epoch       int     `json:"epoch"`
+	Progress    float64 `json:"progress"`
+	Done        bool    `json:"done"`
 }
 
 // Run trains until the application's epochs are done (it then sends a
@@ -87,9 +96,15 @@ func Run(ctx context.Context, cfg Config) (Checkpoint, error) {
 	// real trainer loads it after initialising: a predecessor still
 	// saving on another machine has had the restart time to finish.
 	sleepErr := w.sleep(ctx, time.Duration(float64(cfg.RestartCost)/cfg.TimeScale))
-	st, err := Restore(cfg.Env.CheckpointDir, cfg.Env.JobID)
+	t0 := mono.Now()
+	st, fresh, err := restore(cfg.Env.CheckpointDir, cfg.Env.JobID)
 	if err != nil {
 		return Checkpoint{}, err
+	}
+	if w.lead {
+		if err := cfg.Record.Restore(t0, fresh, st.Incarnation, st.Epoch, st.Progress); err != nil {
+			return Checkpoint{}, err
+		}
 	}
 	w.st = st
 	if sleepErr != nil {
@@ -98,6 +113,11 @@ func Run(ctx context.Context, cfg Config) (Checkpoint, error) {
 	if !w.st.Done {
 		if err := w.train(ctx); err != nil {
 			return w.st, w.save()
+		}
+	}
+	if w.lead {
+		if err := cfg.Record.Done(w.st.Epoch, w.st.Progress); err != nil {
+			return w.st, err
 		}
 	}
 	w.report(true)
@@ -252,11 +272,18 @@ func (w *worker) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// save writes the checkpoint (rank 0 only), as this incarnation's, and
+// records it.
 func (w *worker) save() error {
 	if !w.lead {
 		return nil
 	}
-	return Save(w.cfg.Env.CheckpointDir, w.st)
+	w.st.Incarnation = w.cfg.Env.Incarnation
+	t0 := mono.Now()
+	if err := Save(w.cfg.Env.CheckpointDir, w.st); err != nil {
+		return err
+	}
+	return w.cfg.Record.Checkpoint(t0, w.st.Epoch, w.st.Progress, w.st.Done)
 }
 
 // Save writes c atomically into dir (a temporary file, then rename).
@@ -290,19 +317,24 @@ func Save(dir string, c Checkpoint) error {
 // fresh start. A checkpoint of another job, or one that does not decode,
 // is an error (never silently restarted from zero).
 func Restore(dir, job string) (Checkpoint, error) {
+	c, _, err := restore(dir, job)
+	return c, err
+}
+
+// restore is Restore that also says whether there was no checkpoint.
+func restore(dir, job string) (c Checkpoint, fresh bool, err error) {
 	b, err := os.ReadFile(filepath.Join(dir, CheckpointFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		return Checkpoint{Job: job}, nil
+		return Checkpoint{Job: job}, true, nil
 	}
 	if err != nil {
-		return Checkpoint{}, fmt.Errorf("emulator: reading checkpoint: %w", err)
+		return Checkpoint{}, false, fmt.Errorf("emulator: reading checkpoint: %w", err)
 	}
-	var c Checkpoint
 	if err := json.Unmarshal(b, &c); err != nil {
-		return Checkpoint{}, fmt.Errorf("emulator: checkpoint %s: %w", filepath.Join(dir, CheckpointFile), err)
+		return Checkpoint{}, false, fmt.Errorf("emulator: checkpoint %s: %w", filepath.Join(dir, CheckpointFile), err)
 	}
 	if c.Job != job || c.Epoch < 0 || !(c.Progress >= 0) || math.IsInf(c.Progress, 0) {
-		return Checkpoint{}, fmt.Errorf("emulator: checkpoint of job %q at epoch %d, progress %v does not fit job %q", c.Job, c.Epoch, c.Progress, job)
+		return Checkpoint{}, false, fmt.Errorf("emulator: checkpoint of job %q at epoch %d, progress %v does not fit job %q", c.Job, c.Epoch, c.Progress, job)
 	}
-	return c, nil
+	return c, false, nil
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"pollux/actors/workerproto"
 	"pollux/cluster/pki"
 	"pollux/optimizer/goodput"
+	"pollux/testbed/chaos/mono"
+	"pollux/testbed/chaos/record"
 )
 
 // toyApp is a two-epoch application: one micro-step takes 0.1 s of which
@@ -311,5 +314,74 @@ func TestReportsOverTLS(t *testing.T) {
 	e.ReportCA = "/nonexistent/ca.pem"
 	if _, err := Run(context.Background(), Config{Env: e, App: toyApp{}, TimeScale: 1, Logger: quiet()}); !errors.Is(err, ErrConfig) {
 		t.Errorf("missing CA file: %v, want ErrConfig", err)
+	}
+}
+
+// TestRecords runs two incarnations with worker records on: the first
+// starts fresh and is cancelled (it checkpoints), the second restores the
+// first's checkpoint and finishes.
+func TestRecords(t *testing.T) {
+	c := listen(t)
+	dir, recDir := t.TempDir(), t.TempDir()
+	cfg := Config{Env: env(dir, c.ln.Addr().String()), App: toyApp{}, TimeScale: 20,
+		Tick: 5 * time.Millisecond, Logger: quiet()}
+	w1, err := record.Create(recDir, mono.Now(), "toy-1", 2, 0, []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Record = w1
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	st, err := Run(ctx, cfg)
+	if err != nil || w1.Exit(0) != nil {
+		t.Fatal(err)
+	}
+	cfg.TimeScale, cfg.Env.Incarnation = 1000, 3
+	w2, err := record.Create(recDir, mono.Now(), "toy-1", 3, 0, []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Record = w2
+	final, err := Run(context.Background(), cfg)
+	if err != nil || !final.Done || w2.Exit(0) != nil {
+		t.Fatal(err)
+	}
+	read := func(w *record.Writer) []record.Record {
+		f, err := os.Open(w.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		d, err := record.Decode(f, w.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Records
+	}
+	kinds := func(rs []record.Record) (out []record.Kind) {
+		for _, r := range rs {
+			out = append(out, r.Kind)
+		}
+		return out
+	}
+	r1, r2 := read(w1), read(w2)
+	if k := kinds(r1); !slices.Equal(k, []record.Kind{record.Start, record.Restore, record.Checkpoint, record.Exit}) {
+		t.Fatalf("first incarnation wrote %v", k)
+	}
+	if !r1[1].Fresh || r1[2].Progress != st.Progress || r1[2].Finished {
+		t.Errorf("first incarnation: restore %+v, checkpoint %+v (state %+v)", r1[1], r1[2], st)
+	}
+	k := kinds(r2)
+	if k[1] != record.Restore || k[len(k)-3] != record.Done || k[len(k)-2] != record.Checkpoint || k[len(k)-1] != record.Exit {
+		t.Fatalf("second incarnation wrote %v", k)
+	}
+	if r := r2[1]; r.Fresh || r.From != 2 || r.Progress != st.Progress || r.Epoch != st.Epoch {
+		t.Errorf("second incarnation restored %+v, want incarnation 2's %+v", r, st)
+	}
+	if last := r2[len(r2)-2]; !last.Finished || last.Epoch != 2 || last.Progress != 200 {
+		t.Errorf("final checkpoint %+v", last)
+	}
+	if saved, _ := Restore(dir, "toy-1"); saved.Incarnation != 3 {
+		t.Errorf("checkpoint written by incarnation %d, want 3", saved.Incarnation)
 	}
 }

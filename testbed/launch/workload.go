@@ -79,6 +79,7 @@ func (c *Cluster) Run(ctx context.Context, cat testbed.Catalog, jobs []Job, o Ru
 	}
 	pending := slices.Clone(jobs)
 	slices.SortStableFunc(pending, func(a, b Job) int { return cmp.Compare(a.After, b.After) })
+	cl := c.Client()
 	begin := time.Now()
 	for {
 		elapsed := time.Since(begin)
@@ -87,16 +88,16 @@ func (c *Cluster) Run(ctx context.Context, cat testbed.Catalog, jobs []Job, o Ru
 			if err != nil {
 				return nil, err
 			}
-			if err := c.Submit(ctx, spec); err != nil {
-				return nil, err
+			if a := cl.SubmitAny(ctx, pending[0].Name, spec, 250*time.Millisecond, 30*time.Second); !a.OK() {
+				return nil, fmt.Errorf("launch: submitting %s: %s", pending[0].Name, a.Error())
 			}
 			pending = pending[1:]
 		}
 		if o.OnTick != nil {
 			o.OnTick(elapsed)
 		}
-		js, jerr := c.Jobs(ctx)
-		st, serr := c.Status(ctx)
+		js, _, jerr := cl.JobsAny(ctx)
+		st, serr := cl.StatusAny(ctx)
 		if jerr == nil && serr == nil {
 			done := 0
 			for _, j := range js {

@@ -1,0 +1,245 @@
+package check
+
+import (
+	"fmt"
+	"slices"
+
+	"pollux/testbed/chaos/history"
+	"pollux/testbed/chaos/record"
+)
+
+// Outcome is what became of a job the harness tried to submit.
+type Outcome string
+
+// The outcomes: every job the harness tried to submit has exactly one.
+const (
+	// Completed: acknowledged (or seen to exist), and the last
+	// linearizable read showed it completed.
+	Completed Outcome = "completed"
+	// Failed: the last linearizable read showed it failed (Reason says
+	// why).
+	Failed Outcome = "failed"
+	// Cancelled: the last linearizable read showed it cancelled.
+	Cancelled Outcome = "cancelled"
+	// Lost: acknowledged, but never seen finished: still pending or
+	// running at the end, missing from the last read, or never read.
+	Lost Outcome = "lost"
+	// Unsubmitted: never acknowledged and never seen to exist.
+	Unsubmitted Outcome = "unsubmitted"
+)
+
+// JobOutcome is one job's outcome.
+type JobOutcome struct {
+	Job     string
+	Outcome Outcome
+	// Reason: the failure reason, why it counts as lost, or the last
+	// answer to its submission.
+	Reason string
+}
+
+// Outcomes counts the jobs by outcome; Submitted is every job the harness
+// tried to submit, the sum of the others.
+type Outcomes struct {
+	Submitted, Completed, Failed, Cancelled, Lost, Unsubmitted int
+	Jobs                                                       []JobOutcome
+}
+
+func (o Outcomes) names(k Outcome) []string {
+	var out []string
+	for _, j := range o.Jobs {
+		if j.Outcome == k {
+			if j.Reason != "" {
+				out = append(out, j.Job+": "+j.Reason)
+			} else {
+				out = append(out, j.Job)
+			}
+		}
+	}
+	return out
+}
+
+// submitted returns the jobs in order of their first submission.
+func (r *run) submitted() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range r.ops {
+		if p.inv.F == history.Submit && !seen[p.inv.Job] {
+			seen[p.inv.Job] = true
+			out = append(out, p.inv.Job)
+		}
+	}
+	return out
+}
+
+// outcomes classifies every job the harness tried to submit.
+func outcomes(r *run, _ []*life) Outcomes {
+	acked := map[string]int64{} // job -> first acknowledgement
+	lastErr := map[string]string{}
+	for _, p := range r.ops {
+		if p.inv.F != history.Submit {
+			continue
+		}
+		if p.ok() {
+			if _, ok := acked[p.inv.Job]; !ok {
+				acked[p.inv.Job] = p.ret
+			}
+		} else {
+			lastErr[p.inv.Job] = describeFailure(p)
+		}
+	}
+	// The last linearizable read, and each job's last view in one.
+	var last *op
+	lastView := map[string]history.Job{}
+	seenAt := map[string]int64{}
+	for _, p := range r.ops {
+		if !p.linearizableRead() {
+			continue
+		}
+		if last == nil || p.ret > last.ret {
+			last = p
+		}
+		for _, j := range p.done.Jobs {
+			if t, ok := seenAt[j.ID]; !ok || p.ret >= t {
+				lastView[j.ID], seenAt[j.ID] = j, p.ret
+			}
+		}
+	}
+	var o Outcomes
+	for _, job := range r.submitted() {
+		o.Submitted++
+		v, seen := lastView[job]
+		t, ok := acked[job]
+		jo := JobOutcome{Job: job}
+		switch {
+		case !ok && !seen:
+			jo.Outcome, jo.Reason = Unsubmitted, lastErr[job]
+		case !seen || (ok && seenAt[job] < t):
+			jo.Outcome, jo.Reason = Lost, "acknowledged at "+r.at(t)+" but never seen by a linearizable read afterwards"
+		case seenAt[job] < last.ret:
+			jo.Outcome, jo.Reason = Lost, fmt.Sprintf("missing from the last linearizable read (at %s); last seen %s at %s",
+				r.at(last.ret), v.State, r.at(seenAt[job]))
+		default:
+			switch v.State {
+			case "completed":
+				jo.Outcome = Completed
+			case "failed":
+				jo.Outcome, jo.Reason = Failed, v.Reason
+			case "cancelled":
+				jo.Outcome = Cancelled
+			default:
+				jo.Outcome, jo.Reason = Lost, fmt.Sprintf("still %s (incarnation %d, epoch %d) at the last read, %s", v.State, v.Inc, v.Epoch, r.at(last.ret))
+			}
+		}
+		switch jo.Outcome {
+		case Completed:
+			o.Completed++
+		case Failed:
+			o.Failed++
+		case Cancelled:
+			o.Cancelled++
+		case Lost:
+			o.Lost++
+		case Unsubmitted:
+			o.Unsubmitted++
+		}
+		o.Jobs = append(o.Jobs, jo)
+	}
+	return o
+}
+
+func describeFailure(p *op) string {
+	if p.done.Code != 0 {
+		return fmt.Sprintf("%s %d %s", p.done.Type, p.done.Code, p.done.Error)
+	}
+	return fmt.Sprintf("%s %s", p.done.Type, p.done.Error)
+}
+
+// checkCompletions checks the completions the API showed against the
+// workers' records: a job first read completed, in incarnation I, must
+// have a done record of incarnation I written before the read returned;
+// and no worker of a newer incarnation than I may start after the job
+// was read completed, nor any worker after its cancel was acknowledged.
+// (Ranks of incarnation I itself may start late: emulated ranks do not
+// wait for each other, so rank 0 can finish from a finished checkpoint
+// while the others are still queued on a busy node.)
+func checkCompletions(r *run, ls []*life) []Violation {
+	done := map[string][]record.Record{}
+	for _, l := range ls {
+		if d, ok := l.w.Find(record.Done); ok {
+			done[d.Job] = append(done[d.Job], d)
+		}
+	}
+	type finish struct {
+		t    int64
+		inc  uint64 // the incarnation read completed (0 for a cancel: any)
+		what string
+	}
+	finished := map[string]finish{}
+	var out []Violation
+	for _, p := range r.ops {
+		switch {
+		case p.linearizableRead():
+			for _, j := range p.done.Jobs {
+				if j.State != "completed" {
+					continue
+				}
+				if _, ok := finished[j.ID]; ok && finished[j.ID].t <= p.ret {
+					continue
+				}
+				finished[j.ID] = finish{p.ret, j.Inc, fmt.Sprintf("read completed in incarnation %d", j.Inc)}
+				backed := false
+				var others []string
+				for _, d := range done[j.ID] {
+					if d.Inc == j.Inc && d.T < p.ret {
+						backed = true
+					} else {
+						others = append(others, fmt.Sprintf("incarnation %d at %s", d.Inc, r.at(d.T)))
+					}
+				}
+				if !backed {
+					out = append(out, Violation{CompletionBacked, p.ret, fmt.Sprintf(
+						"job %s read completed in incarnation %d at %s (operation %d), but no worker of that incarnation recorded done before; done records: %v",
+						j.ID, j.Inc, r.at(p.ret), p.inv.ID, others)})
+				}
+			}
+		case p.inv.F == history.Cancel && p.ok():
+			if f, ok := finished[p.inv.Job]; !ok || p.ret < f.t {
+				finished[p.inv.Job] = finish{p.ret, 0, "cancel acknowledged"}
+			}
+		}
+	}
+	for _, l := range ls {
+		f, ok := finished[l.start.Job]
+		if ok && l.start.T > f.t && (f.inc == 0 || l.start.Inc > f.inc) {
+			out = append(out, Violation{RanAfterFinish, l.start.T, fmt.Sprintf(
+				"%s started at %s, after the job was %s at %s", l, r.at(l.start.T), f.what, r.at(f.t))})
+		}
+	}
+	return out
+}
+
+// checkExists reports a submission answered "exists" although no other
+// submission of that job had been sent before the answer came (the
+// harness sends concurrent attempts: one may create the job while
+// another, sent first, is answered 409).
+func checkExists(r *run) []Violation {
+	var out []Violation
+	calls := map[string][]*op{}
+	for _, p := range r.ops {
+		if p.inv.F == history.Submit {
+			calls[p.inv.Job] = append(calls[p.inv.Job], p)
+		}
+	}
+	for _, p := range r.ops {
+		if p.inv.F != history.Submit || !p.ok() || p.done.Code != 409 {
+			continue
+		}
+		other := slices.ContainsFunc(calls[p.inv.Job], func(q *op) bool { return q != p && q.call < p.ret })
+		if !other {
+			out = append(out, Violation{ExistsBeforeSubmit, p.ret, fmt.Sprintf(
+				"submission of job %s (operation %d, at %s) was answered 409 although no other submission of it had been sent: it existed before anyone submitted it",
+				p.inv.Job, p.inv.ID, r.at(p.call))})
+		}
+	}
+	return out
+}

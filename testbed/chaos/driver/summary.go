@@ -1,0 +1,140 @@
+package driver
+
+import (
+	"time"
+
+	"pollux/testbed/chaos/check"
+)
+
+// Summary folds runs into the figures `pollux chaos --json` prints. The
+// field names are stable: other tools read them.
+type Summary struct {
+	Seed uint64 `json:"seed"`
+	// Faults are the faults injected (FaultsPlanned were scheduled),
+	// FaultsByKind by kind; NetworkFaults and Partitions count the
+	// network faults among them and the partitions among those.
+	Faults        int            `json:"faults"`
+	FaultsByKind  map[string]int `json:"faults_by_kind"`
+	Partitions    int            `json:"partitions"`
+	NetworkFaults int            `json:"network_faults"`
+	FaultsPlanned int            `json:"faults_planned"`
+	// Every job the harness tried to submit, and what became of it.
+	JobsSubmitted   int `json:"jobs_submitted"`
+	JobsCompleted   int `json:"jobs_completed"`
+	JobsFailed      int `json:"jobs_failed"`
+	JobsCancelled   int `json:"jobs_cancelled"`
+	JobsUnsubmitted int `json:"jobs_unsubmitted"`
+	LostJobs        int `json:"lost_jobs"`
+	// Violations counts the invariant violations; Linearizable says
+	// every run's API history was shown linearizable.
+	Violations   int  `json:"violations"`
+	Linearizable bool `json:"linearizable"`
+	// Failover and re-placement times (seconds) over every run.
+	Failovers          int     `json:"failovers"`
+	FailoverMedianS    float64 `json:"failover_median_s"`
+	FailoverMaxS       float64 `json:"failover_max_s"`
+	Replacements       int     `json:"replacements"`
+	ReplacementMedianS float64 `json:"replacement_median_s"`
+	ReplacementMaxS    float64 `json:"replacement_max_s"`
+	// Failures lists every reason the runs fail (empty: they pass);
+	// Skipped the scenarios not run, with the reason.
+	Failures []string `json:"failures"`
+	Skipped  []string `json:"skipped,omitempty"`
+	// Notes are worth knowing but fail nothing (a server that needed
+	// SIGKILL at the end of a run).
+	Notes    []string `json:"notes,omitempty"`
+	ElapsedS float64  `json:"elapsed_s"`
+	// Scenarios holds each run's figures.
+	Scenarios []ScenarioSummary `json:"scenarios"`
+
+	failovers, replacements []time.Duration
+}
+
+// ScenarioSummary is one run's figures.
+type ScenarioSummary struct {
+	Name            string         `json:"name"`
+	Faults          int            `json:"faults"`
+	FaultsByKind    map[string]int `json:"faults_by_kind"`
+	JobsSubmitted   int            `json:"jobs_submitted"`
+	JobsCompleted   int            `json:"jobs_completed"`
+	JobsFailed      int            `json:"jobs_failed"`
+	JobsCancelled   int            `json:"jobs_cancelled"`
+	JobsUnsubmitted int            `json:"jobs_unsubmitted"`
+	LostJobs        int            `json:"lost_jobs"`
+	Violations      int            `json:"violations"`
+	Linearizable    bool           `json:"linearizable"`
+	FailoverMedianS float64        `json:"failover_median_s"`
+	FailoverMaxS    float64        `json:"failover_max_s"`
+	ReplacementMaxS float64        `json:"replacement_max_s"`
+	Failures        []string       `json:"failures"`
+	ElapsedS        float64        `json:"elapsed_s"`
+	// Dir is the run's directory, if kept.
+	Dir string `json:"dir,omitempty"`
+}
+
+// NewSummary starts an empty summary for seed.
+func NewSummary(seed uint64) *Summary {
+	return &Summary{Seed: seed, FaultsByKind: map[string]int{}, Linearizable: true, Failures: []string{}, Scenarios: []ScenarioSummary{}}
+}
+
+// Add folds one run in.
+func (s *Summary) Add(r *Result) {
+	sc := ScenarioSummary{Name: r.Scenario, FaultsByKind: map[string]int{}, Failures: r.Failures(), ElapsedS: r.Elapsed.Seconds(), Dir: r.Dir}
+	if sc.Failures == nil {
+		sc.Failures = []string{}
+	}
+	if c := r.Check; c != nil {
+		m, o := c.Metrics, c.Outcomes
+		sc.Faults = m.Faults
+		for k, n := range m.ByKind {
+			sc.FaultsByKind[k] += n
+			s.FaultsByKind[k] += n
+		}
+		s.Faults += m.Faults
+		s.FaultsPlanned += m.Planned
+		s.NetworkFaults += m.Network
+		s.Partitions += m.Partitions
+		sc.JobsSubmitted, sc.JobsCompleted, sc.JobsFailed, sc.JobsCancelled = o.Submitted, o.Completed, o.Failed, o.Cancelled
+		sc.JobsUnsubmitted, sc.LostJobs = o.Unsubmitted, o.Lost
+		sc.Violations, sc.Linearizable = len(c.Violations), c.Linear.Linearizable()
+		sc.FailoverMedianS, sc.FailoverMaxS = check.Median(m.Failovers).Seconds(), check.Max(m.Failovers).Seconds()
+		sc.ReplacementMaxS = check.Max(m.Replacements).Seconds()
+		s.failovers = append(s.failovers, m.Failovers...)
+		s.replacements = append(s.replacements, m.Replacements...)
+	} else {
+		sc.Linearizable = false
+		s.FaultsPlanned += len(r.Faults)
+	}
+	s.JobsSubmitted += sc.JobsSubmitted
+	s.JobsCompleted += sc.JobsCompleted
+	s.JobsFailed += sc.JobsFailed
+	s.JobsCancelled += sc.JobsCancelled
+	s.JobsUnsubmitted += sc.JobsUnsubmitted
+	s.LostJobs += sc.LostJobs
+	s.Violations += sc.Violations
+	s.Linearizable = s.Linearizable && sc.Linearizable
+	for _, f := range sc.Failures {
+		s.Failures = append(s.Failures, r.Scenario+": "+f)
+	}
+	s.Failovers, s.Replacements = len(s.failovers), len(s.replacements)
+	s.FailoverMedianS, s.FailoverMaxS = check.Median(s.failovers).Seconds(), check.Max(s.failovers).Seconds()
+	s.ReplacementMedianS, s.ReplacementMaxS = check.Median(s.replacements).Seconds(), check.Max(s.replacements).Seconds()
+	s.ElapsedS += sc.ElapsedS
+	for _, n := range r.Notes {
+		s.Notes = append(s.Notes, r.Scenario+": "+n)
+	}
+	s.Scenarios = append(s.Scenarios, sc)
+}
+
+// Fail records a run that could not be judged at all.
+func (s *Summary) Fail(scenario string, err error) {
+	s.Linearizable = false
+	s.Failures = append(s.Failures, scenario+": "+err.Error())
+	s.Scenarios = append(s.Scenarios, ScenarioSummary{Name: scenario, FaultsByKind: map[string]int{}, Failures: []string{err.Error()}})
+}
+
+// Skip records a scenario that was not run, and why.
+func (s *Summary) Skip(scenario, why string) { s.Skipped = append(s.Skipped, scenario+": "+why) }
+
+// Pass reports whether every run passed.
+func (s *Summary) Pass() bool { return len(s.Failures) == 0 && len(s.Scenarios) > 0 }

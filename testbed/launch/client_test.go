@@ -1,0 +1,127 @@
+package launch
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"pollux/actors/api"
+	"pollux/testbed/chaos/history"
+)
+
+// fakeAPI answers submissions by their body, and reads with fixed
+// answers.
+func fakeAPI(t *testing.T) *httptest.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+api.PathJobs, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		code := map[string]int{"created": 201, "exists": 409, "bad": 400, "full": 507, "busy": 503}[string(b)]
+		if string(b) == "slow" {
+			time.Sleep(300 * time.Millisecond)
+			code = 201
+		}
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(api.Error{Error: "said " + string(b)})
+	})
+	mux.HandleFunc("GET "+api.PathJobs, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(api.HeaderStale, "true")
+		_ = json.NewEncoder(w).Encode([]api.Job{{ID: "j", State: "running", Incarnation: 2, Epoch: 3, Progress: 4.5}})
+	})
+	mux.HandleFunc("GET "+api.PathStatus, func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(api.Status{Leader: "s0", Serving: "s0", Term: 4, Generation: 9})
+	})
+	srv := httptest.NewTLSServer(mux) // the launcher speaks HTTPS, as to a real server
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestClientRecordsEveryOperation: each answer is classified (ok, fail
+// for a definite refusal, info when unknown) and recorded with an invoke
+// before it.
+func TestClientRecordsEveryOperation(t *testing.T) {
+	srv := fakeAPI(t)
+	path := filepath.Join(t.TempDir(), "history.jsonl")
+	rec, err := history.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Member{Role: history.Server, ID: "s0", HTTP: srv.Listener.Addr().String()}
+	c := &Cluster{Servers: []*Member{m}, log: slog.New(slog.DiscardHandler), hist: rec, http: srv.Client()}
+	cl := c.Client()
+	ctx := context.Background()
+	for body, want := range map[string]history.Type{"created": history.OK, "exists": history.OK, "bad": history.Fail,
+		"full": history.Fail, "busy": history.Info, "slow": history.Info} {
+		a := cl.Submit(ctx, m, "job-"+body, []byte(body), 100*time.Millisecond)
+		if a.Type != want {
+			t.Errorf("%s: %+v, want %s", body, a, want)
+		}
+		if body == "bad" && a.Err != "said bad" {
+			t.Errorf("the refusal's error text: %q", a.Err)
+		}
+	}
+	js, stale, a := cl.Jobs(ctx, m, time.Second)
+	if !a.OK() || !stale || len(js) != 1 || js[0].Incarnation != 2 {
+		t.Errorf("jobs: %+v %v %+v", js, stale, a)
+	}
+	st, a := cl.Status(ctx, m, time.Second)
+	if !a.OK() || st.Generation != 9 {
+		t.Errorf("status: %+v %+v", st, a)
+	}
+	dead := &Member{Role: history.Server, ID: "s1", HTTP: "127.0.0.1:1"}
+	if a := cl.Submit(ctx, dead, "job-x", []byte("created"), time.Second); a.Type != history.Info {
+		t.Errorf("a dead server: %+v", a)
+	}
+	if err := rec.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lines, err := history.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 2*9 {
+		t.Fatalf("%d lines for 9 operations", len(lines))
+	}
+	open := map[uint64]bool{}
+	for _, l := range lines {
+		if l.Op.Type == history.Invoke {
+			open[l.Op.ID] = true
+			continue
+		}
+		if !open[l.Op.ID] {
+			t.Errorf("completion %+v before its invoke", l.Op)
+		}
+		delete(open, l.Op.ID)
+		if l.Op.F == history.Jobs && (!l.Op.Stale || len(l.Op.Jobs) != 1 || l.Op.Jobs[0].Progress != 4.5) {
+			t.Errorf("jobs answer recorded as %+v", l.Op)
+		}
+		if l.Op.F == history.Status && (l.Op.Status == nil || l.Op.Status.Generation != 9) {
+			t.Errorf("status answer recorded as %+v", l.Op)
+		}
+	}
+	if len(open) != 0 {
+		t.Errorf("operations never completed: %v", open)
+	}
+}
+
+func TestOptionsDefaults(t *testing.T) {
+	o := Options{Exec: []string{"pollux"}, Dir: "/x"}
+	if err := o.defaults(); err != nil || o.Servers != 3 || o.Network != Loopback || o.Logger == nil {
+		t.Errorf("defaults: %+v, %v", o, err)
+	}
+	for name, bad := range map[string]Options{
+		"no dir":      {Exec: []string{"p"}},
+		"no exec":     {Dir: "/x"},
+		"bad network": {Exec: []string{"p"}, Dir: "/x", Network: "carrier-pigeon"},
+		"negative":    {Exec: []string{"p"}, Dir: "/x", DataSize: -1},
+	} {
+		if err := bad.defaults(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -1,0 +1,546 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"pollux/cluster/pki"
+	"pollux/testbed/chaos/history"
+	"pollux/testbed/chaos/netns"
+	"pollux/testbed/chaos/proc"
+	"pollux/testbed/chaos/record"
+)
+
+// Ports every member listens on in its own namespace.
+const (
+	nsRaft   = 7000
+	nsHTTP   = 8080
+	nsGossip = 7946
+	nsActor  = 8090
+)
+
+// Member is one server or agent: its fixed command line, and the process
+// of its current incarnation.
+type Member struct {
+	Role history.Role
+	ID   string
+	// HTTP is a server's API address; Raft, Gossip and Actor its other
+	// listeners (agents have Gossip and Actor).
+	HTTP, Raft, Gossip, Actor string
+	// Log is the file its stderr goes to.
+	Log string
+	// DataDir is a server's data directory.
+	DataDir string
+
+	args   []string // after the command
+	prefix []string // before it (a namespace)
+	env    []string
+
+	mu     sync.Mutex
+	p      *proc.Proc
+	inc    uint64
+	exit   chan struct{} // closed once the current incarnation's exit is recorded
+	paused bool
+}
+
+// Running reports whether the member's process runs (paused or not).
+func (m *Member) Running() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.p != nil && !m.p.Exited()
+}
+
+// Serving reports whether it runs and is not paused.
+func (m *Member) Serving() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.p != nil && !m.p.Exited() && !m.paused
+}
+
+// PID is the current process's id (0 if none runs).
+func (m *Member) PID() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.p == nil || m.p.Exited() {
+		return 0
+	}
+	return m.p.PID()
+}
+
+// Cluster is a started cluster.
+type Cluster struct {
+	o       Options
+	Servers []*Member
+	Agents  []*Member
+	log     *slog.Logger
+	group   *proc.Group
+	net     *netns.Net
+	hist    *history.Recorder
+	watch   *watcher
+	tls     *pki.Bundle
+	http    *http.Client
+	mounts  []string
+	clients atomic.Int64
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start lays out and starts a cluster, and waits until a leader reports
+// every agent's GPUs. On error everything started is stopped.
+func Start(ctx context.Context, o Options) (*Cluster, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	c := &Cluster{o: o, log: o.Logger, group: proc.NewGroup()}
+	if err := c.start(ctx); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	return c, nil
+}
+
+// start does Start's work on c.
+func (c *Cluster) start(ctx context.Context) (err error) {
+	o := c.o
+	if o.Observe {
+		if c.hist, err = history.Create(filepath.Join(o.Dir, "history.jsonl")); err != nil {
+			return err
+		}
+		if _, err := c.hist.Event(history.Event{Kind: history.RunBegin, Scenario: o.Scenario, Seed: o.Seed, Planned: o.Planned}); err != nil {
+			return err
+		}
+	}
+	if err := c.layout(ctx); err != nil {
+		return err
+	}
+	clientTLS, err := c.tls.ClientTLS()
+	if err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	transport := &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second,
+		TLSClientConfig: clientTLS, TLSHandshakeTimeout: 10 * time.Second}
+	if c.net != nil {
+		transport.DialContext = c.net.Dial
+	}
+	c.http = &http.Client{Transport: transport}
+	if o.Observe {
+		c.watch = newWatcher(filepath.Join(o.Dir, "records"), c.hist, c.group, c.log)
+	}
+	for _, m := range append(slices.Clone(c.Servers), c.Agents...) {
+		if err := c.Start(ctx, m, "", 0); err != nil {
+			return err
+		}
+	}
+	return c.WaitGPUs(ctx, o.Agents*o.GPUsPerAgent, 60*time.Second)
+}
+
+// layout makes the network, the directories and the command lines.
+func (c *Cluster) layout(ctx context.Context) error {
+	o := c.o
+	var addrs [][]string // per member: raft/gossip/... host:port, in order servers then agents
+	var prefixes [][]string
+	var binds []string
+	switch o.Network {
+	case Namespaces:
+		if gone, err := netns.Sweep(); err != nil {
+			c.log.Warn("launch: sweeping stale namespaces", "err", err)
+		} else if len(gone) > 0 {
+			c.log.Info("launch: removed namespaces of dead runs", "namespaces", gone)
+		}
+		var ms []netns.Member
+		for i := range o.Servers {
+			ms = append(ms, netns.Member{Name: fmt.Sprintf("s%d", i), Labels: map[string]string{"role": "server"}})
+		}
+		for i := range o.Agents {
+			ms = append(ms, netns.Member{Name: fmt.Sprintf("a%d", i), Labels: map[string]string{"role": "agent", "rack": fmt.Sprintf("r%d", i%2)}})
+		}
+		n, err := netns.New(ctx, ms)
+		if err != nil {
+			return err
+		}
+		c.net = n
+		for _, m := range ms {
+			ip, _ := n.IP(m.Name)
+			pre, _ := n.Exec(m.Name)
+			h := ip.String()
+			addrs = append(addrs, []string{join(h, nsRaft), join(h, nsHTTP), join(h, nsGossip), join(h, nsActor)})
+			prefixes = append(prefixes, pre)
+			binds = append(binds, h)
+		}
+	default:
+		ports, err := FreePorts(4*o.Servers + 2*o.Agents)
+		if err != nil {
+			return err
+		}
+		for i := range o.Servers {
+			p := ports[4*i:]
+			addrs = append(addrs, []string{join("127.0.0.1", p[0]), join("127.0.0.1", p[1]), join("127.0.0.1", p[2]), join("127.0.0.1", p[3])})
+		}
+		for i := range o.Agents {
+			p := ports[4*o.Servers+2*i:]
+			addrs = append(addrs, []string{"", "", join("127.0.0.1", p[0]), join("127.0.0.1", p[1])})
+		}
+		prefixes = make([][]string, o.Servers+o.Agents)
+		binds = slices.Repeat([]string{"127.0.0.1"}, o.Servers+o.Agents)
+	}
+	// Every process runs with mutual TLS and encrypted gossip: a CA, a
+	// certificate per process (naming the address it is reached at) and a
+	// gossip key, made for this run.
+	var servers, agents []string
+	hosts := map[string][]string{}
+	for i := range o.Servers + o.Agents {
+		id := fmt.Sprintf("s%d", i)
+		if i >= o.Servers {
+			id = fmt.Sprintf("a%d", i-o.Servers)
+			agents = append(agents, id)
+		} else {
+			servers = append(servers, id)
+		}
+		if o.Network == Namespaces {
+			hosts[id] = []string{binds[i]}
+		}
+	}
+	var err error
+	if c.tls, err = pki.DevBundleHosts(filepath.Join(o.Dir, "tls"), servers, agents, hosts); err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	var peers, gossip, agentGossip []string
+	for i := range o.Servers {
+		peers = append(peers, fmt.Sprintf("s%d=%s=%s", i, addrs[i][0], addrs[i][1]))
+		gossip = append(gossip, addrs[i][2])
+	}
+	for i := range o.Agents {
+		agentGossip = append(agentGossip, addrs[o.Servers+i][2])
+	}
+	ts := strconv.FormatFloat(o.TimeScale, 'g', -1, 64)
+	ckpt := filepath.Join(o.Dir, "checkpoints")
+	for i := range o.Servers {
+		id := fmt.Sprintf("s%d", i)
+		a := addrs[i]
+		data := filepath.Join(o.Dir, id)
+		if err := os.MkdirAll(data, 0o755); err != nil {
+			return fmt.Errorf("launch: %w", err)
+		}
+		if o.DataSize > 0 {
+			if err := unix.Mount("tmpfs", data, "tmpfs", 0, "size="+strconv.FormatInt(o.DataSize, 10)); err != nil {
+				return fmt.Errorf("%w: mounting a tmpfs of %d bytes on %s: %w", ErrCluster, o.DataSize, data, err)
+			}
+			c.mounts = append(c.mounts, data)
+		}
+		// Every other member is a gossip seed: after a cold restart the
+		// servers find the agents again through it.
+		join := append(slices.Delete(slices.Clone(gossip), i, i+1), agentGossip...)
+		_, gport, _ := net.SplitHostPort(a[2])
+		_, aport, _ := net.SplitHostPort(a[3])
+		c.Servers = append(c.Servers, &Member{Role: history.Server, ID: id, HTTP: a[1], Raft: a[0], Gossip: a[2], Actor: a[3],
+			Log: filepath.Join(o.Dir, id+".log"), DataDir: data, prefix: prefixes[i],
+			args: []string{"server", "--id", id, "--data-dir", data, "--bind", binds[i],
+				"--raft", a[0], "--http", a[1], "--gossip-port", gport, "--actor-port", aport,
+				"--peers", strings.Join(peers, ","), "--bootstrap", "--fast-gossip", "--interval", o.Interval.String(),
+				"--time-scale", ts, "--checkpoint-root", ckpt, "--log-level", o.LogLevel, "--join", strings.Join(join, ",")}})
+		c.Servers[i].args = append(c.Servers[i].args, c.tls.Flags(id)...)
+	}
+	for i := range o.Agents {
+		id := fmt.Sprintf("a%d", i)
+		a := addrs[o.Servers+i]
+		_, gport, _ := net.SplitHostPort(a[2])
+		_, aport, _ := net.SplitHostPort(a[3])
+		m := &Member{Role: history.Agent, ID: id, Gossip: a[2], Actor: a[3], Log: filepath.Join(o.Dir, id+".log"), prefix: prefixes[o.Servers+i],
+			args: []string{"agent", "--name", id, "--bind", binds[o.Servers+i], "--gpus", strconv.Itoa(o.GPUsPerAgent),
+				"--rack", fmt.Sprintf("r%d", i%2), "--gossip-port", gport, "--actor-port", aport, "--join", strings.Join(gossip, ","),
+				"--fast-gossip", "--time-scale", ts, "--restart-cost", o.RestartCost.String(), "--grace", o.Grace.String(),
+				"--worker-exec", strings.Join(o.Exec, ","), "--log-level", o.LogLevel}}
+		m.args = append(m.args, c.tls.Flags(id)...)
+		if o.Observe {
+			dir := filepath.Join(o.Dir, "records", id)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("launch: %w", err)
+			}
+			m.env = []string{record.EnvDir + "=" + dir}
+		}
+		c.Agents = append(c.Agents, m)
+	}
+	return nil
+}
+
+func join(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
+
+// TLS is the cluster's CA, certificates and gossip key (in Dir/tls).
+func (c *Cluster) TLS() *pki.Bundle { return c.tls }
+
+// HTTPClient is an HTTPS client of the cluster's API, reaching the
+// servers where the launcher does (from the switch namespace in
+// Namespaces), with an overall timeout per request. Its requests are not
+// recorded in the history (use Client for that).
+func (c *Cluster) HTTPClient(timeout time.Duration) *http.Client {
+	return &http.Client{Transport: c.http.Transport, Timeout: timeout}
+}
+
+// Net is the cluster's network (nil on loopback).
+func (c *Cluster) Net() *netns.Net { return c.net }
+
+// History is the client-side history (nil without Observe).
+func (c *Cluster) History() *history.Recorder { return c.hist }
+
+// Options are the options the cluster runs with (defaults filled in).
+func (c *Cluster) Options() Options { return c.o }
+
+// Member returns the server or agent with id.
+func (c *Cluster) Member(id string) *Member {
+	for _, m := range append(slices.Clone(c.Servers), c.Agents...) {
+		if m.ID == id {
+			return m
+		}
+	}
+	return nil
+}
+
+// readyWriter closes ready at the first newline written to it.
+type readyWriter struct {
+	once  sync.Once
+	ready chan struct{}
+}
+
+func (w *readyWriter) Write(b []byte) (int, error) {
+	if bytes.IndexByte(b, '\n') >= 0 {
+		w.once.Do(func() { close(w.ready) })
+	}
+	return len(b), nil
+}
+
+// event records a harness event (when observing); a failure sticks in
+// the recorder and fails the run.
+func (c *Cluster) event(e history.Event) {
+	if c.hist == nil {
+		return
+	}
+	if _, err := c.hist.Event(e); err != nil {
+		c.log.Error("launch: history", "err", err)
+	}
+}
+
+// Start starts m's next incarnation and waits for its ready line. fault
+// and seq mark a restart that is part of a fault.
+func (c *Cluster) Start(ctx context.Context, m *Member, fault string, seq int) error {
+	logf, err := os.OpenFile(m.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	rw := &readyWriter{ready: make(chan struct{})}
+	full := append(append(slices.Clone(m.prefix), c.o.Exec...), m.args...)
+	m.mu.Lock()
+	if m.p != nil && !m.p.Exited() {
+		m.mu.Unlock()
+		logf.Close()
+		return fmt.Errorf("%w: %s/%s is already running", ErrCluster, m.Role, m.ID)
+	}
+	p, err := c.group.Start(proc.Spec{Name: string(m.Role) + "/" + m.ID, Path: full[0], Args: full[1:],
+		Env: append(slices.Clone(c.o.Env), m.env...), Stdout: rw, Stderr: logf})
+	if err != nil {
+		m.mu.Unlock()
+		logf.Close()
+		return err
+	}
+	m.inc++
+	inc := m.inc
+	m.p, m.paused = p, false
+	exit := make(chan struct{})
+	m.exit = exit
+	m.mu.Unlock()
+	c.event(history.Event{Kind: history.ProcStart, Role: m.Role, ID: m.ID, PID: p.PID(), Inc: inc, Fault: fault, Seq: seq})
+	go func() {
+		<-p.Done()
+		st, _ := p.Wait(time.Second)
+		e := history.Event{Kind: history.ProcExit, Role: m.Role, ID: m.ID, PID: p.PID(), Inc: inc}
+		if st != nil {
+			if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				e.Sig = strings.TrimPrefix(unix.SignalName(ws.Signal()), "SIG")
+			} else {
+				e.Exit = st.ExitCode()
+			}
+		}
+		c.event(e)
+		logf.Close()
+		close(exit)
+	}()
+	select {
+	case <-rw.ready:
+		return nil
+	case <-p.Done():
+		return fmt.Errorf("%w: %s/%s exited before it was ready; see %s", ErrCluster, m.Role, m.ID, m.Log)
+	case <-time.After(60 * time.Second):
+		return fmt.Errorf("%w: %s/%s not ready after 60s; see %s", ErrCluster, m.Role, m.ID, m.Log)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Signal records sig and sends it to m's process group; SIGSTOP marks it
+// paused, SIGCONT resumed.
+func (c *Cluster) Signal(m *Member, sig syscall.Signal, fault string, seq int) error {
+	m.mu.Lock()
+	p, inc := m.p, m.inc
+	m.mu.Unlock()
+	if p == nil || p.Exited() {
+		return fmt.Errorf("%w: %s/%s is not running", ErrCluster, m.Role, m.ID)
+	}
+	c.event(history.Event{Kind: history.Signal, Role: m.Role, ID: m.ID, PID: p.PID(), Inc: inc,
+		Sig: strings.TrimPrefix(unix.SignalName(sig), "SIG"), Fault: fault, Seq: seq})
+	err := p.Signal(sig)
+	m.mu.Lock()
+	switch sig {
+	case syscall.SIGSTOP:
+		m.paused = true
+	case syscall.SIGCONT:
+		m.paused = false
+	}
+	m.mu.Unlock()
+	return err
+}
+
+// Kill is kill -9 of m; it returns once the exit is recorded.
+func (c *Cluster) Kill(m *Member, fault string, seq int) error {
+	if err := c.Signal(m, syscall.SIGKILL, fault, seq); err != nil {
+		return err
+	}
+	return c.waitExit(m, 10*time.Second)
+}
+
+// waitExit waits until m's current incarnation has exited and its exit
+// is recorded.
+func (c *Cluster) waitExit(m *Member, timeout time.Duration) error {
+	m.mu.Lock()
+	exit := m.exit
+	m.mu.Unlock()
+	if exit == nil {
+		return nil
+	}
+	select {
+	case <-exit:
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("%w: %s/%s still running %s after the signal", ErrCluster, m.Role, m.ID, timeout)
+	}
+}
+
+// Workers returns the workers the records show running now (observing
+// only), in a stable order.
+func (c *Cluster) Workers() []Worker {
+	if c.watch == nil {
+		return nil
+	}
+	return c.watch.running()
+}
+
+// KillWorker kills worker w's process group, recording the signal.
+func (c *Cluster) KillWorker(w Worker, fault string, seq int) error {
+	c.event(history.Event{Kind: history.Signal, Role: history.Worker, ID: w.Job, Node: w.Node, PID: w.PID, Inc: w.Inc,
+		Rank: w.Rank, Sig: "KILL", Fault: fault, Seq: seq})
+	if err := syscall.Kill(-w.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("launch: killing worker pid %d: %w", w.PID, err)
+	}
+	return nil
+}
+
+// Stop ends the run in order: SIGTERM to the agents (they stop their
+// workers), then to the servers, SIGKILL to whatever outlives its grace;
+// then it waits until every worker it saw is gone, closes the history
+// with run_end, and removes the network and mounts. Call it once, after
+// every operation of the run has completed.
+func (c *Cluster) Stop() error {
+	var errs []error
+	for _, group := range [][]*Member{c.Agents, c.Servers} {
+		for _, m := range group {
+			if m.Running() {
+				_ = c.Signal(m, syscall.SIGCONT, "", 0) // never leave one paused
+				_ = c.Signal(m, syscall.SIGTERM, "", 0)
+			}
+		}
+		for _, m := range group {
+			if err := c.waitExit(m, c.o.Grace+15*time.Second); err != nil {
+				errs = append(errs, fmt.Errorf("%w: %s/%s still running %s after SIGTERM: killed", ErrSlowStop, m.Role, m.ID, c.o.Grace+15*time.Second))
+				_ = c.Signal(m, syscall.SIGKILL, "", 0)
+				_ = c.waitExit(m, 5*time.Second)
+			}
+		}
+	}
+	if c.watch != nil {
+		errs = append(errs, c.watch.finish(5*time.Second))
+	}
+	if c.hist != nil {
+		c.event(history.Event{Kind: history.RunEnd})
+		errs = append(errs, c.hist.Err())
+	}
+	errs = append(errs, c.Close())
+	return errors.Join(errs...)
+}
+
+// Close kills everything at once and removes the network and mounts (on
+// error or interruption; Stop calls it last). A history closed this way
+// has no run_end. It is idempotent.
+func (c *Cluster) Close() error {
+	c.closeOnce.Do(func() {
+		var errs []error
+		if c.watch != nil {
+			c.watch.stop()
+		}
+		errs = append(errs, c.group.Close())
+		if c.hist != nil {
+			errs = append(errs, c.hist.Close())
+		}
+		if c.net != nil {
+			errs = append(errs, c.net.Close())
+		}
+		for _, dir := range c.mounts {
+			if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+				errs = append(errs, fmt.Errorf("launch: unmounting %s: %w", dir, err))
+			}
+		}
+		if c.http != nil {
+			c.http.CloseIdleConnections()
+		}
+		c.closeErr = errors.Join(errs...)
+	})
+	return c.closeErr
+}
+
+// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a
+// moment ago (the listeners are closed before it returns, so another
+// program may take one meanwhile: callers start their processes at once).
+func FreePorts(n int) ([]int, error) {
+	var ports []int
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("launch: free port: %w", err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}

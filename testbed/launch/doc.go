@@ -1,0 +1,22 @@
+// Package launch starts a whole Pollux cluster on one machine, as
+// separate OS processes (servers, agents, and the emulated workers the
+// agents start), and is the one launcher behind `pollux demo`, `pollux
+// chaos` and the multi-process tests. It drives the cluster only through
+// command lines, signals and the HTTP API, as a user would.
+//
+// Processes talk over 127.0.0.1 (Loopback), or each runs in a network
+// namespace of its own on a virtual LAN (Namespaces, package netns) that
+// the fault-injection harness can partition and degrade.
+//
+// With Observe on, the launcher is also the harness's observer: every
+// API operation its Client sends is recorded in the run's client-side
+// history (package history) with its answer; so are the processes it
+// starts, the signals it sends, their exits, and the worker processes it
+// sees gone. Every agent's workers write their own records (package
+// record) into a directory per agent. Nothing is read from the system's
+// own logs.
+//
+// Stop and Close stop every process the launcher started, and every
+// worker it saw, also when its caller is interrupted; a run's network
+// namespaces and tmpfs mounts go with them.
+package launch

@@ -1,0 +1,119 @@
+package launch
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"pollux/testbed/chaos/history"
+)
+
+// ErrConfig is returned by Start for unusable options.
+var ErrConfig = errors.New("launch: bad options")
+
+// ErrCluster is returned when the cluster cannot be started, driven or
+// stopped as asked (a process that is not ready, no leader, a worker that
+// outlived its agent).
+var ErrCluster = errors.New("launch: cluster")
+
+// ErrSlowStop marks, in Stop's error, a server or agent that had to be
+// killed because it was still running long after SIGTERM.
+var ErrSlowStop = errors.New("launch: slow to stop")
+
+// Network says how the processes reach each other.
+type Network string
+
+// The networks.
+const (
+	// Loopback: every process on 127.0.0.1, on ports found free.
+	Loopback Network = "loopback"
+	// Namespaces: each server and agent in a network namespace of its
+	// own (package netns); needs root and iptables.
+	Namespaces Network = "netns"
+)
+
+// Options describe the cluster to start.
+type Options struct {
+	// Exec is the program (and leading arguments) that runs `pollux`.
+	Exec []string
+	// Env is added to every process's environment.
+	Env []string
+	// Dir holds data directories, logs (<id>.log), the checkpoints, and
+	// with Observe the history and the worker records. Required.
+	Dir string
+	// Servers (default 3), Agents (default 2) and GPUsPerAgent (default 4).
+	Servers, Agents, GPUsPerAgent int
+	// Interval is the scheduling interval (default 1 s); TimeScale the
+	// emulated seconds per real second (default 100); RestartCost the
+	// emulated start-up of a worker (default 30 s); Grace the SIGTERM to
+	// SIGKILL delay for workers (default 5 s).
+	Interval    time.Duration
+	TimeScale   float64
+	RestartCost time.Duration
+	Grace       time.Duration
+	// LogLevel of the processes (default "info").
+	LogLevel string
+	// Network is Loopback (default) or Namespaces.
+	Network Network
+	// Observe turns on the independent observers: the client history
+	// (Dir/history.jsonl, which Start opens with a run_begin event naming
+	// Scenario, Seed and Planned) and the worker records
+	// (Dir/records/<agent>/).
+	Observe  bool
+	Scenario string
+	Seed     uint64
+	Planned  []history.Planned
+	// DataSize, if positive, mounts a tmpfs of that many bytes on each
+	// server's data directory (root only), so that a disk can fill up.
+	DataSize int64
+	// Logger receives the launcher's progress (default: discarded).
+	Logger *slog.Logger
+}
+
+func (o *Options) defaults() error {
+	if len(o.Exec) == 0 || o.Dir == "" {
+		return fmt.Errorf("%w: Exec and Dir are required", ErrConfig)
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.Servers, 3)
+	def(&o.Agents, 2)
+	def(&o.GPUsPerAgent, 4)
+	dur := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	dur(&o.Interval, time.Second)
+	dur(&o.RestartCost, 30*time.Second)
+	dur(&o.Grace, 5*time.Second)
+	if o.TimeScale == 0 {
+		o.TimeScale = 100
+	}
+	if o.LogLevel == "" {
+		o.LogLevel = "info"
+	}
+	if o.Network == "" {
+		o.Network = Loopback
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Scenario == "" {
+		o.Scenario = "cluster"
+	}
+	switch {
+	case o.Servers < 1 || o.Agents < 0 || o.GPUsPerAgent < 1 || o.Servers > 99 || o.Agents > 99:
+		return fmt.Errorf("%w: %d servers, %d agents of %d GPUs", ErrConfig, o.Servers, o.Agents, o.GPUsPerAgent)
+	case !(o.TimeScale > 0) || o.Interval < 0 || o.Grace < 0 || o.RestartCost < 0 || o.DataSize < 0:
+		return fmt.Errorf("%w: time scale %v, interval %v, grace %v, restart cost %v, data size %d",
+			ErrConfig, o.TimeScale, o.Interval, o.Grace, o.RestartCost, o.DataSize)
+	case o.Network != Loopback && o.Network != Namespaces:
+		return fmt.Errorf("%w: network %q (loopback or netns)", ErrConfig, o.Network)
+	}
+	return nil
+}
