@@ -8,6 +8,11 @@
 // namespace of its own on a virtual LAN (Namespaces, package netns) that
 // the fault-injection harness can partition and degrade.
 //
+// Every cluster runs secured, as the project's rule is: the launcher makes
+// a CA, a certificate per server and agent (naming its address on the
+// virtual LAN too) and a gossip key per run (Dir/tls, package pki), starts
+// every process with them, and speaks HTTPS to the API.
+//
 // With Observe on, the launcher is also the harness's observer: every
 // API operation its Client sends is recorded in the run's client-side
 // history (package history) with its answer; so are the processes it
