@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"pollux/actors/api"
+	"pollux/cluster/pki"
 	"pollux/testbed/builtin"
 	"pollux/testbed/chaos/driver"
 	"pollux/testbed/chaos/netns"
@@ -109,10 +112,13 @@ func TestChaosUnknownScenario(t *testing.T) {
 
 // TestGarbageOnEveryPort sends seeded random bytes to the Raft, HTTP,
 // gossip (TCP and UDP) and actor ports of every server of a running
-// cluster, and bad job specs to its API: no server may exit, the bad
-// specs must be refused with a 4xx and an error message, and the cluster
-// must still elect, commit and complete every job, with observers'
-// records that show no failure.
+// (secured) cluster, both raw, where they meet the TLS handshake or the
+// gossip keyring, and inside TLS sessions opened with the cluster's own
+// credentials, where they reach the decoders behind TLS; and bad job
+// specs to its API: no server may exit, the bad specs must be refused
+// with a 4xx and an error message, and the cluster must still elect,
+// commit and complete every job, with observers' records that show no
+// failure.
 func TestGarbageOnEveryPort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 5-process cluster")
@@ -157,24 +163,46 @@ func TestGarbageOnEveryPort(t *testing.T) {
 		return append(append([]byte(nil), prefix...), b...)
 	}
 	// Prefixes that get past the first byte or line, so that the bytes
-	// reach the decoders behind it: Raft's RPC type byte, an HTTP request
-	// line, the HTTP/2 preface of gRPC.
+	// reach the decoders behind it: the Raft port's channel byte (1 Raft
+	// RPC, 2 a forwarded write) and Raft's RPC type byte, a forwarded
+	// write's frame length, an HTTP request line, the HTTP/2 preface of
+	// gRPC. Raw, they meet the TLS handshake (and the gossip keyring).
 	prefixes := map[string][][]byte{
-		"raft":   {nil, {0}, {1}, {2}, {3}},
+		"raft":   {nil, {0}, {1}, {1, 0}, {1, 1}, {1, 2}, {1, 3}, {2}, {2, 0, 0, 0x10, 0}, {3}},
 		"http":   {nil, []byte("POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 70000\r\n\r\n"), []byte("GET /v1/status HTTP/1.1\r\n")},
 		"gossip": {nil, {0}, {1}, {6}, {8}},
 		"actor":  {nil, []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")},
 	}
+	// Inside TLS: a server's certificate gets through the Raft and actor
+	// ports' role checks, the client certificate through the API's.
+	creds, err := c.TLS().Credentials("s0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raftTLS, err1 := creds.ClientConfig(pki.ChannelRaft)
+	actorTLS, err2 := creds.ClientConfig(pki.ChannelActor)
+	apiTLS, err3 := c.TLS().ClientTLS()
+	if err := errors.Join(err1, err2, err3); err != nil {
+		t.Fatal(err)
+	}
+	actorTLS.NextProtos = []string{"h2"}
+	inTLS := map[string]*tls.Config{"raft": raftTLS, "http": apiTLS, "actor": actorTLS}
 	for _, s := range c.Servers {
 		for _, port := range []struct{ name, addr string }{{"raft", s.Raft}, {"http", s.HTTP}, {"gossip", s.Gossip}, {"actor", s.Actor}} {
+			ps := prefixes[port.name]
 			for i := range 12 {
-				ps := prefixes[port.name]
 				sendTCP(t, port.addr, garbage(ps[i%len(ps)]))
+			}
+			if cfg := inTLS[port.name]; cfg != nil {
+				for i := range 2 * len(ps) {
+					sendTLS(t, port.addr, cfg, garbage(ps[i%len(ps)]))
+				}
 			}
 		}
 		for range 30 { // memberlist also reads UDP packets on its port
 			if conn, err := net.Dial("udp", s.Gossip); err == nil {
-				_, _ = conn.Write(garbage(nil)[:min(1400, 1+rng.IntN(1400))])
+				g := garbage(nil)
+				_, _ = conn.Write(g[:min(len(g), 1+rng.IntN(1400))])
 				conn.Close()
 			}
 		}
@@ -239,6 +267,31 @@ func sendTCP(t *testing.T, addr string, b []byte) {
 		return
 	}
 	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	_, _ = conn.Write(b)
+	_, _ = io.Copy(io.Discard, io.LimitReader(conn, 1<<16))
+}
+
+// sendTLS opens a TLS session to addr with cfg (which the port must
+// accept), writes b in it and closes it, ignoring errors after the
+// handshake.
+func sendTLS(t *testing.T, addr string, cfg *tls.Config, b []byte) {
+	t.Helper()
+	raw, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		t.Errorf("dial %s: %v", addr, err)
+		return
+	}
+	defer raw.Close()
+	host, _, _ := net.SplitHostPort(addr)
+	cfg = cfg.Clone()
+	cfg.ServerName = host
+	conn := tls.Client(raw, cfg)
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	if err := conn.Handshake(); err != nil {
+		t.Errorf("TLS handshake with %s and the cluster's own credentials: %v", addr, err)
+		return
+	}
 	_ = conn.SetDeadline(time.Now().Add(500 * time.Millisecond))
 	_, _ = conn.Write(b)
 	_, _ = io.Copy(io.Discard, io.LimitReader(conn, 1<<16))
