@@ -15,10 +15,13 @@ import (
 
 // Result is what applying one command produced: the Raft index it was
 // committed at and, if the state machine refused it, why (nothing of a
-// refused command is applied).
+// refused command is applied). Dropped names the entries of an applied
+// Round or Prune that were skipped; it is not carried back to a follower
+// that forwarded the command (only Index and Err are).
 type Result struct {
-	Index uint64
-	Err   error
+	Index   uint64
+	Err     error
+	Dropped []Drop
 }
 
 // FSM is the replicated state machine. Apply is deterministic: it reads no
@@ -27,6 +30,9 @@ type Result struct {
 type FSM struct {
 	mu    sync.RWMutex
 	state *State
+	// notify, if set, receives a token (without blocking) whenever an
+	// applied command may have changed the set of live jobs.
+	notify chan struct{}
 	// rec is the fault-injection harness's history (nil outside it):
 	// applied allocations and completions, for its invariant checks.
 	rec *history.Recorder
@@ -47,16 +53,53 @@ func (f *FSM) Apply(l *raft.Log) any {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	res.Err = apply(f.state, c, l.Term)
+	var live map[string]bool
+	if f.rec != nil {
+		live = liveJobs(f.state)
+	}
+	res.Dropped, res.Err = apply(f.state, c, l.Term)
 	if res.Err == nil {
 		switch c := c.(type) {
 		case *CommitAllocation:
 			_ = f.rec.Record(history.Event{Kind: history.Commit, Gen: c.Generation, Term: c.Term, Index: l.Index, Alloc: history.Digest(l.Data)})
-		case *CompleteJob:
-			_ = f.rec.Record(history.Event{Kind: history.Complete, Job: c.ID, Index: l.Index, Inc: f.state.Jobs[c.ID].Incarnation})
+		case *Round:
+			_ = f.rec.Record(history.Event{Kind: history.Commit, Gen: c.Generation, Term: c.Term, Index: l.Index, Alloc: history.Digest(l.Data)})
+		}
+		// Every job this command finished (completed, failed, cancelled).
+		for _, id := range slices.Sorted(maps.Keys(live)) {
+			if j := f.state.Jobs[id]; j != nil && j.State.Terminal() {
+				_ = f.rec.Record(history.Event{Kind: history.Complete, Job: id, Index: l.Index, Inc: j.Incarnation})
+			}
+		}
+	}
+	if f.notify != nil && res.Err == nil && changesJobs(c) {
+		select {
+		case f.notify <- struct{}{}:
+		default:
 		}
 	}
 	return res
+}
+
+// liveJobs is the set of unfinished jobs.
+func liveJobs(s *State) map[string]bool {
+	live := map[string]bool{}
+	for id, j := range s.Jobs {
+		if !j.State.Terminal() {
+			live[id] = true
+		}
+	}
+	return live
+}
+
+// changesJobs reports whether c may change the set of live jobs or their
+// placement (what the job actors' hosts are told).
+func changesJobs(c Command) bool {
+	switch c.(type) {
+	case *SubmitJob, *CompleteJob, *FinishJob, *Prune, *Round, *CommitAllocation:
+		return true
+	}
+	return false
 }
 
 // Read calls fn with the current state under a read lock; fn must not keep
@@ -65,6 +108,17 @@ func (f *FSM) Read(fn func(*State)) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	fn(f.state)
+}
+
+// Job returns a deep copy of one job and the cluster configuration (nil
+// if the job is unknown): cheaper than State for one job.
+func (f *FSM) Job(id string) (*Job, ClusterConfig) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if j := f.state.Jobs[id]; j != nil {
+		return j.clone(), f.state.Config
+	}
+	return nil, f.state.Config
 }
 
 // State returns a deep copy of the current state.
@@ -114,37 +168,42 @@ func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 func (s fsmSnapshot) Release() {}
 
 // apply changes s by c, appended to the log in Raft term term, or returns
-// why it cannot; on error s is unchanged.
-func apply(s *State, c Command, term uint64) error {
+// why it cannot; on error s is unchanged. For a Round or Prune it also
+// returns the entries it skipped.
+func apply(s *State, c Command, term uint64) ([]Drop, error) {
+	switch c := c.(type) {
+	case *Round:
+		return applyRound(s, c, term)
+	case *Prune:
+		return applyPrune(s, c), nil
+	}
+	return nil, applyOne(s, c, term)
+}
+
+func applyOne(s *State, c Command, term uint64) error {
 	switch c := c.(type) {
 	case *SubmitJob:
-		if _, ok := s.Jobs[c.ID]; ok {
-			return fmt.Errorf("%w: %q", ErrJobExists, c.ID)
-		}
-		spec := c.Spec
-		spec.Command = slices.Clone(spec.Command)
-		s.Jobs[c.ID] = &Job{ID: c.ID, Spec: spec, State: Pending, SubmitTime: c.SubmitTime}
-		return nil
+		return applySubmit(s, c)
+	case *InitCluster:
+		return applyInit(s, c)
+	case *FinishJob:
+		return applyFinish(s, c)
 	case *UpdateJob:
 		return applyUpdate(s, c)
 	case *CompleteJob:
-		j, err := liveJob(s, c.ID, 0)
-		if err != nil {
-			return err
-		}
-		j.State = Completed
+		st := Completed
 		if c.Failed {
-			j.State = Failed
+			st = Failed
 		}
-		j.FinishTime = c.FinishTime
-		j.Reason = c.Reason
-		delete(s.Allocation.Jobs, c.ID)
-		return nil
+		return applyFinish(s, &FinishJob{ID: c.ID, State: st, Reason: c.Reason, Time: c.FinishTime})
 	case *RecordProfile:
 		return applyProfile(s, c)
 	case *CommitAllocation:
 		return applyAllocation(s, c, term)
 	case *RegisterNode:
+		if _, ok := s.Nodes[c.Node.ID]; !ok && len(s.Nodes) >= MaxNodes {
+			return fmtErr(ErrLimit, "the cluster has %d nodes, the most it can hold; prune dead nodes first", len(s.Nodes))
+		}
 		n := c.Node
 		n.Addresses = slices.Clone(n.Addresses)
 		s.Nodes[n.ID] = &n
@@ -158,6 +217,22 @@ func apply(s *State, c Command, term uint64) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %T", ErrUnknownCommand, c)
+}
+
+func applySubmit(s *State, c *SubmitJob) error {
+	if _, ok := s.Jobs[c.ID]; ok {
+		return fmt.Errorf("%w: %q", ErrJobExists, c.ID)
+	}
+	if len(s.Jobs) >= MaxJobs {
+		return fmtErr(ErrLimit, "the cluster holds %d jobs, the most it can; finished jobs are pruned after the retention period (pollux server --retain)", len(s.Jobs))
+	}
+	if c.Spec.CheckpointDir == "" && s.Config.CheckpointRoot == "" {
+		return invalid("job %q names no checkpoint directory and the cluster has no checkpoint root (pollux server --bootstrap --checkpoint-root DIR)", c.ID)
+	}
+	spec := c.Spec
+	spec.Command = slices.Clone(spec.Command)
+	s.Jobs[c.ID] = &Job{ID: c.ID, Spec: spec, State: Pending, SubmitTime: c.SubmitTime}
+	return nil
 }
 
 // liveJob returns the job id if it exists, is not finished, and (when
@@ -221,8 +296,23 @@ func applyProfile(s *State, c *RecordProfile) error {
 	if err != nil {
 		return err
 	}
+	prof, err := mergeProfile(j, c.Entries)
+	if err != nil {
+		return err
+	}
+	j.Profile = prof
+	if c.HasGrad {
+		j.Grad, j.HasGrad = c.Grad, true
+	}
+	return nil
+}
+
+// mergeProfile returns j's profile with entries merged in (a weighted
+// running mean per configuration), or an error if it would grow beyond
+// maxProfile configurations.
+func mergeProfile(j *Job, entries []ProfileEntry) ([]ProfileEntry, error) {
 	prof := slices.Clone(j.Profile)
-	for _, e := range c.Entries {
+	for _, e := range entries {
 		i, found := slices.BinarySearchFunc(prof, e.key(), func(p ProfileEntry, k [3]int) int { return compareKey(p.key(), k) })
 		if !found {
 			prof = slices.Insert(prof, i, e)
@@ -236,13 +326,9 @@ func applyProfile(s *State, c *RecordProfile) error {
 		p.Count = total
 	}
 	if len(prof) > maxProfile {
-		return invalid("job %q would have %d profiled configurations (limit %d)", c.ID, len(prof), maxProfile)
+		return nil, invalid("job %q would have %d profiled configurations (limit %d)", j.ID, len(prof), maxProfile)
 	}
-	j.Profile = prof
-	if c.HasGrad {
-		j.Grad, j.HasGrad = c.Grad, true
-	}
-	return nil
+	return prof, nil
 }
 
 func applyAllocation(s *State, c *CommitAllocation, term uint64) error {

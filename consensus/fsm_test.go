@@ -16,7 +16,8 @@ import (
 func testSpec() JobSpec {
 	return JobSpec{
 		Name: "cifar", App: "cifar10", MinReplicas: 1, MaxReplicas: 8,
-		Limits: goodput.Limits{InitBatch: 128, MaxBatch: 4096, MinLocal: 32, MaxLocal: 512, Accumulation: true},
+		Limits:        goodput.Limits{InitBatch: 128, MaxBatch: 4096, MinLocal: 32, MaxLocal: 512, Accumulation: true},
+		CheckpointDir: "/ckpt/cifar",
 	}
 }
 
@@ -65,7 +66,7 @@ func populated(t *testing.T) *fsmApplier {
 		&RegisterNode{Node: Node{ID: "n1", Addresses: []string{"127.0.0.1:7000"}, Rack: "r1", GPUs: 4, Health: Alive}},
 		&RegisterNode{Node: Node{ID: "n2", Addresses: []string{"127.0.0.1:7001", "127.0.0.1:7002"}, Rack: "r2", GPUs: 4, Health: Alive}},
 		&SubmitJob{ID: "j1", Spec: testSpec(), SubmitTime: 10},
-		&SubmitJob{ID: "j2", Spec: JobSpec{Command: []string{"python", "train.py"}, MinReplicas: 1, MaxReplicas: 4, Limits: goodput.Limits{InitBatch: 64, MaxBatch: 64, MinLocal: 64, MaxLocal: 64}}, SubmitTime: 11},
+		&SubmitJob{ID: "j2", Spec: JobSpec{Command: []string{"python", "train.py"}, MinReplicas: 1, MaxReplicas: 4, Limits: goodput.Limits{InitBatch: 64, MaxBatch: 64, MinLocal: 64, MaxLocal: 64}, CheckpointDir: "/ckpt/j2"}, SubmitTime: 11},
 		&SubmitJob{ID: "j3", Spec: testSpec(), SubmitTime: 12},
 		&CommitAllocation{Generation: 1, Term: 1, Jobs: map[string][]Slot{"j1": {{"n2", 2}, {"n1", 2}}, "j2": {{"n1", 1}}}},
 		&RecordProfile{ID: "j1", Incarnation: 1, Entries: []ProfileEntry{
@@ -387,6 +388,14 @@ func FuzzDecodeCommand(f *testing.F) {
 		&CommitAllocation{Generation: 1, Term: 1, Jobs: map[string][]Slot{"j": {{"n", 1}}}},
 		&RegisterNode{Node: Node{ID: "n", GPUs: 1, Health: Alive, Addresses: []string{"a"}}},
 		&MarkNode{ID: "n", Health: Dead},
+		&InitCluster{ID: "c", CheckpointRoot: "/r"},
+		&FinishJob{ID: "j1", Incarnation: 1, State: Cancelled, Reason: "user"},
+		&Prune{Jobs: []string{"j1", "j2"}, Nodes: []string{"n2"}},
+		&Round{Generation: 2, Term: 1, Time: 3, Accrue: 1, MaxFailures: 5, Jobs: map[string][]Slot{"j1": {{"n1", 1}}},
+			Updates: []RoundJob{
+				{ID: "j1", Incarnation: 1, Running: true, HasBid: true, Bid: testBid(1, 1),
+					HasMeas: true, Meas: measurement(1, 0, 2, 1, entry(1, 1, 32, 0.1, 0.2, 3))},
+				{ID: "j2", Incarnation: 1, Restart: true}}},
 	} {
 		b, err := Encode(c)
 		if err != nil {

@@ -49,6 +49,23 @@ type Server struct {
 	// completed a barrier: reads in that term need only verify leadership.
 	barrierTerm atomic.Uint64
 	closed      atomic.Bool
+	leaderCh    chan bool
+	stop        chan struct{}
+}
+
+func (s *Server) relayLeadership(raw <-chan bool) {
+	for {
+		select {
+		case v := <-raw:
+			select {
+			case <-s.leaderCh:
+			default:
+			}
+			s.leaderCh <- v
+		case <-s.stop:
+			return
+		}
+	}
 }
 
 // NewServer starts a Raft node on st. A server with no state waits to be
@@ -66,12 +83,20 @@ func NewServer(cfg Config, st Stores) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("server", string(cfg.ID)), fsm: NewFSM(), stores: st}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("server", string(cfg.ID)), fsm: NewFSM(), stores: st,
+		leaderCh: make(chan bool, 1), stop: make(chan struct{})}
+	s.fsm.notify = make(chan struct{}, 1)
+	// Raft blocks on its notification channel: relay every change at once
+	// and keep only the latest for the reader.
+	raw := make(chan bool, 8)
+	rc.NotifyCh = raw
+	go s.relayLeadership(raw)
 	if s.fsm.rec, err = history.FromEnv("server/" + string(cfg.ID)); err != nil {
 		s.log.Warn("consensus: no history recording", "err", err)
 	}
 	s.raft, err = raft.NewRaft(rc, s.fsm, st.Logs, st.Stable, st.Snapshots, st.Transport)
 	if err != nil {
+		close(s.stop)
 		return nil, fmt.Errorf("consensus: starting raft: %w", err)
 	}
 	return s, nil
@@ -130,6 +155,19 @@ func (s *Server) VerifyLeader(ctx context.Context) (uint64, error) {
 // LocalState returns a copy of this server's state, which on a follower
 // may lag behind the leader's.
 func (s *Server) LocalState() *State { return s.fsm.State() }
+
+// LocalJob returns a copy of one job of this server's state (nil if
+// unknown) and the cluster configuration.
+func (s *Server) LocalJob(id string) (*Job, ClusterConfig) { return s.fsm.Job(id) }
+
+// LeaderChanges delivers true when this server becomes the Raft leader
+// and false when it stops being it. Only the latest change is kept if
+// nobody listens; it has one reader (the allocator).
+func (s *Server) LeaderChanges() <-chan bool { return s.leaderCh }
+
+// JobsChanged receives a token (coalesced) whenever an applied command may
+// have changed the set of live jobs or their placement. It has one reader.
+func (s *Server) JobsChanged() <-chan struct{} { return s.fsm.notify }
 
 // Read returns a copy of the state that reflects every write completed
 // before the call (a linearizable read). Only the leader serves it: it
@@ -414,6 +452,41 @@ func (s *Server) CommitAllocation(ctx context.Context, generation, term uint64, 
 	return s.single(ctx, &CommitAllocation{Generation: generation, Term: term, Jobs: jobs})
 }
 
+// InitCluster sets the cluster's configuration if it has none; with
+// another checkpoint root than the configured one it fails with
+// ErrClusterConfig.
+func (s *Server) InitCluster(ctx context.Context, id, checkpointRoot string) error {
+	return s.single(ctx, &InitCluster{ID: id, CheckpointRoot: checkpointRoot})
+}
+
+// FinishJob ends a job (exactly once) as Completed, Failed or Cancelled
+// and frees its GPUs; a non-zero incarnation must be the job's current
+// one.
+func (s *Server) FinishJob(ctx context.Context, f FinishJob) error {
+	return s.single(ctx, &f)
+}
+
+// CommitRound commits one allocation round and returns its result
+// (which entries were dropped). It fails with ErrStaleTerm or
+// ErrStaleGeneration if a newer leader has taken over.
+func (s *Server) CommitRound(ctx context.Context, r *Round) (Result, error) {
+	res, err := s.Apply(ctx, r)
+	if err != nil {
+		return Result{}, err
+	}
+	return res[0], res[0].Err
+}
+
+// Prune forgets finished jobs and gone nodes; it returns the ids it
+// skipped.
+func (s *Server) Prune(ctx context.Context, p Prune) ([]Drop, error) {
+	res, err := s.Apply(ctx, &p)
+	if err != nil {
+		return nil, err
+	}
+	return res[0].Dropped, res[0].Err
+}
+
 // RegisterNode adds or replaces a node (a zero Health means Alive).
 func (s *Server) RegisterNode(ctx context.Context, n Node) error {
 	if n.Health == 0 {
@@ -453,6 +526,7 @@ func (s *Server) Shutdown() error {
 		return nil
 	}
 	errs := []error{raftError(s.raft.Shutdown().Error())}
+	close(s.stop)
 	if c, ok := s.stores.Transport.(raft.WithClose); ok {
 		errs = append(errs, c.Close())
 	}
