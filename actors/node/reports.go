@@ -34,7 +34,12 @@ func listenReports(addr string, deliver func(workerproto.Report), log *slog.Logg
 	return l, nil
 }
 
-func (l *reportListener) addr() string { return l.ln.Addr().String() }
+func (l *reportListener) addr() string {
+	if l == nil {
+		return ""
+	}
+	return l.ln.Addr().String()
+}
 
 func (l *reportListener) accept() {
 	defer l.wg.Done()
@@ -82,6 +87,9 @@ func (l *reportListener) serve(c net.Conn) {
 }
 
 func (l *reportListener) close() {
+	if l == nil {
+		return
+	}
 	l.ln.Close()
 	l.mu.Lock()
 	for c := range l.conns {
