@@ -3,13 +3,13 @@ package node
 import (
 	"cmp"
 	"encoding/json"
-	"maps"
-	"slices"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"pollux/actors/jobspec"
 )
