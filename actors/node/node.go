@@ -42,7 +42,8 @@ type Config struct {
 	Grace time.Duration
 	// ReportListen is where to listen for worker reports (default
 	// 127.0.0.1:0; "none": no listener, for in-process workers that
-	// report through WorkerSpec.Report).
+	// report through WorkerSpec.Report, whose POLLUX_REPORT_ADDR is then
+	// the unreachable "in-process:0").
 	ReportListen string
 	// Emulator returns the program and arguments that run a built-in
 	// emulated application; nil refuses emulated runs.
@@ -127,7 +128,9 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 		<-ready
 		sys.Root.Send(pid, reportIn{r})
 	}
-	reportAddr := ""
+	// Without a listener, workers report through WorkerSpec.Report; their
+	// environment names no reachable address.
+	reportAddr := "in-process:0"
 	if cfg.ReportListen != "none" {
 		rl, err := listenReports(cfg.ReportListen, deliver, cfg.Logger)
 		if err != nil {
@@ -388,11 +391,7 @@ func (a *nodeActor) check(rj *pb.RunJob) error {
 	case len(rj.Command) > 0 && rj.Command[0] == "":
 		return errors.New("empty program")
 	}
-	env := a.env(rj, 0, 0)
-	if env.ReportAddr == "" {
-		env.ReportAddr = "127.0.0.1:1" // in-process workers report without it
-	}
-	return env.Validate()
+	return a.env(rj, 0, 0).Validate()
 }
 
 func (a *nodeActor) env(rj *pb.RunJob, local, gpu int) workerproto.Env {
