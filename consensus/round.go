@@ -331,11 +331,11 @@ func (b *Bid) Validate() error {
 	}
 	for _, t := range [][]BatchChoice{b.Single, b.Multi} {
 		for i, c := range t {
-			if c.LocalBatch < 1 || c.AccumSteps < 0 || !finite(c.Gain) || c.Gain < 1 {
+			if c.LocalBatch < 1 || c.AccumSteps < 0 || !finite(c.Gain) || c.Gain <= 0 {
 				return invalid("bid choice for %d replicas: local batch %d, %d accumulation steps, gain %v", i+1, c.LocalBatch, c.AccumSteps, c.Gain)
 			}
 			total := float64(i+1) * float64(c.LocalBatch) * float64(c.AccumSteps+1)
-			if c.Gain > total+1e-9 {
+			if c.Gain > max(total, 1)+1e-9 {
 				return invalid("bid choice for %d replicas: gain %v above the total batch %v", i+1, c.Gain, total)
 			}
 		}

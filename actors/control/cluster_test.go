@@ -50,11 +50,11 @@ type tcluster struct {
 	server []*tserver
 	agents []cluster.Member
 	nodes  []*node.Node
-	bids   map[string][]*pb.Bid  // job -> every bid its actors sent
-	told   []node.WorkerSpec     // every worker started
-	rounds []control.RoundInfo   // rounds of every leader
-	drops  map[string]*dropRule  // message kind -> rule
-	seen   map[string]int        // message kind -> how many passed the drop points
+	bids   map[string][]*pb.Bid    // job -> every bid its actors sent
+	told   []node.WorkerSpec       // every worker started
+	rounds []control.RoundInfo     // rounds of every leader
+	drops  map[string]*dropRule    // message kind -> rule
+	seen   map[string]int          // message kind -> how many passed the drop points
 	runs   map[string][]*pb.RunJob // job -> every run assigned to a node
 }
 
