@@ -127,6 +127,9 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
+	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
 	c = &Cluster{opts: o, client: http.Client{Timeout: 5 * time.Second}, isAgent: map[*Process]bool{}}
 	defer func() {
 		if err != nil {
@@ -147,7 +150,8 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		name := fmt.Sprintf("s%d", i)
 		args := []string{"server", "--id", name, "--data-dir", filepath.Join(o.Dir, name),
 			"--raft", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--http", fmt.Sprintf("127.0.0.1:%d", ports[o.Servers+i]),
-			"--peers", strings.Join(peers, ","), "--bootstrap", "--fast-gossip", "--interval", o.Interval.String(),
+			"--peers", strings.Join(peers, ","), "--bootstrap", "--checkpoint-root", filepath.Join(o.Dir, "checkpoints"),
+			"--fast-gossip", "--interval", o.Interval.String(),
 			"--time-scale", strconv.FormatFloat(o.TimeScale, 'g', -1, 64), "--log-level", o.LogLevel}
 		if i == 0 {
 			args = append(args, "--gossip-port", strconv.Itoa(ports[2*o.Servers]))
@@ -164,6 +168,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	for i := range o.Agents {
 		name := fmt.Sprintf("a%d", i)
 		args := []string{"agent", "--name", name, "--gpus", strconv.Itoa(o.GPUsPerAgent), "--rack", fmt.Sprintf("r%d", i%2),
+			"--data-dir", filepath.Join(o.Dir, name),
 			"--join", gossip, "--fast-gossip", "--time-scale", strconv.FormatFloat(o.TimeScale, 'g', -1, 64),
 			"--restart-cost", o.RestartCost.String(), "--grace", o.Grace.String(),
 			"--worker-exec", strings.Join(o.Exec, ","), "--log-level", o.LogLevel}

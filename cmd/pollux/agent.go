@@ -28,6 +28,7 @@ func init() { subcommands = append(subcommands, newAgentCmd) }
 // agentOpts are the flags of `pollux agent`.
 type agentOpts struct {
 	name, bind, rack, logLevel  string
+	dataDir                     string
 	join                        []string
 	gossipPort, actorPort, gpus int
 	grace                       time.Duration
@@ -75,6 +76,8 @@ func newAgentCmd() *cobra.Command {
 	f.BoolVar(&o.fast, "fast-gossip", false, "sub-second failure detection (loopback and test clusters)")
 	f.Float64Var(&o.timeScale, "time-scale", 1, "time scale of emulated workers (simulated seconds per real second)")
 	f.DurationVar(&o.restartCost, "restart-cost", 30*time.Second, "simulated start-up time of emulated workers")
+	f.StringVar(&o.dataDir, "data-dir", "", "directory of the agent's fencing state (the newest term, generation and job "+
+		"incarnations it accepted), so a restarted agent never reruns an old incarnation; empty: kept in memory only")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringSliceVar(&o.workerExec, "worker-exec", nil, "program (and leading arguments) that runs `pollux worker` (default: this binary)")
 	_ = f.MarkHidden("worker-exec")
@@ -123,8 +126,13 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 	rem.Start()
 	defer rem.Shutdown(false)
 
+	if o.dataDir != "" {
+		if err := os.MkdirAll(o.dataDir, 0o755); err != nil {
+			return badInput(fmt.Errorf("agent: --data-dir: %w", err))
+		}
+	}
 	nd, err := node.Start(sys, node.Config{
-		Name: o.name, GPUs: gpus, Grace: o.grace, ReportListen: o.bind + ":0", Logger: log,
+		Name: o.name, GPUs: gpus, Grace: o.grace, ReportListen: o.bind + ":0", DataDir: o.dataDir, Logger: log,
 		Emulator: func(app string) []string {
 			return append(append([]string(nil), workerExec...), "worker", "--emulate", app,
 				"--time-scale", strconv.FormatFloat(o.timeScale, 'g', -1, 64),
@@ -149,7 +157,7 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 	}
 	defer members.Shutdown()
 	defer members.Leave(time.Second)
-	go drainEvents(members, log)
+	go drainEvents(members, log, nil)
 
 	ready, _ := json.Marshal(agentReady{Name: o.name, Gossip: members.Addr(), Actor: sys.Address(), Reports: nd.ReportAddr(), GPUs: gpus})
 	fmt.Fprintln(cmd.OutOrStdout(), string(ready))
@@ -182,10 +190,14 @@ func joinUntil(ctx context.Context, m *cluster.Membership, addrs []string, log *
 	}
 }
 
-// drainEvents logs membership changes until the membership shuts down.
-func drainEvents(m *cluster.Membership, log *slog.Logger) {
+// drainEvents logs membership changes until the membership shuts down,
+// telling seen (if set) about every member that joined or changed.
+func drainEvents(m *cluster.Membership, log *slog.Logger, seen func(cluster.Member)) {
 	for ev := range m.Events() {
-		log.Debug("agent: membership", "event", ev.Kind.String(), "member", ev.Member.Name, "role", ev.Member.Meta.Role)
+		log.Debug("membership", "event", ev.Kind.String(), "member", ev.Member.Name, "role", ev.Member.Meta.Role)
+		if seen != nil && ev.Kind != cluster.EventLeave {
+			seen(ev.Member)
+		}
 	}
 }
 

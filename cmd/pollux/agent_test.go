@@ -150,6 +150,7 @@ func (c *controller) waitMember(name string, kind cluster.EventKind) cluster.Mem
 
 func (c *controller) assign(actorAddr string, a *pb.Assign) *pb.AssignAck {
 	c.t.Helper()
+	a.ClusterId, a.Term = "test-cluster", 1
 	res, err := c.sys.Root.RequestFuture(actor.NewPID(actorAddr, node.ActorName), a, 10*time.Second).Result()
 	if err != nil {
 		c.t.Fatal(err)

@@ -82,6 +82,10 @@ type cluster struct {
 
 // newCluster lays out the members (ports, arguments); nothing starts.
 func newCluster(o Options, dir string, log *slog.Logger) (*cluster, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("driver: %w", err)
+	}
 	clock, err := history.NewEpoch()
 	if err != nil {
 		return nil, err
@@ -118,7 +122,8 @@ func newCluster(o Options, dir string, log *slog.Logger) (*cluster, error) {
 		c.servers = append(c.servers, &member{role: history.Server, id: id, http: addr(p[1]), ports: p,
 			args: []string{"server", "--id", id, "--data-dir", filepath.Join(dir, id),
 				"--raft", addr(p[0]), "--http", addr(p[1]), "--gossip-port", strconv.Itoa(p[2]), "--actor-port", strconv.Itoa(p[3]),
-				"--peers", strings.Join(peers, ","), "--bootstrap", "--fast-gossip", "--interval", o.Interval.String(),
+				"--peers", strings.Join(peers, ","), "--bootstrap", "--checkpoint-root", filepath.Join(dir, "checkpoints"),
+				"--fast-gossip", "--interval", o.Interval.String(),
 				"--time-scale", ts, "--log-level", o.LogLevel, "--join", strings.Join(join, ",")}})
 	}
 	for i := range o.Agents {
@@ -126,6 +131,7 @@ func newCluster(o Options, dir string, log *slog.Logger) (*cluster, error) {
 		p := ports[4*o.Servers+2*i : 4*o.Servers+2*i+2]
 		c.agents = append(c.agents, &member{role: history.Agent, id: id, ports: p,
 			args: []string{"agent", "--name", id, "--gpus", strconv.Itoa(o.GPUsPerAgent), "--rack", fmt.Sprintf("r%d", i%2),
+				"--data-dir", filepath.Join(dir, id),
 				"--gossip-port", strconv.Itoa(p[0]), "--actor-port", strconv.Itoa(p[1]), "--join", strings.Join(gossip, ","),
 				"--fast-gossip", "--time-scale", ts, "--restart-cost", o.RestartCost.String(), "--grace", o.Grace.String(),
 				"--worker-exec", strings.Join(o.Exec, ","), "--log-level", o.LogLevel}})
