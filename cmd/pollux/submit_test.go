@@ -28,7 +28,12 @@ func TestClientCommandsBadInput(t *testing.T) {
 		{"jobs, no server", []string{"jobs", "--server", "127.0.0.1:1", "--timeout", "2s"}, 1},
 		{"worker without environment", []string{"worker", "--emulate", "cifar10"}, 2},
 		{"agent with bad gpus", []string{"agent", "--gpus", "-3"}, 2},
-		{"server without peers", []string{"server", "--id", "s", "--data-dir", dir}, 2},
+		{"bootstrap without peers", []string{"server", "--id", "s", "--data-dir", dir, "--bootstrap"}, 2},
+		{"relative checkpoint root", []string{"server", "--id", "s", "--data-dir", dir, "--checkpoint-root", "ckpt"}, 2},
+		{"cancel, no server", []string{"cancel", "j", "--server", "127.0.0.1:1", "--timeout", "2s"}, 1},
+		{"cancel without a job", []string{"cancel"}, 2},
+		{"operator, unknown verb", []string{"operator", "raft", "promote"}, 2},
+		{"add-server without an address", []string{"operator", "raft", "add-server", "s9"}, 2},
 	}
 	for _, tc := range tests {
 		if got := run(tc.args); got != tc.code {
