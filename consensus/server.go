@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +53,40 @@ type Server struct {
 	closed      atomic.Bool
 	leaderCh    chan bool
 	stop        chan struct{}
+
+	// failing holds, while this server leads, the peers its heartbeats
+	// currently fail to reach, with their last contact.
+	failingMu sync.Mutex
+	failing   map[raft.ServerID]time.Time
+}
+
+// watchPeers follows Raft's heartbeat observations.
+func (s *Server) watchPeers(obs <-chan raft.Observation) {
+	for {
+		select {
+		case o := <-obs:
+			s.failingMu.Lock()
+			switch d := o.Data.(type) {
+			case raft.FailedHeartbeatObservation:
+				s.failing[d.PeerID] = d.LastContact
+			case raft.ResumedHeartbeatObservation:
+				delete(s.failing, d.PeerID)
+			case raft.LeaderObservation:
+				clear(s.failing)
+			}
+			s.failingMu.Unlock()
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// Unreachable returns, on the leader, the servers its heartbeats
+// currently fail to reach and when each last answered.
+func (s *Server) Unreachable() map[raft.ServerID]time.Time {
+	s.failingMu.Lock()
+	defer s.failingMu.Unlock()
+	return maps.Clone(s.failing)
 }
 
 func (s *Server) relayLeadership(raw <-chan bool) {
@@ -99,6 +135,16 @@ func NewServer(cfg Config, st Stores) (*Server, error) {
 		close(s.stop)
 		return nil, fmt.Errorf("consensus: starting raft: %w", err)
 	}
+	s.failing = map[raft.ServerID]time.Time{}
+	obs := make(chan raft.Observation, 64)
+	s.raft.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation, raft.LeaderObservation:
+			return true
+		}
+		return false
+	}))
+	go s.watchPeers(obs)
 	return s, nil
 }
 

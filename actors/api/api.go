@@ -45,6 +45,7 @@ type Backend interface {
 	Servers() ([]raft.Server, error)
 	AddVoter(ctx context.Context, id raft.ServerID, addr raft.ServerAddress) error
 	RemoveServer(ctx context.Context, id raft.ServerID) error
+	Unreachable() map[raft.ServerID]time.Time
 }
 
 // Config configures the API.

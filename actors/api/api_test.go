@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -35,7 +36,8 @@ func (f *fakeBackend) FinishJob(_ context.Context, c consensus.FinishJob) error 
 	j.State = c.State
 	return nil
 }
-func (f *fakeBackend) Servers() ([]raft.Server, error) { return f.servers, nil }
+func (f *fakeBackend) Servers() ([]raft.Server, error)          { return f.servers, nil }
+func (f *fakeBackend) Unreachable() map[raft.ServerID]time.Time { return nil }
 func (f *fakeBackend) AddVoter(_ context.Context, id raft.ServerID, addr raft.ServerAddress) error {
 	f.servers = append(f.servers, raft.Server{ID: id, Address: addr, Suffrage: raft.Voter})
 	return nil

@@ -17,7 +17,9 @@ import (
 	"pollux/consensus"
 )
 
-// alive is the set of servers gossip sees (this one always).
+// alive is the set of servers gossip sees and, on the leader, whose
+// heartbeats do not fail (this server always): gossip alone takes about
+// a second to notice a dead server.
 func (a *API) alive() map[string]bool {
 	out := map[string]bool{a.id: true}
 	if a.cfg.Members != nil {
@@ -25,6 +27,11 @@ func (a *API) alive() map[string]bool {
 			if m.Meta.Role == cluster.RoleServer {
 				out[m.Name] = true
 			}
+		}
+	}
+	for id := range a.cfg.Backend.Unreachable() {
+		if string(id) != a.id {
+			delete(out, string(id))
 		}
 	}
 	return out

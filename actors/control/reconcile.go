@@ -107,12 +107,20 @@ func (a *allocator) reconcileExits(st *consensus.State) {
 }
 
 // host tells every live server's job host which job actors it runs:
-// every live job, spread over the live servers by rendezvous hashing.
+// every live job, spread by rendezvous hashing over the servers that
+// gossip sees and that are in the Raft configuration (a job actor starts
+// from its server's replicated state).
 func (a *allocator) host(ctx actor.Context, st *consensus.State) {
 	servers := map[string]*actor.PID{}
 	if a.cfg.Members != nil {
+		voters := map[string]bool{}
+		if cfg, err := a.cfg.Store.Servers(); err == nil {
+			for _, s := range cfg {
+				voters[string(s.ID)] = true
+			}
+		}
 		for _, m := range a.cfg.Members() {
-			if m.Meta.Role == cluster.RoleServer && m.Meta.ActorAddr != "" {
+			if m.Meta.Role == cluster.RoleServer && m.Meta.ActorAddr != "" && voters[m.Name] {
 				servers[m.Name] = a.cfg.HostPID(m)
 			}
 		}

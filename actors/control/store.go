@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/hashicorp/raft"
+
 	"pollux/cluster"
 	"pollux/consensus"
 )
@@ -22,6 +24,7 @@ type Store interface {
 	Prune(ctx context.Context, p consensus.Prune) ([]consensus.Drop, error)
 	LeaderChanges() <-chan bool
 	JobsChanged() <-chan struct{}
+	Servers() ([]raft.Server, error)
 }
 
 var _ Store = (*consensus.Server)(nil)

@@ -45,6 +45,8 @@ type Options struct {
 	TimeScale   float64
 	RestartCost time.Duration
 	Grace       time.Duration
+	// Retain is the servers' --retain (0: keep finished jobs).
+	Retain time.Duration
 	// LogLevel of the processes (default "info").
 	LogLevel string
 }
@@ -52,8 +54,11 @@ type Options struct {
 // Process is one started server or agent.
 type Process struct {
 	Name string
-	// HTTP is a server's API address (empty for agents).
+	// HTTP and Raft are a server's API and Raft addresses (empty for
+	// agents); Gossip its gossip address.
 	HTTP   string
+	Raft   string
+	Gossip string
 	Log    string
 	cmd    *exec.Cmd
 	done   chan struct{}
@@ -152,7 +157,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 			"--raft", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--http", fmt.Sprintf("127.0.0.1:%d", ports[o.Servers+i]),
 			"--peers", strings.Join(peers, ","), "--bootstrap", "--checkpoint-root", filepath.Join(o.Dir, "checkpoints"),
 			"--fast-gossip", "--interval", o.Interval.String(),
-			"--time-scale", strconv.FormatFloat(o.TimeScale, 'g', -1, 64), "--log-level", o.LogLevel}
+			"--time-scale", strconv.FormatFloat(o.TimeScale, 'g', -1, 64), "--log-level", o.LogLevel, "--retain", o.Retain.String()}
 		if i == 0 {
 			args = append(args, "--gossip-port", strconv.Itoa(ports[2*o.Servers]))
 		} else {
@@ -162,7 +167,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		if err != nil {
 			return nil, err
 		}
-		p.HTTP = fmt.Sprintf("127.0.0.1:%d", ports[o.Servers+i])
+		p.HTTP, p.Raft = fmt.Sprintf("127.0.0.1:%d", ports[o.Servers+i]), fmt.Sprintf("127.0.0.1:%d", ports[i])
 		c.Servers = append(c.Servers, p)
 	}
 	for i := range o.Agents {
@@ -190,6 +195,33 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// AddServer starts one more server, not a member of the Raft cluster
+// yet (it joins the gossip; `pollux operator raft add-server` makes it a
+// voter).
+func (c *Cluster) AddServer(ctx context.Context, name string) (*Process, error) {
+	o := c.opts
+	ports, err := FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	raftAddr, httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	var join []string
+	for _, p := range c.Live() {
+		join = append(join, p.Gossip)
+	}
+	p, err := c.start(ctx, name, []string{"server", "--id", name, "--data-dir", filepath.Join(o.Dir, name),
+		"--raft", raftAddr, "--http", httpAddr, "--join", strings.Join(join, ","), "--fast-gossip", "--interval", o.Interval.String(),
+		"--time-scale", strconv.FormatFloat(o.TimeScale, 'g', -1, 64), "--log-level", o.LogLevel, "--retain", o.Retain.String()})
+	if err != nil {
+		return nil, err
+	}
+	p.HTTP, p.Raft = httpAddr, raftAddr
+	c.mu.Lock()
+	c.Servers = append(c.Servers, p)
+	c.mu.Unlock()
+	return p, nil
 }
 
 // start runs one process and waits for its ready line on stdout.
@@ -224,6 +256,12 @@ func (c *Cluster) start(ctx context.Context, name string, args []string) (*Proce
 	go func() {
 		sc := bufio.NewScanner(out)
 		if sc.Scan() {
+			var line struct {
+				Gossip string `json:"gossip"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) == nil {
+				p.Gossip = line.Gossip
+			}
 			close(ready)
 		}
 		_, _ = io.Copy(io.Discard, out)
