@@ -355,7 +355,9 @@ func (b *Bid) checkLimits(l goodput.Limits) error {
 				return invalid("bid choice for %d replicas: local batch %d outside [%d, %d]", k, c.LocalBatch, l.MinLocal, l.MaxLocal)
 			case c.AccumSteps > 0 && !l.Accumulation:
 				return invalid("bid choice for %d replicas: %d accumulation steps for a job without accumulation", k, c.AccumSteps)
-			case total > max(l.MaxBatch, k*l.MinLocal):
+			case total > max(l.MaxBatch, k*l.MinLocal)+k*(c.AccumSteps+1):
+				// (the batch search splits a total batch by rounding each
+				// micro-batch up, so it may pass the maximum by that much)
 				return invalid("bid choice for %d replicas: total batch %d above %d", k, total, l.MaxBatch)
 			case c.Gain > math.Max(float64(total)/float64(l.InitBatch), 1)+1e-9:
 				return invalid("bid choice for %d replicas: gain %v above %d/%d", k, c.Gain, total, l.InitBatch)

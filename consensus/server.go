@@ -556,6 +556,32 @@ func (s *Server) RemoveServer(ctx context.Context, id raft.ServerID) error {
 	return wait(ctx, s.raft.RemoveServer(id, 0, s.timeout(ctx)))
 }
 
+// LastIndex is the index of this server's last log entry.
+func (s *Server) LastIndex() uint64 { return s.raft.LastIndex() }
+
+// LogStats counts the command entries of this server's log with an index
+// in (from, to], their bytes, and the entries per command (for
+// benchmarks: what the state machine's writes cost).
+func (s *Server) LogStats(from, to uint64) (entries int, bytes int64, byCommand map[string]int, err error) {
+	var l raft.Log
+	byCommand = map[string]int{}
+	for i := from + 1; i <= to; i++ {
+		if err := s.stores.Logs.GetLog(i, &l); err != nil {
+			return entries, bytes, byCommand, fmt.Errorf("consensus: log entry %d: %w", i, err)
+		}
+		if l.Type == raft.LogCommand {
+			entries++
+			bytes += int64(len(l.Data))
+			name := "undecodable"
+			if c, err := Decode(l.Data); err == nil {
+				name = fmt.Sprintf("%T", c)
+			}
+			byCommand[name]++
+		}
+	}
+	return entries, bytes, byCommand, nil
+}
+
 // Servers returns the current Raft configuration.
 func (s *Server) Servers() ([]raft.Server, error) {
 	f := s.raft.GetConfiguration()

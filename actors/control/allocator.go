@@ -49,6 +49,17 @@ type Config struct {
 	NodeGrace time.Duration
 	// Policy decides allocations (default optimizer.NewPollux()).
 	Policy optimizer.Policy
+	// SearchBudget is how long the policy may search in one round
+	// (default 400 ms): when a search of optimizer.Pollux took longer,
+	// the next one does proportionally less work (down to the
+	// optimizer's least population and generations), and back up when
+	// it takes well less, so a loaded leader keeps its rounds short.
+	SearchBudget time.Duration
+	// FirstPolicy decides the first round of a leadership (default
+	// optimizer.NewGreedy(): the committed allocation hill-climbed, a
+	// fraction of the search's time), so that a new leader acts within a
+	// second; the next round, soon after, runs Policy.
+	FirstPolicy optimizer.Policy
 	// Interval between rounds (default 60 s).
 	Interval time.Duration
 	// CheckpointRoot is the checkpoint root a cluster without a
@@ -107,6 +118,24 @@ type RoundInfo struct {
 	// when this server learnt it leads.
 	FirstOfTerm bool
 	Elected     time.Time
+	// Effort is the search's effort for the next round (see SearchBudget).
+	Effort float64
+}
+
+// minEffort bounds how far a slow search is cut down.
+const minEffort = 1.0 / 64
+
+// nextEffort is the search effort after a search of effort e took took:
+// the work is scaled to fit the budget, and raised by a quarter when the
+// search took under half of it.
+func nextEffort(e float64, took, budget time.Duration) float64 {
+	switch {
+	case took > budget:
+		e *= 0.9 * float64(budget) / float64(took)
+	case took < budget/2:
+		e *= 1.25
+	}
+	return min(max(e, minEffort), 1)
 }
 
 // Observer, if set on the allocator, is told about every round.
@@ -128,6 +157,12 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 	}
 	if cfg.Policy == nil {
 		cfg.Policy = optimizer.NewPollux()
+	}
+	if cfg.FirstPolicy == nil {
+		cfg.FirstPolicy = optimizer.NewGreedy()
+	}
+	if cfg.SearchBudget <= 0 {
+		cfg.SearchBudget = 400 * time.Millisecond
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
@@ -160,7 +195,7 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 		cfg.Stats = &Stats{}
 	}
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &allocator{cfg: cfg, observe: observe, missing: map[string]time.Time{}, gone: map[string]time.Time{}}
+		return &allocator{cfg: cfg, observe: observe, missing: map[string]time.Time{}, gone: map[string]time.Time{}, effort: 1}
 	}), nil
 }
 
@@ -192,7 +227,8 @@ type allocator struct {
 	lastRound time.Time
 	timer     *time.Timer
 	soonTimer *time.Timer
-	firstDone bool // the first round of the term has run
+	firstDone bool    // the first round of the term has run
+	effort    float64 // of the search (optimizer.Pollux.Effort)
 }
 
 type incKey struct {
@@ -372,10 +408,23 @@ func (a *allocator) run(ctx actor.Context) {
 	info := RoundInfo{Term: a.term, Jobs: len(snap.Jobs), FirstOfTerm: !a.firstDone, Elected: a.elected, Began: begin}
 	slots := map[string][]consensus.Slot{}
 	if len(snap.Jobs) > 0 && len(snap.Nodes) > 0 {
-		res, err := a.cfg.Policy.Allocate(snap, a.prev)
+		policy := a.cfg.Policy
+		if info.FirstOfTerm {
+			policy = a.cfg.FirstPolicy
+		}
+		px, budgeted := policy.(*optimizer.Pollux)
+		if budgeted {
+			px.Effort = a.effort
+		}
+		t0 := time.Now()
+		res, err := policy.Allocate(snap, a.prev)
 		if err != nil {
 			a.cfg.Logger.Error("control: policy", "err", err)
 			return
+		}
+		if budgeted {
+			a.effort = nextEffort(a.effort, time.Since(t0), a.cfg.SearchBudget)
+			info.Effort = a.effort
 		}
 		a.prev, info.Fitness = res.State, res.Diagnostics.Fitness
 		if slots, err = Slots(snap, res.Placements); err != nil {
@@ -405,6 +454,9 @@ func (a *allocator) run(ctx actor.Context) {
 	}
 	a.host(ctx, st)
 	a.assign(ctx, st, info, begin)
+	if info.FirstOfTerm {
+		a.soon(ctx) // the full search, soon
+	}
 	a.firstDone = true
 }
 

@@ -307,9 +307,11 @@ func kindOf(m any) string {
 		return "bid"
 	case *pb.WorkerExited:
 		return "exit"
-	case *pb.WorkerReport:
-		if m.Done {
-			return "done"
+	case *pb.WorkerReports:
+		for _, r := range m.Reports {
+			if r.Done {
+				return "done"
+			}
 		}
 		return "report"
 	}

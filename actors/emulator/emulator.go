@@ -154,8 +154,10 @@ func (w *worker) train(ctx context.Context) error {
 					w.cfg.Logger.Warn("emulator: epoch checkpoint", "err", err)
 				}
 			}
-			if now.Sub(w.lastReportTime) >= w.cfg.ReportEvery {
+			// (half a tick early rather than a whole tick late)
+			if now.Sub(w.lastReportTime) >= w.cfg.ReportEvery-w.cfg.Tick/2 {
 				w.report(false)
+				w.lastReportTime = now
 			}
 		}
 	}

@@ -108,8 +108,10 @@ func (j *jobActor) Receive(ctx actor.Context) {
 	case bidTick:
 		j.tick(ctx, false)
 		j.timer.Reset(j.cfg.BidEvery)
-	case *pb.WorkerReport:
-		j.report(ctx, m)
+	case *pb.WorkerReports:
+		for _, r := range m.Reports {
+			j.report(ctx, r)
+		}
 	case *pb.WorkerExited:
 		j.exited(ctx, m)
 	}
@@ -161,6 +163,7 @@ func (j *jobActor) report(ctx actor.Context, r *pb.WorkerReport) {
 		return
 	}
 	j.reports++
+	j.cfg.Reports.Add(1)
 	if j.cur.sums == nil {
 		j.cur = delta{incarnation: r.Incarnation, sums: map[profileKey]*sum{}}
 	}
@@ -263,7 +266,7 @@ func (j *jobActor) acknowledge() bool {
 
 // refit fits the model when there is new data: at once for a new
 // configuration, otherwise at most every RefitEvery. It reports whether
-// the model changed.
+// the model changed enough to bid again.
 func (j *jobActor) refit() bool {
 	now := j.cfg.Now()
 	if len(j.profile) == 0 || !(j.newConfig || (j.newCounts && now.Sub(j.fitted) >= j.cfg.RefitEvery)) {
@@ -286,8 +289,22 @@ func (j *jobActor) refit() bool {
 		return false
 	}
 	j.cfg.Fits.Add(1)
+	changed := !j.hasModel || paramsMoved(j.params, p) > modelChange
 	j.params, j.hasModel = p, true
-	return true
+	return changed
+}
+
+// modelChange is the relative change of a throughput parameter that makes
+// a refit worth a new bid.
+const modelChange = 0.01
+
+func paramsMoved(a, b goodput.Params) float64 {
+	x, y := a.Slice(), b.Slice()
+	most := 0.0
+	for i := range x {
+		most = math.Max(most, math.Abs(x[i]-y[i])/math.Max(math.Abs(x[i]), 1e-12))
+	}
+	return most
 }
 
 // rebid rebuilds the bid if the model, the gradient statistics or the

@@ -44,8 +44,9 @@ type HostConfig struct {
 	// JobPropsOptions are added to every job actor's props (middleware).
 	JobPropsOptions []actor.PropsOption
 	Logger          *slog.Logger
-	// Fits counts the model fits of this host's job actors (may be nil).
-	Fits *atomic.Int64
+	// Fits counts the model fits of this host's job actors, Reports the
+	// worker reports they took in (either may be nil).
+	Fits, Reports *atomic.Int64
 }
 
 // NewHost returns the props of a server's job host.
@@ -67,6 +68,9 @@ func NewHost(cfg HostConfig) (*actor.Props, error) {
 	}
 	if cfg.Fits == nil {
 		cfg.Fits = &atomic.Int64{}
+	}
+	if cfg.Reports == nil {
+		cfg.Reports = &atomic.Int64{}
 	}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &host{cfg: &cfg, jobs: map[string]*actor.PID{}}

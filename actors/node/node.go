@@ -56,6 +56,10 @@ type Config struct {
 	// WorkerOutput receives workers' stdout and stderr (default
 	// os.Stderr).
 	WorkerOutput io.Writer
+	// ReportFlush is how long the node gathers reports for one owner
+	// before it forwards them in one message (default 100 ms); a done
+	// report is forwarded at once.
+	ReportFlush time.Duration
 	// DataDir holds the fencing state (cluster id, term, generation and
 	// the newest incarnation of every assigned job), written before any
 	// worker of a new incarnation starts, so a restarted agent never runs
@@ -93,6 +97,9 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 	}
 	if cfg.Launch == nil {
 		cfg.Launch = ExecLauncher
+	}
+	if cfg.ReportFlush <= 0 {
+		cfg.ReportFlush = 100 * time.Millisecond
 	}
 	if cfg.ActorName == "" {
 		cfg.ActorName = ActorName
@@ -146,6 +153,7 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 			deliver:    deliver,
 			rec:        rec,
 			fence:      fence,
+			outbox:     map[string]*outbox{},
 			runs:       map[runKey]*run{},
 			owner:      make([]*run, cfg.GPUs),
 		}
@@ -193,6 +201,7 @@ func (n *Node) stop(timeout time.Duration) error {
 // Local messages of the actor (never sent across processes).
 type (
 	reportIn     struct{ r workerproto.Report }
+	flushReports struct{}
 	graceExpired struct{ key runKey }
 	shutdown     struct{ done chan struct{} }
 	procExited   struct {
@@ -229,6 +238,8 @@ type nodeActor struct {
 	rec        *history.Recorder
 
 	fence    fencing
+	outbox   map[string]*outbox // reports gathered per owner
+	flushing bool               // a flush is scheduled
 	runs     map[runKey]*run
 	pending  []*run        // waiting for GPUs, in assignment order
 	owner    []*run        // per GPU: the run whose worker holds it
@@ -243,6 +254,9 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		ctx.Respond(a.status())
 	case reportIn:
 		a.forwardReport(ctx, m.r)
+	case flushReports:
+		a.flushing = false
+		a.flush(ctx)
 	case procExited:
 		a.exited(ctx, m)
 	case graceExpired:
@@ -515,6 +529,7 @@ func (a *nodeActor) exited(ctx actor.Context, m procExited) {
 	a.cfg.Logger.Info("node: worker exited", "job", ev.Job, "incarnation", ev.Incarnation, "rank", ev.Rank,
 		"code", ev.ExitCode, "signal", ev.Signal, "requested", ev.Requested)
 	r.exits = append(r.exits, &pb.WorkerExit{Rank: ev.Rank, ExitCode: ev.ExitCode, Signal: ev.Signal, Requested: ev.Requested})
+	a.flush(ctx) // the owner gets a worker's reports before its exit
 	a.tell(ctx, r, ev)
 	if len(r.procs) == 0 && r.stopping {
 		delete(a.runs, r.key)
@@ -558,12 +573,49 @@ func (a *nodeActor) forwardReport(ctx actor.Context, rep workerproto.Report) {
 	if rep.Done && rep.Rank == 0 {
 		r.done = true
 	}
-	a.tell(ctx, r, &pb.WorkerReport{
+	o := r.spec.Owner
+	if o == nil || o.Id == "" {
+		return
+	}
+	key := o.Address + "/" + o.Id
+	box := a.outbox[key]
+	if box == nil {
+		box = &outbox{to: actor.NewPID(o.Address, o.Id)}
+		a.outbox[key] = box
+	}
+	box.reports = append(box.reports, &pb.WorkerReport{
 		Node: a.cfg.Name, Job: rep.Job, Incarnation: rep.Incarnation, Rank: uint32(rep.Rank),
 		StepTime: rep.StepTime, SyncTime: rep.SyncTime, GradSqr: rep.GradSqr, GradVar: rep.GradVar,
 		Epoch: uint32(rep.Epoch), Progress: rep.Progress, LocalBsz: uint32(rep.LocalBatch),
 		AccumSteps: uint32(rep.AccumSteps), Done: rep.Done,
 	})
+	switch {
+	case rep.Done || len(box.reports) >= maxBatch:
+		a.flush(ctx)
+	case !a.flushing:
+		a.flushing = true
+		self := ctx.Self()
+		time.AfterFunc(a.cfg.ReportFlush, func() { a.sys.Root.Send(self, flushReports{}) })
+	}
+}
+
+// maxBatch bounds the reports of one WorkerReports message.
+const maxBatch = 256
+
+// outbox holds the reports gathered for one owner.
+type outbox struct {
+	to      *actor.PID
+	reports []*pb.WorkerReport
+}
+
+// flush forwards every owner's gathered reports.
+func (a *nodeActor) flush(ctx actor.Context) {
+	for key, box := range a.outbox {
+		if len(box.reports) > 0 {
+			ctx.Send(box.to, &pb.WorkerReports{Reports: box.reports})
+		}
+		delete(a.outbox, key)
+	}
 }
 
 // tell sends msg to r's owner, if it has one.

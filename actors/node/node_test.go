@@ -80,7 +80,11 @@ type owner struct{ got chan any }
 
 func (o *owner) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *pb.WorkerReport, *pb.WorkerExited:
+	case *pb.WorkerReports:
+		for _, r := range m.Reports {
+			o.got <- r
+		}
+	case *pb.WorkerExited:
 		o.got <- m
 	}
 }

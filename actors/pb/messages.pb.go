@@ -747,6 +747,54 @@ func (x *WorkerReport) GetDone() bool {
 	return false
 }
 
+// WorkerReports are worker reports the node forwards together: a node
+// gathers its workers' reports per owner for a short while (a done
+// report goes at once), so an owner gets one message per node and flush
+// instead of one per report.
+type WorkerReports struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reports       []*WorkerReport        `protobuf:"bytes,1,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerReports) Reset() {
+	*x = WorkerReports{}
+	mi := &file_actors_pb_messages_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerReports) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerReports) ProtoMessage() {}
+
+func (x *WorkerReports) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_pb_messages_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerReports.ProtoReflect.Descriptor instead.
+func (*WorkerReports) Descriptor() ([]byte, []int) {
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *WorkerReports) GetReports() []*WorkerReport {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
 // WorkerExited tells the owner that one worker process ended.
 type WorkerExited struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -764,7 +812,7 @@ type WorkerExited struct {
 
 func (x *WorkerExited) Reset() {
 	*x = WorkerExited{}
-	mi := &file_actors_pb_messages_proto_msgTypes[7]
+	mi := &file_actors_pb_messages_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -776,7 +824,7 @@ func (x *WorkerExited) String() string {
 func (*WorkerExited) ProtoMessage() {}
 
 func (x *WorkerExited) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[7]
+	mi := &file_actors_pb_messages_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -789,7 +837,7 @@ func (x *WorkerExited) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerExited.ProtoReflect.Descriptor instead.
 func (*WorkerExited) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{7}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WorkerExited) GetNode() string {
@@ -857,7 +905,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_actors_pb_messages_proto_msgTypes[8]
+	mi := &file_actors_pb_messages_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +917,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[8]
+	mi := &file_actors_pb_messages_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +930,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{8}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{9}
 }
 
 // NodeStatus is what a node runs.
@@ -898,7 +946,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_actors_pb_messages_proto_msgTypes[9]
+	mi := &file_actors_pb_messages_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +958,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[9]
+	mi := &file_actors_pb_messages_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +971,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{9}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeStatus) GetNode() string {
@@ -969,7 +1017,7 @@ type RunningJob struct {
 
 func (x *RunningJob) Reset() {
 	*x = RunningJob{}
-	mi := &file_actors_pb_messages_proto_msgTypes[10]
+	mi := &file_actors_pb_messages_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1029,7 @@ func (x *RunningJob) String() string {
 func (*RunningJob) ProtoMessage() {}
 
 func (x *RunningJob) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[10]
+	mi := &file_actors_pb_messages_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1042,7 @@ func (x *RunningJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningJob.ProtoReflect.Descriptor instead.
 func (*RunningJob) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{10}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RunningJob) GetJob() string {
@@ -1075,7 +1123,7 @@ type Bid struct {
 
 func (x *Bid) Reset() {
 	*x = Bid{}
-	mi := &file_actors_pb_messages_proto_msgTypes[11]
+	mi := &file_actors_pb_messages_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1087,7 +1135,7 @@ func (x *Bid) String() string {
 func (*Bid) ProtoMessage() {}
 
 func (x *Bid) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[11]
+	mi := &file_actors_pb_messages_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1100,7 +1148,7 @@ func (x *Bid) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bid.ProtoReflect.Descriptor instead.
 func (*Bid) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{11}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Bid) GetJob() string {
@@ -1235,7 +1283,7 @@ type BatchChoice struct {
 
 func (x *BatchChoice) Reset() {
 	*x = BatchChoice{}
-	mi := &file_actors_pb_messages_proto_msgTypes[12]
+	mi := &file_actors_pb_messages_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1295,7 @@ func (x *BatchChoice) String() string {
 func (*BatchChoice) ProtoMessage() {}
 
 func (x *BatchChoice) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[12]
+	mi := &file_actors_pb_messages_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1308,7 @@ func (x *BatchChoice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchChoice.ProtoReflect.Descriptor instead.
 func (*BatchChoice) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{12}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BatchChoice) GetLocalBsz() uint32 {
@@ -1299,7 +1347,7 @@ type Measurement struct {
 
 func (x *Measurement) Reset() {
 	*x = Measurement{}
-	mi := &file_actors_pb_messages_proto_msgTypes[13]
+	mi := &file_actors_pb_messages_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1359,7 @@ func (x *Measurement) String() string {
 func (*Measurement) ProtoMessage() {}
 
 func (x *Measurement) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[13]
+	mi := &file_actors_pb_messages_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1372,7 @@ func (x *Measurement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Measurement.ProtoReflect.Descriptor instead.
 func (*Measurement) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{13}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Measurement) GetSeq() uint64 {
@@ -1378,7 +1426,7 @@ type ProfilePoint struct {
 
 func (x *ProfilePoint) Reset() {
 	*x = ProfilePoint{}
-	mi := &file_actors_pb_messages_proto_msgTypes[14]
+	mi := &file_actors_pb_messages_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1438,7 @@ func (x *ProfilePoint) String() string {
 func (*ProfilePoint) ProtoMessage() {}
 
 func (x *ProfilePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[14]
+	mi := &file_actors_pb_messages_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1451,7 @@ func (x *ProfilePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfilePoint.ProtoReflect.Descriptor instead.
 func (*ProfilePoint) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{14}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ProfilePoint) GetNodes() uint32 {
@@ -1462,7 +1510,7 @@ type HostJobs struct {
 
 func (x *HostJobs) Reset() {
 	*x = HostJobs{}
-	mi := &file_actors_pb_messages_proto_msgTypes[15]
+	mi := &file_actors_pb_messages_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1522,7 @@ func (x *HostJobs) String() string {
 func (*HostJobs) ProtoMessage() {}
 
 func (x *HostJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[15]
+	mi := &file_actors_pb_messages_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1535,7 @@ func (x *HostJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostJobs.ProtoReflect.Descriptor instead.
 func (*HostJobs) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{15}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HostJobs) GetTerm() uint64 {
@@ -1533,7 +1581,7 @@ type HostedJob struct {
 
 func (x *HostedJob) Reset() {
 	*x = HostedJob{}
-	mi := &file_actors_pb_messages_proto_msgTypes[16]
+	mi := &file_actors_pb_messages_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1545,7 +1593,7 @@ func (x *HostedJob) String() string {
 func (*HostedJob) ProtoMessage() {}
 
 func (x *HostedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[16]
+	mi := &file_actors_pb_messages_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1558,7 +1606,7 @@ func (x *HostedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostedJob.ProtoReflect.Descriptor instead.
 func (*HostedJob) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{16}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HostedJob) GetJob() string {
@@ -1607,7 +1655,7 @@ type HostAck struct {
 
 func (x *HostAck) Reset() {
 	*x = HostAck{}
-	mi := &file_actors_pb_messages_proto_msgTypes[17]
+	mi := &file_actors_pb_messages_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1667,7 @@ func (x *HostAck) String() string {
 func (*HostAck) ProtoMessage() {}
 
 func (x *HostAck) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[17]
+	mi := &file_actors_pb_messages_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1680,7 @@ func (x *HostAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostAck.ProtoReflect.Descriptor instead.
 func (*HostAck) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{17}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HostAck) GetServer() string {
@@ -1732,7 +1780,9 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\tlocal_bsz\x18\v \x01(\rR\blocalBsz\x12\x1f\n" +
 	"\vaccum_steps\x18\f \x01(\rR\n" +
 	"accumSteps\x12\x12\n" +
-	"\x04done\x18\r \x01(\bR\x04done\"\xd3\x01\n" +
+	"\x04done\x18\r \x01(\bR\x04done\"F\n" +
+	"\rWorkerReports\x125\n" +
+	"\areports\x18\x01 \x03(\v2\x1b.pollux.actors.WorkerReportR\areports\"\xd3\x01\n" +
 	"\fWorkerExited\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12 \n" +
@@ -1826,7 +1876,7 @@ func file_actors_pb_messages_proto_rawDescGZIP() []byte {
 	return file_actors_pb_messages_proto_rawDescData
 }
 
-var file_actors_pb_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_actors_pb_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_actors_pb_messages_proto_goTypes = []any{
 	(*Ref)(nil),           // 0: pollux.actors.Ref
 	(*Assign)(nil),        // 1: pollux.actors.Assign
@@ -1835,35 +1885,37 @@ var file_actors_pb_messages_proto_goTypes = []any{
 	(*WorkerExit)(nil),    // 4: pollux.actors.WorkerExit
 	(*RunJob)(nil),        // 5: pollux.actors.RunJob
 	(*WorkerReport)(nil),  // 6: pollux.actors.WorkerReport
-	(*WorkerExited)(nil),  // 7: pollux.actors.WorkerExited
-	(*StatusRequest)(nil), // 8: pollux.actors.StatusRequest
-	(*NodeStatus)(nil),    // 9: pollux.actors.NodeStatus
-	(*RunningJob)(nil),    // 10: pollux.actors.RunningJob
-	(*Bid)(nil),           // 11: pollux.actors.Bid
-	(*BatchChoice)(nil),   // 12: pollux.actors.BatchChoice
-	(*Measurement)(nil),   // 13: pollux.actors.Measurement
-	(*ProfilePoint)(nil),  // 14: pollux.actors.ProfilePoint
-	(*HostJobs)(nil),      // 15: pollux.actors.HostJobs
-	(*HostedJob)(nil),     // 16: pollux.actors.HostedJob
-	(*HostAck)(nil),       // 17: pollux.actors.HostAck
+	(*WorkerReports)(nil), // 7: pollux.actors.WorkerReports
+	(*WorkerExited)(nil),  // 8: pollux.actors.WorkerExited
+	(*StatusRequest)(nil), // 9: pollux.actors.StatusRequest
+	(*NodeStatus)(nil),    // 10: pollux.actors.NodeStatus
+	(*RunningJob)(nil),    // 11: pollux.actors.RunningJob
+	(*Bid)(nil),           // 12: pollux.actors.Bid
+	(*BatchChoice)(nil),   // 13: pollux.actors.BatchChoice
+	(*Measurement)(nil),   // 14: pollux.actors.Measurement
+	(*ProfilePoint)(nil),  // 15: pollux.actors.ProfilePoint
+	(*HostJobs)(nil),      // 16: pollux.actors.HostJobs
+	(*HostedJob)(nil),     // 17: pollux.actors.HostedJob
+	(*HostAck)(nil),       // 18: pollux.actors.HostAck
 }
 var file_actors_pb_messages_proto_depIdxs = []int32{
 	5,  // 0: pollux.actors.Assign.runs:type_name -> pollux.actors.RunJob
 	3,  // 1: pollux.actors.AssignAck.runs:type_name -> pollux.actors.RunStatus
 	4,  // 2: pollux.actors.RunStatus.exits:type_name -> pollux.actors.WorkerExit
 	0,  // 3: pollux.actors.RunJob.owner:type_name -> pollux.actors.Ref
-	10, // 4: pollux.actors.NodeStatus.jobs:type_name -> pollux.actors.RunningJob
-	12, // 5: pollux.actors.Bid.single:type_name -> pollux.actors.BatchChoice
-	12, // 6: pollux.actors.Bid.multi:type_name -> pollux.actors.BatchChoice
-	13, // 7: pollux.actors.Bid.unacked:type_name -> pollux.actors.Measurement
-	14, // 8: pollux.actors.Measurement.profile:type_name -> pollux.actors.ProfilePoint
-	0,  // 9: pollux.actors.HostJobs.allocator:type_name -> pollux.actors.Ref
-	16, // 10: pollux.actors.HostJobs.jobs:type_name -> pollux.actors.HostedJob
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	6,  // 4: pollux.actors.WorkerReports.reports:type_name -> pollux.actors.WorkerReport
+	11, // 5: pollux.actors.NodeStatus.jobs:type_name -> pollux.actors.RunningJob
+	13, // 6: pollux.actors.Bid.single:type_name -> pollux.actors.BatchChoice
+	13, // 7: pollux.actors.Bid.multi:type_name -> pollux.actors.BatchChoice
+	14, // 8: pollux.actors.Bid.unacked:type_name -> pollux.actors.Measurement
+	15, // 9: pollux.actors.Measurement.profile:type_name -> pollux.actors.ProfilePoint
+	0,  // 10: pollux.actors.HostJobs.allocator:type_name -> pollux.actors.Ref
+	17, // 11: pollux.actors.HostJobs.jobs:type_name -> pollux.actors.HostedJob
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_actors_pb_messages_proto_init() }
@@ -1877,7 +1929,7 @@ func file_actors_pb_messages_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_pb_messages_proto_rawDesc), len(file_actors_pb_messages_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

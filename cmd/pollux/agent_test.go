@@ -101,7 +101,11 @@ type ownerActor struct{ got chan any }
 
 func (o *ownerActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *pb.WorkerReport, *pb.WorkerExited:
+	case *pb.WorkerReports:
+		for _, r := range m.Reports {
+			o.got <- r
+		}
+	case *pb.WorkerExited:
 		o.got <- m
 	}
 }
