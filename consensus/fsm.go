@@ -92,11 +92,11 @@ func liveJobs(s *State) map[string]bool {
 	return live
 }
 
-// changesJobs reports whether c may change the set of live jobs or their
-// placement (what the job actors' hosts are told).
+// changesJobs reports whether c may change the set of live jobs (what
+// the job actors' hosts are told) other than by an allocation round.
 func changesJobs(c Command) bool {
 	switch c.(type) {
-	case *SubmitJob, *CompleteJob, *FinishJob, *Prune, *Round, *CommitAllocation:
+	case *SubmitJob, *CompleteJob, *FinishJob, *Prune:
 		return true
 	}
 	return false

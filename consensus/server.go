@@ -211,8 +211,10 @@ func (s *Server) LocalJob(id string) (*Job, ClusterConfig) { return s.fsm.Job(id
 // nobody listens; it has one reader (the allocator).
 func (s *Server) LeaderChanges() <-chan bool { return s.leaderCh }
 
-// JobsChanged receives a token (coalesced) whenever an applied command may
-// have changed the set of live jobs or their placement. It has one reader.
+// JobsChanged receives a token (coalesced) whenever an applied command
+// other than an allocation round may have changed the set of live jobs
+// (a submission, a completion, a cancellation, a prune). It has one
+// reader.
 func (s *Server) JobsChanged() <-chan struct{} { return s.fsm.notify }
 
 // Read returns a copy of the state that reflects every write completed

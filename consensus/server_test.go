@@ -550,3 +550,56 @@ func TestForwardGivesUpOnLeaderChange(t *testing.T) {
 	}
 	t.Logf("gave up with: %v", err)
 }
+
+// TestLeaderSeesUnreachablePeersAndNotifies: the leader's failing
+// heartbeats name a cut-off follower until it is back; the new leader of
+// a cluster hears of its leadership on LeaderChanges; a submission is
+// announced on JobsChanged, a round is not.
+func TestLeaderSeesUnreachablePeersAndNotifies(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	l := c.leader(c.members...)
+	f := c.followers(l)[0]
+	c.isolate(f)
+	c.fwd.SetReachable(f.id, true)
+	waitFor(t, 5*time.Second, "the cut-off follower to be unreachable", func() bool {
+		_, ok := l.srv.Unreachable()[f.id]
+		return ok
+	})
+	c.heal()
+	waitFor(t, 5*time.Second, "the follower to be reachable again", func() bool {
+		_, ok := l.srv.Unreachable()[f.id]
+		return !ok
+	})
+	select {
+	case v := <-l.srv.LeaderChanges():
+		if !v {
+			t.Fatal("the leader's notification says it lost leadership")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no leadership notification")
+	}
+	for len(l.srv.JobsChanged()) > 0 {
+		<-l.srv.JobsChanged()
+	}
+	ctx := ctxT(t, 5*time.Second)
+	if _, err := l.srv.Apply(ctx, &InitCluster{ID: "c", CheckpointRoot: "/r"}); err != nil {
+		t.Fatal(err)
+	}
+	term, _ := l.srv.Leadership()
+	if _, err := l.srv.CommitRound(ctx, &Round{Generation: 1, Term: term}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.srv.JobsChanged():
+		t.Fatal("a round announced as a change of jobs")
+	default:
+	}
+	if err := l.srv.SubmitJob(ctx, "j", testSpec(), 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.srv.JobsChanged():
+	case <-time.After(time.Second):
+		t.Fatal("a submission not announced")
+	}
+}

@@ -283,9 +283,11 @@ func (a *allocator) Receive(ctx actor.Context) {
 			a.stepDown()
 		}
 	case jobsChanged:
+		// A new job's actor starts now (it bids, which brings a round);
+		// a finished job's GPUs go to others at the next round, soon.
 		if a.term != 0 {
-			if st, ok := a.leading(ctx); ok {
-				a.host(ctx, st)
+			if st, ok := a.leading(ctx); ok && a.host(ctx, st) {
+				a.soon(ctx)
 			}
 		}
 	case *pb.Bid:

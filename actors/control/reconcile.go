@@ -109,8 +109,10 @@ func (a *allocator) reconcileExits(st *consensus.State) {
 // host tells every live server's job host which job actors it runs:
 // every live job, spread by rendezvous hashing over the servers that
 // gossip sees and that are in the Raft configuration (a job actor starts
-// from its server's replicated state).
-func (a *allocator) host(ctx actor.Context, st *consensus.State) {
+// from its server's replicated state). It reports whether a job it hosted
+// has finished since.
+func (a *allocator) host(ctx actor.Context, st *consensus.State) bool {
+	finished := false
 	servers := map[string]*actor.PID{}
 	if a.cfg.Members != nil {
 		voters := map[string]bool{}
@@ -133,7 +135,10 @@ func (a *allocator) host(ctx actor.Context, st *consensus.State) {
 	for _, id := range st.JobIDs() {
 		j := st.Jobs[id]
 		if j.State.Terminal() {
-			delete(a.hosting, id)
+			if _, ok := a.hosting[id]; ok {
+				finished = true
+				delete(a.hosting, id)
+			}
 			continue
 		}
 		server := Place(id, names)
@@ -153,6 +158,7 @@ func (a *allocator) host(ctx actor.Context, st *consensus.State) {
 	}
 	for id := range a.hosting {
 		if st.Jobs[id] == nil {
+			finished = true
 			delete(a.hosting, id)
 		}
 	}
@@ -160,6 +166,7 @@ func (a *allocator) host(ctx actor.Context, st *consensus.State) {
 	for _, name := range names {
 		ctx.Request(servers[name], &pb.HostJobs{Term: a.term, Generation: st.Allocation.Generation, Allocator: self, Jobs: jobs[name]})
 	}
+	return finished
 }
 
 // reconcileMembers registers agents that are members and marks dead the
