@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"os"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -434,9 +435,24 @@ func FuzzDecodeState(f *testing.F) {
 		&SubmitJob{ID: "j", Spec: testSpec()},
 		&CommitAllocation{Generation: 1, Term: 1, Jobs: map[string][]Slot{"j": {{"n1", 1}}}})
 	f.Add(EncodeState(a.f.State()))
+	a.must(f, 1, &InitCluster{ID: "c", CheckpointRoot: "/r"},
+		&Round{Generation: 2, Term: 1, Time: 5, Accrue: 1, Jobs: map[string][]Slot{"j": {{"n1", 2}}},
+			Updates: []RoundJob{{ID: "j", Incarnation: 1, Running: true, HasBid: true, Bid: testBid(3, 1),
+				HasMeas: true, Meas: measurement(3, 0, 1, 1, entry(1, 1, 32, 0.1, 0.2, 3))}}})
+	f.Add(EncodeState(a.f.State()))
+	if v1, err := os.ReadFile("testdata/snapshot-v1.bin"); err == nil {
+		f.Add(v1)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := DecodeState(b)
 		if err != nil {
+			return
+		}
+		if b[len(snapshotMagic)] != SnapshotVersion {
+			// An older version re-encodes in the current one.
+			if _, err := DecodeState(EncodeState(s)); err != nil {
+				t.Fatalf("an old snapshot's state does not re-encode: %v", err)
+			}
 			return
 		}
 		if again := EncodeState(s); !bytes.Equal(again, b) {
