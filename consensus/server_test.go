@@ -315,6 +315,9 @@ func TestDeposedLeaderAllocationRejected(t *testing.T) {
 		}
 		return true
 	})
+	// (fresh deadlines: the waits above may have used up the first one
+	// on a loaded machine)
+	ctx = ctxT(t, 5*time.Second)
 	for _, gen := range []uint64{2, 3, 100} {
 		err := old.srv.CommitAllocation(ctx, gen, oldTerm, map[string][]Slot{"j1": {{"n1", 1}}})
 		if !errors.Is(err, ErrStaleTerm) {
@@ -323,6 +326,7 @@ func TestDeposedLeaderAllocationRejected(t *testing.T) {
 	}
 	// A current-term allocation with an old generation is fenced too.
 	cur = c.leader(cur)
+	ctx = ctxT(t, 5*time.Second)
 	curTerm, _ := cur.srv.Leadership()
 	if err := cur.srv.CommitAllocation(ctx, 2, curTerm, map[string][]Slot{"j1": {{"n1", 1}}}); !errors.Is(err, ErrStaleGeneration) {
 		t.Fatalf("repeated generation: %v, want ErrStaleGeneration", err)
