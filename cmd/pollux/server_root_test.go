@@ -33,7 +33,7 @@ func TestCheckpointRootIsSetOnce(t *testing.T) {
 	rootA, rootB := filepath.Join(dir, "ckpt-a"), filepath.Join(dir, "ckpt-b")
 	server := func(root string) (*exec.Cmd, *bytes.Buffer) {
 		args := append(slices.Clone(selfExec), "server", "--id", "s0", "--data-dir", filepath.Join(dir, "s0"),
-			"--raft", raftAddr, "--http", httpAddr, "--peers", "s0=" + raftAddr + "=" + httpAddr, "--bootstrap",
+			"--raft", raftAddr, "--http", httpAddr, "--peers", "s0="+raftAddr+"="+httpAddr, "--bootstrap",
 			"--checkpoint-root", root, "--log-level", "info")
 		cmd := exec.Command(args[0], args[1:]...)
 		cmd.Env = append(os.Environ(), "POLLUX_TEST_PROCESS=1")
