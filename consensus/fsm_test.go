@@ -90,8 +90,8 @@ func TestApplyTransitions(t *testing.T) {
 	if got := j1.Profile; len(got) != 2 || got[0].Nodes != 1 || got[1].Count != 3 {
 		t.Fatalf("profile not sorted by configuration: %+v", got)
 	}
-	if pts := j1.ProfilePoints(); len(pts) != 2 || pts[1] != (goodput.ProfilePoint{Nodes: 2, Replicas: 4, LocalBatch: 64, AccumTime: 0.1, StepTime: 0.2}) {
-		t.Fatalf("profile points %+v", pts)
+	if pt := j1.Profile[1].ProfilePoint; pt != (goodput.ProfilePoint{Nodes: 2, Replicas: 4, LocalBatch: 64, AccumTime: 0.1, StepTime: 0.2}) {
+		t.Fatalf("profile point %+v", pt)
 	}
 	if s.Jobs["j3"].State != Pending || s.Jobs["j3"].Incarnation != 0 {
 		t.Fatalf("unplaced j3: %+v", s.Jobs["j3"])

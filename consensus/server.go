@@ -180,24 +180,6 @@ func (s *Server) Leadership() (term uint64, leader bool) {
 	return term, s.raft.State() == raft.Leader && s.raft.CurrentTerm() == term
 }
 
-// VerifyLeader confirms with a quorum that this server still leads and
-// returns its term. A leader that was paused or cut off learns here that
-// it was deposed (ErrNotLeader or ErrLeadershipLost), before acting on
-// anything that arrived while it was away.
-func (s *Server) VerifyLeader(ctx context.Context) (uint64, error) {
-	if s.closed.Load() {
-		return 0, ErrShutdown
-	}
-	if s.raft.State() != raft.Leader {
-		return 0, ErrNotLeader
-	}
-	term := s.raft.CurrentTerm()
-	if err := wait(ctx, s.raft.VerifyLeader()); err != nil {
-		return 0, err
-	}
-	return term, nil
-}
-
 // LocalState returns a copy of this server's state, which on a follower
 // may lag behind the leader's.
 func (s *Server) LocalState() *State { return s.fsm.State() }
@@ -474,30 +456,6 @@ func (s *Server) single(ctx context.Context, c Command) error {
 // SubmitJob adds a Pending job.
 func (s *Server) SubmitJob(ctx context.Context, id string, spec JobSpec, submitTime float64) error {
 	return s.single(ctx, &SubmitJob{ID: id, Spec: spec, SubmitTime: submitTime})
-}
-
-// UpdateJob applies a job's report (see UpdateJob).
-func (s *Server) UpdateJob(ctx context.Context, u UpdateJob) error {
-	return s.single(ctx, &u)
-}
-
-// CompleteJob finishes a job (exactly once) and frees its GPUs.
-func (s *Server) CompleteJob(ctx context.Context, id string, failed bool, reason string, finishTime float64) error {
-	return s.single(ctx, &CompleteJob{ID: id, Failed: failed, Reason: reason, FinishTime: finishTime})
-}
-
-// RecordProfile merges profile entries and gradient statistics into a
-// job's model inputs.
-func (s *Server) RecordProfile(ctx context.Context, p RecordProfile) error {
-	return s.single(ctx, &p)
-}
-
-// CommitAllocation commits an allocation decided by the leader of term
-// (from Leadership) with the given generation (above the committed one).
-// It fails with ErrStaleTerm or ErrStaleGeneration if a newer leader has
-// taken over.
-func (s *Server) CommitAllocation(ctx context.Context, generation, term uint64, jobs map[string][]Slot) error {
-	return s.single(ctx, &CommitAllocation{Generation: generation, Term: term, Jobs: jobs})
 }
 
 // InitCluster sets the cluster's configuration if it has none; with

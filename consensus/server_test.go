@@ -186,9 +186,9 @@ func workload(t *testing.T, s *Server, leader *Server) {
 	if !ok {
 		t.Fatal("leader is not leader")
 	}
-	must(s.CommitAllocation(ctx, 1, term, map[string][]Slot{"j1": {{"n1", 2}, {"n2", 2}}, "j2": {{"n1", 1}}}))
-	must(s.RecordProfile(ctx, RecordProfile{ID: "j1", Incarnation: 1, Entries: []ProfileEntry{entry(2, 4, 64, 0.1, 0.15, 10)}, HasGrad: true}))
-	must(s.UpdateJob(ctx, UpdateJob{ID: "j1", Incarnation: 1, Set: UpdateAttained | UpdateProgress, Attained: 12, Progress: 0.1}))
+	must(commitAllocation(ctx, s, 1, term, map[string][]Slot{"j1": {{"n1", 2}, {"n2", 2}}, "j2": {{"n1", 1}}}))
+	must(s.single(ctx, &RecordProfile{ID: "j1", Incarnation: 1, Entries: []ProfileEntry{entry(2, 4, 64, 0.1, 0.15, 10)}, HasGrad: true}))
+	must(s.single(ctx, &UpdateJob{ID: "j1", Incarnation: 1, Set: UpdateAttained | UpdateProgress, Attained: 12, Progress: 0.1}))
 	must(s.MarkNode(ctx, "n2", Suspect))
 }
 
@@ -219,7 +219,7 @@ func TestLeaderLossNewLeaderIdenticalState(t *testing.T) {
 	// The new leader continues the generation sequence in its own term.
 	term, _ := nl.srv.Leadership()
 	ctx := ctxT(t, 5*time.Second)
-	if err := nl.srv.CommitAllocation(ctx, 2, term, map[string][]Slot{"j1": {{"n1", 4}}}); err != nil {
+	if err := commitAllocation(ctx, nl.srv, 2, term, map[string][]Slot{"j1": {{"n1", 4}}}); err != nil {
 		t.Fatal(err)
 	}
 	st, err := nl.srv.Read(ctx)
@@ -287,13 +287,13 @@ func TestDeposedLeaderAllocationRejected(t *testing.T) {
 		t.Fatalf("new term %d not above old %d", newTerm, oldTerm)
 	}
 	ctx := ctxT(t, 5*time.Second)
-	if err := nl.srv.CommitAllocation(ctx, 2, newTerm, map[string][]Slot{"j2": {{"n1", 4}}}); err != nil {
+	if err := commitAllocation(ctx, nl.srv, 2, newTerm, map[string][]Slot{"j2": {{"n1", 4}}}); err != nil {
 		t.Fatal(err)
 	}
 
 	// While partitioned, the deposed leader's allocation does not commit.
 	short, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	err := old.srv.CommitAllocation(short, 2, oldTerm, map[string][]Slot{"j1": {{"n1", 1}}})
+	err := commitAllocation(short, old.srv, 2, oldTerm, map[string][]Slot{"j1": {{"n1", 1}}})
 	cancel()
 	if err == nil {
 		t.Fatal("a partitioned leader committed an allocation")
@@ -319,7 +319,7 @@ func TestDeposedLeaderAllocationRejected(t *testing.T) {
 	// on a loaded machine)
 	ctx = ctxT(t, 5*time.Second)
 	for _, gen := range []uint64{2, 3, 100} {
-		err := old.srv.CommitAllocation(ctx, gen, oldTerm, map[string][]Slot{"j1": {{"n1", 1}}})
+		err := commitAllocation(ctx, old.srv, gen, oldTerm, map[string][]Slot{"j1": {{"n1", 1}}})
 		if !errors.Is(err, ErrStaleTerm) {
 			t.Fatalf("generation %d from the deposed leader: %v, want ErrStaleTerm", gen, err)
 		}
@@ -328,7 +328,7 @@ func TestDeposedLeaderAllocationRejected(t *testing.T) {
 	cur = c.leader(cur)
 	ctx = ctxT(t, 5*time.Second)
 	curTerm, _ := cur.srv.Leadership()
-	if err := cur.srv.CommitAllocation(ctx, 2, curTerm, map[string][]Slot{"j1": {{"n1", 1}}}); !errors.Is(err, ErrStaleGeneration) {
+	if err := commitAllocation(ctx, cur.srv, 2, curTerm, map[string][]Slot{"j1": {{"n1", 1}}}); !errors.Is(err, ErrStaleGeneration) {
 		t.Fatalf("repeated generation: %v, want ErrStaleGeneration", err)
 	}
 	st, err := cur.srv.Read(ctx)
@@ -606,4 +606,10 @@ func TestLeaderSeesUnreachablePeersAndNotifies(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("a submission not announced")
 	}
+}
+
+// commitAllocation commits an allocation of the first version of the loop
+// (still applied, so that older logs replay).
+func commitAllocation(ctx context.Context, s *Server, generation, term uint64, jobs map[string][]Slot) error {
+	return s.single(ctx, &CommitAllocation{Generation: generation, Term: term, Jobs: jobs})
 }

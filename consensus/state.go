@@ -216,15 +216,6 @@ func (j *Job) clone() *Job {
 	return &c
 }
 
-// ProfilePoints returns the job's profile as the points goodput.Fit takes.
-func (j *Job) ProfilePoints() []goodput.ProfilePoint {
-	pts := make([]goodput.ProfilePoint, len(j.Profile))
-	for i, e := range j.Profile {
-		pts[i] = e.ProfilePoint
-	}
-	return pts
-}
-
 // Node is one GPU machine.
 type Node struct {
 	ID string
