@@ -35,6 +35,10 @@ type Pollux struct {
 	// Population and Generations size the search; 0 picks a default that
 	// shrinks with the number of jobs.
 	Population, Generations int
+	// Effort scales the default's work (population x generations) by a
+	// factor in (0, 1]; 0 means 1. A caller bounds a round's time with it
+	// on a loaded machine.
+	Effort float64
 	// Workers is how many goroutines build children; 0 means
 	// min(2, GOMAXPROCS).
 	Workers int
@@ -52,7 +56,11 @@ func (p *Pollux) Name() string { return "pollux" }
 
 // budget returns the population and generations for a round of jobs jobs.
 func (p *Pollux) budget(jobs int) (pop, gens int) {
-	scale := math.Sqrt(min(1, defaultWork/float64(defaultPopulation*defaultGenerations*max(jobs, 1))))
+	effort := 1.0
+	if p.Effort > 0 {
+		effort = min(p.Effort, 1)
+	}
+	scale := math.Sqrt(min(1, defaultWork/float64(defaultPopulation*defaultGenerations*max(jobs, 1))) * effort)
 	pop, gens = p.Population, p.Generations
 	if pop <= 0 {
 		pop = max(minPopulation, int(defaultPopulation*scale))

@@ -108,7 +108,11 @@ type ownerActor struct{ got chan any }
 
 func (o *ownerActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *pb.WorkerReport, *pb.WorkerExited:
+	case *pb.WorkerReports:
+		for _, r := range m.Reports {
+			o.got <- r
+		}
+	case *pb.WorkerExited:
 		o.got <- m
 	}
 }
@@ -171,6 +175,7 @@ func (c *controller) waitMember(name string, kind cluster.EventKind) cluster.Mem
 
 func (c *controller) assign(actorAddr string, a *pb.Assign) *pb.AssignAck {
 	c.t.Helper()
+	a.ClusterId, a.Term = "test-cluster", 1
 	res, err := c.sys.Root.RequestFuture(actor.NewPID(actorAddr, node.ActorName), a, 10*time.Second).Result()
 	if err != nil {
 		c.t.Fatal(err)

@@ -114,6 +114,60 @@ func Fit(points []ProfilePoint) (Params, error) {
 	return paramsFrom(best), nil
 }
 
+// Refit fits the throughput model to points starting from prev, the
+// parameters of an earlier fit (typically on fewer or older points): one
+// L-BFGS run from there instead of Fit's three cold starts, which is what
+// a job's model needs when a few measurements were added. The result is
+// never worse on points than prev itself. Pinning follows Fit.
+func Refit(points []ProfilePoint, prev Params) (Params, error) {
+	if len(points) == 0 {
+		return Params{}, ErrNoPoints
+	}
+	for i, p := range points {
+		if err := p.Validate(); err != nil {
+			return Params{}, fmt.Errorf("point %d: %w", i, err)
+		}
+	}
+	if err := prev.Validate(); err != nil {
+		return Fit(points)
+	}
+	pr := newFitProblem(points)
+	start := pr.fixed
+	for _, i := range pr.free {
+		v := prev.slice()[i]
+		if i == iGamma {
+			v = math.Min(math.Max(v, gammaMin+1e-6), gammaMax-1e-6)
+		} else {
+			v = math.Max(v, 2*lowerBound)
+		}
+		start[i] = v
+	}
+	best := pr.decode(pr.encode(start))
+	bestF := pr.objective(best)
+	if len(pr.free) > 0 {
+		res, _ := optimize.Minimize(optimize.Problem{Func: pr.f, Grad: pr.grad}, pr.encode(start), &optimize.Settings{
+			GradientThreshold: 1e-6,
+			Converger:         &optimize.FunctionConverge{Absolute: 1e-12, Relative: 1e-10, Iterations: 20},
+			MajorIterations:   1000,
+		}, &optimize.LBFGS{})
+		if res != nil {
+			if cand := pr.decode(res.X); finite(cand) {
+				if f := pr.objective(cand); f < bestF {
+					best, bestF = cand, f
+				}
+			}
+		}
+	}
+	if math.IsNaN(bestF) || math.IsInf(bestF, 0) {
+		return Fit(points)
+	}
+	if !pr.multiNode {
+		best[iAlphaN] = math.Max(best[iAlphaN], 1.1*best[iAlphaR])
+		best[iBetaN] = math.Max(best[iBetaN], 1.1*best[iBetaR])
+	}
+	return paramsFrom(best), nil
+}
+
 func finite(v [7]float64) bool {
 	for _, x := range v {
 		if math.IsNaN(x) || math.IsInf(x, 0) {

@@ -172,3 +172,57 @@ func BenchmarkFit30(b *testing.B) {
 		}
 	}
 }
+
+func TestRefitWarmStartsFromAnEarlierFit(t *testing.T) {
+	truth := Params{AlphaC: 0.05, BetaC: 0.004, AlphaN: 0.3, BetaN: 0.02, AlphaR: 0.06, BetaR: 0.005, Gamma: 1.8}
+	r := rand.New(rand.NewPCG(5, 6))
+	all := synthetic(truth, 0.03, r)
+	// The job first ran on one node, then was profiled on more.
+	early, err := Fit(all[:12])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cold, err := Fit(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm, err := Refit(all, early)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := newFitProblem(all)
+	if fw, fc := pr.objective(warm.slice()), pr.objective(cold.slice()); fw > fc*1.05+1e-9 {
+		t.Errorf("warm refit loss %v, cold fit %v", fw, fc)
+	}
+	if e := meanRelErr(warm, synthetic(truth, 0, nil)); e > 0.05 {
+		t.Errorf("warm refit error %v against truth", e)
+	}
+	// Never worse than where it started.
+	again, err := Refit(all, warm)
+	if err != nil || pr.objective(again.slice()) > pr.objective(warm.slice())+1e-12 {
+		t.Errorf("refit of a fit got worse: %v", err)
+	}
+	// Invalid earlier parameters fall back to a cold fit.
+	if p, err := Refit(all, Params{}); err != nil || p.Validate() != nil {
+		t.Errorf("refit from nothing: %+v, %v", p, err)
+	}
+	if _, err := Refit(nil, warm); !errors.Is(err, ErrNoPoints) {
+		t.Errorf("no points: %v", err)
+	}
+}
+
+func BenchmarkRefit30(b *testing.B) {
+	truth := Params{AlphaC: 0.05, BetaC: 0.004, AlphaN: 0.3, BetaN: 0.02, AlphaR: 0.06, BetaR: 0.005, Gamma: 1.8}
+	pts := synthetic(truth, 0.05, rand.New(rand.NewPCG(9, 9)))[:24]
+	pts = append(pts, synthetic(truth, 0.05, rand.New(rand.NewPCG(8, 8)))[18:24]...)
+	prev, err := Fit(pts[:29])
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Refit(pts, prev); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

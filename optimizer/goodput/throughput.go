@@ -46,6 +46,13 @@ func paramsFrom(v [7]float64) Params {
 	return Params{v[0], v[1], v[2], v[3], v[4], v[5], v[6]}
 }
 
+// Slice returns the parameters in the order AlphaC, BetaC, AlphaN,
+// BetaN, AlphaR, BetaR, Gamma (how encodings write them).
+func (p Params) Slice() [7]float64 { return p.slice() }
+
+// ParamsFrom is the inverse of Params.Slice.
+func ParamsFrom(v [7]float64) Params { return paramsFrom(v) }
+
 // AccumTime is the compute time of one micro-step on atomic batch m.
 func (p Params) AccumTime(m float64) float64 {
 	return p.AlphaC + p.BetaC*m
