@@ -154,8 +154,9 @@ func describeFailure(p *op) string {
 	return fmt.Sprintf("%s %s", p.done.Type, p.done.Error)
 }
 
-// checkCompletions checks the completions the API showed against the
-// workers' records: a job first read completed, in incarnation I, must
+// checkCompletions checks the completions the API showed (in a
+// linearizable read of the list or of the job) against the workers'
+// records: a job first read completed, in incarnation I, must
 // have a done record of incarnation I written before the read returned;
 // and no worker of a newer incarnation than I may start after the job
 // was read completed, nor any worker after its cancel was acknowledged.
@@ -178,7 +179,7 @@ func checkCompletions(r *run, ls []*life) []Violation {
 	var out []Violation
 	for _, p := range r.ops {
 		switch {
-		case p.linearizableRead():
+		case p.linearizableView():
 			for _, j := range p.done.Jobs {
 				if j.State != "completed" {
 					continue
