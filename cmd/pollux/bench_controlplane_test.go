@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"slices"
 	"testing"
+
+	"pollux/testbed/controlplane"
 )
 
 // TestBenchControlPlaneShape runs the control-plane benchmark small, on
@@ -37,7 +39,7 @@ func TestBenchControlPlaneShape(t *testing.T) {
 	if !slices.Equal(keys, want) {
 		t.Fatalf("keys %v, want %v", keys, want)
 	}
-	var rep controlPlaneReport
+	var rep controlplane.Report
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +56,7 @@ func TestBenchControlPlaneBadInput(t *testing.T) {
 		{"--transport", "pigeon"},
 		{"--interval", "0s"},
 		{"--nodes", "99999"},
+		{"--log-level", "loud"},
 	} {
 		if code := run(append([]string{"bench", "controlplane"}, args...)); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
