@@ -16,8 +16,8 @@ import (
 
 func init() { benchCommands = append(benchCommands, newBenchControlPlaneCmd) }
 
-// remoteOptionsOf secures an actor system's gRPC as servers and agents
-// do.
+// remoteOptionsOf configures an actor system's gRPC as servers and
+// agents do (TLS with creds, plaintext without).
 func remoteOptionsOf(creds *pki.Credentials, log *slog.Logger) ([]remote.ConfigOption, error) {
 	return (&security{creds: creds}).remoteOptions(log)
 }

@@ -78,8 +78,9 @@ type Options struct {
 	// baseline); otherwise a CA made for the run secures both with
 	// mutual TLS, the actors' gRPC through RemoteOptions.
 	Insecure bool
-	// RemoteOptions secure an actor system's gRPC with creds (what
-	// servers and agents use); required unless Insecure or Local.
+	// RemoteOptions configure an actor system's gRPC as servers and
+	// agents do, secured with creds (nil: plaintext, with Insecure);
+	// required unless Local.
 	RemoteOptions func(creds *pki.Credentials, log *slog.Logger) ([]remote.ConfigOption, error)
 	// LogLevel of the servers and nodes (debug, info, warn or error).
 	LogLevel string
@@ -99,8 +100,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("%w: at most 4096 nodes and 8192 jobs in one process", ErrConfig)
 	case lvl.UnmarshalText([]byte(o.LogLevel)) != nil:
 		return fmt.Errorf("%w: log level %q", ErrConfig, o.LogLevel)
-	case !o.Insecure && !o.Local && o.RemoteOptions == nil:
-		return fmt.Errorf("%w: TLS over gRPC needs RemoteOptions", ErrConfig)
+	case !o.Local && o.RemoteOptions == nil:
+		return fmt.Errorf("%w: gRPC needs RemoteOptions", ErrConfig)
 	}
 	return nil
 }
@@ -202,11 +203,9 @@ func (b *bench) newSystem(name string) (*actor.ActorSystem, *remote.Remote, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	var opts []remote.ConfigOption
-	if creds != nil {
-		if opts, err = b.o.RemoteOptions(creds, b.lib); err != nil {
-			return nil, nil, err
-		}
+	opts, err := b.o.RemoteOptions(creds, b.lib)
+	if err != nil {
+		return nil, nil, err
 	}
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return b.lib }))
 	rem := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0, opts...))
