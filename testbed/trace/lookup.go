@@ -68,7 +68,7 @@ func bracket(xs []int, x float64) (lo, hi int, w float64) {
 
 // batchBracket finds the validations around a total batch (clamped).
 func (a *App) batchBracket(batch float64) (lo, hi *validation, w float64) {
-	vs := a.validations
+	vs := a.stats.validations
 	i := sort.Search(len(vs), func(i int) bool { return vs[i].batch >= batch })
 	switch {
 	case i == 0:
