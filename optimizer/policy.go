@@ -18,6 +18,11 @@ type Result struct {
 	// Placements holds one placement per snapshot job, same index as
 	// Snapshot.Jobs. An empty placement means the job gets no GPUs.
 	Placements []Placement `json:"placements"`
+	// Layouts optionally gives, per job, the replica counts of its
+	// placement in the order the policy took the nodes (the artifacts'
+	// placement tuple, which decides which measured step time applies). A
+	// nil slice or entry means node order.
+	Layouts [][]int `json:"layouts,omitempty"`
 	// Diagnostics describe the search.
 	Diagnostics Diagnostics `json:"diagnostics"`
 	// State is what the policy wants back as prev in the next round (nil

@@ -262,13 +262,18 @@ func (j *job) advance(now, seconds, interference float64) {
 }
 
 // reallocate applies a new placement; alloc must differ from the current.
-func (j *job) reallocate(alloc optimizer.Placement, restart float64) {
+// layout is its counts in the order the policy took the nodes (nil: node
+// order); its smallest rotation is the placement whose measured step time
+// applies.
+func (j *job) reallocate(alloc optimizer.Placement, layout []int, restart float64) {
 	j.alloc = append(optimizer.Placement(nil), alloc...)
-	counts := make([]int, len(alloc))
-	for i, nc := range alloc {
-		counts[i] = nc.Count
+	if layout == nil {
+		layout = make([]int, len(alloc))
+		for i, nc := range alloc {
+			layout[i] = nc.Count
+		}
 	}
-	j.norm = testbed.NormalizePlacement(counts)
+	j.norm = testbed.NormalizePlacement(layout)
 	j.nodes, j.replicas = len(j.norm), testbed.Replicas(j.norm)
 	j.cacheM = -1
 	if !j.running() {

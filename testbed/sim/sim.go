@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -256,12 +257,36 @@ func (s *state) allocate() error {
 		}
 	}
 	for i, j := range act {
-		if !next[i].Equal(j.alloc) {
-			j.reallocate(next[i], s.cfg.Restart)
+		if next[i].Equal(j.alloc) {
+			continue
 		}
+		var layout []int
+		if i < len(res.Layouts) && res.Layouts[i] != nil {
+			layout = res.Layouts[i]
+			if !sameCounts(layout, next[i]) {
+				return fmt.Errorf("%w: %s gave job %q the layout %v for placement %v", ErrPolicy, s.pol.Name(), j.spec.Name, layout, next[i])
+			}
+		}
+		j.reallocate(next[i], layout, s.cfg.Restart)
 	}
 	s.prev = res.State
 	return nil
+}
+
+// sameCounts reports whether layout holds exactly the counts of pl, in
+// any order.
+func sameCounts(layout []int, pl optimizer.Placement) bool {
+	if len(layout) != len(pl) {
+		return false
+	}
+	a := slices.Clone(layout)
+	b := make([]int, len(pl))
+	for i, nc := range pl {
+		b[i] = nc.Count
+	}
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
 
 // normalize sorts a placement by node and merges duplicates and zeros.

@@ -78,6 +78,10 @@ type App struct {
 	// maxLocalByK is the largest measured atomic batch among placements
 	// of K replicas (Sia's memory cap).
 	maxLocalByK map[int]int
+	// hull holds the measured (N, K, m) points the way the artifacts
+	// interpolate them: placements averaged by (N, K, m), then every
+	// scalability row.
+	hull *delaunay
 	// scal are the scalability.csv rows (num_nodes, num_replicas,
 	// local_bsz) for Sia's per-placement batch cap.
 	scal [][3]int
@@ -372,6 +376,19 @@ func (a *App) loadThroughput(dir string) error {
 		}
 	}
 	a.oneGPU = oneM / oneStep
+	// The placement means, in (N, K, m) order, are the first points.
+	keys := make([][3]float64, 0, len(points))
+	for k := range points {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y [3]float64) int { return slices.Compare(x[:], y[:]) })
+	hull := &delaunay{}
+	for _, k := range keys {
+		gp := points[k]
+		hull.add(k, [2]float64{gp.step / gp.cnt, gp.sync / gp.cnt})
+	}
+	var scalPts [][3]float64
+	var scalVals [][2]float64
 	path = filepath.Join(dir, scalabilityFile(a.typ))
 	st, err := readTable(path, []string{"num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time"})
 	if err != nil {
@@ -388,7 +405,13 @@ func (a *App) loadThroughput(dir string) error {
 		}
 		add(int(n), int(k), s)
 		a.scal = append(a.scal, [3]int{int(n), int(k), int(s.m)})
+		scalPts = append(scalPts, [3]float64{n, k, s.m})
+		scalVals = append(scalVals, [2]float64{s.step, s.sync})
 	}
+	for i := range scalPts {
+		hull.add(scalPts[i], scalVals[i])
+	}
+	a.hull = hull
 	for key, samples := range byPlacement {
 		a.placements[key] = makeCurve(samples)
 	}

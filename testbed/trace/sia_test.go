@@ -2,6 +2,7 @@ package trace
 
 import (
 	"errors"
+	"math"
 	"testing"
 
 	"pollux/testbed"
@@ -46,5 +47,22 @@ func TestSiaTypedTraces(t *testing.T) {
 	// gpt_pmp was profiled on rtx and dgx-ext only.
 	if _, err := LoadTyped(dir, []string{"aws"}, []string{"gpt_pmp"}); !errors.Is(err, ErrNoTraces) {
 		t.Errorf("gpt_pmp on aws: %v, want ErrNoTraces", err)
+	}
+}
+
+// An unmeasured placement is interpolated over the Delaunay
+// tetrahedralisation of the measured (N, K, m) points, as the artifact's
+// scipy LinearNDInterpolator does. The expected values were computed with
+// scipy 1.10.1 (LinearNDInterpolator on the same points); at this point
+// the containing Delaunay simplex is unique.
+func TestDelaunayMatchesScipy(t *testing.T) {
+	dir := artifact.Need(t, "pollux-artifact", "traces")
+	cat, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step, sync := cat["cifar10"].StepTimes([]int{4, 4, 4, 2, 2}, 256)
+	if math.Abs(step-0.22946795) > 1e-8 || math.Abs(sync-0.02213091) > 1e-8 {
+		t.Errorf("cifar10 22444 m=256: %v %v, want 0.22946795 0.02213091", step, sync)
 	}
 }
