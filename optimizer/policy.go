@@ -42,6 +42,12 @@ type Diagnostics struct {
 	Generations int `json:"generations"`
 	// Evaluations counts individuals whose fitness was computed.
 	Evaluations int `json:"evaluations"`
+	// Objective is the value a policy solving an integer program reached
+	// (Sia: the sum it minimises), Bound a lower bound on its optimum,
+	// and Exact whether the two are equal (the round was solved exactly).
+	Objective float64 `json:"objective,omitempty"`
+	Bound     float64 `json:"bound,omitempty"`
+	Exact     bool    `json:"exact,omitempty"`
 }
 
 // State is a search's population, kept between rounds so the next round
@@ -52,4 +58,8 @@ type State struct {
 	JobIDs     []string
 	NodeIDs    []string
 	Population [][]Placement
+	// Virtual is, for a policy that schedules a virtual cluster (Pollux
+	// blind to GPU types sees 8-GPU nodes as two 4-GPU ones), every job's
+	// placement on it at the end of the round, by job ID.
+	Virtual map[string]Placement
 }
