@@ -65,10 +65,15 @@ type Sia struct {
 	ProfiledNodes map[string]int
 	// ExactStates bounds the exact solver (0: the default).
 	ExactStates int
+	// Cache, if set, memoises goodputs from round to round (it never
+	// changes results, only their cost).
+	Cache *GoodputCache
 }
 
 // NewSia returns Sia with the artifact's defaults.
-func NewSia() *Sia { return &Sia{PowerMean: SiaPowerMean, LambdaN: SiaLambdaN} }
+func NewSia() *Sia {
+	return &Sia{PowerMean: SiaPowerMean, LambdaN: SiaLambdaN, Cache: &GoodputCache{}}
+}
 
 // Name implements Policy.
 func (s *Sia) Name() string { return "sia" }
@@ -149,6 +154,7 @@ func (s *Sia) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	for j := range snap.Jobs {
 		items[j] = s.jobItem(snap, &snap.Jobs[j], types, configs)
 	}
+	s.Cache.Sweep()
 	exact := s.ExactStates
 	if exact <= 0 {
 		exact = defaultExactStates
@@ -220,7 +226,7 @@ func (s *Sia) jobItem(snap *Snapshot, job *Job, types []typeInfo, configs []siaC
 		}
 		switch {
 		case models[c.typ] != nil:
-			goodputs[i] = bestGoodput(*models[c.typ], c.nodes, c.gpus)
+			goodputs[i] = s.Cache.goodputAt(*models[c.typ], c.nodes, c.gpus)
 		case src >= 0:
 			// Project the first modelled type's goodput by the ratio of
 			// the one-GPU throughputs.
@@ -229,7 +235,7 @@ func (s *Sia) jobItem(snap *Snapshot, job *Job, types []typeInfo, configs []siaC
 			if a, b := job.TypeThroughput[c.typeName], job.TypeThroughput[types[src].name]; a > 0 && b > 0 {
 				ratio = a / b
 			}
-			goodputs[i] = bestGoodput(*models[src], sn, c.gpus) * ratio
+			goodputs[i] = s.Cache.goodputAt(*models[src], sn, c.gpus) * ratio
 		default:
 			noModel[c.typ] = true
 		}

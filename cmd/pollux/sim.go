@@ -35,8 +35,10 @@ func init() { subcommands = append(subcommands, newSimCmd) }
 
 // simPolicyOpts are what a policy constructor may use.
 type simPolicyOpts struct {
-	// p is the Pollux fairness exponent (the Pollux family only).
-	p float64
+	// p is the Pollux fairness exponent (the Pollux family only); pSet
+	// reports that --p was given (pollux-het has its own default).
+	p    float64
+	pSet bool
 	// workers is how many goroutines a policy may use.
 	workers int
 	// profiledNodes is, per GPU type, how many nodes its traces span.
@@ -62,21 +64,28 @@ var simPolicies = map[string]func(o simPolicyOpts) optimizer.Policy{
 		pol.ProfiledNodes = o.profiledNodes
 		return pol
 	},
+	"pollux-het": func(o simPolicyOpts) optimizer.Policy {
+		pol := optimizer.NewHetPollux()
+		if o.pSet {
+			pol.PowerMean = o.p
+		}
+		return pol
+	},
 	"tiresias": func(simPolicyOpts) optimizer.Policy { return optimizer.Tiresias{} },
 	"optimus":  func(simPolicyOpts) optimizer.Policy { return optimizer.Optimus{} },
 }
 
 // simPolicyOrder is the order runs and tables list policies in.
-var simPolicyOrder = []string{"pollux", "pollux-unaware", "sia", "tiresias", "optimus"}
+var simPolicyOrder = []string{"pollux", "pollux-unaware", "sia", "pollux-het", "tiresias", "optimus"}
 
 // simAll is what --policy all runs: on one untyped GPU type the Pollux
 // artifact's comparison, on typed clusters Sia's.
 func simAll(types int, typed bool) []string {
 	switch {
 	case types > 1:
-		return []string{"pollux-unaware", "sia"}
+		return []string{"pollux-unaware", "sia", "pollux-het"}
 	case typed:
-		return []string{"pollux", "sia"}
+		return []string{"pollux", "sia", "pollux-het"}
 	}
 	return []string{"pollux", "tiresias", "optimus"}
 }
@@ -95,7 +104,7 @@ type simFlags struct {
 	interval                      time.Duration
 	interference, p               float64
 	seed                          uint64
-	asJSON                        bool
+	asJSON, pSet                  bool
 }
 
 func newSimCmd() *cobra.Command {
@@ -120,6 +129,7 @@ header gpu_type,nodes,gpus_per_node. With --cluster the simulator follows
 Sia's simulator (--semantics sia) unless told otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.pSet = cmd.Flags().Changed("p")
 			return runSim(cmd.Context(), f, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -188,7 +198,7 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 	if err != nil {
 		return badInput(err)
 	}
-	opts := simPolicyOpts{p: f.p, profiledNodes: profiledNodes(cats)}
+	opts := simPolicyOpts{p: f.p, pSet: f.pSet, profiledNodes: profiledNodes(cats)}
 	if f.out != "" {
 		if err := os.MkdirAll(f.out, 0o755); err != nil {
 			return badInput(fmt.Errorf("sim: --out: %w", err))
