@@ -45,7 +45,7 @@ func (s *state) results(ctx context.Context, timeline []Sample) ([]JobResult, er
 			Fits:                j.fits,
 		}
 	}
-	if s.cfg.isolated {
+	if s.cfg.isolated || s.cfg.NoFairness {
 		return out, nil
 	}
 	if s.cfg.Semantics == SiaSemantics {

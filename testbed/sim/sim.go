@@ -40,6 +40,9 @@ type Config struct {
 	Seed uint64 `json:"seed"`
 	// Horizon is the simulated time after which Run gives up.
 	Horizon float64 `json:"horizon"`
+	// NoFairness skips finish-time fairness (under Sia's semantics it runs
+	// every job alone on its share of every GPU type).
+	NoFairness bool `json:"no_fairness,omitempty"`
 	// isolated marks the runs finish-time fairness makes of one job alone
 	// (they compute no fairness themselves).
 	isolated bool
