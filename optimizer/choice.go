@@ -237,6 +237,7 @@ func solveLagrangian(items []choiceItem, pruned [][]int, caps []int) choiceSolut
 	sol := choiceSolution{pick: slices.Clone(pick), bound: bound}
 	repairChoices(items, pruned, caps, sol.pick)
 	improveChoices(items, pruned, caps, sol.pick)
+	ejectChoices(items, pruned, caps, sol.pick)
 	for j, it := range items {
 		if p := sol.pick[j]; p >= 0 {
 			sol.cost += it.opts[p].cost
@@ -367,6 +368,115 @@ func improveChoices(items []choiceItem, pruned [][]int, caps []int, pick []int) 
 			}
 		}
 		if !moved {
+			return
+		}
+	}
+}
+
+// offer is a cheaper option an item could fall back to, freeing GPUs of
+// its type.
+type offer struct {
+	item, alt int
+	dcost     float64
+	freed     int
+}
+
+// ejectChoices moves an item to a better option that does not fit by
+// taking the GPUs it lacks from others of the type, each falling back to
+// the option (or none) that costs least per GPU freed, when the exchange
+// lowers the total; then refills with improveChoices.
+func ejectChoices(items []choiceItem, pruned [][]int, caps []int, pick []int) {
+	nt := len(caps)
+	for pass := 0; pass < 4; pass++ {
+		used := usage(items, pick, nt)
+		offers := make([][]offer, nt)
+		for i, p := range pick {
+			it := &items[i]
+			if p < 0 || it.forced >= 0 {
+				continue
+			}
+			cur := it.opts[p]
+			best := offer{item: i, alt: -1, dcost: it.none - cur.cost, freed: cur.size}
+			for _, oi := range pruned[i] {
+				o := it.opts[oi]
+				if o.typ != cur.typ || o.size >= cur.size {
+					continue
+				}
+				of := offer{item: i, alt: oi, dcost: o.cost - cur.cost, freed: cur.size - o.size}
+				if of.dcost/float64(of.freed) < best.dcost/float64(best.freed) {
+					best = of
+				}
+			}
+			offers[cur.typ] = append(offers[cur.typ], best)
+		}
+		for t := range offers {
+			slices.SortStableFunc(offers[t], func(a, b offer) int {
+				ra, rb := a.dcost/float64(a.freed), b.dcost/float64(b.freed)
+				switch {
+				case ra < rb:
+					return -1
+				case ra > rb:
+					return 1
+				}
+				return 0
+			})
+		}
+		touched := make([]bool, len(items))
+		improved := false
+		for j := range items {
+			it := &items[j]
+			if it.forced >= 0 || touched[j] {
+				continue
+			}
+			curCost, curTyp, curSize := it.none, -1, 0
+			if p := pick[j]; p >= 0 {
+				curCost, curTyp, curSize = it.opts[p].cost, it.opts[p].typ, it.opts[p].size
+			}
+			for _, oi := range pruned[j] {
+				o := it.opts[oi]
+				if o.cost >= curCost {
+					continue
+				}
+				need := used[o.typ] + o.size - caps[o.typ]
+				if o.typ == curTyp {
+					need -= curSize
+				}
+				if need <= 0 {
+					continue
+				}
+				total, freed := o.cost-curCost, 0
+				var chosen []offer
+				for _, of := range offers[o.typ] {
+					if of.item == j || touched[of.item] {
+						continue
+					}
+					chosen = append(chosen, of)
+					total += of.dcost
+					freed += of.freed
+					if freed >= need || total >= 0 {
+						break
+					}
+				}
+				if freed < need || total >= -1e-12*(1+math.Abs(curCost)) {
+					continue
+				}
+				for _, of := range chosen {
+					used[o.typ] -= of.freed
+					pick[of.item] = of.alt
+					touched[of.item] = true
+				}
+				if curTyp >= 0 {
+					used[curTyp] -= curSize
+				}
+				used[o.typ] += o.size
+				pick[j] = oi
+				touched[j] = true
+				improved = true
+				break
+			}
+		}
+		improveChoices(items, pruned, caps, pick)
+		if !improved {
 			return
 		}
 	}
