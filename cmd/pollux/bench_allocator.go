@@ -67,9 +67,9 @@ type allocatorOpts struct {
 	snapshots                          string
 	compare, asJSON                    bool
 	// Sia-scale mode.
-	siaScale                     int
+	siaScale                      int
 	siaDir, siaPolicies, workload string
-	maxRounds                    int
+	maxRounds                     int
 }
 
 func newBenchAllocatorCmd() *cobra.Command {
