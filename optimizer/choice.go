@@ -39,8 +39,9 @@ type choiceSolution struct {
 
 // defaultExactStates bounds the dynamic program: a round whose capacity
 // states (the product over types of GPUs + 1) are at most this many is
-// solved exactly; a 64-GPU cluster of three types has about 10^4.
-const defaultExactStates = 1 << 20
+// solved exactly; a 64-GPU cluster of three types has about 10^4 states,
+// twice that cluster about 8 x 10^4.
+const defaultExactStates = 1 << 17
 
 // solveChoices picks one option (or none) per item, minimising the total
 // cost within caps. Rounds small enough (states <= exactStates) are solved
