@@ -18,7 +18,8 @@ import (
 // penalty computed from the job's measured checkpoint-restore delay
 // rather than one constant.
 //
-// A job's goodput on a type comes from its model fitted there; on a type
+// A job's goodput on a type comes from its model fitted there (optimistic
+// beyond the GPU counts it was measured on, see Optimism); on a type
 // it has not run on, from the model of the type it has measured most,
 // scaled by the ratio of the types' one-GPU throughputs (as Sia
 // bootstraps); with no model at all, it is linear in the GPU count times
@@ -49,7 +50,8 @@ type HetPollux struct {
 	// age, which for a job a few minutes old would forbid growing.
 	Horizon float64
 	// Cache, if set, memoises goodputs from round to round.
-	Cache *GoodputCache
+	Cache    *GoodputCache
+	Optimism float64
 }
 
 // HetPollux defaults.
@@ -59,13 +61,16 @@ const (
 	// HetRestartWeight and HetHorizon shape its restart penalty.
 	HetRestartWeight = 2.0
 	HetHorizon       = 20.0
+	// HetOptimism is its exploration optimism.
+	HetOptimism = 0.5
 )
 
 // NewHetPollux returns the policy with its defaults.
 func NewHetPollux() *HetPollux {
 	return &HetPollux{
 		PowerMean: HetPowerMean, DefaultRestart: RestartDelay,
-		RestartWeight: HetRestartWeight, Horizon: HetHorizon, Cache: &GoodputCache{},
+		RestartWeight: HetRestartWeight, Horizon: HetHorizon, Optimism: HetOptimism,
+		Cache: &GoodputCache{},
 	}
 }
 
@@ -161,7 +166,14 @@ func (g *jobGoodput) at(t, k int) float64 {
 	ti := g.types[t]
 	n := ceilDiv(k, ti.gpusPerNode)
 	if md := g.models[t]; md != nil {
-		return g.h.Cache.goodputAt(*md, n, k)
+		v := g.h.Cache.goodputAt(*md, n, k)
+		if kp := g.job.TypeReplicas[ti.name]; g.h.Optimism > 0 && kp > 0 && k > kp {
+			// Beyond what the job measured the model extrapolates;
+			// be optimistic there so that the job explores.
+			base := g.h.Cache.goodputAt(*md, ceilDiv(kp, ti.gpusPerNode), kp)
+			v = math.Max(v, base*math.Pow(float64(k)/float64(kp), g.h.Optimism))
+		}
+		return v
 	}
 	if g.src >= 0 {
 		sn := ceilDiv(k, g.types[g.src].gpusPerNode)

@@ -89,6 +89,9 @@ type Job struct {
 	// the measurements taken on that type; a type the job has not run on
 	// is absent.
 	TypeModels map[string]*goodput.Model `json:"type_models,omitempty"`
+	// TypeReplicas is, per GPU type, the most replicas the job has been
+	// measured on there (where its model stops being an interpolation).
+	TypeReplicas map[string]int `json:"type_replicas,omitempty"`
 	// TypeThroughput is the job's one-GPU throughput per GPU type (samples
 	// per second), from a short profile on each type; it scales a model to
 	// a type without one.

@@ -518,8 +518,10 @@ func (s *state) snapshotJob(j *job) optimizer.Job {
 				}
 				if sj.TypeModels == nil {
 					sj.TypeModels = map[string]*goodput.Model{}
+					sj.TypeReplicas = map[string]int{}
 				}
 				sj.TypeModels[t] = &goodput.Model{Params: *p.params, Grad: j.grad, Limits: j.apps[t].Limits()}
+				sj.TypeReplicas[t] = p.maxK
 			}
 		}
 	}
