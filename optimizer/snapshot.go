@@ -1,10 +1,6 @@
 package optimizer
 
-import (
-	"slices"
-
-	"pollux/optimizer/goodput"
-)
+import "pollux/optimizer/goodput"
 
 // Node is one machine of the cluster as the allocator sees it.
 type Node struct {
@@ -132,17 +128,6 @@ type Snapshot struct {
 	Seed uint64 `json:"seed"`
 	// Now is the current time, in seconds on the caller's clock.
 	Now float64 `json:"now"`
-}
-
-// Types lists the GPU types of the nodes in order of first appearance.
-func (s *Snapshot) Types() []string {
-	var out []string
-	for _, n := range s.Nodes {
-		if !slices.Contains(out, n.Type) {
-			out = append(out, n.Type)
-		}
-	}
-	return out
 }
 
 // TypeOf is the GPU type of a placement's nodes (the first node's; "" for

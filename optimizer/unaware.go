@@ -61,7 +61,7 @@ func (p *PolluxUnaware) Allocate(snap *Snapshot, prev *State) (Result, error) {
 	used := make([]int, len(vnodes))
 	for j := range snap.Jobs {
 		job := snap.Jobs[j]
-		job.Current = p.virtualCurrent(snap, &job, prev, first, real, used)
+		job.Current = p.virtualCurrent(&job, prev, size, first, real, used)
 		job.TypeModels = nil
 		inner.Jobs[j] = job
 	}
@@ -88,10 +88,11 @@ func (p *PolluxUnaware) Allocate(snap *Snapshot, prev *State) (Result, error) {
 	return out, nil
 }
 
-// virtualCurrent is a job's current allocation on the virtual nodes: the
-// previous round's virtual placement when it still matches the real one,
-// else the real one spread over each node's virtual nodes in order.
-func (p *PolluxUnaware) virtualCurrent(snap *Snapshot, job *Job, prev *State, first, real []int, used []int) Placement {
+// virtualCurrent is a job's current allocation on the virtual nodes (of
+// size GPUs): the previous round's virtual placement when it still matches
+// the real one, else the real one spread over each node's virtual nodes in
+// order.
+func (p *PolluxUnaware) virtualCurrent(job *Job, prev *State, size int, first, real []int, used []int) Placement {
 	cur := normalize(job.Current)
 	if len(cur) == 0 {
 		return nil
@@ -119,7 +120,6 @@ func (p *PolluxUnaware) virtualCurrent(snap *Snapshot, job *Job, prev *State, fi
 	for _, nc := range cur {
 		left := nc.Count
 		for v := first[nc.Node]; v < len(real) && real[v] == nc.Node && left > 0; v++ {
-			size := snap.Nodes[nc.Node].GPUs / max(1, countParts(real, nc.Node))
 			c := min(left, size-used[v])
 			if c <= 0 {
 				continue
@@ -130,16 +130,6 @@ func (p *PolluxUnaware) virtualCurrent(snap *Snapshot, job *Job, prev *State, fi
 		}
 	}
 	return normalize(out)
-}
-
-func countParts(real []int, n int) int {
-	c := 0
-	for _, r := range real {
-		if r == n {
-			c++
-		}
-	}
-	return c
 }
 
 // keepOneType drops a virtual placement's GPUs outside the GPU type it has

@@ -51,16 +51,6 @@ func (c Catalog) Names() []string {
 // type "" is the untyped (single-type) cluster of the Pollux artifact.
 type TypedCatalog map[string]Catalog
 
-// Types returns the catalog's GPU types, sorted.
-func (c TypedCatalog) Types() []string {
-	types := make([]string, 0, len(c))
-	for t := range c {
-		types = append(types, t)
-	}
-	sort.Strings(types)
-	return types
-}
-
 // PlacementLimits is implemented by applications whose largest atomic batch
 // depends on the placement (the traces of Sia's artifact): a job's atomic
 // batch is then bounded by the placement's largest measured one and, when
