@@ -163,23 +163,28 @@ func (h *HetPollux) newJobGoodput(job *Job, types []typeInfo, cur int) *jobGoodp
 // at is the job's goodput on k GPUs of type t, packed onto as few nodes as
 // possible.
 func (g *jobGoodput) at(t, k int) float64 {
-	ti := g.types[t]
-	n := ceilDiv(k, ti.gpusPerNode)
-	if md := g.models[t]; md != nil {
-		v := g.h.Cache.goodputAt(*md, n, k)
-		if kp := g.job.TypeReplicas[ti.name]; g.h.Optimism > 0 && kp > 0 && k > kp {
-			// Beyond what the job measured the model extrapolates;
-			// be optimistic there so that the job explores.
-			base := g.h.Cache.goodputAt(*md, ceilDiv(kp, ti.gpusPerNode), kp)
-			v = math.Max(v, base*math.Pow(float64(k)/float64(kp), g.h.Optimism))
-		}
-		return v
+	if g.models[t] != nil {
+		return g.modelled(t, k)
 	}
 	if g.src >= 0 {
-		sn := ceilDiv(k, g.types[g.src].gpusPerNode)
-		return g.h.Cache.goodputAt(*g.models[g.src], sn, k) * g.ratio(t, g.src)
+		return g.modelled(g.src, k) * g.ratio(t, g.src)
 	}
 	return float64(k) * g.oneGPU(t)
+}
+
+// modelled is the goodput of k GPUs of type t by its model, packed onto
+// as few nodes as possible, optimistic beyond the counts measured there.
+func (g *jobGoodput) modelled(t, k int) float64 {
+	ti := g.types[t]
+	md := *g.models[t]
+	v := g.h.Cache.goodputAt(md, ceilDiv(k, ti.gpusPerNode), k)
+	if kp := g.job.TypeReplicas[ti.name]; g.h.Optimism > 0 && kp > 0 && k > kp {
+		// Beyond what the job measured the model extrapolates; be
+		// optimistic there so that the job explores.
+		base := g.h.Cache.goodputAt(md, ceilDiv(kp, ti.gpusPerNode), kp)
+		v = math.Max(v, base*math.Pow(float64(k)/float64(kp), g.h.Optimism))
+	}
+	return v
 }
 
 // ratio is type a's one-GPU throughput over type b's (1 if unknown).
