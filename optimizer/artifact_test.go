@@ -1,24 +1,19 @@
 package optimizer_test
 
 import (
-	"os"
-	"path/filepath"
 	"sort"
 	"testing"
 	"time"
 
 	"pollux/optimizer"
 	"pollux/optimizer/refsnap"
+	"pollux/testbed/artifact"
 )
-
-var artifactDir = filepath.Join("..", "..", "shared", "pollux-artifact", "allocator-snapshots")
 
 func loadArtifact(t testing.TB) []refsnap.Entry {
 	t.Helper()
-	if _, err := os.Stat(artifactDir); err != nil {
-		t.Skipf("artifact snapshots absent (%s): %v", artifactDir, err)
-	}
-	entries, err := refsnap.LoadDir(artifactDir)
+	dir := artifact.Need(t, "pollux-artifact", "allocator-snapshots")
+	entries, err := refsnap.LoadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

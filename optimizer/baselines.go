@@ -65,13 +65,13 @@ func (Tiresias) Allocate(snap *Snapshot, _ *State) (Result, error) {
 			left -= k
 		}
 	}
-	res := Result{Placements: make([]Placement, len(jobs))}
+	res := Result{Placements: make([]Placement, len(jobs)), Layouts: make([][]int, len(jobs))}
 	free := keepCurrent(snap, order, res.Placements, func(j int) bool {
 		return admitted[j] && jobs[j].Current.Replicas() == jobs[j].Replicas
 	})
 	for _, j := range order {
 		if admitted[j] && res.Placements[j] == nil {
-			res.Placements[j] = takeMostFree(free, jobs[j].Replicas)
+			res.Placements[j], res.Layouts[j] = takeMostFree(free, jobs[j].Replicas)
 		}
 	}
 	return res, nil
@@ -106,9 +106,13 @@ func keepCurrent(snap *Snapshot, order []int, out []Placement, keep func(j int) 
 
 // takeMostFree takes k GPUs, repeatedly as many as needed from the node
 // with the most free GPUs (ties to the lowest index), updating free. It
-// returns what it could take (less than k only if the cluster is full).
-func takeMostFree(free []int, k int) Placement {
+// returns what it could take (less than k only if the cluster is full),
+// and the counts in the order the nodes were taken: the artifact builds a
+// job's placement tuple in that order, and the tuple decides which
+// measured step time applies (placements 142 and 124 differ).
+func takeMostFree(free []int, k int) (Placement, []int) {
 	var pl Placement
+	var layout []int
 	for k > 0 {
 		best := -1
 		for n, f := range free {
@@ -123,8 +127,9 @@ func takeMostFree(free []int, k int) Placement {
 		free[best] -= c
 		k -= c
 		pl = append(pl, NodeCount{Node: best, Count: c})
+		layout = append(layout, c)
 	}
-	return normalize(pl)
+	return normalize(pl), layout
 }
 
 // Optimus is the Optimus+Oracle baseline (pollux-spec.md section 5).
@@ -207,7 +212,7 @@ func (Optimus) Allocate(snap *Snapshot, _ *State) (Result, error) {
 		left--
 		update(best)
 	}
-	res := Result{Placements: make([]Placement, len(jobs))}
+	res := Result{Placements: make([]Placement, len(jobs)), Layouts: make([][]int, len(jobs))}
 	free := keepCurrent(snap, order, res.Placements, func(j int) bool {
 		return k[j] > 0 && jobs[j].Current.Replicas() == k[j]
 	})
@@ -215,7 +220,7 @@ func (Optimus) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	sort.SliceStable(byK, func(a, b int) bool { return k[byK[a]] < k[byK[b]] })
 	for _, j := range byK {
 		if k[j] > 0 && res.Placements[j] == nil {
-			res.Placements[j] = takeMostFree(free, k[j])
+			res.Placements[j], res.Layouts[j] = takeMostFree(free, k[j])
 		}
 	}
 	return res, nil

@@ -1,6 +1,8 @@
 // Package optimizer holds the cluster-wide scheduling policies: Pollux's
-// goodput-driven search and the Tiresias and Optimus baselines, all behind
-// one small Policy interface, plus the pieces around them.
+// goodput-driven search and the Tiresias and Optimus baselines, and for
+// clusters of several GPU types Sia, Pollux blind to types and our
+// heterogeneity-aware Pollux, all behind one small Policy interface, plus
+// the pieces around them.
 //
 // Every policy is pure: it reads an immutable Snapshot (jobs with their
 // goodput models, age, attained service, restarts, replica bounds and
@@ -27,4 +29,12 @@
 //   - AssignGPUs (gpus.go): per-node counts to GPU ids without moving jobs
 //     whose counts did not change.
 //   - Synthetic (synth.go): seeded synthetic rounds for benchmarks and tests.
+//   - GPU types: a Node has a Type, a Job a model per type (TypeModels)
+//     and its one-GPU throughput per type (to project a model to a type it
+//     has not run on). Sia (sia.go) is Sia's policy as its artifact runs
+//     it; PolluxUnaware (unaware.go) is Pollux on a virtual cluster of
+//     equal nodes, keeping one type per job; HetPollux (hetpollux.go) is
+//     ours. Sia and HetPollux solve a multiple-choice knapsack per round
+//     (choice.go): exactly by dynamic programming while the per-type GPU
+//     budgets are small, by Lagrangian relaxation beyond.
 package optimizer

@@ -233,6 +233,9 @@ func validate(snap *Snapshot) error {
 			if nc.Node < 0 || nc.Node >= len(snap.Nodes) || nc.Count <= 0 {
 				return fmt.Errorf("%w: job %q current placement %v", ErrBadSnapshot, job.ID, job.Current)
 			}
+			if snap.Nodes[nc.Node].Type != snap.Nodes[job.Current[0].Node].Type {
+				return fmt.Errorf("%w: job %q current placement %v spans GPU types", ErrBadSnapshot, job.ID, job.Current)
+			}
 		}
 	}
 	return nil

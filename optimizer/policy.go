@@ -18,6 +18,11 @@ type Result struct {
 	// Placements holds one placement per snapshot job, same index as
 	// Snapshot.Jobs. An empty placement means the job gets no GPUs.
 	Placements []Placement `json:"placements"`
+	// Layouts optionally gives, per job, the replica counts of its
+	// placement in the order the policy took the nodes (the artifacts'
+	// placement tuple, which decides which measured step time applies). A
+	// nil slice or entry means node order.
+	Layouts [][]int `json:"layouts,omitempty"`
 	// Diagnostics describe the search.
 	Diagnostics Diagnostics `json:"diagnostics"`
 	// State is what the policy wants back as prev in the next round (nil
@@ -37,6 +42,12 @@ type Diagnostics struct {
 	Generations int `json:"generations"`
 	// Evaluations counts individuals whose fitness was computed.
 	Evaluations int `json:"evaluations"`
+	// Objective is the value a policy solving an integer program reached
+	// (Sia: the sum it minimises), Bound a lower bound on its optimum,
+	// and Exact whether the two are equal (the round was solved exactly).
+	Objective float64 `json:"objective,omitempty"`
+	Bound     float64 `json:"bound,omitempty"`
+	Exact     bool    `json:"exact,omitempty"`
 }
 
 // State is a search's population, kept between rounds so the next round
@@ -47,4 +58,8 @@ type State struct {
 	JobIDs     []string
 	NodeIDs    []string
 	Population [][]Placement
+	// Virtual is, for a policy that schedules a virtual cluster (Pollux
+	// blind to GPU types sees 8-GPU nodes as two 4-GPU ones), every job's
+	// placement on it at the end of the round, by job ID.
+	Virtual map[string]Placement
 }

@@ -8,6 +8,9 @@ type Node struct {
 	ID string `json:"id"`
 	// GPUs is how many GPUs the node has.
 	GPUs int `json:"gpus"`
+	// Type is the node's GPU type ("" on a single-type cluster). A job runs
+	// on one type at a time.
+	Type string `json:"type,omitempty"`
 }
 
 // NodeCount is how many replicas (GPUs) of one job run on one node. Node
@@ -65,8 +68,35 @@ type Job struct {
 	// Current is the job's allocation going into this round.
 	Current Placement `json:"current"`
 	// Model is the job's fitted goodput model; nil means no model yet (its
-	// speedup is then linear in the fair share).
+	// speedup is then linear in the fair share). On a cluster of several
+	// GPU types, policies blind to types read this model, fitted on every
+	// measurement whatever the type.
 	Model *goodput.Model `json:"model,omitempty"`
+
+	// The fields below describe the job to type-aware policies.
+
+	// App names the job's application (policies that key constants by
+	// application read it).
+	App string `json:"app,omitempty"`
+	// Batch is the total batch size the user asked for (Sia's scheduler
+	// bounds the batch of its goodput model with it).
+	Batch int `json:"batch,omitempty"`
+	// TypeModels are the job's goodput models per GPU type, each fitted on
+	// the measurements taken on that type; a type the job has not run on
+	// is absent.
+	TypeModels map[string]*goodput.Model `json:"type_models,omitempty"`
+	// TypeReplicas is, per GPU type, the most replicas the job has been
+	// measured on there (where its model stops being an interpolation).
+	TypeReplicas map[string]int `json:"type_replicas,omitempty"`
+	// TypeThroughput is the job's one-GPU throughput per GPU type (samples
+	// per second), from a short profile on each type; it scales a model to
+	// a type without one.
+	TypeThroughput map[string]float64 `json:"type_throughput,omitempty"`
+	// RestartDelay is the seconds a restart (checkpoint and restore) costs
+	// the job, as measured; 0 means not measured yet.
+	RestartDelay float64 `json:"restart_delay,omitempty"`
+	// Restarting reports that the job is checkpointing or restoring now.
+	Restarting bool `json:"restarting,omitempty"`
 
 	// The fields below are read only by the baseline policies.
 
@@ -98,6 +128,15 @@ type Snapshot struct {
 	Seed uint64 `json:"seed"`
 	// Now is the current time, in seconds on the caller's clock.
 	Now float64 `json:"now"`
+}
+
+// TypeOf is the GPU type of a placement's nodes (the first node's; "" for
+// the empty placement).
+func (s *Snapshot) TypeOf(p Placement) string {
+	if len(p) == 0 || p[0].Node < 0 || p[0].Node >= len(s.Nodes) {
+		return ""
+	}
+	return s.Nodes[p[0].Node].Type
 }
 
 // TotalGPUs is the number of GPUs over all nodes.

@@ -47,6 +47,28 @@ func (c Catalog) Names() []string {
 	return names
 }
 
+// TypedCatalog maps GPU types to the applications profiled on them. The
+// type "" is the untyped (single-type) cluster of the Pollux artifact.
+type TypedCatalog map[string]Catalog
+
+// PlacementLimits is implemented by applications whose largest atomic batch
+// depends on the placement (the traces of Sia's artifact): a job's atomic
+// batch is then bounded by the placement's largest measured one and, when
+// placements of K replicas were measured, by their largest.
+type PlacementLimits interface {
+	MaxLocalFor(placement []int) int
+	MemoryCap(k int) (int, bool)
+}
+
+// TypeProfile is implemented by applications measured on one GPU type: the
+// type, how many nodes it was profiled on, and the one-GPU throughput that
+// lets a scheduler project a job's model to a type it has not run on.
+type TypeProfile interface {
+	Type() string
+	ProfiledNodes() int
+	OneGPUThroughput() float64
+}
+
 // NormalizePlacement drops zero counts and rotates the per-node counts to
 // their lexicographically smallest rotation, so that placements that differ
 // only in which nodes they use compare equal. It returns a new slice.

@@ -8,7 +8,7 @@ import (
 )
 
 // TestKilledWorkerResumesFromItsCheckpoint trains the CNN example on two
-// replicas with a periodic checkpoint every 0.3 s, SIGKILLs rank 0 in the
+// replicas with a periodic checkpoint every 0.15 s, SIGKILLs rank 0 in the
 // middle of an epoch (as a dying machine would), and restarts the job as
 // a new incarnation on one replica with another batch configuration. The
 // checkpoint left behind is mid-epoch and holds at least the progress
@@ -18,10 +18,13 @@ func TestKilledWorkerResumesFromItsCheckpoint(t *testing.T) {
 	l := library(t)
 	s := newSink(t)
 	dir := t.TempDir()
-	const interval = 300 * time.Millisecond
+	const interval = 150 * time.Millisecond
 	ex := Examples[1]
-	args := ex.Command(l, "--augment", "8", "--min-epochs", "3", "--report-every", "0.1",
-		"--checkpoint-interval", "0.3")[2:]
+	// An epoch takes 0.7 s to a few seconds on two cores: at least eight
+	// of them, with a checkpoint every 0.15 s, leave several chances to
+	// see one in the first third of an epoch whatever the machine's speed.
+	args := ex.Command(l, "--augment", "8", "--min-epochs", "8", "--report-every", "0.1",
+		"--checkpoint-interval", "0.15")[2:]
 	first := run{job: "digits-cnn", incarnation: 1, replicas: 2, initBatch: 32, atomicBatch: 16,
 		dir: dir, reportAddr: s.addr(), args: args}
 	ws := start(t, l, first)

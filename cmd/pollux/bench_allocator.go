@@ -66,6 +66,10 @@ type allocatorOpts struct {
 	seed                               uint64
 	snapshots                          string
 	compare, asJSON                    bool
+	// Sia-scale mode.
+	siaScale                      int
+	siaDir, siaPolicies, workload string
+	maxRounds                     int
 }
 
 func newBenchAllocatorCmd() *cobra.Command {
@@ -81,6 +85,13 @@ previous round's allocation becomes the current one). --compare also runs
 the reference-shaped GA (population 100 x 100 generations on dense
 matrices; slow) and the greedy baseline on the first round.
 
+Sia-scale mode (--sia-scale N): replays Sia's scale workload (every Helios job
+issued N times; N = 1 replays the saturn workload itself) on Sia's 64-GPU
+heterogeneous cluster with N times the nodes of every GPU type, under each of
+--policy, with Sia's simulator semantics and no fairness runs, and reports
+the median, p95 and largest wall time of the policy's rounds (Sia's figure
+9). Long: at N = 32 (2,048 GPUs, 5,120 jobs) a replay takes minutes.
+
 Snapshot mode (--snapshots DIR): for every snap-*.json of DIR (the Python
 artifact's recorded rounds), the fitness our objective gives the current
 allocation, the median over --seeds seeds of the fitness our search
@@ -88,6 +99,9 @@ reaches from a cold start, and the median round time, next to the
 artifact's own figures.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.siaScale != 0 {
+				return benchSiaScale(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
+			}
 			if o.snapshots != "" {
 				if o.seeds < 1 {
 					return badInput(fmt.Errorf("--seeds %d: need at least 1", o.seeds))
@@ -129,6 +143,11 @@ artifact's own figures.`,
 	f.StringVar(&o.snapshots, "snapshots", "", "directory of artifact snapshots (snapshot mode)")
 	f.IntVar(&o.seeds, "seeds", 5, "seeds per snapshot (snapshot mode)")
 	f.BoolVar(&o.asJSON, "json", false, "print one JSON object on stdout")
+	f.IntVar(&o.siaScale, "sia-scale", 0, "Sia-scale mode: replay Sia's workloads/scale/scale_Nx on its heterogeneous cluster N times larger and time every round (N in 1..64)")
+	f.StringVar(&o.siaDir, "sia-artifact", "../shared/sia-artifact", "Sia's artifact directory (Sia-scale mode)")
+	f.StringVar(&o.siaPolicies, "policy", "sia,pollux-het", "policies to time (Sia-scale mode)")
+	f.StringVar(&o.workload, "workload", "workload-1", "which workload of the scale directory (Sia-scale mode)")
+	f.IntVar(&o.maxRounds, "max-rounds", 0, "stop each replay after this many rounds (0: run to completion; Sia-scale mode)")
 	return cmd
 }
 

@@ -3,8 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
+	"pollux/testbed/artifact"
 	"testing"
 )
 
@@ -39,10 +38,7 @@ func TestBenchAllocatorSynthetic(t *testing.T) {
 }
 
 func TestBenchAllocatorSnapshots(t *testing.T) {
-	dir := filepath.Join("..", "..", "..", "shared", "pollux-artifact", "allocator-snapshots")
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("artifact snapshots absent (%s): %v", dir, err)
-	}
+	dir := artifact.Need(t, "pollux-artifact", "allocator-snapshots")
 	out, err := runAllocatorBench(t, "--snapshots", dir, "--seeds", "1", "--json")
 	if err != nil {
 		t.Fatal(err)

@@ -5,17 +5,14 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"pollux/testbed/artifact"
 	"testing"
 )
-
-const fitTraces = "../../../shared/pollux-artifact/traces"
 
 // The paper reports the throughput model within 10 % of measured step
 // times; hold every artifact application to that.
 func TestFitArtifactTraces(t *testing.T) {
-	if _, err := os.Stat(fitTraces); err != nil {
-		t.Skipf("artifact traces not found at %s (../shared absent): %v", fitTraces, err)
-	}
+	fitTraces := artifact.Need(t, "pollux-artifact", "traces")
 	for _, a := range []string{"bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3"} {
 		// Leave-one-out costs one fit per placement: check it on the
 		// smallest application only (TestFitJSONShape), in-sample on all.
@@ -42,9 +39,7 @@ func mustAbs(t *testing.T, p string) string {
 }
 
 func TestFitJSONShape(t *testing.T) {
-	if _, err := os.Stat(filepath.Join(fitTraces, "yolov3")); err != nil {
-		t.Skipf("artifact traces not found at %s (../shared absent): %v", fitTraces, err)
-	}
+	fitTraces := artifact.Need(t, "pollux-artifact", "traces")
 	dir := t.TempDir()
 	if err := os.Symlink(mustAbs(t, filepath.Join(fitTraces, "yolov3")), filepath.Join(dir, "yolov3")); err != nil {
 		t.Fatal(err)

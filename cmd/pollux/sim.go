@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"pollux/optimizer"
 	"pollux/testbed"
 	"pollux/testbed/builtin"
+	"pollux/testbed/clusterspec"
 	"pollux/testbed/report"
 	"pollux/testbed/sim"
 	"pollux/testbed/trace"
@@ -31,21 +33,65 @@ import (
 
 func init() { subcommands = append(subcommands, newSimCmd) }
 
-// simPolicies builds a fresh policy per run: p is the Pollux fairness
-// exponent, workers the goroutines a policy may use.
-var simPolicies = map[string]func(p float64, workers int) optimizer.Policy{
-	"pollux": func(p float64, workers int) optimizer.Policy {
+// simPolicyOpts are what a policy constructor may use.
+type simPolicyOpts struct {
+	// p is the Pollux fairness exponent (the Pollux family only); pSet
+	// reports that --p was given (pollux-het has its own default).
+	p    float64
+	pSet bool
+	// workers is how many goroutines a policy may use.
+	workers int
+	// profiledNodes is, per GPU type, how many nodes its traces span.
+	profiledNodes map[string]int
+}
+
+// simPolicies builds a fresh policy per run.
+var simPolicies = map[string]func(o simPolicyOpts) optimizer.Policy{
+	"pollux": func(o simPolicyOpts) optimizer.Policy {
 		pol := optimizer.NewPollux()
-		pol.PowerMean = p
-		pol.Workers = workers
+		pol.PowerMean = o.p
+		pol.Workers = o.workers
 		return pol
 	},
-	"tiresias": func(float64, int) optimizer.Policy { return optimizer.Tiresias{} },
-	"optimus":  func(float64, int) optimizer.Policy { return optimizer.Optimus{} },
+	"pollux-unaware": func(o simPolicyOpts) optimizer.Policy {
+		pol := optimizer.NewPolluxUnaware()
+		pol.Inner.PowerMean = o.p
+		pol.Inner.Workers = o.workers
+		return pol
+	},
+	"sia": func(o simPolicyOpts) optimizer.Policy {
+		pol := optimizer.NewSia()
+		pol.ProfiledNodes = o.profiledNodes
+		return pol
+	},
+	"pollux-het": func(o simPolicyOpts) optimizer.Policy {
+		pol := optimizer.NewHetPollux()
+		if o.pSet {
+			pol.PowerMean = o.p
+		}
+		return pol
+	},
+	"tiresias": func(simPolicyOpts) optimizer.Policy { return optimizer.Tiresias{} },
+	"optimus":  func(simPolicyOpts) optimizer.Policy { return optimizer.Optimus{} },
 }
 
 // simPolicyOrder is the order runs and tables list policies in.
-var simPolicyOrder = []string{"pollux", "tiresias", "optimus"}
+var simPolicyOrder = []string{"pollux", "pollux-unaware", "sia", "pollux-het", "tiresias", "optimus"}
+
+// simAll is what --policy all runs: on one untyped GPU type the Pollux
+// artifact's comparison, on typed clusters Sia's.
+func simAll(types int, typed bool) []string {
+	switch {
+	case types > 1:
+		return []string{"pollux-unaware", "sia", "pollux-het"}
+	case typed:
+		return []string{"pollux", "sia", "pollux-het"}
+	}
+	return []string{"pollux", "tiresias", "optimus"}
+}
+
+// typeBlind are the policies that cannot tell GPU types apart.
+var typeBlind = map[string]bool{"pollux": true, "tiresias": true, "optimus": true}
 
 // generatedWorkloads is how many workloads `pollux sim` draws when no
 // --workload is given.
@@ -53,36 +99,48 @@ const generatedWorkloads = 2
 
 type simFlags struct {
 	workload, traces, policy, out string
+	cluster, semantics            string
 	nodes, gpusPerNode, parallel  int
 	interval                      time.Duration
 	interference, p               float64
 	seed                          uint64
-	asJSON                        bool
+	asJSON, pSet                  bool
 }
 
 func newSimCmd() *cobra.Command {
 	var f simFlags
 	cmd := &cobra.Command{
 		Use:   "sim",
-		Short: "Replay workloads on a simulated cluster under Pollux, Tiresias or Optimus",
+		Short: "Replay workloads on a simulated cluster under Pollux, Sia, Tiresias or Optimus",
 		Long: `sim is the trace-driven testbed: it replays each workload on a simulated
 cluster, in simulated time, under the chosen policies and reports average and
-99th-percentile JCT, makespan, restarts per job, GPU-hours and the worst
-finish-time-fairness ratio, per run and averaged over workloads.
+99th-percentile JCT, makespan, restarts per job, GPU-hours, contention and
+finish-time fairness (worst ratio, fraction of jobs above 1), per run and
+averaged over workloads.
 
 Without --traces it uses the built-in parametric application profiles;
-without --workload it draws ` + fmt.Sprint(generatedWorkloads) + ` seeded workloads of 160 jobs over 8 hours.`,
+without --workload it draws ` + fmt.Sprint(generatedWorkloads) + ` seeded workloads of 160 jobs over 8 hours.
+
+--cluster gives a cluster of GPU types named like the suffixes of Sia's trace
+files (placements-TYPE.csv): a preset (hetero: Sia's 6 aws, 2 dgx-ext and 3
+rtx nodes; homogeneous: 16 aws nodes), an inline list such as
+"aws:6,rtx:3,dgx-ext:2" (TYPE:NODES or TYPE:NODESxGPUS), or a CSV file with the
+header gpu_type,nodes,gpus_per_node. With --cluster the simulator follows
+Sia's simulator (--semantics sia) unless told otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.pSet = cmd.Flags().Changed("p")
 			return runSim(cmd.Context(), f, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.workload, "workload", "", "workload CSV file, or a directory of them (default: generated)")
 	fl.StringVar(&f.traces, "traces", "", "trace directory in the artifact layout (default: built-in profiles)")
-	fl.StringVar(&f.policy, "policy", "pollux", "pollux, tiresias, optimus or all")
-	fl.IntVar(&f.nodes, "nodes", 16, "nodes in the cluster")
-	fl.IntVar(&f.gpusPerNode, "gpus-per-node", 4, "GPUs per node")
+	fl.StringVar(&f.policy, "policy", "pollux", "comma-separated policies ("+strings.Join(simPolicyOrder, ", ")+") or all")
+	fl.IntVar(&f.nodes, "nodes", 16, "nodes in the cluster (one untyped GPU type; see --cluster)")
+	fl.IntVar(&f.gpusPerNode, "gpus-per-node", 4, "GPUs per node (one untyped GPU type; see --cluster)")
+	fl.StringVar(&f.cluster, "cluster", "", "GPU types and nodes: a preset (hetero, homogeneous), TYPE:NODES[xGPUS],... or a CSV file")
+	fl.StringVar(&f.semantics, "semantics", "auto", "testbed semantics: pollux (the Pollux artifact), sia (Sia's simulator), or auto (sia with --cluster)")
 	fl.DurationVar(&f.interval, "interval", 60*time.Second, "scheduling interval (whole seconds)")
 	fl.Float64Var(&f.interference, "interference", 0, "slowdown of a distributed job sharing a node with another, in [0, 1]")
 	fl.Float64Var(&f.p, "p", -1, "Pollux fairness exponent of the power mean (1 utilitarian, more negative fairer)")
@@ -103,12 +161,27 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	policies, err := simPolicyList(f.policy)
+	cfg := sim.DefaultConfig()
+	cfg.Nodes, cfg.GPUsPerNode = f.nodes, f.gpusPerNode
+	if f.cluster != "" {
+		spec, err := clusterspec.Resolve(f.cluster)
+		if err != nil {
+			return badInput(fmt.Errorf("sim: %w", err))
+		}
+		cfg.Cluster = spec.Groups
+		cfg.Semantics = sim.SiaSemantics
+	}
+	if f.semantics != "auto" {
+		sem, err := sim.ParseSemantics(f.semantics)
+		if err != nil {
+			return badInput(fmt.Errorf("sim: --semantics: %w", err))
+		}
+		cfg.Semantics = sem
+	}
+	policies, err := simPolicyList(f.policy, max(len(cfg.Cluster), 1), f.cluster != "")
 	if err != nil {
 		return badInput(err)
 	}
-	cfg := sim.DefaultConfig()
-	cfg.Nodes, cfg.GPUsPerNode = f.nodes, f.gpusPerNode
 	cfg.Interval = f.interval.Seconds()
 	cfg.Interference = f.interference
 	cfg.Seed = f.seed
@@ -121,10 +194,11 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 	if f.parallel < 1 {
 		return badInput(fmt.Errorf("sim: --parallel %d: want at least 1", f.parallel))
 	}
-	cat, wls, err := simInputs(f)
+	cats, wls, err := simInputs(f, cfg)
 	if err != nil {
 		return badInput(err)
 	}
+	opts := simPolicyOpts{p: f.p, pSet: f.pSet, profiledNodes: profiledNodes(cats)}
 	if f.out != "" {
 		if err := os.MkdirAll(f.out, 0o755); err != nil {
 			return badInput(fmt.Errorf("sim: --out: %w", err))
@@ -182,8 +256,10 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 						last = done
 					}
 				}
-				pol := simPolicies[r.policy](f.p, perRun)
-				res, err := sim.Run(ctx, cfg, cat, r.wl, pol, sim.ModeFor(r.policy), progress)
+				o := opts
+				o.workers = perRun
+				pol := simPolicies[r.policy](o)
+				res, err := sim.RunTyped(ctx, cfg, cats, r.wl, pol, sim.ModeFor(r.policy), progress)
 				if err != nil {
 					mu.Lock()
 					if firstErr == nil {
@@ -225,62 +301,200 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 	return report.PrintTable(stdout, summary)
 }
 
-// simPolicyList expands --policy.
-func simPolicyList(name string) ([]string, error) {
-	if name == "all" {
-		var out []string
-		for _, p := range simPolicyOrder {
-			if _, ok := simPolicies[p]; ok {
-				out = append(out, p)
+// simPolicyList expands --policy: comma-separated names or all, on a
+// cluster of types GPU types (typed: named by --cluster).
+func simPolicyList(arg string, types int, typed bool) ([]string, error) {
+	var out []string
+	for _, name := range strings.Split(arg, ",") {
+		name = strings.TrimSpace(name)
+		if name == "all" {
+			for _, p := range simAll(types, typed) {
+				if !slices.Contains(out, p) {
+					out = append(out, p)
+				}
 			}
+			continue
 		}
-		return out, nil
-	}
-	if _, ok := simPolicies[name]; !ok {
-		known := make([]string, 0, len(simPolicies))
-		for p := range simPolicies {
-			known = append(known, p)
+		if _, ok := simPolicies[name]; !ok {
+			known := make([]string, 0, len(simPolicies))
+			for p := range simPolicies {
+				known = append(known, p)
+			}
+			sort.Strings(known)
+			return nil, fmt.Errorf("sim: unknown policy %q (want %s or all)", name, strings.Join(known, ", "))
 		}
-		sort.Strings(known)
-		return nil, fmt.Errorf("sim: unknown policy %q (want %s or all)", name, strings.Join(known, ", "))
+		if types > 1 && typeBlind[name] {
+			return nil, fmt.Errorf("sim: policy %s cannot tell GPU types apart and the cluster has %d; use pollux-unaware (Pollux with Sia's heuristic for mixed types) or sia", name, types)
+		}
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
 	}
-	return []string{name}, nil
+	return out, nil
 }
 
-// simInputs loads the application catalog and the workloads.
-func simInputs(f simFlags) (testbed.Catalog, []workload.Workload, error) {
-	var (
-		cat testbed.Catalog
-		err error
-	)
-	if f.traces != "" {
-		cat, err = trace.Load(f.traces)
+// simInputs loads the workloads and the traces of every application they
+// name on every GPU type of the cluster.
+func simInputs(f simFlags, cfg sim.Config) (testbed.TypedCatalog, []workload.Workload, error) {
+	typed := len(cfg.Cluster) > 0
+	var types []string
+	if typed {
+		for _, g := range cfg.Cluster {
+			types = append(types, g.Type)
+		}
 	} else {
-		cat, err = builtin.Catalog()
+		types = []string{""}
 	}
+	if f.traces == "" {
+		if typed {
+			return nil, nil, fmt.Errorf("sim: --cluster needs --traces with per-type traces (placements-TYPE.csv), e.g. ../shared/sia-artifact/traces")
+		}
+		cat, err := builtin.Catalog()
+		if err != nil {
+			return nil, nil, err
+		}
+		wls, err := simWorkloads(f, func(app string) error {
+			if _, ok := cat[app]; !ok {
+				return fmt.Errorf("%w %q", workload.ErrUnknownApp, app)
+			}
+			return nil
+		})
+		return testbed.TypedCatalog{"": cat}, wls, err
+	}
+	if _, err := os.Stat(f.traces); err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", trace.ErrNoTraces, err)
+	}
+	if typed {
+		if err := checkTraceTypes(f.traces, types); err != nil {
+			return nil, nil, err
+		}
+	}
+	check := func(app string) error {
+		have, err := trace.Types(filepath.Join(f.traces, app))
+		if err != nil || len(have) == 0 {
+			return fmt.Errorf("%w %q: no trace directory %s with a placements file", workload.ErrUnknownApp, app, filepath.Join(f.traces, app))
+		}
+		for _, t := range types {
+			if !slices.Contains(have, t) {
+				if t == "" {
+					return fmt.Errorf("%w %q: its traces are per GPU type (%s) and the cluster is untyped; give --cluster", workload.ErrUnknownApp, app, strings.Join(have, ", "))
+				}
+				return fmt.Errorf("%w %q: no traces for GPU type %s in %s (it has %s)", workload.ErrUnknownApp, app, t, filepath.Join(f.traces, app), describe(have))
+			}
+		}
+		return nil
+	}
+	var apps []string
+	if f.workload == "" {
+		apps = genApps()
+	}
+	wls, err := simWorkloads(f, check)
 	if err != nil {
 		return nil, nil, err
 	}
-	known := func(app string) bool { _, ok := cat[app]; return ok }
+	for _, wl := range wls {
+		for _, j := range wl.Jobs {
+			if !slices.Contains(apps, j.App) {
+				apps = append(apps, j.App)
+			}
+		}
+	}
+	sort.Strings(apps)
+	if !typed {
+		// The untyped layout: every application directory is loaded, as
+		// before, so that bad trace files anywhere are reported.
+		cat, err := trace.Load(f.traces)
+		if err != nil {
+			return nil, nil, err
+		}
+		return testbed.TypedCatalog{"": cat}, wls, nil
+	}
+	cats, err := trace.LoadTyped(f.traces, types, apps)
+	return cats, wls, err
+}
+
+// checkTraceTypes refuses a cluster GPU type that no application has
+// traces for.
+func checkTraceTypes(dir string, types []string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("%w: %v", trace.ErrNoTraces, err)
+	}
+	found := map[string]bool{}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		have, err := trace.Types(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		for _, t := range have {
+			found[t] = true
+		}
+	}
+	for _, t := range types {
+		if !found[t] {
+			return fmt.Errorf("sim: --cluster: GPU type %q has no traces in %s (no application has placements-%s.csv)", t, dir, t)
+		}
+	}
+	return nil
+}
+
+func describe(types []string) string {
+	names := make([]string, len(types))
+	for i, t := range types {
+		names[i] = t
+		if t == "" {
+			names[i] = "untyped traces"
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// genApps are the applications the generated workloads draw from.
+func genApps() []string {
+	var apps []string
+	for _, m := range workload.DefaultGenConfig().Mix {
+		apps = append(apps, m.App)
+	}
+	return apps
+}
+
+// simWorkloads reads --workload (checking every job's application) or
+// draws the generated workloads, whose applications must all pass check.
+func simWorkloads(f simFlags, check func(string) error) ([]workload.Workload, error) {
 	if f.workload != "" {
-		wls, err := workload.Load(f.workload, known)
-		return cat, wls, err
+		return workload.LoadChecked(f.workload, check)
 	}
 	gen := workload.DefaultGenConfig()
 	for _, m := range gen.Mix {
-		if !known(m.App) {
-			return nil, nil, fmt.Errorf("sim: the generated workload needs application %q, absent from %s", m.App, f.traces)
+		if err := check(m.App); err != nil {
+			return nil, fmt.Errorf("sim: the generated workload needs application %q: %w", m.App, err)
 		}
 	}
 	var wls []workload.Workload
 	for i := 0; i < generatedWorkloads; i++ {
 		wl, err := workload.Generate(gen, f.seed*1000+uint64(i), fmt.Sprintf("generated-%d", i+1))
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		wls = append(wls, wl)
 	}
-	return cat, wls, nil
+	return wls, nil
+}
+
+// profiledNodes is, per GPU type, the most nodes its traces span.
+func profiledNodes(cats testbed.TypedCatalog) map[string]int {
+	out := map[string]int{}
+	for t, cat := range cats {
+		for _, app := range cat {
+			if tp, ok := app.(testbed.TypeProfile); ok {
+				out[t] = max(out[t], tp.ProfiledNodes())
+			}
+		}
+	}
+	return out
 }
 
 // writeSimOut writes summary.json, jobs.csv and the plots into dir.

@@ -9,18 +9,13 @@ import (
 	"testing"
 
 	"pollux/optimizer"
+	"pollux/testbed/artifact"
 )
-
-// artifactDir is where the artifact's snapshots live relative to this
-// package (the repository's sibling ../shared).
-var artifactDir = filepath.Join("..", "..", "..", "shared", "pollux-artifact", "allocator-snapshots")
 
 func loadArtifact(t testing.TB) []Entry {
 	t.Helper()
-	if _, err := os.Stat(artifactDir); err != nil {
-		t.Skipf("artifact snapshots absent (%s): %v", artifactDir, err)
-	}
-	entries, err := LoadDir(artifactDir)
+	dir := artifact.Need(t, "pollux-artifact", "allocator-snapshots")
+	entries, err := LoadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

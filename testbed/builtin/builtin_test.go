@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
-	"os"
+	"pollux/testbed/artifact"
 	"testing"
 )
 
@@ -78,10 +78,7 @@ func FuzzDecode(f *testing.F) {
 // The embedded profiles are what the committed derivation makes of the
 // artifact's traces.
 func TestDeriveReproducesEmbedded(t *testing.T) {
-	const dir = "../../../shared/pollux-artifact/traces"
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("artifact traces not present at %s: %v", dir, err)
-	}
+	dir := artifact.Need(t, "pollux-artifact", "traces")
 	ps, err := Derive(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,17 @@ type PolicySummary struct {
 	MeanGPUHours       float64 `json:"mean_gpu_hours"`
 	WorstFTF           float64 `json:"worst_ftf"`
 	Workloads          int     `json:"workloads"`
+	// The figures of Sia's comparison, in hours, each the mean over
+	// workloads of the workload's figure (WorstFTF is the worst over all
+	// jobs, UnfairFrac the fraction of all jobs with a ratio above 1).
+	AvgJCTH        float64 `json:"avg_jct_h"`
+	P99JCTH        float64 `json:"p99_jct_h"`
+	MakespanH      float64 `json:"makespan_h"`
+	GPUHPerJob     float64 `json:"gpu_h_per_job"`
+	RestartsPerJob float64 `json:"restarts_per_job"`
+	UnfairFrac     float64 `json:"unfair_frac"`
+	Contention     float64 `json:"contention"`
+	jobs           int
 	// ReductionVs is, for Pollux, 1 - its MeanAvgJCT / the baseline's, per
 	// baseline present.
 	ReductionVs map[string]float64 `json:"avg_jct_reduction_vs,omitempty"`
@@ -56,6 +67,10 @@ func Summarize(results []*sim.Result) Summary {
 		ps.MeanGPUHours += m.GPUHours
 		ps.WorstFTF = max(ps.WorstFTF, m.WorstFTF)
 		ps.Workloads++
+		ps.GPUHPerJob += m.GPUHoursPerJob
+		ps.UnfairFrac += m.UnfairFrac * float64(m.Jobs)
+		ps.Contention += m.Contention
+		ps.jobs += m.Jobs
 		s.Policies[r.Policy] = ps
 	}
 	for name, ps := range s.Policies {
@@ -65,6 +80,15 @@ func Summarize(results []*sim.Result) Summary {
 		ps.MeanMakespan /= n
 		ps.MeanRestartsPerJob /= n
 		ps.MeanGPUHours /= n
+		ps.AvgJCTH = ps.MeanAvgJCT / 3600
+		ps.P99JCTH = ps.MeanP99JCT / 3600
+		ps.MakespanH = ps.MeanMakespan / 3600
+		ps.GPUHPerJob /= n
+		ps.RestartsPerJob = ps.MeanRestartsPerJob
+		ps.Contention /= n
+		if ps.jobs > 0 {
+			ps.UnfairFrac /= float64(ps.jobs)
+		}
 		s.Policies[name] = ps
 	}
 	if p, ok := s.Policies["pollux"]; ok {

@@ -8,6 +8,13 @@
 // allocation changed pays a restart. A run ends when every job completes
 // and yields per-job records, a time series and summary metrics.
 //
+// A cluster may have several GPU types (Config.Cluster): every job then
+// has its application's traces on every type, a model per type, and runs on
+// one type at a time. Semantics selects whose testbed to reproduce where
+// the Pollux artifact and Sia's simulator differ (restart delays,
+// calibration, when a reallocation restarts a job, batch limits,
+// finish-time fairness); see semantics.go and docs/fidelity.md.
+//
 // The package reads no clock and draws no global randomness: the same
 // workload, applications, policy and seed give the same result.
 package sim

@@ -15,8 +15,9 @@ import (
 type Mode int
 
 const (
-	// Adaptive jobs (Pollux) pick their batch size and accumulation from
-	// their fitted model; the policy picks their GPUs.
+	// Adaptive jobs (Pollux, Sia and the heterogeneity-aware Pollux) pick
+	// their batch size and accumulation from their fitted model, one per
+	// GPU type; the policy picks their GPUs.
 	Adaptive Mode = iota
 	// FixedBatch jobs (Optimus) keep the workload's batch size; the policy
 	// picks their GPUs.
@@ -24,15 +25,21 @@ const (
 	// FixedAll jobs (Tiresias) keep the workload's batch size and replica
 	// count.
 	FixedAll
+	// Merged jobs are adaptive but blind to GPU types: one model fitted on
+	// every measurement whatever the type it was taken on (Pollux on a
+	// heterogeneous cluster, as Sia's artifact runs it).
+	Merged
 )
 
-// ModeFor is the job mode the reference testbed uses with a policy name.
+// ModeFor is the job mode the reference testbeds use with a policy name.
 func ModeFor(policy string) Mode {
 	switch policy {
 	case "tiresias":
 		return FixedAll
 	case "optimus":
 		return FixedBatch
+	case "pollux-unaware":
+		return Merged
 	}
 	return Adaptive
 }
@@ -41,56 +48,101 @@ func ModeFor(policy string) Mode {
 // under Pollux (NCF: its traces show no benefit from more).
 var pinnedApps = map[string]int{"ncf": 32768}
 
+// mergedKey is the profile key of a Merged job (one model for all types).
+const mergedKey = "\x00merged"
+
+// profile is what a job has measured on one GPU type and the model it fits.
+type profile struct {
+	seen   map[[3]int]bool
+	points []goodput.ProfilePoint
+	params *goodput.Params
+	maxK   int
+}
+
 // job is the simulator's state of one job.
 type job struct {
-	spec   workload.Job
+	spec  workload.Job
+	index int
+	mode  Mode
+	sem   Semantics
+	// apps is the job's application on every GPU type of the cluster.
+	apps map[string]testbed.Application
+	// typ is the GPU type the job runs (or last ran) on; app and limits
+	// are its application and batch limits there.
+	typ    string
 	app    testbed.Application
 	limits goodput.Limits
-	index  int
-	mode   Mode
 	// batch is the fixed total batch (0 for adaptive jobs).
 	batch int
-	// maxReplicas caps the policy's choice (0: no cap beyond the mode's).
+	// pinned jobs run one replica at a fixed batch.
 	pinned bool
+	// calib scales true progress (Sia's per-application calibration: its
+	// jobs run slower than the traces say); 1 otherwise.
+	calib float64
+	// restartCost is what each (re)allocation costs, in seconds.
+	restartCost float64
+	// physical is the most nodes a placement's step time may span on each
+	// type (Sia's simulator respreads larger placements over them).
+	physical map[string]int
 
 	alloc    optimizer.Placement // counts per node index
-	norm     []int               // normalised per-node counts
+	layout   []int               // counts in the order the policy took the nodes
+	norm     []int               // smallest rotation of layout
 	nodes    int
 	replicas int
 	m, s     int
 
 	restartLeft float64
 	restarts    int // -1 before the first allocation
-	progress    float64
-	epoch       int
-	attained    float64 // GPU-seconds
-	executed    float64 // seconds with GPUs
-	done        bool
-	completion  float64
+	// measuredRestart is the restart delay the job has experienced (0 before
+	// its first start completed): what it reports to type-aware policies.
+	measuredRestart float64
+	progress        float64
+	epoch           int
+	attained        float64 // GPU-seconds
+	executed        float64 // seconds with GPUs
+	done            bool
+	completion      float64
+	// allocated is GPUs x interval summed over the rounds the job held
+	// GPUs (Sia's accounting of GPU-hours).
+	allocated float64
+	// contSum and contN accumulate the jobs active at each round the job
+	// was active (its contention, for finish-time fairness).
+	contSum float64
+	contN   int
 
-	profiled     map[[3]int]bool
-	points       []goodput.ProfilePoint
-	params       *goodput.Params
-	grad         goodput.GradStats
-	maxProfiledK int
-	fits         int
-	cache        *fitCache
+	profiles map[string]*profile
+	grad     goodput.GradStats
+	fits     int
+	cache    *fitCache
 
 	// cache of the true step times for the current placement.
 	cacheM, cacheStep, cacheSync float64
 }
 
-func newJob(i int, spec workload.Job, app testbed.Application, mode Mode, cache *fitCache) *job {
+func newJob(i int, spec workload.Job, apps map[string]testbed.Application, first string, mode Mode, sem Semantics, cache *fitCache) *job {
 	j := &job{
-		spec:     spec,
-		app:      app,
-		limits:   app.Limits(),
-		index:    i,
-		mode:     mode,
-		restarts: -1,
-		profiled: map[[3]int]bool{},
-		cacheM:   -1,
-		cache:    cache,
+		spec:        spec,
+		apps:        apps,
+		index:       i,
+		mode:        mode,
+		sem:         sem,
+		restarts:    -1,
+		profiles:    map[string]*profile{},
+		cacheM:      -1,
+		cache:       cache,
+		calib:       1,
+		restartCost: 0,
+		physical:    map[string]int{},
+	}
+	j.setType(first)
+	for t, a := range apps {
+		if tp, ok := a.(testbed.TypeProfile); ok && sem == SiaSemantics {
+			j.physical[t] = tp.ProfiledNodes()
+		}
+	}
+	if sem == SiaSemantics {
+		j.calib = 1 / siaSlowdown(spec.App)
 	}
 	switch mode {
 	case FixedAll, FixedBatch:
@@ -102,6 +154,42 @@ func newJob(i int, spec workload.Job, app testbed.Application, mode Mode, cache 
 		}
 	}
 	return j
+}
+
+// setType makes t the job's current GPU type.
+func (j *job) setType(t string) {
+	j.typ = t
+	j.app = j.apps[t]
+	j.limits = j.app.Limits()
+}
+
+// prof is the profile the job's measurements on the current type go to.
+func (j *job) prof() *profile {
+	key := j.typ
+	if j.mode == Merged {
+		key = mergedKey
+	}
+	p := j.profiles[key]
+	if p == nil {
+		p = &profile{seen: map[[3]int]bool{}}
+		j.profiles[key] = p
+	}
+	return p
+}
+
+// params is the job's throughput model on the current type (nil before
+// its first fit there).
+func (j *job) params() *goodput.Params {
+	return j.prof().params
+}
+
+// maxProfiledK is the most replicas the job has measured on any type.
+func (j *job) maxProfiledK() int {
+	k := 0
+	for _, p := range j.profiles {
+		k = max(k, p.maxK)
+	}
+	return k
 }
 
 // running reports whether the job holds GPUs.
@@ -126,14 +214,19 @@ func (j *job) configure() {
 	if !j.running() {
 		return
 	}
+	if j.sem == SiaSemantics {
+		j.configureSia()
+		return
+	}
 	k := j.replicas
+	params := j.params()
 	switch {
 	case j.batch > 0:
 		j.m, j.s = fixedSplit(j.limits, k, float64(j.batch))
-	case j.params == nil:
+	case params == nil:
 		j.m, j.s = fixedSplit(j.limits, k, math.Max(float64(j.limits.InitBatch), float64(j.limits.MinLocal*k)))
 	default:
-		md := goodput.Model{Params: *j.params, Grad: j.grad, Limits: j.limits}
+		md := goodput.Model{Params: *params, Grad: j.grad, Limits: j.limits}
 		cfg, err := md.Optimize(j.nodes, k)
 		if err != nil {
 			j.m, j.s = fixedSplit(j.limits, k, math.Max(float64(j.limits.InitBatch), float64(j.limits.MinLocal*k)))
@@ -144,6 +237,46 @@ func (j *job) configure() {
 			j.m = max(cap, 1)
 		}
 	}
+}
+
+// configureSia picks (m, s) as the jobs of Sia's simulator do: the atomic
+// batch is bounded by the largest one measured on the placement (and on
+// placements of as many replicas), the model's best batch otherwise.
+func (j *job) configureSia() {
+	k := j.replicas
+	l := j.limits
+	pl, hasPL := j.app.(testbed.PlacementLimits)
+	if hasPL {
+		l.MaxLocal = max(pl.MaxLocalFor(j.norm), l.MinLocal)
+	}
+	params := j.params()
+	batch := 0.0
+	switch {
+	case j.batch > 0:
+		batch = float64(j.batch)
+	case params == nil:
+		batch = math.Max(float64(l.InitBatch), float64(l.MinLocal*k))
+	default:
+		md := goodput.Model{Params: *params, Grad: j.grad, Limits: l}
+		cfg, err := md.Optimize(j.nodes, k)
+		if err != nil {
+			batch = math.Max(float64(l.InitBatch), float64(l.MinLocal*k))
+			break
+		}
+		j.m, j.s = cfg.LocalBatch, cfg.AccumSteps
+	}
+	if batch > 0 {
+		j.m, j.s = l.Split(k, batch)
+	}
+	if hasPL {
+		if c, ok := pl.MemoryCap(k); ok && j.m > c {
+			j.m = c
+		}
+	}
+	if cap := l.MaxBatch / (k * (j.s + 1)); j.m > cap {
+		j.m = cap
+	}
+	j.m = max(j.m, 1)
 }
 
 // stepTimes are the true step and sync time of the current configuration.
@@ -160,22 +293,23 @@ func (j *job) stepTimes() (step, sync float64) {
 // is new. Fitting errors leave the previous model in place.
 func (j *job) observe(step, sync float64, grad goodput.GradStats) {
 	j.grad = grad
+	p := j.prof()
 	key := [3]int{j.nodes, j.replicas, j.m}
-	if j.profiled[key] {
+	if p.seen[key] {
 		return
 	}
-	j.profiled[key] = true
-	j.maxProfiledK = max(j.maxProfiledK, j.replicas)
-	if j.mode != Adaptive {
+	p.seen[key] = true
+	p.maxK = max(p.maxK, j.replicas)
+	if j.mode != Adaptive && j.mode != Merged {
 		return
 	}
-	j.points = append(j.points, goodput.ProfilePoint{
+	p.points = append(p.points, goodput.ProfilePoint{
 		Nodes: j.nodes, Replicas: j.replicas, LocalBatch: j.m,
 		AccumTime: step - sync, StepTime: step,
 	})
-	p, err := j.cache.fit(j.spec.App, j.points)
+	fit, err := j.cache.fit(j.spec.App, p.points)
 	if err == nil {
-		j.params = &p
+		p.params = &fit
 		j.fits++
 	}
 }
@@ -223,6 +357,9 @@ func (j *job) advance(now, seconds, interference float64) {
 	j.executed += delay
 	now += delay
 	seconds -= delay
+	if j.restartLeft <= 0 && j.measuredRestart == 0 {
+		j.measuredRestart = j.restartCost
+	}
 	for seconds > 0 && !j.done {
 		step, sync := j.stepTimes()
 		accum := step - sync
@@ -231,7 +368,7 @@ func (j *job) advance(now, seconds, interference float64) {
 		gain := grad.Gain(batch, float64(j.limits.InitBatch))
 		j.observe(step, sync, grad)
 		iter := step + float64(j.s)*accum
-		rate := gain / iter * (1 - interference)
+		rate := gain / iter * (1 - interference) * j.calib
 		next := j.app.EpochEnd(j.epoch + 1)
 		if !(rate > 0) {
 			// No progress possible (full interference): the time passes.
@@ -261,21 +398,73 @@ func (j *job) advance(now, seconds, interference float64) {
 	}
 }
 
-// reallocate applies a new placement; alloc must differ from the current.
-func (j *job) reallocate(alloc optimizer.Placement, restart float64) {
-	j.alloc = append(optimizer.Placement(nil), alloc...)
-	counts := make([]int, len(alloc))
-	for i, nc := range alloc {
-		counts[i] = nc.Count
+// place applies a new placement on GPU type typ: layout is its counts in
+// the order the policy took the nodes (nil: node order), whose smallest
+// rotation is the placement whose measured step time applies. It reports
+// whether the job restarts: under the Pollux artifact's semantics every
+// change does; under Sia's only a change of GPU type or of the placement
+// tuple does (a job moved to other nodes with the same tuple keeps
+// running), and a job whose GPUs are taken away is suspended without
+// counting a restart.
+func (j *job) place(alloc optimizer.Placement, layout []int, typ string, restart float64) {
+	if layout == nil && len(alloc) > 0 {
+		layout = make([]int, len(alloc))
+		for i, nc := range alloc {
+			layout[i] = nc.Count
+		}
 	}
-	j.norm = testbed.NormalizePlacement(counts)
+	if j.sem == SiaSemantics && len(alloc) > 0 {
+		layout = respread(layout, j.physical[typ])
+	}
+	wasRunning := j.running()
+	if j.sem == SiaSemantics && wasRunning && len(alloc) > 0 && typ == j.typ && equalInts(layout, j.layout) {
+		j.alloc = append(optimizer.Placement(nil), alloc...)
+		return
+	}
+	j.alloc = append(optimizer.Placement(nil), alloc...)
+	j.layout = layout
+	j.norm = testbed.NormalizePlacement(layout)
 	j.nodes, j.replicas = len(j.norm), testbed.Replicas(j.norm)
 	j.cacheM = -1
 	if !j.running() {
 		j.m, j.s = 0, 0
 		return
 	}
+	if typ != j.typ {
+		j.setType(typ)
+	}
 	j.configure()
 	j.restartLeft = restart
+	j.restartCost = restart
 	j.restarts++
+}
+
+// respread is Sia's simulator's fix for a placement over more nodes than
+// the type was profiled on: the replicas spread evenly (rounding up) over
+// that many nodes.
+func respread(layout []int, physical int) []int {
+	if physical <= 0 || len(layout) <= physical {
+		return layout
+	}
+	k := testbed.Replicas(layout)
+	per := (k + physical - 1) / physical
+	var out []int
+	for k > 0 {
+		c := min(per, k)
+		out = append(out, c)
+		k -= c
+	}
+	return out
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }

@@ -20,6 +20,16 @@ type Metrics struct {
 	GPUHours float64 `json:"gpu_hours"`
 	// WorstFTF is the largest finish-time fairness ratio over the jobs.
 	WorstFTF float64 `json:"worst_ftf"`
+	// UnfairFrac is the fraction of jobs whose finish-time fairness ratio
+	// is above 1 (they finished later than alone on their share).
+	UnfairFrac float64 `json:"unfair_frac"`
+	// GPUHoursPerJob is the mean over jobs of the GPUs a job held times
+	// the interval, summed over rounds (Sia's accounting: a job pays for
+	// the whole interval it was allocated).
+	GPUHoursPerJob float64 `json:"gpu_h_per_job"`
+	// Contention is the mean over rounds of the jobs submitted and not
+	// complete.
+	Contention float64 `json:"contention"`
 	// Jobs is how many jobs completed.
 	Jobs int `json:"jobs"`
 }
@@ -38,16 +48,34 @@ func Summarize(jobs []JobResult) Metrics {
 		m.RestartsPerJob += float64(j.Restarts)
 		m.GPUHours += j.GPUSeconds / 3600
 		m.WorstFTF = math.Max(m.WorstFTF, j.FTF)
+		if j.FTF > 1 {
+			m.UnfairFrac++
+		}
+		m.GPUHoursPerJob += j.AllocatedGPUSeconds / 3600
 		first = math.Min(first, j.Submit)
 		last = math.Max(last, j.Completion)
 	}
 	n := float64(len(jobs))
 	m.AvgJCT /= n
 	m.RestartsPerJob /= n
+	m.UnfairFrac /= n
+	m.GPUHoursPerJob /= n
 	m.Makespan = last - first
 	m.P99JCT = Quantile(jcts, 0.99)
 	m.Jobs = len(jobs)
 	return m
+}
+
+// meanActive is the mean over rounds of the active jobs.
+func meanActive(timeline []Sample) float64 {
+	if len(timeline) == 0 {
+		return 0
+	}
+	sum := 0.0
+	for _, sm := range timeline {
+		sum += float64(sm.Active)
+	}
+	return sum / float64(len(timeline))
 }
 
 // Quantile is the q-quantile of xs with linear interpolation between the

@@ -42,17 +42,17 @@ func (o *oracle) StepTime(k int) float64 {
 	return table[k]
 }
 
-// RemainingIters is how many iterations at the fixed batch remain until
-// the job completes, counting the finished fraction of its current epoch.
+// RemainingIters is what the artifact's Optimus takes for the iterations
+// left: the iteration count at the end of training minus the count at the
+// end of the epoch after the finished ones (the artifact indexes the
+// iteration column by finished epochs, so the epoch in progress is counted
+// as done), and 1 once the job is in its last epoch.
 func (o *oracle) RemainingIters() float64 {
 	j := o.j
 	app, b := j.app, float64(j.batch)
-	total := app.Iterations(b, app.MaxEpochs())
-	at := app.Iterations(b, j.epoch)
-	lo, hi := app.EpochEnd(j.epoch), app.EpochEnd(j.epoch+1)
-	if hi > lo {
-		frac := min(max((j.progress-lo)/(hi-lo), 0), 1)
-		at += frac * (app.Iterations(b, j.epoch+1) - at)
+	last := app.MaxEpochs()
+	if j.epoch+1 >= last {
+		return 1
 	}
-	return max(total-at, 0)
+	return app.Iterations(b, last) - app.Iterations(b, j.epoch+1)
 }

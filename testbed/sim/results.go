@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"math"
 
 	"pollux/testbed"
@@ -26,24 +27,50 @@ func (s *state) sample() Sample {
 	return sm
 }
 
-// results builds the per-job records, in workload order.
-func (s *state) results(timeline []Sample) []JobResult {
+// results builds the per-job records, in workload order, with each job's
+// finish-time fairness (see polluxFTF and siaFTF).
+func (s *state) results(ctx context.Context, timeline []Sample) ([]JobResult, error) {
 	out := make([]JobResult, len(s.jobs))
-	gpus := s.cfg.Nodes * s.cfg.GPUsPerNode
+	for _, j := range s.jobs {
+		out[j.index] = JobResult{
+			Name:                j.spec.Name,
+			App:                 j.spec.App,
+			Submit:              j.spec.Time,
+			Completion:          j.completion,
+			JCT:                 j.completion - j.spec.Time,
+			Restarts:            max(j.restarts, 0),
+			GPUSeconds:          j.attained,
+			AllocatedGPUSeconds: j.allocated,
+			GPUType:             j.typ,
+			Fits:                j.fits,
+		}
+	}
+	if s.cfg.isolated || s.cfg.NoFairness {
+		return out, nil
+	}
+	if s.cfg.Semantics == SiaSemantics {
+		for _, j := range s.jobs {
+			ftf, err := s.siaFTF(ctx, j)
+			if err != nil {
+				return nil, err
+			}
+			out[j.index].FTF = ftf
+		}
+		return out, nil
+	}
+	s.polluxFTF(out, timeline)
+	return out, nil
+}
+
+// polluxFTF sets Themis's finish-time fairness: the job's fair share is
+// the cluster divided by the mean number of jobs it contended with, and
+// its time alone there is the best the traces allow (isolatedTime).
+func (s *state) polluxFTF(out []JobResult, timeline []Sample) {
+	gpus := s.cfg.TotalGPUs()
+	perNode := s.cfg.groups()[0].GPUsPerNode
 	iso := map[[2]any]float64{}
 	for _, j := range s.jobs {
-		r := JobResult{
-			Name:       j.spec.Name,
-			App:        j.spec.App,
-			Submit:     j.spec.Time,
-			Completion: j.completion,
-			JCT:        j.completion - j.spec.Time,
-			Restarts:   max(j.restarts, 0),
-			GPUSeconds: j.attained,
-			Fits:       j.fits,
-		}
-		// Themis's finish-time fairness: the job's fair share is the
-		// cluster divided by the mean number of jobs it contended with.
+		r := &out[j.index]
 		sum, cnt := 0.0, 0
 		for _, sm := range timeline {
 			if sm.Time > j.spec.Time && sm.Time <= j.completion+s.cfg.Interval {
@@ -63,15 +90,13 @@ func (s *state) results(timeline []Sample) []JobResult {
 		key := [2]any{j.spec.App, k}
 		t, ok := iso[key]
 		if !ok {
-			t = isolatedTime(j.app, k, s.cfg.GPUsPerNode) + s.cfg.Restart
+			t = isolatedTime(j.app, k, perNode) + s.cfg.Restart
 			iso[key] = t
 		}
 		if t > 0 {
 			r.FTF = r.JCT / t
 		}
-		out[j.index] = r
 	}
-	return out
 }
 
 // isolatedTime is how long a job of app takes alone on k GPUs packed onto

@@ -4,20 +4,31 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 
 	"pollux/optimizer"
 	"pollux/optimizer/goodput"
 	"pollux/testbed"
+	"pollux/testbed/clusterspec"
 	"pollux/testbed/workload"
 )
 
 // Config is the simulated cluster and run.
 type Config struct {
-	// Nodes and GPUsPerNode shape the cluster.
+	// Nodes and GPUsPerNode shape a cluster of one (untyped) GPU type.
 	Nodes       int `json:"nodes"`
 	GPUsPerNode int `json:"gpus_per_node"`
+	// Cluster, when not empty, replaces Nodes and GPUsPerNode: groups of
+	// nodes, one GPU type each, in the cluster's type order.
+	Cluster []clusterspec.Group `json:"cluster,omitempty"`
+	// Semantics selects the Pollux artifact's testbed or Sia's simulator
+	// where they differ.
+	Semantics Semantics `json:"semantics"`
+	// MaxReplicas caps every job's GPU count (0: no cap beyond the
+	// policy's own).
+	MaxReplicas int `json:"max_replicas,omitempty"`
 	// Interval is the scheduling interval in seconds.
 	Interval float64 `json:"interval"`
 	// Restart is what every (re)allocation costs a job, in seconds.
@@ -29,6 +40,29 @@ type Config struct {
 	Seed uint64 `json:"seed"`
 	// Horizon is the simulated time after which Run gives up.
 	Horizon float64 `json:"horizon"`
+	// NoFairness skips finish-time fairness (under Sia's semantics it runs
+	// every job alone on its share of every GPU type).
+	NoFairness bool `json:"no_fairness,omitempty"`
+	// isolated marks the runs finish-time fairness makes of one job alone
+	// (they compute no fairness themselves).
+	isolated bool
+}
+
+// groups is the cluster's node groups.
+func (c Config) groups() []clusterspec.Group {
+	if len(c.Cluster) > 0 {
+		return c.Cluster
+	}
+	return []clusterspec.Group{{Nodes: c.Nodes, GPUsPerNode: c.GPUsPerNode}}
+}
+
+// TotalGPUs is the GPUs of the cluster.
+func (c Config) TotalGPUs() int {
+	g := 0
+	for _, gr := range c.groups() {
+		g += gr.Nodes * gr.GPUsPerNode
+	}
+	return g
 }
 
 // DefaultConfig is the reference testbed: 16 nodes of 4 GPUs, a 60 s
@@ -39,11 +73,25 @@ func DefaultConfig() Config {
 
 // Validate reports whether the configuration can be simulated.
 func (c Config) Validate() error {
+	nodes := 0
+	seen := map[string]bool{}
+	for _, g := range c.groups() {
+		switch {
+		case g.Nodes < 1 || g.Nodes > 1<<16:
+			return fmt.Errorf("%w: %d nodes of GPU type %q, want 1..65536", ErrBadConfig, g.Nodes, g.Type)
+		case g.GPUsPerNode < 1 || g.GPUsPerNode > 64:
+			return fmt.Errorf("%w: %d GPUs per node of GPU type %q, want 1..64", ErrBadConfig, g.GPUsPerNode, g.Type)
+		case seen[g.Type]:
+			return fmt.Errorf("%w: GPU type %q listed twice", ErrBadConfig, g.Type)
+		}
+		seen[g.Type] = true
+		nodes += g.Nodes
+	}
 	switch {
-	case c.Nodes < 1 || c.Nodes > 4096:
-		return fmt.Errorf("%w: %d nodes, want 1..4096", ErrBadConfig, c.Nodes)
-	case c.GPUsPerNode < 1 || c.GPUsPerNode > 64:
-		return fmt.Errorf("%w: %d GPUs per node, want 1..64", ErrBadConfig, c.GPUsPerNode)
+	case nodes > 1<<16:
+		return fmt.Errorf("%w: %d nodes, want at most 65536", ErrBadConfig, nodes)
+	case c.MaxReplicas < 0:
+		return fmt.Errorf("%w: max replicas %d", ErrBadConfig, c.MaxReplicas)
 	case !(c.Interval >= 1) || c.Interval != math.Trunc(c.Interval) || c.Interval > 86400:
 		return fmt.Errorf("%w: interval %v s, want a whole number of seconds in [1, 86400]", ErrBadConfig, c.Interval)
 	case !(c.Restart >= 0) || math.IsInf(c.Restart, 0):
@@ -69,6 +117,12 @@ type JobResult struct {
 	JCT        float64 `json:"jct"`
 	Restarts   int     `json:"restarts"`
 	GPUSeconds float64 `json:"gpu_seconds"`
+	// AllocatedGPUSeconds is the GPUs the job held times the interval,
+	// summed over rounds.
+	AllocatedGPUSeconds float64 `json:"allocated_gpu_seconds"`
+	// GPUType is the GPU type the job finished on ("" on a single-type
+	// cluster).
+	GPUType string `json:"gpu_type,omitempty"`
 	// FTF is the finish-time fairness ratio: JCT over the time the job
 	// would take alone on an equal share of the cluster.
 	FTF float64 `json:"ftf"`
@@ -99,27 +153,58 @@ type Result struct {
 }
 
 // Run replays wl on the cluster of cfg under pol, with jobs in mode (see
-// ModeFor). The policy's search state is carried from round to round.
-// progress may be nil.
+// ModeFor), every application's traces from cat (one GPU type). The
+// policy's search state is carried from round to round. progress may be
+// nil.
 func Run(ctx context.Context, cfg Config, cat testbed.Catalog, wl workload.Workload, pol optimizer.Policy, mode Mode, progress ProgressFunc) (*Result, error) {
+	types := testbed.TypedCatalog{}
+	for _, g := range cfg.groups() {
+		types[g.Type] = cat
+	}
+	return RunTyped(ctx, cfg, types, wl, pol, mode, progress)
+}
+
+// RunTyped is Run on a cluster of several GPU types: cats maps each type
+// of cfg's cluster to its applications.
+func RunTyped(ctx context.Context, cfg Config, cats testbed.TypedCatalog, wl workload.Workload, pol optimizer.Policy, mode Mode, progress ProgressFunc) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if len(wl.Jobs) == 0 {
 		return nil, fmt.Errorf("%w: workload %q has no jobs", ErrBadConfig, wl.Name)
 	}
-	s := &state{cfg: cfg, pol: pol, mode: mode, steps: map[stepKey][]float64{}}
+	groups := cfg.groups()
+	for _, g := range groups {
+		if cats[g.Type] == nil {
+			return nil, fmt.Errorf("%w: no traces for GPU type %q", ErrUnknownApp, g.Type)
+		}
+	}
+	s := &state{cfg: cfg, pol: pol, mode: mode, steps: map[stepKey][]float64{}, cats: cats}
 	cache := &fitCache{models: map[string]goodput.Params{}}
 	for i, spec := range wl.Jobs {
-		app, ok := cat[spec.App]
-		if !ok {
-			return nil, fmt.Errorf("%w: job %q names %q", ErrUnknownApp, spec.Name, spec.App)
+		apps := map[string]testbed.Application{}
+		for _, g := range groups {
+			app, ok := cats[g.Type][spec.App]
+			if !ok {
+				if g.Type == "" {
+					return nil, fmt.Errorf("%w: job %q names %q", ErrUnknownApp, spec.Name, spec.App)
+				}
+				return nil, fmt.Errorf("%w: job %q names %q, which has no traces for GPU type %q", ErrUnknownApp, spec.Name, spec.App, g.Type)
+			}
+			apps[g.Type] = app
 		}
-		s.jobs = append(s.jobs, newJob(i, spec, app, mode, cache))
+		j := newJob(i, spec, apps, groups[0].Type, mode, cfg.Semantics, cache)
+		s.jobs = append(s.jobs, j)
 	}
 	sort.SliceStable(s.jobs, func(a, b int) bool { return s.jobs[a].spec.Time < s.jobs[b].spec.Time })
-	for i := 0; i < cfg.Nodes; i++ {
-		s.nodes = append(s.nodes, optimizer.Node{ID: "node-" + strconv.Itoa(i), GPUs: cfg.GPUsPerNode})
+	for _, g := range groups {
+		for i := 0; i < g.Nodes; i++ {
+			id := "node-" + strconv.Itoa(len(s.nodes))
+			if g.Type != "" {
+				id = g.Type + "-" + strconv.Itoa(i)
+			}
+			s.nodes = append(s.nodes, optimizer.Node{ID: id, GPUs: g.GPUsPerNode, Type: g.Type})
+		}
 	}
 	res := &Result{Policy: pol.Name(), Workload: wl.Name}
 	done := 0
@@ -146,8 +231,13 @@ func Run(ctx context.Context, cfg Config, cat testbed.Catalog, wl workload.Workl
 			progress(s.now, done, len(s.jobs))
 		}
 	}
-	res.Jobs = s.results(res.Timeline)
+	jobs, err := s.results(ctx, res.Timeline)
+	if err != nil {
+		return nil, err
+	}
+	res.Jobs = jobs
 	res.Metrics = Summarize(res.Jobs)
+	res.Metrics.Contention = meanActive(res.Timeline)
 	return res, nil
 }
 
@@ -159,6 +249,7 @@ type stepKey struct {
 
 type state struct {
 	cfg   Config
+	cats  testbed.TypedCatalog
 	pol   optimizer.Policy
 	mode  Mode
 	jobs  []*job
@@ -247,6 +338,9 @@ func (s *state) allocate() error {
 			if nc.Node < 0 || nc.Node >= len(s.nodes) || nc.Count < 0 {
 				return fmt.Errorf("%w: %s placed job %q on node %d", ErrPolicy, s.pol.Name(), act[i].spec.Name, nc.Node)
 			}
+			if t := s.nodes[nc.Node].Type; t != s.nodes[next[i][0].Node].Type {
+				return fmt.Errorf("%w: %s placed job %q on GPU types %q and %q (a job runs on one type)", ErrPolicy, s.pol.Name(), act[i].spec.Name, s.nodes[next[i][0].Node].Type, t)
+			}
 			used[nc.Node] += nc.Count
 		}
 	}
@@ -256,12 +350,45 @@ func (s *state) allocate() error {
 		}
 	}
 	for i, j := range act {
-		if !next[i].Equal(j.alloc) {
-			j.reallocate(next[i], s.cfg.Restart)
+		if next[i].Equal(j.alloc) {
+			continue
 		}
+		var layout []int
+		if i < len(res.Layouts) && res.Layouts[i] != nil {
+			layout = res.Layouts[i]
+			if !sameCounts(layout, next[i]) {
+				return fmt.Errorf("%w: %s gave job %q the layout %v for placement %v", ErrPolicy, s.pol.Name(), j.spec.Name, layout, next[i])
+			}
+		}
+		typ := j.typ
+		if len(next[i]) > 0 {
+			typ = s.nodes[next[i][0].Node].Type
+		}
+		j.place(next[i], layout, typ, s.cfg.restartDelay(j.spec.App))
+	}
+	for _, j := range act {
+		j.contSum += float64(len(act))
+		j.contN++
+		j.allocated += float64(j.replicas) * s.cfg.Interval
 	}
 	s.prev = res.State
 	return nil
+}
+
+// sameCounts reports whether layout holds exactly the counts of pl, in
+// any order.
+func sameCounts(layout []int, pl optimizer.Placement) bool {
+	if len(layout) != len(pl) {
+		return false
+	}
+	a := slices.Clone(layout)
+	b := make([]int, len(pl))
+	for i, nc := range pl {
+		b[i] = nc.Count
+	}
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
 
 // normalize sorts a placement by node and merges duplicates and zeros.
@@ -297,6 +424,14 @@ func splitmix(x uint64) uint64 {
 
 // maxReplicas is the most GPUs the policy may give a job.
 func (s *state) maxReplicas(j *job) int {
+	k := s.uncappedMaxReplicas(j)
+	if s.cfg.MaxReplicas > 0 {
+		k = min(k, s.cfg.MaxReplicas)
+	}
+	return k
+}
+
+func (s *state) uncappedMaxReplicas(j *job) int {
 	l := j.limits
 	byBatch := max(l.MaxBatch/l.MinLocal, 1)
 	switch s.mode {
@@ -311,7 +446,37 @@ func (s *state) maxReplicas(j *job) int {
 	if j.pinned {
 		return 1
 	}
-	return min(max(2*j.maxProfiledK, 1), 64, byBatch)
+	grow := max(2*j.maxProfiledK(), 1)
+	if s.cfg.Semantics != SiaSemantics {
+		return min(grow, 64, byBatch)
+	}
+	if s.mode == Merged {
+		// Sia's artifact caps a heterogeneity-blind job at the smallest
+		// GPU type's size (profiled nodes included), and its batch range
+		// is the first type's.
+		first := j.apps[s.cfg.groups()[0].Type].Limits()
+		return min(grow, s.mergedCap(j), max(first.MaxBatch/first.MinLocal, 1))
+	}
+	// Sia's artifact shares the largest bound over the types.
+	for _, a := range j.apps {
+		la := a.Limits()
+		byBatch = max(byBatch, la.MaxBatch/la.MinLocal)
+	}
+	return min(grow, 64, byBatch)
+}
+
+// mergedCap is the GPUs of the smallest GPU type, counting only the nodes
+// it was profiled on.
+func (s *state) mergedCap(j *job) int {
+	c := math.MaxInt
+	for _, g := range s.cfg.groups() {
+		n := g.Nodes
+		if p := j.physical[g.Type]; p > 0 {
+			n = min(n, p)
+		}
+		c = min(c, n*g.GPUsPerNode)
+	}
+	return c
 }
 
 func (s *state) snapshotJob(j *job) optimizer.Job {
@@ -324,6 +489,12 @@ func (s *state) snapshotJob(j *job) optimizer.Job {
 		MinReplicas: 0,
 		MaxReplicas: s.maxReplicas(j),
 		Current:     j.alloc,
+		App:         j.spec.App,
+		Batch:       j.spec.Batch,
+		Restarting:  j.running() && j.restartLeft > 0,
+	}
+	if j.measuredRestart > 0 {
+		sj.RestartDelay = j.measuredRestart
 	}
 	switch s.mode {
 	case FixedAll:
@@ -331,9 +502,35 @@ func (s *state) snapshotJob(j *job) optimizer.Job {
 		sj.Executed = j.executed
 	case FixedBatch:
 		sj.Oracle = &oracle{s: s, j: j}
+	case Merged:
+		if p := j.profiles[mergedKey]; p != nil && p.params != nil {
+			first := j.apps[s.cfg.groups()[0].Type].Limits()
+			sj.Model = &goodput.Model{Params: *p.params, Grad: j.grad, Limits: first}
+		}
 	default:
-		if j.params != nil {
-			sj.Model = &goodput.Model{Params: *j.params, Grad: j.grad, Limits: j.limits}
+		if p := j.profiles[j.typ]; p != nil && p.params != nil {
+			sj.Model = &goodput.Model{Params: *p.params, Grad: j.grad, Limits: j.limits}
+		}
+		if len(s.cats) > 1 || s.cfg.Semantics == SiaSemantics {
+			for t, p := range j.profiles {
+				if p.params == nil {
+					continue
+				}
+				if sj.TypeModels == nil {
+					sj.TypeModels = map[string]*goodput.Model{}
+					sj.TypeReplicas = map[string]int{}
+				}
+				sj.TypeModels[t] = &goodput.Model{Params: *p.params, Grad: j.grad, Limits: j.apps[t].Limits()}
+				sj.TypeReplicas[t] = p.maxK
+			}
+		}
+	}
+	for t, a := range j.apps {
+		if tp, ok := a.(testbed.TypeProfile); ok && tp.OneGPUThroughput() > 0 {
+			if sj.TypeThroughput == nil {
+				sj.TypeThroughput = map[string]float64{}
+			}
+			sj.TypeThroughput[t] = tp.OneGPUThroughput()
 		}
 	}
 	return sj

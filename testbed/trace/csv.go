@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -17,7 +18,9 @@ type table struct {
 	lines []int
 }
 
-// decodeTable reads a CSV file whose header must be exactly want. Every
+// decodeTable reads a CSV file whose header must name exactly the columns
+// of want, in any order (the Pollux artifact and Sia's artifact order them
+// differently); rows come back with their values in want's order. Every
 // value must parse as a finite number. name is used in errors.
 func decodeTable(r io.Reader, name string, want []string) (*table, error) {
 	cr := csv.NewReader(r)
@@ -30,14 +33,23 @@ func decodeTable(r io.Reader, name string, want []string) (*table, error) {
 		}
 		return nil, fmt.Errorf("%w: %s:1: %v", ErrMalformed, name, err)
 	}
-	if len(header) != len(want) {
-		return nil, fmt.Errorf("%w: %s:1: header %q, want %q", ErrMalformed, name, strings.Join(header, ","), strings.Join(want, ","))
+	// col[i] is the header position of want[i].
+	col := make([]int, len(want))
+	for i := range col {
+		col[i] = -1
 	}
-	for i, h := range header {
+	badHeader := len(header) != len(want)
+	for pos, h := range header {
 		h = strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))
-		if h != want[i] {
-			return nil, fmt.Errorf("%w: %s:1: header %q, want %q", ErrMalformed, name, strings.Join(header, ","), strings.Join(want, ","))
+		i := slices.Index(want, h)
+		if i < 0 || col[i] >= 0 {
+			badHeader = true
+			break
 		}
+		col[i] = pos
+	}
+	if badHeader {
+		return nil, fmt.Errorf("%w: %s:1: header %q, want the columns %q in any order", ErrMalformed, name, strings.Join(header, ","), strings.Join(want, ","))
 	}
 	t := &table{}
 	for {
@@ -58,7 +70,8 @@ func decodeTable(r io.Reader, name string, want []string) (*table, error) {
 			return nil, fmt.Errorf("%w: %s:%d: %d fields, want %d", ErrMalformed, name, line, len(rec), len(want))
 		}
 		row := make([]float64, len(rec))
-		for i, f := range rec {
+		for i, pos := range col {
+			f := rec[pos]
 			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
 			if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
 				return nil, fmt.Errorf("%w: %s:%d: column %s: %q is not a finite number", ErrMalformed, name, line, want[i], f)

@@ -8,13 +8,15 @@ import (
 )
 
 // StepTimes implements testbed.Application. A measured placement (up to
-// rotation) is interpolated linearly in m; any other is interpolated over
-// (N, K/N, m) across every measured point: linearly in m on each measured
-// (N, K), then linearly in K at the bracketing measured node counts (at the
-// same replicas-per-node ratio), then linearly in N. N is capped at the
-// largest measured node count. Every measured point is reproduced exactly
-// and each step is monotone between its points. Outside the measured range
-// of m the nearest measurement holds.
+// rotation) is interpolated linearly in m, as the artifacts do. Any other
+// is interpolated as the artifacts do too: piecewise-linearly over the
+// Delaunay tetrahedralisation of every measured (N, K, m) point (the
+// placements averaged by (N, K, m), and the scalability rows), with N
+// capped at 16. Outside the convex hull of the points, where the
+// artifacts have no value, it falls back to interpolating linearly in m on
+// the measured (N, K) pairs, then in K at the same replicas-per-node ratio
+// and then in N (fallback). Outside the measured range of m the nearest
+// measurement holds.
 func (a *App) StepTimes(placement []int, m float64) (step, sync float64) {
 	norm := testbed.NormalizePlacement(placement)
 	if len(norm) == 0 {
@@ -23,7 +25,22 @@ func (a *App) StepTimes(placement []int, m float64) (step, sync float64) {
 	if c, ok := a.placements[testbed.PlacementKey(norm)]; ok {
 		return c.at(m)
 	}
-	n, k := len(norm), testbed.Replicas(norm)
+	n, k := min(len(norm), maxInterpNodes), testbed.Replicas(norm)
+	if step, sync, ok := a.hull.at([3]float64{float64(n), float64(k), m}); ok {
+		return step, sync
+	}
+	return a.fallback(len(norm), k, m)
+}
+
+// maxInterpNodes caps the node count of an interpolated placement (the
+// artifacts' cap).
+const maxInterpNodes = 16
+
+// fallback interpolates over (N, K/N, m) across every measured point:
+// linearly in m on each measured (N, K), then linearly in K at the
+// bracketing measured node counts (at the same replicas-per-node ratio),
+// then linearly in N. N is capped at the largest measured node count.
+func (a *App) fallback(n, k int, m float64) (step, sync float64) {
 	ratio := float64(k) / float64(n)
 	nodes := a.gridNodes
 	if n > nodes[len(nodes)-1] {
@@ -68,7 +85,7 @@ func bracket(xs []int, x float64) (lo, hi int, w float64) {
 
 // batchBracket finds the validations around a total batch (clamped).
 func (a *App) batchBracket(batch float64) (lo, hi *validation, w float64) {
-	vs := a.validations
+	vs := a.stats.validations
 	i := sort.Search(len(vs), func(i int) bool { return vs[i].batch >= batch })
 	switch {
 	case i == 0:

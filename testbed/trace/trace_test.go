@@ -9,17 +9,12 @@ import (
 	"testing"
 
 	"pollux/testbed"
+	"pollux/testbed/artifact"
 )
-
-// artifactDir is where the measured traces live relative to this package.
-const artifactDir = "../../../shared/pollux-artifact/traces"
 
 func loadArtifact(t testing.TB) testbed.Catalog {
 	t.Helper()
-	if _, err := os.Stat(artifactDir); err != nil {
-		t.Skipf("artifact traces not present at %s: %v", artifactDir, err)
-	}
-	cat, err := Load(artifactDir)
+	cat, err := Load(artifact.Need(t, "pollux-artifact", "traces"))
 	if err != nil {
 		t.Fatal(err)
 	}

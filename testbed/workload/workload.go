@@ -52,6 +52,27 @@ type Workload struct {
 // workload's name; known reports whether an application exists (nil
 // accepts every name).
 func Decode(r io.Reader, name string, known func(string) bool) (Workload, error) {
+	return DecodeChecked(r, name, knownCheck(known))
+}
+
+// knownCheck turns a known predicate into a check.
+func knownCheck(known func(string) bool) func(string) error {
+	if known == nil {
+		return nil
+	}
+	return func(app string) error {
+		if !known(app) {
+			return fmt.Errorf("%w %q", ErrUnknownApp, app)
+		}
+		return nil
+	}
+}
+
+// DecodeChecked is Decode with check deciding whether an application can
+// be simulated (nil accepts every name): its error, which should wrap
+// ErrUnknownApp, is reported at the file and line of the first job naming
+// the application.
+func DecodeChecked(r io.Reader, name string, check func(app string) error) (Workload, error) {
 	wl := Workload{Name: strings.TrimSuffix(filepath.Base(name), filepath.Ext(name))}
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = -1
@@ -80,7 +101,7 @@ func Decode(r io.Reader, name string, known func(string) bool) (Workload, error)
 			return wl, fmt.Errorf("%w: %s:%d: %v", ErrMalformed, name, line, err)
 		}
 		line, _ := cr.FieldPos(0)
-		job, err := decodeRow(rec, known)
+		job, err := decodeRow(rec, check)
 		if err != nil {
 			return wl, fmt.Errorf("%s:%d: %w", name, line, err)
 		}
@@ -115,7 +136,7 @@ func sameHeader(h []string) bool {
 	return true
 }
 
-func decodeRow(rec []string, known func(string) bool) (Job, error) {
+func decodeRow(rec []string, check func(string) error) (Job, error) {
 	if len(rec) != len(Header) {
 		return Job{}, fmt.Errorf("%w: %d fields, want %d", ErrMalformed, len(rec), len(Header))
 	}
@@ -136,8 +157,10 @@ func decodeRow(rec []string, known func(string) bool) (Job, error) {
 		return Job{}, fmt.Errorf("%w: time %v beyond 1e9 seconds", ErrMalformed, t)
 	}
 	job.Time = t
-	if known != nil && !known(job.App) {
-		return Job{}, fmt.Errorf("%w %q", ErrUnknownApp, job.App)
+	if check != nil {
+		if err := check(job.App); err != nil {
+			return Job{}, err
+		}
 	}
 	if job.Replicas, err = positive(rec[3], "num_replicas"); err != nil {
 		return Job{}, err
@@ -158,18 +181,28 @@ func positive(s, col string) (int, error) {
 
 // ReadFile decodes the workload file at path.
 func ReadFile(path string, known func(string) bool) (Workload, error) {
+	return readChecked(path, knownCheck(known))
+}
+
+func readChecked(path string, check func(string) error) (Workload, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return Workload{}, fmt.Errorf("%w: %v", ErrNoWorkload, err)
 	}
 	defer f.Close()
-	return Decode(f, path, known)
+	return DecodeChecked(f, path, check)
 }
 
 // Load reads a workload file, or every .csv file of a directory (sorted by
 // name; other files are ignored). A file given explicitly must end in
 // .csv.
 func Load(path string, known func(string) bool) ([]Workload, error) {
+	return LoadChecked(path, knownCheck(known))
+}
+
+// LoadChecked is Load with check deciding which applications can be
+// simulated (see DecodeChecked).
+func LoadChecked(path string, check func(app string) error) ([]Workload, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoWorkload, err)
@@ -178,7 +211,7 @@ func Load(path string, known func(string) bool) ([]Workload, error) {
 		if !strings.EqualFold(filepath.Ext(path), ".csv") {
 			return nil, fmt.Errorf("%w: %s:1: not a .csv file", ErrMalformed, path)
 		}
-		wl, err := ReadFile(path, known)
+		wl, err := readChecked(path, check)
 		if err != nil {
 			return nil, err
 		}
@@ -194,7 +227,7 @@ func Load(path string, known func(string) bool) ([]Workload, error) {
 	sort.Strings(matches)
 	out := make([]Workload, 0, len(matches))
 	for _, m := range matches {
-		wl, err := ReadFile(m, known)
+		wl, err := readChecked(m, check)
 		if err != nil {
 			return nil, err
 		}

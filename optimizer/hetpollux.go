@@ -1,0 +1,343 @@
+package optimizer
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+
+	"pollux/optimizer/goodput"
+)
+
+// HetPollux is Pollux made aware of GPU types ("pollux-het"): Pollux's
+// fairness objective (the power mean, exponent p, of every job's goodput
+// speedup over its fair share), searched over a GPU type and a GPU count
+// per job in one integer program, with each job's batch size co-adapted
+// to every candidate (its goodput is its model's best over batch sizes up
+// to the application's largest, not the user's batch), and the restart
+// penalty computed from the job's measured checkpoint-restore delay
+// rather than one constant.
+//
+// A job's goodput on a type comes from its model fitted there (optimistic
+// beyond the GPU counts it was measured on, see Optimism); on a type
+// it has not run on, from the model of the type it has measured most,
+// scaled by the ratio of the types' one-GPU throughputs (as Sia
+// bootstraps); with no model at all, it is linear in the GPU count times
+// the type's one-GPU throughput. The fair share that normalises a job's
+// speedups is its goodput on ceil(GPUs / jobs) GPUs, averaged over the
+// types weighted by their GPUs (the share finish-time fairness measures
+// against). A changed configuration is discounted by
+// max(age - restarts * delay, 0) / (age + delay), delay being the job's
+// measured restart delay. The round is a multiple-choice knapsack over
+// (type, GPU count) per job, solved exactly while small (ExactStates),
+// else by Lagrangian relaxation; placement then keeps every job whose type
+// and count did not change where it was, and packs the others onto as few
+// nodes as possible (whole free nodes first, then the tightest fit).
+type HetPollux struct {
+	// PowerMean is the fairness exponent p (negative: fairer).
+	PowerMean float64
+	// DefaultRestart is the restart delay, in seconds, assumed for a job
+	// that has not measured one.
+	DefaultRestart float64
+	// ExactStates bounds the exact solver (0: the default).
+	ExactStates int
+	// RestartWeight multiplies the measured restart delay in the penalty
+	// (0: 1): a reallocation also disturbs the jobs around it, and a job
+	// changed now is likely to be changed again.
+	RestartWeight float64
+	// Horizon, in (weighted) restart delays, is the least lifetime the
+	// penalty assumes a job has ahead of it: Pollux's factor uses the
+	// age, which for a job a few minutes old would forbid growing.
+	Horizon float64
+	// Cache, if set, memoises goodputs from round to round.
+	Cache    *GoodputCache
+	Optimism float64
+}
+
+// HetPollux defaults.
+const (
+	// HetPowerMean is pollux-het's fairness exponent.
+	HetPowerMean = -0.5
+	// HetRestartWeight and HetHorizon shape its restart penalty.
+	HetRestartWeight = 2.0
+	HetHorizon       = 20.0
+	// HetOptimism is its exploration optimism.
+	HetOptimism = 0.5
+)
+
+// NewHetPollux returns the policy with its defaults.
+func NewHetPollux() *HetPollux {
+	return &HetPollux{
+		PowerMean: HetPowerMean, DefaultRestart: RestartDelay,
+		RestartWeight: HetRestartWeight, Horizon: HetHorizon, Optimism: HetOptimism,
+		Cache: &GoodputCache{},
+	}
+}
+
+// Name implements Policy.
+func (h *HetPollux) Name() string { return "pollux-het" }
+
+// hetOption is one (type, GPU count) of a job.
+type hetOption struct {
+	typ, k int
+}
+
+// Allocate implements Policy.
+func (h *HetPollux) Allocate(snap *Snapshot, _ *State) (Result, error) {
+	if snap == nil {
+		return Result{}, fmt.Errorf("%w: nil snapshot", ErrBadSnapshot)
+	}
+	if err := validate(snap); err != nil {
+		return Result{}, err
+	}
+	if math.IsNaN(h.PowerMean) || math.IsInf(h.PowerMean, 0) {
+		return Result{}, fmt.Errorf("%w: power-mean exponent %v", ErrBadSnapshot, h.PowerMean)
+	}
+	types := roundTypes(snap)
+	caps := make([]int, len(types))
+	total := 0
+	for t, ti := range types {
+		caps[t] = ti.total
+		total += ti.total
+	}
+	res := Result{Placements: make([]Placement, len(snap.Jobs))}
+	if len(snap.Jobs) == 0 {
+		return res, nil
+	}
+	kFair := ceilDiv(total, len(snap.Jobs))
+	scale := float64(len(snap.Nodes)) / float64(total)
+	items := make([]choiceItem, len(snap.Jobs))
+	for j := range snap.Jobs {
+		items[j] = h.jobItem(snap, &snap.Jobs[j], types, kFair, scale)
+	}
+	h.Cache.Sweep()
+	exact := h.ExactStates
+	if exact <= 0 {
+		exact = defaultExactStates
+	}
+	sol := solveChoices(items, caps, exact)
+	res.Diagnostics.Objective, res.Diagnostics.Bound, res.Diagnostics.Exact = sol.cost, sol.bound, sol.exact
+	want := make([]hetOption, len(snap.Jobs))
+	for j, p := range sol.pick {
+		want[j] = hetOption{typ: -1}
+		if p >= 0 {
+			o := items[j].opts[p]
+			want[j] = hetOption{typ: o.typ, k: o.size}
+		}
+	}
+	for t := range types {
+		placeType(snap, types[t], t, want, res.Placements)
+	}
+	return res, nil
+}
+
+// jobGoodput evaluates one job's goodput per type and GPU count.
+type jobGoodput struct {
+	h      *HetPollux
+	job    *Job
+	types  []typeInfo
+	models []*goodput.Model
+	src    int // the type projections start from (-1: no model)
+}
+
+// newJobGoodput prepares a job's goodputs; cur is the type it runs on (-1
+// if none), whose model projections start from when it has one.
+func (h *HetPollux) newJobGoodput(job *Job, types []typeInfo, cur int) *jobGoodput {
+	g := &jobGoodput{h: h, job: job, types: types, models: make([]*goodput.Model, len(types)), src: -1}
+	for t, ti := range types {
+		md := job.TypeModels[ti.name]
+		if md == nil && len(types) == 1 {
+			md = job.Model
+		}
+		if md == nil || md.Validate() != nil {
+			continue
+		}
+		g.models[t] = md
+		if g.src < 0 || t == cur {
+			g.src = t
+		}
+	}
+	return g
+}
+
+// at is the job's goodput on k GPUs of type t, packed onto as few nodes as
+// possible.
+func (g *jobGoodput) at(t, k int) float64 {
+	if g.models[t] != nil {
+		return g.modelled(t, k)
+	}
+	if g.src >= 0 {
+		return g.modelled(g.src, k) * g.ratio(t, g.src)
+	}
+	return float64(k) * g.oneGPU(t)
+}
+
+// modelled is the goodput of k GPUs of type t by its model, packed onto
+// as few nodes as possible, optimistic beyond the counts measured there.
+func (g *jobGoodput) modelled(t, k int) float64 {
+	ti := g.types[t]
+	md := *g.models[t]
+	v := g.h.Cache.goodputAt(md, ceilDiv(k, ti.gpusPerNode), k)
+	if kp := g.job.TypeReplicas[ti.name]; g.h.Optimism > 0 && kp > 0 && k > kp {
+		// Beyond what the job measured the model extrapolates; be
+		// optimistic there so that the job explores.
+		base := g.h.Cache.goodputAt(md, ceilDiv(kp, ti.gpusPerNode), kp)
+		v = math.Max(v, base*math.Pow(float64(k)/float64(kp), g.h.Optimism))
+	}
+	return v
+}
+
+// ratio is type a's one-GPU throughput over type b's (1 if unknown).
+func (g *jobGoodput) ratio(a, b int) float64 {
+	x, y := g.job.TypeThroughput[g.types[a].name], g.job.TypeThroughput[g.types[b].name]
+	if x > 0 && y > 0 {
+		return x / y
+	}
+	return 1
+}
+
+// oneGPU is the job's one-GPU throughput on type t (1 if unknown).
+func (g *jobGoodput) oneGPU(t int) float64 {
+	if x := g.job.TypeThroughput[g.types[t].name]; x > 0 {
+		return x
+	}
+	return 1
+}
+
+// jobItem builds a job's options: every (type, GPU count) up to its
+// maximum, costed by its term of the power mean.
+func (h *HetPollux) jobItem(snap *Snapshot, job *Job, types []typeInfo, kFair int, scale float64) choiceItem {
+	curT, curK := -1, job.Current.Replicas()
+	if curK > 0 {
+		curT = slices.IndexFunc(types, func(ti typeInfo) bool { return ti.name == snap.TypeOf(job.Current) })
+	}
+	g := h.newJobGoodput(job, types, curT)
+	// The fair-share goodput, averaged over types by their GPUs.
+	ref, weight := 0.0, 0.0
+	for t, ti := range types {
+		k := min(kFair, ti.total)
+		if v := g.at(t, k); v > 0 {
+			ref += float64(ti.total) * v
+			weight += float64(ti.total)
+		}
+	}
+	if weight > 0 {
+		ref /= weight
+	}
+	if !(ref > 0) {
+		ref = 1
+	}
+	delay := job.RestartDelay
+	if !(delay > 0) {
+		delay = h.DefaultRestart
+	}
+	if h.RestartWeight > 0 {
+		delay *= h.RestartWeight
+	}
+	age := math.Max(job.Age, h.Horizon*delay)
+	factor := math.Max(age-float64(job.Restarts)*delay, 0) / (age + delay)
+	term := func(x float64) float64 {
+		switch h.PowerMean {
+		case -1:
+			return 1 / (x + meanEps)
+		case 0:
+			return -math.Log(math.Max(x, meanEps))
+		}
+		if h.PowerMean > 0 {
+			return -math.Pow(x+meanEps, h.PowerMean)
+		}
+		return math.Pow(x+meanEps, h.PowerMean)
+	}
+	it := choiceItem{none: term(0), forced: -1}
+	maxK := max(job.MaxReplicas, 1)
+	for t, ti := range types {
+		for k := 1; k <= min(maxK, ti.total); k++ {
+			v := g.at(t, k)
+			if !(v > 0) {
+				continue
+			}
+			x := v / ref * scale
+			if t != curT || k != curK {
+				x *= factor
+			}
+			it.opts = append(it.opts, option{typ: t, size: k, cost: term(x)})
+		}
+	}
+	return it
+}
+
+// placeType places the jobs that want type t: those whose type and count
+// did not change keep their nodes; the others, largest first, take whole
+// free nodes, then the node whose free GPUs fit the rest most tightly,
+// then the nodes with the most free GPUs.
+func placeType(snap *Snapshot, ti typeInfo, t int, want []hetOption, out []Placement) {
+	free := map[int]int{}
+	for _, n := range ti.nodes {
+		free[n] = snap.Nodes[n].GPUs
+	}
+	var moving []int
+	for j, w := range want {
+		if w.typ != t {
+			continue
+		}
+		cur := normalize(snap.Jobs[j].Current)
+		keep := cur.Replicas() == w.k && snap.TypeOf(cur) == ti.name
+		for _, nc := range cur {
+			keep = keep && free[nc.Node] >= nc.Count
+		}
+		if !keep {
+			moving = append(moving, j)
+			continue
+		}
+		for _, nc := range cur {
+			free[nc.Node] -= nc.Count
+		}
+		out[j] = slices.Clone(cur)
+	}
+	sort.SliceStable(moving, func(a, b int) bool { return want[moving[a]].k > want[moving[b]].k })
+	for _, j := range moving {
+		out[j] = packCompact(ti.nodes, free, ti.gpusPerNode, want[j].k)
+	}
+}
+
+// packCompact takes k GPUs from the nodes (in order) with free GPUs,
+// updating free: whole free nodes while k is at least a node, then the
+// tightest single node for the rest, else the nodes with the most free.
+func packCompact(nodes []int, free map[int]int, per, k int) Placement {
+	var pl Placement
+	for k >= per {
+		n := slices.IndexFunc(nodes, func(n int) bool { return free[n] == per })
+		if n < 0 {
+			break
+		}
+		pl = append(pl, NodeCount{Node: nodes[n], Count: per})
+		free[nodes[n]] = 0
+		k -= per
+	}
+	for k > 0 {
+		best := -1
+		for _, n := range nodes {
+			if free[n] >= k && (best < 0 || free[n] < free[best]) {
+				best = n
+			}
+		}
+		if best >= 0 {
+			pl = append(pl, NodeCount{Node: best, Count: k})
+			free[best] -= k
+			break
+		}
+		for _, n := range nodes {
+			if free[n] > 0 && (best < 0 || free[n] > free[best]) {
+				best = n
+			}
+		}
+		if best < 0 {
+			break // cannot happen: the knapsack respects the type's GPUs
+		}
+		c := free[best]
+		pl = append(pl, NodeCount{Node: best, Count: c})
+		free[best] = 0
+		k -= c
+	}
+	return normalize(pl)
+}
