@@ -45,8 +45,10 @@ type Options struct {
 	// root (Dir/checkpoints), and with Observe the history and the worker
 	// records. Required; made absolute.
 	Dir string
-	// Servers (default 3), Agents (default 2) and GPUsPerAgent (default 4).
+	// Servers (default 3), Agents (default 2, or none with NoAgents) and
+	// GPUsPerAgent (default 4).
 	Servers, Agents, GPUsPerAgent int
+	NoAgents                      bool
 	// Interval is the scheduling interval (default 1 s); TimeScale the
 	// emulated seconds per real second (default 100); RestartCost the
 	// emulated start-up of a worker (default 30 s); Grace the SIGTERM to
@@ -93,7 +95,11 @@ func (o *Options) defaults() error {
 		}
 	}
 	def(&o.Servers, 3)
-	def(&o.Agents, 2)
+	if !o.NoAgents {
+		def(&o.Agents, 2)
+	} else if o.Agents != 0 {
+		return fmt.Errorf("%w: NoAgents with %d agents", ErrConfig, o.Agents)
+	}
 	def(&o.GPUsPerAgent, 4)
 	dur := func(v *time.Duration, d time.Duration) {
 		if *v == 0 {
