@@ -171,6 +171,9 @@ func (p *Pollux) Allocate(snap *Snapshot, prev *State) (Result, error) {
 			best, cand = cand, best
 		}
 	}
+	if pr.anyPref {
+		cl.prefer(best)
+	}
 	res.Placements = make([]Placement, pr.jobs)
 	for j, pl := range best.alloc {
 		res.Placements[j] = slices.Clone(pl)
