@@ -152,12 +152,14 @@ func TestSnapshotTopologyRefused(t *testing.T) {
 		}
 	}
 	for name, mod := range map[string]func(*optimizer.Snapshot){
-		"too many levels":    func(s *optimizer.Snapshot) { s.Nodes[0].Topology = []string{"r1", "z1", "x"} },
-		"bad domain":         func(s *optimizer.Snapshot) { s.Nodes[0].Topology = []string{"R 1"} },
-		"bad levels":         func(s *optimizer.Snapshot) { s.Levels = []string{"zone", "rack"} },
-		"ratio below 1":      func(s *optimizer.Snapshot) { s.CrossRackRatio = 0.5 },
-		"unknown level":      func(s *optimizer.Snapshot) { s.Jobs[0].Topology.Required = "row" },
-		"required+preferred": func(s *optimizer.Snapshot) { s.Jobs[0].Topology = optimizer.TopologyConstraint{Required: "rack", Preferred: "zone"} },
+		"too many levels": func(s *optimizer.Snapshot) { s.Nodes[0].Topology = []string{"r1", "z1", "x"} },
+		"bad domain":      func(s *optimizer.Snapshot) { s.Nodes[0].Topology = []string{"R 1"} },
+		"bad levels":      func(s *optimizer.Snapshot) { s.Levels = []string{"zone", "rack"} },
+		"ratio below 1":   func(s *optimizer.Snapshot) { s.CrossRackRatio = 0.5 },
+		"unknown level":   func(s *optimizer.Snapshot) { s.Jobs[0].Topology.Required = "row" },
+		"required+preferred": func(s *optimizer.Snapshot) {
+			s.Jobs[0].Topology = optimizer.TopologyConstraint{Required: "rack", Preferred: "zone"}
+		},
 	} {
 		snap := base()
 		mod(snap)
