@@ -73,9 +73,7 @@ func (c *climber) improve(ind *indiv) bool {
 func (c *climber) load(ind *indiv) {
 	c.ind = ind
 	clear(c.used)
-	for n := range c.owner {
-		c.owner[n] = -1
-	}
+	c.pr.initOwner(c.owner)
 	for j, pl := range ind.alloc {
 		for _, nc := range pl {
 			c.used[nc.Node] += nc.Count
@@ -284,7 +282,7 @@ func (c *climber) takeNode(j int) bool {
 	var bestDPl, bestJPl Placement
 	bestDT, bestJT := 0.0, 0.0
 	for n, d := range c.owner {
-		if d < 0 || d == j {
+		if d < 0 || d == j || d >= pr.jobs {
 			continue
 		}
 		dcur := c.ind.alloc[d]

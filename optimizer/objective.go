@@ -419,3 +419,53 @@ func (o *Objective) Fitness(alloc []Placement) float64 {
 	}
 	return o.fromSum(sum)
 }
+
+// restrict is o on a part of the cluster: the jobs jobs (indexes into o's
+// snapshot) on the nodes nodes (indexes, ascending) with capacity GPUs
+// each. Speedups, restart factors, the fair share and the scale stay o's,
+// so a job's term is the same in both; current placements are mapped to
+// the part's node indexes (replicas elsewhere dropped), and the repair
+// order is o's restricted to the jobs.
+func (o *Objective) restrict(jobs, nodes, capacity []int) *Objective {
+	snap := o.snap
+	local := make(map[int]int, len(nodes))
+	sub := &Snapshot{Seed: snap.Seed, Now: snap.Now, Levels: snap.Levels, CrossRackRatio: snap.CrossRackRatio,
+		Nodes: make([]Node, len(nodes)), Jobs: make([]Job, len(jobs))}
+	for i, n := range nodes {
+		local[n] = i
+		sub.Nodes[i] = snap.Nodes[n]
+		sub.Nodes[i].GPUs = capacity[i]
+	}
+	r := &Objective{
+		snap: sub, p: o.p, scale: o.scale, kFair: o.kFair, nFair: o.nFair,
+		speed:    make([]speedFn, len(jobs)),
+		factor:   make([]float64, len(jobs)),
+		current:  make([]Placement, len(jobs)),
+		order:    make([]int, 0, len(jobs)),
+		capacity: capacity,
+	}
+	pos := make(map[int]int, len(jobs))
+	for i, j := range jobs {
+		pos[j] = i
+		job := &snap.Jobs[j]
+		sub.Jobs[i] = Job{ID: job.ID, SubmitTime: job.SubmitTime, Age: job.Age, Attained: job.Attained,
+			Restarts: job.Restarts, MinReplicas: job.MinReplicas, MaxReplicas: job.MaxReplicas, Topology: job.Topology}
+		r.speed[i], r.factor[i] = o.speed[j], o.factor[j]
+		var cur Placement
+		for _, nc := range o.current[j] {
+			if l, ok := local[nc.Node]; ok {
+				cur = append(cur, NodeCount{Node: l, Count: nc.Count})
+			}
+		}
+		r.current[i] = cur
+		sub.Jobs[i].Current = cur
+	}
+	for _, j := range o.order {
+		if i, ok := pos[j]; ok {
+			r.order = append(r.order, i)
+		}
+	}
+	r.topo, _ = buildTopo(sub)
+	r.multiRack = r.topo != nil && r.topo.racks() > 1
+	return r
+}

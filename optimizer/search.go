@@ -32,6 +32,23 @@ type problem struct {
 	rack            []int32
 	req, pref       []int
 	anyReq, anyPref bool
+	// preOwned marks nodes a distributed job outside the problem already
+	// uses (a rack's share of a job spanning racks): no distributed job
+	// of the problem may use them. Nil: none.
+	preOwned []bool
+}
+
+// initOwner resets owner: -1 (free) on every node, a job index past the
+// problem's on pre-owned nodes.
+func (pr *problem) initOwner(owner []int) {
+	for n := range owner {
+		owner[n] = -1
+	}
+	for n, o := range pr.preOwned {
+		if o {
+			owner[n] = pr.jobs
+		}
+	}
 }
 
 // spanRate is the probability that a mutation draws a job's new node from
@@ -499,9 +516,7 @@ func threshold(p float64) uint64 {
 // nothing.
 func (w *worker) repair(ind *indiv) {
 	pr := w.pr
-	for n := range w.owner {
-		w.owner[n] = -1
-	}
+	pr.initOwner(w.owner)
 	clear(w.used)
 	for _, j := range pr.order {
 		pl := ind.alloc[j]

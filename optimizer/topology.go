@@ -13,6 +13,11 @@ const RackLevel = "rack"
 // declare (in reports; in a Node it is the empty string).
 const DefaultDomain = "default"
 
+// DefaultCrossRackRatio is the cross-rack to in-rack slowdown the
+// command-line tools assume when none is configured: the 2:1
+// oversubscription of a common top-of-rack uplink.
+const DefaultCrossRackRatio = 2.0
+
 // maxLevels bounds the topology levels a cluster may define.
 const maxLevels = 8
 

@@ -170,7 +170,7 @@ scheduler before topology, on the same cluster), and reports both.`,
 	fl.StringVar(&f.out, "out", "", "directory for summary.json, jobs.csv and PNG plots")
 	fl.BoolVar(&f.asJSON, "json", false, "print exactly one JSON object on stdout")
 	fl.IntVar(&f.racks, "racks", 1, "racks the nodes are spread over, consecutive nodes in each")
-	fl.Float64Var(&f.crossRackRatio, "cross-rack-ratio", 1, "how many times slower synchronising across racks is than within one (>= 1)")
+	fl.Float64Var(&f.crossRackRatio, "cross-rack-ratio", optimizer.DefaultCrossRackRatio, "how many times slower synchronising across racks is than within one (>= 1; only with --racks)")
 	fl.StringVar(&f.crossRackModel, "cross-rack-model", "overlap", "how a placement across racks is slowed: overlap or exposed (see above)")
 	fl.BoolVar(&f.compareTopology, "compare-topology", false, "run the policy aware of the racks and blind to them, and compare (needs --racks of at least 2 and one policy)")
 	return cmd
