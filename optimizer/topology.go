@@ -29,17 +29,33 @@ const maxLevels = 8
 // its replicas fit in one, and spread over the fewest otherwise. At most
 // one of them is set; the zero value leaves placement to the job's model.
 type TopologyConstraint struct {
-	Required  string `json:"required,omitempty"`
-	Preferred string `json:"preferred,omitempty"`
+	Required  string `json:"required,omitempty" yaml:"required,omitempty"`
+	Preferred string `json:"preferred,omitempty" yaml:"preferred,omitempty"`
 }
 
 // IsZero reports whether c constrains nothing.
 func (c TopologyConstraint) IsZero() bool { return c.Required == "" && c.Preferred == "" }
 
-// Validate checks c against the cluster's levels (nil: the rack alone).
-func (c TopologyConstraint) Validate(levels []string) error {
+// CheckSyntax checks c without knowing the cluster: at most one of
+// Required and Preferred, naming a level by a valid name.
+func (c TopologyConstraint) CheckSyntax() error {
 	if c.Required != "" && c.Preferred != "" {
 		return fmt.Errorf("%w: topology both required (%q) and preferred (%q); give one", ErrBadTopology, c.Required, c.Preferred)
+	}
+	for _, l := range []string{c.Required, c.Preferred} {
+		if l != "" {
+			if err := checkName("level", l); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Validate checks c against the cluster's levels (nil: the rack alone).
+func (c TopologyConstraint) Validate(levels []string) error {
+	if err := c.CheckSyntax(); err != nil {
+		return err
 	}
 	for _, l := range []string{c.Required, c.Preferred} {
 		if l != "" && !slices.Contains(levelsOr(levels), l) {
