@@ -78,6 +78,16 @@ func (md Model) Goodput(n, k, m, s int) float64 {
 	return md.GoodputRacks(1, n, k, m, s)
 }
 
+// goodputNet is GoodputRacks with the placement's network time net
+// already computed (the same arithmetic).
+func (md Model) goodputNet(net float64, k, m, s int) float64 {
+	p := md.Params
+	acc := p.AccumTime(float64(m))
+	iter := float64(s)*acc + overlap(acc, net, p.Gamma)
+	total := float64(k) * float64(m) * float64(s+1)
+	return total / iter * md.Grad.Efficiency(total, float64(md.Limits.InitBatch))
+}
+
 // GoodputRacks is Goodput on n nodes spread over r racks.
 func (md Model) GoodputRacks(r, n, k, m, s int) float64 {
 	total := float64(k) * float64(m) * float64(s+1)
@@ -143,6 +153,9 @@ func (md Model) optimizeRacks(r, n, k int) (Config, bool) {
 		return Config{}, false
 	}
 	ratio := math.Pow(hi/lo, 1/float64(candidates-1))
+	// The network time depends on the placement only: once for all
+	// candidates.
+	net := md.Params.NetworkTimeRacks(r, n, k)
 	var best Config
 	found := false
 	total := lo
@@ -152,7 +165,7 @@ func (md Model) optimizeRacks(r, n, k int) (Config, bool) {
 		}
 		m, s := l.Split(k, total)
 		if m >= l.MinLocal && m <= l.MaxLocal {
-			g := md.GoodputRacks(r, n, k, m, s)
+			g := md.goodputNet(net, k, m, s)
 			if !found || g > best.Goodput {
 				found = true
 				best = Config{Goodput: g, LocalBatch: m, AccumSteps: s}
