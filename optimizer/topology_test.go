@@ -443,3 +443,75 @@ func TestHierarchicalSearch(t *testing.T) {
 	}
 	t.Logf("first round: by rack %.5f, flat %.5f", first.Diagnostics.Fitness, fr.Diagnostics.Fitness)
 }
+
+// When a rack is lost, the next round re-places its jobs in the surviving
+// racks (a required rack within one of them), warm-started from the
+// population that still names the lost nodes.
+func TestRackLossReplaced(t *testing.T) {
+	snap, err := optimizer.Synthetic(96, 4, 24, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := optimizer.AssignRacks(snap, 3); err != nil {
+		t.Fatal(err)
+	}
+	snap.CrossRackRatio = 4
+	for j := range snap.Jobs {
+		snap.Jobs[j].Current = nil
+		snap.Jobs[j].MaxReplicas = min(snap.Jobs[j].MaxReplicas, 4)
+		if j%3 == 0 {
+			snap.Jobs[j].Topology.Required = "rack"
+		}
+	}
+	p := optimizer.NewPollux()
+	res, err := p.Allocate(snap, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := snap.Nodes[0].Topology[0]
+	var onLost []string
+	for j, pl := range res.Placements {
+		for _, nc := range pl {
+			if snap.Nodes[nc.Node].Topology[0] == lost {
+				onLost = append(onLost, snap.Jobs[j].ID)
+				break
+			}
+		}
+	}
+	if len(onLost) == 0 {
+		t.Fatalf("no job on rack %s: nothing to re-place", lost)
+	}
+	// The next round: the rack's nodes are gone, and so are its replicas.
+	next := *snap
+	next.Seed++
+	next.Nodes = nil
+	index := map[int]int{}
+	for n, node := range snap.Nodes {
+		if node.Topology[0] != lost {
+			index[n] = len(next.Nodes)
+			next.Nodes = append(next.Nodes, node)
+		}
+	}
+	next.Jobs = append([]optimizer.Job(nil), snap.Jobs...)
+	for j := range next.Jobs {
+		next.Jobs[j].Age += 60
+		var cur optimizer.Placement
+		for _, nc := range res.Placements[j] {
+			if n, ok := index[nc.Node]; ok {
+				cur = append(cur, optimizer.NodeCount{Node: n, Count: nc.Count})
+			}
+		}
+		next.Jobs[j].Current = cur
+	}
+	again, err := p.Allocate(&next, res.State)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFeasible(t, &next, again.Placements, func(j int) (int, int) { return next.Jobs[j].MinReplicas, next.Jobs[j].MaxReplicas })
+	checkRequired(t, &next, again.Placements, "after the loss")
+	for j, pl := range again.Placements {
+		if len(pl) == 0 {
+			t.Errorf("job %s has no GPUs after the loss (64 GPUs for 24 jobs of at most 4)", next.Jobs[j].ID)
+		}
+	}
+}
