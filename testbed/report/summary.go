@@ -157,6 +157,15 @@ func PrintTable(w io.Writer, s Summary) error {
 		{"GPU-hours", func(p PolicySummary) string { return fmt.Sprintf("%.1f", p.MeanGPUHours) }},
 		{"worst FTF", func(p PolicySummary) string { return fmt.Sprintf("%.2f", p.WorstFTF) }},
 	}
+	for _, n := range names {
+		if s.Policies[n].CrossRackGPUTimeFrac > 0 {
+			rows = append(rows, struct {
+				label string
+				get   func(PolicySummary) string
+			}{"cross-rack GPU time", func(p PolicySummary) string { return fmt.Sprintf("%.1f%%", 100*p.CrossRackGPUTimeFrac) }})
+			break
+		}
+	}
 	for _, row := range rows {
 		fmt.Fprintf(tw, "%s\t", row.label)
 		for _, n := range names {
