@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"text/tabwriter"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -105,6 +106,10 @@ type simFlags struct {
 	interference, p               float64
 	seed                          uint64
 	asJSON, pSet                  bool
+	racks                         int
+	crossRackRatio                float64
+	crossRackModel                string
+	compareTopology               bool
 }
 
 func newSimCmd() *cobra.Command {
@@ -126,7 +131,23 @@ files (placements-TYPE.csv): a preset (hetero: Sia's 6 aws, 2 dgx-ext and 3
 rtx nodes; homogeneous: 16 aws nodes), an inline list such as
 "aws:6,rtx:3,dgx-ext:2" (TYPE:NODES or TYPE:NODESxGPUS), or a CSV file with the
 header gpu_type,nodes,gpus_per_node. With --cluster the simulator follows
-Sia's simulator (--semantics sia) unless told otherwise.`,
+Sia's simulator (--semantics sia) unless told otherwise.
+
+--racks R puts the nodes, in order, into R racks of consecutive nodes, and
+--cross-rack-ratio X makes synchronising across racks X times slower than
+within one. The traces measure only placements within a rack, so the cost
+of a placement across racks is put on top of them: with
+--cross-rack-model overlap (the default) its step time is scaled by what
+the application's throughput model (fitted on its in-rack step times)
+predicts with its network terms X times larger, so that communication the
+backward pass hid can become exposed; with exposed, only the measured
+sync time is paid X times (step + (X - 1) x sync, a lower bound). The
+policies see the racks and the ratio (jobs fit their cross-rack cost
+once they have run across racks); the summary
+reports the fraction of GPU time spent on placements across racks
+(cross_rack_gpu_time_frac). --compare-topology runs the one policy given
+twice on every workload, aware of the racks and blind to them (the
+scheduler before topology, on the same cluster), and reports both.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.pSet = cmd.Flags().Changed("p")
@@ -148,13 +169,19 @@ Sia's simulator (--semantics sia) unless told otherwise.`,
 	fl.IntVar(&f.parallel, "parallel", runtime.NumCPU(), "runs to simulate at once")
 	fl.StringVar(&f.out, "out", "", "directory for summary.json, jobs.csv and PNG plots")
 	fl.BoolVar(&f.asJSON, "json", false, "print exactly one JSON object on stdout")
+	fl.IntVar(&f.racks, "racks", 1, "racks the nodes are spread over, consecutive nodes in each")
+	fl.Float64Var(&f.crossRackRatio, "cross-rack-ratio", optimizer.DefaultCrossRackRatio, "how many times slower synchronising across racks is than within one (>= 1; only with --racks)")
+	fl.StringVar(&f.crossRackModel, "cross-rack-model", "overlap", "how a placement across racks is slowed: overlap or exposed (see above)")
+	fl.BoolVar(&f.compareTopology, "compare-topology", false, "run the policy aware of the racks and blind to them, and compare (needs --racks of at least 2 and one policy)")
 	return cmd
 }
 
-// simRun is one (policy, workload) pair to simulate.
+// simRun is one (policy, workload) pair to simulate, blind to racks or
+// not.
 type simRun struct {
 	policy string
 	wl     workload.Workload
+	blind  bool
 }
 
 func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
@@ -185,8 +212,19 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 	cfg.Interval = f.interval.Seconds()
 	cfg.Interference = f.interference
 	cfg.Seed = f.seed
+	cfg.Racks = f.racks
+	cfg.CrossRackRatio = f.crossRackRatio
+	if cfg.CrossRackModel, err = sim.ParseCrossRackModel(f.crossRackModel); err != nil {
+		return badInput(fmt.Errorf("sim: --cross-rack-model: %w", err))
+	}
 	if err := cfg.Validate(); err != nil {
 		return badInput(err)
+	}
+	if f.racks < 1 || !(f.crossRackRatio >= 1) || math.IsInf(f.crossRackRatio, 0) {
+		return badInput(fmt.Errorf("sim: --racks %d, --cross-rack-ratio %v: want at least 1 rack and a finite ratio of at least 1", f.racks, f.crossRackRatio))
+	}
+	if f.compareTopology && (f.racks < 2 || len(policies) != 1) {
+		return badInput(fmt.Errorf("sim: --compare-topology needs --racks of at least 2 (got %d) and exactly one policy (got %s)", f.racks, strings.Join(policies, ", ")))
 	}
 	if math.IsNaN(f.p) || math.IsInf(f.p, 0) {
 		return badInput(fmt.Errorf("sim: --p %v: want a finite exponent (0 is the geometric mean)", f.p))
@@ -208,8 +246,12 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 	total := 0
 	for _, p := range policies {
 		for _, wl := range wls {
-			runs = append(runs, simRun{p, wl})
+			runs = append(runs, simRun{policy: p, wl: wl})
 			total += len(wl.Jobs)
+			if f.compareTopology {
+				runs = append(runs, simRun{policy: p, wl: wl, blind: true})
+				total += len(wl.Jobs)
+			}
 		}
 	}
 	workers := min(f.parallel, len(runs))
@@ -259,7 +301,9 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 				o := opts
 				o.workers = perRun
 				pol := simPolicies[r.policy](o)
-				res, err := sim.RunTyped(ctx, cfg, cats, r.wl, pol, sim.ModeFor(r.policy), progress)
+				rcfg := cfg
+				rcfg.RackBlind = r.blind
+				res, err := sim.RunTyped(ctx, rcfg, cats, r.wl, pol, sim.ModeFor(r.policy), progress)
 				if err != nil {
 					mu.Lock()
 					if firstErr == nil {
@@ -287,6 +331,9 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 	// workers over rounds is the cost of one round on one worker.
 	fmt.Fprintf(stderr, "simulated %d runs (%d rounds) in %.1f s on %d workers: %.2f ms per round\n",
 		len(runs), rounds, elapsed.Seconds(), workers, 1e3*elapsed.Seconds()*float64(workers)/float64(max(rounds, 1)))
+	if f.compareTopology {
+		return writeTopologyComparison(stdout, f, runs, results)
+	}
 	summary := report.Summarize(results)
 	if f.out != "" {
 		if err := writeSimOut(f.out, summary, results); err != nil {
@@ -521,4 +568,66 @@ func writeSimOut(dir string, summary report.Summary, results []*sim.Result) erro
 		return errors.Join(fmt.Errorf("sim: plots"), err)
 	}
 	return nil
+}
+
+// topologyComparison is what `pollux sim --compare-topology --json`
+// prints: the policy aware of the racks and blind to them, each averaged
+// over the workloads.
+type topologyComparison struct {
+	Policy         string               `json:"policy"`
+	Racks          int                  `json:"racks"`
+	CrossRackRatio float64              `json:"cross_rack_ratio"`
+	CrossRackModel string               `json:"cross_rack_model"`
+	Workloads      int                  `json:"workloads"`
+	RackAware      report.PolicySummary `json:"rack_aware"`
+	RackBlind      report.PolicySummary `json:"rack_blind"`
+	// AvgJCTReduction is 1 - rack-aware mean average JCT / rack-blind's.
+	AvgJCTReduction float64 `json:"avg_jct_reduction"`
+	// Runs are the per-workload figures, rack-aware then rack-blind.
+	Runs []topologyRun `json:"runs"`
+}
+
+type topologyRun struct {
+	Workload             string  `json:"workload"`
+	RackAware            bool    `json:"rack_aware"`
+	AvgJCT               float64 `json:"avg_jct"`
+	CrossRackGPUTimeFrac float64 `json:"cross_rack_gpu_time_frac"`
+	RestartsPerJob       float64 `json:"restarts_per_job"`
+}
+
+// writeTopologyComparison reports the runs of --compare-topology.
+func writeTopologyComparison(w io.Writer, f simFlags, runs []simRun, results []*sim.Result) error {
+	var aware, blind []*sim.Result
+	out := topologyComparison{Policy: runs[0].policy, Racks: f.racks, CrossRackRatio: f.crossRackRatio, CrossRackModel: f.crossRackModel}
+	for i, r := range runs {
+		if r.blind {
+			blind = append(blind, results[i])
+		} else {
+			aware = append(aware, results[i])
+		}
+		m := results[i].Metrics
+		out.Runs = append(out.Runs, topologyRun{Workload: r.wl.Name, RackAware: !r.blind, AvgJCT: m.AvgJCT,
+			CrossRackGPUTimeFrac: m.CrossRackGPUTimeFrac, RestartsPerJob: m.RestartsPerJob})
+	}
+	out.RackAware = report.Summarize(aware).Policies[out.Policy]
+	out.RackBlind = report.Summarize(blind).Policies[out.Policy]
+	out.Workloads = len(aware)
+	if out.RackBlind.MeanAvgJCT > 0 {
+		out.AvgJCTReduction = 1 - out.RackAware.MeanAvgJCT/out.RackBlind.MeanAvgJCT
+	}
+	if f.asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%s on %d racks, cross-rack ratio %g\tmean avg JCT s\tcross-rack GPU time\trestarts/job\t\n", out.Policy, out.Racks, out.CrossRackRatio)
+	for _, row := range []struct {
+		name string
+		ps   report.PolicySummary
+	}{{"rack-aware", out.RackAware}, {"rack-blind", out.RackBlind}} {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f %%\t%.2f\t\n", row.name, row.ps.MeanAvgJCT, 100*row.ps.CrossRackGPUTimeFrac, row.ps.MeanRestartsPerJob)
+	}
+	fmt.Fprintf(tw, "rack-aware below rack-blind\t%.1f %%\t\t\t\n", 100*out.AvgJCTReduction)
+	return tw.Flush()
 }

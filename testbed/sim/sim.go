@@ -43,6 +43,22 @@ type Config struct {
 	// NoFairness skips finish-time fairness (under Sia's semantics it runs
 	// every job alone on its share of every GPU type).
 	NoFairness bool `json:"no_fairness,omitempty"`
+	// Racks puts the nodes, in order, into this many racks of consecutive
+	// nodes (as even as the node count allows; 0 and 1: one rack).
+	Racks int `json:"racks,omitempty"`
+	// CrossRackRatio is how many times slower synchronising across racks
+	// is than within one (0 and 1: racks cost nothing). The traces
+	// measure only placements within a rack; CrossRackModel says how the
+	// cost of a placement across racks is put on top of them.
+	CrossRackRatio float64 `json:"cross_rack_ratio,omitempty"`
+	// CrossRackModel is how a slower link slows a placement across racks
+	// (see CrossRackModel's values).
+	CrossRackModel CrossRackModel `json:"cross_rack_model,omitempty"`
+	// RackBlind hides the racks from the policy and the jobs, as the
+	// scheduler was before topology: the snapshot has no topology and no
+	// ratio, and jobs fit their models as if every placement were within
+	// one rack (they still run at the true, cross-rack speed).
+	RackBlind bool `json:"rack_blind,omitempty"`
 	// isolated marks the runs finish-time fairness makes of one job alone
 	// (they compute no fairness themselves).
 	isolated bool
@@ -90,6 +106,10 @@ func (c Config) Validate() error {
 	switch {
 	case nodes > 1<<16:
 		return fmt.Errorf("%w: %d nodes, want at most 65536", ErrBadConfig, nodes)
+	case c.Racks < 0 || c.Racks > nodes:
+		return fmt.Errorf("%w: %d racks for %d nodes, want 1..%d", ErrBadConfig, c.Racks, nodes, nodes)
+	case c.CrossRackRatio != 0 && !(c.CrossRackRatio >= 1) || math.IsInf(c.CrossRackRatio, 0):
+		return fmt.Errorf("%w: cross-rack ratio %v, want a finite ratio >= 1", ErrBadConfig, c.CrossRackRatio)
 	case c.MaxReplicas < 0:
 		return fmt.Errorf("%w: max replicas %d", ErrBadConfig, c.MaxReplicas)
 	case !(c.Interval >= 1) || c.Interval != math.Trunc(c.Interval) || c.Interval > 86400:
@@ -120,6 +140,9 @@ type JobResult struct {
 	// AllocatedGPUSeconds is the GPUs the job held times the interval,
 	// summed over rounds.
 	AllocatedGPUSeconds float64 `json:"allocated_gpu_seconds"`
+	// CrossRackGPUSeconds is the part of AllocatedGPUSeconds on
+	// placements across racks.
+	CrossRackGPUSeconds float64 `json:"cross_rack_gpu_seconds,omitempty"`
 	// GPUType is the GPU type the job finished on ("" on a single-type
 	// cluster).
 	GPUType string `json:"gpu_type,omitempty"`
@@ -197,14 +220,30 @@ func RunTyped(ctx context.Context, cfg Config, cats testbed.TypedCatalog, wl wor
 		s.jobs = append(s.jobs, j)
 	}
 	sort.SliceStable(s.jobs, func(a, b int) bool { return s.jobs[a].spec.Time < s.jobs[b].spec.Time })
+	total := 0
+	for _, g := range groups {
+		total += g.Nodes
+	}
 	for _, g := range groups {
 		for i := 0; i < g.Nodes; i++ {
 			id := "node-" + strconv.Itoa(len(s.nodes))
 			if g.Type != "" {
 				id = g.Type + "-" + strconv.Itoa(i)
 			}
-			s.nodes = append(s.nodes, optimizer.Node{ID: id, GPUs: g.GPUsPerNode, Type: g.Type})
+			rack := len(s.nodes) * max(cfg.Racks, 1) / total
+			s.rackOf = append(s.rackOf, rack)
+			node := optimizer.Node{ID: id, GPUs: g.GPUsPerNode, Type: g.Type}
+			if cfg.Racks > 1 && !cfg.RackBlind {
+				node.Topology = []string{"rack-" + strconv.Itoa(rack)}
+			}
+			s.nodes = append(s.nodes, node)
 		}
+	}
+	cross := newCrossRack(cfg.CrossRackRatio, cfg.CrossRackModel, groups[0].GPUsPerNode)
+	for _, j := range s.jobs {
+		j.crossRatio = max(cfg.CrossRackRatio, 1)
+		j.rackAware = cfg.Racks > 1 && !cfg.RackBlind
+		j.cross = cross
 	}
 	res := &Result{Policy: pol.Name(), Workload: wl.Name}
 	done := 0
@@ -254,10 +293,12 @@ type state struct {
 	mode  Mode
 	jobs  []*job
 	nodes []optimizer.Node
-	now   float64
-	round uint64
-	prev  *optimizer.State
-	steps map[stepKey][]float64
+	// rackOf is every node's rack.
+	rackOf []int
+	now    float64
+	round  uint64
+	prev   *optimizer.State
+	steps  map[stepKey][]float64
 }
 
 // advance moves every job forward by one interval.
@@ -319,6 +360,9 @@ func (s *state) allocate() error {
 		return nil
 	}
 	snap := &optimizer.Snapshot{Nodes: s.nodes, Now: s.now, Seed: splitmix(s.cfg.Seed ^ (s.round * 0x9e3779b97f4a7c15))}
+	if s.cfg.Racks > 1 && !s.cfg.RackBlind {
+		snap.CrossRackRatio = s.cfg.CrossRackRatio
+	}
 	s.round++
 	for _, j := range act {
 		snap.Jobs = append(snap.Jobs, s.snapshotJob(j))
@@ -364,15 +408,36 @@ func (s *state) allocate() error {
 		if len(next[i]) > 0 {
 			typ = s.nodes[next[i][0].Node].Type
 		}
-		j.place(next[i], layout, typ, s.cfg.restartDelay(j.spec.App))
+		j.place(next[i], layout, typ, s.cfg.restartDelay(j.spec.App), s.racks(next[i]))
 	}
 	for _, j := range act {
 		j.contSum += float64(len(act))
 		j.contN++
 		j.allocated += float64(j.replicas) * s.cfg.Interval
+		if j.racks > 1 {
+			j.crossAllocated += float64(j.replicas) * s.cfg.Interval
+		}
 	}
 	s.prev = res.State
 	return nil
+}
+
+// racks is the number of racks placement pl spans.
+func (s *state) racks(pl optimizer.Placement) int {
+	r := 0
+	for i, nc := range pl {
+		seen := false
+		for _, o := range pl[:i] {
+			if s.rackOf[o.Node] == s.rackOf[nc.Node] {
+				seen = true
+				break
+			}
+		}
+		if !seen {
+			r++
+		}
+	}
+	return r
 }
 
 // sameCounts reports whether layout holds exactly the counts of pl, in
