@@ -1,0 +1,168 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+
+	"pollux/optimizer"
+	"pollux/testbed"
+	"pollux/testbed/workload"
+)
+
+// Stepper runs a simulation one round at a time, for a caller that
+// changes the cluster between rounds (the federation simulator lends and
+// borrows nodes). A round is Advance, then optionally SetNodes, then
+// Allocate; Run is exactly that loop without SetNodes.
+type Stepper struct {
+	s   *state
+	res *Result
+}
+
+// NewStepper checks the inputs of a run (as RunTyped does) and returns it
+// before its first round.
+func NewStepper(cfg Config, cats testbed.TypedCatalog, wl workload.Workload, pol optimizer.Policy, mode Mode) (*Stepper, error) {
+	s, err := newState(cfg, cats, wl, pol, mode)
+	if err != nil {
+		return nil, err
+	}
+	return &Stepper{s: s, res: &Result{Policy: pol.Name(), Workload: wl.Name}}, nil
+}
+
+// Now is the simulated time, in seconds.
+func (st *Stepper) Now() float64 { return st.s.now }
+
+// Completed is how many jobs have completed.
+func (st *Stepper) Completed() int {
+	done := 0
+	for _, j := range st.s.jobs {
+		if j.done {
+			done++
+		}
+	}
+	return done
+}
+
+// Done reports whether every job has completed.
+func (st *Stepper) Done() bool { return st.Completed() == len(st.s.jobs) }
+
+// Advance moves every job forward by one interval. It fails once the
+// horizon is reached with jobs still running.
+func (st *Stepper) Advance() error {
+	if st.s.now >= st.s.cfg.Horizon {
+		return fmt.Errorf("%w: %d of %d jobs still running after %v s", ErrHorizon, len(st.s.jobs)-st.Completed(), len(st.s.jobs), st.s.cfg.Horizon)
+	}
+	st.s.advance()
+	return nil
+}
+
+// Allocate runs the policy on the current nodes, applies the changed
+// allocations and records the round.
+func (st *Stepper) Allocate() error {
+	err := st.s.allocate()
+	st.s.vacating = nil
+	if err != nil {
+		return err
+	}
+	st.res.Rounds++
+	st.res.Timeline = append(st.res.Timeline, st.s.sample())
+	return nil
+}
+
+// Nodes are the nodes the policy allocates (a copy).
+func (st *Stepper) Nodes() []optimizer.Node { return append([]optimizer.Node(nil), st.s.nodes...) }
+
+// SetNodes replaces the cluster's nodes before the next Allocate. Jobs
+// keep their replicas on nodes that stay (matched by ID, with at least as
+// many GPUs); a job that loses any is evicted: it restarts at the next
+// allocation even if the policy keeps what it has left. vacate gives, per
+// node ID, the seconds the workers that held the node take to leave it
+// (checkpoint and exit): a job started there waits that long on top of
+// its restart.
+func (st *Stepper) SetNodes(nodes []optimizer.Node, vacate map[string]float64) {
+	s := st.s
+	index := make(map[string]int, len(nodes))
+	for i, n := range nodes {
+		index[n.ID] = i
+	}
+	for _, j := range s.jobs {
+		if j.done || len(j.alloc) == 0 {
+			continue
+		}
+		var kept optimizer.Placement
+		for _, nc := range j.alloc {
+			i, ok := index[s.nodes[nc.Node].ID]
+			if !ok || nodes[i].GPUs < nc.Count {
+				j.evicted = true
+				continue
+			}
+			kept = append(kept, optimizer.NodeCount{Node: i, Count: nc.Count})
+		}
+		j.alloc = normalize(kept)
+	}
+	s.nodes = append([]optimizer.Node(nil), nodes...)
+	s.vacating = nil
+	for id, d := range vacate {
+		if i, ok := index[id]; ok && d > 0 {
+			if s.vacating == nil {
+				s.vacating = map[int]float64{}
+			}
+			s.vacating[i] = d
+		}
+	}
+}
+
+// Jobs are the submitted, unfinished jobs as the policy sees them in the
+// next Allocate (their Current placements index Nodes).
+func (st *Stepper) Jobs() []optimizer.Job {
+	var out []optimizer.Job
+	for _, j := range st.s.active() {
+		out = append(out, st.s.snapshotJob(j))
+	}
+	return out
+}
+
+// Usage is, per node ID, the GPUs the running jobs hold and the seconds
+// until the last of their restarts on it ends (0 when every job there is
+// making progress).
+func (st *Stepper) Usage() map[string]NodeUse {
+	out := map[string]NodeUse{}
+	for _, j := range st.s.jobs {
+		if j.done || !j.running() || j.evicted {
+			continue
+		}
+		for _, nc := range j.alloc {
+			id := st.s.nodes[nc.Node].ID
+			u := out[id]
+			u.GPUs += nc.Count
+			u.Starting = max(u.Starting, j.restartLeft)
+			out[id] = u
+		}
+	}
+	return out
+}
+
+// NodeUse is how a node is used.
+type NodeUse struct {
+	// GPUs is how many of its GPUs jobs hold.
+	GPUs int
+	// Starting is the seconds until every job on it has finished its
+	// restart.
+	Starting float64
+}
+
+// Finish computes the per-job records and metrics of a run whose jobs
+// have all completed.
+func (st *Stepper) Finish(ctx context.Context) (*Result, error) {
+	if !st.Done() {
+		return nil, fmt.Errorf("%w: %d of %d jobs still running", ErrBadConfig, len(st.s.jobs)-st.Completed(), len(st.s.jobs))
+	}
+	jobs, err := st.s.results(ctx, st.res.Timeline)
+	if err != nil {
+		return nil, err
+	}
+	res := st.res
+	res.Jobs = jobs
+	res.Metrics = Summarize(res.Jobs)
+	res.Metrics.Contention = meanActive(res.Timeline)
+	return res, nil
+}
