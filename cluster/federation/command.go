@@ -57,7 +57,20 @@ type Command struct {
 	// TTL is the lease's time to live in seconds (grant; a renewal may
 	// give a new one, 0 keeps the lease's).
 	TTL float64 `json:"ttl_s,omitempty"`
+	// Reason says why a lease is reclaimed: ReasonNeed (the default: the
+	// lender's own jobs need the GPUs) or ReasonRebalance (another peer
+	// gains clearly more from them).
+	Reason Reason `json:"reason,omitempty"`
 }
+
+// Reason is why a lender reclaims a lease.
+type Reason string
+
+// The reasons of a reclaim.
+const (
+	ReasonNeed      Reason = ""
+	ReasonRebalance Reason = "rebalance"
+)
 
 // Validate checks the command's shape (not whether a ledger accepts it).
 func (c *Command) Validate() error {
@@ -72,13 +85,19 @@ func (c *Command) Validate() error {
 	}
 	switch c.Op {
 	case OpExpire:
-		if c.Lease != "" || c.Lender != "" || c.Borrower != "" || len(c.Nodes) > 0 {
+		if c.Lease != "" || c.Lender != "" || c.Borrower != "" || len(c.Nodes) > 0 || c.Reason != ReasonNeed {
 			return fmt.Errorf("%w: expire takes only a time", ErrBadCommand)
 		}
 		return nil
 	case OpGrant, OpRenew, OpReclaim, OpRelease:
 	default:
 		return fmt.Errorf("%w: operation %q, want grant, renew, reclaim, release or expire", ErrBadCommand, c.Op)
+	}
+	switch {
+	case c.Reason != ReasonNeed && c.Reason != ReasonRebalance:
+		return fmt.Errorf("%w: reason %q, want none or %q", ErrBadCommand, c.Reason, ReasonRebalance)
+	case c.Reason != ReasonNeed && c.Op != OpReclaim:
+		return fmt.Errorf("%w: only a reclaim gives a reason", ErrBadCommand)
 	}
 	if !validLeaseID(c.Lease) {
 		return fmt.Errorf("%w: lease ID %q, want 1-128 printable characters", ErrBadCommand, c.Lease)

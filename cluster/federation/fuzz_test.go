@@ -90,7 +90,15 @@ func FuzzLedgerSequence(f *testing.F) {
 					cc.From = lg.self.Name
 				}
 				before := snapshot(lg)
-				if _, err := lg.Apply(cc); err != nil && !reflect.DeepEqual(before, snapshot(lg)) {
+				checked := lg.Check(cc)
+				if !reflect.DeepEqual(before, snapshot(lg)) {
+					t.Fatalf("%s: Check(%+v) changed the ledger", lg.self.Name, cc)
+				}
+				_, err := lg.Apply(cc)
+				if (checked == nil) != (err == nil) {
+					t.Fatalf("%s: Check said %v, Apply %v", lg.self.Name, checked, err)
+				}
+				if err != nil && !reflect.DeepEqual(before, snapshot(lg)) {
 					t.Fatalf("%s refused %+v (%v) and changed", lg.self.Name, cc, err)
 				}
 				checkInvariants(t, lg)

@@ -61,6 +61,9 @@ type Ledger struct {
 	// lentOn is the GPUs of each own node that are lent out.
 	lentOn         map[string]int
 	lent, borrowed int
+	// reclaimed is when the lab last reclaimed a lease for its own jobs
+	// (0: never).
+	reclaimed float64
 }
 
 // NewLedger returns the empty ledger of the lab self.
@@ -73,6 +76,26 @@ func NewLedger(self Lab) (*Ledger, error) {
 	return &Ledger{self: self, leases: map[string]*Lease{}, ends: map[string]ended{}, lentOn: map[string]int{}}, nil
 }
 
+// Clone is an independent copy of the ledger (to try commands on).
+func (lg *Ledger) Clone() *Ledger {
+	c := *lg
+	c.leases = make(map[string]*Lease, len(lg.leases))
+	for id, l := range lg.leases {
+		cl := clone(l)
+		c.leases[id] = &cl
+	}
+	c.ends = make(map[string]ended, len(lg.ends))
+	for id, e := range lg.ends {
+		c.ends[id] = e
+	}
+	c.order = slices.Clone(lg.order)
+	c.lentOn = make(map[string]int, len(lg.lentOn))
+	for id, g := range lg.lentOn {
+		c.lentOn[id] = g
+	}
+	return &c
+}
+
 // Self is the lab whose ledger this is.
 func (lg *Ledger) Self() *Lab { return &lg.self }
 
@@ -80,6 +103,10 @@ func (lg *Ledger) Self() *Lab { return &lg.self }
 // leases.
 func (lg *Ledger) Lent() int     { return lg.lent }
 func (lg *Ledger) Borrowed() int { return lg.borrowed }
+
+// LastReclaim is when the lab last reclaimed a lease for its own jobs
+// (not to rebalance), 0 if never.
+func (lg *Ledger) LastReclaim() float64 { return lg.reclaimed }
 
 // LentOn is the GPUs of the lab's node id that are lent out.
 func (lg *Ledger) LentOn(id string) int { return lg.lentOn[id] }
@@ -111,7 +138,17 @@ func clone(l *Lease) Lease {
 
 // Apply applies one command, or refuses it and changes nothing. It
 // returns the leases the command granted, renewed or ended.
-func (lg *Ledger) Apply(c Command) ([]Lease, error) {
+func (lg *Ledger) Apply(c Command) ([]Lease, error) { return lg.apply(c, false) }
+
+// Check reports whether Apply would accept the command, changing
+// nothing: a command that concerns two clusters is checked by both
+// before either applies it.
+func (lg *Ledger) Check(c Command) error {
+	_, err := lg.apply(c, true)
+	return err
+}
+
+func (lg *Ledger) apply(c Command, dry bool) ([]Lease, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -120,16 +157,27 @@ func (lg *Ledger) Apply(c Command) ([]Lease, error) {
 	}
 	switch c.Op {
 	case OpGrant:
-		return lg.grant(c)
+		return lg.grant(c, dry)
 	case OpExpire:
 		if c.From != lg.self.Name {
 			return nil, fmt.Errorf("%w: %s may not expire the leases of %s (a cluster expires its own by its clock)", ErrNotParty, c.From, lg.self.Name)
+		}
+		if dry {
+			return nil, nil
 		}
 		return lg.expire(c.At), nil
 	}
 	l, err := lg.live(c)
 	if err != nil {
 		return nil, err
+	}
+	switch {
+	case c.Op == OpReclaim && c.From != l.Lender:
+		return nil, fmt.Errorf("%w: %s may not reclaim lease %s (only its lender %s)", ErrNotParty, c.From, l.ID, l.Lender)
+	case c.Op == OpRelease && c.From != l.Borrower:
+		return nil, fmt.Errorf("%w: %s may not release lease %s (only its borrower %s)", ErrNotParty, c.From, l.ID, l.Borrower)
+	case dry:
+		return nil, nil
 	}
 	switch c.Op {
 	case OpRenew:
@@ -141,14 +189,11 @@ func (lg *Ledger) Apply(c Command) ([]Lease, error) {
 		l.Expires = max(l.Expires, c.At+ttl)
 		return []Lease{clone(l)}, nil
 	case OpReclaim:
-		if c.From != l.Lender {
-			return nil, fmt.Errorf("%w: %s may not reclaim lease %s (only its lender %s)", ErrNotParty, c.From, l.ID, l.Lender)
+		if c.Reason == ReasonNeed && l.Lender == lg.self.Name {
+			lg.reclaimed = max(lg.reclaimed, c.At)
 		}
 		return []Lease{lg.end(l, EndReclaimed, c.At)}, nil
 	default: // OpRelease
-		if c.From != l.Borrower {
-			return nil, fmt.Errorf("%w: %s may not release lease %s (only its borrower %s)", ErrNotParty, c.From, l.ID, l.Borrower)
-		}
 		return []Lease{lg.end(l, EndReleased, c.At)}, nil
 	}
 }
@@ -176,7 +221,7 @@ func (lg *Ledger) live(c Command) (*Lease, error) {
 }
 
 // grant validates and records a new lease.
-func (lg *Ledger) grant(c Command) ([]Lease, error) {
+func (lg *Ledger) grant(c Command, dry bool) ([]Lease, error) {
 	self := lg.self.Name
 	if c.From != c.Lender {
 		return nil, fmt.Errorf("%w: lease %s granted by %s, not by its lender %s", ErrNotParty, c.Lease, c.From, c.Lender)
@@ -221,6 +266,9 @@ func (lg *Ledger) grant(c Command) ([]Lease, error) {
 		}
 	} else if q := lg.self.Quota; lg.borrowed+g > q.BorrowingLimit {
 		return nil, fmt.Errorf("%w: lease %s of %d GPUs: %s borrows %d already, its borrowing limit is %d", ErrBorrowingLimit, c.Lease, g, self, lg.borrowed, q.BorrowingLimit)
+	}
+	if dry {
+		return nil, nil
 	}
 	l := &Lease{ID: c.Lease, Lender: c.Lender, Borrower: c.Borrower, Nodes: slices.Clone(c.Nodes), Granted: c.At, Expires: c.At + c.TTL, TTL: c.TTL}
 	lg.leases[l.ID] = l

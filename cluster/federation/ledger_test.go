@@ -87,6 +87,9 @@ func TestLedgerRefusesBadCommands(t *testing.T) {
 			}
 			for _, lg := range on {
 				before := snapshot(lg)
+				if err := lg.Check(tt.cmd); !errors.Is(err, tt.want) {
+					t.Fatalf("%s: Check: got %v, want %v", lg.self.Name, err, tt.want)
+				}
 				_, err := lg.Apply(tt.cmd)
 				if !errors.Is(err, tt.want) {
 					t.Fatalf("%s: got %v, want %v", lg.self.Name, err, tt.want)

@@ -17,13 +17,27 @@ type Settings struct {
 	// OwnerWeight times its own, and reclaims as soon as its own jobs'
 	// gain times OwnerWeight reaches what the borrower would lose.
 	OwnerWeight float64 `json:"owner_weight"`
-	// Margin is what a grant must gain per GPU beyond the lender's loss:
-	// moving GPUs costs both sides a restart, so a lease must be worth it.
+	// Margin (in [0, 0.5)) is the fraction of a bid a move must keep
+	// beyond the other side's value: moving GPUs costs both sides a
+	// restart, so a grant needs bid * (1 - Margin) above the lender's
+	// weighted loss, and moving a lease to another borrower needs its bid
+	// * (1 - 2 Margin) above what the current borrower would lose.
 	Margin float64 `json:"margin"`
+	// PowerMean is the exponent p of the power mean of job speedups that
+	// every lab's bid measures its GPUs by (see Curve): -1 as Pollux's
+	// objective, 1 for the plain sum of speedups.
+	PowerMean float64 `json:"power_mean"`
+	// Cooldown is how long after reclaiming a lab does not lend, in
+	// seconds: a lab whose jobs just needed its GPUs back is in a busy
+	// period, and lending again at the first lull would make both sides
+	// restart back and forth.
+	Cooldown float64 `json:"lend_cooldown_s"`
 }
 
 // DefaultSettings are the terms the built-in example uses.
-func DefaultSettings() Settings { return Settings{TTL: 300, OwnerWeight: 2, Margin: 0.1} }
+func DefaultSettings() Settings {
+	return Settings{TTL: 300, OwnerWeight: 2, Margin: 0.1, Cooldown: 300, PowerMean: -1}
+}
 
 // Validate reports whether the terms are usable.
 func (s Settings) Validate() error {
@@ -32,8 +46,12 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("%w: lease time to live %v s, want (0, %d]", ErrBadConfig, s.TTL, MaxTTL)
 	case !(s.OwnerWeight >= 1 && s.OwnerWeight <= 1e6):
 		return fmt.Errorf("%w: owner weight %v, want [1, 1e6]", ErrBadConfig, s.OwnerWeight)
-	case !(s.Margin >= 0 && s.Margin <= 1e6):
-		return fmt.Errorf("%w: margin %v, want [0, 1e6]", ErrBadConfig, s.Margin)
+	case !(s.Margin >= 0 && s.Margin < 0.5):
+		return fmt.Errorf("%w: margin %v, want [0, 0.5)", ErrBadConfig, s.Margin)
+	case !(s.PowerMean >= -10 && s.PowerMean <= 1):
+		return fmt.Errorf("%w: power mean exponent %v, want [-10, 1]", ErrBadConfig, s.PowerMean)
+	case !(s.Cooldown >= 0 && s.Cooldown <= MaxTTL):
+		return fmt.Errorf("%w: lending cooldown %v s, want [0, %d]", ErrBadConfig, s.Cooldown, MaxTTL)
 	}
 	return nil
 }
@@ -47,6 +65,15 @@ type Bid struct {
 	// Used is, per own node, the GPUs its own jobs run on now: a lender
 	// lends its least used nodes first.
 	Used map[string]int
+	// Reclaimable, when not nil, are the lent nodes the lab's allocator
+	// would use now if they were back (from a what-if round of its
+	// policy): only leases of such nodes are reclaimed, so that the
+	// owner's jobs start on them in the round of the reclaim. Nil means
+	// every lent node.
+	Reclaimable map[string]bool
+	// LastReclaim is when the lab last reclaimed a lease (0: never); it
+	// does not lend within Settings.Cooldown of it.
+	LastReclaim float64
 }
 
 // Round is the input of one federation round.
@@ -63,8 +90,9 @@ type Round struct {
 }
 
 // Plan decides one round: reclaims (an owner's jobs need its GPUs back),
-// releases (a borrower's jobs no longer use them), renewals (both sides
-// still want the lease), then grants (a lab's idle or low-value GPUs to
+// releases (a borrower's jobs no longer use them), rebalances (another
+// peer gains clearly more from a lease than its borrower), renewals (both
+// sides still want the lease), then grants (a lab's idle or low-value GPUs to
 // the peer that gains most, while it beats the lender's loss). Labs are
 // taken in name order and leases in ID order, so the same round gives the
 // same commands. Grants lend whole nodes that no lease holds; a lab never
@@ -91,7 +119,7 @@ func Plan(r Round) ([]Command, error) {
 		for {
 			best, bestKeep := -1, math.Inf(1)
 			for i, l := range st.leases {
-				if st.gone[i] || l.Lender != name {
+				if st.gone[i] || l.Lender != name || !lender.reclaimable(l) {
 					continue
 				}
 				keep := st.labs[l.Borrower].top(l.GPUs()) / float64(l.GPUs())
@@ -109,6 +137,7 @@ func Plan(r Round) ([]Command, error) {
 				break
 			}
 			st.drop(best)
+			lender.reclaimedAt = at
 			emit(Command{Op: OpReclaim, From: l.Lender, Lease: l.ID, At: at})
 		}
 	}
@@ -123,6 +152,36 @@ func Plan(r Round) ([]Command, error) {
 			st.drop(i)
 			emit(Command{Op: OpRelease, From: l.Borrower, Lease: l.ID, At: at})
 		}
+	}
+	// Rebalances: a lender moves a lease to a peer that gains clearly
+	// more from it than its borrower loses (both sides pay a restart, so
+	// the bid is discounted by twice the margin); the node may be granted
+	// again in this round.
+	for i, l := range st.leases {
+		if st.gone[i] {
+			continue
+		}
+		lender := st.labs[l.Lender]
+		g := l.GPUs()
+		best := st.labs[l.Borrower].top(g)
+		var to *labState
+		for _, cn := range st.names {
+			c := st.labs[cn]
+			if cn == l.Lender || cn == l.Borrower || c.lent > 0 || !lender.lab.peer(cn) || !c.lab.peer(l.Lender) || c.borrowed+g > c.lab.Quota.BorrowingLimit {
+				continue
+			}
+			if bid := c.next(g) * (1 - 2*r.Settings.Margin); bid > best {
+				to, best = c, bid
+			}
+		}
+		if to == nil {
+			continue
+		}
+		st.drop(i)
+		for _, n := range l.Nodes {
+			lender.lentOn[n.Node] -= n.GPUs
+		}
+		emit(Command{Op: OpReclaim, From: l.Lender, Lease: l.ID, At: at, Reason: ReasonRebalance})
 	}
 	for i, l := range st.leases {
 		if !st.gone[i] {
@@ -146,6 +205,9 @@ func Plan(r Round) ([]Command, error) {
 				if ln == bn || l.borrowed > 0 || !l.lab.peer(bn) || !b.lab.peer(ln) {
 					continue
 				}
+				if l.reclaimedAt > 0 && at-l.reclaimedAt < r.Settings.Cooldown {
+					continue
+				}
 				node, ok := l.lendable()
 				if !ok {
 					continue
@@ -154,7 +216,7 @@ func Plan(r Round) ([]Command, error) {
 				if l.lent+g > l.lab.Quota.LendingLimit || b.borrowed+g > b.lab.Quota.BorrowingLimit {
 					continue
 				}
-				s := b.next(g) - w*l.top(g) - r.Settings.Margin*float64(g)
+				s := b.next(g)*(1-r.Settings.Margin) - w*l.top(g)
 				if s > best.surplus {
 					best.b, best.l, best.node, best.surplus = b, l, node, s
 				}
@@ -184,6 +246,8 @@ type labState struct {
 	lab                  *Lab
 	curve                []float64
 	used                 map[string]int
+	wanted               map[string]bool
+	reclaimedAt          float64
 	held, lent, borrowed int
 	// lentOn is the GPUs of each node that are lent or were freed in this
 	// round (not lent again before the next).
@@ -214,6 +278,19 @@ func (s *labState) top(g int) float64 {
 		v += s.value(s.held - i)
 	}
 	return v
+}
+
+// reclaimable reports whether the lab would use every node of l now.
+func (s *labState) reclaimable(l Lease) bool {
+	if s.wanted == nil {
+		return true
+	}
+	for _, n := range l.Nodes {
+		if !s.wanted[n.Node] {
+			return false
+		}
+	}
+	return true
 }
 
 // lendable is the node a lender would lend next: wholly unleased, the
@@ -252,7 +329,7 @@ func newPlanState(r Round) (*planState, error) {
 				return nil, fmt.Errorf("%w: lab %s bids %v for a GPU", ErrBadConfig, b.Lab.Name, v)
 			}
 		}
-		st.labs[b.Lab.Name] = &labState{lab: b.Lab, curve: b.Curve, used: b.Used, held: b.Lab.GPUs(), lentOn: map[string]int{}}
+		st.labs[b.Lab.Name] = &labState{lab: b.Lab, curve: b.Curve, used: b.Used, wanted: b.Reclaimable, reclaimedAt: b.LastReclaim, held: b.Lab.GPUs(), lentOn: map[string]int{}}
 		st.names = append(st.names, b.Lab.Name)
 	}
 	sort.Strings(st.names)

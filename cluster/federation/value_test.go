@@ -30,7 +30,7 @@ func TestCurve(t *testing.T) {
 		{"no max", []Demand{{Max: 0, Speedup: linear}}, 8, nil},
 	}
 	for _, tt := range tests {
-		got := Curve(tt.ds, tt.limit)
+		got := Curve(tt.ds, 1, tt.limit)
 		if len(got) != len(tt.want) {
 			t.Fatalf("%s: %v, want %v", tt.name, got, tt.want)
 		}
@@ -51,7 +51,7 @@ func TestDemandOfModel(t *testing.T) {
 		Grad:   goodput.GradStats{GradSqr: 1, GradVar: 5},
 		Limits: goodput.Limits{InitBatch: 128, MaxBatch: 4096, MinLocal: 16, MaxLocal: 256, Accumulation: true},
 	}
-	c := Curve([]Demand{DemandOf(optimizer.Job{MaxReplicas: 16, Model: md}, 4)}, 64)
+	c := Curve([]Demand{DemandOf(optimizer.Job{MaxReplicas: 16, Model: md}, 4)}, 1, 64)
 	if len(c) == 0 || math.Abs(c[0]-1) > 1e-9 {
 		t.Fatalf("curve %v: want the first GPU worth 1", c)
 	}
@@ -64,8 +64,33 @@ func TestDemandOfModel(t *testing.T) {
 		}
 	}
 	// Without a model a job is valued linearly up to its maximum.
-	if got := Curve([]Demand{DemandOf(optimizer.Job{MaxReplicas: 2}, 4)}, 64); !slices.Equal(got, []float64{1, 1}) {
+	if got := Curve([]Demand{DemandOf(optimizer.Job{MaxReplicas: 2}, 4)}, 1, 64); len(got) != 2 || math.Abs(got[0]-1) > 1e-12 || math.Abs(got[1]-1) > 1e-12 {
 		t.Fatalf("no model: %v", got)
+	}
+}
+
+// Under Pollux's exponent p = -1 a job's first GPU is worth about a
+// thousand times its second (a job without GPUs dominates the power
+// mean), and a job's k-th GPU 1/(k-1) - 1/k of a linear job's; two jobs'
+// first GPUs come before either's second.
+func TestCurveFairness(t *testing.T) {
+	linear := func(k int) float64 { return float64(k) }
+	got := Curve([]Demand{{Max: 3, Speedup: linear}, {Max: 2, Speedup: linear}}, -1, 10)
+	e := epsilon
+	first := 1/e - 1/(1+e)
+	want := []float64{first, first, 1/(1+e) - 1/(2+e), 1/(1+e) - 1/(2+e), 1/(2+e) - 1/(3+e)}
+	if len(got) != len(want) {
+		t.Fatalf("%v, want %v", got, want)
+	}
+	for i := range got {
+		if math.Abs(got[i]-want[i]) > 1e-9 {
+			t.Fatalf("%v, want %v", got, want)
+		}
+	}
+	// p = 0 is the logarithm: equal ratios are worth the same.
+	lg := Curve([]Demand{{Max: 4, Speedup: linear}}, 0, 10)
+	if math.Abs(lg[1]-math.Log((2+e)/(1+e))) > 1e-12 {
+		t.Fatalf("log curve %v", lg)
 	}
 }
 

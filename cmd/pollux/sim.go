@@ -100,6 +100,7 @@ const generatedWorkloads = 2
 type simFlags struct {
 	workload, traces, policy, out string
 	cluster, semantics            string
+	federation                    string
 	nodes, gpusPerNode, parallel  int
 	interval                      time.Duration
 	interference, p               float64
@@ -126,10 +127,22 @@ files (placements-TYPE.csv): a preset (hetero: Sia's 6 aws, 2 dgx-ext and 3
 rtx nodes; homogeneous: 16 aws nodes), an inline list such as
 "aws:6,rtx:3,dgx-ext:2" (TYPE:NODES or TYPE:NODESxGPUS), or a CSV file with the
 header gpu_type,nodes,gpus_per_node. With --cluster the simulator follows
-Sia's simulator (--semantics sia) unless told otherwise.`,
+Sia's simulator (--semantics sia) unless told otherwise.
+
+--federation FILE simulates federated lab clusters instead: every lab of the
+file with its own cluster and workload, in three modes (isolated, one merged
+cluster, federated with leases), and reports per lab average JCT, worst FTF,
+GPU-hours lent and borrowed and reclaim latency. "--federation example" is
+the built-in example (testbed/fedsim/example.json: three labs of 16, 32 and
+16 GPUs whose busy periods follow each other); with --workload DIR every lab
+replays its workload file from DIR (e.g. ../shared/pollux-artifact/workloads
+with --traces ../shared/pollux-artifact/traces).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.pSet = cmd.Flags().Changed("p")
+			if f.federation != "" {
+				return runSimFederation(cmd.Context(), cmd, f, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
 			return runSim(cmd.Context(), f, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -148,6 +161,7 @@ Sia's simulator (--semantics sia) unless told otherwise.`,
 	fl.IntVar(&f.parallel, "parallel", runtime.NumCPU(), "runs to simulate at once")
 	fl.StringVar(&f.out, "out", "", "directory for summary.json, jobs.csv and PNG plots")
 	fl.BoolVar(&f.asJSON, "json", false, "print exactly one JSON object on stdout")
+	fl.StringVar(&f.federation, "federation", "", "simulate federated labs described by a JSON file, or "+federationExample+" for the built-in one, isolated, merged and federated (see docs/federation.md)")
 	return cmd
 }
 

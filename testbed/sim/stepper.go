@@ -58,7 +58,12 @@ func (st *Stepper) Advance() error {
 // Allocate runs the policy on the current nodes, applies the changed
 // allocations and records the round.
 func (st *Stepper) Allocate() error {
-	err := st.s.allocate()
+	var err error
+	if len(st.s.nodes) > 0 {
+		err = st.s.allocate()
+	} else {
+		st.s.stopAll()
+	}
 	st.s.vacating = nil
 	if err != nil {
 		return err
@@ -72,8 +77,9 @@ func (st *Stepper) Allocate() error {
 func (st *Stepper) Nodes() []optimizer.Node { return append([]optimizer.Node(nil), st.s.nodes...) }
 
 // SetNodes replaces the cluster's nodes before the next Allocate. Jobs
-// keep their replicas on nodes that stay (matched by ID, with at least as
-// many GPUs); a job that loses any is evicted: it restarts at the next
+// keep their replicas on nodes that stay (matched by ID, in job order
+// while the node's new GPU count holds them); a job that loses any is
+// evicted: it restarts at the next
 // allocation even if the policy keeps what it has left. vacate gives, per
 // node ID, the seconds the workers that held the node take to leave it
 // (checkpoint and exit): a job started there waits that long on top of
@@ -81,8 +87,10 @@ func (st *Stepper) Nodes() []optimizer.Node { return append([]optimizer.Node(nil
 func (st *Stepper) SetNodes(nodes []optimizer.Node, vacate map[string]float64) {
 	s := st.s
 	index := make(map[string]int, len(nodes))
+	left := make([]int, len(nodes))
 	for i, n := range nodes {
 		index[n.ID] = i
+		left[i] = n.GPUs
 	}
 	for _, j := range s.jobs {
 		if j.done || len(j.alloc) == 0 {
@@ -91,10 +99,11 @@ func (st *Stepper) SetNodes(nodes []optimizer.Node, vacate map[string]float64) {
 		var kept optimizer.Placement
 		for _, nc := range j.alloc {
 			i, ok := index[s.nodes[nc.Node].ID]
-			if !ok || nodes[i].GPUs < nc.Count {
+			if !ok || left[i] < nc.Count {
 				j.evicted = true
 				continue
 			}
+			left[i] -= nc.Count
 			kept = append(kept, optimizer.NodeCount{Node: i, Count: nc.Count})
 		}
 		j.alloc = normalize(kept)
@@ -165,4 +174,58 @@ func (st *Stepper) Finish(ctx context.Context) (*Result, error) {
 	res.Metrics = Summarize(res.Jobs)
 	res.Metrics.Contention = meanActive(res.Timeline)
 	return res, nil
+}
+
+// stopAll is a round without nodes (a lab that lent all its GPUs): every
+// active job stops, and none starts.
+func (s *state) stopAll() {
+	act := s.active()
+	for _, j := range act {
+		if j.running() || j.evicted {
+			j.place(nil, nil, j.typ, 0)
+		}
+		j.contSum += float64(len(act))
+		j.contN++
+	}
+}
+
+// WhatIf runs the policy as the next Allocate would (same jobs, same seed,
+// same search state) but on nodes, and returns the GPUs it would give the
+// jobs on each node, changing nothing. A job's replicas on a node not in
+// nodes (or beyond its GPUs) are dropped from its current placement.
+func (st *Stepper) WhatIf(nodes []optimizer.Node) (map[string]int, error) {
+	s := st.s
+	act := s.active()
+	out := map[string]int{}
+	if len(act) == 0 || len(nodes) == 0 {
+		return out, nil
+	}
+	index := make(map[string]int, len(nodes))
+	for i, n := range nodes {
+		index[n.ID] = i
+	}
+	snap := &optimizer.Snapshot{Nodes: nodes, Now: s.now, Seed: splitmix(s.cfg.Seed ^ (s.round * 0x9e3779b97f4a7c15))}
+	for _, j := range act {
+		sj := s.snapshotJob(j)
+		var cur optimizer.Placement
+		for _, nc := range sj.Current {
+			if i, ok := index[s.nodes[nc.Node].ID]; ok && nc.Count <= nodes[i].GPUs {
+				cur = append(cur, optimizer.NodeCount{Node: i, Count: nc.Count})
+			}
+		}
+		sj.Current = normalize(cur)
+		snap.Jobs = append(snap.Jobs, sj)
+	}
+	res, err := s.pol.Allocate(snap, s.prev)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s at %v s (what-if): %w", ErrPolicy, s.pol.Name(), s.now, err)
+	}
+	for _, pl := range res.Placements {
+		for _, nc := range pl {
+			if nc.Node >= 0 && nc.Node < len(nodes) && nc.Count > 0 {
+				out[nodes[nc.Node].ID] += nc.Count
+			}
+		}
+	}
+	return out, nil
 }
