@@ -3,6 +3,7 @@ package federation
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 )
@@ -91,8 +92,8 @@ type Round struct {
 
 // Plan decides one round: reclaims (an owner's jobs need its GPUs back),
 // releases (a borrower's jobs no longer use them), rebalances (another
-// peer gains clearly more from a lease than its borrower), renewals (both
-// sides still want the lease), then grants (a lab's idle or low-value GPUs to
+// peer gains clearly more from a lease than its borrower: the lease moves
+// to it), renewals (both sides still want the lease), then grants (a lab's idle or low-value GPUs to
 // the peer that gains most, while it beats the lender's loss). Labs are
 // taken in name order and leases in ID order, so the same round gives the
 // same commands. Grants lend whole nodes that no lease holds; a lab never
@@ -155,8 +156,8 @@ func Plan(r Round) ([]Command, error) {
 	}
 	// Rebalances: a lender moves a lease to a peer that gains clearly
 	// more from it than its borrower loses (both sides pay a restart, so
-	// the bid is discounted by twice the margin); the node may be granted
-	// again in this round.
+	// the bid is discounted by twice the margin): the lease is reclaimed
+	// and its nodes granted to that peer in the same round.
 	for i, l := range st.leases {
 		if st.gone[i] {
 			continue
@@ -178,10 +179,16 @@ func Plan(r Round) ([]Command, error) {
 			continue
 		}
 		st.drop(i)
-		for _, n := range l.Nodes {
-			lender.lentOn[n.Node] -= n.GPUs
-		}
 		emit(Command{Op: OpReclaim, From: l.Lender, Lease: l.ID, At: at, Reason: ReasonRebalance})
+		lender.lent += g
+		lender.held -= g
+		to.borrowed += g
+		to.held += g
+		emit(Command{
+			Op: OpGrant, From: l.Lender, At: at, TTL: r.Settings.TTL,
+			Lease:  leaseID(l.Lender, l.Nodes[0].Node, at),
+			Lender: l.Lender, Borrower: to.lab.Name, Nodes: slices.Clone(l.Nodes),
+		})
 	}
 	for i, l := range st.leases {
 		if !st.gone[i] {
@@ -233,12 +240,18 @@ func Plan(r Round) ([]Command, error) {
 		best.b.held += g
 		emit(Command{
 			Op: OpGrant, From: best.l.lab.Name, At: at, TTL: r.Settings.TTL,
-			Lease:  best.l.lab.Name + "/" + best.node.ID + "@" + strconv.FormatFloat(at, 'f', -1, 64),
+			Lease:  leaseID(best.l.lab.Name, best.node.ID, at),
 			Lender: best.l.lab.Name, Borrower: best.b.lab.Name,
 			Nodes: []NodeGPUs{{Node: best.node.ID, GPUs: g}},
 		})
 	}
 	return cmds, nil
+}
+
+// leaseID names the lease of a lender's node granted at a time (a node is
+// granted at most once per round).
+func leaseID(lender, node string, at float64) string {
+	return lender + "/" + node + "@" + strconv.FormatFloat(at, 'f', -1, 64)
 }
 
 // labState is one lab during planning.

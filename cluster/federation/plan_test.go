@@ -32,9 +32,13 @@ func TestPlan(t *testing.T) {
 	// lab-a (16 GPUs) needs 6; lab-b (8 GPUs) needs 16; lab-c trusts only
 	// lab-b, and lab-b does not trust lab-c: they never lease.
 	busyB := ones(16)
-	// bc is lab-b trusting lab-c too.
+	// bc is lab-b trusting lab-c too; ca is lab-c trusting lab-a too.
 	bc := b
 	bc.Peers = append(slices.Clone(b.Peers), Peer{"lab-c", []string{"ca-c"}})
+	ca := c
+	ca.Peers = append(slices.Clone(c.Peers), Peer{"lab-a", []string{"ca-a"}})
+	// lowB values its borrowed GPUs (beyond its own 8) at 0.1 each.
+	lowB := append(ones(8), 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1)
 	idleA := ones(6)
 	used := map[string]int{"n0": 4, "n1": 2}
 	lease := func(id, node string, at float64) Lease {
@@ -45,6 +49,7 @@ func TestPlan(t *testing.T) {
 		bids    []Bid
 		leases  []Lease
 		decider string
+		at      float64
 		want    []string
 	}{
 		{
@@ -75,6 +80,34 @@ func TestPlan(t *testing.T) {
 			want:   []string{"reclaim L1", "renew L2"},
 		},
 		{
+			name:   "reclaim only what the owner's allocator would use now",
+			bids:   []Bid{{Lab: &a, Curve: ones(16), Reclaimable: map[string]bool{"n2": true}}, {Lab: &b, Curve: busyB}},
+			leases: []Lease{lease("L1", "n3", 0), lease("L2", "n2", 0)},
+			want:   []string{"reclaim L2", "renew L1"},
+		},
+		{
+			name: "no lending within the cooldown after a reclaim",
+			bids: []Bid{{Lab: &a, Curve: idleA, LastReclaim: 30}, {Lab: &b, Curve: busyB}},
+		},
+		{
+			name: "lending again after the cooldown",
+			bids: []Bid{{Lab: &a, Curve: idleA, Used: used, LastReclaim: 30}, {Lab: &b, Curve: busyB}},
+			at:   330,
+			want: []string{"grant lab-a/n2@330 lab-a>lab-b", "grant lab-a/n3@330 lab-a>lab-b"},
+		},
+		{
+			name:   "a lease moves to a peer that gains clearly more",
+			bids:   []Bid{{Lab: &a, Curve: nil}, {Lab: &b, Curve: lowB}, {Lab: &ca, Curve: ones(8)}},
+			leases: []Lease{lease("L1", "n3", 0), lease("L2", "n2", 0)},
+			want:   []string{"reclaim L1", "grant lab-a/n3@60 lab-a>lab-c", "renew L2"},
+		},
+		{
+			name:   "a lease stays when the other peer gains too little",
+			bids:   []Bid{{Lab: &a, Curve: nil}, {Lab: &b, Curve: lowB}, {Lab: &ca, Curve: append(ones(4), 0.1, 0.1, 0.1, 0.1)}},
+			leases: []Lease{lease("L1", "n3", 0), lease("L2", "n2", 0)},
+			want:   []string{"renew L1", "renew L2"},
+		},
+		{
 			name:   "release when the borrower's jobs would not use them",
 			bids:   []Bid{{Lab: &a, Curve: nil}, {Lab: &b, Curve: ones(10)}},
 			leases: []Lease{lease("L1", "n3", 0), lease("L2", "n2", 0)},
@@ -96,7 +129,11 @@ func TestPlan(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := Round{At: 60, Settings: DefaultSettings(), Bids: tt.bids, Leases: tt.leases, Decider: tt.decider}
+			at := tt.at
+			if at == 0 {
+				at = 60
+			}
+			r := Round{At: at, Settings: DefaultSettings(), Bids: tt.bids, Leases: tt.leases, Decider: tt.decider}
 			cmds, err := Plan(r)
 			if err != nil {
 				t.Fatal(err)
