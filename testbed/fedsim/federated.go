@@ -19,6 +19,8 @@ type fedLab struct {
 	ledger *federation.Ledger
 	st     *sim.Stepper
 	done   bool
+	// down marks a lab lost in an outage: no control plane, no machines.
+	down bool
 	// lent, borrowed and used are GPU-seconds: leased out, leased in, and
 	// leased in and held by the lab's jobs.
 	lent, borrowed, used float64
@@ -47,6 +49,20 @@ type fedRun struct {
 	wait   []pending
 	// nextCmd and nextOrder index the first injection not yet due.
 	nextCmd, nextOrder int
+	outages            []*outage
+	// expired are the leases already counted as expired.
+	expired map[string]bool
+}
+
+// outage is a lab's loss during the run.
+type outage struct {
+	spec    Outage
+	lab     *fedLab
+	started bool
+	ended   bool
+	report  OutageReport
+	// held are the lab's leases the peers still hold.
+	held map[string]bool
 }
 
 func (fed *Federation) federated(ctx context.Context, cats testbed.TypedCatalog, wls []workload.Workload, opt Options) (*ModeReport, error) {
@@ -54,7 +70,7 @@ func (fed *Federation) federated(ctx context.Context, cats testbed.TypedCatalog,
 	if err != nil {
 		return nil, err
 	}
-	r := &fedRun{fed: fed, opt: opt, byName: map[string]*fedLab{}, report: &ModeReport{Labs: map[string]*LabReport{}}}
+	r := &fedRun{fed: fed, opt: opt, byName: map[string]*fedLab{}, report: &ModeReport{Labs: map[string]*LabReport{}}, expired: map[string]bool{}}
 	total := 0
 	for i := range fed.Labs {
 		spec := &fed.Labs[i]
@@ -70,6 +86,9 @@ func (fed *Federation) federated(ctx context.Context, cats testbed.TypedCatalog,
 		r.labs = append(r.labs, l)
 		r.byName[spec.Name] = l
 		total += len(wls[i].Jobs)
+	}
+	for _, o := range fed.Outages {
+		r.outages = append(r.outages, &outage{spec: o, lab: r.byName[o.Lab]})
 	}
 	sort.SliceStable(r.fed.Commands, func(a, b int) bool { return r.fed.Commands[a].At < r.fed.Commands[b].At })
 	sort.SliceStable(r.fed.Orders, func(a, b int) bool { return r.fed.Orders[a].At < r.fed.Orders[b].At })
@@ -110,6 +129,11 @@ func (fed *Federation) federated(ctx context.Context, cats testbed.TypedCatalog,
 		r.report.Labs[l.spec.Name] = lr
 		r.report.Rounds += res.Rounds
 	}
+	for _, o := range r.outages {
+		if o.started {
+			r.report.Outages = append(r.report.Outages, o.report)
+		}
+	}
 	stats := r.stats
 	r.report.Leases = &stats
 	r.report.finish()
@@ -134,18 +158,24 @@ func (r *fedRun) round(now float64) error {
 			}
 		}
 	}
-	// Each lab expires leases by its own clock.
+	r.losses(now)
+	// Each lab that is up expires leases by its own clock.
 	for _, l := range r.labs {
+		if l.down {
+			continue
+		}
 		ended, err := l.ledger.Apply(federation.Command{Op: federation.OpExpire, From: l.spec.Name, At: now})
 		if err != nil {
 			return fmt.Errorf("%w: %s expiring its leases: %w", ErrInvariant, l.spec.Name, err)
 		}
 		for _, e := range ended {
-			if e.Lender == l.spec.Name {
+			if !r.expired[e.ID] {
+				r.expired[e.ID] = true
 				r.stats.Expiries++
 			}
 		}
 	}
+	r.watch(now)
 	r.inject(now)
 	cmds, err := r.plan(now)
 	if err != nil {
@@ -208,7 +238,7 @@ func (r *fedRun) plan(now float64) ([]federation.Command, error) {
 			return cmds, nil
 		}
 		again := false
-		for i, l := range r.labs {
+		for _, l := range r.labs {
 			back := r.reclaimed(l, cmds)
 			if len(back) == 0 {
 				continue
@@ -218,7 +248,7 @@ func (r *fedRun) plan(now float64) ([]federation.Command, error) {
 			for _, c := range cmds {
 				_, _ = after.Apply(c) // commands of other labs' leases are refused
 			}
-			use, err := l.st.WhatIf(nodesOf(l.spec, after))
+			use, err := l.st.WhatIf(r.nodesOf(l, after))
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", l.spec.Name, err)
 			}
@@ -229,7 +259,11 @@ func (r *fedRun) plan(now float64) ([]federation.Command, error) {
 				}
 			}
 			if len(wanted) < len(back) {
-				round.Bids[i].Reclaimable = wanted
+				for b := range round.Bids {
+					if round.Bids[b].Lab.Name == l.spec.Name {
+						round.Bids[b].Reclaimable = wanted
+					}
+				}
 				again = true
 			}
 		}
@@ -258,11 +292,66 @@ func (r *fedRun) reclaimed(l *fedLab, cmds []federation.Command) map[string]bool
 	return out
 }
 
+// losses takes labs down and back up as their outages begin and end. A
+// lost lab's machines vanish from its borrowers at once; its control
+// plane no longer renews, so its peers' ledgers expire its leases.
+func (r *fedRun) losses(now float64) {
+	for _, o := range r.outages {
+		switch {
+		case !o.started && now >= o.spec.At:
+			o.started, o.lab.down = true, true
+			o.report = OutageReport{Lab: o.spec.Lab, LostAt: now}
+			o.held = map[string]bool{}
+			for _, l := range r.labs {
+				if l.down {
+					continue
+				}
+				for _, ls := range l.ledger.Leases() {
+					if ls.Lender == o.spec.Lab || ls.Borrower == o.spec.Lab {
+						o.held[ls.ID] = true
+					}
+				}
+			}
+			o.report.Leases = len(o.held)
+		case o.started && !o.ended && now >= o.spec.At+o.spec.For:
+			o.ended, o.lab.down = true, false
+			o.report.BackAt = now
+		}
+	}
+}
+
+// watch notes, for every lost lab, when its leases leave its peers'
+// ledgers.
+func (r *fedRun) watch(now float64) {
+	for _, o := range r.outages {
+		for id := range o.held {
+			held := false
+			for _, l := range r.labs {
+				if _, ok := l.ledger.Lease(id); ok && l != o.lab {
+					held = true
+				}
+			}
+			if held {
+				continue
+			}
+			delete(o.held, id)
+			d := now - o.report.LostAt
+			o.report.LastExpiry = max(o.report.LastExpiry, d)
+			if d > r.fed.Terms.TTL {
+				o.report.Outlived++
+			}
+		}
+	}
+}
+
 // bids are every lab's bid: its active jobs' value of GPUs and the use
 // of its own nodes.
 func (r *fedRun) bids() []federation.Bid {
-	out := make([]federation.Bid, len(r.labs))
-	for i, l := range r.labs {
+	var out []federation.Bid
+	for _, l := range r.labs {
+		if l.down {
+			continue
+		}
 		var ds []federation.Demand
 		for _, j := range l.st.Jobs() {
 			ds = append(ds, federation.DemandOf(j, l.spec.GPUsPerNode))
@@ -273,17 +362,21 @@ func (r *fedRun) bids() []federation.Bid {
 				used[id] = u.GPUs
 			}
 		}
-		out[i] = federation.Bid{Lab: &l.spec.Lab, Curve: federation.Curve(ds, r.fed.Terms.PowerMean, l.spec.GPUs()+l.spec.Quota.BorrowingLimit), Used: used, LastReclaim: l.ledger.LastReclaim()}
+		out = append(out, federation.Bid{Lab: &l.spec.Lab, Curve: federation.Curve(ds, r.fed.Terms.PowerMean, l.spec.GPUs()+l.spec.Quota.BorrowingLimit), Used: used, LastReclaim: l.ledger.LastReclaim()})
 	}
 	return out
 }
 
-// leases are the active leases, each once (from its lender's ledger).
+// leases are the active leases between labs that are up, each once
+// (from its lender's ledger).
 func (r *fedRun) leases() []federation.Lease {
 	var out []federation.Lease
 	for _, l := range r.labs {
+		if l.down {
+			continue
+		}
 		for _, ls := range l.ledger.Leases() {
-			if ls.Lender == l.spec.Name {
+			if ls.Lender == l.spec.Name && !r.byName[ls.Borrower].down {
 				out = append(out, ls)
 			}
 		}
@@ -363,8 +456,16 @@ func (r *fedRun) inject(now float64) {
 			}
 		}
 		names := make([]string, len(to))
+		var down []string
 		for i, l := range to {
 			names[i] = l.spec.Name
+			if l.down {
+				down = append(down, l.spec.Name)
+			}
+		}
+		if len(down) > 0 {
+			refuse(c.At, strings.Join(names, ","), what, fmt.Errorf("%w: %s is down", ErrUnreachable, strings.Join(down, ",")))
+			continue
 		}
 		if err := r.commit(c, to); err != nil {
 			refuse(c.At, strings.Join(names, ","), what, err)
@@ -375,6 +476,10 @@ func (r *fedRun) inject(now float64) {
 	for ; r.nextOrder < len(r.fed.Orders) && r.fed.Orders[r.nextOrder].At <= now; r.nextOrder++ {
 		o := r.fed.Orders[r.nextOrder]
 		what := fmt.Sprintf("order of %d GPUs of %s/%s from %s", o.GPUs, o.Lender, o.Node, o.Borrower)
+		if r.byName[o.Lender].down {
+			refuse(o.At, o.Lender, what, fmt.Errorf("%w: %s is down", ErrUnreachable, o.Lender))
+			continue
+		}
 		if err := r.byName[o.Lender].ledger.Authorize(o.Order); err != nil {
 			refuse(o.At, o.Lender, what, err)
 		}
@@ -402,7 +507,7 @@ func (r *fedRun) setNodes() {
 		}
 	}
 	for _, l := range r.labs {
-		nodes := nodesOf(l.spec, l.ledger)
+		nodes := r.nodesOf(l, l.ledger)
 		old := map[string]int{}
 		for _, n := range l.st.Nodes() {
 			old[n.ID] = n.GPUs
@@ -428,10 +533,15 @@ func (r *fedRun) setNodes() {
 	}
 }
 
-// nodesOf are the nodes a lab schedules by its ledger: its own nodes (in
-// their order) less the GPUs it lends, then the GPUs it borrows, named
-// "<lender>/<node>", in name order.
-func nodesOf(lab *Lab, lg *federation.Ledger) []optimizer.Node {
+// nodesOf are the nodes a lab schedules by a ledger: its own nodes (in
+// their order) less the GPUs it lends, then the GPUs it borrows from labs
+// that are up, named "<lender>/<node>", in name order. A lost lab has
+// none.
+func (r *fedRun) nodesOf(l *fedLab, lg *federation.Ledger) []optimizer.Node {
+	lab := l.spec
+	if l.down {
+		return nil
+	}
 	var nodes []optimizer.Node
 	for _, n := range lab.Nodes {
 		if g := n.GPUs - lg.LentOn(n.ID); g > 0 {
@@ -440,7 +550,7 @@ func nodesOf(lab *Lab, lg *federation.Ledger) []optimizer.Node {
 	}
 	borrowed := map[string]int{}
 	for _, ls := range lg.Leases() {
-		if ls.Borrower != lab.Name {
+		if ls.Borrower != lab.Name || r.byName[ls.Lender].down {
 			continue
 		}
 		for _, n := range ls.Nodes {
@@ -492,16 +602,30 @@ func (r *fedRun) observe(now float64) error {
 				return fmt.Errorf("%w: %d GPUs of %s/%s held, it has %d", ErrInvariant, g, l.spec.Name, n.ID, n.GPUs)
 			}
 		}
+	}
+	// Leases as the labs that are up hold them (a lost lab's frozen
+	// ledger is not read).
+	seen := map[string]bool{}
+	for _, l := range r.labs {
+		if l.down {
+			continue
+		}
 		for _, ls := range l.ledger.Leases() {
-			if ls.Lender == l.spec.Name {
-				g := float64(ls.GPUs()) * dt
-				l.lent += g
-				r.byName[ls.Borrower].borrowed += g
+			if seen[ls.ID] || ls.Expires <= now {
+				continue
 			}
+			seen[ls.ID] = true
+			g := float64(ls.GPUs()) * dt
+			r.byName[ls.Lender].lent += g
+			r.byName[ls.Borrower].borrowed += g
 		}
 	}
 	keep := r.wait[:0]
 	for _, p := range r.wait {
+		if p.owner.down {
+			keep = append(keep, p)
+			continue
+		}
 		if u := p.owner.st.Usage()[p.node]; u.GPUs > 0 {
 			p.owner.reclaims = append(p.owner.reclaims, now-p.at+u.Starting)
 			continue

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"pollux/cluster/federation"
@@ -39,6 +40,21 @@ func builtinCatalog(t *testing.T) testbed.Catalog {
 	return cat
 }
 
+// small is the report of testdata/small.json, made once.
+var small struct {
+	once sync.Once
+	rep  *Report
+}
+
+func smallReport(t *testing.T) *Report {
+	t.Helper()
+	small.once.Do(func() { small.rep = run(t, load(t, "small.json")) })
+	if small.rep == nil {
+		t.Fatal("the small federation did not run")
+	}
+	return small.rep
+}
+
 func run(t *testing.T, fed *Federation) *Report {
 	t.Helper()
 	cat := builtinCatalog(t)
@@ -68,7 +84,7 @@ func run(t *testing.T, fed *Federation) *Report {
 // report.
 func TestSmallFederation(t *testing.T) {
 	fed := load(t, "small.json")
-	rep := run(t, fed)
+	rep := smallReport(t)
 	for name, m := range map[string]*ModeReport{"isolated": rep.Modes.Isolated, "merged": rep.Modes.Merged, "federated": rep.Modes.Federated} {
 		for _, lab := range []string{"lab-a", "lab-b"} {
 			if l := m.Labs[lab]; l == nil || l.Jobs != 5 || !(l.AvgJCT > 0) {
@@ -110,7 +126,7 @@ func TestSmallFederation(t *testing.T) {
 // federation without them. (The standing lease of inject.json expires
 // before the first allocation, and so changes nothing either.)
 func TestInjectedRefusals(t *testing.T) {
-	plain := run(t, load(t, "small.json"))
+	plain := smallReport(t)
 	rep := run(t, load(t, "inject.json"))
 	want := []struct {
 		lab string
@@ -207,5 +223,34 @@ func TestWorkloadErrors(t *testing.T) {
 	}
 	if _, err := fed.Workloads("", "testdata", unknown); !errors.Is(err, workload.ErrUnknownApp) {
 		t.Errorf("unknown application: %v", err)
+	}
+}
+
+// A lab lost while it borrows: its peers' ledgers drop its leases within
+// the time to live, the other lab finishes every job no later on average
+// than alone, and the lost lab's jobs all complete after it returns.
+func TestLabLoss(t *testing.T) {
+	fed := load(t, "outage.json")
+	rep := run(t, fed)
+	out := rep.Modes.Federated.Outages
+	if len(out) != 1 {
+		t.Fatalf("outages %+v", out)
+	}
+	o := out[0]
+	if o.Lab != "lab-a" || o.LostAt != 300 || o.BackAt != 900 || o.Leases == 0 || o.Outlived != 0 || o.LastExpiry > fed.Terms.TTL || !(o.LastExpiry > 0) {
+		t.Fatalf("outage %+v: want lab-a lost at 300 s and back at 900 s with leases, all dropped within %v s", o, fed.Terms.TTL)
+	}
+	f, iso := rep.Modes.Federated.Labs, rep.Modes.Isolated.Labs
+	for _, lab := range []string{"lab-a", "lab-b"} {
+		if f[lab].Jobs != 5 {
+			t.Fatalf("%s completed %d of 5 jobs", lab, f[lab].Jobs)
+		}
+	}
+	if f["lab-b"].AvgJCT > iso["lab-b"].AvgJCT {
+		t.Errorf("lab-b: %v s federated with its peer lost, %v s alone", f["lab-b"].AvgJCT, iso["lab-b"].AvgJCT)
+	}
+	plain := smallReport(t)
+	if f["lab-a"].AvgJCT <= plain.Modes.Federated.Labs["lab-a"].AvgJCT {
+		t.Errorf("lab-a: %v s with a 600 s loss, %v s without", f["lab-a"].AvgJCT, plain.Modes.Federated.Labs["lab-a"].AvgJCT)
 	}
 }

@@ -50,6 +50,16 @@ type File struct {
 	// Inject are lease commands and orders applied at their time, as if
 	// a peer had sent them (to show what the ledgers refuse).
 	Inject []Injection `json:"inject"`
+	// Outages are losses of a whole lab (every process of it, its
+	// machines included) and its return.
+	Outages []Outage `json:"outages"`
+}
+
+// Outage is a lab lost at At for For seconds.
+type Outage struct {
+	Lab string  `json:"lab"`
+	At  float64 `json:"at_s"`
+	For float64 `json:"for_s"`
 }
 
 // LabSpec is one lab.
@@ -147,6 +157,8 @@ type Federation struct {
 	// Commands and Orders are the injections, in file order.
 	Commands []InjectedCommand
 	Orders   []InjectedOrder
+	// Outages are the labs' losses, in file order.
+	Outages []Outage
 }
 
 // Lab is one decoded lab.
@@ -292,6 +304,20 @@ func (f *File) resolve() (*Federation, error) {
 		default:
 			return nil, fmt.Errorf("%w: inject %d: want exactly one of command and order", ErrBadFile, i+1)
 		}
+	}
+	for i, o := range f.Outages {
+		switch {
+		case fed.lab(o.Lab) == nil:
+			return nil, fmt.Errorf("%w: outage %d: lab %q is not in the federation", ErrBadFile, i+1, o.Lab)
+		case !(o.At >= 0 && o.At <= maxSeconds) || !(o.For > 0 && o.For <= maxSeconds):
+			return nil, fmt.Errorf("%w: outage %d of %s at %v s for %v s, want a time in [0, %g] and a duration in (0, %g]", ErrBadFile, i+1, o.Lab, o.At, o.For, float64(maxSeconds), float64(maxSeconds))
+		}
+		for j, p := range f.Outages[:i] {
+			if p.Lab == o.Lab && o.At < p.At+p.For && p.At < o.At+o.For {
+				return nil, fmt.Errorf("%w: outages %d and %d of %s overlap", ErrBadFile, j+1, i+1, o.Lab)
+			}
+		}
+		fed.Outages = append(fed.Outages, o)
 	}
 	return fed, nil
 }

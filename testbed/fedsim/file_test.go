@@ -60,6 +60,9 @@ func TestDecodeRefuses(t *testing.T) {
 		{"negative checkpoint", file(`, "checkpoint_s": -1`), ErrBadFile, "checkpoint_s"},
 		{"workload without source", `{"labs": [` + labA + `, ` + strings.Replace(labB, `"generate": {"jobs": 2, "window_s": 60, "seed": 2}`, `"offset_s": 5`, 1) + `]}`, ErrBadFile, "file or a generate"},
 		{"sample beyond every", `{"labs": [` + labA + `, ` + strings.Replace(labB, `"seed": 2}`, `"seed": 2}, "every": 2, "first": 2`, 1) + `]}`, ErrBadFile, "first 2"},
+		{"outage of a lab outside the federation", file(`, "outages": [{"lab": "lab-q", "at_s": 10, "for_s": 10}]`), ErrBadFile, "lab-q"},
+		{"outage without a duration", file(`, "outages": [{"lab": "lab-a", "at_s": 10}]`), ErrBadFile, "duration"},
+		{"overlapping outages", file(`, "outages": [{"lab": "lab-a", "at_s": 10, "for_s": 100}, {"lab": "lab-a", "at_s": 50, "for_s": 10}]`), ErrBadFile, "overlap"},
 		{"negative offset", `{"labs": [` + labA + `, ` + strings.Replace(labB, `"seed": 2}`, `"seed": 2}, "offset_s": -5`, 1) + `]}`, ErrBadFile, "offset_s"},
 	}
 	if _, err := Decode([]byte(file()), "good"); err != nil {
@@ -83,7 +86,7 @@ func TestDecodeRefuses(t *testing.T) {
 // and checks its labs' trust both ways it declared.
 func FuzzDecode(f *testing.F) {
 	f.Add(Example())
-	for _, name := range []string{"small.json", "inject.json"} {
+	for _, name := range []string{"small.json", "inject.json", "outage.json"} {
 		data, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			f.Fatal(err)

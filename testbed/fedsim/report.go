@@ -36,6 +36,24 @@ type ModeReport struct {
 	Leases *LeaseStats `json:"leases,omitempty"`
 	// Refused lists the injected commands and orders the ledgers refused.
 	Refused []Refusal `json:"refused,omitempty"`
+	// Outages are the labs lost during the run (federated mode only).
+	Outages []OutageReport `json:"outages,omitempty"`
+}
+
+// OutageReport is what a lab's loss did to the federation.
+type OutageReport struct {
+	Lab string `json:"lab"`
+	// LostAt and BackAt are the rounds the lab was lost and returned at.
+	LostAt float64 `json:"lost_at"`
+	BackAt float64 `json:"back_at"`
+	// Leases counts the leases between the lab and its peers at its loss;
+	// LastExpiry is how long after the loss the last of them left the
+	// peers' ledgers (the peers' lenders stopped the lost lab's workers,
+	// its borrowers lost its machines at once), and Outlived counts those
+	// peers held longer than the time to live.
+	Leases     int     `json:"leases"`
+	LastExpiry float64 `json:"last_expiry_s"`
+	Outlived   int     `json:"outlived"`
 }
 
 // LabReport is one lab's outcome in one mode.
