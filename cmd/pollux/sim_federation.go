@@ -149,6 +149,9 @@ func printFederation(w io.Writer, fed *fedsim.Federation, rep *fedsim.Report) er
 	if l := rep.Modes.Federated.Leases; l != nil {
 		fmt.Fprintf(w, "leases: %d grants, %d renewals, %d reclaims, %d rebalances, %d releases, %d expiries\n", l.Grants, l.Renewals, l.Reclaims, l.Rebalances, l.Releases, l.Expiries)
 	}
+	for _, o := range rep.Modes.Federated.Outages {
+		fmt.Fprintf(w, "outage: %s lost at %.0f s, back at %.0f s; %d leases with it, the last left its peers' ledgers %.0f s after the loss (%d outlived their time to live)\n", o.Lab, o.LostAt, o.BackAt, o.Leases, o.LastExpiry, o.Outlived)
+	}
 	for _, r := range rep.Modes.Federated.Refused {
 		fmt.Fprintf(w, "refused at %.0f s by %s: %s: %s\n", r.At, r.Lab, r.What, r.Error)
 	}
