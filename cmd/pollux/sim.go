@@ -101,6 +101,7 @@ const generatedWorkloads = 2
 type simFlags struct {
 	workload, traces, policy, out string
 	cluster, semantics            string
+	federation                    string
 	nodes, gpusPerNode, parallel  int
 	interval                      time.Duration
 	interference, p               float64
@@ -147,10 +148,22 @@ once they have run across racks); the summary
 reports the fraction of GPU time spent on placements across racks
 (cross_rack_gpu_time_frac). --compare-topology runs the one policy given
 twice on every workload, aware of the racks and blind to them (the
-scheduler before topology, on the same cluster), and reports both.`,
+scheduler before topology, on the same cluster), and reports both.
+
+--federation FILE simulates federated lab clusters instead: every lab of the
+file with its own cluster and workload, in three modes (isolated, one merged
+cluster, federated with leases), and reports per lab average JCT, worst FTF,
+GPU-hours lent and borrowed and reclaim latency. "--federation example" is
+the built-in example (testbed/fedsim/example.json: three labs of 16, 32 and
+16 GPUs whose busy periods follow each other); with --workload DIR every lab
+replays its workload file from DIR (e.g. ../shared/pollux-artifact/workloads
+with --traces ../shared/pollux-artifact/traces).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.pSet = cmd.Flags().Changed("p")
+			if f.federation != "" {
+				return runSimFederation(cmd.Context(), cmd, f, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
 			return runSim(cmd.Context(), f, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -173,6 +186,7 @@ scheduler before topology, on the same cluster), and reports both.`,
 	fl.Float64Var(&f.crossRackRatio, "cross-rack-ratio", optimizer.DefaultCrossRackRatio, "how many times slower synchronising across racks is than within one (>= 1; only with --racks)")
 	fl.StringVar(&f.crossRackModel, "cross-rack-model", "overlap", "how a placement across racks is slowed: overlap or exposed (see above)")
 	fl.BoolVar(&f.compareTopology, "compare-topology", false, "run the policy aware of the racks and blind to them, and compare (needs --racks of at least 2 and one policy)")
+	fl.StringVar(&f.federation, "federation", "", "simulate federated labs described by a JSON file, or "+federationExample+" for the built-in one, isolated, merged and federated (see docs/federation.md)")
 	return cmd
 }
 

@@ -102,6 +102,10 @@ type job struct {
 
 	restartLeft float64
 	restarts    int // -1 before the first allocation
+	// evicted marks a job that lost GPUs to a change of the cluster's
+	// nodes (Stepper.SetNodes): it restarts at the next allocation even
+	// if the policy keeps what it has left.
+	evicted bool
 	// measuredRestart is the restart delay the job has experienced (0 before
 	// its first start completed): what it reports to type-aware policies.
 	measuredRestart float64
@@ -455,6 +459,7 @@ func (j *job) place(alloc optimizer.Placement, layout []int, typ string, restart
 		layout = respread(layout, j.physical[typ])
 	}
 	wasRunning := j.running()
+	j.evicted = false
 	if j.sem == SiaSemantics && wasRunning && len(alloc) > 0 && typ == j.typ && equalInts(layout, j.layout) {
 		j.alloc = append(optimizer.Placement(nil), alloc...)
 		if racks != j.racks {

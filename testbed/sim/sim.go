@@ -190,6 +190,29 @@ func Run(ctx context.Context, cfg Config, cat testbed.Catalog, wl workload.Workl
 // RunTyped is Run on a cluster of several GPU types: cats maps each type
 // of cfg's cluster to its applications.
 func RunTyped(ctx context.Context, cfg Config, cats testbed.TypedCatalog, wl workload.Workload, pol optimizer.Policy, mode Mode, progress ProgressFunc) (*Result, error) {
+	st, err := NewStepper(cfg, cats, wl, pol, mode)
+	if err != nil {
+		return nil, err
+	}
+	for !st.Done() {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := st.Advance(); err != nil {
+			return nil, err
+		}
+		if err := st.Allocate(); err != nil {
+			return nil, err
+		}
+		if progress != nil {
+			progress(st.Now(), st.Completed(), len(st.s.jobs))
+		}
+	}
+	return st.Finish(ctx)
+}
+
+// newState checks a run's inputs and builds its jobs and nodes.
+func newState(cfg Config, cats testbed.TypedCatalog, wl workload.Workload, pol optimizer.Policy, mode Mode) (*state, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -245,39 +268,7 @@ func RunTyped(ctx context.Context, cfg Config, cats testbed.TypedCatalog, wl wor
 		j.rackAware = cfg.Racks > 1 && !cfg.RackBlind
 		j.cross = cross
 	}
-	res := &Result{Policy: pol.Name(), Workload: wl.Name}
-	done := 0
-	for done < len(s.jobs) {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if s.now >= cfg.Horizon {
-			return nil, fmt.Errorf("%w: %d of %d jobs still running after %v s", ErrHorizon, len(s.jobs)-done, len(s.jobs), cfg.Horizon)
-		}
-		s.advance()
-		if err := s.allocate(); err != nil {
-			return nil, err
-		}
-		res.Rounds++
-		done = 0
-		for _, j := range s.jobs {
-			if j.done {
-				done++
-			}
-		}
-		res.Timeline = append(res.Timeline, s.sample())
-		if progress != nil {
-			progress(s.now, done, len(s.jobs))
-		}
-	}
-	jobs, err := s.results(ctx, res.Timeline)
-	if err != nil {
-		return nil, err
-	}
-	res.Jobs = jobs
-	res.Metrics = Summarize(res.Jobs)
-	res.Metrics.Contention = meanActive(res.Timeline)
-	return res, nil
+	return s, nil
 }
 
 // stepKey names a cached Optimus step-time table.
@@ -299,6 +290,9 @@ type state struct {
 	round  uint64
 	prev   *optimizer.State
 	steps  map[stepKey][]float64
+	// vacating is, per node index, how long the workers that held the
+	// node until this round take to leave it (see Stepper.SetNodes).
+	vacating map[int]float64
 }
 
 // advance moves every job forward by one interval.
@@ -394,7 +388,7 @@ func (s *state) allocate() error {
 		}
 	}
 	for i, j := range act {
-		if next[i].Equal(j.alloc) {
+		if next[i].Equal(j.alloc) && !j.evicted {
 			continue
 		}
 		var layout []int
@@ -408,7 +402,12 @@ func (s *state) allocate() error {
 		if len(next[i]) > 0 {
 			typ = s.nodes[next[i][0].Node].Type
 		}
-		j.place(next[i], layout, typ, s.cfg.restartDelay(j.spec.App), s.racks(next[i]))
+		restart := s.cfg.restartDelay(j.spec.App)
+		wait := 0.0
+		for _, nc := range next[i] {
+			wait = max(wait, s.vacating[nc.Node])
+		}
+		j.place(next[i], layout, typ, restart+wait, s.racks(next[i]))
 	}
 	for _, j := range act {
 		j.contSum += float64(len(act))
