@@ -171,7 +171,7 @@ func (f *fixture) startNode() {
 	f.t.Helper()
 	f.log = &logBuffer{}
 	n, err := Start(f.sys, Config{Name: "n1", GPUs: f.gpus, CPUSlots: f.slots, Grace: f.grace, WorkerOutput: io.Discard, DataDir: f.dataDir,
-		Logger:   slog.New(slog.NewTextHandler(f.log, nil)), Launch: f.launch, Now: f.now,
+		Logger: slog.New(slog.NewTextHandler(f.log, nil)), Launch: f.launch, Now: f.now,
 		Emulator: func(app string) []string { return []string{os.Args[0], "fakeworker", app} }})
 	if err != nil {
 		f.t.Fatal(err)
