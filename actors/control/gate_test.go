@@ -16,7 +16,9 @@ func TestGateWaitsUntilNoOlderIncarnationCanRun(t *testing.T) {
 	ack := func(term, gen uint64, runs ...*pb.RunStatus) *pb.AssignAck {
 		return &pb.AssignAck{Ok: true, Term: term, Generation: gen, Runs: runs}
 	}
-	run := func(inc uint64, alive uint32) *pb.RunStatus { return &pb.RunStatus{Job: "j", Incarnation: inc, Alive: alive} }
+	run := func(inc uint64, alive uint32) *pb.RunStatus {
+		return &pb.RunStatus{Job: "j", Incarnation: inc, Alive: alive}
+	}
 	k := incKey{"j", 3} // decided at generation 20
 	for _, c := range []struct {
 		name    string
@@ -41,7 +43,7 @@ func TestGateWaitsUntilNoOlderIncarnationCanRun(t *testing.T) {
 			acks: map[string]*pb.AssignAck{"a": ack(7, 20, run(2, 1)), "b": ack(7, 20)}, at: map[string]time.Time{"a": ms(1500)}, open: true},
 		{name: "a pending older run could still start", now: ms(10),
 			acks: map[string]*pb.AssignAck{"a": ack(7, 20, &pb.RunStatus{Job: "j", Incarnation: 2, Pending: true}), "b": ack(7, 20)},
-			at: map[string]time.Time{"a": ms(5)}, open: false, until: ms(3005), waiting: []string{"a"}},
+			at:   map[string]time.Time{"a": ms(5)}, open: false, until: ms(3005), waiting: []string{"a"}},
 		{name: "a refused run never ran", now: ms(10),
 			acks: map[string]*pb.AssignAck{"a": ack(7, 20, &pb.RunStatus{Job: "j", Incarnation: 2, Refused: "ran"}), "b": ack(7, 20)}, open: true},
 		{name: "b answered an older generation: it may not have stopped incarnation 2", now: ms(10),
