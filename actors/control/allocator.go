@@ -486,7 +486,7 @@ func (a *allocator) run(ctx actor.Context) {
 	info.Committed, info.Generation, info.Decided, info.Dropped = true, r.Generation, time.Since(begin), len(res.Dropped)
 	a.committed(res)
 	st = a.cfg.Store.LocalState()
-	a.noteIncarnations(st)
+	a.forget(st)
 	for _, g := range st.UsedGPUs() {
 		info.GPUsUsed += g
 	}
@@ -526,7 +526,7 @@ func (a *allocator) assign(ctx actor.Context, st *consensus.State, info RoundInf
 	}
 	a.gate(st, assign)
 	l := a.lease
-	l.gen, l.cluster, l.targets = info.Generation, st.Config.ID, map[string]*actor.PID{}
+	l.gen, l.cluster, l.targets, l.sentAt = info.Generation, st.Config.ID, map[string]*actor.PID{}, a.cfg.Now()
 	rs := &roundState{info: info, begin: begin, waiting: map[string]bool{}}
 	for _, id := range slices.Sorted(maps.Keys(assign)) {
 		n := st.Nodes[id]
@@ -535,7 +535,7 @@ func (a *allocator) assign(ctx actor.Context, st *consensus.State, info RoundInf
 		}
 		rs.waiting[id] = true
 		l.targets[id] = a.cfg.NodePID(n)
-		ctx.Request(l.targets[id], assign[id])
+		a.send(ctx, id, l.targets[id], assign[id])
 	}
 	rs.info.Nodes = len(rs.waiting)
 	a.round = rs

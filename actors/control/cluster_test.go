@@ -304,7 +304,7 @@ func kindOf(m any) string {
 	switch m := m.(type) {
 	case *pb.Assign:
 		return "assign"
-	case *pb.AssignAck:
+	case *pb.AssignAck, *pb.LeaseAck:
 		return "ack"
 	case *pb.Bid:
 		return "bid"

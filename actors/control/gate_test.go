@@ -19,13 +19,17 @@ func TestGateWaitsUntilNoOlderIncarnationCanRun(t *testing.T) {
 	run := func(inc uint64, alive uint32) *pb.RunStatus {
 		return &pb.RunStatus{Job: "j", Incarnation: inc, Alive: alive}
 	}
-	k := incKey{"j", 3} // decided at generation 20
+	k := incKey{"j", 3}
+	// This leader's assignments listed job j to a and b up to generation
+	// 20 (unless a case says otherwise).
+	both := map[string]map[string]uint64{"a": {"j": 20}, "b": {"j": 20}}
 	for _, c := range []struct {
 		name    string
 		key     incKey
 		now     time.Time
 		acks    map[string]*pb.AssignAck
 		at      map[string]time.Time
+		listed  map[string]map[string]uint64
 		open    bool
 		until   time.Time
 		waiting []string
@@ -51,17 +55,26 @@ func TestGateWaitsUntilNoOlderIncarnationCanRun(t *testing.T) {
 			open: false, until: ms(3008), waiting: []string{"b"}},
 		{name: "b answered in another term", now: ms(10),
 			acks: map[string]*pb.AssignAck{"a": ack(7, 20), "b": ack(6, 25)}, open: false, until: ms(3000), waiting: []string{"b"}},
+		{name: "b, never assigned j by this leader, answered in this term without it", now: ms(10),
+			acks: map[string]*pb.AssignAck{"a": ack(7, 20), "b": ack(7, 12)}, listed: map[string]map[string]uint64{"a": {"j": 20}}, open: true},
+		{name: "... but an older incarnation it runs from an earlier leader's assignment counts", now: ms(10),
+			acks: map[string]*pb.AssignAck{"a": ack(7, 20), "b": ack(7, 12, run(1, 1))}, listed: map[string]map[string]uint64{"a": {"j": 20}},
+			open: false, until: ms(3000), waiting: []string{"b"}},
 		{name: "a node already runs incarnation 3: a leader let it start", now: ms(10),
 			acks: map[string]*pb.AssignAck{"a": ack(6, 19, run(3, 1)), "b": ack(6, 19, run(2, 1))}, open: true},
-		{name: "an incarnation other than the one decided at generation 20 waits for every node", key: incKey{"j", 4}, now: ms(10),
-			acks: map[string]*pb.AssignAck{"a": ack(7, 30), "b": ack(7, 30)}, open: false, until: ms(3000), waiting: []string{"a", "b"}},
+		{name: "a was sent j at a generation it has not answered yet", now: ms(10),
+			acks: map[string]*pb.AssignAck{"a": ack(7, 20), "b": ack(7, 25)}, listed: map[string]map[string]uint64{"a": {"j": 21}, "b": {"j": 25}},
+			open: false, until: ms(3000), waiting: []string{"a"}},
 	} {
 		key := c.key
 		if key == (incKey{}) {
 			key = k
 		}
-		v := &gateView{now: c.now, start: t0, wait: wait, term: 7, acks: c.acks, at: c.at,
-			since: map[string]incSince{"j": {inc: 3, gen: 20}}, nodes: []string{"a", "b"}}
+		listed := c.listed
+		if listed == nil {
+			listed = both
+		}
+		v := &gateView{now: c.now, start: t0, wait: wait, term: 7, acks: c.acks, at: c.at, listed: listed, nodes: []string{"a", "b"}}
 		open, until, waiting := v.open(key)
 		if open != c.open || !until.Equal(c.until) || !slices.Equal(waiting, c.waiting) {
 			t.Errorf("%s: open %v until %v waiting %v, want %v until %v waiting %v", c.name, open, until.Sub(t0), waiting,

@@ -27,11 +27,13 @@ import (
 // The gate uses that bound: the leader never starts an incarnation of a
 // job while an older incarnation of it may still run unpaused on some
 // node. It lets an incarnation's runs into the nodes' assignments only
-// once every node known to the state either answered, at a generation
-// of this term that no longer wants the older incarnations, that none of
-// their workers is alive, or can no longer hold a lease: the newest ack
-// from it arrived (or this leadership began, if none did) more than the
-// lease plus LeaseMargin ago. Every path that starts a new incarnation
+// once every node known to the state either answered in this term, at
+// a generation no older than the last assignment this leader sent it
+// that listed the job, that no worker of an older incarnation is alive
+// or pending (from then on it refuses earlier leaders' assignments, and
+// this leader's no longer list them), or can no longer hold a lease: the
+// newest ack from it arrived (or this leadership began, if none did)
+// more than the lease plus LeaseMargin ago. Every path that starts a new incarnation
 // (a resize, a move, a dead node's jobs re-placed, a restart after a
 // failure, a new leader carrying on) goes through Assignments and the
 // gate, in assign and release.
@@ -71,11 +73,9 @@ type leaseState struct {
 	start   time.Time             // when this leadership began (Config.Now)
 	cluster string                // the cluster id
 	gen     uint64                // the generation of the newest assignments sent
+	sentAt  time.Time             // when they were sent
 	targets map[string]*actor.PID // the nodes they were sent to: renewed
 	nodes   map[string]*nodeLease
-	// since holds each job's current incarnation and the first
-	// generation of this leadership that had it.
-	since map[string]incSince
 	// released are the incarnations the gate let start in this
 	// leadership; held those it holds now.
 	released, held map[incKey]bool
@@ -91,22 +91,32 @@ type nodeLease struct {
 	renewed bool      // its newest answer to a renewal said it renewed
 	fast    int       // renewals beyond the tick's since the last tick
 	resent  time.Time // when its assignment was last sent outside a round
+	// listed holds, per job, the newest generation of an assignment
+	// this leader sent the node that listed the job.
+	listed map[string]uint64
 }
-
-type incSince struct{ inc, gen uint64 }
 
 func newLeaseState(now time.Time) *leaseState {
 	return &leaseState{start: now, targets: map[string]*actor.PID{}, nodes: map[string]*nodeLease{},
-		since: map[string]incSince{}, released: map[incKey]bool{}, held: map[incKey]bool{}}
+		released: map[incKey]bool{}, held: map[incKey]bool{}}
 }
 
 func (l *leaseState) node(id string) *nodeLease {
 	nl := l.nodes[id]
 	if nl == nil {
-		nl = &nodeLease{}
+		nl = &nodeLease{listed: map[string]uint64{}}
 		l.nodes[id] = nl
 	}
 	return nl
+}
+
+// send sends node id (at pid) an assignment, noting the jobs it lists.
+func (a *allocator) send(ctx actor.Context, id string, pid *actor.PID, as *pb.Assign) {
+	nl := a.lease.node(id)
+	for _, rj := range as.Runs {
+		nl.listed[rj.Job] = max(nl.listed[rj.Job], as.Generation)
+	}
+	ctx.Request(pid, as)
 }
 
 // renewEvery is the period of the renewals.
@@ -210,8 +220,11 @@ func (a *allocator) leaseFollowUp(ctx actor.Context, ack *pb.AssignAck) {
 		nl := l.node(ack.Node)
 		now := a.cfg.Now()
 		behind := ack.Term < a.term || (ack.Term == a.term && ack.Generation < l.gen) || ack.ClusterId != l.cluster
+		// (An ack sent before the newest assignment arrived is behind
+		// too: give that a renewal period.)
+		late := now.Sub(l.sentAt) >= a.renewEvery() && now.Sub(nl.resent) >= a.renewEvery()
 		switch {
-		case ack.Ok && behind && now.Sub(nl.resent) >= a.renewEvery():
+		case ack.Ok && behind && late:
 			nl.resent = now
 			a.resend(ctx, ack.Node, pid)
 		case !behind && ack.Term == a.term && !nl.renewed && nl.fast < fastRenewals:
@@ -222,22 +235,15 @@ func (a *allocator) leaseFollowUp(ctx actor.Context, ack *pb.AssignAck) {
 	a.release(ctx)
 }
 
-// noteIncarnations records, after a committed round, the generation from
-// which each job's current incarnation is the only one assigned.
-func (a *allocator) noteIncarnations(st *consensus.State) {
+// forget drops, after a committed round, what the gate holds of jobs
+// gone or of incarnations replaced.
+func (a *allocator) forget(st *consensus.State) {
 	l := a.lease
-	for id, j := range st.Jobs {
-		if j.State.Terminal() {
-			delete(l.since, id)
-			continue
-		}
-		if s, ok := l.since[id]; !ok || s.inc != j.Incarnation {
-			l.since[id] = incSince{inc: j.Incarnation, gen: st.Allocation.Generation}
-		}
-	}
-	for id := range l.since {
-		if st.Jobs[id] == nil {
-			delete(l.since, id)
+	for _, nl := range l.nodes {
+		for job := range nl.listed {
+			if j := st.Jobs[job]; j == nil || j.State.Terminal() {
+				delete(nl.listed, job)
+			}
 		}
 	}
 	for k := range l.released {
@@ -251,12 +257,14 @@ func (a *allocator) noteIncarnations(st *consensus.State) {
 type gateView struct {
 	now, start time.Time
 	// wait is the lease plus its margin.
-	wait  time.Duration
-	term  uint64
-	acks  map[string]*pb.AssignAck
-	at    map[string]time.Time // when each node's newest nonce arrived
-	since map[string]incSince
-	nodes []string // every node the state knows
+	wait time.Duration
+	term uint64
+	acks map[string]*pb.AssignAck
+	at   map[string]time.Time // when each node's newest nonce arrived
+	// listed holds, per node and job, the newest generation of an
+	// assignment this leader sent the node that listed the job.
+	listed map[string]map[string]uint64
+	nodes  []string // every node the state knows
 }
 
 // open reports whether incarnation k may start: no older incarnation of
@@ -274,12 +282,8 @@ func (v *gateView) open(k incKey) (ok bool, until time.Time, waiting []string) {
 			}
 		}
 	}
-	gen := uint64(1<<64 - 1)
-	if s, ok := v.since[k.job]; ok && s.inc == k.inc {
-		gen = s.gen
-	}
 	for _, id := range v.nodes {
-		if v.clear(id, k, gen) {
+		if v.clear(id, k) {
 			continue
 		}
 		end := v.start
@@ -297,12 +301,13 @@ func (v *gateView) open(k incKey) (ok bool, until time.Time, waiting []string) {
 	return len(waiting) == 0, until, waiting
 }
 
-// clear reports whether node id's newest ack shows it at a generation
-// that assigns only incarnation k of its job (gen or later, in this term)
-// and with no live or pending worker of an older one.
-func (v *gateView) clear(id string, k incKey, gen uint64) bool {
+// clear reports whether node id's newest ack, of this term (the node
+// refuses earlier leaders' assignments from then on), at a generation no
+// older than the last assignment this leader sent it that listed k's job,
+// shows no live or pending worker of an older incarnation of the job.
+func (v *gateView) clear(id string, k incKey) bool {
 	ack := v.acks[id]
-	if ack == nil || ack.Term != v.term || ack.Generation < gen {
+	if ack == nil || ack.Term != v.term || ack.Generation < v.listed[id][k.job] {
 		return false
 	}
 	for _, rs := range ack.Runs {
@@ -317,9 +322,9 @@ func (v *gateView) clear(id string, k incKey, gen uint64) bool {
 func (a *allocator) view(st *consensus.State) *gateView {
 	l := a.lease
 	v := &gateView{now: a.cfg.Now(), start: l.start, wait: a.cfg.Lease + LeaseMargin(a.cfg.Lease), term: a.term,
-		acks: a.acks, at: map[string]time.Time{}, since: l.since}
+		acks: a.acks, at: map[string]time.Time{}, listed: map[string]map[string]uint64{}}
 	for id, nl := range l.nodes {
-		v.at[id] = nl.at
+		v.at[id], v.listed[id] = nl.at, nl.listed
 	}
 	known := map[string]bool{}
 	for id := range st.Nodes {
@@ -403,7 +408,7 @@ func (a *allocator) release(ctx actor.Context) {
 			continue
 		}
 		if slices.ContainsFunc(assign[id].Runs, func(rj *pb.RunJob) bool { return before[incKey{rj.Job, rj.Incarnation}] }) {
-			ctx.Request(pid, assign[id])
+			a.send(ctx, id, pid, assign[id])
 		}
 	}
 }
@@ -419,6 +424,6 @@ func (a *allocator) resend(ctx actor.Context, id string, pid *actor.PID) {
 	if as := assign[id]; as != nil {
 		a.gate(st, assign)
 		a.cfg.Logger.Info("control: node missed the newest assignment: sent again", "node", id, "generation", as.Generation)
-		ctx.Request(pid, as)
+		a.send(ctx, id, pid, as)
 	}
 }
