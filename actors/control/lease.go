@@ -155,7 +155,7 @@ func (a *allocator) renewLeases(ctx actor.Context) {
 	go func() {
 		c, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		t, err := store.VerifyLeader(c)
+		t, err := store.ConfirmLeadership(c)
 		if err == nil && t != term {
 			err = fmt.Errorf("control: leading term %d, not %d", t, term)
 		}
