@@ -15,9 +15,11 @@ import (
 // Version 2 adds the cluster configuration, the last round's time and
 // per job its bid, crash counter and measurement acknowledgement;
 // version 1 snapshots (written before) still decode, with those empty.
+// Version 3 adds per job its submitter and, at the end, the API token
+// table; version 2 snapshots decode with neither.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 2
+	SnapshotVersion = 3
 	// maxSnapshot bounds what Restore reads.
 	maxSnapshot = 1 << 30
 )
@@ -64,11 +66,14 @@ func EncodeState(s *State) []byte {
 		w.int(j.CrashEpoch)
 		w.uvarint(j.MeasSession)
 		w.uvarint(j.MeasSeq)
+		w.str(j.Submitter)
+		w.str(j.SubmitterName)
 	}
 
 	w.uvarint(s.Allocation.Generation)
 	w.uvarint(s.Allocation.Term)
 	encodePlacements(w, s.Allocation.Jobs)
+	encodeACL(w, &s.ACL)
 
 	return binary.LittleEndian.AppendUint32(w.b, crc32.Checksum(w.b, castagnoli))
 }
@@ -81,8 +86,8 @@ func DecodeState(b []byte) (*State, error) {
 		return nil, fmt.Errorf("%w: not a snapshot", ErrMalformed)
 	}
 	version := b[len(snapshotMagic)]
-	if version != 1 && version != SnapshotVersion {
-		return nil, fmt.Errorf("%w: snapshot version %d (this binary knows 1 and %d)", ErrUnknownVersion, version, SnapshotVersion)
+	if version < 1 || version > SnapshotVersion {
+		return nil, fmt.Errorf("%w: snapshot version %d (this binary knows 1 to %d)", ErrUnknownVersion, version, SnapshotVersion)
 	}
 	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
 	if crc32.Checksum(body, castagnoli) != sum {
@@ -153,6 +158,10 @@ func DecodeState(b []byte) (*State, error) {
 			j.MeasSession = r.uvarint()
 			j.MeasSeq = r.uvarint()
 		}
+		if version >= 3 {
+			j.Submitter = r.str()
+			j.SubmitterName = r.str()
+		}
 		if r.err != nil {
 			break
 		}
@@ -169,6 +178,13 @@ func DecodeState(b []byte) (*State, error) {
 	s.Allocation.Generation = r.uvarint()
 	s.Allocation.Term = r.uvarint()
 	s.Allocation.Jobs = decodePlacements(r)
+	if version >= 3 && r.err == nil {
+		acl, err := decodeACL(r)
+		if err != nil {
+			return nil, err
+		}
+		s.ACL = acl
+	}
 	if err := r.done(); err != nil {
 		return nil, err
 	}
@@ -205,6 +221,17 @@ func validateJob(j *Job) error {
 	} else if j.Bid.Session != 0 || j.Bid.HasModel || j.Bid.HasGrad || j.Bid.Params != (goodput.Params{}) ||
 		j.Bid.Grad != (goodput.GradStats{}) || j.Bid.MostProfiled != 0 || j.Bid.Single != nil || j.Bid.Multi != nil {
 		return invalid("job %q has a bid of version 0", j.ID)
+	}
+	if (j.Submitter == "") != (j.SubmitterName == "") {
+		return invalid("job %q has submitter %q named %q (want both or neither)", j.ID, j.Submitter, j.SubmitterName)
+	}
+	if j.Submitter != "" {
+		if err := checkID("submitter", j.Submitter); err != nil {
+			return err
+		}
+		if err := checkID("submitter name", j.SubmitterName); err != nil {
+			return err
+		}
 	}
 	if j.MeasSession == 0 && j.MeasSeq != 0 {
 		return invalid("job %q acknowledges measurement %d of no session", j.ID, j.MeasSeq)
