@@ -142,6 +142,19 @@ func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 
 func (s fsmSnapshot) Release() {}
 
+// ApplyTo validates c and applies it to s as the state machine does in a
+// log entry of Raft term term, without Raft: for tools and tests that
+// hold a State of their own. On error s is unchanged.
+func ApplyTo(s *State, c Command, term uint64) ([]Drop, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: nil command", ErrInvalid)
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return apply(s, c, term)
+}
+
 // apply changes s by c, appended to the log in Raft term term, or returns
 // why it cannot; on error s is unchanged. For a Round or Prune it also
 // returns the entries it skipped.

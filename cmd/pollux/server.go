@@ -223,7 +223,8 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	}
 
 	stats := &control.Stats{}
-	httpAPI := api.New(o.id, api.Config{Backend: srv, Apps: catalog.Names(), Members: members.Members, Stats: stats, Logger: log})
+	httpAPI := api.New(o.id, api.Config{Backend: srv, Apps: catalog.Names(), Members: members.Members, Stats: stats,
+		Insecure: o.sec.insecure, Logger: log})
 	hprops, err := job.NewHost(job.HostConfig{Server: o.id, Store: srv, Logger: log})
 	if err != nil {
 		return err
