@@ -74,6 +74,11 @@ func (a *API) handle(rt route) {
 			return
 		}
 		p, code, msg := a.authenticate(r, rt.need)
+		if code == http.StatusTemporaryRedirect {
+			w.Header().Set("Location", msg)
+			writeJSON(w, code, Error{"api: this server does not know the token (yet): ask the leader at " + msg})
+			return
+		}
 		if code != 0 {
 			a.refuse(w, r, code, p, msg)
 			return
@@ -118,7 +123,9 @@ func checkSecret(s string, min int) error {
 
 // authenticate finds the request's token in the local copy of the
 // replicated table and checks its role against need. A refusal is a
-// status (401 or 403) and why.
+// status (401 or 403) and why. A follower that does not know the token
+// (it may not have applied its creation yet) answers a redirect to the
+// leader's API (307 and the URL), whose table is the authority.
 func (a *API) authenticate(r *http.Request, need consensus.Role) (principal, int, string) {
 	if a.cfg.Insecure {
 		return principal{anonymous: true}, 0, ""
@@ -128,12 +135,18 @@ func (a *API) authenticate(r *http.Request, need consensus.Role) (principal, int
 		return principal{}, http.StatusUnauthorized, "api: " + err.Error()
 	}
 	tok, bootstrapped, err := a.cfg.Backend.Authenticate(secret)
-	switch {
-	case errors.Is(err, consensus.ErrTokenRevoked):
+	if errors.Is(err, consensus.ErrTokenRevoked) {
 		return principal{token: tok}, http.StatusUnauthorized, fmt.Sprintf("api: token %s (%s) was revoked", tok.Accessor, tok.Name)
-	case err != nil && !bootstrapped:
-		return principal{}, http.StatusUnauthorized, "api: unknown token: this cluster has no tokens yet; make its first admin token with `pollux acl bootstrap` (docs/security.md)"
-	case err != nil:
+	}
+	if err != nil {
+		if _, leader := a.cfg.Backend.Leadership(); !leader {
+			if _, loc := a.leaderURL(r); loc != "" {
+				return principal{}, http.StatusTemporaryRedirect, loc
+			}
+		}
+		if !bootstrapped {
+			return principal{}, http.StatusUnauthorized, "api: unknown token: this cluster has no tokens yet; make its first admin token with `pollux acl bootstrap` (docs/security.md)"
+		}
 		return principal{}, http.StatusUnauthorized, "api: unknown token"
 	}
 	p := principal{token: tok}

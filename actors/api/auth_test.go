@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"pollux/cluster"
 	"pollux/cluster/pki"
 	"pollux/consensus"
 )
@@ -423,5 +424,30 @@ func TestInsecureTakesNoToken(t *testing.T) {
 	}
 	if code, out := doAs(a, "", "GET", PathACLSelf, ""); code != http.StatusOK || !strings.Contains(out, "anonymous") {
 		t.Errorf("insecure self: %d %s", code, out)
+	}
+}
+
+// TestFollowerRedirectsUnknownTokens: a follower that does not know a
+// token (it may not have applied its creation yet) sends the client to
+// the leader's API, whose table is the authority; a token it knows is
+// checked locally; without a known leader an unknown token is a 401.
+func TestFollowerRedirectsUnknownTokens(t *testing.T) {
+	_, fb := newTest()
+	fb.follower = true
+	members := []cluster.Member{{Name: "s1", Meta: cluster.Meta{Role: cluster.RoleServer, HTTPAddr: "10.0.0.1:8080"}}}
+	a := New("s2", Config{Backend: fb, Members: func() []cluster.Member { return members }, Logger: slog.New(slog.DiscardHandler)})
+	rec := httptest.NewRecorder()
+	r := httptest.NewRequest("GET", PathJobs+"?x=1", nil)
+	r.Header.Set("Authorization", "Bearer plx_made-on-the-leader-a-moment-ago-0123456")
+	a.ServeHTTP(rec, r)
+	if rec.Code != http.StatusTemporaryRedirect || rec.Header().Get("Location") != "http://10.0.0.1:8080"+PathJobs+"?x=1" {
+		t.Errorf("unknown token on a follower: %d %q", rec.Code, rec.Header().Get("Location"))
+	}
+	if code, _ := doAs(a, readSecret, "GET", PathJobs, ""); code != http.StatusOK {
+		t.Errorf("known token on a follower: %d", code)
+	}
+	members = nil
+	if code, _ := doAs(a, "plx_made-on-the-leader-a-moment-ago-0123456", "GET", PathJobs, ""); code != http.StatusUnauthorized {
+		t.Errorf("unknown token, leader unknown: %d", code)
 	}
 }

@@ -69,6 +69,7 @@ times faster than real time.`,
 				return fmt.Errorf("demo: %w", err)
 			}
 			fmt.Fprintf(out, "mutual TLS and encrypted gossip on (CA, certificates and gossip key in %s)\n", c.TLS().Dir)
+			fmt.Fprintf(out, "API tokens on (the cluster's admin token is in %s)\n", c.TokenFile())
 			// Stop every process on every way out, Ctrl-C included.
 			defer func() {
 				fmt.Fprintln(out, "stopping the cluster")

@@ -96,6 +96,10 @@ type Cluster struct {
 	watch   *watcher
 	tls     *pki.Bundle
 	http    *http.Client
+	// token is the cluster's bootstrap (admin) token secret, also in
+	// tokenFile (0600).
+	token     string
+	tokenFile string
 	mounts  []string
 	clients atomic.Int64
 
@@ -142,7 +146,7 @@ func (c *Cluster) start(ctx context.Context) (err error) {
 	if c.net != nil {
 		transport.DialContext = c.net.Dial
 	}
-	c.http = &http.Client{Transport: transport}
+	c.http = &http.Client{Transport: &tokenTransport{base: transport, token: c.token}}
 	if o.Observe {
 		c.watch = newWatcher(filepath.Join(o.Dir, "records"), c.hist, c.group, c.log)
 	}
@@ -150,6 +154,9 @@ func (c *Cluster) start(ctx context.Context) (err error) {
 		if err := c.Start(ctx, m, "", 0); err != nil {
 			return err
 		}
+	}
+	if err := c.bootstrapACL(ctx, 60*time.Second); err != nil {
+		return err
 	}
 	return c.WaitGPUs(ctx, o.Agents*o.GPUsPerAgent, 60*time.Second)
 }
@@ -223,6 +230,9 @@ func (c *Cluster) layout(ctx context.Context) error {
 	var err error
 	if c.tls, err = pki.DevBundleHosts(filepath.Join(o.Dir, "tls"), servers, agents, hosts); err != nil {
 		return fmt.Errorf("launch: %w", err)
+	}
+	if err := c.makeToken(); err != nil {
+		return err
 	}
 	var peers, gossip, agentGossip []string
 	for i := range o.Servers {
@@ -340,8 +350,10 @@ func (c *Cluster) TLS() *pki.Bundle { return c.tls }
 
 // HTTPClient is an HTTPS client of the cluster's API, reaching the
 // servers where the launcher does (from the switch namespace in
-// Namespaces), with an overall timeout per request. Its requests are not
-// recorded in the history (use Client for that).
+// Namespaces), with an overall timeout per request. It sends the admin
+// token with every request that carries no Authorization header of its
+// own. Its requests are not recorded in the history (use Client for
+// that).
 func (c *Cluster) HTTPClient(timeout time.Duration) *http.Client {
 	return &http.Client{Transport: c.http.Transport, Timeout: timeout}
 }
