@@ -74,8 +74,8 @@ type Config struct {
 	// Insecure turns the token check off (pollux server --insecure):
 	// every request acts as an anonymous admin.
 	Insecure bool
-	Now    func() time.Time
-	Logger *slog.Logger
+	Now      func() time.Time
+	Logger   *slog.Logger
 }
 
 // Job is one job as the API shows it.

@@ -54,21 +54,21 @@ func logged() (*API, *fakeBackend, *syncBuffer) {
 // the operator and token endpoints admin; only the bootstrap needs none.
 func TestRouteRoles(t *testing.T) {
 	want := map[string]consensus.Role{
-		"POST " + PathJobs:                            consensus.RoleSubmit,
-		"GET " + PathJobs:                             consensus.RoleRead,
-		"GET " + PathJobs + "/{id}":                   consensus.RoleRead,
-		"POST " + PathJobs + "/{id}/cancel":           consensus.RoleSubmit,
-		"GET " + PathNodes:                            consensus.RoleRead,
-		"GET " + PathStatus:                           consensus.RoleRead,
-		"GET /metrics":                                consensus.RoleRead,
-		"GET " + PathPeers:                            consensus.RoleAdmin,
-		"POST " + PathPeers:                           consensus.RoleAdmin,
-		"DELETE " + PathPeers + "/{id}":               consensus.RoleAdmin,
-		"GET " + PathACLTokens:                        consensus.RoleAdmin,
-		"POST " + PathACLTokens:                       consensus.RoleAdmin,
+		"POST " + PathJobs:                             consensus.RoleSubmit,
+		"GET " + PathJobs:                              consensus.RoleRead,
+		"GET " + PathJobs + "/{id}":                    consensus.RoleRead,
+		"POST " + PathJobs + "/{id}/cancel":            consensus.RoleSubmit,
+		"GET " + PathNodes:                             consensus.RoleRead,
+		"GET " + PathStatus:                            consensus.RoleRead,
+		"GET /metrics":                                 consensus.RoleRead,
+		"GET " + PathPeers:                             consensus.RoleAdmin,
+		"POST " + PathPeers:                            consensus.RoleAdmin,
+		"DELETE " + PathPeers + "/{id}":                consensus.RoleAdmin,
+		"GET " + PathACLTokens:                         consensus.RoleAdmin,
+		"POST " + PathACLTokens:                        consensus.RoleAdmin,
 		"POST " + PathACLTokens + "/{accessor}/revoke": consensus.RoleAdmin,
-		"GET " + PathACLSelf:                          consensus.RoleRead,
-		"POST " + PathACLBootstrap:                    roleBootstrap,
+		"GET " + PathACLSelf:                           consensus.RoleRead,
+		"POST " + PathACLBootstrap:                     roleBootstrap,
 	}
 	a, _ := newTest()
 	if len(a.routes) != len(want) {

@@ -100,8 +100,8 @@ type Cluster struct {
 	// tokenFile (0600).
 	token     string
 	tokenFile string
-	mounts  []string
-	clients atomic.Int64
+	mounts    []string
+	clients   atomic.Int64
 
 	closeOnce sync.Once
 	closeErr  error
