@@ -3,6 +3,7 @@ package consensus
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"testing"
@@ -389,4 +390,18 @@ func FuzzDecodeACLCommand(f *testing.F) {
 			t.Fatalf("a refused command (%v) changed the state", res.Err)
 		}
 	})
+}
+
+// BenchmarkAuthenticate is the token check every API request pays, on a
+// full table.
+func BenchmarkAuthenticate(b *testing.B) {
+	s := newState()
+	for i := range MaxTokens {
+		s.ACL.add(token(fmt.Sprintf("acc-%05d", i), "n", RoleRead, fmt.Sprintf("s-%05d", i), 1))
+	}
+	for i := 0; b.Loop(); i++ {
+		if _, err := s.ACL.Authenticate(fmt.Sprintf("s-%05d", i%MaxTokens)); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
