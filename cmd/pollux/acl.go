@@ -133,7 +133,7 @@ func newTokenCreateCmd() *cobra.Command {
 		},
 	}
 	o.flags(cmd)
-	cmd.Flags().StringVar(&name, "name", "", "who or what holds the token (shown as the submitter of its jobs)")
+	cmd.Flags().StringVar(&name, "name", "", "who or what holds the token, shown as the submitter of its jobs (no spaces, at most 64 bytes)")
 	cmd.Flags().StringVar(&role, "role", "", "read, submit or admin")
 	return cmd
 }
