@@ -226,12 +226,13 @@ func (a *API) revokeToken(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	if err := a.cfg.Backend.ApplyCommand(ctx, &consensus.RevokeToken{Accessor: acc, By: p.accessor(), Time: a.now()}); err != nil {
+	now := a.now()
+	if err := a.cfg.Backend.ApplyCommand(ctx, &consensus.RevokeToken{Accessor: acc, By: p.accessor(), Time: now}); err != nil {
 		a.writeRefusal(w, r, p, err)
 		return
 	}
 	a.cfg.Logger.Info("api: token revoked", "accessor", acc, "name", t.Name, "by", p.String())
-	t.Revoked, t.RevokeTime = true, a.now()
+	t.Revoked, t.RevokeTime = true, now
 	writeJSON(w, http.StatusOK, tokenOf(t, st.ACL.BootstrapAccessor()))
 }
 
