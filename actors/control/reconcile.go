@@ -58,6 +58,7 @@ func (a *allocator) acked(ctx actor.Context, ack *pb.AssignAck) {
 			}
 		}
 	}
+	a.leaseFollowUp(ctx, ack)
 }
 
 // reconcileExits fails the current incarnations whose every worker has
