@@ -16,4 +16,8 @@ var (
 	ErrBadAssignment = errors.New("optimizer: bad GPU assignment")
 	// ErrNoOracle is returned by Optimus for a job without an Oracle.
 	ErrNoOracle = errors.New("optimizer: job has no oracle")
+	// ErrBadAutoscale is returned for unusable autoscaling settings: a
+	// node template without GPUs, a minimum above the maximum, a utility
+	// band outside (0, 1].
+	ErrBadAutoscale = errors.New("optimizer: bad autoscaling settings")
 )

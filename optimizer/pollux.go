@@ -77,14 +77,20 @@ func (p *Pollux) Allocate(snap *Snapshot, prev *State) (Result, error) {
 		return Result{}, err
 	}
 	defer p.Cache.endRound()
-	pr := newProblem(obj)
+	return p.search(obj, newProblem(obj), snap, prev), nil
+}
+
+// search runs one round's genetic search over problem pr of objective obj
+// (built from snap): the body of Allocate, which the autoscaling policy
+// also runs on an extended cluster whose virtual nodes pr masks out.
+func (p *Pollux) search(obj *Objective, pr *problem, snap *Snapshot, prev *State) Result {
 	current := make([]Placement, pr.jobs)
 	copy(current, obj.current)
 	res := Result{Diagnostics: Diagnostics{CurrentFitness: obj.Fitness(current)}}
 	if pr.jobs == 0 {
 		res.Placements = []Placement{}
 		res.State = pr.state(nil)
-		return res, nil
+		return res
 	}
 	popSize, gens := p.budget(pr.jobs)
 	nw := p.workers()
@@ -184,7 +190,7 @@ func (p *Pollux) Allocate(snap *Snapshot, prev *State) (Result, error) {
 		final = append(final, ind.alloc)
 	}
 	res.State = pr.state(final[:min(len(final), popSize)])
-	return res, nil
+	return res
 }
 
 // child builds one child: two tournament-picked parents, single-point
