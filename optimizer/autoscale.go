@@ -203,7 +203,7 @@ func (a *AutoscalePollux) Allocate(snap *Snapshot, prev *State) (Result, error) 
 	// The best allocation on the first n nodes for every candidate n: the
 	// search's own for the real nodes, hill-climbed neighbours for the
 	// others (upwards from the next smaller size, downwards from the next
-	// larger one and the search's result, both cut to the first n nodes).
+	// larger one cut to the first n nodes).
 	found := &sized{n: nReal, alloc: res.Placements, fit: obj.Fitness(res.Placements)}
 	sizes := sizeCandidates(max(s.MinNodes, 1), len(ext.Nodes), nReal)
 	w := full.newWorker()
@@ -222,7 +222,7 @@ func (a *AutoscalePollux) Allocate(snap *Snapshot, prev *State) (Result, error) 
 		if n >= nReal {
 			continue
 		}
-		above = climbSized(full.masked(n), w, ext.Seed, n, above, found)
+		above = climbSized(full.masked(n), w, ext.Seed, n, above)
 		down = append(down, above)
 	}
 	all := append(append([]*sized{}, down...), up...)
@@ -296,25 +296,18 @@ func sizeCandidates(lo, hi, real int) []int {
 	return out
 }
 
-// climbSized returns the best of seeds cut to the first n nodes (repaired
-// by pr, which masks the others) after hill climbing.
-func climbSized(pr *problem, w *worker, seed uint64, n int, seeds ...*sized) *sized {
+// climbSized returns from cut to the first n nodes (repaired by pr, which
+// masks the others) and hill-climbed there.
+func climbSized(pr *problem, w *worker, seed uint64, n int, from *sized) *sized {
 	w.pr = pr
-	cl := pr.newClimber()
-	var best *indiv
-	for i, sd := range seeds {
-		ind := pr.newIndiv()
-		copy(ind.alloc, sd.alloc)
-		w.reseed(seed, 1<<32+uint64(n), uint64(i))
-		w.clearTouched()
-		w.repair(ind)
-		pr.evaluate(ind)
-		cl.improve(ind)
-		if best == nil || ind.fit > best.fit {
-			best = ind
-		}
-	}
-	return &sized{n: n, alloc: best.alloc, fit: best.fit}
+	ind := pr.newIndiv()
+	copy(ind.alloc, from.alloc)
+	w.reseed(seed, 1<<32+uint64(n), 0)
+	w.clearTouched()
+	w.repair(ind)
+	pr.evaluate(ind)
+	pr.newClimber().improve(ind)
+	return &sized{n: n, alloc: ind.alloc, fit: ind.fit}
 }
 
 // frontOf turns the per-size allocations into the Pareto front of (size,
