@@ -3,6 +3,7 @@ package optimizer
 import (
 	"fmt"
 	"math"
+	"sort"
 )
 
 // DefaultScalingThreshold is the throughput-based autoscaler's default
@@ -14,13 +15,14 @@ const DefaultScalingThreshold = 0.8
 // Pollux paper compares with (Or et al., "Resource Elasticity in
 // Distributed Deep Learning", MLSys 2020): each job asks for more GPUs, a
 // node's worth at a time, while its system throughput at a fixed per-GPU
-// batch keeps scaling at least Threshold times linearly; the cluster is
-// sized to hold what the jobs ask for. Statistical efficiency plays no
-// part. The GPUs of the nodes present are allocated by Pollux, so that
-// against AutoscalePollux only the sizing rule differs.
+// batch keeps scaling at least Threshold times linearly (ThroughputWant);
+// the cluster is sized to hold what the jobs ask for, and every job gets
+// what it asked for while GPUs remain, in submission order. Statistical
+// efficiency plays no part. Jobs whose GPU count does not change keep
+// their placement; the others take GPUs from the nodes with the most free
+// ones (as Optimus places). The jobs themselves are expected to run Or et
+// al.'s fixed per-GPU batch (the simulator's FixedLocal mode). Stateless.
 type ThroughputAutoscale struct {
-	// Pollux allocates the GPUs of the current nodes.
-	Pollux *Pollux
 	// Settings bound the cluster; the template's GPUs are the step a
 	// job grows by.
 	Settings Autoscale
@@ -31,7 +33,7 @@ type ThroughputAutoscale struct {
 
 // NewThroughputAutoscale returns the baseline with the default threshold.
 func NewThroughputAutoscale(s Autoscale) *ThroughputAutoscale {
-	return &ThroughputAutoscale{Pollux: NewPollux(), Settings: s}
+	return &ThroughputAutoscale{Settings: s}
 }
 
 // Name implements Policy.
@@ -45,7 +47,7 @@ func (t *ThroughputAutoscale) threshold() float64 {
 }
 
 // Allocate implements Policy.
-func (t *ThroughputAutoscale) Allocate(snap *Snapshot, prev *State) (Result, error) {
+func (t *ThroughputAutoscale) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	s := t.Settings.withDefaults()
 	if err := s.Validate(); err != nil {
 		return Result{}, err
@@ -56,25 +58,56 @@ func (t *ThroughputAutoscale) Allocate(snap *Snapshot, prev *State) (Result, err
 	if snap == nil {
 		return Result{}, fmt.Errorf("%w: nil snapshot", ErrBadSnapshot)
 	}
-	dec := &ScaleDecision{Current: len(snap.Nodes)}
-	want := 0
-	for j := range snap.Jobs {
-		want += ThroughputWant(&snap.Jobs[j], s.Template.GPUs, t.threshold())
+	jobs := snap.Jobs
+	want := make([]int, len(jobs))
+	total := 0
+	for j := range jobs {
+		want[j] = ThroughputWant(&jobs[j], s.Template.GPUs, t.threshold())
+		total += want[j]
 	}
-	dec.Nodes = s.clamp(ceilDiv(want, s.Template.GPUs))
-	if len(snap.Jobs) == 0 {
-		dec.Nodes = s.clamp(0)
-		return Result{Placements: []Placement{}, Scale: dec}, nil
+	res := Result{
+		Placements: make([]Placement, len(jobs)),
+		Layouts:    make([][]int, len(jobs)),
+		Scale:      &ScaleDecision{Nodes: s.clamp(ceilDiv(total, s.Template.GPUs)), Current: len(snap.Nodes)},
 	}
-	if len(snap.Nodes) == 0 {
-		// Nothing to allocate yet: every job waits for the first node.
-		return Result{Placements: make([]Placement, len(snap.Jobs)), Scale: dec}, nil
+	if total == 0 || len(jobs) == 0 {
+		res.Scale.Nodes = s.clamp(0)
+		if len(jobs) == 0 {
+			return res, nil
+		}
 	}
-	res, err := t.Pollux.Allocate(snap, prev)
-	if err != nil {
+	if snap.TotalGPUs() == 0 {
+		// No node yet: every job waits for the first ones.
+		return res, nil
+	}
+	if err := validate(snap); err != nil {
 		return Result{}, err
 	}
-	res.Scale = dec
+	order := make([]int, len(jobs))
+	for j := range order {
+		order[j] = j
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		ja, jb := order[a], order[b]
+		if jobs[ja].SubmitTime != jobs[jb].SubmitTime {
+			return jobs[ja].SubmitTime < jobs[jb].SubmitTime
+		}
+		return jobs[ja].ID < jobs[jb].ID
+	})
+	left := snap.TotalGPUs()
+	k := make([]int, len(jobs))
+	for _, j := range order {
+		k[j] = min(want[j], left)
+		left -= k[j]
+	}
+	free := keepCurrent(snap, order, res.Placements, func(j int) bool {
+		return k[j] > 0 && jobs[j].Current.Replicas() == k[j]
+	})
+	for _, j := range order {
+		if k[j] > 0 && res.Placements[j] == nil {
+			res.Placements[j], res.Layouts[j] = takeMostFree(free, k[j])
+		}
+	}
 	return res, nil
 }
 
@@ -85,7 +118,11 @@ func (t *ThroughputAutoscale) Allocate(snap *Snapshot, prev *State) (Result, err
 // share of linear scaling: T(k') - T(k) >= threshold * (k'-k) * T(k)/k,
 // with T the model's throughput at a fixed per-GPU batch (M0 within the
 // job's atomic-batch range, no accumulation, the replicas packed on
-// ceil(k/perNode) nodes). A job without a model asks for MaxReplicas.
+// ceil(k/perNode) nodes). A step to more replicas than the job has been
+// measured on (MaxProfiled, when known) is taken without consulting the
+// model: like Or et al.'s autoscaler, the job scales out to measure, and
+// scales back once the measurement shows the step does not pay. A job
+// without a model asks for MaxReplicas.
 func ThroughputWant(job *Job, perNode int, threshold float64) int {
 	limit := job.MaxReplicas
 	if limit <= 0 || perNode <= 0 {
@@ -102,6 +139,10 @@ func ThroughputWant(job *Job, perNode int, threshold float64) int {
 	k := min(perNode, limit)
 	for k < limit {
 		next := min(k+perNode, limit)
+		if job.MaxProfiled > 0 && next > job.MaxProfiled {
+			k = next
+			continue
+		}
 		tk, tn := thr(k), thr(next)
 		if !(tn-tk >= threshold*float64(next-k)*tk/float64(k)) || math.IsNaN(tn) {
 			break

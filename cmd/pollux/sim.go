@@ -105,6 +105,9 @@ type simFlags struct {
 	interference, p               float64
 	seed                          uint64
 	asJSON, pSet                  bool
+	// autoscale runs the elastic-cluster comparison (sim_autoscale.go).
+	autoscale bool
+	cloud     cloudFlags
 }
 
 func newSimCmd() *cobra.Command {
@@ -130,6 +133,12 @@ Sia's simulator (--semantics sia) unless told otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.pSet = cmd.Flags().Changed("p")
+			if err := checkCloudFlags(f, cmd.Flags().Changed); err != nil {
+				return badInput(err)
+			}
+			if f.autoscale {
+				return runSimAutoscale(cmd.Context(), f, cmd.Flags().Changed("policy"), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
 			return runSim(cmd.Context(), f, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -148,6 +157,15 @@ Sia's simulator (--semantics sia) unless told otherwise.`,
 	fl.IntVar(&f.parallel, "parallel", runtime.NumCPU(), "runs to simulate at once")
 	fl.StringVar(&f.out, "out", "", "directory for summary.json, jobs.csv and PNG plots")
 	fl.BoolVar(&f.asJSON, "json", false, "print exactly one JSON object on stdout")
+	dc := sim.DefaultCloud()
+	fl.BoolVar(&f.autoscale, "autoscale", false, "elastic cluster: compare pollux-autoscale, throughput-autoscale and a fixed cluster of --max-nodes on cost and JCT (default workload: the paper's cloud scenario, one ImageNet job)")
+	fl.DurationVar(&f.cloud.bootDelay, "boot-delay", time.Duration(dc.BootDelay)*time.Second, "with --autoscale: time from asking for a node to its joining")
+	fl.Float64Var(&f.cloud.nodeCost, "node-cost", dc.NodeCost, "with --autoscale: price of one node-hour")
+	fl.IntVar(&f.cloud.minNodes, "min-nodes", dc.MinNodes, "with --autoscale: fewest nodes (the cluster starts with max(min-nodes, 1))")
+	fl.IntVar(&f.cloud.maxNodes, "max-nodes", dc.MaxNodes, "with --autoscale: most nodes (and the fixed cluster's size)")
+	fl.Float64Var(&f.cloud.threshold, "scaling-threshold", optimizer.DefaultScalingThreshold, "with --autoscale: throughput-autoscale adds a node while it adds at least this fraction of linear throughput")
+	fl.Float64Var(&f.cloud.lowUtil, "low-util", optimizer.DefaultLowUtil, "with --autoscale: pollux-autoscale keeps the size while utility is at least this")
+	fl.Float64Var(&f.cloud.highUtil, "high-util", optimizer.DefaultHighUtil, "with --autoscale: ... and at most this")
 	return cmd
 }
 

@@ -43,6 +43,9 @@ type Config struct {
 	// NoFairness skips finish-time fairness (under Sia's semantics it runs
 	// every job alone on its share of every GPU type).
 	NoFairness bool `json:"no_fairness,omitempty"`
+	// Cloud, when set, makes the cluster elastic (Nodes is then unused):
+	// see Cloud. Finish-time fairness is not computed.
+	Cloud *Cloud `json:"cloud,omitempty"`
 	// isolated marks the runs finish-time fairness makes of one job alone
 	// (they compute no fairness themselves).
 	isolated bool
@@ -75,7 +78,17 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	nodes := 0
 	seen := map[string]bool{}
-	for _, g := range c.groups() {
+	groups := c.groups()
+	if c.Cloud != nil {
+		if len(c.Cluster) > 0 || c.Semantics != PolluxSemantics {
+			return fmt.Errorf("%w: an elastic (cloud) cluster has one untyped GPU type and the Pollux artifact's semantics", ErrBadConfig)
+		}
+		if err := c.Cloud.Validate(); err != nil {
+			return err
+		}
+		groups = []clusterspec.Group{{Nodes: c.Cloud.MaxNodes, GPUsPerNode: c.GPUsPerNode}}
+	}
+	for _, g := range groups {
 		switch {
 		case g.Nodes < 1 || g.Nodes > 1<<16:
 			return fmt.Errorf("%w: %d nodes of GPU type %q, want 1..65536", ErrBadConfig, g.Nodes, g.Type)
@@ -140,6 +153,13 @@ type Sample struct {
 	// MeanBatch is the mean total batch size of the jobs holding GPUs (0
 	// when none does).
 	MeanBatch float64 `json:"mean_batch"`
+	// Nodes is, on an elastic cluster, the nodes paid for (joined and
+	// booting) once the round's resize is done.
+	Nodes int `json:"nodes,omitempty"`
+	// Efficiency is, on an elastic cluster, the mean statistical
+	// efficiency of the jobs holding GPUs at their current batch (0 when
+	// none does).
+	Efficiency float64 `json:"efficiency,omitempty"`
 }
 
 // Result is one simulated run.
@@ -150,6 +170,8 @@ type Result struct {
 	Timeline []Sample    `json:"timeline"`
 	Rounds   int         `json:"rounds"`
 	Metrics  Metrics     `json:"metrics"`
+	// Cloud is what the elastic cluster cost (nil for a fixed cluster).
+	Cloud *CloudResult `json:"cloud,omitempty"`
 }
 
 // Run replays wl on the cluster of cfg under pol, with jobs in mode (see
@@ -197,13 +219,17 @@ func RunTyped(ctx context.Context, cfg Config, cats testbed.TypedCatalog, wl wor
 		s.jobs = append(s.jobs, j)
 	}
 	sort.SliceStable(s.jobs, func(a, b int) bool { return s.jobs[a].spec.Time < s.jobs[b].spec.Time })
-	for _, g := range groups {
-		for i := 0; i < g.Nodes; i++ {
-			id := "node-" + strconv.Itoa(len(s.nodes))
-			if g.Type != "" {
-				id = g.Type + "-" + strconv.Itoa(i)
+	if cfg.Cloud != nil {
+		s.newCloud()
+	} else {
+		for _, g := range groups {
+			for i := 0; i < g.Nodes; i++ {
+				id := "node-" + strconv.Itoa(len(s.nodes))
+				if g.Type != "" {
+					id = g.Type + "-" + strconv.Itoa(i)
+				}
+				s.nodes = append(s.nodes, optimizer.Node{ID: id, GPUs: g.GPUsPerNode, Type: g.Type})
 			}
-			s.nodes = append(s.nodes, optimizer.Node{ID: id, GPUs: g.GPUsPerNode, Type: g.Type})
 		}
 	}
 	res := &Result{Policy: pol.Name(), Workload: wl.Name}
@@ -216,8 +242,15 @@ func RunTyped(ctx context.Context, cfg Config, cats testbed.TypedCatalog, wl wor
 			return nil, fmt.Errorf("%w: %d of %d jobs still running after %v s", ErrHorizon, len(s.jobs)-done, len(s.jobs), cfg.Horizon)
 		}
 		s.advance()
-		if err := s.allocate(); err != nil {
+		if s.cloud != nil {
+			s.join()
+		}
+		dec, err := s.allocate()
+		if err != nil {
 			return nil, err
+		}
+		if s.cloud != nil {
+			s.resize(dec)
 		}
 		res.Rounds++
 		done = 0
@@ -236,6 +269,9 @@ func RunTyped(ctx context.Context, cfg Config, cats testbed.TypedCatalog, wl wor
 		return nil, err
 	}
 	res.Jobs = jobs
+	if s.cloud != nil {
+		res.Cloud = s.bill()
+	}
 	res.Metrics = Summarize(res.Jobs)
 	res.Metrics.Contention = meanActive(res.Timeline)
 	return res, nil
@@ -258,6 +294,8 @@ type state struct {
 	round uint64
 	prev  *optimizer.State
 	steps map[stepKey][]float64
+	// cloud is the elastic cluster's bookkeeping (nil for a fixed one).
+	cloud *cloudState
 }
 
 // advance moves every job forward by one interval.
@@ -312,23 +350,33 @@ func (s *state) active() []*job {
 	return out
 }
 
-// allocate runs one policy round and applies the changed allocations.
-func (s *state) allocate() error {
+// allocate runs one policy round and applies the changed allocations. It
+// returns the cluster size the policy asks for (nil if it asks for none).
+// On a fixed cluster a round without active jobs is skipped; an elastic
+// one still asks the policy, which may release nodes.
+func (s *state) allocate() (*optimizer.ScaleDecision, error) {
 	act := s.active()
-	if len(act) == 0 {
-		return nil
+	if len(act) == 0 && s.cloud == nil {
+		return nil, nil
 	}
 	snap := &optimizer.Snapshot{Nodes: s.nodes, Now: s.now, Seed: splitmix(s.cfg.Seed ^ (s.round * 0x9e3779b97f4a7c15))}
 	s.round++
 	for _, j := range act {
 		snap.Jobs = append(snap.Jobs, s.snapshotJob(j))
 	}
+	if len(act) == 0 {
+		res, err := s.pol.Allocate(snap, s.prev)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s at %v s: %w", ErrPolicy, s.pol.Name(), s.now, err)
+		}
+		return res.Scale, nil
+	}
 	res, err := s.pol.Allocate(snap, s.prev)
 	if err != nil {
-		return fmt.Errorf("%w: %s at %v s: %w", ErrPolicy, s.pol.Name(), s.now, err)
+		return nil, fmt.Errorf("%w: %s at %v s: %w", ErrPolicy, s.pol.Name(), s.now, err)
 	}
 	if len(res.Placements) != len(act) {
-		return fmt.Errorf("%w: %s returned %d placements for %d jobs", ErrPolicy, s.pol.Name(), len(res.Placements), len(act))
+		return nil, fmt.Errorf("%w: %s returned %d placements for %d jobs", ErrPolicy, s.pol.Name(), len(res.Placements), len(act))
 	}
 	used := make([]int, len(s.nodes))
 	next := make([]optimizer.Placement, len(act))
@@ -336,17 +384,17 @@ func (s *state) allocate() error {
 		next[i] = normalize(pl)
 		for _, nc := range next[i] {
 			if nc.Node < 0 || nc.Node >= len(s.nodes) || nc.Count < 0 {
-				return fmt.Errorf("%w: %s placed job %q on node %d", ErrPolicy, s.pol.Name(), act[i].spec.Name, nc.Node)
+				return nil, fmt.Errorf("%w: %s placed job %q on node %d", ErrPolicy, s.pol.Name(), act[i].spec.Name, nc.Node)
 			}
 			if t := s.nodes[nc.Node].Type; t != s.nodes[next[i][0].Node].Type {
-				return fmt.Errorf("%w: %s placed job %q on GPU types %q and %q (a job runs on one type)", ErrPolicy, s.pol.Name(), act[i].spec.Name, s.nodes[next[i][0].Node].Type, t)
+				return nil, fmt.Errorf("%w: %s placed job %q on GPU types %q and %q (a job runs on one type)", ErrPolicy, s.pol.Name(), act[i].spec.Name, s.nodes[next[i][0].Node].Type, t)
 			}
 			used[nc.Node] += nc.Count
 		}
 	}
 	for n, u := range used {
 		if u > s.nodes[n].GPUs {
-			return fmt.Errorf("%w: %s put %d replicas on node %d of %d GPUs", ErrPolicy, s.pol.Name(), u, n, s.nodes[n].GPUs)
+			return nil, fmt.Errorf("%w: %s put %d replicas on node %d of %d GPUs", ErrPolicy, s.pol.Name(), u, n, s.nodes[n].GPUs)
 		}
 	}
 	for i, j := range act {
@@ -357,7 +405,7 @@ func (s *state) allocate() error {
 		if i < len(res.Layouts) && res.Layouts[i] != nil {
 			layout = res.Layouts[i]
 			if !sameCounts(layout, next[i]) {
-				return fmt.Errorf("%w: %s gave job %q the layout %v for placement %v", ErrPolicy, s.pol.Name(), j.spec.Name, layout, next[i])
+				return nil, fmt.Errorf("%w: %s gave job %q the layout %v for placement %v", ErrPolicy, s.pol.Name(), j.spec.Name, layout, next[i])
 			}
 		}
 		typ := j.typ
@@ -372,7 +420,7 @@ func (s *state) allocate() error {
 		j.allocated += float64(j.replicas) * s.cfg.Interval
 	}
 	s.prev = res.State
-	return nil
+	return res.Scale, nil
 }
 
 // sameCounts reports whether layout holds exactly the counts of pl, in
@@ -447,6 +495,9 @@ func (s *state) uncappedMaxReplicas(j *job) int {
 		return 1
 	}
 	grow := max(2*j.maxProfiledK(), 1)
+	if s.mode == FixedLocal {
+		return min(grow, 64, max(l.MaxBatch/j.local, 1))
+	}
 	if s.cfg.Semantics != SiaSemantics {
 		return min(grow, 64, byBatch)
 	}
@@ -492,6 +543,7 @@ func (s *state) snapshotJob(j *job) optimizer.Job {
 		App:         j.spec.App,
 		Batch:       j.spec.Batch,
 		Restarting:  j.running() && j.restartLeft > 0,
+		MaxProfiled: j.maxProfiledK(),
 	}
 	if j.measuredRestart > 0 {
 		sj.RestartDelay = j.measuredRestart
