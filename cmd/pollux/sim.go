@@ -129,7 +129,16 @@ files (placements-TYPE.csv): a preset (hetero: Sia's 6 aws, 2 dgx-ext and 3
 rtx nodes; homogeneous: 16 aws nodes), an inline list such as
 "aws:6,rtx:3,dgx-ext:2" (TYPE:NODES or TYPE:NODESxGPUS), or a CSV file with the
 header gpu_type,nodes,gpus_per_node. With --cluster the simulator follows
-Sia's simulator (--semantics sia) unless told otherwise.`,
+Sia's simulator (--semantics sia) unless told otherwise.
+
+--autoscale simulates an elastic cloud cluster of --gpus-per-node GPU nodes,
+between --min-nodes and --max-nodes, nodes joining --boot-delay after they are
+asked for and paid --node-cost per node-hour from request to release. It
+compares pollux-autoscale (Pollux also choosing the node count by the
+artifact's utility rule), throughput-autoscale (Or et al.: grow while
+throughput scales) and fixed (--max-nodes throughout) on mean JCT,
+node-hours and cost. Without --workload it runs the paper's cloud scenario,
+one ImageNet job; --out adds timeline.csv and nodes-WORKLOAD.png.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.pSet = cmd.Flags().Changed("p")

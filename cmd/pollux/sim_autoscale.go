@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -359,8 +362,8 @@ func printCloudTable(w io.Writer, policies []string, s cloudSummary) error {
 	return nil
 }
 
-// writeCloudOut writes summary.json, jobs.csv and the node-count and
-// efficiency plots into dir.
+// writeCloudOut writes summary.json, jobs.csv, timeline.csv and the
+// node-count and efficiency plots into dir.
 func writeCloudOut(dir string, summary cloudSummary, results []*sim.Result) error {
 	data, err := json.MarshalIndent(summary, "", "  ")
 	if err != nil {
@@ -380,8 +383,34 @@ func writeCloudOut(dir string, summary cloudSummary, results []*sim.Result) erro
 	if err := fh.Close(); err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
+	if err := writeTimelineCSV(filepath.Join(dir, "timeline.csv"), results); err != nil {
+		return err
+	}
 	if _, err := report.WriteCloudPlots(dir, results); err != nil {
 		return fmt.Errorf("sim: plots: %w", err)
+	}
+	return nil
+}
+
+// writeTimelineCSV writes every run's cluster after each round: nodes
+// paid for, GPUs allocated, active jobs, mean batch and mean statistical
+// efficiency of the running jobs.
+func writeTimelineCSV(path string, results []*sim.Result) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	w := csv.NewWriter(fh)
+	_ = w.Write([]string{"workload", "policy", "time_s", "nodes", "gpus", "active_jobs", "mean_batch", "efficiency"})
+	for _, r := range results {
+		for _, s := range r.Timeline {
+			_ = w.Write([]string{r.Workload, r.Policy, strconv.FormatFloat(s.Time, 'f', -1, 64), strconv.Itoa(s.Nodes),
+				strconv.Itoa(s.GPUs), strconv.Itoa(s.Active), strconv.FormatFloat(s.MeanBatch, 'f', 1, 64), strconv.FormatFloat(s.Efficiency, 'f', 4, 64)})
+		}
+	}
+	w.Flush()
+	if err := errors.Join(w.Error(), fh.Close()); err != nil {
+		return fmt.Errorf("sim: %s: %w", path, err)
 	}
 	return nil
 }

@@ -75,7 +75,7 @@ func TestSimAutoscaleJSON(t *testing.T) {
 	if nh, ms := fixed["node_hours"], fixed["makespan_s"]; nh < 4*ms/3600 || nh > 4*(ms+60)/3600 || fixed["peak_nodes"] != 4 {
 		t.Errorf("fixed cluster: %v", fixed)
 	}
-	for _, f := range []string{"summary.json", "jobs.csv", "nodes-one.png", "efficiency-one.png"} {
+	for _, f := range []string{"summary.json", "jobs.csv", "timeline.csv", "nodes-one.png", "efficiency-one.png"} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
