@@ -25,6 +25,10 @@ const (
 	typeCommitAllocation byte = 5
 	typeRegisterNode     byte = 6
 	typeMarkNode         byte = 7
+	typeInitCluster      byte = 8
+	typeFinishJob        byte = 9
+	typeRound            byte = 10
+	typePrune            byte = 11
 )
 
 // Command is one state change. The concrete types are the exported
@@ -158,6 +162,14 @@ func Decode(b []byte) (Command, error) {
 		c = &RegisterNode{}
 	case typeMarkNode:
 		c = &MarkNode{}
+	case typeInitCluster:
+		c = &InitCluster{}
+	case typeFinishJob:
+		c = &FinishJob{}
+	case typeRound:
+		c = &Round{}
+	case typePrune:
+		c = &Prune{}
 	default:
 		return nil, fmt.Errorf("%w: type %d", ErrUnknownCommand, b[1])
 	}

@@ -1,34 +1,52 @@
 // Package consensus is the replicated scheduler state of the control
 // plane: a hashicorp/raft state machine holding every fact the allocator
-// needs (jobs, nodes, the committed allocation and its generation, per-job
-// worker incarnations, the profile points and gradient statistics each
-// job's model is fitted on), so that a new leader on another server
+// needs (the cluster's id and checkpoint root, jobs, nodes, the committed
+// allocation and its generation, per-job worker incarnations, each job
+// actor's bid, the profile its model is fitted on, its progress, attained
+// service and crash counter), so that a new leader on another server
 // resumes exactly where the old one stopped.
 //
 // # State machine
 //
 // FSM applies Commands. Apply is deterministic: it reads no clock and no
 // randomness (times come inside the commands, from the proposer's clock),
-// never depends on map iteration order, and checks a whole command against
-// the state before changing anything, so a refused command leaves no
-// trace. A refusal is returned in the Result, never as a panic.
+// never depends on map iteration order, and checks a command against the
+// state before changing anything, so a refused command leaves no trace.
+// A refusal is returned in the Result, never as a panic.
 //
-// Allocation fencing: CommitAllocation carries a generation and the Raft
-// term its proposer led in (Server.Leadership). It is applied only if the
-// generation is above the committed one and the term equals the term of
-// the log entry that carries it. So an allocation decided by a leader
+// One Raft write per allocation round: a Round carries the new allocation,
+// the attained service accrued since the last round, and per job its
+// actor's new bid, its new measurements (aggregated between two bids) and
+// whether its incarnation failed (a crash counted; the job fails after
+// MaxFailures in a row without an epoch finished). A Round is fenced as a
+// whole: its generation must be above the committed one and its term the
+// term of the log entry that carries it, so a round decided by a leader
 // that has since been deposed cannot commit: forwarded to the new leader
 // it lands in an entry of the new term (ErrStaleTerm); kept in the old
 // leader's own log it is either discarded with the rest of that leader's
 // uncommitted entries or, if it had already reached a majority, committed
 // as a legitimate decision of the old term before anything of the new
-// one, and the new leader (which reads the state after a barrier) carries
-// on from its generation. Generations never go backwards.
+// one. Generations never go backwards. Past the fence a Round is applied
+// partially, in job id order: entries naming an unknown or finished job,
+// a stale incarnation or an older job actor session are dropped (named in
+// Result.Dropped) and the rest applied, so a job finishing while a round
+// is decided no longer voids it.
 //
-// Committing an allocation bumps the incarnation of every job whose
-// placement changed; reports (UpdateJob, RecordProfile) that name an
-// incarnation other than the current one are refused, so a worker from an
-// old incarnation can never report into a newer one.
+// Measurements are merged exactly once: a job actor numbers its
+// measurements within its session (sessions only grow), and a Round
+// merges one only if it continues the acknowledged sequence of the job
+// (MeasSession, MeasSeq) or opens a newer session from its start.
+//
+// A placement that changes, or a restart, bumps the job's incarnation;
+// reports and bids naming an incarnation other than the current one are
+// refused or dropped, so workers of an old incarnation never count in a
+// newer one. FinishJob ends a job exactly once (completed, failed or
+// cancelled); Prune forgets finished jobs and gone nodes (retention);
+// InitCluster sets the cluster id and checkpoint root once. Submissions
+// and registrations beyond MaxJobs and MaxNodes are refused (ErrLimit),
+// so the state always fits a snapshot. The commands of the first version
+// of the loop (UpdateJob, RecordProfile, CommitAllocation, CompleteJob)
+// are still applied, so older logs replay.
 //
 // # Encoding
 //
@@ -45,21 +63,28 @@
 // whole (ErrUnknownVersion). Every server refuses such a command the same
 // way, so replicas cannot diverge; but a cluster must therefore run
 // binaries that know a new version on every server before any leader
-// writes it (Encode writes CommandVersion only). Snapshots are a magic, a
-// version byte, the canonical state and a CRC-32C.
+// writes it (Encode writes CommandVersion only); new command types take
+// new type bytes (8..15 for the control loop's). Snapshots are a magic, a
+// version byte, the canonical state and a CRC-32C; version 1 snapshots
+// (before bids and the cluster configuration) still decode.
 //
 // # Server
 //
 // Server wraps a raft.Raft with injected transport, stores, forwarder and
 // logger, and exposes the API the rest of the system calls: SubmitJob,
-// UpdateJob, CompleteJob, RecordProfile, CommitAllocation, RegisterNode,
-// MarkNode, linearizable reads (Read), local reads (LocalState), AddVoter
-// and RemoveServer. A write on a follower is forwarded to the leader
+// CommitRound, FinishJob, InitCluster, Prune, RegisterNode, MarkNode,
+// linearizable reads (Read), local reads (LocalState, LocalJob), the
+// membership (Servers, AddVoter, RemoveServer, Unreachable: the peers
+// the leader's heartbeats fail to reach), and notifications of
+// leadership (LeaderChanges) and of jobs submitted or finished
+// (JobsChanged). A write on a follower is forwarded to the leader
 // through a Forwarder: Transport (ListenTCP) carries both Raft's RPCs and
 // forwarded writes on the Raft port, told apart by the first byte of each
 // connection, over mutual TLS where only server certificates of the
 // cluster CA get in (a forwarded write is a Raft write: it is not on the
-// public API); tests use an in-memory forwarder. OpenDisk builds the stores of a data
+// public API). The leader's address comes from Raft's own configuration,
+// so a server added later (AddVoter) is reached as soon as it leads;
+// tests use an in-memory forwarder. OpenDisk builds the stores of a data
 // directory: raft-boltdb log and stable store and file snapshots; a server
 // reopened on the same directory rejoins with its state.
 //
@@ -69,9 +94,9 @@
 // because the receiver is not the leader. ErrLeadershipLost, ErrTimeout
 // and ErrForward are ambiguous: the write may have been applied. Every
 // command is safe to resend: a repeated SubmitJob fails with ErrJobExists,
-// CompleteJob with ErrJobFinished, CommitAllocation with
-// ErrStaleGeneration; RegisterNode and MarkNode are idempotent; a
-// repeated report only re-merges a profile measurement.
+// FinishJob with ErrJobFinished, Round and CommitAllocation with
+// ErrStaleGeneration; RegisterNode, MarkNode, InitCluster and Prune are
+// idempotent.
 //
 // Timeouts default to LAN values (200 ms heartbeat and election, 100 ms
 // leader lease): on loopback with bolt, a SIGKILLed leader is replaced and

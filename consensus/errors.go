@@ -64,4 +64,14 @@ var (
 	// log, because the leader's data directory has less free space than
 	// Config.MinFreeSpace: nothing of it is applied.
 	ErrNoSpace = errors.New("consensus: data directory full")
+	// ErrClusterConfig is returned when a server would change the
+	// cluster's configuration (its checkpoint root), which is set once at
+	// bootstrap.
+	ErrClusterConfig = errors.New("consensus: cluster configuration differs")
+	// ErrLimit is returned for a submission or registration beyond what
+	// the state (and so its snapshots) can hold.
+	ErrLimit = errors.New("consensus: state limit reached")
+	// ErrStaleSession is returned for a job actor's measurements or bid
+	// from an older session than the one the state acknowledges.
+	ErrStaleSession = errors.New("consensus: stale job actor session")
 )

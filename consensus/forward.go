@@ -78,7 +78,7 @@ var wireErrors = []error{
 	ErrUnknownVersion, ErrUnknownCommand, ErrMalformed, ErrInvalid,
 	ErrUnknownJob, ErrJobExists, ErrJobFinished, ErrUnknownNode,
 	ErrStaleGeneration, ErrStaleTerm, ErrStaleIncarnation, ErrLeadershipLost,
-	ErrNoSpace,
+	ErrNoSpace, ErrClusterConfig, ErrLimit, ErrStaleSession,
 }
 
 // otherError is the code of an error that wraps no sentinel.

@@ -13,10 +13,13 @@ import (
 
 // Result is what applying one command produced: the Raft index it was
 // committed at and, if the state machine refused it, why (nothing of a
-// refused command is applied).
+// refused command is applied). Dropped names the entries of an applied
+// Round or Prune that were skipped; it is not carried back to a follower
+// that forwarded the command (only Index and Err are).
 type Result struct {
-	Index uint64
-	Err   error
+	Index   uint64
+	Err     error
+	Dropped []Drop
 }
 
 // FSM is the replicated state machine. Apply is deterministic: it reads no
@@ -25,6 +28,9 @@ type Result struct {
 type FSM struct {
 	mu    sync.RWMutex
 	state *State
+	// notify, if set, receives a token (without blocking) whenever an
+	// applied command may have changed the set of live jobs.
+	notify chan struct{}
 }
 
 // NewFSM returns an FSM holding the empty state.
@@ -42,8 +48,24 @@ func (f *FSM) Apply(l *raft.Log) any {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	res.Err = apply(f.state, c, l.Term)
+	res.Dropped, res.Err = apply(f.state, c, l.Term)
+	if f.notify != nil && res.Err == nil && changesJobs(c) {
+		select {
+		case f.notify <- struct{}{}:
+		default:
+		}
+	}
 	return res
+}
+
+// changesJobs reports whether c may change the set of live jobs (what
+// the job actors' hosts are told) other than by an allocation round.
+func changesJobs(c Command) bool {
+	switch c.(type) {
+	case *SubmitJob, *CompleteJob, *FinishJob, *Prune:
+		return true
+	}
+	return false
 }
 
 // Read calls fn with the current state under a read lock; fn must not keep
@@ -52,6 +74,17 @@ func (f *FSM) Read(fn func(*State)) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	fn(f.state)
+}
+
+// Job returns a deep copy of one job and the cluster configuration (nil
+// if the job is unknown): cheaper than State for one job.
+func (f *FSM) Job(id string) (*Job, ClusterConfig) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if j := f.state.Jobs[id]; j != nil {
+		return j.clone(), f.state.Config
+	}
+	return nil, f.state.Config
 }
 
 // State returns a deep copy of the current state.
@@ -101,37 +134,45 @@ func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 func (s fsmSnapshot) Release() {}
 
 // apply changes s by c, appended to the log in Raft term term, or returns
-// why it cannot; on error s is unchanged.
-func apply(s *State, c Command, term uint64) error {
+// why it cannot; on error s is unchanged. For a Round or Prune it also
+// returns the entries it skipped.
+func apply(s *State, c Command, term uint64) ([]Drop, error) {
+	switch c := c.(type) {
+	case *Round:
+		return applyRound(s, c, term)
+	case *Prune:
+		return applyPrune(s, c), nil
+	}
+	return nil, applyOne(s, c, term)
+}
+
+func applyOne(s *State, c Command, term uint64) error {
 	switch c := c.(type) {
 	case *SubmitJob:
-		if _, ok := s.Jobs[c.ID]; ok {
-			return fmt.Errorf("%w: %q", ErrJobExists, c.ID)
-		}
-		spec := c.Spec
-		spec.Command = slices.Clone(spec.Command)
-		s.Jobs[c.ID] = &Job{ID: c.ID, Spec: spec, State: Pending, SubmitTime: c.SubmitTime}
-		return nil
+		return applySubmit(s, c)
+	case *InitCluster:
+		return applyInit(s, c)
+	case *FinishJob:
+		return applyFinish(s, c)
 	case *UpdateJob:
 		return applyUpdate(s, c)
 	case *CompleteJob:
-		j, err := liveJob(s, c.ID, c.Incarnation)
-		if err != nil {
-			return err
-		}
-		j.State = Completed
+		// Entries written before FinishJob existed (or by servers of
+		// that version) apply as a FinishJob, with their incarnation
+		// fence.
+		st := Completed
 		if c.Failed {
-			j.State = Failed
+			st = Failed
 		}
-		j.FinishTime = c.FinishTime
-		j.Reason = c.Reason
-		delete(s.Allocation.Jobs, c.ID)
-		return nil
+		return applyFinish(s, &FinishJob{ID: c.ID, Incarnation: c.Incarnation, State: st, Reason: c.Reason, Time: c.FinishTime})
 	case *RecordProfile:
 		return applyProfile(s, c)
 	case *CommitAllocation:
 		return applyAllocation(s, c, term)
 	case *RegisterNode:
+		if _, ok := s.Nodes[c.Node.ID]; !ok && len(s.Nodes) >= MaxNodes {
+			return fmtErr(ErrLimit, "the cluster has %d nodes, the most it can hold; prune dead nodes first", len(s.Nodes))
+		}
 		n := c.Node
 		n.Addresses = slices.Clone(n.Addresses)
 		s.Nodes[n.ID] = &n
@@ -145,6 +186,22 @@ func apply(s *State, c Command, term uint64) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %T", ErrUnknownCommand, c)
+}
+
+func applySubmit(s *State, c *SubmitJob) error {
+	if _, ok := s.Jobs[c.ID]; ok {
+		return fmt.Errorf("%w: %q", ErrJobExists, c.ID)
+	}
+	if len(s.Jobs) >= MaxJobs {
+		return fmtErr(ErrLimit, "the cluster holds %d jobs, the most it can; finished jobs are pruned after the retention period (pollux server --retain)", len(s.Jobs))
+	}
+	if c.Spec.CheckpointDir == "" && s.Config.CheckpointRoot == "" {
+		return invalid("job %q names no checkpoint directory and the cluster has no checkpoint root (pollux server --bootstrap --checkpoint-root DIR)", c.ID)
+	}
+	spec := c.Spec
+	spec.Command = slices.Clone(spec.Command)
+	s.Jobs[c.ID] = &Job{ID: c.ID, Spec: spec, State: Pending, SubmitTime: c.SubmitTime}
+	return nil
 }
 
 // liveJob returns the job id if it exists, is not finished, and (when
@@ -208,8 +265,23 @@ func applyProfile(s *State, c *RecordProfile) error {
 	if err != nil {
 		return err
 	}
+	prof, err := mergeProfile(j, c.Entries)
+	if err != nil {
+		return err
+	}
+	j.Profile = prof
+	if c.HasGrad {
+		j.Grad, j.HasGrad = c.Grad, true
+	}
+	return nil
+}
+
+// mergeProfile returns j's profile with entries merged in (a weighted
+// running mean per configuration), or an error if it would grow beyond
+// maxProfile configurations.
+func mergeProfile(j *Job, entries []ProfileEntry) ([]ProfileEntry, error) {
 	prof := slices.Clone(j.Profile)
-	for _, e := range c.Entries {
+	for _, e := range entries {
 		i, found := slices.BinarySearchFunc(prof, e.key(), func(p ProfileEntry, k [3]int) int { return compareKey(p.key(), k) })
 		if !found {
 			prof = slices.Insert(prof, i, e)
@@ -223,13 +295,9 @@ func applyProfile(s *State, c *RecordProfile) error {
 		p.Count = total
 	}
 	if len(prof) > maxProfile {
-		return invalid("job %q would have %d profiled configurations (limit %d)", c.ID, len(prof), maxProfile)
+		return nil, invalid("job %q would have %d profiled configurations (limit %d)", j.ID, len(prof), maxProfile)
 	}
-	j.Profile = prof
-	if c.HasGrad {
-		j.Grad, j.HasGrad = c.Grad, true
-	}
-	return nil
+	return prof, nil
 }
 
 func applyAllocation(s *State, c *CommitAllocation, term uint64) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"testing"
 
@@ -17,7 +18,8 @@ import (
 func testSpec() JobSpec {
 	return JobSpec{
 		Name: "cifar", App: "cifar10", MinReplicas: 1, MaxReplicas: 8,
-		Limits: goodput.Limits{InitBatch: 128, MaxBatch: 4096, MinLocal: 32, MaxLocal: 512, Accumulation: true},
+		Limits:        goodput.Limits{InitBatch: 128, MaxBatch: 4096, MinLocal: 32, MaxLocal: 512, Accumulation: true},
+		CheckpointDir: "/ckpt/cifar",
 	}
 }
 
@@ -66,7 +68,7 @@ func populated(t *testing.T) *fsmApplier {
 		&RegisterNode{Node: Node{ID: "n1", Addresses: []string{"127.0.0.1:7000"}, Rack: "r1", GPUs: 4, Health: Alive}},
 		&RegisterNode{Node: Node{ID: "n2", Addresses: []string{"127.0.0.1:7001", "127.0.0.1:7002"}, Rack: "r2", GPUs: 4, Health: Alive}},
 		&SubmitJob{ID: "j1", Spec: testSpec(), SubmitTime: 10},
-		&SubmitJob{ID: "j2", Spec: JobSpec{Command: []string{"python", "train.py"}, MinReplicas: 1, MaxReplicas: 4, Limits: goodput.Limits{InitBatch: 64, MaxBatch: 64, MinLocal: 64, MaxLocal: 64}}, SubmitTime: 11},
+		&SubmitJob{ID: "j2", Spec: JobSpec{Command: []string{"python", "train.py"}, MinReplicas: 1, MaxReplicas: 4, Limits: goodput.Limits{InitBatch: 64, MaxBatch: 64, MinLocal: 64, MaxLocal: 64}, CheckpointDir: "/ckpt/j2"}, SubmitTime: 11},
 		&SubmitJob{ID: "j3", Spec: testSpec(), SubmitTime: 12},
 		&CommitAllocation{Generation: 1, Term: 1, Jobs: map[string][]Slot{"j1": {{"n2", 2}, {"n1", 2}}, "j2": {{"n1", 1}}}},
 		&RecordProfile{ID: "j1", Incarnation: 1, Entries: []ProfileEntry{
@@ -89,8 +91,8 @@ func TestApplyTransitions(t *testing.T) {
 	if got := j1.Profile; len(got) != 2 || got[0].Nodes != 1 || got[1].Count != 3 {
 		t.Fatalf("profile not sorted by configuration: %+v", got)
 	}
-	if pts := j1.ProfilePoints(); len(pts) != 2 || pts[1] != (goodput.ProfilePoint{Nodes: 2, Replicas: 4, LocalBatch: 64, AccumTime: 0.1, StepTime: 0.2}) {
-		t.Fatalf("profile points %+v", pts)
+	if pt := j1.Profile[1].ProfilePoint; pt != (goodput.ProfilePoint{Nodes: 2, Replicas: 4, LocalBatch: 64, AccumTime: 0.1, StepTime: 0.2}) {
+		t.Fatalf("profile point %+v", pt)
 	}
 	if s.Jobs["j3"].State != Pending || s.Jobs["j3"].Incarnation != 0 {
 		t.Fatalf("unplaced j3: %+v", s.Jobs["j3"])
@@ -393,6 +395,14 @@ func FuzzDecodeCommand(f *testing.F) {
 		&CommitAllocation{Generation: 1, Term: 1, Jobs: map[string][]Slot{"j": {{"n", 1}}}},
 		&RegisterNode{Node: Node{ID: "n", GPUs: 1, Health: Alive, Addresses: []string{"a"}}},
 		&MarkNode{ID: "n", Health: Dead},
+		&InitCluster{ID: "c", CheckpointRoot: "/r"},
+		&FinishJob{ID: "j1", Incarnation: 1, State: Cancelled, Reason: "user"},
+		&Prune{Jobs: []string{"j1", "j2"}, Nodes: []string{"n2"}},
+		&Round{Generation: 2, Term: 1, Time: 3, Accrue: 1, MaxFailures: 5, Jobs: map[string][]Slot{"j1": {{"n1", 1}}},
+			Updates: []RoundJob{
+				{ID: "j1", Incarnation: 1, Running: true, HasBid: true, Bid: testBid(1, 1),
+					HasMeas: true, Meas: measurement(1, 0, 2, 1, entry(1, 1, 32, 0.1, 0.2, 3))},
+				{ID: "j2", Incarnation: 1, Restart: true}}},
 	} {
 		b, err := Encode(c)
 		if err != nil {
@@ -431,9 +441,24 @@ func FuzzDecodeState(f *testing.F) {
 		&SubmitJob{ID: "j", Spec: testSpec()},
 		&CommitAllocation{Generation: 1, Term: 1, Jobs: map[string][]Slot{"j": {{"n1", 1}}}})
 	f.Add(EncodeState(a.f.State()))
+	a.must(f, 1, &InitCluster{ID: "c", CheckpointRoot: "/r"},
+		&Round{Generation: 2, Term: 1, Time: 5, Accrue: 1, Jobs: map[string][]Slot{"j": {{"n1", 2}}},
+			Updates: []RoundJob{{ID: "j", Incarnation: 1, Running: true, HasBid: true, Bid: testBid(3, 1),
+				HasMeas: true, Meas: measurement(3, 0, 1, 1, entry(1, 1, 32, 0.1, 0.2, 3))}}})
+	f.Add(EncodeState(a.f.State()))
+	if v1, err := os.ReadFile("testdata/snapshot-v1.bin"); err == nil {
+		f.Add(v1)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := DecodeState(b)
 		if err != nil {
+			return
+		}
+		if b[len(snapshotMagic)] != SnapshotVersion {
+			// An older version re-encodes in the current one.
+			if _, err := DecodeState(EncodeState(s)); err != nil {
+				t.Fatalf("an old snapshot's state does not re-encode: %v", err)
+			}
 			return
 		}
 		if again := EncodeState(s); !bytes.Equal(again, b) {

@@ -15,7 +15,29 @@ import (
 func randomCommand(r *rand.Rand, gen *uint64) Command {
 	job := fmt.Sprintf("j%d", r.IntN(6))
 	node := fmt.Sprintf("n%d", r.IntN(4))
-	switch r.IntN(8) {
+	switch r.IntN(12) {
+	case 8:
+		return &FinishJob{ID: job, Incarnation: uint64(r.IntN(3)), State: JobState(4 + r.IntN(3)), Time: float64(r.IntN(100))}
+	case 9:
+		return &Prune{Jobs: []string{job}, Nodes: []string{node}}
+	case 10:
+		return &InitCluster{ID: fmt.Sprintf("c%d", r.IntN(2)), CheckpointRoot: fmt.Sprintf("/r%d", r.IntN(2))}
+	case 11:
+		*gen += uint64(r.IntN(2))
+		jobs := map[string][]Slot{}
+		for j := range 1 + r.IntN(3) {
+			jobs[fmt.Sprintf("j%d", (j+r.IntN(6))%6)] = []Slot{{Node: fmt.Sprintf("n%d", r.IntN(4)), GPUs: 1 + r.IntN(2)}}
+		}
+		u := RoundJob{ID: job, Incarnation: uint64(r.IntN(3)), Restart: r.IntN(2) == 0, Running: true}
+		if r.IntN(2) == 0 {
+			u.HasBid, u.Bid = true, testBid(uint64(1+r.IntN(3)), uint64(1+r.IntN(3)))
+		}
+		if r.IntN(2) == 0 {
+			from := uint64(r.IntN(3))
+			u.HasMeas, u.Meas = true, measurement(uint64(1+r.IntN(3)), from, from+1, r.IntN(10),
+				entry(1, 1+r.IntN(4), 32<<r.IntN(3), 0.01+r.Float64(), 0.02+r.Float64(), uint64(1+r.IntN(5))))
+		}
+		return &Round{Generation: *gen, Term: 1, Time: float64(r.IntN(1000)), Accrue: r.Float64(), MaxFailures: r.IntN(4), Jobs: jobs, Updates: []RoundJob{u}}
 	case 0:
 		return &SubmitJob{ID: job, Spec: testSpec(), SubmitTime: float64(r.IntN(100))}
 	case 1:

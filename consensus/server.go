@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +53,57 @@ type Server struct {
 	// completed a barrier: reads in that term need only verify leadership.
 	barrierTerm atomic.Uint64
 	closed      atomic.Bool
+	leaderCh    chan bool
+	stop        chan struct{}
+
+	// failing holds, while this server leads, the peers its heartbeats
+	// currently fail to reach, with their last contact.
+	failingMu sync.Mutex
+	failing   map[raft.ServerID]time.Time
+}
+
+// watchPeers follows Raft's heartbeat observations.
+func (s *Server) watchPeers(obs <-chan raft.Observation) {
+	for {
+		select {
+		case o := <-obs:
+			s.failingMu.Lock()
+			switch d := o.Data.(type) {
+			case raft.FailedHeartbeatObservation:
+				s.failing[d.PeerID] = d.LastContact
+			case raft.ResumedHeartbeatObservation:
+				delete(s.failing, d.PeerID)
+			case raft.LeaderObservation:
+				clear(s.failing)
+			}
+			s.failingMu.Unlock()
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// Unreachable returns, on the leader, the servers its heartbeats
+// currently fail to reach and when each last answered.
+func (s *Server) Unreachable() map[raft.ServerID]time.Time {
+	s.failingMu.Lock()
+	defer s.failingMu.Unlock()
+	return maps.Clone(s.failing)
+}
+
+func (s *Server) relayLeadership(raw <-chan bool) {
+	for {
+		select {
+		case v := <-raw:
+			select {
+			case <-s.leaderCh:
+			default:
+			}
+			s.leaderCh <- v
+		case <-s.stop:
+			return
+		}
+	}
 }
 
 // NewServer starts a Raft node on st. A server with no state waits to be
@@ -68,11 +121,29 @@ func NewServer(cfg Config, st Stores) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("server", string(cfg.ID)), fsm: NewFSM(), stores: st}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("server", string(cfg.ID)), fsm: NewFSM(), stores: st,
+		leaderCh: make(chan bool, 1), stop: make(chan struct{})}
+	s.fsm.notify = make(chan struct{}, 1)
+	// Raft blocks on its notification channel: relay every change at once
+	// and keep only the latest for the reader.
+	raw := make(chan bool, 8)
+	rc.NotifyCh = raw
+	go s.relayLeadership(raw)
 	s.raft, err = raft.NewRaft(rc, s.fsm, st.Logs, st.Stable, st.Snapshots, st.Transport)
 	if err != nil {
+		close(s.stop)
 		return nil, fmt.Errorf("consensus: starting raft: %w", err)
 	}
+	s.failing = map[raft.ServerID]time.Time{}
+	obs := make(chan raft.Observation, 64)
+	s.raft.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation, raft.LeaderObservation:
+			return true
+		}
+		return false
+	}))
+	go s.watchPeers(obs)
 	if t, ok := st.Transport.(*Transport); ok {
 		t.serveForwards(s)
 	}
@@ -111,27 +182,24 @@ func (s *Server) Leadership() (term uint64, leader bool) {
 	return term, s.raft.State() == raft.Leader && s.raft.CurrentTerm() == term
 }
 
-// VerifyLeader confirms with a quorum that this server still leads and
-// returns its term. A leader that was paused or cut off learns here that
-// it was deposed (ErrNotLeader or ErrLeadershipLost), before acting on
-// anything that arrived while it was away.
-func (s *Server) VerifyLeader(ctx context.Context) (uint64, error) {
-	if s.closed.Load() {
-		return 0, ErrShutdown
-	}
-	if s.raft.State() != raft.Leader {
-		return 0, ErrNotLeader
-	}
-	term := s.raft.CurrentTerm()
-	if err := wait(ctx, s.raft.VerifyLeader()); err != nil {
-		return 0, err
-	}
-	return term, nil
-}
-
 // LocalState returns a copy of this server's state, which on a follower
 // may lag behind the leader's.
 func (s *Server) LocalState() *State { return s.fsm.State() }
+
+// LocalJob returns a copy of one job of this server's state (nil if
+// unknown) and the cluster configuration.
+func (s *Server) LocalJob(id string) (*Job, ClusterConfig) { return s.fsm.Job(id) }
+
+// LeaderChanges delivers true when this server becomes the Raft leader
+// and false when it stops being it. Only the latest change is kept if
+// nobody listens; it has one reader (the allocator).
+func (s *Server) LeaderChanges() <-chan bool { return s.leaderCh }
+
+// JobsChanged receives a token (coalesced) whenever an applied command
+// other than an allocation round may have changed the set of live jobs
+// (a submission, a completion, a cancellation, a prune). It has one
+// reader.
+func (s *Server) JobsChanged() <-chan struct{} { return s.fsm.notify }
 
 // Read returns a copy of the state that reflects every write completed
 // before the call (a linearizable read). Only the leader serves it: it
@@ -417,29 +485,39 @@ func (s *Server) SubmitJob(ctx context.Context, id string, spec JobSpec, submitT
 	return s.single(ctx, &SubmitJob{ID: id, Spec: spec, SubmitTime: submitTime})
 }
 
-// UpdateJob applies a job's report (see UpdateJob).
-func (s *Server) UpdateJob(ctx context.Context, u UpdateJob) error {
-	return s.single(ctx, &u)
+// InitCluster sets the cluster's configuration if it has none; with
+// another checkpoint root than the configured one it fails with
+// ErrClusterConfig.
+func (s *Server) InitCluster(ctx context.Context, id, checkpointRoot string) error {
+	return s.single(ctx, &InitCluster{ID: id, CheckpointRoot: checkpointRoot})
 }
 
-// CompleteJob finishes a job (exactly once) and frees its GPUs; a
-// non-zero incarnation must be the job's current one (ErrStaleIncarnation).
-func (s *Server) CompleteJob(ctx context.Context, id string, incarnation uint64, failed bool, reason string, finishTime float64) error {
-	return s.single(ctx, &CompleteJob{ID: id, Incarnation: incarnation, Failed: failed, Reason: reason, FinishTime: finishTime})
+// FinishJob ends a job (exactly once) as Completed, Failed or Cancelled
+// and frees its GPUs; a non-zero incarnation must be the job's current
+// one.
+func (s *Server) FinishJob(ctx context.Context, f FinishJob) error {
+	return s.single(ctx, &f)
 }
 
-// RecordProfile merges profile entries and gradient statistics into a
-// job's model inputs.
-func (s *Server) RecordProfile(ctx context.Context, p RecordProfile) error {
-	return s.single(ctx, &p)
+// CommitRound commits one allocation round and returns its result
+// (which entries were dropped). It fails with ErrStaleTerm or
+// ErrStaleGeneration if a newer leader has taken over.
+func (s *Server) CommitRound(ctx context.Context, r *Round) (Result, error) {
+	res, err := s.Apply(ctx, r)
+	if err != nil {
+		return Result{}, err
+	}
+	return res[0], res[0].Err
 }
 
-// CommitAllocation commits an allocation decided by the leader of term
-// (from Leadership) with the given generation (above the committed one).
-// It fails with ErrStaleTerm or ErrStaleGeneration if a newer leader has
-// taken over.
-func (s *Server) CommitAllocation(ctx context.Context, generation, term uint64, jobs map[string][]Slot) error {
-	return s.single(ctx, &CommitAllocation{Generation: generation, Term: term, Jobs: jobs})
+// Prune forgets finished jobs and gone nodes; it returns the ids it
+// skipped.
+func (s *Server) Prune(ctx context.Context, p Prune) ([]Drop, error) {
+	res, err := s.Apply(ctx, &p)
+	if err != nil {
+		return nil, err
+	}
+	return res[0].Dropped, res[0].Err
 }
 
 // RegisterNode adds or replaces a node (a zero Health means Alive).
@@ -465,6 +543,32 @@ func (s *Server) RemoveServer(ctx context.Context, id raft.ServerID) error {
 	return wait(ctx, s.raft.RemoveServer(id, 0, s.timeout(ctx)))
 }
 
+// LastIndex is the index of this server's last log entry.
+func (s *Server) LastIndex() uint64 { return s.raft.LastIndex() }
+
+// LogStats counts the command entries of this server's log with an index
+// in (from, to], their bytes, and the entries per command (for
+// benchmarks: what the state machine's writes cost).
+func (s *Server) LogStats(from, to uint64) (entries int, bytes int64, byCommand map[string]int, err error) {
+	var l raft.Log
+	byCommand = map[string]int{}
+	for i := from + 1; i <= to; i++ {
+		if err := s.stores.Logs.GetLog(i, &l); err != nil {
+			return entries, bytes, byCommand, fmt.Errorf("consensus: log entry %d: %w", i, err)
+		}
+		if l.Type == raft.LogCommand {
+			entries++
+			bytes += int64(len(l.Data))
+			name := "undecodable"
+			if c, err := Decode(l.Data); err == nil {
+				name = fmt.Sprintf("%T", c)
+			}
+			byCommand[name]++
+		}
+	}
+	return entries, bytes, byCommand, nil
+}
+
 // Servers returns the current Raft configuration.
 func (s *Server) Servers() ([]raft.Server, error) {
 	f := s.raft.GetConfiguration()
@@ -481,6 +585,7 @@ func (s *Server) Shutdown() error {
 		return nil
 	}
 	errs := []error{raftError(s.raft.Shutdown().Error())}
+	close(s.stop)
 	if c, ok := s.stores.Transport.(raft.WithClose); ok {
 		errs = append(errs, c.Close())
 	}

@@ -183,9 +183,9 @@ func workload(t *testing.T, s *Server, leader *Server) {
 	if !ok {
 		t.Fatal("leader is not leader")
 	}
-	must(s.CommitAllocation(ctx, 1, term, map[string][]Slot{"j1": {{"n1", 2}, {"n2", 2}}, "j2": {{"n1", 1}}}))
-	must(s.RecordProfile(ctx, RecordProfile{ID: "j1", Incarnation: 1, Entries: []ProfileEntry{entry(2, 4, 64, 0.1, 0.15, 10)}, HasGrad: true}))
-	must(s.UpdateJob(ctx, UpdateJob{ID: "j1", Incarnation: 1, Set: UpdateAttained | UpdateProgress, Attained: 12, Progress: 0.1}))
+	must(commitAllocation(ctx, s, 1, term, map[string][]Slot{"j1": {{"n1", 2}, {"n2", 2}}, "j2": {{"n1", 1}}}))
+	must(s.single(ctx, &RecordProfile{ID: "j1", Incarnation: 1, Entries: []ProfileEntry{entry(2, 4, 64, 0.1, 0.15, 10)}, HasGrad: true}))
+	must(s.single(ctx, &UpdateJob{ID: "j1", Incarnation: 1, Set: UpdateAttained | UpdateProgress, Attained: 12, Progress: 0.1}))
 	must(s.MarkNode(ctx, "n2", Suspect))
 }
 
@@ -216,7 +216,7 @@ func TestLeaderLossNewLeaderIdenticalState(t *testing.T) {
 	// The new leader continues the generation sequence in its own term.
 	term, _ := nl.srv.Leadership()
 	ctx := ctxT(t, 5*time.Second)
-	if err := nl.srv.CommitAllocation(ctx, 2, term, map[string][]Slot{"j1": {{"n1", 4}}}); err != nil {
+	if err := commitAllocation(ctx, nl.srv, 2, term, map[string][]Slot{"j1": {{"n1", 4}}}); err != nil {
 		t.Fatal(err)
 	}
 	st, err := nl.srv.Read(ctx)
@@ -284,13 +284,13 @@ func TestDeposedLeaderAllocationRejected(t *testing.T) {
 		t.Fatalf("new term %d not above old %d", newTerm, oldTerm)
 	}
 	ctx := ctxT(t, 5*time.Second)
-	if err := nl.srv.CommitAllocation(ctx, 2, newTerm, map[string][]Slot{"j2": {{"n1", 4}}}); err != nil {
+	if err := commitAllocation(ctx, nl.srv, 2, newTerm, map[string][]Slot{"j2": {{"n1", 4}}}); err != nil {
 		t.Fatal(err)
 	}
 
 	// While partitioned, the deposed leader's allocation does not commit.
 	short, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	err := old.srv.CommitAllocation(short, 2, oldTerm, map[string][]Slot{"j1": {{"n1", 1}}})
+	err := commitAllocation(short, old.srv, 2, oldTerm, map[string][]Slot{"j1": {{"n1", 1}}})
 	cancel()
 	if err == nil {
 		t.Fatal("a partitioned leader committed an allocation")
@@ -312,16 +312,20 @@ func TestDeposedLeaderAllocationRejected(t *testing.T) {
 		}
 		return true
 	})
+	// (fresh deadlines: the waits above may have used up the first one
+	// on a loaded machine)
+	ctx = ctxT(t, 5*time.Second)
 	for _, gen := range []uint64{2, 3, 100} {
-		err := old.srv.CommitAllocation(ctx, gen, oldTerm, map[string][]Slot{"j1": {{"n1", 1}}})
+		err := commitAllocation(ctx, old.srv, gen, oldTerm, map[string][]Slot{"j1": {{"n1", 1}}})
 		if !errors.Is(err, ErrStaleTerm) {
 			t.Fatalf("generation %d from the deposed leader: %v, want ErrStaleTerm", gen, err)
 		}
 	}
 	// A current-term allocation with an old generation is fenced too.
 	cur = c.leader(cur)
+	ctx = ctxT(t, 5*time.Second)
 	curTerm, _ := cur.srv.Leadership()
-	if err := cur.srv.CommitAllocation(ctx, 2, curTerm, map[string][]Slot{"j1": {{"n1", 1}}}); !errors.Is(err, ErrStaleGeneration) {
+	if err := commitAllocation(ctx, cur.srv, 2, curTerm, map[string][]Slot{"j1": {{"n1", 1}}}); !errors.Is(err, ErrStaleGeneration) {
 		t.Fatalf("repeated generation: %v, want ErrStaleGeneration", err)
 	}
 	st, err := cur.srv.Read(ctx)
@@ -489,4 +493,63 @@ func TestForwardGivesUpOnLeaderChange(t *testing.T) {
 		t.Fatalf("forward to the deposed leader: %v, want ErrForward on the change to %s", err, nl.id)
 	}
 	t.Logf("gave up with: %v", err)
+}
+
+// TestLeaderSeesUnreachablePeersAndNotifies: the leader's failing
+// heartbeats name a cut-off follower until it is back; the new leader of
+// a cluster hears of its leadership on LeaderChanges; a submission is
+// announced on JobsChanged, a round is not.
+func TestLeaderSeesUnreachablePeersAndNotifies(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	l := c.leader(c.members...)
+	f := c.followers(l)[0]
+	c.isolate(f)
+	c.fwd.SetReachable(f.id, true)
+	waitFor(t, 5*time.Second, "the cut-off follower to be unreachable", func() bool {
+		_, ok := l.srv.Unreachable()[f.id]
+		return ok
+	})
+	c.heal()
+	waitFor(t, 5*time.Second, "the follower to be reachable again", func() bool {
+		_, ok := l.srv.Unreachable()[f.id]
+		return !ok
+	})
+	select {
+	case v := <-l.srv.LeaderChanges():
+		if !v {
+			t.Fatal("the leader's notification says it lost leadership")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no leadership notification")
+	}
+	for len(l.srv.JobsChanged()) > 0 {
+		<-l.srv.JobsChanged()
+	}
+	ctx := ctxT(t, 5*time.Second)
+	if _, err := l.srv.Apply(ctx, &InitCluster{ID: "c", CheckpointRoot: "/r"}); err != nil {
+		t.Fatal(err)
+	}
+	term, _ := l.srv.Leadership()
+	if _, err := l.srv.CommitRound(ctx, &Round{Generation: 1, Term: term}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.srv.JobsChanged():
+		t.Fatal("a round announced as a change of jobs")
+	default:
+	}
+	if err := l.srv.SubmitJob(ctx, "j", testSpec(), 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.srv.JobsChanged():
+	case <-time.After(time.Second):
+		t.Fatal("a submission not announced")
+	}
+}
+
+// commitAllocation commits an allocation of the first version of the loop
+// (still applied, so that older logs replay).
+func commitAllocation(ctx context.Context, s *Server, generation, term uint64, jobs map[string][]Slot) error {
+	return s.single(ctx, &CommitAllocation{Generation: generation, Term: term, Jobs: jobs})
 }

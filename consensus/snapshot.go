@@ -5,14 +5,19 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+
+	"pollux/optimizer/goodput"
 )
 
 // Snapshot encoding: the magic "PLXS", a version byte, the state in the
 // binary encoding of wire.go (everything sorted by id, so equal states
 // have equal encodings), then a CRC-32C of all that, little-endian.
+// Version 2 adds the cluster configuration, the last round's time and
+// per job its bid, crash counter and measurement acknowledgement;
+// version 1 snapshots (written before) still decode, with those empty.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 1
+	SnapshotVersion = 2
 	// maxSnapshot bounds what Restore reads.
 	maxSnapshot = 1 << 30
 )
@@ -25,6 +30,9 @@ func EncodeState(s *State) []byte {
 	w := &writer{b: make([]byte, 0, 256)}
 	w.b = append(w.b, snapshotMagic...)
 	w.byte(SnapshotVersion)
+	w.str(s.Config.ID)
+	w.str(s.Config.CheckpointRoot)
+	w.f64(s.LastRound)
 
 	nodes := s.NodeIDs()
 	w.uvarint(uint64(len(nodes)))
@@ -51,6 +59,11 @@ func EncodeState(s *State) []byte {
 		w.f64(j.Grad.GradSqr)
 		w.f64(j.Grad.GradVar)
 		w.uvarint(j.Incarnation)
+		encodeBid(w, &j.Bid)
+		w.int(j.Crashes)
+		w.int(j.CrashEpoch)
+		w.uvarint(j.MeasSession)
+		w.uvarint(j.MeasSeq)
 	}
 
 	w.uvarint(s.Allocation.Generation)
@@ -67,8 +80,9 @@ func DecodeState(b []byte) (*State, error) {
 	if len(b) < len(snapshotMagic)+1+4 || !bytes.HasPrefix(b, []byte(snapshotMagic)) {
 		return nil, fmt.Errorf("%w: not a snapshot", ErrMalformed)
 	}
-	if v := b[len(snapshotMagic)]; v != SnapshotVersion {
-		return nil, fmt.Errorf("%w: snapshot version %d (this binary knows %d)", ErrUnknownVersion, v, SnapshotVersion)
+	version := b[len(snapshotMagic)]
+	if version != 1 && version != SnapshotVersion {
+		return nil, fmt.Errorf("%w: snapshot version %d (this binary knows 1 and %d)", ErrUnknownVersion, version, SnapshotVersion)
 	}
 	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
 	if crc32.Checksum(body, castagnoli) != sum {
@@ -76,6 +90,23 @@ func DecodeState(b []byte) (*State, error) {
 	}
 	r := &reader{b: body[len(snapshotMagic)+1:]}
 	s := newState()
+	if version >= 2 {
+		s.Config.ID = r.str()
+		s.Config.CheckpointRoot = r.str()
+		s.LastRound = r.f64()
+		if r.err == nil {
+			if err := checkNonNeg("last round", s.LastRound); err != nil {
+				return nil, err
+			}
+			if s.Config.ID != "" {
+				if err := (&InitCluster{ID: s.Config.ID, CheckpointRoot: s.Config.CheckpointRoot}).validate(); err != nil {
+					return nil, err
+				}
+			} else if s.Config.CheckpointRoot != "" {
+				return nil, invalid("checkpoint root without a cluster id")
+			}
+		}
+	}
 
 	// Nodes and jobs must come in id order (ids are never empty), so only
 	// the canonical encoding decodes.
@@ -115,6 +146,13 @@ func DecodeState(b []byte) (*State, error) {
 		j.Grad.GradSqr = r.f64()
 		j.Grad.GradVar = r.f64()
 		j.Incarnation = r.uvarint()
+		if version >= 2 {
+			decodeBid(r, &j.Bid)
+			j.Crashes = r.int()
+			j.CrashEpoch = r.int()
+			j.MeasSession = r.uvarint()
+			j.MeasSeq = r.uvarint()
+		}
 		if r.err != nil {
 			break
 		}
@@ -157,8 +195,19 @@ func validateJob(j *Job) error {
 			return err
 		}
 	}
-	if j.Restarts < 0 || j.Epoch < 0 {
-		return invalid("job %q restarts %d, epoch %d", j.ID, j.Restarts, j.Epoch)
+	if j.Restarts < 0 || j.Epoch < 0 || j.Crashes < 0 || j.CrashEpoch < 0 {
+		return invalid("job %q restarts %d, epoch %d, crashes %d at epoch %d", j.ID, j.Restarts, j.Epoch, j.Crashes, j.CrashEpoch)
+	}
+	if j.Bid.Version != 0 {
+		if err := j.Bid.Validate(); err != nil {
+			return fmt.Errorf("job %q: %w", j.ID, err)
+		}
+	} else if j.Bid.Session != 0 || j.Bid.HasModel || j.Bid.HasGrad || j.Bid.Params != (goodput.Params{}) ||
+		j.Bid.Grad != (goodput.GradStats{}) || j.Bid.MostProfiled != 0 || j.Bid.Single != nil || j.Bid.Multi != nil {
+		return invalid("job %q has a bid of version 0", j.ID)
+	}
+	if j.MeasSession == 0 && j.MeasSeq != 0 {
+		return invalid("job %q acknowledges measurement %d of no session", j.ID, j.MeasSeq)
 	}
 	for i := range j.Profile {
 		if err := j.Profile[i].validate(); err != nil {

@@ -3,6 +3,7 @@ package consensus
 import (
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -27,9 +28,11 @@ const (
 	Completed
 	// Failed: finished unsuccessfully (terminal).
 	Failed
+	// Cancelled: stopped by a user before it finished (terminal).
+	Cancelled
 )
 
-var jobStateNames = [...]string{"", "pending", "running", "rescaling", "completed", "failed"}
+var jobStateNames = [...]string{"", "pending", "running", "rescaling", "completed", "failed", "cancelled"}
 
 func (s JobState) String() string {
 	if int(s) < len(jobStateNames) && s != 0 {
@@ -38,10 +41,10 @@ func (s JobState) String() string {
 	return fmt.Sprintf("JobState(%d)", uint8(s))
 }
 
-// Terminal reports whether s is Completed or Failed.
-func (s JobState) Terminal() bool { return s == Completed || s == Failed }
+// Terminal reports whether s is Completed, Failed or Cancelled.
+func (s JobState) Terminal() bool { return s == Completed || s == Failed || s == Cancelled }
 
-func (s JobState) valid() bool { return s >= Pending && s <= Failed }
+func (s JobState) valid() bool { return s >= Pending && s <= Cancelled }
 
 // Health is a node's liveness as seen by cluster membership.
 type Health uint8
@@ -93,6 +96,73 @@ type ProfileEntry struct {
 
 func (p ProfileEntry) key() [3]int { return [3]int{p.Nodes, p.Replicas, p.LocalBatch} }
 
+// BatchChoice is the batch configuration a job's actor chose for one
+// allocation shape: atomic batch m, accumulation steps s and the AdaScale
+// gain of the total batch K*m*(s+1).
+type BatchChoice struct {
+	LocalBatch int
+	AccumSteps int
+	Gain       float64
+}
+
+// Bid is what a job's actor offers the allocator: its fitted throughput
+// parameters and gradient statistics (from which the allocator builds the
+// job's goodput model), the most replicas it has been profiled at (which
+// bounds how far the allocator may scale it), and the batch configuration
+// it will run on each allocation shape it can be given: Single[k-1] on k
+// replicas on one node, Multi[k-1] on k replicas spread over several
+// nodes (the throughput model only distinguishes one node from many).
+// Version 0 means no bid yet.
+type Bid struct {
+	// Session is the job actor's session (see Job.MeasSession) and
+	// Version counts its bids within it; (Session, Version) only grows.
+	Session, Version uint64
+	// HasModel is false until the actor has fitted its first model;
+	// without one the allocator treats the job's speedup as linear.
+	HasModel bool
+	Params   goodput.Params
+	HasGrad  bool
+	Grad     goodput.GradStats
+	// MostProfiled is the most replicas the job has been profiled at.
+	MostProfiled int
+	Single       []BatchChoice
+	Multi        []BatchChoice
+}
+
+// Choice returns the bid's batch configuration for k replicas on nodes
+// nodes, and whether the bid covers that shape.
+func (b *Bid) Choice(nodes, k int) (BatchChoice, bool) {
+	t := b.Single
+	if nodes > 1 {
+		t = b.Multi
+	}
+	if k < 1 || k > len(t) || nodes < 1 || nodes > k {
+		return BatchChoice{}, false
+	}
+	return t[k-1], true
+}
+
+// Model returns the goodput model the bid describes, or nil if it has
+// none.
+func (b *Bid) Model(l goodput.Limits) *goodput.Model {
+	if b.Version == 0 || !b.HasModel {
+		return nil
+	}
+	m := &goodput.Model{Params: b.Params, Limits: l}
+	if b.HasGrad {
+		m.Grad = b.Grad
+	}
+	if m.Validate() != nil {
+		return nil
+	}
+	return m
+}
+
+func (b Bid) clone() Bid {
+	b.Single, b.Multi = slices.Clone(b.Single), slices.Clone(b.Multi)
+	return b
+}
+
 // Job is one job as the replicated state records it.
 type Job struct {
 	ID   string
@@ -121,18 +191,29 @@ type Job struct {
 	Grad    goodput.GradStats
 	HasGrad bool
 	// Incarnation numbers the job's current set of workers: it increases
-	// every time a committed allocation changes the job's placement, and
-	// reports from other incarnations are rejected.
+	// every time a committed allocation changes the job's placement (or a
+	// round restarts its failed workers), and reports from other
+	// incarnations are rejected.
 	Incarnation uint64
+	// Bid is the job actor's latest bid (Version 0: none yet).
+	Bid Bid
+	// Crashes counts the job's failed incarnations in a row without an
+	// epoch finished in between; CrashEpoch is its epoch at the last one.
+	Crashes    int
+	CrashEpoch int
+	// MeasSession and MeasSeq acknowledge the measurements merged so far:
+	// those of job actor session MeasSession up to sequence number
+	// MeasSeq (see Measurement).
+	MeasSession uint64
+	MeasSeq     uint64
 }
 
-// ProfilePoints returns the job's profile as the points goodput.Fit takes.
-func (j *Job) ProfilePoints() []goodput.ProfilePoint {
-	pts := make([]goodput.ProfilePoint, len(j.Profile))
-	for i, e := range j.Profile {
-		pts[i] = e.ProfilePoint
-	}
-	return pts
+func (j *Job) clone() *Job {
+	c := *j
+	c.Spec.Command = slices.Clone(j.Spec.Command)
+	c.Profile = slices.Clone(j.Profile)
+	c.Bid = j.Bid.clone()
+	return &c
 }
 
 // Node is one GPU machine.
@@ -163,12 +244,36 @@ type Allocation struct {
 	Jobs map[string][]Slot
 }
 
+// ClusterConfig is set once, when the cluster is bootstrapped.
+type ClusterConfig struct {
+	// ID identifies the cluster (random at bootstrap): agents fence
+	// assignments by it, so a rebuilt cluster is recognised as one.
+	ID string
+	// CheckpointRoot is the checkpoint root of jobs that name no
+	// checkpoint directory: ROOT/<job id>, the same on every server.
+	// Empty: such jobs are refused at submission.
+	CheckpointRoot string
+}
+
 // State is the whole replicated state. Values handed out by Server are
 // deep copies: callers may keep and modify them.
 type State struct {
+	Config     ClusterConfig
 	Jobs       map[string]*Job
 	Nodes      map[string]*Node
 	Allocation Allocation
+	// LastRound is the proposer's clock at the last committed round (0:
+	// none): the next round accrues attained service from it.
+	LastRound float64
+}
+
+// CheckpointDir is where job j checkpoints: its spec's directory or,
+// without one, the cluster's root joined with its id ("" if neither).
+func (s *State) CheckpointDir(j *Job) string {
+	if j.Spec.CheckpointDir != "" || s.Config.CheckpointRoot == "" {
+		return j.Spec.CheckpointDir
+	}
+	return filepath.Join(s.Config.CheckpointRoot, j.ID)
 }
 
 func newState() *State {
@@ -178,11 +283,9 @@ func newState() *State {
 // Clone returns a deep copy of s.
 func (s *State) Clone() *State {
 	c := newState()
+	c.Config, c.LastRound = s.Config, s.LastRound
 	for id, j := range s.Jobs {
-		cj := *j
-		cj.Spec.Command = slices.Clone(j.Spec.Command)
-		cj.Profile = slices.Clone(j.Profile)
-		c.Jobs[id] = &cj
+		c.Jobs[id] = j.clone()
 	}
 	for id, n := range s.Nodes {
 		cn := *n

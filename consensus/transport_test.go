@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -52,6 +53,7 @@ type tlsCluster struct {
 	bundle *pki.Bundle
 	logs   *logSink
 	ports  map[raft.ServerID]*Transport
+	tls    bool
 }
 
 func newTLSCluster(t testing.TB) *tlsCluster { return newPortCluster(t, true, testConfig) }
@@ -61,7 +63,8 @@ func newTLSCluster(t testing.TB) *tlsCluster { return newPortCluster(t, true, te
 func newPortCluster(t testing.TB, withTLS bool, base func(raft.ServerID) Config) *tlsCluster {
 	t.Helper()
 	ids := []string{"t0", "t1", "t2"}
-	b, err := pki.DevBundle(t.TempDir(), ids, []string{"a0"})
+	// t3 is a server that can be added later (addPortMember).
+	b, err := pki.DevBundle(t.TempDir(), append(slices.Clone(ids), "t3"), []string{"a0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,42 +74,51 @@ func newPortCluster(t testing.TB, withTLS bool, base func(raft.ServerID) Config)
 		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		return c
 	}
-	tc := &tlsCluster{cluster: &cluster{t: t, cfg: cfgOf}, bundle: b, logs: logs, ports: map[raft.ServerID]*Transport{}}
+	tc := &tlsCluster{cluster: &cluster{t: t, cfg: cfgOf}, bundle: b, logs: logs, ports: map[raft.ServerID]*Transport{}, tls: withTLS}
 	var servers []raft.Server
 	for _, id := range ids {
-		var tlsCfg *TLS
-		if withTLS {
-			creds, err := b.Credentials(id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			srvCfg, err1 := creds.ServerConfig(pki.ChannelRaft)
-			cliCfg, err2 := creds.ClientConfig(pki.ChannelRaft)
-			if err := errors.Join(err1, err2); err != nil {
-				t.Fatal(err)
-			}
-			tlsCfg = &TLS{Server: srvCfg, Client: cliCfg}
-		}
-		trans, err := ListenTCP("127.0.0.1:0", cfgOf(raft.ServerID(id)), tlsCfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		store := raft.NewInmemStore()
-		s, err := NewServer(cfgOf(raft.ServerID(id)), Stores{Transport: trans, Logs: store, Stable: store,
-			Snapshots: raft.NewInmemSnapshotStore(), Forwarder: trans.Forwarder()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Shutdown() })
-		m := &member{id: raft.ServerID(id), addr: trans.LocalAddr(), srv: s}
-		tc.members = append(tc.members, m)
-		tc.ports[m.id] = trans
+		m := tc.addPortMember(raft.ServerID(id))
 		servers = append(servers, raft.Server{ID: m.id, Address: m.addr})
 	}
 	if err := tc.members[0].srv.Bootstrap(servers); err != nil {
 		t.Fatal(err)
 	}
 	return tc
+}
+
+// addPortMember starts server id on a Raft port of its own (not a voter
+// until the leader adds it).
+func (tc *tlsCluster) addPortMember(id raft.ServerID) *member {
+	t := tc.t
+	t.Helper()
+	var tlsCfg *TLS
+	if tc.tls {
+		creds, err := tc.bundle.Credentials(string(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srvCfg, err1 := creds.ServerConfig(pki.ChannelRaft)
+		cliCfg, err2 := creds.ClientConfig(pki.ChannelRaft)
+		if err := errors.Join(err1, err2); err != nil {
+			t.Fatal(err)
+		}
+		tlsCfg = &TLS{Server: srvCfg, Client: cliCfg}
+	}
+	trans, err := ListenTCP("127.0.0.1:0", tc.cfg(id), tlsCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := raft.NewInmemStore()
+	s, err := NewServer(tc.cfg(id), Stores{Transport: trans, Logs: store, Stable: store,
+		Snapshots: raft.NewInmemSnapshotStore(), Forwarder: trans.Forwarder()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown() })
+	m := &member{id: id, addr: trans.LocalAddr(), srv: s}
+	tc.members = append(tc.members, m)
+	tc.ports[m.id] = trans
+	return m
 }
 
 // dialAs connects to addr's Raft port showing cert (nil: none; plain:
@@ -221,6 +233,44 @@ func TestRaftPortTLS(t *testing.T) {
 	// The cluster still commits.
 	if err := f.srv.MarkNode(ctxT(t, 5*time.Second), "n1", Dead); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestForwardToServerAddedLater: a server that joined the cluster after
+// the others started (AddVoter, as `pollux operator raft add-server`
+// does) is reached by the followers' forwarded writes once it leads:
+// they dial the address Raft's own configuration holds, over TLS, with
+// nothing else to configure.
+func TestForwardToServerAddedLater(t *testing.T) {
+	tc := newTLSCluster(t)
+	l := tc.leader(tc.members...)
+	ctx := ctxT(t, 10*time.Second)
+	workload(t, l.srv, l.srv)
+	fresh := tc.addPortMember("t3")
+	if err := l.srv.AddVoter(ctx, fresh.id, fresh.addr); err != nil {
+		t.Fatal(err)
+	}
+	want := encodingOf(t, l.srv)
+	waitFor(t, 10*time.Second, "t3 to catch up", func() bool { return bytes.Equal(EncodeState(fresh.srv.LocalState()), want) })
+	if err := wait(ctx, l.srv.Raft().LeadershipTransferToServer(fresh.id, fresh.addr)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "t3 to lead", func() bool {
+		_, leads := fresh.srv.Leadership()
+		return leads
+	})
+	for _, f := range tc.followers(fresh) {
+		waitFor(t, 5*time.Second, string(f.id)+" to know the new leader", func() bool {
+			id, _ := f.srv.Leader()
+			return id == fresh.id
+		})
+		job := "via-" + string(f.id)
+		if err := f.srv.SubmitJob(ctxT(t, 5*time.Second), job, testSpec(), 10); err != nil {
+			t.Fatalf("%s forwarding to the added leader: %v", f.id, err)
+		}
+		if _, ok := fresh.srv.LocalState().Jobs[job]; !ok {
+			t.Errorf("the write forwarded by %s is not in the new leader's state", f.id)
+		}
 	}
 }
 

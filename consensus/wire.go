@@ -18,6 +18,14 @@ const (
 	maxProfile   = 4096 // distinct profiled configurations per job
 )
 
+// MaxJobs and MaxNodes bound how many jobs (finished ones included, until
+// they are pruned) and nodes the state holds: what a snapshot can encode.
+// Submissions and registrations beyond them are refused (ErrLimit).
+const (
+	MaxJobs  = maxList
+	MaxNodes = maxList
+)
+
 // writer appends the primitives of the binary encoding: unsigned and
 // signed varints, float64 as 8 little-endian bytes of its IEEE bits,
 // strings and lists length-prefixed by a uvarint.

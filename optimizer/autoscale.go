@@ -191,7 +191,11 @@ func (a *AutoscalePollux) Allocate(snap *Snapshot, prev *State) (Result, error) 
 	if err != nil {
 		return Result{}, err
 	}
-	p := a.Pollux
+	// The search is flat: the virtual nodes belong to no rack of the real
+	// ones, and the search rack by rack knows nothing of masked nodes.
+	flat := *a.Pollux
+	flat.Hierarchy = HierarchyFlat
+	p := &flat
 	obj, err := newObjective(ext, p.PowerMean, p.Cache)
 	if err != nil {
 		return Result{}, err
@@ -269,7 +273,7 @@ func extend(snap *Snapshot, template Node, total int) (*Snapshot, error) {
 		if ids[id] {
 			return nil, fmt.Errorf("%w: node id %q is reserved for virtual nodes", ErrBadSnapshot, id)
 		}
-		ext.Nodes = append(ext.Nodes, Node{ID: id, GPUs: template.GPUs, Type: template.Type})
+		ext.Nodes = append(ext.Nodes, Node{ID: id, GPUs: template.GPUs, Type: template.Type, Topology: template.Topology})
 	}
 	return &ext, nil
 }
@@ -343,7 +347,7 @@ func frontOf(cache *SpeedupCache, ext *Snapshot, all []*sized) ([]SizePoint, [][
 	})
 	unit := make([]unitFn, len(ext.Jobs))
 	for j := range ext.Jobs {
-		unit[j] = cache.unitSpeed(&ext.Jobs[j])
+		unit[j] = cache.unitSpeed(&ext.Jobs[j], ext.CrossRackRatio)
 	}
 	var front []SizePoint
 	var allocs [][]Placement
@@ -405,14 +409,14 @@ func (f unitFn) at(n, k int) float64 {
 // scales. A job without a model counts as linear. When one GPU cannot hold
 // any admissible batch, the base is the fewest GPUs of one node that can,
 // counted as linear up to there (and a job feasible on none as linear).
-func (c *SpeedupCache) unitSpeed(job *Job) unitFn {
+func (c *SpeedupCache) unitSpeed(job *Job, ratio float64) unitFn {
 	if job.Model == nil {
 		return unitFn{}
 	}
 	for k0 := 1; k0 <= goodput.MemoReplicas; k0++ {
 		// Every smaller base was infeasible, so a base of k0 works at k0
 		// itself or not at all.
-		if f, err := c.get(job, 1, k0); err == nil {
+		if f, err := c.get(job, ratio, 1, k0); err == nil {
 			return unitFn{s: f.s, base: float64(k0)}
 		}
 	}

@@ -33,7 +33,8 @@ func (Tiresias) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	if snap == nil {
 		return Result{}, fmt.Errorf("%w: nil snapshot", ErrBadSnapshot)
 	}
-	if err := validate(snap); err != nil {
+	tp, err := check(snap)
+	if err != nil {
 		return Result{}, err
 	}
 	jobs := snap.Jobs
@@ -67,11 +68,11 @@ func (Tiresias) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	}
 	res := Result{Placements: make([]Placement, len(jobs)), Layouts: make([][]int, len(jobs))}
 	free := keepCurrent(snap, order, res.Placements, func(j int) bool {
-		return admitted[j] && jobs[j].Current.Replicas() == jobs[j].Replicas
+		return admitted[j] && jobs[j].Current.Replicas() == jobs[j].Replicas && !violates(snap, tp, j, jobs[j].Current)
 	})
 	for _, j := range order {
 		if admitted[j] && res.Placements[j] == nil {
-			res.Placements[j], res.Layouts[j] = takeMostFree(free, jobs[j].Replicas)
+			res.Placements[j], res.Layouts[j] = takeMostFreeIn(snap, tp, j, free, jobs[j].Replicas)
 		}
 	}
 	return res, nil
@@ -153,7 +154,8 @@ func (Optimus) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	if snap == nil {
 		return Result{}, fmt.Errorf("%w: nil snapshot", ErrBadSnapshot)
 	}
-	if err := validate(snap); err != nil {
+	tp, err := check(snap)
+	if err != nil {
 		return Result{}, err
 	}
 	jobs := snap.Jobs
@@ -214,13 +216,13 @@ func (Optimus) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	}
 	res := Result{Placements: make([]Placement, len(jobs)), Layouts: make([][]int, len(jobs))}
 	free := keepCurrent(snap, order, res.Placements, func(j int) bool {
-		return k[j] > 0 && jobs[j].Current.Replicas() == k[j]
+		return k[j] > 0 && jobs[j].Current.Replicas() == k[j] && !violates(snap, tp, j, jobs[j].Current)
 	})
 	byK := append([]int(nil), order...)
 	sort.SliceStable(byK, func(a, b int) bool { return k[byK[a]] < k[byK[b]] })
 	for _, j := range byK {
 		if k[j] > 0 && res.Placements[j] == nil {
-			res.Placements[j], res.Layouts[j] = takeMostFree(free, k[j])
+			res.Placements[j], res.Layouts[j] = takeMostFreeIn(snap, tp, j, free, k[j])
 		}
 	}
 	return res, nil

@@ -44,6 +44,30 @@ func BenchmarkPolluxRound64(b *testing.B) { benchSynthetic(b, 64, 4) }
 // BenchmarkPolluxRound2048 times a warm-started round on 2048 GPUs, 1024 jobs.
 func BenchmarkPolluxRound2048(b *testing.B) { benchSynthetic(b, 2048, 4) }
 
+// BenchmarkPolluxRound2048Racks times a warm-started round on 2048 GPUs in
+// 64 racks, 1024 jobs: the search rack by rack.
+func BenchmarkPolluxRound2048Racks(b *testing.B) {
+	snap, err := optimizer.Synthetic(2048, 4, 1024, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := optimizer.AssignRacks(snap, 64); err != nil {
+		b.Fatal(err)
+	}
+	snap.CrossRackRatio = optimizer.DefaultCrossRackRatio
+	p := optimizer.NewPollux()
+	res, err := p.Allocate(snap, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.Allocate(snap, res.State); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // benchAutoscale is benchSynthetic with autoscaling on: the same round,
 // the cluster extended to twice its nodes with virtual ones (as the
 // artifact's policy extends it) and every size evaluated.

@@ -29,6 +29,11 @@ type climber struct {
 	// of the pass (entries may be stale; they are re-checked).
 	onNode [][]int
 	buf    Placement
+	// byFreeRack is byFree split by rack, each list most free first
+	// (multi-rack clusters only).
+	byFreeRack [][]int
+	// homes is scratch for the racks a placement uses.
+	homes []int32
 }
 
 func (pr *problem) newClimber() *climber {
@@ -45,38 +50,10 @@ func (pr *problem) newClimber() *climber {
 // reports whether it improved it.
 func (c *climber) improve(ind *indiv) bool {
 	pr := c.pr
-	c.ind = ind
-	clear(c.used)
-	for n := range c.owner {
-		c.owner[n] = -1
-	}
-	for j, pl := range ind.alloc {
-		for _, nc := range pl {
-			c.used[nc.Node] += nc.Count
-			if len(pl) > 1 {
-				c.owner[nc.Node] = j
-			}
-		}
-	}
+	c.load(ind)
 	improved := false
 	for pass := 0; pass < maxClimbPasses; pass++ {
-		c.byFree = c.byFree[:0]
-		for n := range pr.capacity {
-			if pr.capacity[n] > c.used[n] {
-				c.byFree = append(c.byFree, n)
-			}
-		}
-		slices.SortStableFunc(c.byFree, func(a, b int) int {
-			return (pr.capacity[b] - c.used[b]) - (pr.capacity[a] - c.used[a])
-		})
-		for n := range c.onNode {
-			c.onNode[n] = c.onNode[n][:0]
-		}
-		for j, pl := range ind.alloc {
-			for _, nc := range pl {
-				c.onNode[nc.Node] = append(c.onNode[nc.Node], j)
-			}
-		}
+		c.refresh()
 		any := false
 		for _, j := range pr.order {
 			if c.step(j) {
@@ -90,6 +67,81 @@ func (c *climber) improve(ind *indiv) bool {
 	}
 	ind.fit = pr.obj.fromSum(ind.sum)
 	return improved
+}
+
+// load makes ind the climber's individual and counts its use of nodes.
+func (c *climber) load(ind *indiv) {
+	c.ind = ind
+	clear(c.used)
+	c.pr.initOwner(c.owner)
+	for j, pl := range ind.alloc {
+		for _, nc := range pl {
+			c.used[nc.Node] += nc.Count
+			if len(pl) > 1 {
+				c.owner[nc.Node] = j
+			}
+		}
+	}
+}
+
+// prefer keeps every job of ind with a preferred topology level whose
+// placement changed this round and spans domains of the level within one
+// domain when one holds its replicas (its GPU count unchanged), whatever
+// the objective says: the user's preference. It returns whether it moved
+// any job.
+func (c *climber) prefer(ind *indiv) bool {
+	pr := c.pr
+	c.load(ind)
+	c.refresh()
+	moved := false
+	for _, j := range pr.order {
+		l := pr.pref[j]
+		pl := ind.alloc[j]
+		if l < 0 || !pr.tp.spans(l, pl) || pl.Equal(pr.obj.current[j]) {
+			continue
+		}
+		if npl := c.inOneDomain(j, pl.Replicas(), l); npl != nil {
+			c.apply(j, npl, pr.obj.term(j, npl))
+			moved = true
+		}
+	}
+	ind.fit = pr.obj.fromSum(ind.sum)
+	return moved
+}
+
+// refresh rebuilds the lists of nodes with free GPUs and of the jobs on
+// every node.
+func (c *climber) refresh() {
+	pr := c.pr
+	c.byFree = c.byFree[:0]
+	for n := range pr.capacity {
+		if pr.capacity[n] > c.used[n] {
+			c.byFree = append(c.byFree, n)
+		}
+	}
+	slices.SortStableFunc(c.byFree, func(a, b int) int {
+		return (pr.capacity[b] - c.used[b]) - (pr.capacity[a] - c.used[a])
+	})
+	if pr.multiRack {
+		if c.byFreeRack == nil {
+			c.byFreeRack = make([][]int, pr.tp.racks())
+		}
+		for r := range c.byFreeRack {
+			c.byFreeRack[r] = c.byFreeRack[r][:0]
+		}
+		for _, n := range c.byFree {
+			r := pr.rack[n]
+			c.byFreeRack[r] = append(c.byFreeRack[r], n)
+		}
+	}
+	for n := range c.onNode {
+		c.onNode[n] = c.onNode[n][:0]
+	}
+	for j, pl := range c.ind.alloc {
+		for _, nc := range pl {
+			c.onNode[nc.Node] = append(c.onNode[nc.Node], j)
+		}
+	}
 }
 
 // better reports whether changing the term sum by delta improves fitness.
@@ -127,6 +179,9 @@ func (c *climber) feasible(j int, pl Placement) bool {
 		if len(pl) > 1 && c.owner[nc.Node] >= 0 && c.owner[nc.Node] != j {
 			return false
 		}
+	}
+	if pr.anyReq && pr.req[j] >= 0 && pr.tp.spans(pr.req[j], pl) {
+		return false
 	}
 	return true
 }
@@ -179,6 +234,11 @@ func (c *climber) step(j int) bool {
 		if pl := c.consolidate(j, k); pl != nil {
 			try(pl)
 		}
+		if pr.multiRack && pr.tp.spans(0, cur) {
+			if pl := c.inOneDomain(j, k, 0); pl != nil {
+				try(pl)
+			}
+		}
 	}
 	if k > 1 && k-1 >= pr.minRep[j] {
 		try(c.shrink(cur))
@@ -222,7 +282,7 @@ func (c *climber) takeNode(j int) bool {
 	var bestDPl, bestJPl Placement
 	bestDT, bestJT := 0.0, 0.0
 	for n, d := range c.owner {
-		if d < 0 || d == j {
+		if d < 0 || d == j || d >= pr.jobs {
 			continue
 		}
 		dcur := c.ind.alloc[d]
@@ -232,6 +292,9 @@ func (c *climber) takeNode(j int) bool {
 		}
 		add := min(pr.maxRep[j]-k, pr.capacity[n]-c.used[n]+dcur[i].Count)
 		if add <= 0 {
+			continue
+		}
+		if pr.anyReq && pr.req[j] >= 0 && len(cur) > 0 && pr.tp.domain[pr.req[j]][n] != pr.tp.domain[pr.req[j]][cur[0].Node] {
 			continue
 		}
 		dpl := make(Placement, 0, len(dcur)-1)
@@ -311,6 +374,9 @@ func (c *climber) grow(j, target int) Placement {
 				}
 			}
 		}
+		if pr.multiRack {
+			need = c.growRacks(j, need)
+		}
 		for _, n := range c.byFree {
 			if need == 0 || len(c.buf) >= MaxJobNodes {
 				break
@@ -319,7 +385,7 @@ func (c *climber) grow(j, target int) Placement {
 			if f <= 0 {
 				continue
 			}
-			if countOn(cur, n) > 0 || (c.owner[n] >= 0 && c.owner[n] != j) {
+			if countOn(c.buf, n) > 0 || (c.owner[n] >= 0 && c.owner[n] != j) {
 				continue
 			}
 			add := min(f, need)
@@ -332,10 +398,149 @@ func (c *climber) grow(j, target int) Placement {
 	}
 	pl := slices.Clone(c.buf)
 	slices.SortFunc(pl, func(a, b NodeCount) int { return a.Node - b.Node })
-	if len(pl) > 1 && !c.feasible(j, pl) {
+	if (len(pl) > 1 || pr.anyReq) && !c.feasible(j, pl) {
 		return nil
 	}
 	return pl
+}
+
+// growRacks is grow's first pass on a cluster of several racks: new nodes
+// from the racks job j already uses (for a job without GPUs, the rack of
+// the node with the most free GPUs), most free first. It appends to c.buf
+// and returns the replicas still needed; grow's second pass then takes
+// nodes anywhere (within the job's domain, for a required topology).
+func (c *climber) growRacks(j, need int) int {
+	pr := c.pr
+	c.homes = c.homes[:0]
+	for _, nc := range c.buf {
+		if r := pr.rack[nc.Node]; !slices.Contains(c.homes, r) {
+			c.homes = append(c.homes, r)
+		}
+	}
+	if len(c.homes) == 0 {
+		if len(c.byFree) == 0 {
+			return need
+		}
+		c.homes = append(c.homes, pr.rack[c.byFree[0]])
+	}
+	for _, r := range c.homes {
+		for _, n := range c.byFreeRack[r] {
+			if need == 0 || len(c.buf) >= MaxJobNodes {
+				return need
+			}
+			f := pr.capacity[n] - c.used[n]
+			if f <= 0 || countOn(c.buf, n) > 0 || (c.owner[n] >= 0 && c.owner[n] != j) {
+				continue
+			}
+			add := min(f, need)
+			c.buf = append(c.buf, NodeCount{Node: n, Count: add})
+			need -= add
+		}
+	}
+	return need
+}
+
+// inOneDomain returns job j's k replicas within one domain of level l:
+// the domain that holds them with the fewest new nodes, trying the
+// job's own domains (most of its replicas first) and then, by most free
+// GPUs, the nodes' domains; its replicas on the domain's nodes stay,
+// more go to the domain's nodes with the most free GPUs. Nil if no
+// domain fits them.
+func (c *climber) inOneDomain(j, k, l int) Placement {
+	pr := c.pr
+	cur := c.ind.alloc[j]
+	dom := pr.tp.domain[l]
+	tryDomain := func(d int32) Placement {
+		out := make(Placement, 0, len(cur)+2)
+		need := k
+		for _, nc := range cur {
+			if dom[nc.Node] == d {
+				add := min(nc.Count, need)
+				out = append(out, NodeCount{Node: nc.Node, Count: add})
+				need -= add
+			}
+		}
+		// Top up the kept nodes, then take new ones, most free first.
+		for i := range out {
+			if need == 0 {
+				break
+			}
+			add := min(need, c.free(j, out[i].Node)-out[i].Count)
+			if add > 0 {
+				out[i].Count += add
+				need -= add
+			}
+		}
+		for _, n := range c.byFree {
+			if need == 0 || len(out) >= MaxJobNodes {
+				break
+			}
+			if dom[n] != d || countOn(out, n) > 0 {
+				continue
+			}
+			f := c.free(j, n)
+			if f <= 0 {
+				continue
+			}
+			add := min(f, need)
+			out = append(out, NodeCount{Node: n, Count: add})
+			need -= add
+		}
+		if need > 0 {
+			return nil
+		}
+		for i := 0; i < len(out); i++ {
+			if out[i].Count == 0 {
+				out = append(out[:i], out[i+1:]...)
+				i--
+			}
+		}
+		sortByNode(out)
+		if !c.feasible(j, out) {
+			return nil
+		}
+		return out
+	}
+	var tried []int32
+	for len(tried) < len(cur) {
+		best, bestC := int32(-1), 0
+		for _, nc := range cur {
+			d := dom[nc.Node]
+			if slices.Contains(tried, d) {
+				continue
+			}
+			cnt := 0
+			for _, o := range cur {
+				if dom[o.Node] == d {
+					cnt += o.Count
+				}
+			}
+			if cnt > bestC {
+				best, bestC = d, cnt
+			}
+		}
+		if best < 0 {
+			break
+		}
+		tried = append(tried, best)
+		if pl := tryDomain(best); pl != nil {
+			return pl
+		}
+	}
+	for _, n := range c.byFree {
+		d := dom[n]
+		if slices.Contains(tried, d) {
+			continue
+		}
+		tried = append(tried, d)
+		if pl := tryDomain(d); pl != nil {
+			return pl
+		}
+		if len(tried) > len(cur)+4 {
+			break
+		}
+	}
+	return nil
 }
 
 // consolidate returns job j's k replicas on the single node that fits them

@@ -37,6 +37,24 @@
 //     ours. Sia and HetPollux solve a multiple-choice knapsack per round
 //     (choice.go): exactly by dynamic programming while the per-type GPU
 //     budgets are small, by Lagrangian relaxation beyond.
+//   - Topology (topology.go): a Node has its domain at every level of the
+//     cluster's topology (Snapshot.Levels, innermost the rack; a node
+//     that declares nothing is in the default rack), a Job may require or
+//     prefer one domain of a level (TopologyConstraint: Kueue's and
+//     Volcano's hard and soft network topology). The objective prices a
+//     placement across racks with the job's cross-rack terms (measured,
+//     else derived from Snapshot.CrossRackRatio); the mutation draws a
+//     job's new nodes mostly from its own rack, the climber grows jobs
+//     within their racks first and tries to pull a job spread over racks
+//     into one, repair keeps a required job within one domain, and a
+//     preferred job is kept within one domain whenever one holds it. Every
+//     policy honours required (the ones blind to topology hold such a job
+//     back rather than spread it). On a cluster of one rack none of this
+//     runs: allocations are bit-identical to the rack-blind search.
+//   - Search rack by rack (hier.go): on large clusters of many racks,
+//     Pollux splits the round into groups of racks, one small genetic
+//     search each (in parallel), merged and hill-climbed over the whole
+//     cluster: faster than the flat search and fitter on the same rounds.
 //   - Cluster autoscaling (autoscale.go, thrautoscale.go): in the cloud the
 //     cluster size is a decision too. AutoscalePollux searches allocations
 //     over the first N nodes of the cluster extended with virtual copies

@@ -16,6 +16,13 @@ var (
 	ErrBadAssignment = errors.New("optimizer: bad GPU assignment")
 	// ErrNoOracle is returned by Optimus for a job without an Oracle.
 	ErrNoOracle = errors.New("optimizer: job has no oracle")
+	// ErrBadTopology is returned for topology levels, a node's declared
+	// place in them or a job's topology constraint that cannot be read:
+	// a level unknown, missing, repeated or out of order.
+	ErrBadTopology = errors.New("optimizer: bad topology")
+	// ErrUnsatisfiable is returned by CheckRequired for a job whose
+	// required topology no domain of the cluster can hold.
+	ErrUnsatisfiable = errors.New("optimizer: topology can never be met")
 	// ErrBadAutoscale is returned for unusable autoscaling settings: a
 	// node template without GPUs, a minimum above the maximum, a utility
 	// band outside (0, 1].

@@ -87,7 +87,8 @@ func (h *HetPollux) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	if snap == nil {
 		return Result{}, fmt.Errorf("%w: nil snapshot", ErrBadSnapshot)
 	}
-	if err := validate(snap); err != nil {
+	tp, err := check(snap)
+	if err != nil {
 		return Result{}, err
 	}
 	if math.IsNaN(h.PowerMean) || math.IsInf(h.PowerMean, 0) {
@@ -126,7 +127,7 @@ func (h *HetPollux) Allocate(snap *Snapshot, _ *State) (Result, error) {
 		}
 	}
 	for t := range types {
-		placeType(snap, types[t], t, want, res.Placements)
+		placeType(snap, tp, types[t], t, want, res.Placements)
 	}
 	return res, nil
 }
@@ -269,8 +270,12 @@ func (h *HetPollux) jobItem(snap *Snapshot, job *Job, types []typeInfo, kFair in
 // placeType places the jobs that want type t: those whose type and count
 // did not change keep their nodes; the others, largest first, take whole
 // free nodes, then the node whose free GPUs fit the rest most tightly,
-// then the nodes with the most free GPUs.
-func placeType(snap *Snapshot, ti typeInfo, t int, want []hetOption, out []Placement) {
+// then the nodes with the most free GPUs. On a cluster of several racks a
+// job is packed into the rack that fits it most tightly, and spread over
+// racks only when none has room (never, for a required topology: it then
+// waits).
+func placeType(snap *Snapshot, tp *topo, ti typeInfo, t int, want []hetOption, out []Placement) {
+	multi := tp.racks() > 1
 	free := map[int]int{}
 	for _, n := range ti.nodes {
 		free[n] = snap.Nodes[n].GPUs
@@ -282,6 +287,9 @@ func placeType(snap *Snapshot, ti typeInfo, t int, want []hetOption, out []Place
 		}
 		cur := normalize(snap.Jobs[j].Current)
 		keep := cur.Replicas() == w.k && snap.TypeOf(cur) == ti.name
+		if multi {
+			keep = keep && !violates(snap, tp, j, cur)
+		}
 		for _, nc := range cur {
 			keep = keep && free[nc.Node] >= nc.Count
 		}
@@ -296,8 +304,48 @@ func placeType(snap *Snapshot, ti typeInfo, t int, want []hetOption, out []Place
 	}
 	sort.SliceStable(moving, func(a, b int) bool { return want[moving[a]].k > want[moving[b]].k })
 	for _, j := range moving {
+		if multi {
+			out[j] = packRacks(snap, tp, j, ti.nodes, free, ti.gpusPerNode, want[j].k)
+			continue
+		}
 		out[j] = packCompact(ti.nodes, free, ti.gpusPerNode, want[j].k)
 	}
+}
+
+// packRacks is packCompact on a cluster of several racks for job j: within
+// the rack whose free GPUs fit k most tightly (for a required topology,
+// the domain of its level), else, unless the topology is required, over
+// all the nodes (nil when the job must wait).
+func packRacks(snap *Snapshot, tp *topo, j int, nodes []int, free map[int]int, per, k int) Placement {
+	l := 0
+	req := tp.level(snap.Jobs[j].Topology.Required)
+	if req >= 0 {
+		l = req
+	}
+	dom := tp.domain[l]
+	sum := map[int32]int{}
+	for _, n := range nodes {
+		sum[dom[n]] += free[n]
+	}
+	best := int32(-1)
+	for _, n := range nodes {
+		if f := sum[dom[n]]; f >= k && (best < 0 || f < sum[best]) {
+			best = dom[n]
+		}
+	}
+	if best >= 0 {
+		var in []int
+		for _, n := range nodes {
+			if dom[n] == best {
+				in = append(in, n)
+			}
+		}
+		return packCompact(in, free, per, k)
+	}
+	if req >= 0 {
+		return nil
+	}
+	return packCompact(nodes, free, per, k)
 }
 
 // packCompact takes k GPUs from the nodes (in order) with free GPUs,

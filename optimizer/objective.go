@@ -44,6 +44,11 @@ type Objective struct {
 	order []int
 	// capacity is the GPUs of every node.
 	capacity []int
+	// topo is the round's topology; multiRack reports more than one rack
+	// (with one rack, every rack-aware step is skipped, so the search is
+	// exactly the rack-blind one).
+	topo      *topo
+	multiRack bool
 }
 
 // speedFn is one job's speedup: a memoised goodput ratio, or K / K_fair for
@@ -63,6 +68,15 @@ func (f speedFn) at(n, k int) float64 {
 	return float64(k) / f.kFair
 }
 
+// atRacks is the speedup across r racks (a job without a model has no
+// communication cost to price).
+func (f speedFn) atRacks(r, n, k int) float64 {
+	if r > 1 && f.s != nil && k > 0 && n > 0 {
+		return f.s.AtRacks(r, n, k)
+	}
+	return f.at(n, k)
+}
+
 // NewObjective checks snap and builds its objective with power-mean
 // exponent p (use DefaultPowerMean for the paper's p = -1).
 //
@@ -72,6 +86,10 @@ func (f speedFn) at(n, k int) float64 {
 // K_fair * m_min exceeds its maximum batch) is based on the largest K below
 // K_fair that is feasible instead; the Python reference would divide by
 // zero there.
+//
+// On a cluster of several racks, a placement across racks is priced by
+// the job's cross-rack terms (its measured ones, else derived from
+// snap.CrossRackRatio).
 func NewObjective(snap *Snapshot, p float64) (*Objective, error) {
 	return newObjective(snap, p, nil)
 }
@@ -85,7 +103,8 @@ func newObjective(snap *Snapshot, p float64, cache *SpeedupCache) (*Objective, e
 	if math.IsNaN(p) || math.IsInf(p, 0) {
 		return nil, fmt.Errorf("%w: power-mean exponent %v", ErrBadSnapshot, p)
 	}
-	if err := validate(snap); err != nil {
+	tp, err := check(snap)
+	if err != nil {
 		return nil, err
 	}
 	total := snap.TotalGPUs()
@@ -101,7 +120,9 @@ func newObjective(snap *Snapshot, p float64, cache *SpeedupCache) (*Objective, e
 		current:  make([]Placement, nJobs),
 		order:    make([]int, nJobs),
 		capacity: make([]int, len(snap.Nodes)),
+		topo:     tp,
 	}
+	o.multiRack = tp.racks() > 1
 	if nJobs > 0 {
 		o.kFair = ceilDiv(total, nJobs)
 	}
@@ -114,7 +135,7 @@ func newObjective(snap *Snapshot, p float64, cache *SpeedupCache) (*Objective, e
 		o.order[j] = j
 		age := job.Age
 		o.factor[j] = math.Max(age-float64(job.Restarts)*RestartDelay, 0) / (age + RestartDelay)
-		sf, err := cache.get(job, o.nFair, o.kFair)
+		sf, err := cache.get(job, snap.CrossRackRatio, o.nFair, o.kFair)
 		if err != nil {
 			return nil, err
 		}
@@ -145,12 +166,18 @@ type speedKey struct {
 	nFair, kFair int
 }
 
-// get returns job's speedup function, from the cache when possible.
-func (c *SpeedupCache) get(job *Job, nFair, kFair int) (speedFn, error) {
-	if c == nil || job.Model == nil {
-		return newSpeedFn(job, nFair, kFair)
+// get returns job's speedup function, its model's unknown cross-rack
+// terms derived with ratio, from the cache when possible.
+func (c *SpeedupCache) get(job *Job, ratio float64, nFair, kFair int) (speedFn, error) {
+	if job.Model == nil {
+		return newSpeedFn(job, nil, nFair, kFair)
 	}
-	key := speedKey{*job.Model, nFair, kFair}
+	md := *job.Model
+	md.Params = md.Params.WithCrossRack(ratio)
+	if c == nil {
+		return newSpeedFn(job, &md, nFair, kFair)
+	}
+	key := speedKey{md, nFair, kFair}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if f, ok := c.cur[key]; ok {
@@ -159,7 +186,7 @@ func (c *SpeedupCache) get(job *Job, nFair, kFair int) (speedFn, error) {
 	f, ok := c.prev[key]
 	if !ok {
 		var err error
-		if f, err = newSpeedFn(job, nFair, kFair); err != nil {
+		if f, err = newSpeedFn(job, &md, nFair, kFair); err != nil {
 			return speedFn{}, err
 		}
 	}
@@ -180,13 +207,15 @@ func (c *SpeedupCache) endRound() {
 	c.prev, c.cur = c.cur, nil
 }
 
-func newSpeedFn(job *Job, nFair, kFair int) (speedFn, error) {
-	if job.Model == nil {
+// newSpeedFn builds job's speedup function from md (nil: the job has no
+// model).
+func newSpeedFn(job *Job, md *goodput.Model, nFair, kFair int) (speedFn, error) {
+	if md == nil {
 		return speedFn{kFair: float64(kFair)}, nil
 	}
 	var lastErr error
 	for k := kFair; k >= max(nFair, 1); k-- {
-		s, err := goodput.NewSpeedup(*job.Model, nFair, k)
+		s, err := goodput.NewSpeedup(*md, nFair, k)
 		if err == nil {
 			return speedFn{s: s}, nil
 		}
@@ -200,6 +229,42 @@ func newSpeedFn(job *Job, nFair, kFair int) (speedFn, error) {
 
 // validate checks the structural invariants every policy relies on.
 func validate(snap *Snapshot) error {
+	_, err := check(snap)
+	return err
+}
+
+// check is validate returning the snapshot's topology.
+func check(snap *Snapshot) (*topo, error) {
+	if err := checkJobsNodes(snap); err != nil {
+		return nil, err
+	}
+	if r := snap.CrossRackRatio; r != 0 && !(r >= 1) || math.IsInf(r, 0) {
+		return nil, fmt.Errorf("%w: cross-rack ratio %v, want 0 (none) or a finite ratio >= 1", ErrBadSnapshot, r)
+	}
+	tp, err := buildTopo(snap)
+	if err != nil {
+		return nil, err
+	}
+	for n := range snap.Nodes {
+		for _, d := range snap.Nodes[n].Topology {
+			if d == "" {
+				continue
+			}
+			if err := checkName("domain", d); err != nil {
+				return nil, fmt.Errorf("%w: node %q: %w", ErrBadSnapshot, snap.Nodes[n].ID, err)
+			}
+		}
+	}
+	for j := range snap.Jobs {
+		if err := snap.Jobs[j].Topology.Validate(snap.Levels); err != nil {
+			return nil, fmt.Errorf("%w: job %q: %w", ErrBadSnapshot, snap.Jobs[j].ID, err)
+		}
+	}
+	return tp, nil
+}
+
+// checkJobsNodes checks everything but the topology.
+func checkJobsNodes(snap *Snapshot) error {
 	if snap.TotalGPUs() <= 0 {
 		return fmt.Errorf("%w: no GPUs", ErrBadSnapshot)
 	}
@@ -295,7 +360,12 @@ func (o *Objective) Speedup(j, n, k int) float64 { return o.speed[j].at(n, k) }
 // Scaled is job j's scaled speedup x_j under placement pl, restart penalty
 // included.
 func (o *Objective) Scaled(j int, pl Placement) float64 {
-	x := o.speed[j].at(pl.Nodes(), pl.Replicas()) * o.scale
+	var x float64
+	if o.multiRack && o.topo.spans(0, pl) {
+		x = o.speed[j].atRacks(2, pl.Nodes(), pl.Replicas()) * o.scale
+	} else {
+		x = o.speed[j].at(pl.Nodes(), pl.Replicas()) * o.scale
+	}
 	if !pl.Equal(o.current[j]) {
 		x *= o.factor[j]
 	}
@@ -348,4 +418,54 @@ func (o *Objective) Fitness(alloc []Placement) float64 {
 		sum += o.term(j, pl)
 	}
 	return o.fromSum(sum)
+}
+
+// restrict is o on a part of the cluster: the jobs jobs (indexes into o's
+// snapshot) on the nodes nodes (indexes, ascending) with capacity GPUs
+// each. Speedups, restart factors, the fair share and the scale stay o's,
+// so a job's term is the same in both; current placements are mapped to
+// the part's node indexes (replicas elsewhere dropped), and the repair
+// order is o's restricted to the jobs.
+func (o *Objective) restrict(jobs, nodes, capacity []int) *Objective {
+	snap := o.snap
+	local := make(map[int]int, len(nodes))
+	sub := &Snapshot{Seed: snap.Seed, Now: snap.Now, Levels: snap.Levels, CrossRackRatio: snap.CrossRackRatio,
+		Nodes: make([]Node, len(nodes)), Jobs: make([]Job, len(jobs))}
+	for i, n := range nodes {
+		local[n] = i
+		sub.Nodes[i] = snap.Nodes[n]
+		sub.Nodes[i].GPUs = capacity[i]
+	}
+	r := &Objective{
+		snap: sub, p: o.p, scale: o.scale, kFair: o.kFair, nFair: o.nFair,
+		speed:    make([]speedFn, len(jobs)),
+		factor:   make([]float64, len(jobs)),
+		current:  make([]Placement, len(jobs)),
+		order:    make([]int, 0, len(jobs)),
+		capacity: capacity,
+	}
+	pos := make(map[int]int, len(jobs))
+	for i, j := range jobs {
+		pos[j] = i
+		job := &snap.Jobs[j]
+		sub.Jobs[i] = Job{ID: job.ID, SubmitTime: job.SubmitTime, Age: job.Age, Attained: job.Attained,
+			Restarts: job.Restarts, MinReplicas: job.MinReplicas, MaxReplicas: job.MaxReplicas, Topology: job.Topology}
+		r.speed[i], r.factor[i] = o.speed[j], o.factor[j]
+		var cur Placement
+		for _, nc := range o.current[j] {
+			if l, ok := local[nc.Node]; ok {
+				cur = append(cur, NodeCount{Node: l, Count: nc.Count})
+			}
+		}
+		r.current[i] = cur
+		sub.Jobs[i].Current = cur
+	}
+	for _, j := range o.order {
+		if i, ok := pos[j]; ok {
+			r.order = append(r.order, i)
+		}
+	}
+	r.topo, _ = buildTopo(sub)
+	r.multiRack = r.topo != nil && r.topo.racks() > 1
+	return r
 }

@@ -35,12 +35,20 @@ type Pollux struct {
 	// Population and Generations size the search; 0 picks a default that
 	// shrinks with the number of jobs.
 	Population, Generations int
+	// Effort scales the default's work (population x generations) by a
+	// factor in (0, 1]; 0 means 1. A caller bounds a round's time with it
+	// on a loaded machine.
+	Effort float64
 	// Workers is how many goroutines build children; 0 means
 	// min(2, GOMAXPROCS).
 	Workers int
 	// Cache, if set, carries memoised speedups from round to round (it
 	// never changes results, only their cost).
 	Cache *SpeedupCache
+	// Hierarchy selects, on a cluster of several racks, whether the round
+	// is searched rack by rack (see allocateHier) or over the whole
+	// cluster at once; the zero value decides by the round's size.
+	Hierarchy Hierarchy
 }
 
 // NewPollux returns the policy with the paper's p = -1, the default budget
@@ -52,7 +60,11 @@ func (p *Pollux) Name() string { return "pollux" }
 
 // budget returns the population and generations for a round of jobs jobs.
 func (p *Pollux) budget(jobs int) (pop, gens int) {
-	scale := math.Sqrt(min(1, defaultWork/float64(defaultPopulation*defaultGenerations*max(jobs, 1))))
+	effort := 1.0
+	if p.Effort > 0 {
+		effort = min(p.Effort, 1)
+	}
+	scale := math.Sqrt(min(1, defaultWork/float64(defaultPopulation*defaultGenerations*max(jobs, 1))) * effort)
 	pop, gens = p.Population, p.Generations
 	if pop <= 0 {
 		pop = max(minPopulation, int(defaultPopulation*scale))
@@ -80,20 +92,48 @@ func (p *Pollux) Allocate(snap *Snapshot, prev *State) (Result, error) {
 	return p.search(obj, newProblem(obj), snap, prev), nil
 }
 
-// search runs one round's genetic search over problem pr of objective obj
-// (built from snap): the body of Allocate, which the autoscaling policy
-// also runs on an extended cluster whose virtual nodes pr masks out.
+// search runs one round's search over problem pr of objective obj (built
+// from snap): the body of Allocate, which the autoscaling policy also runs
+// on an extended cluster whose virtual nodes pr masks out.
 func (p *Pollux) search(obj *Objective, pr *problem, snap *Snapshot, prev *State) Result {
-	current := make([]Placement, pr.jobs)
-	copy(current, obj.current)
-	res := Result{Diagnostics: Diagnostics{CurrentFitness: obj.Fitness(current)}}
+	res := Result{Diagnostics: Diagnostics{CurrentFitness: obj.Fitness(obj.current)}}
 	if pr.jobs == 0 {
 		res.Placements = []Placement{}
 		res.State = pr.state(nil)
 		return res
 	}
 	popSize, gens := p.budget(pr.jobs)
-	nw := p.workers()
+	var best *indiv
+	var final [][]Placement
+	var evals int
+	if p.hierarchical(pr) {
+		best, final, evals, gens = p.allocateHier(pr, prev, snap.Seed)
+	} else {
+		var cl *climber
+		best, final, evals, cl = evolve(pr, pr.adopt(prev, popSize), popSize, gens, p.workers(), snap.Seed)
+		if pr.anyPref {
+			cl.prefer(best)
+		}
+	}
+	res.Placements = make([]Placement, pr.jobs)
+	for j, pl := range best.alloc {
+		res.Placements[j] = slices.Clone(pl)
+	}
+	res.Diagnostics.Fitness = obj.Fitness(res.Placements)
+	res.Diagnostics.Generations = gens
+	res.Diagnostics.Evaluations = evals
+	res.State = pr.state(final)
+	return res
+}
+
+// evolve runs the genetic search on pr with nw workers: its seeds are the
+// repaired current allocation, a hill-climbed copy of it and the
+// previous population prevPop (already mapped onto pr), the population
+// is filled with their mutants and evolved popSize x gens, and the best
+// few individuals of the last generation are climbed. It returns the best
+// individual, the final population (the best first, at most popSize),
+// the evaluations and the climber (loaded with nothing in particular).
+func evolve(pr *problem, prevPop [][]Placement, popSize, gens, nw int, seed uint64) (*indiv, [][]Placement, int, *climber) {
 	workers := make([]*worker, nw)
 	for i := range workers {
 		workers[i] = pr.newWorker()
@@ -103,9 +143,9 @@ func (p *Pollux) search(obj *Objective, pr *problem, snap *Snapshot, prev *State
 
 	// Seeds: the repaired current allocation, a hill-climbed copy of it,
 	// and the previous population.
-	w0.reseed(snap.Seed, 0, 0)
+	w0.reseed(seed, 0, 0)
 	base := pr.newIndiv()
-	copy(base.alloc, current)
+	copy(base.alloc, pr.obj.current)
 	w0.clearTouched()
 	w0.repair(base)
 	pr.evaluate(base)
@@ -114,7 +154,7 @@ func (p *Pollux) search(obj *Objective, pr *problem, snap *Snapshot, prev *State
 	cl := pr.newClimber()
 	cl.improve(climbed)
 	seeds := []*indiv{base, climbed}
-	for _, alloc := range pr.adopt(prev, popSize) {
+	for _, alloc := range prevPop {
 		ind := pr.newIndiv()
 		copy(ind.alloc, alloc)
 		w0.clearTouched()
@@ -129,7 +169,7 @@ func (p *Pollux) search(obj *Objective, pr *problem, snap *Snapshot, prev *State
 	for i := 0; len(pop) < popSize; i++ {
 		ind := pr.newIndiv()
 		ind.copyFrom(seeds[i%len(seeds)])
-		w0.reseed(snap.Seed, 0, uint64(i+1))
+		w0.reseed(seed, 0, uint64(i+1))
 		w0.clearTouched()
 		w0.mutate(ind)
 		w0.repair(ind)
@@ -149,17 +189,23 @@ func (p *Pollux) search(obj *Objective, pr *problem, snap *Snapshot, prev *State
 				children[i] = pr.newIndiv()
 			}
 		}
-		var wg sync.WaitGroup
-		for wi, w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for c := wi; c < popSize; c += nw {
-					pr.child(w, pop, children[c], snap.Seed, uint64(g+1), uint64(c))
-				}
-			}()
+		if nw == 1 {
+			for c := range children {
+				pr.child(w0, pop, children[c], seed, uint64(g+1), uint64(c))
+			}
+		} else {
+			var wg sync.WaitGroup
+			for wi, w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for c := wi; c < popSize; c += nw {
+						pr.child(w, pop, children[c], seed, uint64(g+1), uint64(c))
+					}
+				}()
+			}
+			wg.Wait()
 		}
-		wg.Wait()
 		evals += popSize
 		pop, spare = survive(append(pop, children...), popSize, spare[:0])
 	}
@@ -177,20 +223,12 @@ func (p *Pollux) search(obj *Objective, pr *problem, snap *Snapshot, prev *State
 			best, cand = cand, best
 		}
 	}
-	res.Placements = make([]Placement, pr.jobs)
-	for j, pl := range best.alloc {
-		res.Placements[j] = slices.Clone(pl)
-	}
-	res.Diagnostics.Fitness = obj.Fitness(res.Placements)
-	res.Diagnostics.Generations = gens
-	res.Diagnostics.Evaluations = evals
 	final := make([][]Placement, 0, len(pop)+1)
 	final = append(final, best.alloc)
 	for _, ind := range pop {
 		final = append(final, ind.alloc)
 	}
-	res.State = pr.state(final[:min(len(final), popSize)])
-	return res
+	return best, final[:min(len(final), popSize)], evals, cl
 }
 
 // child builds one child: two tournament-picked parents, single-point

@@ -3,6 +3,7 @@ package optimizer
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 )
 
 // Operator rates of pollux-spec.md section 4.
@@ -23,7 +24,36 @@ type problem struct {
 	order    []int
 	minRep   []int
 	maxRep   []int
+	// The topology, when the cluster has several racks (multiRack): every
+	// node's rack, and per job the level of its required and preferred
+	// topology (-1: none). With one rack none of it is read.
+	multiRack       bool
+	tp              *topo
+	rack            []int32
+	req, pref       []int
+	anyReq, anyPref bool
+	// preOwned marks nodes a distributed job outside the problem already
+	// uses (a rack's share of a job spanning racks): no distributed job
+	// of the problem may use them. Nil: none.
+	preOwned []bool
 }
+
+// initOwner resets owner: -1 (free) on every node, a job index past the
+// problem's on pre-owned nodes.
+func (pr *problem) initOwner(owner []int) {
+	for n := range owner {
+		owner[n] = -1
+	}
+	for n, o := range pr.preOwned {
+		if o {
+			owner[n] = pr.jobs
+		}
+	}
+}
+
+// spanRate is the probability that a mutation draws a job's new node from
+// anywhere in the cluster rather than from its own rack.
+const spanRate = 0.1
 
 func newProblem(obj *Objective) *problem {
 	snap := obj.snap
@@ -40,6 +70,21 @@ func newProblem(obj *Objective) *problem {
 		pr.minRep[j] = snap.Jobs[j].MinReplicas
 		pr.maxRep[j] = snap.Jobs[j].MaxReplicas
 	}
+	if obj.multiRack {
+		pr.multiRack, pr.tp, pr.rack = true, obj.topo, obj.topo.domain[0]
+		pr.req = make([]int, pr.jobs)
+		pr.pref = make([]int, pr.jobs)
+		for j := range snap.Jobs {
+			c := snap.Jobs[j].Topology
+			pr.req[j], pr.pref[j] = pr.tp.level(c.Required), pr.tp.level(c.Preferred)
+			pr.anyPref = pr.anyPref || pr.pref[j] >= 0
+			if pr.req[j] >= 0 {
+				pr.anyReq = true
+				// No domain of the level holds more than its largest.
+				pr.maxRep[j] = min(pr.maxRep[j], slices.Max(pr.tp.gpus[pr.req[j]]))
+			}
+		}
+	}
 	return pr
 }
 
@@ -52,6 +97,76 @@ func (pr *problem) masked(n int) *problem {
 	q.capacity = make([]int, len(pr.capacity))
 	copy(q.capacity[:min(n, len(q.capacity))], pr.capacity)
 	return &q
+}
+
+// homeRack is the rack holding most of pl's replicas (the first such in
+// node order), -1 for the empty placement.
+func (pr *problem) homeRack(pl Placement) int {
+	if len(pl) == 0 {
+		return -1
+	}
+	if len(pl) == 1 {
+		return int(pr.rack[pl[0].Node])
+	}
+	best, bestC := -1, 0
+	for i, nc := range pl {
+		r := pr.rack[nc.Node]
+		c := 0
+		for _, o := range pl[i:] {
+			if pr.rack[o.Node] == r {
+				c += o.Count
+			}
+		}
+		if c > bestC && (i == 0 || !rackSeen(pr.rack, pl[:i], r)) {
+			best, bestC = int(r), c
+		}
+	}
+	return best
+}
+
+func rackSeen(rack []int32, pl Placement, r int32) bool {
+	for _, nc := range pl {
+		if rack[nc.Node] == r {
+			return true
+		}
+	}
+	return false
+}
+
+// keepDomain returns pl restricted to the domain of level l holding most
+// of its replicas (the first such in node order).
+func (pr *problem) keepDomain(pl Placement, l int, out Placement) Placement {
+	dom := pr.tp.domain[l]
+	best, bestC := int32(-1), 0
+	for i, nc := range pl {
+		d := dom[nc.Node]
+		seen := false
+		for _, o := range pl[:i] {
+			if dom[o.Node] == d {
+				seen = true
+				break
+			}
+		}
+		if seen {
+			continue
+		}
+		c := 0
+		for _, o := range pl[i:] {
+			if dom[o.Node] == d {
+				c += o.Count
+			}
+		}
+		if c > bestC {
+			best, bestC = d, c
+		}
+	}
+	out = out[:0]
+	for _, nc := range pl {
+		if dom[nc.Node] == best {
+			out = append(out, nc)
+		}
+	}
+	return out
 }
 
 // indiv is one allocation of the population. Placement slices are never
@@ -111,6 +226,10 @@ type worker struct {
 	buf     Placement
 	perm    []int
 	cdf     []float64
+	// freeRack lists the free nodes by rack (multi-rack clusters only):
+	// rack r's are freeRack[rackStart[r]:rackStart[r+1]].
+	freeRack  []int
+	rackStart []int
 	// arena backs the placements the worker creates: placements are
 	// immutable once stored, so they can share one large allocation.
 	arena Placement
@@ -155,6 +274,57 @@ func (pr *problem) newWorker() *worker {
 		buf:     make(Placement, 0, 64),
 		perm:    make([]int, 0, 64),
 	}
+}
+
+// indexFreeByRack fills freeRack and rackStart from w.free (a counting
+// sort, so each rack's nodes stay in node order).
+func (w *worker) indexFreeByRack() {
+	pr := w.pr
+	racks := pr.tp.racks()
+	if cap(w.rackStart) < racks+1 {
+		w.rackStart = make([]int, racks+1)
+	}
+	w.rackStart = w.rackStart[:racks+1]
+	clear(w.rackStart)
+	for _, n := range w.free {
+		w.rackStart[pr.rack[n]+1]++
+	}
+	for r := 1; r <= racks; r++ {
+		w.rackStart[r] += w.rackStart[r-1]
+	}
+	if cap(w.freeRack) < len(w.free) {
+		w.freeRack = make([]int, len(w.free))
+	}
+	w.freeRack = w.freeRack[:len(w.free)]
+	next := w.perm[:0]
+	next = append(next, w.rackStart[:racks]...)
+	for _, n := range w.free {
+		r := pr.rack[n]
+		w.freeRack[next[r]] = n
+		next[r]++
+	}
+	w.perm = next[:0]
+}
+
+// drawFree picks a free node for a mutation of a job at home rack home
+// (-1: none yet), not among taken: from the home rack with probability
+// 1 - spanRate, else anywhere. It returns -1 when the draw hit a taken
+// node (the caller draws again).
+func (w *worker) drawFree(home int, taken Placement) int {
+	if home >= 0 && w.rng.Float64() >= spanRate {
+		lo, hi := w.rackStart[home], w.rackStart[home+1]
+		for try := 0; try < 4 && hi > lo; try++ {
+			n := w.freeRack[lo+w.rng.IntN(hi-lo)]
+			if countOn(taken, n) == 0 {
+				return n
+			}
+		}
+	}
+	n := w.free[w.rng.IntN(len(w.free))]
+	if countOn(taken, n) > 0 {
+		return -1
+	}
+	return n
 }
 
 // reseed makes the worker's random stream a pure function of (seed, a, b).
@@ -219,6 +389,9 @@ func (w *worker) mutate(ind *indiv) {
 	}
 	pF := 1 / float64(len(w.free))
 	w.pickCDF(len(w.free), pF)
+	if pr.multiRack {
+		w.indexFreeByRack()
+	}
 	for j, pl := range ind.alloc {
 		u := 0
 		for _, nc := range pl {
@@ -248,11 +421,28 @@ func (w *worker) mutate(ind *indiv) {
 		// how many free nodes are hit (binomial), then which ones (distinct,
 		// uniformly), and skip the job's own.
 		hits := w.picks()
+		home := -1
+		if pr.multiRack && hits > 0 {
+			home = pr.homeRack(pl)
+		}
 		for h := 0; h < hits; h++ {
-			n := w.free[rng.IntN(len(w.free))]
-			if countOn(w.buf[len(pl):], n) > 0 {
-				h-- // already hit: draw again (hits <= free nodes, so this ends)
-				continue
+			var n int
+			if pr.multiRack {
+				// Mostly within the job's rack (the first hit's, for a
+				// job without GPUs).
+				if n = w.drawFree(home, w.buf[len(pl):]); n < 0 {
+					h--
+					continue
+				}
+				if home < 0 {
+					home = int(pr.rack[n])
+				}
+			} else {
+				n = w.free[rng.IntN(len(w.free))]
+				if countOn(w.buf[len(pl):], n) > 0 {
+					h-- // already hit: draw again (hits <= free nodes, so this ends)
+					continue
+				}
 			}
 			// A hit on the job's own node, or raised to 0, is remembered
 			// as a zero entry (dropped below).
@@ -337,12 +527,17 @@ func threshold(p float64) uint64 {
 // nothing.
 func (w *worker) repair(ind *indiv) {
 	pr := w.pr
-	for n := range w.owner {
-		w.owner[n] = -1
-	}
+	pr.initOwner(w.owner)
 	clear(w.used)
 	for _, j := range pr.order {
 		pl := ind.alloc[j]
+		if pr.anyReq && pr.req[j] >= 0 && pr.tp.spans(pr.req[j], pl) {
+			// A required topology keeps the job in one domain: the one
+			// holding most of its replicas.
+			w.buf = pr.keepDomain(pl, pr.req[j], w.buf)
+			pl = w.clone(w.buf)
+			w.set(ind, j, pl)
+		}
 		if len(pl) > 1 {
 			w.buf = w.buf[:0]
 			for _, nc := range pl {

@@ -133,7 +133,8 @@ func (s *Sia) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	if snap == nil {
 		return Result{}, fmt.Errorf("%w: nil snapshot", ErrBadSnapshot)
 	}
-	if err := validate(snap); err != nil {
+	tp, err := check(snap)
+	if err != nil {
 		return Result{}, err
 	}
 	if s.PowerMean >= 0 || math.IsNaN(s.PowerMean) {
@@ -191,6 +192,7 @@ func (s *Sia) Allocate(snap *Snapshot, _ *State) (Result, error) {
 			res.Placements[j], res.Layouts[j] = visitsToPlacement(visits, ti.nodes)
 		}
 	}
+	holdViolations(snap, tp, &res)
 	return res, nil
 }
 

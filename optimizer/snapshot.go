@@ -11,6 +11,11 @@ type Node struct {
 	// Type is the node's GPU type ("" on a single-type cluster). A job runs
 	// on one type at a time.
 	Type string `json:"type,omitempty"`
+	// Topology is where the node sits in the network: its domain at every
+	// level of Snapshot.Levels, innermost (its rack) first. Nil, or an
+	// empty entry, is the default domain: a node that declared nothing is
+	// in the default rack.
+	Topology []string `json:"topology,omitempty"`
 }
 
 // NodeCount is how many replicas (GPUs) of one job run on one node. Node
@@ -102,6 +107,9 @@ type Job struct {
 	RestartDelay float64 `json:"restart_delay,omitempty"`
 	// Restarting reports that the job is checkpointing or restoring now.
 	Restarting bool `json:"restarting,omitempty"`
+	// Topology constrains where the job's replicas may run (the zero
+	// value: anywhere its model says pays).
+	Topology TopologyConstraint `json:"topology,omitzero"`
 
 	// The fields below are read only by the baseline policies.
 
@@ -129,6 +137,14 @@ type Oracle interface {
 type Snapshot struct {
 	Jobs  []Job  `json:"jobs"`
 	Nodes []Node `json:"nodes"`
+	// Levels name the cluster's topology levels, innermost first (see
+	// ParseLevels); nil is the rack alone.
+	Levels []string `json:"levels,omitempty"`
+	// CrossRackRatio is how many times slower synchronising across racks
+	// is than across the nodes of one rack (the in-rack to cross-rack
+	// bandwidth ratio), for jobs whose models have no measured cross-rack
+	// terms; 0 means 1: racks cost nothing until measured.
+	CrossRackRatio float64 `json:"cross_rack_ratio,omitempty"`
 	// Seed drives every random choice of the round.
 	Seed uint64 `json:"seed"`
 	// Now is the current time, in seconds on the caller's clock.

@@ -131,3 +131,28 @@ func placeCurrent(snap *Snapshot, rng *rand.Rand) {
 		job.Current = pl
 	}
 }
+
+// AssignRacks puts snap's nodes into racks racks of consecutive nodes (as
+// even as the node count allows: the first racks take one node more),
+// named rack-0000, rack-0001, ..., and sets the topology to the rack
+// alone. It fails when racks is not in [1, nodes].
+func AssignRacks(snap *Snapshot, racks int) error {
+	if racks < 1 || racks > len(snap.Nodes) {
+		return fmt.Errorf("%w: %d racks for %d nodes", ErrBadSnapshot, racks, len(snap.Nodes))
+	}
+	per, extra := len(snap.Nodes)/racks, len(snap.Nodes)%racks
+	n := 0
+	for r := 0; r < racks; r++ {
+		size := per
+		if r < extra {
+			size++
+		}
+		name := fmt.Sprintf("rack-%04d", r)
+		for i := 0; i < size; i++ {
+			snap.Nodes[n].Topology = []string{name}
+			n++
+		}
+	}
+	snap.Levels = nil
+	return nil
+}

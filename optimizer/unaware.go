@@ -36,7 +36,8 @@ func (p *PolluxUnaware) Allocate(snap *Snapshot, prev *State) (Result, error) {
 	if snap == nil {
 		return Result{}, fmt.Errorf("%w: nil snapshot", ErrBadSnapshot)
 	}
-	if err := validate(snap); err != nil {
+	tp, err := check(snap)
+	if err != nil {
 		return Result{}, err
 	}
 	size := 0
@@ -53,11 +54,12 @@ func (p *PolluxUnaware) Allocate(snap *Snapshot, prev *State) (Result, error) {
 		first[n] = len(vnodes)
 		parts := node.GPUs / size
 		for i := 0; i < parts; i++ {
-			vnodes = append(vnodes, Node{ID: node.ID + "/" + strconv.Itoa(i), GPUs: size})
+			vnodes = append(vnodes, Node{ID: node.ID + "/" + strconv.Itoa(i), GPUs: size, Topology: node.Topology})
 			real = append(real, n)
 		}
 	}
-	inner := &Snapshot{Nodes: vnodes, Seed: snap.Seed, Now: snap.Now, Jobs: make([]Job, len(snap.Jobs))}
+	inner := &Snapshot{Nodes: vnodes, Seed: snap.Seed, Now: snap.Now, Jobs: make([]Job, len(snap.Jobs)),
+		Levels: snap.Levels, CrossRackRatio: snap.CrossRackRatio}
 	used := make([]int, len(vnodes))
 	for j := range snap.Jobs {
 		job := snap.Jobs[j]
@@ -80,6 +82,7 @@ func (p *PolluxUnaware) Allocate(snap *Snapshot, prev *State) (Result, error) {
 		}
 		out.Placements[j] = normalize(pl)
 	}
+	holdViolations(snap, tp, &out)
 	if res.State != nil {
 		st := *res.State
 		st.Virtual = virtual

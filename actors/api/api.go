@@ -19,14 +19,18 @@ import (
 
 	"pollux/actors/control"
 	"pollux/actors/jobspec"
+	"pollux/cluster"
 	"pollux/consensus"
+	"pollux/optimizer/goodput"
 )
 
-// Paths of the API.
+// Paths of the API. A job's own resource is PathJobs/{id}; cancelling it
+// is POST PathJobs/{id}/cancel; a Raft peer is PathPeers/{id}.
 const (
 	PathJobs   = "/v1/jobs"
 	PathNodes  = "/v1/nodes"
 	PathStatus = "/v1/status"
+	PathPeers  = "/v1/operator/raft/peers"
 )
 
 // HeaderStale is set on every answer read from the state: "true" when a
@@ -43,13 +47,25 @@ type Backend interface {
 	Read(ctx context.Context) (*consensus.State, error)
 	LocalState() *consensus.State
 	SubmitJob(ctx context.Context, id string, spec consensus.JobSpec, submitTime float64) error
+	FinishJob(ctx context.Context, f consensus.FinishJob) error
+	Servers() ([]raft.Server, error)
+	AddVoter(ctx context.Context, id raft.ServerID, addr raft.ServerAddress) error
+	RemoveServer(ctx context.Context, id raft.ServerID) error
+	Unreachable() map[raft.ServerID]time.Time
 }
 
 // Config configures the API.
 type Config struct {
 	Backend Backend
 	// Apps are the emulated applications a spec may name.
-	Apps   []string
+	Apps []string
+	// Members lists the cluster's gossip members: which servers are
+	// alive (operator raft) and where the leader's API is (operator
+	// writes on a follower are redirected there). Nil: only this server
+	// is known to be alive.
+	Members func() []cluster.Member
+	// Stats are the allocator's counters, exported as metrics (nil: none).
+	Stats  *control.Stats
 	Now    func() time.Time
 	Logger *slog.Logger
 }
@@ -72,6 +88,47 @@ type Job struct {
 	Reason      string  `json:"reason,omitempty"`
 	// Profiled are the configurations the job has run and measured.
 	Profiled []Profiled `json:"profiled,omitempty"`
+	// Crashes counts failed incarnations in a row (without an epoch
+	// finished in between).
+	Crashes int `json:"crashes,omitempty"`
+	// Bid is the job actor's latest replicated bid (GET PathJobs/{id}
+	// only).
+	Bid *BidJSON `json:"bid,omitempty"`
+}
+
+// BidJSON is a job's bid as the API shows it.
+type BidJSON struct {
+	Version      uint64             `json:"version"`
+	Model        *goodput.Params    `json:"model,omitempty"`
+	Grad         *goodput.GradStats `json:"grad,omitempty"`
+	MostProfiled int                `json:"most_profiled"`
+	// Single and Multi are the batch configurations for 1..K replicas
+	// on one node and over several nodes.
+	Single []ChoiceJSON `json:"single_node"`
+	Multi  []ChoiceJSON `json:"multi_node"`
+}
+
+// ChoiceJSON is one batch configuration.
+type ChoiceJSON struct {
+	LocalBatch int     `json:"local_bsz"`
+	AccumSteps int     `json:"accum_steps"`
+	Gain       float64 `json:"gain"`
+}
+
+// Peer is one Raft server as the operator API shows it.
+type Peer struct {
+	ID      string `json:"id"`
+	Address string `json:"address"`
+	Voter   bool   `json:"voter"`
+	Leader  bool   `json:"leader"`
+	// Alive: gossip sees the server.
+	Alive bool `json:"alive"`
+}
+
+// AddPeer is the body of POST PathPeers.
+type AddPeer struct {
+	ID      string `json:"id"`
+	Address string `json:"address"`
 }
 
 // Profiled is one measured configuration of a job.
@@ -146,6 +203,11 @@ func New(id string, cfg Config) *API {
 	a.reg.MustRegister(a.roundTime, a.fitness, a.leaderships, stateCollector{a})
 	a.mux.HandleFunc("POST "+PathJobs, a.submit)
 	a.mux.HandleFunc("GET "+PathJobs, a.jobs)
+	a.mux.HandleFunc("GET "+PathJobs+"/{id}", a.job)
+	a.mux.HandleFunc("POST "+PathJobs+"/{id}/cancel", a.cancel)
+	a.mux.HandleFunc("GET "+PathPeers, a.peers)
+	a.mux.HandleFunc("POST "+PathPeers, a.addPeer)
+	a.mux.HandleFunc("DELETE "+PathPeers+"/{id}", a.removePeer)
 	a.mux.HandleFunc("GET "+PathNodes, a.nodes)
 	a.mux.HandleFunc("GET "+PathStatus, a.status)
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
@@ -212,6 +274,8 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, consensus.ErrJobExists):
 		writeJSON(w, http.StatusConflict, Error{err.Error()})
+	case errors.Is(err, consensus.ErrLimit):
+		writeJSON(w, http.StatusInsufficientStorage, Error{err.Error()})
 	case errors.Is(err, consensus.ErrInvalid):
 		writeJSON(w, http.StatusBadRequest, Error{err.Error()})
 	case errors.Is(err, consensus.ErrNoSpace):
@@ -251,21 +315,127 @@ func (a *API) jobs(w http.ResponseWriter, r *http.Request) {
 func JobsOf(st *consensus.State) []Job {
 	out := []Job{}
 	for _, id := range st.JobIDs() {
-		j := st.Jobs[id]
-		slots := st.Allocation.Jobs[id]
-		k := 0
-		for _, sl := range slots {
-			k += sl.GPUs
-		}
-		out = append(out, Job{ID: id, State: j.State.String(), App: j.Spec.App, GPUs: k, Nodes: len(slots),
-			Incarnation: j.Incarnation, Restarts: j.Restarts, Epoch: j.Epoch, Progress: j.Progress, Attained: j.Attained,
-			SubmitTime: j.SubmitTime, FinishTime: j.FinishTime, InitBatch: j.Spec.Limits.InitBatch, Reason: j.Reason})
-		for _, e := range j.Profile {
-			out[len(out)-1].Profiled = append(out[len(out)-1].Profiled, Profiled{Nodes: e.Nodes, Replicas: e.Replicas, LocalBatch: e.LocalBatch})
-		}
+		out = append(out, jobOf(st, id))
 	}
 	slices.SortStableFunc(out, func(x, y Job) int { return cmp.Compare(x.SubmitTime, y.SubmitTime) })
 	return out
+}
+
+func jobOf(st *consensus.State, id string) Job {
+	j := st.Jobs[id]
+	slots := st.Allocation.Jobs[id]
+	k := 0
+	for _, sl := range slots {
+		k += sl.GPUs
+	}
+	out := Job{ID: id, State: j.State.String(), App: j.Spec.App, GPUs: k, Nodes: len(slots),
+		Incarnation: j.Incarnation, Restarts: j.Restarts, Epoch: j.Epoch, Progress: j.Progress, Attained: j.Attained,
+		SubmitTime: j.SubmitTime, FinishTime: j.FinishTime, InitBatch: j.Spec.Limits.InitBatch, Reason: j.Reason, Crashes: j.Crashes}
+	for _, e := range j.Profile {
+		out.Profiled = append(out.Profiled, Profiled{Nodes: e.Nodes, Replicas: e.Replicas, LocalBatch: e.LocalBatch})
+	}
+	return out
+}
+
+func bidOf(b *consensus.Bid) *BidJSON {
+	if b.Version == 0 {
+		return nil
+	}
+	out := &BidJSON{Version: b.Version, MostProfiled: b.MostProfiled}
+	if b.HasModel {
+		p := b.Params
+		out.Model = &p
+	}
+	if b.HasGrad {
+		g := b.Grad
+		out.Grad = &g
+	}
+	for _, t := range []struct {
+		in  []consensus.BatchChoice
+		out *[]ChoiceJSON
+	}{{b.Single, &out.Single}, {b.Multi, &out.Multi}} {
+		for _, c := range t.in {
+			*t.out = append(*t.out, ChoiceJSON{LocalBatch: c.LocalBatch, AccumSteps: c.AccumSteps, Gain: c.Gain})
+		}
+	}
+	return out
+}
+
+func (a *API) job(w http.ResponseWriter, r *http.Request) {
+	st, stale, err := a.state(r.Context())
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
+		return
+	}
+	w.Header().Set(HeaderStale, strconv.FormatBool(stale))
+	id := r.PathValue("id")
+	j := st.Jobs[id]
+	if j == nil {
+		writeJSON(w, http.StatusNotFound, Error{fmt.Sprintf("api: no job %q", id)})
+		return
+	}
+	out := jobOf(st, id)
+	out.Bid = bidOf(&j.Bid)
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	err := a.cfg.Backend.FinishJob(ctx, consensus.FinishJob{ID: id, State: consensus.Cancelled,
+		Reason: "cancelled by a user", Time: float64(a.cfg.Now().UnixNano()) / 1e9})
+	switch {
+	case errors.Is(err, consensus.ErrUnknownJob):
+		writeJSON(w, http.StatusNotFound, Error{fmt.Sprintf("api: no job %q", id)})
+	case errors.Is(err, consensus.ErrJobFinished):
+		writeJSON(w, http.StatusConflict, Error{fmt.Sprintf("api: job %q has already finished: %v", id, err)})
+	case errors.Is(err, consensus.ErrInvalid):
+		writeJSON(w, http.StatusBadRequest, Error{err.Error()})
+	case errors.Is(err, consensus.ErrNoSpace):
+		writeJSON(w, http.StatusInsufficientStorage, Error{err.Error()})
+	case err != nil:
+		a.cfg.Logger.Warn("api: cancel", "job", id, "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
+	default:
+		a.cfg.Logger.Info("api: job cancelled", "job", id)
+		out := CancelResult{ID: id, State: consensus.Cancelled.String()}
+		if inc, ok := a.finalIncarnation(ctx, id); ok {
+			out.Incarnation = &inc
+		}
+		writeJSON(w, http.StatusOK, out)
+	}
+}
+
+// CancelResult is the answer to a cancel. Incarnation is the job's last
+// incarnation, the one the cancel took effect in: no worker of a later
+// one ever starts, and workers of it still being started when the
+// cancel was acknowledged (an assignment already on its way) are
+// stopped by the next round. It is absent if this server could not see
+// the cancel applied within a second.
+type CancelResult struct {
+	ID          string  `json:"id"`
+	State       string  `json:"state"`
+	Incarnation *uint64 `json:"incarnation,omitempty"`
+}
+
+// finalIncarnation waits (briefly) until this server's state shows job
+// finished, and returns its incarnation then, which never changes again.
+func (a *API) finalIncarnation(ctx context.Context, id string) (uint64, bool) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	for {
+		if st, _, err := a.state(ctx); err == nil {
+			if j := st.Jobs[id]; j != nil && j.State.Terminal() {
+				return j.Incarnation, true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func (a *API) nodes(w http.ResponseWriter, r *http.Request) {
@@ -327,10 +497,14 @@ var (
 	descGPUTotal = prometheus.NewDesc("pollux_gpus", "GPUs of alive nodes.", nil, nil)
 	descRestarts = prometheus.NewDesc("pollux_job_restarts", "Re-placements of all jobs so far.", nil, nil)
 	descGen      = prometheus.NewDesc("pollux_allocation_generation", "Committed allocation generation.", nil, nil)
+
+	descBids        = prometheus.NewDesc("pollux_bids_total", "Bids this server's allocator received from job actors.", nil, nil)
+	descBidsDropped = prometheus.NewDesc("pollux_bids_dropped_total", "Bids refused: malformed, absurd, of unknown or finished jobs, stale incarnations or sessions.", nil, nil)
+	descRoundDrops  = prometheus.NewDesc("pollux_round_entries_dropped_total", "Entries of committed rounds the state machine dropped (jobs finished meanwhile, stale incarnations).", nil, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descJobs, descGPUs, descGPUTotal, descRestarts, descGen} {
+	for _, d := range []*prometheus.Desc{descJobs, descGPUs, descGPUTotal, descRestarts, descGen, descBids, descBidsDropped, descRoundDrops} {
 		ch <- d
 	}
 }
@@ -343,7 +517,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		byState[j.State.String()]++
 		restarts += j.Restarts
 	}
-	for _, s := range []consensus.JobState{consensus.Pending, consensus.Running, consensus.Rescaling, consensus.Completed, consensus.Failed} {
+	for _, s := range []consensus.JobState{consensus.Pending, consensus.Running, consensus.Rescaling, consensus.Completed, consensus.Failed, consensus.Cancelled} {
 		ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(byState[s.String()]), s.String())
 	}
 	used := 0
@@ -359,4 +533,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descGPUTotal, prometheus.GaugeValue, float64(total))
 	ch <- prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(restarts))
 	ch <- prometheus.MustNewConstMetric(descGen, prometheus.GaugeValue, float64(st.Allocation.Generation))
+	if s := c.a.cfg.Stats; s != nil {
+		ch <- prometheus.MustNewConstMetric(descBids, prometheus.CounterValue, float64(s.Bids.Load()))
+		ch <- prometheus.MustNewConstMetric(descBidsDropped, prometheus.CounterValue, float64(s.BidsDropped.Load()))
+		ch <- prometheus.MustNewConstMetric(descRoundDrops, prometheus.CounterValue, float64(s.RoundDrops.Load()))
+	}
 }

@@ -7,20 +7,50 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 
 	"pollux/consensus"
 )
 
-// fakeBackend is a leader holding a state in memory.
+// fakeBackend is a leader (unless follower) holding a state in memory.
 type fakeBackend struct {
-	st *consensus.State
+	st       *consensus.State
+	follower bool
+	// full refuses writes as a leader whose disk is full.
+	full    bool
+	servers []raft.Server
 }
 
-func (f *fakeBackend) Leadership() (uint64, bool) { return 3, true }
+func (f *fakeBackend) Leadership() (uint64, bool) { return 3, !f.follower }
+func (f *fakeBackend) FinishJob(_ context.Context, c consensus.FinishJob) error {
+	j := f.st.Jobs[c.ID]
+	switch {
+	case f.full:
+		return consensus.ErrNoSpace
+	case j == nil:
+		return consensus.ErrUnknownJob
+	case j.State.Terminal():
+		return consensus.ErrJobFinished
+	}
+	j.State = c.State
+	return nil
+}
+func (f *fakeBackend) Servers() ([]raft.Server, error)          { return f.servers, nil }
+func (f *fakeBackend) Unreachable() map[raft.ServerID]time.Time { return nil }
+func (f *fakeBackend) AddVoter(_ context.Context, id raft.ServerID, addr raft.ServerAddress) error {
+	f.servers = append(f.servers, raft.Server{ID: id, Address: addr, Suffrage: raft.Voter})
+	return nil
+}
+func (f *fakeBackend) RemoveServer(_ context.Context, id raft.ServerID) error {
+	f.servers = slices.DeleteFunc(f.servers, func(s raft.Server) bool { return s.ID == id })
+	return nil
+}
 func (f *fakeBackend) Leader() (raft.ServerID, raft.ServerAddress) {
 	return "s1", "127.0.0.1:1"
 }
@@ -115,5 +145,150 @@ func TestNoForwardingOnThePublicAPI(t *testing.T) {
 	}
 	if len(fb.st.Jobs) != 0 {
 		t.Errorf("jobs %v", fb.st.Jobs)
+	}
+}
+
+func TestJobAndCancel(t *testing.T) {
+	a, fb := newTest()
+	do(a, "POST", PathJobs, good)
+	fb.st.Jobs["j1"].Bid = consensus.Bid{Session: 1, Version: 2, Single: []consensus.BatchChoice{{LocalBatch: 128, Gain: 1}}}
+	fb.st.Jobs["j1"].Incarnation = 3
+	code, body := do(a, "GET", PathJobs+"/j1", "")
+	var j Job
+	if err := json.Unmarshal([]byte(body), &j); err != nil || code != 200 || j.ID != "j1" || j.Bid == nil || j.Bid.Version != 2 || j.Bid.Single[0].LocalBatch != 128 {
+		t.Errorf("job: %d %s", code, body)
+	}
+	tests := []struct {
+		name, method, path, mention string
+		code                        int
+	}{
+		{"unknown job", "GET", PathJobs + "/nope", "no job", http.StatusNotFound},
+		{"cancel", "POST", PathJobs + "/j1/cancel", "cancelled", http.StatusOK},
+		{"cancel again", "POST", PathJobs + "/j1/cancel", "already finished", http.StatusConflict},
+		{"cancel unknown", "POST", PathJobs + "/nope/cancel", "no job", http.StatusNotFound},
+	}
+	for _, tc := range tests {
+		code, body := do(a, tc.method, tc.path, "")
+		if code != tc.code || !strings.Contains(body, tc.mention) {
+			t.Errorf("%s: %d %s, want %d mentioning %q", tc.name, code, body, tc.code, tc.mention)
+		}
+	}
+	if fb.st.Jobs["j1"].State != consensus.Cancelled {
+		t.Errorf("state %v", fb.st.Jobs["j1"].State)
+	}
+	// The answer names the incarnation the cancel took effect in.
+	do(a, "POST", PathJobs, strings.Replace(good, "j1", "j2", 1))
+	fb.st.Jobs["j2"].Incarnation = 5
+	code, body = do(a, "POST", PathJobs+"/j2/cancel", "")
+	var c CancelResult
+	if err := json.Unmarshal([]byte(body), &c); err != nil || code != 200 || c.Incarnation == nil || *c.Incarnation != 5 {
+		t.Errorf("cancel j2: %d %s, want the incarnation 5", code, body)
+	}
+}
+
+// TestJobReadsSayStale: GET PathJobs/{id} says, like the other reads,
+// whether the answer is the leader's linearizable read or a follower's
+// local copy, found or not (the chaos harness's linearizability check
+// relies on it).
+func TestJobReadsSayStale(t *testing.T) {
+	a, fb := newTest()
+	do(a, "POST", PathJobs, good)
+	for _, follower := range []bool{false, true} {
+		fb.follower = follower
+		for _, path := range []string{PathJobs + "/j1", PathJobs + "/nope", PathJobs} {
+			rec := httptest.NewRecorder()
+			a.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+			if got, want := rec.Header().Get(HeaderStale), strconv.FormatBool(follower); got != want {
+				t.Errorf("GET %s (follower %v): %s %q, want %q", path, follower, HeaderStale, got, want)
+			}
+		}
+	}
+}
+
+// TestCancelRefusals: a full disk is 507 (definitely not applied), a
+// body beyond MaxBody is refused before anything is applied, like every
+// endpoint but the submission.
+func TestCancelRefusals(t *testing.T) {
+	a, fb := newTest()
+	do(a, "POST", PathJobs, good)
+	fb.full = true
+	if code, body := do(a, "POST", PathJobs+"/j1/cancel", ""); code != http.StatusInsufficientStorage {
+		t.Errorf("cancel on a full disk: %d %s, want 507", code, body)
+	}
+	fb.full = false
+	big := `{"id":"s3","address":"127.0.0.1:3","x":"` + strings.Repeat("x", MaxBody) + `"}`
+	if code, body := do(a, "POST", PathPeers, big); code != http.StatusBadRequest && code != http.StatusRequestEntityTooLarge {
+		t.Errorf("add-server with a %d-byte body: %d %s", len(big), code, body)
+	}
+	if len(fb.servers) != 0 {
+		t.Errorf("servers after an oversized add-server: %v", fb.servers)
+	}
+	if fb.st.Jobs["j1"].State != consensus.Pending {
+		t.Errorf("j1 %v after refused cancels", fb.st.Jobs["j1"].State)
+	}
+}
+
+func TestOperatorPeers(t *testing.T) {
+	a, fb := newTest()
+	fb.servers = []raft.Server{{ID: "s1", Address: "127.0.0.1:1", Suffrage: raft.Voter}, {ID: "s2", Address: "127.0.0.1:2", Suffrage: raft.Voter}}
+	code, body := do(a, "GET", PathPeers, "")
+	var peers []Peer
+	if err := json.Unmarshal([]byte(body), &peers); err != nil || code != 200 || len(peers) != 2 || !peers[0].Leader || !peers[0].Alive || peers[1].Alive {
+		t.Errorf("peers: %d %s", code, body)
+	}
+	// s2 is not alive (no gossip): removing s1, the live one, would
+	// leave a dead voter alone.
+	if code, body := do(a, "DELETE", PathPeers+"/s1", ""); code != http.StatusConflict || !strings.Contains(body, "below a quorum") {
+		t.Errorf("remove the live one: %d %s", code, body)
+	}
+	if code, body := do(a, "POST", PathPeers, `{"id":"s3","address":"127.0.0.1:3"}`); code != 200 {
+		t.Errorf("add: %d %s", code, body)
+	}
+	if code, body := do(a, "POST", PathPeers, `{"id":"s4","address":"nowhere"}`); code != http.StatusBadRequest {
+		t.Errorf("bad address: %d %s", code, body)
+	}
+	if code, body := do(a, "DELETE", PathPeers+"/s9", ""); code != http.StatusNotFound {
+		t.Errorf("unknown: %d %s", code, body)
+	}
+	fb.follower = true
+	if code, _ := do(a, "DELETE", PathPeers+"/s2", ""); code != http.StatusServiceUnavailable {
+		t.Errorf("follower without a known leader API: %d", code)
+	}
+}
+
+func TestCheckRemoval(t *testing.T) {
+	v := func(ids ...string) []raft.Server {
+		var out []raft.Server
+		for _, id := range ids {
+			out = append(out, raft.Server{ID: raft.ServerID(id), Suffrage: raft.Voter})
+		}
+		return out
+	}
+	alive := func(ids ...string) map[string]bool {
+		m := map[string]bool{}
+		for _, id := range ids {
+			m[id] = true
+		}
+		return m
+	}
+	tests := []struct {
+		name    string
+		servers []raft.Server
+		remove  string
+		alive   map[string]bool
+		mention string
+	}{
+		{"dead one of three", v("a", "b", "c"), "c", alive("a", "b"), ""},
+		{"the last voter", v("a"), "a", alive("a"), "last voter"},
+		{"live one while another is dead", v("a", "b", "c"), "a", alive("a", "b"), "below a quorum"},
+		{"one of five with two dead", v("a", "b", "c", "d", "e"), "e", alive("a", "b", "c"), ""},
+		{"a majority gone", v("a", "b", "c", "d", "e"), "a", alive("a", "b"), "below a quorum"},
+		{"not a member", v("a", "b"), "z", alive("a", "b"), "not in the Raft"},
+	}
+	for _, tc := range tests {
+		err := checkRemoval(tc.servers, tc.remove, tc.alive)
+		if (tc.mention == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.mention)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.mention)
+		}
 	}
 }

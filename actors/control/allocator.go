@@ -2,7 +2,8 @@ package control
 
 import (
 	"context"
-	"errors"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -21,16 +22,25 @@ import (
 // AllocatorName is the name the allocator actor is spawned under.
 const AllocatorName = "allocator"
 
+// HostName is the name of every server's job host (package job).
+const HostName = "jobhost"
+
 // DefaultInterval is the scheduling interval.
 const DefaultInterval = 60 * time.Second
+
+// soonGap is the least time between two rounds that were not due to the
+// timer (a new leader, a job's first bid).
+const soonGap = 200 * time.Millisecond
 
 // Config configures the allocator actor of one server.
 type Config struct {
 	Store Store
-	// Members lists the cluster's members; agents among them are
-	// registered as nodes, and registered nodes missing from it are
-	// marked dead. Nil skips the reconciliation (nodes registered by
-	// other means).
+	// Server is this server's id.
+	Server string
+	// Members lists the cluster's members: agents among them are
+	// registered as nodes (registered nodes missing from it are marked
+	// dead), servers among them host job actors. Nil: nodes are
+	// registered by other means and every job actor runs on this server.
 	Members Members
 	// NodeGrace is how long a registered agent must be missing from the
 	// membership before it is marked dead (default 3 s): gossip can
@@ -39,11 +49,26 @@ type Config struct {
 	NodeGrace time.Duration
 	// Policy decides allocations (default optimizer.NewPollux()).
 	Policy optimizer.Policy
+	// SearchBudget is how long the policy may search in one round
+	// (default 400 ms): when a search of optimizer.Pollux took longer,
+	// the next one does proportionally less work (down to the
+	// optimizer's least population and generations), and back up when
+	// it takes well less, so a loaded leader keeps its rounds short.
+	SearchBudget time.Duration
+	// FirstPolicy decides the first round of a leadership (default
+	// optimizer.NewGreedy(): the committed allocation hill-climbed, a
+	// fraction of the search's time), so that a new leader acts within a
+	// second; the next round, soon after, runs Policy.
+	FirstPolicy optimizer.Policy
 	// Interval between rounds (default 60 s).
 	Interval time.Duration
-	// CheckpointRoot holds the checkpoints of jobs whose spec names no
-	// directory.
+	// CheckpointRoot is the checkpoint root a cluster without a
+	// configuration is initialised with (the configuration is set once,
+	// by the first leader or the bootstrapping server).
 	CheckpointRoot string
+	// Retain is how long finished jobs and dead nodes stay in the state
+	// before they are pruned (0: forever).
+	Retain time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// TimeScale is emulated seconds per real second (default 1): job ages
@@ -54,34 +79,75 @@ type Config struct {
 	// without the job finishing an epoch before it is marked Failed
 	// (default 5; negative: retry forever).
 	MaxFailures int
+	// AckTimeout bounds how long a round waits for the nodes' acks
+	// (default 5 s): a round ends when every node has answered or then.
+	AckTimeout time.Duration
+	// NodePID addresses a node's actor (default: its first address and
+	// node.ActorName); HostPID a server's job host (default: its actor
+	// address and HostName).
+	NodePID func(n *consensus.Node) *actor.PID
+	HostPID func(m cluster.Member) *actor.PID
+	// Stats, if set, counts what the allocator drops.
+	Stats *Stats
 	// Seed starts the sequence of per-round seeds.
 	Seed   uint64
 	Logger *slog.Logger
 }
 
-// RoundInfo describes the last round, for status and metrics.
+// RoundInfo describes a round, for status, metrics and benchmarks.
 type RoundInfo struct {
 	Term       uint64
 	Generation uint64
 	Jobs       int
 	GPUsUsed   int
 	Fitness    float64
-	Duration   time.Duration
-	Committed  bool
+	// Began is when the round started; Duration is from then to the last
+	// node's ack (or the ack timeout); Decided from then to the committed
+	// round.
+	Began    time.Time
+	Duration time.Duration
+	Decided  time.Duration
+	// Committed is set when the round's command was committed; Bytes is
+	// its encoded size; Dropped counts the entries it dropped.
+	Committed bool
+	Bytes     int
+	Dropped   int
+	// Nodes were sent an Assign; Acked answered in time.
+	Nodes, Acked int
+	// FirstOfTerm marks the first round of a leadership, and Elected is
+	// when this server learnt it leads.
+	FirstOfTerm bool
+	Elected     time.Time
+	// Effort is the search's effort for the next round (see SearchBudget).
+	Effort float64
+}
+
+// minEffort bounds how far a slow search is cut down.
+const minEffort = 1.0 / 64
+
+// nextEffort is the search effort after a search of effort e took took:
+// the work is scaled to fit the budget, and raised by a quarter when the
+// search took under half of it.
+func nextEffort(e float64, took, budget time.Duration) float64 {
+	switch {
+	case took > budget:
+		e *= 0.9 * float64(budget) / float64(took)
+	case took < budget/2:
+		e *= 1.25
+	}
+	return min(max(e, minEffort), 1)
 }
 
 // Observer, if set on the allocator, is told about every round.
 type Observer func(RoundInfo)
 
-type roundTick struct{}
-
-// crashRecord counts a job's failed incarnations in a row: a failure after
-// the job finished an epoch starts the count again.
-type crashRecord struct {
-	incarnation uint64
-	epoch       int
-	count       int
-}
+// Local messages of the allocator.
+type (
+	roundTick     struct{}
+	leaderChanged struct{ leader bool }
+	jobsChanged   struct{}
+	ackTimeout    struct{ gen uint64 }
+)
 
 // NewAllocator returns the props of the allocator actor. observe may be
 // nil.
@@ -92,6 +158,12 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 	if cfg.Policy == nil {
 		cfg.Policy = optimizer.NewPollux()
 	}
+	if cfg.FirstPolicy == nil {
+		cfg.FirstPolicy = optimizer.NewGreedy()
+	}
+	if cfg.SearchBudget <= 0 {
+		cfg.SearchBudget = 400 * time.Millisecond
+	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
 	}
@@ -100,6 +172,9 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 	}
 	if cfg.NodeGrace <= 0 {
 		cfg.NodeGrace = 3 * time.Second
+	}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = 5 * time.Second
 	}
 	if !(cfg.TimeScale > 0) {
 		cfg.TimeScale = 1
@@ -110,126 +185,248 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.NodePID == nil {
+		cfg.NodePID = func(n *consensus.Node) *actor.PID { return actor.NewPID(n.Addresses[0], node.ActorName) }
+	}
+	if cfg.HostPID == nil {
+		cfg.HostPID = func(m cluster.Member) *actor.PID { return actor.NewPID(m.Meta.ActorAddr, HostName) }
+	}
+	if cfg.Stats == nil {
+		cfg.Stats = &Stats{}
+	}
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &allocator{cfg: cfg, observe: observe, models: NewModels(), jobs: map[string]*actor.PID{},
-			failed: map[string]uint64{}, crashes: map[string]*crashRecord{}, missing: map[string]time.Time{}}
+		return &allocator{cfg: cfg, observe: observe, missing: map[string]time.Time{}, gone: map[string]time.Time{}, effort: 1}
 	}), nil
 }
 
+// allocator is the scheduling side of one server; it acts while its
+// server leads.
 type allocator struct {
 	cfg     Config
 	observe Observer
-	models  *Models
+	self    *actor.PID
+	stop    chan struct{}
 
-	term      uint64 // the term this allocator leads in; 0 when not leading
+	// What only the leader holds; reset with every new leadership.
+	term      uint64
+	elected   time.Time // when this leadership was learnt
+	won       time.Time // when Raft last said this server won an election
 	prev      *optimizer.State
-	lastRound time.Time
 	seed      uint64
-	jobs      map[string]*actor.PID // job actors
-	failed    map[string]uint64     // job -> incarnation whose workers failed
-	crashes   map[string]*crashRecord
-	missing   map[string]time.Time // node -> since when it is missing from the membership
+	bids      map[string]*bidState     // latest bid message per job
+	failed    map[string]failure       // job -> its failed incarnation
+	acks      map[string]*pb.AssignAck // node -> latest ack
+	cleanExit map[incKey]int           // clean exits without done, seen in acks
+	finishing map[incKey]bool          // completions being committed
+	hosting   map[string]hostedAt      // job -> server hosting its actor
+	sessions  uint64                   // sessions given in this term
+	missing   map[string]time.Time     // node -> since when it is missing from the membership
+	gone      map[string]time.Time     // node -> since when it is dead or left (retention)
+
+	round     *roundState // the round awaiting acks
+	lastRound time.Time
 	timer     *time.Timer
+	soonTimer *time.Timer
+	firstDone bool    // the first round of the term has run
+	effort    float64 // of the search (optimizer.Pollux.Effort)
+}
+
+type incKey struct {
+	job string
+	inc uint64
+}
+
+type failure struct {
+	inc    uint64
+	reason string
+}
+
+type hostedAt struct {
+	server  string
+	host    *actor.PID
+	session uint64
+}
+
+// roundState is a committed round waiting for the nodes' acks.
+type roundState struct {
+	info    RoundInfo
+	begin   time.Time
+	waiting map[string]bool
 }
 
 func (a *allocator) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.seed = a.cfg.Seed
-		self, sys := ctx.Self(), ctx.ActorSystem()
-		a.timer = time.AfterFunc(min(a.cfg.Interval, 100*time.Millisecond), func() { sys.Root.Send(self, roundTick{}) })
+		a.self = ctx.Self()
+		sys := ctx.ActorSystem()
+		a.stop = make(chan struct{})
+		a.timer = time.AfterFunc(min(a.cfg.Interval, 100*time.Millisecond), func() { sys.Root.Send(a.self, roundTick{}) })
+		go a.watch(sys)
 	case *actor.Stopping:
 		a.timer.Stop()
-	case roundTick:
-		a.round(ctx)
-		a.timer.Reset(a.cfg.Interval)
-	case *pb.AssignAck:
-		if !m.Ok {
-			a.cfg.Logger.Warn("control: node refused assignment", "err", m.Error, "node_generation", m.Generation)
+		if a.soonTimer != nil {
+			a.soonTimer.Stop()
 		}
-	case jobFailed:
-		a.failed[m.id] = m.incarnation
-	case jobFinished:
-		if pid := a.jobs[m.id]; pid != nil {
-			_ = ctx.StopFuture(pid).Wait()
-			delete(a.jobs, m.id)
+		close(a.stop)
+	case roundTick:
+		a.run(ctx)
+		a.timer.Reset(a.cfg.Interval)
+	case leaderChanged:
+		if m.leader {
+			// Act at once: a new leader must not wait for its timer.
+			a.cfg.Logger.Info("control: won the election", "server", a.cfg.Server)
+			a.won = time.Now()
+			a.run(ctx)
+		} else if a.term != 0 {
+			a.cfg.Logger.Info("control: no longer leading", "term", a.term)
+			a.stepDown()
+		}
+	case jobsChanged:
+		// A new job's actor starts now (it bids, which brings a round);
+		// a finished job's GPUs go to others at the next round, soon.
+		if a.term != 0 {
+			if st, ok := a.leading(ctx); ok && a.host(ctx, st) {
+				a.soon(ctx)
+			}
+		}
+	case *pb.Bid:
+		a.bid(ctx, m)
+	case *pb.AssignAck:
+		a.acked(ctx, m)
+	case *pb.HostAck:
+	case ackTimeout:
+		if r := a.round; r != nil && r.info.Generation == m.gen {
+			a.cfg.Logger.Warn("control: nodes did not acknowledge the round", "generation", m.gen,
+				"missing", slices.Sorted(maps.Keys(r.waiting)))
+			a.finishRound()
 		}
 	}
 }
 
-// round runs one scheduling round if this server leads.
-func (a *allocator) round(ctx actor.Context) {
+// watch turns the store's notifications into messages.
+func (a *allocator) watch(sys *actor.ActorSystem) {
+	leader, jobs := a.cfg.Store.LeaderChanges(), a.cfg.Store.JobsChanged()
+	for {
+		select {
+		case l := <-leader:
+			sys.Root.Send(a.self, leaderChanged{leader: l})
+		case <-jobs:
+			sys.Root.Send(a.self, jobsChanged{})
+		case <-a.stop:
+			return
+		}
+	}
+}
+
+// soon runs a round within soonGap of the last one.
+func (a *allocator) soon(ctx actor.Context) {
+	if a.soonTimer != nil {
+		return
+	}
+	d := max(soonGap-time.Since(a.lastRound), 0)
+	sys := ctx.ActorSystem()
+	a.soonTimer = time.AfterFunc(d, func() { sys.Root.Send(a.self, roundTick{}) })
+}
+
+// stepDown forgets everything only a leader holds.
+func (a *allocator) stepDown() {
+	a.term, a.prev, a.round, a.firstDone = 0, nil, nil, false
+	a.bids, a.failed, a.acks, a.cleanExit, a.finishing, a.hosting = nil, nil, nil, nil, nil, nil
+	clear(a.missing)
+	clear(a.gone)
+}
+
+// leading reads the state if this server leads, starting a new
+// leadership's memory when the term changed.
+func (a *allocator) leading(ctx actor.Context) (*consensus.State, bool) {
 	term, leader := a.cfg.Store.Leadership()
-	a.cfg.Logger.Debug("control: round", "term", term, "leader", leader)
 	if !leader {
 		if a.term != 0 {
 			a.cfg.Logger.Info("control: no longer leading", "term", a.term)
-			a.stepDown(ctx)
+			a.stepDown()
 		}
-		return
-	}
-	begin := time.Now()
-	if term == a.term {
-		for _, id := range slices.Sorted(maps.Keys(a.jobs)) {
-			if _, err := ctx.RequestFuture(a.jobs[id], flushNow{}, 5*time.Second).Result(); err != nil {
-				a.cfg.Logger.Warn("control: job actor did not flush", "job", id, "err", err)
-			}
-		}
+		return nil, false
 	}
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := a.cfg.Store.Read(c)
 	if err != nil {
 		a.cfg.Logger.Warn("control: reading state", "err", err)
-		return
+		return nil, false
 	}
 	if term != a.term {
-		// A new leadership: start from the replicated state alone, and
-		// re-send the desired state before deciding anything new.
-		a.stepDown(ctx)
-		a.term = term
-		a.cfg.Logger.Info("control: leading, reconciling", "term", term, "generation", st.Allocation.Generation)
-		a.syncJobs(ctx, st)
-		a.send(ctx, st)
+		a.stepDown()
+		a.term, a.elected, a.won = term, a.won, time.Time{}
+		if a.elected.IsZero() {
+			a.elected = time.Now()
+		}
+		a.bids, a.failed, a.acks = map[string]*bidState{}, map[string]failure{}, map[string]*pb.AssignAck{}
+		a.cleanExit, a.finishing, a.hosting = map[incKey]int{}, map[incKey]bool{}, map[string]hostedAt{}
+		a.cfg.Logger.Info("control: leading", "term", term, "generation", st.Allocation.Generation)
 	}
-	if a.reconcileMembers(c, st) {
+	return st, true
+}
+
+// run runs one round if this server leads.
+func (a *allocator) run(ctx actor.Context) {
+	if a.soonTimer != nil {
+		a.soonTimer.Stop()
+		a.soonTimer = nil
+	}
+	begin := time.Now()
+	a.lastRound = begin
+	st, ok := a.leading(ctx)
+	if !ok {
+		return
+	}
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if st.Config.ID == "" {
+		if st = a.initCluster(c); st == nil {
+			return
+		}
+	}
+	if a.reconcileMembers(c, st) || a.prune(c, st) {
+		var err error
 		if st, err = a.cfg.Store.Read(c); err != nil {
 			a.cfg.Logger.Warn("control: reading state", "err", err)
 			return
 		}
 	}
+	if a.round != nil {
+		a.finishRound() // the previous round's missing acks are late
+	}
+	a.reconcileExits(st)
 	now := a.cfg.Now()
-	a.accrue(c, st, now)
-	for id, inc := range a.failed {
-		if j := st.Jobs[id]; j == nil || j.Incarnation != inc || j.State.Terminal() {
-			delete(a.failed, id)
-		}
-	}
-	for id := range a.crashes {
-		if j := st.Jobs[id]; j == nil || j.State.Terminal() {
-			delete(a.crashes, id)
-		}
-	}
-	if a.failCrashLoops(ctx, c, st, now) {
-		if st, err = a.cfg.Store.Read(c); err != nil {
-			a.cfg.Logger.Warn("control: reading state", "err", err)
-			return
-		}
-	}
+	nowS := float64(now.UnixNano()) / 1e9
+	updates, bids := a.updates(st)
 	a.seed++
-	snap, err := BuildSnapshot(st, a.models, float64(now.UnixNano())/1e9, a.cfg.TimeScale, a.seed, setOf(a.failed))
+	snap, err := BuildSnapshot(st, bids, nowS, a.cfg.TimeScale, a.seed)
 	if err != nil {
 		a.cfg.Logger.Error("control: building snapshot", "err", err)
 		return
 	}
-	a.models.Forget(st.Jobs)
-	info := RoundInfo{Term: term, Generation: st.Allocation.Generation, Jobs: len(snap.Jobs)}
+	info := RoundInfo{Term: a.term, Jobs: len(snap.Jobs), FirstOfTerm: !a.firstDone, Elected: a.elected, Began: begin}
 	slots := map[string][]consensus.Slot{}
 	if len(snap.Jobs) > 0 && len(snap.Nodes) > 0 {
-		res, err := a.cfg.Policy.Allocate(snap, a.prev)
+		policy := a.cfg.Policy
+		if info.FirstOfTerm {
+			policy = a.cfg.FirstPolicy
+		}
+		px, budgeted := policy.(*optimizer.Pollux)
+		if budgeted {
+			px.Effort = a.effort
+		}
+		t0 := time.Now()
+		res, err := policy.Allocate(snap, a.prev)
 		if err != nil {
 			a.cfg.Logger.Error("control: policy", "err", err)
 			return
+		}
+		if budgeted {
+			a.effort = nextEffort(a.effort, time.Since(t0), a.cfg.SearchBudget)
+			info.Effort = a.effort
 		}
 		a.prev, info.Fitness = res.State, res.Diagnostics.Fitness
 		if slots, err = Slots(snap, res.Placements); err != nil {
@@ -237,233 +434,103 @@ func (a *allocator) round(ctx actor.Context) {
 			return
 		}
 	}
-	if !sameAllocation(slots, st.Allocation.Jobs) {
-		gen := st.Allocation.Generation + 1
-		if err := a.cfg.Store.CommitAllocation(c, gen, term, slots); err != nil {
-			a.cfg.Logger.Warn("control: committing allocation", "generation", gen, "err", err)
-			return
-		}
-		info.Committed, info.Generation = true, gen
-		if st, err = a.cfg.Store.Read(c); err != nil {
-			a.cfg.Logger.Warn("control: reading state", "err", err)
-			return
-		}
+	accrue := 0.0
+	if st.LastRound > 0 {
+		accrue = min(max(nowS-st.LastRound, 0), 2*a.cfg.Interval.Seconds()) * a.cfg.TimeScale
 	}
-	a.syncJobs(ctx, st)
-	a.send(ctx, st)
+	r := &consensus.Round{Generation: st.Allocation.Generation + 1, Term: a.term, Time: nowS, Accrue: accrue,
+		MaxFailures: max(a.cfg.MaxFailures, 0), Jobs: slots, Updates: updates}
+	if enc, err := consensus.Encode(r); err == nil {
+		info.Bytes = len(enc)
+	}
+	res, err := a.cfg.Store.CommitRound(c, r)
+	if err != nil {
+		a.cfg.Logger.Warn("control: committing round", "generation", r.Generation, "err", err)
+		return
+	}
+	info.Committed, info.Generation, info.Decided, info.Dropped = true, r.Generation, time.Since(begin), len(res.Dropped)
+	a.committed(res)
+	st = a.cfg.Store.LocalState()
 	for _, g := range st.UsedGPUs() {
 		info.GPUsUsed += g
 	}
-	info.Duration = time.Since(begin)
-	if info.Committed {
-		a.cfg.Logger.Info("control: allocation committed", "generation", info.Generation, "term", term,
-			"jobs", info.Jobs, "gpus_used", info.GPUsUsed, "fitness", info.Fitness, "took", info.Duration)
+	a.host(ctx, st)
+	a.assign(ctx, st, info, begin)
+	if info.FirstOfTerm {
+		a.soon(ctx) // the full search, soon
 	}
-	if a.observe != nil {
-		a.observe(info)
-	}
+	a.firstDone = true
 }
 
-// failCrashLoops counts this round's failed incarnations and marks Failed
-// every job whose workers failed MaxFailures incarnations in a row without
-// finishing an epoch. It reports whether it changed anything.
-func (a *allocator) failCrashLoops(ctx actor.Context, c context.Context, st *consensus.State, now time.Time) bool {
-	changed := false
-	for _, id := range slices.Sorted(maps.Keys(a.failed)) {
-		inc, j := a.failed[id], st.Jobs[id]
-		rec := a.crashes[id]
-		if rec == nil {
-			rec = &crashRecord{}
-			a.crashes[id] = rec
-		}
-		if rec.incarnation != inc {
-			if j.Epoch > rec.epoch {
-				rec.count = 0
-			}
-			rec.incarnation, rec.epoch = inc, j.Epoch
-			rec.count++
-		}
-		if a.cfg.MaxFailures < 0 || rec.count < a.cfg.MaxFailures {
-			continue
-		}
-		reason := fmt.Sprintf("workers failed in %d incarnations in a row without finishing an epoch", rec.count)
-		err := a.cfg.Store.CompleteJob(c, id, 0, true, reason, float64(now.UnixNano())/1e9)
-		if err != nil && !errors.Is(err, consensus.ErrJobFinished) {
-			a.cfg.Logger.Warn("control: failing a crash-looping job", "job", id, "err", err)
-			continue
-		}
-		a.cfg.Logger.Error("control: job failed", "job", id, "reason", reason)
-		delete(a.failed, id)
-		delete(a.crashes, id)
-		if pid := a.jobs[id]; pid != nil {
-			_ = ctx.StopFuture(pid).Wait()
-			delete(a.jobs, id)
-		}
-		changed = true
+// initCluster gives a cluster without a configuration one (an existing
+// cluster upgraded, or bootstrapped by a server that could not write it).
+func (a *allocator) initCluster(c context.Context) *consensus.State {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	id := hex.EncodeToString(b)
+	if err := a.cfg.Store.InitCluster(c, id, a.cfg.CheckpointRoot); err != nil {
+		a.cfg.Logger.Error("control: initialising the cluster configuration", "err", err)
+		return nil
 	}
-	return changed
+	st, err := a.cfg.Store.Read(c)
+	if err != nil {
+		a.cfg.Logger.Warn("control: reading state", "err", err)
+		return nil
+	}
+	a.cfg.Logger.Info("control: cluster configured", "cluster", st.Config.ID, "checkpoint_root", st.Config.CheckpointRoot)
+	return st
 }
 
-// stepDown forgets everything only a leader holds.
-func (a *allocator) stepDown(ctx actor.Context) {
-	for id, pid := range a.jobs {
-		// Wait, so that a job actor respawned under the same name right
-		// after does not collide with this one.
-		if err := ctx.StopFuture(pid).Wait(); err != nil {
-			a.cfg.Logger.Warn("control: stopping job actor", "job", id, "err", err)
-		}
-		delete(a.jobs, id)
+// assign sends every alive node its desired state and waits for the acks
+// (as messages) to end the round.
+func (a *allocator) assign(ctx actor.Context, st *consensus.State, info RoundInfo, begin time.Time) {
+	assign, uncovered := Assignments(st, AssignOptions{Term: a.term, Owner: a.owner})
+	for _, id := range uncovered {
+		a.cfg.Logger.Error("control: a placed job's bid does not cover its shape; not run this round", "job", id)
 	}
-	a.term, a.prev, a.lastRound = 0, nil, time.Time{}
-	clear(a.failed)
-	clear(a.crashes)
-	clear(a.missing)
-}
-
-// reconcileMembers registers agents that are members and marks dead the
-// registered nodes missing from the membership for NodeGrace. It reports
-// whether it changed anything.
-func (a *allocator) reconcileMembers(c context.Context, st *consensus.State) bool {
-	if a.cfg.Members == nil {
-		return false
-	}
-	changed := false
-	seen := map[string]bool{}
-	for _, m := range a.cfg.Members() {
-		if m.Meta.Role != cluster.RoleAgent {
-			continue
-		}
-		seen[m.Name] = true
-		n := st.Nodes[m.Name]
-		want := consensus.Node{ID: m.Name, Addresses: []string{m.Meta.ActorAddr}, Rack: m.Meta.Rack, GPUs: m.Meta.GPUs, Health: consensus.Alive}
-		if n != nil && n.Health == want.Health && n.GPUs == want.GPUs && n.Rack == want.Rack && slices.Equal(n.Addresses, want.Addresses) {
-			continue
-		}
-		if err := a.cfg.Store.RegisterNode(c, want); err != nil {
-			a.cfg.Logger.Warn("control: registering node", "node", m.Name, "err", err)
-			continue
-		}
-		a.cfg.Logger.Info("control: node registered", "node", m.Name, "gpus", want.GPUs, "rack", want.Rack)
-		changed = true
-	}
-	now := time.Now()
-	for id := range a.missing {
-		if seen[id] {
-			delete(a.missing, id)
-		}
-	}
-	for id, n := range st.Nodes {
-		if seen[id] || n.Health == consensus.Dead || n.Health == consensus.Left {
-			continue
-		}
-		since, ok := a.missing[id]
-		if !ok {
-			a.missing[id] = now
-			a.cfg.Logger.Info("control: node missing from the membership", "node", id)
-			continue
-		}
-		if now.Sub(since) < a.cfg.NodeGrace {
-			continue
-		}
-		delete(a.missing, id)
-		if err := a.cfg.Store.MarkNode(c, id, consensus.Dead); err != nil {
-			a.cfg.Logger.Warn("control: marking node dead", "node", id, "err", err)
-			continue
-		}
-		a.cfg.Logger.Warn("control: node gone", "node", id)
-		changed = true
-	}
-	return changed
-}
-
-// accrue adds GPU-seconds since the last round to every job holding GPUs.
-func (a *allocator) accrue(c context.Context, st *consensus.State, now time.Time) {
-	last := a.lastRound
-	a.lastRound = now
-	if last.IsZero() {
-		return
-	}
-	dt := now.Sub(last).Seconds() * a.cfg.TimeScale
-	for _, id := range slices.Sorted(maps.Keys(st.Allocation.Jobs)) {
-		j := st.Jobs[id]
-		if j == nil || j.State.Terminal() {
-			continue
-		}
-		k := 0
-		for _, sl := range st.Allocation.Jobs[id] {
-			k += sl.GPUs
-		}
-		err := a.cfg.Store.UpdateJob(c, consensus.UpdateJob{ID: id, Set: consensus.UpdateAttained, Attained: j.Attained + float64(k)*dt})
-		if err != nil {
-			a.cfg.Logger.Warn("control: attained service", "job", id, "err", err)
-		}
-	}
-}
-
-// syncJobs spawns a job actor for every job holding GPUs and tells it its
-// incarnation's configuration.
-func (a *allocator) syncJobs(ctx actor.Context, st *consensus.State) {
-	for _, id := range slices.Sorted(maps.Keys(st.Allocation.Jobs)) {
-		j := st.Jobs[id]
-		slots := st.Allocation.Jobs[id]
-		if j == nil || j.State.Terminal() || len(slots) == 0 {
-			continue
-		}
-		pid := a.jobs[id]
-		if pid == nil {
-			ja := newJobActor(id, a.cfg.Store, a.cfg.Now, a.cfg.Logger)
-			var err error
-			pid, err = ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return ja }), "job-"+id)
-			if err != nil {
-				a.cfg.Logger.Error("control: spawning job actor", "job", id, "err", err)
-				continue
-			}
-			a.jobs[id] = pid
-		}
-		k := 0
-		for _, sl := range slots {
-			k += sl.GPUs
-		}
-		ctx.Send(pid, jobPlan{term: a.term, incarnation: j.Incarnation, nodes: len(slots), reps: k, epoch: j.Epoch, progress: j.Progress})
-	}
-}
-
-// send gives every alive node its desired state.
-func (a *allocator) send(ctx actor.Context, st *consensus.State) {
-	assign := Assignments(st, AssignOptions{
-		CheckpointRoot: a.cfg.CheckpointRoot, Models: a.models,
-		Owner: func(job string) *pb.Ref {
-			if pid := a.jobs[job]; pid != nil {
-				return &pb.Ref{Address: pid.Address, Id: pid.Id}
-			}
-			return nil
-		},
-	})
+	rs := &roundState{info: info, begin: begin, waiting: map[string]bool{}}
 	for _, id := range slices.Sorted(maps.Keys(assign)) {
 		n := st.Nodes[id]
 		if n == nil || len(n.Addresses) == 0 {
 			continue
 		}
-		ctx.Request(actor.NewPID(n.Addresses[0], node.ActorName), assign[id])
+		rs.waiting[id] = true
+		ctx.Request(a.cfg.NodePID(n), assign[id])
+	}
+	rs.info.Nodes = len(rs.waiting)
+	a.round = rs
+	if len(rs.waiting) == 0 {
+		a.finishRound()
+		return
+	}
+	sys, gen := ctx.ActorSystem(), info.Generation
+	time.AfterFunc(a.cfg.AckTimeout, func() { sys.Root.Send(a.self, ackTimeout{gen: gen}) })
+}
+
+// finishRound reports the round awaiting acks.
+func (a *allocator) finishRound() {
+	r := a.round
+	if r == nil {
+		return
+	}
+	a.round = nil
+	r.info.Acked = r.info.Nodes - len(r.waiting)
+	r.info.Duration = time.Since(r.begin)
+	if r.info.Committed {
+		a.cfg.Logger.Debug("control: round", "generation", r.info.Generation, "term", r.info.Term, "jobs", r.info.Jobs,
+			"gpus_used", r.info.GPUsUsed, "fitness", r.info.Fitness, "took", r.info.Duration, "acked", r.info.Acked)
+	}
+	if a.observe != nil {
+		a.observe(r.info)
 	}
 }
 
-func sameAllocation(a, b map[string][]consensus.Slot) bool {
-	if len(a) != len(b) {
-		return false
+// owner is the actor a job's workers report to: its actor on the server
+// hosting it.
+func (a *allocator) owner(job string) *pb.Ref {
+	h, ok := a.hosting[job]
+	if !ok {
+		return nil
 	}
-	for id, s := range a {
-		if !slices.Equal(s, b[id]) {
-			return false
-		}
-	}
-	return true
-}
-
-func setOf(m map[string]uint64) map[string]bool {
-	s := make(map[string]bool, len(m))
-	for k := range m {
-		s[k] = true
-	}
-	return s
+	return &pb.Ref{Address: h.host.Address, Id: h.host.Id + "/job-" + job}
 }

@@ -1,37 +1,35 @@
-// Package control is the scheduling side of the control plane: the
-// allocator actor and the job actors, on top of the replicated state of
-// package consensus.
+// Package control is the allocator: the scheduling side of the control
+// plane, on top of the replicated state of package consensus.
 //
 // Every server runs one allocator actor; only the one on the Raft leader
-// acts. Every interval it reads the replicated state, reconciles the
-// membership (agents that joined are registered, agents that vanished are
-// marked dead), builds an optimizer.Snapshot (each job's goodput model
-// fitted from its replicated profile), runs the policy, commits the
-// allocation with the next generation and its Raft term (so a deposed
-// leader is fenced by consensus), and sends every node its whole desired
-// state (pb.Assign) with the batch size, accumulation steps and gain each
-// job should run at.
+// acts. It acts every interval, and at once when its server wins an
+// election (it follows Raft's leadership notifications): it reads the
+// state behind a barrier, registers the agents gossip sees as nodes and
+// marks the missing ones dead, prunes what is past the retention period,
+// builds an optimizer.Snapshot in which every job's goodput model comes
+// from its job actor's bid (this package never fits a model: see package
+// job), runs the policy, and commits the round as one consensus.Round:
+// the allocation with the next generation and its Raft term (fencing a
+// deposed leader), the attained service accrued, and per job the new
+// bid, the new measurements and whether its incarnation failed. The state
+// machine applies it partially, so a job finishing meanwhile no longer
+// voids the round. Then it tells every server's job host which job actors
+// it runs (rendezvous hashing of job ids over the live servers) and every
+// alive node its whole desired state (pb.Assign) with the batch
+// configuration each job's bid chose for its shape.
 //
-// Job actors live on the leader too, as children of the allocator actor,
-// one per job holding GPUs: they are the owner the node actors send
-// reports and exits to. A job actor aggregates its workers' step times
-// into profile entries and gradient statistics, writes them through
-// consensus (so a fit survives failover), records progress, and completes
-// the job exactly once when its workers report done. It accepts reports
-// only while a quorum has confirmed, within the last 100 ms, that its
-// server leads in the term of its plan, so a leader resumed after a pause
-// never acts on what queued up while it was deposed. Apart from the
-// measurements of the last flush interval (1 s), nothing a job actor knows
-// lives only in its memory: a new leader's job actors start from the
-// replicated state.
+// It converges from what the nodes report (level-triggered, like a
+// Kubernetes controller): each node's ack says what it really runs, so a
+// done incarnation is completed and a failed one restarted whatever
+// message was lost on the way. Bids are checked (finite, in range, within
+// the job's batch limits, of the job's current incarnation and newest job
+// actor session) and counted when dropped.
 //
-// Models are fitted where decisions are made: the allocator fits each
-// job's throughput model from the job's replicated profile (cached until
-// the profile changes), so the bid a job makes is its replicated profile
-// and gradient statistics, and it survives any failover. A job whose
-// workers fail in MaxFailures incarnations in a row without finishing an
-// epoch is marked Failed.
+// A new leadership's first round decides with FirstPolicy (greedy) so a
+// new leader acts within a second; the search's effort adapts to
+// SearchBudget so rounds stay short on a loaded leader. docs/control-
+// plane.md draws the whole message flow.
 //
-// The planning functions (BuildSnapshot, Assignments) are pure and tested
-// on their own.
+// The planning functions (BuildSnapshot, Assignments, Place) are pure and
+// tested on their own.
 package control

@@ -5,72 +5,15 @@ import (
 	"hash/fnv"
 	"math"
 	"net"
-	"path/filepath"
 	"slices"
 
 	"pollux/actors/pb"
 	"pollux/consensus"
 	"pollux/optimizer"
-	"pollux/optimizer/goodput"
 )
 
 // maxAdaptiveReplicas caps an adaptive job's replicas (spec section 4).
 const maxAdaptiveReplicas = 64
-
-// Models caches fitted throughput models by job, refitting only when the
-// job's profile changed.
-type Models struct {
-	byJob map[string]cachedModel
-}
-
-type cachedModel struct {
-	key    uint64
-	params goodput.Params
-	ok     bool
-}
-
-// NewModels returns an empty cache.
-func NewModels() *Models { return &Models{byJob: map[string]cachedModel{}} }
-
-// Model is the job's goodput model, or nil while its profile cannot be
-// fitted (no profile yet).
-func (ms *Models) Model(j *consensus.Job) *goodput.Model {
-	if len(j.Profile) == 0 {
-		return nil
-	}
-	h := fnv.New64a()
-	for _, e := range j.Profile {
-		fmt.Fprintf(h, "%d/%d/%d/%d/%x/%x;", e.Nodes, e.Replicas, e.LocalBatch, e.Count,
-			math.Float64bits(e.AccumTime), math.Float64bits(e.StepTime))
-	}
-	key := h.Sum64()
-	c, hit := ms.byJob[j.ID]
-	if !hit || c.key != key {
-		p, err := goodput.Fit(j.ProfilePoints())
-		c = cachedModel{key: key, params: p, ok: err == nil}
-		ms.byJob[j.ID] = c
-	}
-	if !c.ok {
-		return nil
-	}
-	m := &goodput.Model{Params: c.params, Limits: j.Spec.Limits}
-	if j.HasGrad {
-		m.Grad = j.Grad
-	}
-	if m.Validate() != nil {
-		return nil
-	}
-	return m
-}
-
-// Forget drops the cached models of jobs not in keep.
-func (ms *Models) Forget(keep map[string]*consensus.Job) {
-	for id := range ms.byJob {
-		if _, ok := keep[id]; !ok {
-			delete(ms.byJob, id)
-		}
-	}
-}
 
 // activeNodes are the alive nodes with GPUs, sorted by id.
 func activeNodes(st *consensus.State) []optimizer.Node {
@@ -85,12 +28,16 @@ func activeNodes(st *consensus.State) []optimizer.Node {
 }
 
 // BuildSnapshot is the optimizer's input for one round: the alive nodes
-// and every unfinished job not in exclude, with its current placement
+// and every unfinished job that has bid, with its current placement
 // (slots on nodes that are no longer alive dropped), its age at now
 // (seconds on the state's clock, multiplied by timeScale so that an
 // emulated cluster's restart penalty is weighed in emulated time), its
-// attained service, and its fitted model.
-func BuildSnapshot(st *consensus.State, models *Models, now, timeScale float64, seed uint64, exclude map[string]bool) (*optimizer.Snapshot, error) {
+// attained service, and the goodput model built from its bid. bids
+// overrides a job's replicated bid with a newer one (received since the
+// last round, committed by this round). A job without a bid is left out:
+// it is placed once its actor has bid, so that its workers run the
+// configuration it chose.
+func BuildSnapshot(st *consensus.State, bids map[string]*consensus.Bid, now, timeScale float64, seed uint64) (*optimizer.Snapshot, error) {
 	snap := &optimizer.Snapshot{Nodes: activeNodes(st), Seed: seed, Now: now}
 	alive := map[string]bool{}
 	for _, n := range snap.Nodes {
@@ -98,7 +45,14 @@ func BuildSnapshot(st *consensus.State, models *Models, now, timeScale float64, 
 	}
 	for _, id := range st.JobIDs() {
 		j := st.Jobs[id]
-		if j.State.Terminal() || exclude[id] {
+		if j.State.Terminal() {
+			continue
+		}
+		bid := &j.Bid
+		if b := bids[id]; b != nil {
+			bid = b
+		}
+		if bid.Version == 0 {
 			continue
 		}
 		var slots []consensus.Slot
@@ -113,27 +67,23 @@ func BuildSnapshot(st *consensus.State, models *Models, now, timeScale float64, 
 		}
 		snap.Jobs = append(snap.Jobs, optimizer.Job{
 			ID: id, SubmitTime: j.SubmitTime, Age: math.Max(now-j.SubmitTime, 0) * timeScale, Attained: j.Attained,
-			Restarts: j.Restarts, MinReplicas: j.Spec.MinReplicas, MaxReplicas: maxReplicas(j),
-			Current: cur, Model: models.Model(j),
+			Restarts: j.Restarts, MinReplicas: j.Spec.MinReplicas, MaxReplicas: maxReplicas(j.Spec, bid),
+			Current: cur, Model: bid.Model(j.Spec.Limits),
 		})
 	}
 	return snap, nil
 }
 
 // maxReplicas is an adaptive job's replica bound: at most double the most
-// replicas it has been profiled at, within its spec, 64 and what its batch
-// limits allow.
-func maxReplicas(j *consensus.Job) int {
-	most := 0
-	for _, e := range j.Profile {
-		most = max(most, e.Replicas)
-	}
-	l := j.Spec.Limits
-	limit := min(j.Spec.MaxReplicas, max(2*most, 1), maxAdaptiveReplicas)
+// replicas its bid says it was profiled at, within its spec, 64, what its
+// batch limits allow and what its bid covers.
+func maxReplicas(spec consensus.JobSpec, bid *consensus.Bid) int {
+	l := spec.Limits
+	limit := min(spec.MaxReplicas, max(2*bid.MostProfiled, 1), maxAdaptiveReplicas)
 	if l.MinLocal > 0 {
 		limit = min(limit, max(l.MaxBatch/l.MinLocal, 1))
 	}
-	return max(limit, j.Spec.MinReplicas)
+	return min(max(limit, spec.MinReplicas), len(bid.Single))
 }
 
 // Slots converts a round's result into the allocation to commit.
@@ -152,45 +102,27 @@ func Slots(snap *optimizer.Snapshot, placements []optimizer.Placement) (map[stri
 	return out, nil
 }
 
-// BatchConfig is how a job should train on N nodes and K replicas: its
-// fitted model's best configuration, or before the first fit the
-// scheduler's default split of max(M0, m_min*K).
-func BatchConfig(j *consensus.Job, model *goodput.Model, n, k int) (m, s int, gain float64) {
-	if model != nil {
-		if cfg, err := model.Optimize(n, k); err == nil {
-			return cfg.LocalBatch, cfg.AccumSteps, cfg.Gain
-		}
-	}
-	l := j.Spec.Limits
-	total := math.Min(math.Max(float64(l.InitBatch), float64(l.MinLocal*k)), float64(max(l.MaxBatch, l.InitBatch)))
-	m, s = l.Split(k, total)
-	grad := goodput.GradStats{}
-	if j.HasGrad {
-		grad = j.Grad
-	}
-	return m, s, grad.Gain(float64(k*m*(s+1)), float64(l.InitBatch))
-}
-
 // AssignOptions are what Assignments needs besides the state.
 type AssignOptions struct {
-	// CheckpointRoot holds the checkpoint directory of jobs whose spec
-	// names none: CheckpointRoot/<job id>.
-	CheckpointRoot string
+	// Term is the sending leader's term.
+	Term uint64
 	// Owner returns the actor that receives a job's reports and exits.
 	Owner func(job string) *pb.Ref
-	// Models gives each job's fitted model (nil: default batch split).
-	Models *Models
 }
 
 // Assignments is every alive node's desired state under the committed
 // allocation: each job's ranks in node-id order, the batch configuration
-// for its (N, K), its current incarnation. Nodes with nothing to run get
-// an empty Assign, which stops whatever they still run.
-func Assignments(st *consensus.State, o AssignOptions) map[string]*pb.Assign {
+// its bid chose for its shape (one node or several, K replicas), its
+// current incarnation and checkpoint directory. Nodes with nothing to run
+// get an empty Assign, which stops whatever they still run. A placed job
+// whose bid does not cover its shape is left out (and named in the second
+// result): its configuration must come from its actor.
+func Assignments(st *consensus.State, o AssignOptions) (map[string]*pb.Assign, []string) {
 	out := map[string]*pb.Assign{}
 	for _, n := range activeNodes(st) {
-		out[n.ID] = &pb.Assign{Generation: st.Allocation.Generation, Term: st.Allocation.Term}
+		out[n.ID] = &pb.Assign{Generation: st.Allocation.Generation, Term: o.Term, ClusterId: st.Config.ID}
 	}
+	var uncovered []string
 	ids := make([]string, 0, len(st.Allocation.Jobs))
 	for id := range st.Allocation.Jobs {
 		ids = append(ids, id)
@@ -206,14 +138,10 @@ func Assignments(st *consensus.State, o AssignOptions) map[string]*pb.Assign {
 		for _, sl := range slots {
 			k += sl.GPUs
 		}
-		var model *goodput.Model
-		if o.Models != nil {
-			model = o.Models.Model(j)
-		}
-		m, s, gain := BatchConfig(j, model, len(slots), k)
-		dir := j.Spec.CheckpointDir
-		if dir == "" {
-			dir = filepath.Join(o.CheckpointRoot, id)
+		choice, ok := j.Bid.Choice(len(slots), k)
+		if !ok {
+			uncovered = append(uncovered, id)
+			continue
 		}
 		var owner *pb.Ref
 		if o.Owner != nil {
@@ -237,12 +165,13 @@ func Assignments(st *consensus.State, o AssignOptions) map[string]*pb.Assign {
 				Job: id, Incarnation: j.Incarnation, Application: j.Spec.App, Command: j.Spec.Command,
 				Replicas: uint32(sl.GPUs), FirstRank: uint32(rank), WorldSize: uint32(k), NumNodes: uint32(len(slots)),
 				MasterAddr: master, MasterPort: masterPort(id), InitBatch: uint32(j.Spec.Limits.InitBatch),
-				AtomicBatch: uint32(m), AccumSteps: uint32(s), Gain: gain, CheckpointDir: dir, Owner: owner,
+				AtomicBatch: uint32(choice.LocalBatch), AccumSteps: uint32(choice.AccumSteps), Gain: choice.Gain,
+				CheckpointDir: st.CheckpointDir(j), Owner: owner,
 			})
 			rank += sl.GPUs
 		}
 	}
-	return out
+	return out, uncovered
 }
 
 // masterHost is the host of the node's first address (its actor address):
@@ -262,4 +191,32 @@ func masterPort(job string) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(job))
 	return 29500 + h.Sum32()%10000
+}
+
+// Place picks, by rendezvous hashing, the server that hosts job's actor:
+// the one whose hash with the job is highest. Adding or removing a server
+// moves only the jobs it gains or had.
+func Place(job string, servers []string) string {
+	best, bestH := "", uint64(0)
+	for _, s := range servers {
+		h := fnv.New64a()
+		h.Write([]byte(job))
+		h.Write([]byte{0})
+		h.Write([]byte(s))
+		if v := mix(h.Sum64()); best == "" || v > bestH || (v == bestH && s < best) {
+			best, bestH = s, v
+		}
+	}
+	return best
+}
+
+// mix is a 64-bit finaliser (MurmurHash3's): FNV alone barely spreads a
+// difference in the last bytes.
+func mix(v uint64) uint64 {
+	v ^= v >> 33
+	v *= 0xff51afd7ed558ccd
+	v ^= v >> 33
+	v *= 0xc4ceb9fe1a85ec53
+	v ^= v >> 33
+	return v
 }

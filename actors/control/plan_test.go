@@ -1,6 +1,13 @@
 package control
 
 import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"math"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"pollux/consensus"
@@ -10,14 +17,29 @@ import (
 
 var limits = goodput.Limits{InitBatch: 128, MaxBatch: 4096, MinLocal: 32, MaxLocal: 512, Accumulation: true}
 
+var params = goodput.Params{AlphaC: 0.02, BetaC: 0.001, AlphaN: 0.2, BetaN: 0.01, AlphaR: 0.1, BetaR: 0.005, Gamma: 1.5}
+
+// bidOfTable is a bid with a model whose table gives local batch 32*k
+// (single node) and 16*k (several nodes) on k replicas.
+func bidOfTable(k int, most int) consensus.Bid {
+	b := consensus.Bid{Session: 1, Version: 1, HasModel: true, Params: params, MostProfiled: most}
+	for i := 1; i <= k; i++ {
+		b.Single = append(b.Single, consensus.BatchChoice{LocalBatch: 32 * i, Gain: 1})
+		b.Multi = append(b.Multi, consensus.BatchChoice{LocalBatch: 16 * i, AccumSteps: 1, Gain: 1.5})
+	}
+	return b
+}
+
 func testState() *consensus.State {
 	st := &consensus.State{
+		Config: consensus.ClusterConfig{ID: "c1", CheckpointRoot: "/root"},
 		Jobs: map[string]*consensus.Job{
 			"a": {ID: "a", State: consensus.Running, Incarnation: 3, SubmitTime: 100, Attained: 50,
-				Spec: consensus.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 8, Limits: limits}},
-			"b": {ID: "b", State: consensus.Pending, Incarnation: 1, SubmitTime: 150,
+				Spec: consensus.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 8, Limits: limits}, Bid: bidOfTable(8, 2)},
+			"b": {ID: "b", State: consensus.Pending, Incarnation: 1, SubmitTime: 150, Bid: bidOfTable(2, 0),
 				Spec: consensus.JobSpec{Command: []string{"train"}, MinReplicas: 1, MaxReplicas: 2, Limits: limits, CheckpointDir: "/ck/b"}},
-			"done": {ID: "done", State: consensus.Completed, Spec: consensus.JobSpec{App: "x", MinReplicas: 1, MaxReplicas: 1, Limits: limits}},
+			"nobid": {ID: "nobid", State: consensus.Pending, SubmitTime: 160, Spec: consensus.JobSpec{App: "x", MinReplicas: 1, MaxReplicas: 1, Limits: limits}},
+			"done":  {ID: "done", State: consensus.Completed, Spec: consensus.JobSpec{App: "x", MinReplicas: 1, MaxReplicas: 1, Limits: limits}},
 		},
 		Nodes: map[string]*consensus.Node{
 			"n1":   {ID: "n1", GPUs: 4, Health: consensus.Alive, Addresses: []string{"10.0.0.1:7000"}},
@@ -28,86 +50,70 @@ func testState() *consensus.State {
 			"a": {{Node: "dead", GPUs: 1}, {Node: "n1", GPUs: 2}, {Node: "n2", GPUs: 1}},
 		}},
 	}
+	st.Jobs["b"].Bid.HasModel = false
 	return st
 }
 
-func TestBuildSnapshot(t *testing.T) {
-	snap, err := BuildSnapshot(testState(), NewModels(), 200, 10, 42, nil)
+func TestBuildSnapshotFromBids(t *testing.T) {
+	st := testState()
+	snap, err := BuildSnapshot(st, nil, 200, 10, 42)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(snap.Nodes) != 2 || snap.Nodes[0].ID != "n1" || snap.Nodes[1].ID != "n2" {
 		t.Fatalf("nodes %+v", snap.Nodes)
 	}
+	// The job that has not bid is left out.
 	if len(snap.Jobs) != 2 || snap.Jobs[0].ID != "a" || snap.Jobs[1].ID != "b" {
 		t.Fatalf("jobs %+v", snap.Jobs)
 	}
-	a := snap.Jobs[0]
+	a, b := snap.Jobs[0], snap.Jobs[1]
 	want := optimizer.Placement{{Node: 0, Count: 2}, {Node: 1, Count: 1}} // the dead node's slot dropped
-	if !a.Current.Equal(want) || a.Age != 1000 || a.Attained != 50 || a.Model != nil || a.MaxReplicas != 1 {
+	if !a.Current.Equal(want) || a.Age != 1000 || a.Attained != 50 || a.MaxReplicas != 4 {
 		t.Errorf("job a %+v", a)
+	}
+	if a.Model == nil || a.Model.Params != params || a.Model.Limits != limits {
+		t.Errorf("job a's model %+v is not its bid's", a.Model)
+	}
+	if b.Model != nil || b.MaxReplicas != 1 {
+		t.Errorf("job b (bid without a model) %+v", b)
+	}
+	// A newer bid received this round overrides the replicated one.
+	newer := bidOfTable(8, 4)
+	newer.Params.AlphaC = 0.5
+	snap, _ = BuildSnapshot(st, map[string]*consensus.Bid{"a": &newer, "nobid": &newer}, 200, 10, 42)
+	if len(snap.Jobs) != 3 || snap.Jobs[0].Model.Params.AlphaC != 0.5 || snap.Jobs[0].MaxReplicas != 8 {
+		t.Errorf("with newer bids: %+v", snap.Jobs)
 	}
 	if snap.Seed != 42 || snap.Now != 200 {
 		t.Errorf("seed %d now %v", snap.Seed, snap.Now)
-	}
-	excl, _ := BuildSnapshot(testState(), NewModels(), 200, 1, 1, map[string]bool{"a": true})
-	if len(excl.Jobs) != 1 || excl.Jobs[0].ID != "b" {
-		t.Errorf("excluded snapshot jobs %+v", excl.Jobs)
 	}
 }
 
 func TestMaxReplicasDoublesProfiled(t *testing.T) {
 	tests := []struct {
-		profiled, specMax, want int
+		profiled, specMax, table, want int
 	}{
-		{0, 8, 1}, {1, 8, 2}, {3, 8, 6}, {5, 8, 8}, {40, 100, 64},
+		{0, 8, 64, 1}, {1, 8, 64, 2}, {3, 8, 64, 6}, {5, 8, 64, 8}, {40, 100, 64, 64}, {40, 100, 16, 16},
 	}
 	for _, tc := range tests {
-		j := &consensus.Job{Spec: consensus.JobSpec{MinReplicas: 1, MaxReplicas: tc.specMax, Limits: goodput.Limits{InitBatch: 128, MaxBatch: 1 << 20, MinLocal: 1, MaxLocal: 512}}}
-		if tc.profiled > 0 {
-			j.Profile = []consensus.ProfileEntry{{ProfilePoint: goodput.ProfilePoint{Nodes: 1, Replicas: tc.profiled, LocalBatch: 32, AccumTime: 1, StepTime: 1}, Count: 1}}
-		}
-		if got := maxReplicas(j); got != tc.want {
-			t.Errorf("profiled %d, spec max %d: %d, want %d", tc.profiled, tc.specMax, got, tc.want)
+		spec := consensus.JobSpec{MinReplicas: 1, MaxReplicas: tc.specMax, Limits: goodput.Limits{InitBatch: 128, MaxBatch: 1 << 20, MinLocal: 1, MaxLocal: 512}}
+		b := bidOfTable(tc.table, tc.profiled)
+		if got := maxReplicas(spec, &b); got != tc.want {
+			t.Errorf("profiled %d, spec max %d, table %d: %d, want %d", tc.profiled, tc.specMax, tc.table, got, tc.want)
 		}
 	}
 }
 
-func TestModelsFitAndCache(t *testing.T) {
-	truth := goodput.Params{AlphaC: 0.02, BetaC: 0.001, AlphaN: 0.2, BetaN: 0.01, AlphaR: 0.1, BetaR: 0.005, Gamma: 1.5}
-	j := testState().Jobs["a"]
-	for _, pt := range [][3]int{{1, 1, 64}, {1, 1, 256}, {1, 2, 128}, {1, 4, 128}, {2, 4, 128}} {
-		n, k, m := pt[0], pt[1], pt[2]
-		step := truth.SyncTime(n, k, float64(m))
-		j.Profile = append(j.Profile, consensus.ProfileEntry{ProfilePoint: goodput.ProfilePoint{
-			Nodes: n, Replicas: k, LocalBatch: m, AccumTime: truth.AccumTime(float64(m)), StepTime: step}, Count: 1})
-	}
-	ms := NewModels()
-	m := ms.Model(j)
-	if m == nil {
-		t.Fatal("no model from a full profile")
-	}
-	if got, want := m.Params.SyncTime(2, 4, 128), truth.SyncTime(2, 4, 128); got < want*0.9 || got > want*1.1 {
-		t.Errorf("fitted sync time %v, truth %v", got, want)
-	}
-	if again := ms.Model(j); again.Params != m.Params {
-		t.Error("cached model differs")
-	}
-	ms.Forget(map[string]*consensus.Job{})
-	if len(ms.byJob) != 0 {
-		t.Error("Forget kept a model")
-	}
-}
-
-func TestAssignments(t *testing.T) {
+func TestAssignmentsRunTheBidsChoices(t *testing.T) {
 	st := testState()
 	st.Allocation.Jobs["b"] = []consensus.Slot{{Node: "n2", GPUs: 2}}
-	as := Assignments(st, AssignOptions{CheckpointRoot: "/root"})
-	if len(as) != 2 || as["dead"] != nil {
-		t.Fatalf("assignments for %v", as)
+	as, uncovered := Assignments(st, AssignOptions{Term: 5})
+	if len(as) != 2 || as["dead"] != nil || len(uncovered) != 0 {
+		t.Fatalf("assignments for %v, uncovered %v", as, uncovered)
 	}
 	n1, n2 := as["n1"], as["n2"]
-	if n1.Generation != 7 || n1.Term != 2 || len(n1.Runs) != 1 || len(n2.Runs) != 2 {
+	if n1.Generation != 7 || n1.Term != 5 || n1.ClusterId != "c1" || len(n1.Runs) != 1 || len(n2.Runs) != 2 {
 		t.Fatalf("n1 %v\nn2 %v", n1, n2)
 	}
 	a1, a2 := n1.Runs[0], n2.Runs[0]
@@ -118,27 +124,86 @@ func TestAssignments(t *testing.T) {
 	if a1.Incarnation != 3 || a1.Application != "cifar10" || a1.CheckpointDir != "/root/a" || a1.MasterAddr != "10.0.0.1" {
 		t.Errorf("run of a: %v", a1)
 	}
-	// No model: default split of max(M0, m_min*K) = max(128, 32*4) = 128 over 4.
-	if a1.AtomicBatch != 32 || a1.AccumSteps != 0 || a1.Gain != 1 || a1.InitBatch != 128 {
+	// Several nodes, 4 replicas: the bid's multi-node choice for K=4.
+	if a1.AtomicBatch != 64 || a1.AccumSteps != 1 || a1.Gain != 1.5 || a1.InitBatch != 128 {
 		t.Errorf("batch of a: %v", a1)
 	}
+	// One node, 2 replicas: the single-node choice for K=2.
 	b := n2.Runs[1]
-	if b.Job != "b" || b.Command[0] != "train" || b.CheckpointDir != "/ck/b" || b.AtomicBatch != 64 || b.MasterAddr != "10.0.0.2" {
+	if b.Job != "b" || b.Command[0] != "train" || b.CheckpointDir != "/ck/b" || b.AtomicBatch != 64 || b.AccumSteps != 0 || b.MasterAddr != "10.0.0.2" {
 		t.Errorf("run of b: %v", b)
+	}
+	// A placement the bid does not cover is not run.
+	st.Allocation.Jobs["b"] = []consensus.Slot{{Node: "n1", GPUs: 1}, {Node: "n2", GPUs: 2}}
+	if _, uncovered := Assignments(st, AssignOptions{}); len(uncovered) != 1 || uncovered[0] != "b" {
+		t.Errorf("uncovered %v", uncovered)
 	}
 }
 
-func TestBatchConfigUsesModel(t *testing.T) {
-	j := testState().Jobs["a"]
-	j.Grad, j.HasGrad = goodput.GradStats{GradSqr: 1, GradVar: 1000}, true
-	model := &goodput.Model{Params: goodput.Params{AlphaC: 0.02, BetaC: 0.001, AlphaN: 0.2, BetaN: 0.01, AlphaR: 0.1, BetaR: 0.005, Gamma: 1.5},
-		Grad: j.Grad, Limits: limits}
-	cfg, err := model.Optimize(1, 4)
+func TestPlaceSpreadsAndMovesLittle(t *testing.T) {
+	servers := []string{"s0", "s1", "s2"}
+	count := map[string]int{}
+	before := map[string]string{}
+	for i := range 3000 {
+		id := fmt.Sprintf("job-%d", i)
+		s := Place(id, servers)
+		count[s]++
+		before[id] = s
+	}
+	for _, s := range servers {
+		if math.Abs(float64(count[s])-1000) > 100 {
+			t.Errorf("server %s hosts %d of 3000 jobs", s, count[s])
+		}
+	}
+	// s1 dies: only its jobs move.
+	moved := 0
+	for id, s := range before {
+		now := Place(id, []string{"s0", "s2"})
+		if s != "s1" && now != s {
+			t.Fatalf("job %s moved from %s to %s though its server lives", id, s, now)
+		}
+		if s == "s1" {
+			moved++
+		}
+	}
+	if moved != count["s1"] || Place("x", nil) != "" {
+		t.Errorf("moved %d", moved)
+	}
+}
+
+// TestAllocatorNeverFits: the allocator consumes bids; fitting is the job
+// actors' (package job). No non-test file of this package calls the fit.
+func TestAllocatorNeverFits(t *testing.T) {
+	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, s, gain := BatchConfig(j, model, 1, 4)
-	if m != cfg.LocalBatch || s != cfg.AccumSteps || gain != cfg.Gain || m*4*(s+1) == limits.InitBatch {
-		t.Errorf("BatchConfig = %d, %d, %v; model says %+v", m, s, gain, cfg)
+	fset := token.NewFileSet()
+	checked := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checked++
+		ast.Inspect(file, func(n ast.Node) bool {
+			if sel, ok := n.(*ast.SelectorExpr); ok {
+				if x, ok := sel.X.(*ast.Ident); ok && x.Name == "goodput" && (sel.Sel.Name == "Fit" || sel.Sel.Name == "Refit") {
+					t.Errorf("%s: the allocator calls goodput.%s", fset.Position(sel.Pos()), sel.Sel.Name)
+				}
+			}
+			return true
+		})
+		for _, imp := range file.Imports {
+			if imp.Path.Value == `"pollux/actors/job"` {
+				t.Errorf("%s imports the job actors' package", f)
+			}
+		}
+	}
+	if checked < 4 {
+		t.Fatalf("checked only %d files", checked)
 	}
 }

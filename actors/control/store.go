@@ -4,21 +4,27 @@ import (
 	"context"
 	"errors"
 
+	"github.com/hashicorp/raft"
+
 	"pollux/cluster"
 	"pollux/consensus"
 )
 
-// Store is the part of consensus.Server the actors use.
+// Store is the part of consensus.Server the allocator uses.
 type Store interface {
 	Leadership() (term uint64, leader bool)
-	VerifyLeader(ctx context.Context) (term uint64, err error)
 	Read(ctx context.Context) (*consensus.State, error)
-	CommitAllocation(ctx context.Context, generation, term uint64, jobs map[string][]consensus.Slot) error
-	UpdateJob(ctx context.Context, u consensus.UpdateJob) error
-	RecordProfile(ctx context.Context, p consensus.RecordProfile) error
-	CompleteJob(ctx context.Context, id string, incarnation uint64, failed bool, reason string, finishTime float64) error
+	LocalState() *consensus.State
+	LocalJob(id string) (*consensus.Job, consensus.ClusterConfig)
+	CommitRound(ctx context.Context, r *consensus.Round) (consensus.Result, error)
+	FinishJob(ctx context.Context, f consensus.FinishJob) error
+	InitCluster(ctx context.Context, id, checkpointRoot string) error
 	RegisterNode(ctx context.Context, n consensus.Node) error
 	MarkNode(ctx context.Context, id string, h consensus.Health) error
+	Prune(ctx context.Context, p consensus.Prune) ([]consensus.Drop, error)
+	LeaderChanges() <-chan bool
+	JobsChanged() <-chan struct{}
+	Servers() ([]raft.Server, error)
 }
 
 var _ Store = (*consensus.Server)(nil)

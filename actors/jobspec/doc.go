@@ -1,7 +1,8 @@
 // Package jobspec decodes and validates the job specification a user
 // submits (`pollux submit job.yaml`): a name, what to run (a command or a
-// built-in emulated application), replica bounds, batch-size limits and a
-// checkpoint directory.
+// built-in emulated application), replica bounds, batch-size limits, a
+// checkpoint directory and an optional topology constraint
+// (`topology: {required: rack}` or `{preferred: rack}`).
 //
 // A spec is outside input: decoding is strict (unknown fields, duplicate
 // documents and specs over MaxBytes are rejected) and every validation

@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"pollux/optimizer"
 	"pollux/optimizer/goodput"
 )
 
@@ -53,6 +54,12 @@ type Spec struct {
 	// CheckpointDir is an absolute directory; empty lets the server
 	// choose one.
 	CheckpointDir string `yaml:"checkpoint_dir,omitempty" json:"checkpoint_dir,omitempty"`
+	// Topology constrains where the replicas run: {required: LEVEL} keeps
+	// them all within one domain of the level (the job waits rather than
+	// spread), {preferred: LEVEL} within one whenever they fit there.
+	// Whether the cluster has the level, and a domain large enough for a
+	// required one, is checked at submission.
+	Topology optimizer.TopologyConstraint `yaml:"topology,omitempty" json:"topology,omitzero"`
 }
 
 // FieldError is a refused field: which, its value and why.
@@ -153,6 +160,7 @@ func fromNode(doc *yaml.Node) (Spec, map[string]bool, error) {
 		"max_local_batch_size": &s.MaxLocalBatch,
 		"accumulation":         &s.Accumulation,
 		"checkpoint_dir":       &s.CheckpointDir,
+		"topology":             &s.Topology,
 	}
 	seen := make(map[string]bool, len(fields))
 	for i := 0; i+1 < len(m.Content); i += 2 {
@@ -174,11 +182,42 @@ func fromNode(doc *yaml.Node) (Spec, map[string]bool, error) {
 		if !tagFits(v, dst) {
 			return Spec{}, nil, fieldErr(k.Value, v.Value, "want %s (line %d)", kindOf(dst), v.Line)
 		}
+		if tc, ok := dst.(*optimizer.TopologyConstraint); ok {
+			if err := decodeTopology(v, tc); err != nil {
+				return Spec{}, nil, err
+			}
+			continue
+		}
 		if err := v.Decode(dst); err != nil {
 			return Spec{}, nil, fieldErr(k.Value, v.Value, "want %s (line %d)", kindOf(dst), v.Line)
 		}
 	}
 	return s, seen, nil
+}
+
+// decodeTopology reads topology: a mapping of required or preferred to a
+// level name, strictly.
+func decodeTopology(n *yaml.Node, tc *optimizer.TopologyConstraint) error {
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode || v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
+			return fieldErr("topology", k.Value, "want required: LEVEL or preferred: LEVEL, LEVEL a name such as rack (line %d)", k.Line)
+		}
+		switch k.Value {
+		case "required":
+			tc.Required = v.Value
+		case "preferred":
+			tc.Preferred = v.Value
+		default:
+			return fieldErr("topology."+k.Value, v.Value, "unknown field: want required or preferred (line %d)", k.Line)
+		}
+		if seen[k.Value] {
+			return fieldErr("topology."+k.Value, v.Value, "given twice (line %d)", k.Line)
+		}
+		seen[k.Value] = true
+	}
+	return nil
 }
 
 func checkNoAlias(n *yaml.Node) error {
@@ -201,6 +240,8 @@ func tagFits(n *yaml.Node, dst any) bool {
 		return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int"
 	case *bool:
 		return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!bool"
+	case *optimizer.TopologyConstraint:
+		return n.Kind == yaml.MappingNode
 	case *[]string:
 		if n.Kind != yaml.SequenceNode {
 			return false
@@ -224,6 +265,8 @@ func kindOf(dst any) string {
 		return "true or false"
 	case *[]string:
 		return "a list of strings"
+	case *optimizer.TopologyConstraint:
+		return "a mapping such as {required: rack} or {preferred: rack}"
 	default:
 		return "a string"
 	}
@@ -298,6 +341,9 @@ func (s Spec) Validate() error {
 			hint = ""
 		}
 		return fieldErr("max_local_batch_size", s.MaxLocalBatch, "batch %d on %d replica(s) needs %d per GPU%s", total, k, m, hint)
+	}
+	if err := s.Topology.CheckSyntax(); err != nil {
+		return fieldErr("topology", fmt.Sprintf("%+v", s.Topology), "%v", err)
 	}
 	if s.CheckpointDir != "" {
 		switch {

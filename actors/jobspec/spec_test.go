@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"pollux/optimizer"
 )
 
 func TestParseTestdata(t *testing.T) {
@@ -88,6 +90,13 @@ func TestParseErrors(t *testing.T) {
 		{"min replicas too big", base + "min_replicas: 8\nmin_local_batch_size: 32\n", ErrInvalid, "min_replicas", "exceed max_batch_size"},
 		{"needs accumulation", base + "max_local_batch_size: 64\n", ErrInvalid, "max_local_batch_size", "accumulation: true"},
 		{"relative checkpoint", base + "checkpoint_dir: ckpt\n", ErrInvalid, "checkpoint_dir", "absolute"},
+		{"topology not a mapping", base + "topology: rack\n", ErrInvalid, "topology", "want a mapping"},
+		{"topology unknown key", base + "topology: {needed: rack}\n", ErrInvalid, "topology.needed", "want required or preferred"},
+		{"topology twice", base + "topology: {required: rack, required: zone}\n", ErrInvalid, "topology.required", "given twice"},
+		{"topology both", base + "topology: {required: rack, preferred: zone}\n", ErrInvalid, "topology", "both required"},
+		{"topology bad level", base + "topology: {required: Rack 1}\n", ErrInvalid, "topology", "lower-case"},
+		{"topology level not a string", base + "topology: {required: 3}\n", ErrInvalid, "topology", "want required: LEVEL"},
+		{"topology nested", base + "topology: {required: [rack]}\n", ErrInvalid, "topology", "want required: LEVEL"},
 		{"too large", base + "# " + strings.Repeat("x", MaxBytes) + "\n", ErrTooLarge, "", ""},
 	}
 	for _, tc := range tests {
@@ -143,6 +152,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(base + "min_replicas: -1\n"))
 	f.Add([]byte("a: &a [*a]\n"))
 	f.Add([]byte("name: j\ncommand: [x]\ninit_batch_size: 0x10\n"))
+	f.Add([]byte(base + "topology: {required: rack}\n"))
+	f.Add([]byte(base + "topology:\n  preferred: zone\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := Parse(b)
 		if err != nil {
@@ -163,4 +174,21 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("round trip changed %+v into %+v", s, again)
 		}
 	})
+}
+
+func TestParseTopology(t *testing.T) {
+	for yamlText, want := range map[string]optimizer.TopologyConstraint{
+		base:                                    {},
+		base + "topology: {required: rack}\n":   {Required: "rack"},
+		base + "topology:\n  preferred: zone\n": {Preferred: "zone"},
+		base + "topology: {}\n":                 {},
+	} {
+		s, err := Parse([]byte(yamlText))
+		if err != nil {
+			t.Fatalf("%q: %v", yamlText, err)
+		}
+		if s.Topology != want {
+			t.Errorf("%q: topology %+v, want %+v", yamlText, s.Topology, want)
+		}
+	}
 }

@@ -1,18 +1,31 @@
 // Package node is the node actor: one per agent machine, it runs the GPU
-// workers the allocator assigns to the machine as OS processes.
+// workers the leader assigns to the machine (as OS processes, or through
+// another Launcher).
 //
-// It receives the machine's whole desired state (pb.Assign) at an
-// allocation generation, refuses a generation older than the newest it has
-// seen (fencing a deposed leader), stops the workers no longer wanted
-// (SIGTERM to the process group, SIGKILL after a grace period), and starts
-// new job incarnations on free GPUs only: a GPU is handed to a worker only
-// once the previous owner's processes have exited, so two jobs' workers
-// never share one. Runs are keyed by (job, incarnation) and an incarnation
-// is started at most once, so re-sent assignments are harmless.
+// It receives the machine's whole desired state (pb.Assign) every round,
+// fenced by the sender's Raft term and the allocation generation: an
+// assignment older than the newest it accepted is refused, so a deposed
+// leader cannot start or stop anything. Its fencing state (cluster id,
+// term, generation, the newest incarnation of every job it was assigned)
+// is written to its data directory atomically before a new incarnation
+// starts, so a restarted agent never runs an incarnation twice; an
+// assignment of another cluster id (a rebuilt Raft cluster) resets it,
+// with a loud log line. It stops the workers no longer wanted (SIGTERM to
+// the process group, SIGKILL after a grace period) and starts new job
+// incarnations on free GPUs only: a GPU is handed to a worker only once
+// the previous owner's processes have exited, so two jobs' workers never
+// share one.
+//
+// Every answer (pb.AssignAck) tells what the node really runs: each run's
+// GPUs, live workers, how the finished ones ended, whether rank 0
+// reported done, and the assigned incarnations it refuses because it ran
+// them already. The leader reconciles from it.
 //
 // Workers report to a TCP listener of the node (docs/worker-protocol.md);
-// the node checks each report against the incarnation it runs and forwards
-// it, with every worker exit, to the run's owner actor.
+// the node checks each report against the incarnation it runs and
+// forwards it to the run's owner (its job actor), gathered per owner for
+// ReportFlush (a done report at once), and tells the owner of every
+// worker exit.
 //
 // Workers are started with Pdeathsig SIGKILL: if the agent dies, its
 // workers die with it and cannot keep GPUs as orphans.

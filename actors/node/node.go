@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"slices"
 	"sync"
 	"syscall"
@@ -45,7 +44,9 @@ type Config struct {
 	// Grace is the time between SIGTERM and SIGKILL (default 30 s).
 	Grace time.Duration
 	// ReportListen is where to listen for worker reports (default
-	// 127.0.0.1:0).
+	// 127.0.0.1:0; "none": no listener, for in-process workers that
+	// report through WorkerSpec.Report, whose POLLUX_REPORT_ADDR is then
+	// the unreachable "in-process:0").
 	ReportListen string
 	// ReportTLS secures the report port (pki's ChannelReport server
 	// configuration) and ReportCA is the CA file workers check it with
@@ -60,12 +61,27 @@ type Config struct {
 	// Emulator returns the program and arguments that run a built-in
 	// emulated application; nil refuses emulated runs.
 	Emulator func(app string) []string
+	// Launch starts workers (default ExecLauncher).
+	Launch Launcher
 	// WorkerEnv is the environment workers inherit before the protocol's
 	// variables are added (default os.Environ()).
 	WorkerEnv []string
 	// WorkerOutput receives workers' stdout and stderr (default
 	// os.Stderr).
 	WorkerOutput io.Writer
+	// ReportFlush is how long the node gathers reports for one owner
+	// before it forwards them in one message (default 100 ms); a done
+	// report is forwarded at once.
+	ReportFlush time.Duration
+	// DataDir holds the fencing state (cluster id, term, generation and
+	// the newest incarnation of every assigned job), written before any
+	// worker of a new incarnation starts, so a restarted agent never runs
+	// an incarnation twice. "" keeps it in memory only.
+	DataDir string
+	// ActorName is the actor's name (default ActorName).
+	ActorName string
+	// PropsOptions are added to the actor's props (middleware).
+	PropsOptions []actor.PropsOption
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -111,6 +127,15 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 	if (cfg.ReportTLS == nil) != (cfg.ReportCA == "") {
 		return nil, fmt.Errorf("%w: a TLS report port needs both its configuration and the CA file for workers", ErrConfig)
 	}
+	if cfg.Launch == nil {
+		cfg.Launch = ExecLauncher
+	}
+	if cfg.ReportFlush <= 0 {
+		cfg.ReportFlush = 100 * time.Millisecond
+	}
+	if cfg.ActorName == "" {
+		cfg.ActorName = ActorName
+	}
 	if cfg.WorkerEnv == nil {
 		cfg.WorkerEnv = os.Environ()
 	}
@@ -122,29 +147,45 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 	}
 	cfg.Logger = cfg.Logger.With("node", cfg.Name)
 	n := &Node{sys: sys}
+	fence, err := loadFencing(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if fence.ClusterID != "" {
+		cfg.Logger.Info("node: fencing state restored", "cluster", fence.ClusterID, "term", fence.Term,
+			"generation", fence.Generation, "jobs", len(fence.Latest))
+	}
 	var pid *actor.PID
 	ready := make(chan struct{})
-	rl, err := listenReports(cfg, func(r workerproto.Report) {
+	deliver := func(r workerproto.Report) {
 		<-ready
 		sys.Root.Send(pid, reportIn{r})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%w: report listener: %w", ErrConfig, err)
 	}
-	n.reports = rl
+	// Without a listener, workers report through WorkerSpec.Report; their
+	// environment names no reachable address.
+	reportAddr := "in-process:0"
+	if cfg.ReportListen != "none" {
+		rl, err := listenReports(cfg, deliver)
+		if err != nil {
+			return nil, fmt.Errorf("%w: report listener: %w", ErrConfig, err)
+		}
+		n.reports, reportAddr = rl, rl.addr()
+	}
 	props := actor.PropsFromProducer(func() actor.Actor {
 		return &nodeActor{
 			cfg:        cfg,
 			sys:        sys,
-			reportAddr: rl.addr(),
+			reportAddr: reportAddr,
+			deliver:    deliver,
+			fence:      fence,
+			outbox:     map[string]*outbox{},
 			runs:       map[runKey]*run{},
-			latest:     map[string]uint64{},
 			owner:      make([]*run, cfg.GPUs),
 		}
-	})
-	pid, err = sys.Root.SpawnNamed(props, ActorName)
+	}, cfg.PropsOptions...)
+	pid, err = sys.Root.SpawnNamed(props, cfg.ActorName)
 	if err != nil {
-		rl.close()
+		n.reports.close()
 		return nil, fmt.Errorf("%w: spawning actor: %w", ErrConfig, err)
 	}
 	n.pid = pid
@@ -155,7 +196,7 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 // PID is the node actor.
 func (n *Node) PID() *actor.PID { return n.pid }
 
-// ReportAddr is where workers send reports.
+// ReportAddr is where workers send reports ("" without a listener).
 func (n *Node) ReportAddr() string { return n.reports.addr() }
 
 // Stop stops every worker (SIGTERM, SIGKILL after the grace period), waits
@@ -185,13 +226,13 @@ func (n *Node) stop(timeout time.Duration) error {
 // Local messages of the actor (never sent across processes).
 type (
 	reportIn     struct{ r workerproto.Report }
+	flushReports struct{}
 	graceExpired struct{ key runKey }
 	shutdown     struct{ done chan struct{} }
 	procExited   struct {
-		key   runKey
-		rank  int
-		state *os.ProcessState
-		err   error
+		key  runKey
+		rank int
+		exit Exit
 	}
 )
 
@@ -200,33 +241,33 @@ type runKey struct {
 	incarnation uint64
 }
 
-// run is one job incarnation on this node.
+// run is one job incarnation on this node. It stays until an assignment
+// no longer lists it (and its workers have exited), so that every
+// assignment's acknowledgement tells how it ended.
 type run struct {
 	key      runKey
 	spec     *pb.RunJob
-	gpus     []int             // GPU of each local worker, once started
-	procs    map[int]*exec.Cmd // alive workers by rank
-	started  bool              // workers were launched
-	stopping bool              // asked to stop
-	// done is the run's final report and exits its workers' exits, kept
-	// once they ended on their own: told again to the owner while the
-	// run is still assigned (an owner that lost leadership meanwhile, or
-	// a new one, has missed them).
-	done  *pb.WorkerReport
-	exits []*pb.WorkerExited
+	gpus     []int          // GPU of each local worker, once started
+	procs    map[int]Worker // alive workers by rank
+	started  bool           // workers were launched
+	stopping bool           // asked to stop
+	done     bool           // rank 0 reported done
+	exits    []*pb.WorkerExit
 }
 
 type nodeActor struct {
 	cfg        Config
 	sys        *actor.ActorSystem
 	reportAddr string
+	deliver    func(workerproto.Report)
 
-	generation, term uint64
-	runs             map[runKey]*run
-	pending          []*run            // waiting for GPUs, in assignment order
-	latest           map[string]uint64 // newest incarnation accepted per job
-	owner            []*run            // per GPU: the run whose worker holds it
-	shutdown         chan struct{}     // set once asked to shut down
+	fence    fencing
+	outbox   map[string]*outbox // reports gathered per owner
+	flushing bool               // a flush is scheduled
+	runs     map[runKey]*run
+	pending  []*run        // waiting for GPUs, in assignment order
+	owner    []*run        // per GPU: the run whose worker holds it
+	shutdown chan struct{} // set once asked to shut down
 }
 
 func (a *nodeActor) Receive(ctx actor.Context) {
@@ -237,13 +278,16 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		ctx.Respond(a.status())
 	case reportIn:
 		a.forwardReport(ctx, m.r)
+	case flushReports:
+		a.flushing = false
+		a.flush(ctx)
 	case procExited:
 		a.exited(ctx, m)
 	case graceExpired:
 		if r := a.runs[m.key]; r != nil && r.stopping {
-			for _, c := range r.procs {
-				a.cfg.Logger.Warn("node: grace period over, killing worker", "job", r.key.job, "incarnation", r.key.incarnation, "pid", c.Process.Pid)
-				_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+			for _, w := range r.procs {
+				a.cfg.Logger.Warn("node: grace period over, killing worker", "job", r.key.job, "incarnation", r.key.incarnation, "pid", w.Pid())
+				_ = w.Signal(syscall.SIGKILL)
 			}
 		}
 	case shutdown:
@@ -255,18 +299,55 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 	}
 }
 
+// ack is the answer to an assignment: ok or why not, and what the node
+// runs either way.
+func (a *nodeActor) ack(ok bool, err string, refused map[runKey]string) *pb.AssignAck {
+	ack := &pb.AssignAck{Ok: ok, Error: err, Generation: a.fence.Generation, Term: a.fence.Term,
+		Node: a.cfg.Name, ClusterId: a.fence.ClusterID}
+	for _, r := range a.runs {
+		rs := &pb.RunStatus{Job: r.key.job, Incarnation: r.key.incarnation, Alive: uint32(len(r.procs)),
+			Pending: !r.started, Stopping: r.stopping, Done: r.done, Exits: r.exits}
+		for _, g := range r.gpus {
+			rs.Gpus = append(rs.Gpus, uint32(g))
+		}
+		ack.Runs = append(ack.Runs, rs)
+	}
+	for key, why := range refused {
+		ack.Runs = append(ack.Runs, &pb.RunStatus{Job: key.job, Incarnation: key.incarnation, Refused: why})
+	}
+	slices.SortFunc(ack.Runs, func(x, y *pb.RunStatus) int {
+		return cmp.Or(cmp.Compare(x.Job, y.Job), cmp.Compare(x.Incarnation, y.Incarnation))
+	})
+	return ack
+}
+
 // assign applies one desired state.
 func (a *nodeActor) assign(ctx actor.Context, m *pb.Assign) *pb.AssignAck {
 	refuse := func(format string, args ...any) *pb.AssignAck {
 		err := fmt.Sprintf(format, args...)
-		a.cfg.Logger.Warn("node: refusing assignment", "generation", m.Generation, "err", err)
-		return &pb.AssignAck{Ok: false, Error: err, Generation: a.generation}
+		a.cfg.Logger.Warn("node: refusing assignment", "generation", m.Generation, "term", m.Term, "err", err)
+		return a.ack(false, err, nil)
 	}
 	if a.shutdown != nil {
 		return refuse("node is shutting down")
 	}
-	if m.Generation < a.generation {
-		return refuse("stale generation %d: node has seen %d", m.Generation, a.generation)
+	if m.ClusterId == "" {
+		return refuse("assignment names no cluster")
+	}
+	next := a.fence.clone()
+	if next.ClusterID != m.ClusterId {
+		if next.ClusterID != "" {
+			a.cfg.Logger.Error("node: ASSIGNMENT FROM ANOTHER CLUSTER: the Raft cluster was rebuilt; resetting fencing state",
+				"old_cluster", next.ClusterID, "old_term", next.Term, "old_generation", next.Generation,
+				"new_cluster", m.ClusterId, "term", m.Term, "generation", m.Generation)
+		}
+		next = fencing{ClusterID: m.ClusterId, Latest: map[string]uint64{}, Dropped: map[string]uint64{}}
+	}
+	switch {
+	case m.Term < next.Term:
+		return refuse("stale term %d: node has accepted term %d", m.Term, next.Term)
+	case m.Term == next.Term && m.Generation < next.Generation:
+		return refuse("stale generation %d of term %d: node has accepted %d", m.Generation, m.Term, next.Generation)
 	}
 	want := map[string]*pb.RunJob{}
 	total := 0
@@ -283,34 +364,51 @@ func (a *nodeActor) assign(ctx actor.Context, m *pb.Assign) *pb.AssignAck {
 	if total > a.cfg.GPUs {
 		return refuse("%d workers assigned to %d GPUs", total, a.cfg.GPUs)
 	}
-	a.generation, a.term = m.Generation, max(a.term, m.Term)
-	for key, r := range a.runs {
-		if w := want[key.job]; w == nil || w.Incarnation != key.incarnation {
-			a.stop(ctx, r)
-		} else {
-			if w.Owner != nil {
-				r.spec.Owner = w.Owner // a new leader re-homes the run
-			}
-			if r.started && len(r.procs) == 0 && !r.stopping {
-				a.retell(ctx, r)
-			}
+	next.Term, next.Generation = m.Term, m.Generation
+	refused := map[runKey]string{}
+	var start []*pb.RunJob
+	for job := range next.Latest {
+		if _, dropped := next.Dropped[job]; want[job] == nil && !dropped {
+			next.Dropped[job] = m.Generation
 		}
 	}
 	for _, rj := range m.Runs {
 		key := runKey{rj.Job, rj.Incarnation}
-		if a.runs[key] != nil {
-			continue
+		last, seen := next.Latest[rj.Job]
+		switch {
+		case a.runs[key] != nil:
+		case seen && rj.Incarnation <= last:
+			// Already run (or run past), possibly before this agent
+			// restarted: never started twice. The leader restarts the
+			// job under a new incarnation.
+			refused[key] = fmt.Sprintf("incarnation %d already ran on this node (newest %d)", rj.Incarnation, last)
+		default:
+			start = append(start, rj)
 		}
-		if last, ok := a.latest[rj.Job]; ok && rj.Incarnation <= last {
-			continue // already ran (or ran past): never start twice
+		next.Latest[rj.Job] = max(last, rj.Incarnation)
+		delete(next.Dropped, rj.Job)
+	}
+	next.prune()
+	if !next.equal(&a.fence) {
+		if err := next.save(a.cfg.DataDir); err != nil {
+			return refuse("cannot persist fencing state: %v", err)
 		}
-		a.latest[rj.Job] = rj.Incarnation
-		r := &run{key: key, spec: rj, procs: map[int]*exec.Cmd{}}
-		a.runs[key] = r
+		a.fence = next
+	}
+	for key, r := range a.runs {
+		if w := want[key.job]; w == nil || w.Incarnation != key.incarnation {
+			a.stop(ctx, r)
+		} else if w.Owner != nil {
+			r.spec.Owner = w.Owner // a new job actor takes over the run
+		}
+	}
+	for _, rj := range start {
+		r := &run{key: runKey{rj.Job, rj.Incarnation}, spec: rj, procs: map[int]Worker{}}
+		a.runs[r.key] = r
 		a.pending = append(a.pending, r)
 	}
 	a.schedule(ctx)
-	return &pb.AssignAck{Ok: true, Generation: a.generation}
+	return a.ack(true, "", refused)
 }
 
 // check validates one RunJob through the environment its first worker
@@ -395,34 +493,28 @@ func (a *nodeActor) launch(ctx actor.Context, r *run) {
 	self := ctx.Self()
 	for local, gpu := range r.gpus {
 		env := a.env(r.spec, local, gpu)
-		c := exec.Command(argv[0], argv[1:]...)
-		c.Env = append(slices.Clip(a.cfg.WorkerEnv), env.Environ()...)
-		c.Stdout, c.Stderr = a.cfg.WorkerOutput, a.cfg.WorkerOutput
-		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if err := c.Start(); err != nil {
+		w, err := a.cfg.Launch(WorkerSpec{Argv: argv, App: r.spec.Application, Env: env,
+			Environ: append(slices.Clip(a.cfg.WorkerEnv), env.Environ()...), Output: a.cfg.WorkerOutput, Report: a.deliver})
+		if err != nil {
 			a.cfg.Logger.Error("node: cannot start worker", "job", r.key.job, "rank", env.Rank, "err", err)
-			a.tell(ctx, r, &pb.WorkerExited{
-				Node: a.cfg.Name, Job: r.key.job, Incarnation: r.key.incarnation,
-				Rank: uint32(env.Rank), ExitCode: -1, Error: err.Error(),
-			})
+			ev := &pb.WorkerExited{Node: a.cfg.Name, Job: r.key.job, Incarnation: r.key.incarnation,
+				Rank: uint32(env.Rank), ExitCode: -1, Error: err.Error()}
+			r.exits = append(r.exits, &pb.WorkerExit{Rank: ev.Rank, ExitCode: -1, Error: ev.Error})
+			a.tell(ctx, r, ev)
 			continue
 		}
 		a.owner[gpu] = r
-		r.procs[env.Rank] = c
+		r.procs[env.Rank] = w
 		a.cfg.Logger.Info("node: worker started", "job", r.key.job, "incarnation", r.key.incarnation,
-			"rank", env.Rank, "gpu", gpu, "pid", c.Process.Pid)
+			"rank", env.Rank, "gpu", gpu, "pid", w.Pid())
 		key, rank := r.key, env.Rank
 		go func() {
-			err := c.Wait()
-			a.sys.Root.Send(self, procExited{key: key, rank: rank, state: c.ProcessState, err: err})
+			a.sys.Root.Send(self, procExited{key: key, rank: rank, exit: w.Wait()})
 		}()
-	}
-	if len(r.procs) == 0 {
-		delete(a.runs, r.key)
 	}
 }
 
-// stop asks r's workers to exit; a run not started yet is dropped.
+// stop asks r's workers to exit; a run without workers is dropped.
 func (a *nodeActor) stop(ctx actor.Context, r *run) {
 	if r.stopping {
 		return
@@ -432,8 +524,8 @@ func (a *nodeActor) stop(ctx actor.Context, r *run) {
 		delete(a.runs, r.key)
 		return
 	}
-	for _, c := range r.procs {
-		_ = syscall.Kill(-c.Process.Pid, syscall.SIGTERM)
+	for _, w := range r.procs {
+		_ = w.Signal(syscall.SIGTERM)
 	}
 	self, key := ctx.Self(), r.key
 	time.AfterFunc(a.cfg.Grace, func() { a.sys.Root.Send(self, graceExpired{key: key}) })
@@ -450,16 +542,15 @@ func (a *nodeActor) exited(ctx actor.Context, m procExited) {
 	}
 	ev := &pb.WorkerExited{
 		Node: a.cfg.Name, Job: m.key.job, Incarnation: m.key.incarnation,
-		Rank: uint32(m.rank), ExitCode: int32(m.state.ExitCode()), Requested: r.stopping,
+		Rank: uint32(m.rank), ExitCode: int32(m.exit.Code), Requested: r.stopping,
 	}
-	if ws, ok := m.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		ev.Signal = ws.Signal().String()
+	if m.exit.Signal != 0 {
+		ev.Signal = m.exit.Signal.String()
 	}
 	a.cfg.Logger.Info("node: worker exited", "job", ev.Job, "incarnation", ev.Incarnation, "rank", ev.Rank,
 		"code", ev.ExitCode, "signal", ev.Signal, "requested", ev.Requested)
-	if !r.stopping {
-		r.exits = append(r.exits, ev)
-	}
+	r.exits = append(r.exits, &pb.WorkerExit{Rank: ev.Rank, ExitCode: ev.ExitCode, Signal: ev.Signal, Requested: ev.Requested})
+	a.flush(ctx) // the owner gets a worker's reports before its exit
 	a.tell(ctx, r, ev)
 	if len(r.procs) == 0 && r.stopping {
 		delete(a.runs, r.key)
@@ -485,7 +576,7 @@ func (a *nodeActor) maybeDrained() {
 }
 
 // forwardReport passes a worker's report to its run's owner if the report
-// belongs to a run of this node.
+// belongs to a run of this node, and notes rank 0's done report.
 func (a *nodeActor) forwardReport(ctx actor.Context, rep workerproto.Report) {
 	r := a.runs[runKey{rep.Job, rep.Incarnation}]
 	if r == nil || !r.started || rep.Rank < int(r.spec.FirstRank) || rep.Rank >= int(r.spec.FirstRank+r.spec.Replicas) {
@@ -493,29 +584,51 @@ func (a *nodeActor) forwardReport(ctx actor.Context, rep workerproto.Report) {
 			"job", rep.Job, "incarnation", rep.Incarnation, "rank", rep.Rank)
 		return
 	}
-	msg := &pb.WorkerReport{
+	if rep.Done && rep.Rank == 0 {
+		r.done = true
+	}
+	o := r.spec.Owner
+	if o == nil || o.Id == "" {
+		return
+	}
+	key := o.Address + "/" + o.Id
+	box := a.outbox[key]
+	if box == nil {
+		box = &outbox{to: actor.NewPID(o.Address, o.Id)}
+		a.outbox[key] = box
+	}
+	box.reports = append(box.reports, &pb.WorkerReport{
 		Node: a.cfg.Name, Job: rep.Job, Incarnation: rep.Incarnation, Rank: uint32(rep.Rank),
 		StepTime: rep.StepTime, SyncTime: rep.SyncTime, GradSqr: rep.GradSqr, GradVar: rep.GradVar,
 		Epoch: uint32(rep.Epoch), Progress: rep.Progress, LocalBsz: uint32(rep.LocalBatch),
 		AccumSteps: uint32(rep.AccumSteps), Done: rep.Done,
+	})
+	switch {
+	case rep.Done || len(box.reports) >= maxBatch:
+		a.flush(ctx)
+	case !a.flushing:
+		a.flushing = true
+		self := ctx.Self()
+		time.AfterFunc(a.cfg.ReportFlush, func() { a.sys.Root.Send(self, flushReports{}) })
 	}
-	if rep.Done {
-		r.done = msg
-	}
-	a.tell(ctx, r, msg)
 }
 
-// retell tells r's owner again how r ended: its final report, then its
-// workers' exits. A run whose workers all ended while the control plane
-// changed leader would otherwise stay running in the state for ever: the
-// old owner's completion or restart died with its leadership, and the
-// new owner hears nothing from a run that no longer runs.
-func (a *nodeActor) retell(ctx actor.Context, r *run) {
-	if r.done != nil {
-		a.tell(ctx, r, r.done)
-	}
-	for _, e := range r.exits {
-		a.tell(ctx, r, e)
+// maxBatch bounds the reports of one WorkerReports message.
+const maxBatch = 256
+
+// outbox holds the reports gathered for one owner.
+type outbox struct {
+	to      *actor.PID
+	reports []*pb.WorkerReport
+}
+
+// flush forwards every owner's gathered reports.
+func (a *nodeActor) flush(ctx actor.Context) {
+	for key, box := range a.outbox {
+		if len(box.reports) > 0 {
+			ctx.Send(box.to, &pb.WorkerReports{Reports: box.reports})
+		}
+		delete(a.outbox, key)
 	}
 }
 
@@ -527,7 +640,7 @@ func (a *nodeActor) tell(ctx actor.Context, r *run, msg any) {
 }
 
 func (a *nodeActor) status() *pb.NodeStatus {
-	st := &pb.NodeStatus{Node: a.cfg.Name, Gpus: uint32(a.cfg.GPUs), Generation: a.generation}
+	st := &pb.NodeStatus{Node: a.cfg.Name, Gpus: uint32(a.cfg.GPUs), Generation: a.fence.Generation}
 	for _, r := range a.runs {
 		rj := &pb.RunningJob{
 			Job: r.key.job, Incarnation: r.key.incarnation, Alive: uint32(len(r.procs)),

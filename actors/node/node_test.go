@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -91,38 +92,91 @@ type owner struct{ got chan any }
 
 func (o *owner) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *pb.WorkerReport, *pb.WorkerExited:
+	case *pb.WorkerReports:
+		for _, r := range m.Reports {
+			o.got <- r
+		}
+	case *pb.WorkerExited:
 		o.got <- m
 	}
 }
 
 type fixture struct {
-	t     *testing.T
-	sys   *actor.ActorSystem
-	node  *Node
-	owner *pb.Ref
-	got   chan any
+	t       *testing.T
+	sys     *actor.ActorSystem
+	node    *Node
+	owner   *pb.Ref
+	got     chan any
+	cluster string
+	term    uint64
+	dataDir string
+	gpus    int
+	slots   [][]int
+	grace   time.Duration
+	log     *logBuffer
 }
 
+// logBuffer collects a node's log lines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// newFixture starts a node of gpus GPUs (CPU slots, if given).
 func newFixture(t *testing.T, gpus int, grace time.Duration, cpuSlots ...[]int) *fixture {
+	return newFixtureIn(t, gpus, grace, "", cpuSlots...)
+}
+
+// newFixtureIn starts a node whose fencing state lives in dataDir.
+func newFixtureIn(t *testing.T, gpus int, grace time.Duration, dataDir string, cpuSlots ...[]int) *fixture {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
-	n, err := Start(sys, Config{Name: "n1", GPUs: gpus, CPUSlots: cpuSlots, Grace: grace, WorkerOutput: io.Discard, Logger: log,
-		Emulator: func(app string) []string { return []string{os.Args[0], "fakeworker", app} }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, sys: sys, node: n, got: make(chan any, 1000)}
+	f := &fixture{t: t, sys: sys, got: make(chan any, 1000), cluster: "c1", term: 1, dataDir: dataDir, gpus: gpus, slots: cpuSlots, grace: grace}
+	f.startNode()
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &owner{got: f.got} }))
 	f.owner = &pb.Ref{Address: pid.Address, Id: pid.Id}
 	t.Cleanup(func() {
-		if err := n.Stop(5 * time.Second); err != nil {
+		if err := f.node.Stop(5 * time.Second); err != nil {
 			t.Errorf("Stop: %v", err)
 		}
 		sys.Shutdown()
 	})
 	return f
+}
+
+func (f *fixture) startNode() {
+	f.t.Helper()
+	f.log = &logBuffer{}
+	n, err := Start(f.sys, Config{Name: "n1", GPUs: f.gpus, CPUSlots: f.slots, Grace: f.grace, WorkerOutput: io.Discard, DataDir: f.dataDir,
+		Logger:   slog.New(slog.NewTextHandler(f.log, nil)),
+		Emulator: func(app string) []string { return []string{os.Args[0], "fakeworker", app} }})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.node = n
+}
+
+// restart stops the node actor (and its workers) and starts a new one on
+// the same data directory, as an agent restart does.
+func (f *fixture) restart() {
+	f.t.Helper()
+	if err := f.node.Stop(5 * time.Second); err != nil {
+		f.t.Fatal(err)
+	}
+	f.startNode()
 }
 
 // run is a RunJob of an emulated job whose "application" is the fake
@@ -137,7 +191,12 @@ func (f *fixture) run(job string, inc uint64, replicas uint32, mode string) *pb.
 
 func (f *fixture) assign(gen uint64, runs ...*pb.RunJob) *pb.AssignAck {
 	f.t.Helper()
-	res, err := f.sys.Root.RequestFuture(f.node.PID(), &pb.Assign{Generation: gen, Runs: runs}, 5*time.Second).Result()
+	return f.send(&pb.Assign{ClusterId: f.cluster, Term: f.term, Generation: gen, Runs: runs})
+}
+
+func (f *fixture) send(a *pb.Assign) *pb.AssignAck {
+	f.t.Helper()
+	res, err := f.sys.Root.RequestFuture(f.node.PID(), a, 5*time.Second).Result()
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -329,14 +388,12 @@ func TestFinishedRunIsNeverRestarted(t *testing.T) {
 	if m, ok := f.next(5 * time.Second).(*pb.WorkerExited); !ok || m.Requested || m.ExitCode != 0 {
 		t.Fatalf("exit %v", m)
 	}
-	// Still assigned: the owner is told again how it ended (a new owner
-	// may have missed it), and nothing restarts.
-	f.assign(2, rj)
-	if r := f.reports(1)[0]; !r.Done {
-		t.Errorf("re-told report %v", r)
-	}
-	if m, ok := f.next(5 * time.Second).(*pb.WorkerExited); !ok || m.Requested || m.ExitCode != 0 {
-		t.Fatalf("re-told exit %v", m)
+	// Still assigned: the ack tells how it ended (done, its exit), for a
+	// leader that missed the messages; nothing restarts.
+	ack := f.assign(2, rj)
+	if len(ack.Runs) != 1 || !ack.Runs[0].Done || ack.Runs[0].Alive != 0 || len(ack.Runs[0].Exits) != 1 ||
+		ack.Runs[0].Exits[0].ExitCode != 0 || ack.Runs[0].Exits[0].Requested {
+		t.Errorf("ack of the finished run %v", ack)
 	}
 	f.assign(3) // dropped from the assignment ...
 	f.assign(4, rj)

@@ -53,7 +53,12 @@ func listenReports(cfg Config, deliver func(workerproto.Report)) (*reportListene
 	return l, nil
 }
 
-func (l *reportListener) addr() string { return l.ln.Addr().String() }
+func (l *reportListener) addr() string {
+	if l == nil {
+		return ""
+	}
+	return l.ln.Addr().String()
+}
 
 func (l *reportListener) accept() {
 	defer l.wg.Done()
@@ -109,6 +114,9 @@ func (l *reportListener) serve(c net.Conn) {
 }
 
 func (l *reportListener) close() {
+	if l == nil {
+		return
+	}
 	l.ln.Close()
 	l.mu.Lock()
 	for c := range l.conns {

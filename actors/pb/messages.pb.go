@@ -79,16 +79,20 @@ func (x *Ref) GetId() string {
 }
 
 // Assign is the whole desired state of one node at one allocation
-// generation: the node stops every worker not listed and starts the listed
-// ones it does not run yet. It is idempotent: runs are keyed by (job,
-// incarnation), and an incarnation the node has already run (or run past)
-// is never started again. An Assign whose generation is below the highest
-// the node has seen is refused, so a deposed leader is fenced.
+// generation, sent by the leader every round: the node stops every worker
+// not listed and starts the listed ones it does not run yet. It is
+// idempotent: runs are keyed by (job, incarnation), and an incarnation the
+// node has already run (or run past) is never started again. An Assign is
+// fenced by (term, generation): one from an older term, or from the same
+// term with a lower generation, than the newest the node has accepted is
+// refused, so a deposed leader cannot act. An Assign of another cluster id
+// (a rebuilt cluster) resets the node's fencing state.
 type Assign struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
-	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"` // the sending leader's Raft term
 	Runs          []*RunJob              `protobuf:"bytes,3,rep,name=runs,proto3" json:"runs,omitempty"`
+	ClusterId     string                 `protobuf:"bytes,4,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -144,12 +148,24 @@ func (x *Assign) GetRuns() []*RunJob {
 	return nil
 }
 
-// AssignAck answers Assign.
+func (x *Assign) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+// AssignAck answers Assign with what the node really runs (also when it
+// refuses): the leader reconciles from it.
 type AssignAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
 	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
-	Generation    uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"` // the highest generation the node has seen
+	Generation    uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"` // the newest generation the node has accepted
+	Node          string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	ClusterId     string                 `protobuf:"bytes,5,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Term          uint64                 `protobuf:"varint,6,opt,name=term,proto3" json:"term,omitempty"` // the newest term the node has accepted
+	Runs          []*RunStatus           `protobuf:"bytes,7,rep,name=runs,proto3" json:"runs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -205,6 +221,222 @@ func (x *AssignAck) GetGeneration() uint64 {
 	return 0
 }
 
+func (x *AssignAck) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *AssignAck) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *AssignAck) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *AssignAck) GetRuns() []*RunStatus {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+// RunStatus is one job incarnation on a node as the node sees it.
+type RunStatus struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Job         string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Incarnation uint64                 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Gpus        []uint32               `protobuf:"varint,3,rep,packed,name=gpus,proto3" json:"gpus,omitempty"`
+	Alive       uint32                 `protobuf:"varint,4,opt,name=alive,proto3" json:"alive,omitempty"`       // worker processes still running
+	Pending     bool                   `protobuf:"varint,5,opt,name=pending,proto3" json:"pending,omitempty"`   // waiting for GPUs
+	Stopping    bool                   `protobuf:"varint,6,opt,name=stopping,proto3" json:"stopping,omitempty"` // asked to stop
+	Done        bool                   `protobuf:"varint,7,opt,name=done,proto3" json:"done,omitempty"`         // rank 0 reported done
+	Exits       []*WorkerExit          `protobuf:"bytes,8,rep,name=exits,proto3" json:"exits,omitempty"`        // workers that ended
+	// refused says why the node will not run an assigned incarnation (it
+	// already ran it, e.g. before the agent restarted).
+	Refused       string `protobuf:"bytes,9,opt,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunStatus) Reset() {
+	*x = RunStatus{}
+	mi := &file_actors_pb_messages_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunStatus) ProtoMessage() {}
+
+func (x *RunStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_pb_messages_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunStatus.ProtoReflect.Descriptor instead.
+func (*RunStatus) Descriptor() ([]byte, []int) {
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RunStatus) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *RunStatus) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *RunStatus) GetGpus() []uint32 {
+	if x != nil {
+		return x.Gpus
+	}
+	return nil
+}
+
+func (x *RunStatus) GetAlive() uint32 {
+	if x != nil {
+		return x.Alive
+	}
+	return 0
+}
+
+func (x *RunStatus) GetPending() bool {
+	if x != nil {
+		return x.Pending
+	}
+	return false
+}
+
+func (x *RunStatus) GetStopping() bool {
+	if x != nil {
+		return x.Stopping
+	}
+	return false
+}
+
+func (x *RunStatus) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *RunStatus) GetExits() []*WorkerExit {
+	if x != nil {
+		return x.Exits
+	}
+	return nil
+}
+
+func (x *RunStatus) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
+
+// WorkerExit is how one worker process ended.
+type WorkerExit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rank          uint32                 `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	ExitCode      int32                  `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Signal        string                 `protobuf:"bytes,3,opt,name=signal,proto3" json:"signal,omitempty"`
+	Requested     bool                   `protobuf:"varint,4,opt,name=requested,proto3" json:"requested,omitempty"`
+	Error         string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerExit) Reset() {
+	*x = WorkerExit{}
+	mi := &file_actors_pb_messages_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerExit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerExit) ProtoMessage() {}
+
+func (x *WorkerExit) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_pb_messages_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerExit.ProtoReflect.Descriptor instead.
+func (*WorkerExit) Descriptor() ([]byte, []int) {
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *WorkerExit) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *WorkerExit) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *WorkerExit) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+func (x *WorkerExit) GetRequested() bool {
+	if x != nil {
+		return x.Requested
+	}
+	return false
+}
+
+func (x *WorkerExit) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // RunJob is one job incarnation a node must run: `replicas` workers.
 type RunJob struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -233,7 +465,7 @@ type RunJob struct {
 
 func (x *RunJob) Reset() {
 	*x = RunJob{}
-	mi := &file_actors_pb_messages_proto_msgTypes[3]
+	mi := &file_actors_pb_messages_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -245,7 +477,7 @@ func (x *RunJob) String() string {
 func (*RunJob) ProtoMessage() {}
 
 func (x *RunJob) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[3]
+	mi := &file_actors_pb_messages_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -258,7 +490,7 @@ func (x *RunJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunJob.ProtoReflect.Descriptor instead.
 func (*RunJob) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{3}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RunJob) GetJob() string {
@@ -396,7 +628,7 @@ type WorkerReport struct {
 
 func (x *WorkerReport) Reset() {
 	*x = WorkerReport{}
-	mi := &file_actors_pb_messages_proto_msgTypes[4]
+	mi := &file_actors_pb_messages_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -408,7 +640,7 @@ func (x *WorkerReport) String() string {
 func (*WorkerReport) ProtoMessage() {}
 
 func (x *WorkerReport) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[4]
+	mi := &file_actors_pb_messages_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -421,7 +653,7 @@ func (x *WorkerReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerReport.ProtoReflect.Descriptor instead.
 func (*WorkerReport) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{4}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WorkerReport) GetNode() string {
@@ -515,6 +747,54 @@ func (x *WorkerReport) GetDone() bool {
 	return false
 }
 
+// WorkerReports are worker reports the node forwards together: a node
+// gathers its workers' reports per owner for a short while (a done
+// report goes at once), so an owner gets one message per node and flush
+// instead of one per report.
+type WorkerReports struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reports       []*WorkerReport        `protobuf:"bytes,1,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerReports) Reset() {
+	*x = WorkerReports{}
+	mi := &file_actors_pb_messages_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerReports) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerReports) ProtoMessage() {}
+
+func (x *WorkerReports) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_pb_messages_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerReports.ProtoReflect.Descriptor instead.
+func (*WorkerReports) Descriptor() ([]byte, []int) {
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *WorkerReports) GetReports() []*WorkerReport {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
 // WorkerExited tells the owner that one worker process ended.
 type WorkerExited struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -532,7 +812,7 @@ type WorkerExited struct {
 
 func (x *WorkerExited) Reset() {
 	*x = WorkerExited{}
-	mi := &file_actors_pb_messages_proto_msgTypes[5]
+	mi := &file_actors_pb_messages_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -544,7 +824,7 @@ func (x *WorkerExited) String() string {
 func (*WorkerExited) ProtoMessage() {}
 
 func (x *WorkerExited) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[5]
+	mi := &file_actors_pb_messages_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -557,7 +837,7 @@ func (x *WorkerExited) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerExited.ProtoReflect.Descriptor instead.
 func (*WorkerExited) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{5}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WorkerExited) GetNode() string {
@@ -625,7 +905,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_actors_pb_messages_proto_msgTypes[6]
+	mi := &file_actors_pb_messages_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +917,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[6]
+	mi := &file_actors_pb_messages_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +930,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{6}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{9}
 }
 
 // NodeStatus is what a node runs.
@@ -666,7 +946,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_actors_pb_messages_proto_msgTypes[7]
+	mi := &file_actors_pb_messages_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +958,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[7]
+	mi := &file_actors_pb_messages_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +971,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{7}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeStatus) GetNode() string {
@@ -737,7 +1017,7 @@ type RunningJob struct {
 
 func (x *RunningJob) Reset() {
 	*x = RunningJob{}
-	mi := &file_actors_pb_messages_proto_msgTypes[8]
+	mi := &file_actors_pb_messages_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +1029,7 @@ func (x *RunningJob) String() string {
 func (*RunningJob) ProtoMessage() {}
 
 func (x *RunningJob) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[8]
+	mi := &file_actors_pb_messages_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +1042,7 @@ func (x *RunningJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningJob.ProtoReflect.Descriptor instead.
 func (*RunningJob) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{8}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RunningJob) GetJob() string {
@@ -807,6 +1087,616 @@ func (x *RunningJob) GetPending() bool {
 	return false
 }
 
+// Bid is what a job actor sends the leader's allocator (every second or
+// so while it has something new, at once on done or failure): its model
+// and the batch configuration it chose for every allocation shape, its
+// unacknowledged measurements, and what it saw of its workers. Every Bid
+// repeats all of this: the allocator keeps the latest, so a lost Bid is
+// made good by the next.
+type Bid struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Job         string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Incarnation uint64                 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"` // the incarnation the actor follows
+	Session     uint64                 `protobuf:"varint,3,opt,name=session,proto3" json:"session,omitempty"`         // the actor's session (from HostedJob)
+	Version     uint64                 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`         // of the model and tables below, per session
+	HasModel    bool                   `protobuf:"varint,5,opt,name=has_model,json=hasModel,proto3" json:"has_model,omitempty"`
+	// The fitted throughput parameters: alpha_c, beta_c, alpha_n, beta_n,
+	// alpha_r, beta_r, gamma.
+	Params       []float64 `protobuf:"fixed64,6,rep,packed,name=params,proto3" json:"params,omitempty"`
+	HasGrad      bool      `protobuf:"varint,7,opt,name=has_grad,json=hasGrad,proto3" json:"has_grad,omitempty"`
+	GradSqr      float64   `protobuf:"fixed64,8,opt,name=grad_sqr,json=gradSqr,proto3" json:"grad_sqr,omitempty"`
+	GradVar      float64   `protobuf:"fixed64,9,opt,name=grad_var,json=gradVar,proto3" json:"grad_var,omitempty"`
+	MostProfiled uint32    `protobuf:"varint,10,opt,name=most_profiled,json=mostProfiled,proto3" json:"most_profiled,omitempty"`
+	// single[k-1]: k replicas on one node; multi[k-1]: over several nodes.
+	Single []*BatchChoice `protobuf:"bytes,11,rep,name=single,proto3" json:"single,omitempty"`
+	Multi  []*BatchChoice `protobuf:"bytes,12,rep,name=multi,proto3" json:"multi,omitempty"`
+	// Measurements not yet acknowledged by the replicated state, by
+	// increasing sequence number.
+	Unacked       []*Measurement `protobuf:"bytes,13,rep,name=unacked,proto3" json:"unacked,omitempty"`
+	Done          bool           `protobuf:"varint,14,opt,name=done,proto3" json:"done,omitempty"`       // rank 0 of the incarnation reported done
+	Failed        bool           `protobuf:"varint,15,opt,name=failed,proto3" json:"failed,omitempty"`   // a worker of the incarnation failed
+	Failure       string         `protobuf:"bytes,16,opt,name=failure,proto3" json:"failure,omitempty"`  // how
+	Reports       uint64         `protobuf:"varint,17,opt,name=reports,proto3" json:"reports,omitempty"` // worker reports accepted by this actor so far
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Bid) Reset() {
+	*x = Bid{}
+	mi := &file_actors_pb_messages_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Bid) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Bid) ProtoMessage() {}
+
+func (x *Bid) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_pb_messages_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Bid.ProtoReflect.Descriptor instead.
+func (*Bid) Descriptor() ([]byte, []int) {
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Bid) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *Bid) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *Bid) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *Bid) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Bid) GetHasModel() bool {
+	if x != nil {
+		return x.HasModel
+	}
+	return false
+}
+
+func (x *Bid) GetParams() []float64 {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+func (x *Bid) GetHasGrad() bool {
+	if x != nil {
+		return x.HasGrad
+	}
+	return false
+}
+
+func (x *Bid) GetGradSqr() float64 {
+	if x != nil {
+		return x.GradSqr
+	}
+	return 0
+}
+
+func (x *Bid) GetGradVar() float64 {
+	if x != nil {
+		return x.GradVar
+	}
+	return 0
+}
+
+func (x *Bid) GetMostProfiled() uint32 {
+	if x != nil {
+		return x.MostProfiled
+	}
+	return 0
+}
+
+func (x *Bid) GetSingle() []*BatchChoice {
+	if x != nil {
+		return x.Single
+	}
+	return nil
+}
+
+func (x *Bid) GetMulti() []*BatchChoice {
+	if x != nil {
+		return x.Multi
+	}
+	return nil
+}
+
+func (x *Bid) GetUnacked() []*Measurement {
+	if x != nil {
+		return x.Unacked
+	}
+	return nil
+}
+
+func (x *Bid) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *Bid) GetFailed() bool {
+	if x != nil {
+		return x.Failed
+	}
+	return false
+}
+
+func (x *Bid) GetFailure() string {
+	if x != nil {
+		return x.Failure
+	}
+	return ""
+}
+
+func (x *Bid) GetReports() uint64 {
+	if x != nil {
+		return x.Reports
+	}
+	return 0
+}
+
+// BatchChoice is one batch configuration: atomic batch, accumulation
+// steps and AdaScale gain.
+type BatchChoice struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LocalBsz      uint32                 `protobuf:"varint,1,opt,name=local_bsz,json=localBsz,proto3" json:"local_bsz,omitempty"`
+	AccumSteps    uint32                 `protobuf:"varint,2,opt,name=accum_steps,json=accumSteps,proto3" json:"accum_steps,omitempty"`
+	Gain          float64                `protobuf:"fixed64,3,opt,name=gain,proto3" json:"gain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchChoice) Reset() {
+	*x = BatchChoice{}
+	mi := &file_actors_pb_messages_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchChoice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchChoice) ProtoMessage() {}
+
+func (x *BatchChoice) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_pb_messages_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchChoice.ProtoReflect.Descriptor instead.
+func (*BatchChoice) Descriptor() ([]byte, []int) {
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *BatchChoice) GetLocalBsz() uint32 {
+	if x != nil {
+		return x.LocalBsz
+	}
+	return 0
+}
+
+func (x *BatchChoice) GetAccumSteps() uint32 {
+	if x != nil {
+		return x.AccumSteps
+	}
+	return 0
+}
+
+func (x *BatchChoice) GetGain() float64 {
+	if x != nil {
+		return x.Gain
+	}
+	return 0
+}
+
+// Measurement is what a job actor aggregated from one incarnation's
+// reports between two of its bids.
+type Measurement struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Incarnation   uint64                 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Profile       []*ProfilePoint        `protobuf:"bytes,3,rep,name=profile,proto3" json:"profile,omitempty"`
+	Epoch         uint32                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Progress      float64                `protobuf:"fixed64,5,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Measurement) Reset() {
+	*x = Measurement{}
+	mi := &file_actors_pb_messages_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Measurement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Measurement) ProtoMessage() {}
+
+func (x *Measurement) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_pb_messages_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Measurement.ProtoReflect.Descriptor instead.
+func (*Measurement) Descriptor() ([]byte, []int) {
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Measurement) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Measurement) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *Measurement) GetProfile() []*ProfilePoint {
+	if x != nil {
+		return x.Profile
+	}
+	return nil
+}
+
+func (x *Measurement) GetEpoch() uint32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Measurement) GetProgress() float64 {
+	if x != nil {
+		return x.Progress
+	}
+	return 0
+}
+
+// ProfilePoint is a profiled configuration and the mean of its measured
+// times over count reports.
+type ProfilePoint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         uint32                 `protobuf:"varint,1,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	Replicas      uint32                 `protobuf:"varint,2,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	LocalBsz      uint32                 `protobuf:"varint,3,opt,name=local_bsz,json=localBsz,proto3" json:"local_bsz,omitempty"`
+	AccumTime     float64                `protobuf:"fixed64,4,opt,name=accum_time,json=accumTime,proto3" json:"accum_time,omitempty"`
+	StepTime      float64                `protobuf:"fixed64,5,opt,name=step_time,json=stepTime,proto3" json:"step_time,omitempty"`
+	Count         uint64                 `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProfilePoint) Reset() {
+	*x = ProfilePoint{}
+	mi := &file_actors_pb_messages_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProfilePoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProfilePoint) ProtoMessage() {}
+
+func (x *ProfilePoint) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_pb_messages_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProfilePoint.ProtoReflect.Descriptor instead.
+func (*ProfilePoint) Descriptor() ([]byte, []int) {
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ProfilePoint) GetNodes() uint32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *ProfilePoint) GetReplicas() uint32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *ProfilePoint) GetLocalBsz() uint32 {
+	if x != nil {
+		return x.LocalBsz
+	}
+	return 0
+}
+
+func (x *ProfilePoint) GetAccumTime() float64 {
+	if x != nil {
+		return x.AccumTime
+	}
+	return 0
+}
+
+func (x *ProfilePoint) GetStepTime() float64 {
+	if x != nil {
+		return x.StepTime
+	}
+	return 0
+}
+
+func (x *ProfilePoint) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// HostJobs tells a server's job host, every round, the whole set of jobs
+// whose actors it runs: it spawns the missing ones and stops the others.
+type HostJobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Term          uint64                 `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`
+	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Allocator     *Ref                   `protobuf:"bytes,3,opt,name=allocator,proto3" json:"allocator,omitempty"` // where the job actors send their bids
+	Jobs          []*HostedJob           `protobuf:"bytes,4,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostJobs) Reset() {
+	*x = HostJobs{}
+	mi := &file_actors_pb_messages_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostJobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostJobs) ProtoMessage() {}
+
+func (x *HostJobs) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_pb_messages_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostJobs.ProtoReflect.Descriptor instead.
+func (*HostJobs) Descriptor() ([]byte, []int) {
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *HostJobs) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *HostJobs) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *HostJobs) GetAllocator() *Ref {
+	if x != nil {
+		return x.Allocator
+	}
+	return nil
+}
+
+func (x *HostJobs) GetJobs() []*HostedJob {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+// HostedJob is one job a host runs the actor of, with its current
+// incarnation's shape.
+type HostedJob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Incarnation   uint64                 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Session       uint64                 `protobuf:"varint,3,opt,name=session,proto3" json:"session,omitempty"`   // the session of the actor if it is spawned now
+	Nodes         uint32                 `protobuf:"varint,4,opt,name=nodes,proto3" json:"nodes,omitempty"`       // N of the incarnation (0: not placed)
+	Replicas      uint32                 `protobuf:"varint,5,opt,name=replicas,proto3" json:"replicas,omitempty"` // K of the incarnation
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostedJob) Reset() {
+	*x = HostedJob{}
+	mi := &file_actors_pb_messages_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostedJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostedJob) ProtoMessage() {}
+
+func (x *HostedJob) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_pb_messages_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostedJob.ProtoReflect.Descriptor instead.
+func (*HostedJob) Descriptor() ([]byte, []int) {
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *HostedJob) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *HostedJob) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *HostedJob) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *HostedJob) GetNodes() uint32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *HostedJob) GetReplicas() uint32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+// HostAck answers HostJobs.
+type HostAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Server        string                 `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	Jobs          uint32                 `protobuf:"varint,2,opt,name=jobs,proto3" json:"jobs,omitempty"` // job actors now running on the server
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostAck) Reset() {
+	*x = HostAck{}
+	mi := &file_actors_pb_messages_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostAck) ProtoMessage() {}
+
+func (x *HostAck) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_pb_messages_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostAck.ProtoReflect.Descriptor instead.
+func (*HostAck) Descriptor() ([]byte, []int) {
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *HostAck) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *HostAck) GetJobs() uint32 {
+	if x != nil {
+		return x.Jobs
+	}
+	return 0
+}
+
 var File_actors_pb_messages_proto protoreflect.FileDescriptor
 
 const file_actors_pb_messages_proto_rawDesc = "" +
@@ -814,19 +1704,43 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\x18actors/pb/messages.proto\x12\rpollux.actors\"/\n" +
 	"\x03Ref\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"g\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\x86\x01\n" +
 	"\x06Assign\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12)\n" +
-	"\x04runs\x18\x03 \x03(\v2\x15.pollux.actors.RunJobR\x04runs\"Q\n" +
+	"\x04runs\x18\x03 \x03(\v2\x15.pollux.actors.RunJobR\x04runs\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x04 \x01(\tR\tclusterId\"\xc6\x01\n" +
 	"\tAssignAck\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\x04R\n" +
-	"generation\"\xff\x03\n" +
+	"generation\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x05 \x01(\tR\tclusterId\x12\x12\n" +
+	"\x04term\x18\x06 \x01(\x04R\x04term\x12,\n" +
+	"\x04runs\x18\a \x03(\v2\x18.pollux.actors.RunStatusR\x04runs\"\xfe\x01\n" +
+	"\tRunStatus\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x12\n" +
+	"\x04gpus\x18\x03 \x03(\rR\x04gpus\x12\x14\n" +
+	"\x05alive\x18\x04 \x01(\rR\x05alive\x12\x18\n" +
+	"\apending\x18\x05 \x01(\bR\apending\x12\x1a\n" +
+	"\bstopping\x18\x06 \x01(\bR\bstopping\x12\x12\n" +
+	"\x04done\x18\a \x01(\bR\x04done\x12/\n" +
+	"\x05exits\x18\b \x03(\v2\x19.pollux.actors.WorkerExitR\x05exits\x12\x18\n" +
+	"\arefused\x18\t \x01(\tR\arefused\"\x89\x01\n" +
+	"\n" +
+	"WorkerExit\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\rR\x04rank\x12\x1b\n" +
+	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
+	"\x06signal\x18\x03 \x01(\tR\x06signal\x12\x1c\n" +
+	"\trequested\x18\x04 \x01(\bR\trequested\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"\xff\x03\n" +
 	"\x06RunJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12 \n" +
@@ -866,7 +1780,9 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\tlocal_bsz\x18\v \x01(\rR\blocalBsz\x12\x1f\n" +
 	"\vaccum_steps\x18\f \x01(\rR\n" +
 	"accumSteps\x12\x12\n" +
-	"\x04done\x18\r \x01(\bR\x04done\"\xd3\x01\n" +
+	"\x04done\x18\r \x01(\bR\x04done\"F\n" +
+	"\rWorkerReports\x125\n" +
+	"\areports\x18\x01 \x03(\v2\x1b.pollux.actors.WorkerReportR\areports\"\xd3\x01\n" +
 	"\fWorkerExited\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12 \n" +
@@ -892,7 +1808,61 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\x04gpus\x18\x03 \x03(\rR\x04gpus\x12\x14\n" +
 	"\x05alive\x18\x04 \x01(\rR\x05alive\x12\x1a\n" +
 	"\bstopping\x18\x05 \x01(\bR\bstopping\x12\x18\n" +
-	"\apending\x18\x06 \x01(\bR\apendingB\x12Z\x10pollux/actors/pbb\x06proto3"
+	"\apending\x18\x06 \x01(\bR\apending\"\x94\x04\n" +
+	"\x03Bid\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x18\n" +
+	"\asession\x18\x03 \x01(\x04R\asession\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\x12\x1b\n" +
+	"\thas_model\x18\x05 \x01(\bR\bhasModel\x12\x16\n" +
+	"\x06params\x18\x06 \x03(\x01R\x06params\x12\x19\n" +
+	"\bhas_grad\x18\a \x01(\bR\ahasGrad\x12\x19\n" +
+	"\bgrad_sqr\x18\b \x01(\x01R\agradSqr\x12\x19\n" +
+	"\bgrad_var\x18\t \x01(\x01R\agradVar\x12#\n" +
+	"\rmost_profiled\x18\n" +
+	" \x01(\rR\fmostProfiled\x122\n" +
+	"\x06single\x18\v \x03(\v2\x1a.pollux.actors.BatchChoiceR\x06single\x120\n" +
+	"\x05multi\x18\f \x03(\v2\x1a.pollux.actors.BatchChoiceR\x05multi\x124\n" +
+	"\aunacked\x18\r \x03(\v2\x1a.pollux.actors.MeasurementR\aunacked\x12\x12\n" +
+	"\x04done\x18\x0e \x01(\bR\x04done\x12\x16\n" +
+	"\x06failed\x18\x0f \x01(\bR\x06failed\x12\x18\n" +
+	"\afailure\x18\x10 \x01(\tR\afailure\x12\x18\n" +
+	"\areports\x18\x11 \x01(\x04R\areports\"_\n" +
+	"\vBatchChoice\x12\x1b\n" +
+	"\tlocal_bsz\x18\x01 \x01(\rR\blocalBsz\x12\x1f\n" +
+	"\vaccum_steps\x18\x02 \x01(\rR\n" +
+	"accumSteps\x12\x12\n" +
+	"\x04gain\x18\x03 \x01(\x01R\x04gain\"\xaa\x01\n" +
+	"\vMeasurement\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x125\n" +
+	"\aprofile\x18\x03 \x03(\v2\x1b.pollux.actors.ProfilePointR\aprofile\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\rR\x05epoch\x12\x1a\n" +
+	"\bprogress\x18\x05 \x01(\x01R\bprogress\"\xaf\x01\n" +
+	"\fProfilePoint\x12\x14\n" +
+	"\x05nodes\x18\x01 \x01(\rR\x05nodes\x12\x1a\n" +
+	"\breplicas\x18\x02 \x01(\rR\breplicas\x12\x1b\n" +
+	"\tlocal_bsz\x18\x03 \x01(\rR\blocalBsz\x12\x1d\n" +
+	"\n" +
+	"accum_time\x18\x04 \x01(\x01R\taccumTime\x12\x1b\n" +
+	"\tstep_time\x18\x05 \x01(\x01R\bstepTime\x12\x14\n" +
+	"\x05count\x18\x06 \x01(\x04R\x05count\"\x9e\x01\n" +
+	"\bHostJobs\x12\x12\n" +
+	"\x04term\x18\x01 \x01(\x04R\x04term\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\x120\n" +
+	"\tallocator\x18\x03 \x01(\v2\x12.pollux.actors.RefR\tallocator\x12,\n" +
+	"\x04jobs\x18\x04 \x03(\v2\x18.pollux.actors.HostedJobR\x04jobs\"\x8b\x01\n" +
+	"\tHostedJob\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x18\n" +
+	"\asession\x18\x03 \x01(\x04R\asession\x12\x14\n" +
+	"\x05nodes\x18\x04 \x01(\rR\x05nodes\x12\x1a\n" +
+	"\breplicas\x18\x05 \x01(\rR\breplicas\"5\n" +
+	"\aHostAck\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\x12\x12\n" +
+	"\x04jobs\x18\x02 \x01(\rR\x04jobsB\x12Z\x10pollux/actors/pbb\x06proto3"
 
 var (
 	file_actors_pb_messages_proto_rawDescOnce sync.Once
@@ -906,27 +1876,46 @@ func file_actors_pb_messages_proto_rawDescGZIP() []byte {
 	return file_actors_pb_messages_proto_rawDescData
 }
 
-var file_actors_pb_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_actors_pb_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_actors_pb_messages_proto_goTypes = []any{
 	(*Ref)(nil),           // 0: pollux.actors.Ref
 	(*Assign)(nil),        // 1: pollux.actors.Assign
 	(*AssignAck)(nil),     // 2: pollux.actors.AssignAck
-	(*RunJob)(nil),        // 3: pollux.actors.RunJob
-	(*WorkerReport)(nil),  // 4: pollux.actors.WorkerReport
-	(*WorkerExited)(nil),  // 5: pollux.actors.WorkerExited
-	(*StatusRequest)(nil), // 6: pollux.actors.StatusRequest
-	(*NodeStatus)(nil),    // 7: pollux.actors.NodeStatus
-	(*RunningJob)(nil),    // 8: pollux.actors.RunningJob
+	(*RunStatus)(nil),     // 3: pollux.actors.RunStatus
+	(*WorkerExit)(nil),    // 4: pollux.actors.WorkerExit
+	(*RunJob)(nil),        // 5: pollux.actors.RunJob
+	(*WorkerReport)(nil),  // 6: pollux.actors.WorkerReport
+	(*WorkerReports)(nil), // 7: pollux.actors.WorkerReports
+	(*WorkerExited)(nil),  // 8: pollux.actors.WorkerExited
+	(*StatusRequest)(nil), // 9: pollux.actors.StatusRequest
+	(*NodeStatus)(nil),    // 10: pollux.actors.NodeStatus
+	(*RunningJob)(nil),    // 11: pollux.actors.RunningJob
+	(*Bid)(nil),           // 12: pollux.actors.Bid
+	(*BatchChoice)(nil),   // 13: pollux.actors.BatchChoice
+	(*Measurement)(nil),   // 14: pollux.actors.Measurement
+	(*ProfilePoint)(nil),  // 15: pollux.actors.ProfilePoint
+	(*HostJobs)(nil),      // 16: pollux.actors.HostJobs
+	(*HostedJob)(nil),     // 17: pollux.actors.HostedJob
+	(*HostAck)(nil),       // 18: pollux.actors.HostAck
 }
 var file_actors_pb_messages_proto_depIdxs = []int32{
-	3, // 0: pollux.actors.Assign.runs:type_name -> pollux.actors.RunJob
-	0, // 1: pollux.actors.RunJob.owner:type_name -> pollux.actors.Ref
-	8, // 2: pollux.actors.NodeStatus.jobs:type_name -> pollux.actors.RunningJob
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	5,  // 0: pollux.actors.Assign.runs:type_name -> pollux.actors.RunJob
+	3,  // 1: pollux.actors.AssignAck.runs:type_name -> pollux.actors.RunStatus
+	4,  // 2: pollux.actors.RunStatus.exits:type_name -> pollux.actors.WorkerExit
+	0,  // 3: pollux.actors.RunJob.owner:type_name -> pollux.actors.Ref
+	6,  // 4: pollux.actors.WorkerReports.reports:type_name -> pollux.actors.WorkerReport
+	11, // 5: pollux.actors.NodeStatus.jobs:type_name -> pollux.actors.RunningJob
+	13, // 6: pollux.actors.Bid.single:type_name -> pollux.actors.BatchChoice
+	13, // 7: pollux.actors.Bid.multi:type_name -> pollux.actors.BatchChoice
+	14, // 8: pollux.actors.Bid.unacked:type_name -> pollux.actors.Measurement
+	15, // 9: pollux.actors.Measurement.profile:type_name -> pollux.actors.ProfilePoint
+	0,  // 10: pollux.actors.HostJobs.allocator:type_name -> pollux.actors.Ref
+	17, // 11: pollux.actors.HostJobs.jobs:type_name -> pollux.actors.HostedJob
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_actors_pb_messages_proto_init() }
@@ -940,7 +1929,7 @@ func file_actors_pb_messages_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_pb_messages_proto_rawDesc), len(file_actors_pb_messages_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -88,6 +88,33 @@ func DevBundleHosts(dir string, servers, agents []string, hosts map[string][]str
 	return b, nil
 }
 
+// Add issues one more certificate of the bundle's CA, for a process
+// started after the bundle was made (a server added to a running
+// cluster), valid for loopback and hosts. It refuses a name the bundle
+// already holds.
+func (b *Bundle) Add(role Role, name string, hosts []string) error {
+	id := Identity{role, name}
+	if err := id.Validate(); err != nil {
+		return err
+	}
+	if _, dup := b.roles[name]; dup {
+		return fmt.Errorf("%w: %q named twice", ErrBadName, name)
+	}
+	ca, err := LoadCA(b.CA, filepath.Join(b.Dir, CAKeyFile))
+	if err != nil {
+		return err
+	}
+	is, err := ca.Issue(CertRequest{Identity: id, Hosts: hosts})
+	if err != nil {
+		return err
+	}
+	if _, _, err := WriteIssued(b.Dir, id, is); err != nil {
+		return err
+	}
+	b.roles[name] = role
+	return nil
+}
+
 // Files returns the certificate and key paths of a name of the bundle.
 func (b *Bundle) Files(name string) (cert, key string, err error) {
 	r, ok := b.roles[name]

@@ -621,6 +621,34 @@ func TestDevBundleHosts(t *testing.T) {
 	}
 }
 
+// TestBundleAdd: a certificate issued later by the bundle's CA is
+// trusted with the others and names its extra hosts; a name already in
+// the bundle is refused.
+func TestBundleAdd(t *testing.T) {
+	b, err := DevBundle(t.TempDir(), []string{"s0"}, []string{"a0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Add(RoleServer, "s9", []string{"10.77.0.9"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.Credentials("s9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Identity != (Identity{RoleServer, "s9"}) || c.Cert.Leaf.VerifyHostname("10.77.0.9") != nil {
+		t.Errorf("added certificate: %v", c.Identity)
+	}
+	if _, err := c.Cert.Leaf.Verify(x509.VerifyOptions{Roots: c.Pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		t.Errorf("added certificate not of the bundle's CA: %v", err)
+	}
+	for _, name := range []string{"s0", "a0", DevClient, "s9"} {
+		if err := b.Add(RoleServer, name, nil); !errors.Is(err, ErrBadName) {
+			t.Errorf("adding %q again: %v, want ErrBadName", name, err)
+		}
+	}
+}
+
 // FuzzIdentityOf reads identities from URIs as a peer's (unverified)
 // certificate may carry them: never a panic, and an accepted identity
 // is valid and round-trips.

@@ -33,6 +33,7 @@ func init() { subcommands = append(subcommands, newAgentCmd) }
 // agentOpts are the flags of `pollux agent`.
 type agentOpts struct {
 	name, bind, rack, logLevel  string
+	dataDir                     string
 	join                        []string
 	gossipPort, actorPort, gpus int
 	cpuSlots                    int
@@ -88,6 +89,8 @@ func newAgentCmd() *cobra.Command {
 	f.BoolVar(&o.fast, "fast-gossip", false, "sub-second failure detection (loopback and test clusters)")
 	f.Float64Var(&o.timeScale, "time-scale", 1, "time scale of emulated workers (simulated seconds per real second)")
 	f.DurationVar(&o.restartCost, "restart-cost", 30*time.Second, "simulated start-up time of emulated workers")
+	f.StringVar(&o.dataDir, "data-dir", "", "directory of the agent's fencing state (the newest term, generation and job "+
+		"incarnations it accepted), so a restarted agent never reruns an old incarnation; empty: kept in memory only")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringSliceVar(&o.workerExec, "worker-exec", nil, "program (and leading arguments) that runs `pollux worker` (default: this binary)")
 	_ = f.MarkHidden("worker-exec")
@@ -166,8 +169,13 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 	rem.Start()
 	defer rem.Shutdown(false)
 
+	if o.dataDir != "" {
+		if err := os.MkdirAll(o.dataDir, 0o755); err != nil {
+			return badInput(fmt.Errorf("agent: --data-dir: %w", err))
+		}
+	}
 	nd, err := node.Start(sys, node.Config{
-		Name: o.name, GPUs: gpus, CPUSlots: slots, Grace: o.grace, ReportListen: net.JoinHostPort(o.bind, "0"), Logger: log,
+		Name: o.name, GPUs: gpus, CPUSlots: slots, Grace: o.grace, ReportListen: net.JoinHostPort(o.bind, "0"), DataDir: o.dataDir, Logger: log,
 		ReportTLS: reportTLS, ReportCA: sec.caPath,
 		Emulator: func(app string) []string {
 			return append(append([]string(nil), workerExec...), "worker", "--emulate", app,
@@ -234,7 +242,7 @@ func joinUntil(ctx context.Context, m *cluster.Membership, addrs []string, log *
 // drainEvents logs membership changes until the membership shuts down.
 func drainEvents(m *cluster.Membership, log *slog.Logger) {
 	for ev := range m.Events() {
-		log.Debug("agent: membership", "event", ev.Kind.String(), "member", ev.Member.Name, "role", ev.Member.Meta.Role)
+		log.Debug("membership", "event", ev.Kind.String(), "member", ev.Member.Name, "role", ev.Member.Meta.Role)
 	}
 }
 

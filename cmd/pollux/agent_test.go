@@ -24,6 +24,7 @@ import (
 	"pollux/actors/pb"
 	"pollux/cluster"
 	"pollux/testbed/emulator"
+	"pollux/testbed/launch"
 )
 
 // TestPolluxProcess is not a test: agent tests re-execute the test binary
@@ -108,7 +109,11 @@ type ownerActor struct{ got chan any }
 
 func (o *ownerActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *pb.WorkerReport, *pb.WorkerExited:
+	case *pb.WorkerReports:
+		for _, r := range m.Reports {
+			o.got <- r
+		}
+	case *pb.WorkerExited:
 		o.got <- m
 	}
 }
@@ -171,6 +176,7 @@ func (c *controller) waitMember(name string, kind cluster.EventKind) cluster.Mem
 
 func (c *controller) assign(actorAddr string, a *pb.Assign) *pb.AssignAck {
 	c.t.Helper()
+	a.ClusterId, a.Term = "test-cluster", 1
 	res, err := c.sys.Root.RequestFuture(actor.NewPID(actorAddr, node.ActorName), a, 10*time.Second).Result()
 	if err != nil {
 		c.t.Fatal(err)
@@ -275,6 +281,59 @@ func TestKilledAgentTakesItsWorkersAlong(t *testing.T) {
 			t.Fatal("workers outlived their killed agent")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRestartedAgentGetsNoStaleAssignment: what a server sent to an
+// agent while it was down is dropped, not delivered once the agent is
+// back at the same address (protoactor's remote holds messages through
+// its connection retries unless told not to). Delivered, the old
+// assignment would be the first the restarted agent sees, newer than its
+// fencing state on disk, and it would start a job the control plane has
+// cancelled or moved since (pollux chaos saw exactly that).
+func TestRestartedAgentGetsNoStaleAssignment(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts agent processes")
+	}
+	c := newController(t)
+	ports, err := launch.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	args := []string{"--gpus", "2", "--time-scale", "1", "--restart-cost", "0s", "--data-dir", data,
+		"--actor-port", strconv.Itoa(ports[0]), "--join", c.members.Addr()}
+	agent, ready := startAgent(t, "a4", args...)
+	if ack := c.assign(ready.Actor, &pb.Assign{Generation: 1}); !ack.Ok {
+		t.Fatal(ack.Error)
+	}
+	if err := agent.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = agent.Wait()
+	// While the agent is down, the leader keeps assigning it a job (a
+	// round every 200 ms); then the job is cancelled, and the agent
+	// restarts.
+	job := "stale-check-" + strconv.Itoa(os.Getpid())
+	pid := actor.NewPID(ready.Actor, node.ActorName)
+	for gen := uint64(2); gen < 7; gen++ {
+		c.sys.Root.Send(pid, &pb.Assign{ClusterId: "test-cluster", Term: 1, Generation: gen,
+			Runs: []*pb.RunJob{emulatedRun(c, job, 2, t.TempDir())}})
+		time.Sleep(200 * time.Millisecond)
+	}
+	_, ready = startAgent(t, "a4", args...)
+	// protoactor retries a connection five times, two seconds apart:
+	// anything it held would have arrived by now.
+	deadline := time.Now().Add(11 * time.Second)
+	for time.Now().Before(deadline) {
+		if pids := processesWithEnv("POLLUX_JOB_ID=" + job); len(pids) > 0 {
+			t.Fatalf("the restarted agent started workers %v of an assignment sent while it was down", pids)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ack := c.assign(ready.Actor, &pb.Assign{Generation: 8})
+	if !ack.Ok || len(ack.Runs) != 0 {
+		t.Errorf("the restarted agent's ack of a fresh assignment: %v", ack)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -42,6 +43,29 @@ type allocatorReport struct {
 	Evaluations    int     `json:"evaluations"`
 	// With --compare, the baselines on the first round's snapshot.
 	Compare *allocatorCompare `json:"compare,omitempty"`
+	// Racks and CrossRackRatio describe the topology (--racks);
+	// Hierarchical reports that the rounds were searched rack by rack.
+	Racks          int     `json:"racks"`
+	CrossRackRatio float64 `json:"cross_rack_ratio,omitempty"`
+	Hierarchical   bool    `json:"hierarchical"`
+	// With --compare-flat, the flat search on the same first snapshot and
+	// its own chain of rounds.
+	CompareFlat *flatCompare `json:"compare_flat,omitempty"`
+}
+
+// flatCompare is the flat search's figures next to the hierarchical ones.
+type flatCompare struct {
+	MedianS      float64 `json:"median_round_s"`
+	P95S         float64 `json:"p95_round_s"`
+	MaxS         float64 `json:"max_round_s"`
+	Fitness      float64 `json:"fitness"`
+	FirstFitness float64 `json:"first_round_fitness"`
+	// FitnessRatio is hierarchical / flat fitness (last round),
+	// FirstFitnessRatio the same on the first round (the very same
+	// snapshot), TimeRatio hierarchical / flat median round time.
+	FitnessRatio      float64 `json:"fitness_ratio"`
+	FirstFitnessRatio float64 `json:"first_round_fitness_ratio"`
+	TimeRatio         float64 `json:"time_ratio"`
 }
 
 type allocatorCompare struct {
@@ -66,6 +90,9 @@ type allocatorOpts struct {
 	seed                               uint64
 	snapshots                          string
 	compare, asJSON                    bool
+	racks                              int
+	crossRackRatio                     float64
+	compareFlat                        bool
 	// Sia-scale mode.
 	siaScale                      int
 	siaDir, siaPolicies, workload string
@@ -83,7 +110,13 @@ jobs (default G/2) of mixed kinds and sizes, and times --rounds warm-started
 rounds (each round starts from the previous round's population, and the
 previous round's allocation becomes the current one). --compare also runs
 the reference-shaped GA (population 100 x 100 generations on dense
-matrices; slow) and the greedy baseline on the first round.
+matrices; slow) and the greedy baseline on the first round. --racks R puts
+the nodes into R racks of consecutive nodes (--cross-rack-ratio X: a
+placement across racks synchronises X times slower); Pollux then searches
+rack by rack when the cluster has at least 8 racks and the round at least
+128 jobs. --compare-flat times the search rack by rack and the flat
+search over the whole cluster, each over its own chain of --rounds rounds
+from the same first snapshot.
 
 Sia-scale mode (--sia-scale N): replays Sia's scale workload (every Helios job
 issued N times; N = 1 replays the saturn workload itself) on Sia's 64-GPU
@@ -120,8 +153,14 @@ artifact's own figures.`,
 			if o.jobs == 0 {
 				o.jobs = max(1, o.gpus/2)
 			}
-			if o.perNode < 1 || o.jobs < 1 || o.rounds < 1 {
-				return badInput(fmt.Errorf("--gpus-per-node %d, --jobs %d, --rounds %d: all must be at least 1", o.perNode, o.jobs, o.rounds))
+			if o.perNode < 1 || o.jobs < 1 || o.rounds < 1 || o.racks < 1 {
+				return badInput(fmt.Errorf("--gpus-per-node %d, --jobs %d, --rounds %d, --racks %d: all must be at least 1", o.perNode, o.jobs, o.rounds, o.racks))
+			}
+			if !(o.crossRackRatio >= 1) || math.IsInf(o.crossRackRatio, 0) {
+				return badInput(fmt.Errorf("--cross-rack-ratio %v: want a finite ratio of at least 1", o.crossRackRatio))
+			}
+			if o.compareFlat && o.racks < 2 {
+				return badInput(fmt.Errorf("--compare-flat needs --racks of at least 2"))
 			}
 			rep, err := benchAllocatorSynthetic(o)
 			if err != nil {
@@ -140,6 +179,9 @@ artifact's own figures.`,
 	f.IntVar(&o.rounds, "rounds", 5, "warm-started rounds to time")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the synthetic cluster and of the first round")
 	f.BoolVar(&o.compare, "compare", false, "also run the reference-shaped GA and the greedy baseline on the first round")
+	f.IntVar(&o.racks, "racks", 1, "racks of consecutive nodes (synthetic mode)")
+	f.Float64Var(&o.crossRackRatio, "cross-rack-ratio", optimizer.DefaultCrossRackRatio, "how many times slower synchronising across racks is than within one (with --racks)")
+	f.BoolVar(&o.compareFlat, "compare-flat", false, "time the search rack by rack and the flat search, each over its own rounds (needs --racks)")
 	f.StringVar(&o.snapshots, "snapshots", "", "directory of artifact snapshots (snapshot mode)")
 	f.IntVar(&o.seeds, "seeds", 5, "seeds per snapshot (snapshot mode)")
 	f.BoolVar(&o.asJSON, "json", false, "print one JSON object on stdout")
@@ -162,7 +204,16 @@ func benchAllocatorSynthetic(o allocatorOpts) (*allocatorReport, error) {
 	if err != nil {
 		return nil, badInput(err)
 	}
-	rep := &allocatorReport{GPUs: o.gpus, GPUsPerNode: o.perNode, Nodes: len(snap.Nodes), Jobs: o.jobs, Rounds: o.rounds, Seed: o.seed}
+	rep := &allocatorReport{GPUs: o.gpus, GPUsPerNode: o.perNode, Nodes: len(snap.Nodes), Jobs: o.jobs, Rounds: o.rounds, Seed: o.seed, Racks: o.racks}
+	if o.racks > 1 {
+		if err := optimizer.AssignRacks(snap, o.racks); err != nil {
+			return nil, badInput(fmt.Errorf("--racks: %w", err))
+		}
+		snap.CrossRackRatio = o.crossRackRatio
+		rep.CrossRackRatio = o.crossRackRatio
+	}
+	first := *snap
+	first.Jobs = slices.Clone(snap.Jobs)
 	if o.compare {
 		rep.Compare = &allocatorCompare{}
 		for _, p := range []optimizer.Policy{optimizer.NewRefGA(), optimizer.NewGreedy()} {
@@ -180,32 +231,68 @@ func benchAllocatorSynthetic(o allocatorOpts) (*allocatorReport, error) {
 		}
 	}
 	pol := optimizer.NewPollux()
-	var prev *optimizer.State
-	times := make([]float64, 0, o.rounds)
-	for r := 0; r < o.rounds; r++ {
-		snap.Seed = o.seed + uint64(r)
-		start := time.Now()
-		res, err := pol.Allocate(snap, prev)
+	if o.compareFlat {
+		pol.Hierarchy = optimizer.HierarchyRacks
+	}
+	rep.Hierarchical = pol.Hierarchical(snap)
+	ch, err := runChain(pol, snap, o.seed, o.rounds)
+	if err != nil {
+		return nil, err
+	}
+	rep.MedianS, rep.P95S, rep.MaxS = ch.median, ch.p95, ch.max
+	rep.FirstFitness, rep.CurrentFitness, rep.Fitness = ch.first.Diagnostics.Fitness, ch.first.Diagnostics.CurrentFitness, ch.last.Diagnostics.Fitness
+	rep.Generations, rep.Evaluations, rep.Population = ch.last.Diagnostics.Generations, ch.last.Diagnostics.Evaluations, len(ch.last.State.Population)
+	if o.compareFlat {
+		flat := optimizer.NewPollux()
+		flat.Hierarchy = optimizer.HierarchyFlat
+		fc, err := runChain(flat, &first, o.seed, o.rounds)
 		if err != nil {
 			return nil, err
 		}
+		rep.CompareFlat = &flatCompare{MedianS: fc.median, P95S: fc.p95, MaxS: fc.max,
+			Fitness: fc.last.Diagnostics.Fitness, FirstFitness: fc.first.Diagnostics.Fitness,
+			FitnessRatio:      rep.Fitness / fc.last.Diagnostics.Fitness,
+			FirstFitnessRatio: rep.FirstFitness / fc.first.Diagnostics.Fitness,
+			TimeRatio:         rep.MedianS / fc.median,
+		}
+	}
+	return rep, nil
+}
+
+// chain is a run of warm-started rounds: the first and last results and
+// the round times' median, p95 and largest.
+type chain struct {
+	first, last      optimizer.Result
+	median, p95, max float64
+}
+
+// runChain runs rounds rounds of pol from snap (modified: each round's
+// allocation becomes the next one's current allocation), round r with
+// seed seed+r, and times them.
+func runChain(pol optimizer.Policy, snap *optimizer.Snapshot, seed uint64, rounds int) (chain, error) {
+	var ch chain
+	var prev *optimizer.State
+	times := make([]float64, 0, rounds)
+	for r := 0; r < rounds; r++ {
+		snap.Seed = seed + uint64(r)
+		start := time.Now()
+		res, err := pol.Allocate(snap, prev)
+		if err != nil {
+			return ch, err
+		}
 		times = append(times, time.Since(start).Seconds())
 		if r == 0 {
-			rep.FirstFitness = res.Diagnostics.Fitness
-			rep.CurrentFitness = res.Diagnostics.CurrentFitness
+			ch.first = res
 		}
-		rep.Fitness = res.Diagnostics.Fitness
-		rep.Generations = res.Diagnostics.Generations
-		rep.Evaluations = res.Diagnostics.Evaluations
-		rep.Population = len(res.State.Population)
+		ch.last = res
 		prev = res.State
 		advanceRound(snap, res.Placements)
 	}
 	slices.Sort(times)
-	rep.MedianS = stat.Quantile(0.5, stat.Empirical, times, nil)
-	rep.P95S = stat.Quantile(0.95, stat.Empirical, times, nil)
-	rep.MaxS = times[len(times)-1]
-	return rep, nil
+	ch.median = stat.Quantile(0.5, stat.Empirical, times, nil)
+	ch.p95 = stat.Quantile(0.95, stat.Empirical, times, nil)
+	ch.max = times[len(times)-1]
+	return ch, nil
 }
 
 // advanceRound moves snap one 60 s interval on: the allocation becomes current,
@@ -226,9 +313,17 @@ func advanceRound(snap *optimizer.Snapshot, alloc []optimizer.Placement) {
 
 func printAllocator(w io.Writer, rep *allocatorReport) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "GPUs\tnodes\tjobs\trounds\tmedian s\tp95 s\tfitness\tfirst round\tcurrent\n")
-	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%.4f\t%.4f\t%.5f\t%.5f\t%.5f\n", rep.GPUs, rep.Nodes, rep.Jobs, rep.Rounds,
-		rep.MedianS, rep.P95S, rep.Fitness, rep.FirstFitness, rep.CurrentFitness)
+	fmt.Fprintf(tw, "GPUs\tnodes\tracks\tjobs\trounds\tsearch\tmedian s\tp95 s\tfitness\tfirst round\tcurrent\n")
+	search := "flat"
+	if rep.Hierarchical {
+		search = "by rack"
+	}
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%s\t%.4f\t%.4f\t%.5f\t%.5f\t%.5f\n", rep.GPUs, rep.Nodes, rep.Racks, rep.Jobs, rep.Rounds,
+		search, rep.MedianS, rep.P95S, rep.Fitness, rep.FirstFitness, rep.CurrentFitness)
+	if c := rep.CompareFlat; c != nil {
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\tflat\t%.4f\t%.4f\t%.5f\t%.5f\t%.5f\n", rep.GPUs, rep.Nodes, rep.Racks, rep.Jobs, rep.Rounds,
+			c.MedianS, c.P95S, c.Fitness, c.FirstFitness, rep.CurrentFitness)
+	}
 	if c := rep.Compare; c != nil {
 		fmt.Fprintf(tw, "\nfirst round\tfitness\ttime s\n")
 		fmt.Fprintf(tw, "reference GA\t%.5f\t%.3f\n", c.ReferenceGAFitness, c.ReferenceGAS)

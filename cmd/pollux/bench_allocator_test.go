@@ -69,11 +69,57 @@ func TestBenchAllocatorBadInput(t *testing.T) {
 		{"--gpus", "8", "--rounds", "0"},
 		{"--snapshots", t.TempDir()},
 		{"--snapshots", t.TempDir(), "--seeds", "0"},
+		{"--gpus", "64", "--racks", "0"},
+		{"--gpus", "64", "--racks", "17"},
+		{"--gpus", "64", "--compare-flat"},
+		{"--gpus", "64", "--racks", "4", "--cross-rack-ratio", "0.5"},
 	} {
 		if _, err := runAllocatorBench(t, args...); err == nil {
 			t.Errorf("%v: no error", args)
 		} else if _, ok := err.(usageError); !ok {
 			t.Errorf("%v: %v is not a usage error", args, err)
 		}
+	}
+}
+
+// With racks, the report names them, says whether the search went rack
+// by rack, and --compare-flat adds the flat search's figures.
+func TestBenchAllocatorRacks(t *testing.T) {
+	out, err := runAllocatorBench(t, "--gpus", "256", "--racks", "8", "--rounds", "2", "--compare-flat", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Racks        int     `json:"racks"`
+		Ratio        float64 `json:"cross_rack_ratio"`
+		Hierarchical bool    `json:"hierarchical"`
+		Fitness      float64 `json:"fitness"`
+		MedianS      float64 `json:"median_round_s"`
+		Flat         *struct {
+			Fitness      float64 `json:"fitness"`
+			MedianS      float64 `json:"median_round_s"`
+			FitnessRatio float64 `json:"fitness_ratio"`
+			TimeRatio    float64 `json:"time_ratio"`
+		} `json:"compare_flat"`
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if rep.Racks != 8 || rep.Ratio != 2 || !rep.Hierarchical || rep.Flat == nil {
+		t.Fatalf("report %s", out)
+	}
+	if !(rep.Flat.Fitness > 0) || rep.Flat.FitnessRatio != rep.Fitness/rep.Flat.Fitness || rep.Flat.TimeRatio != rep.MedianS/rep.Flat.MedianS {
+		t.Errorf("flat figures %s", out)
+	}
+	// Without --racks: one rack, the flat search.
+	out, err = runAllocatorBench(t, "--gpus", "64", "--rounds", "1", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Racks != 1 || rep.Hierarchical {
+		t.Errorf("one rack: %s", out)
 	}
 }

@@ -60,7 +60,7 @@ func TestDiskFull(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	c, err := launch.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir, Servers: 3, Agents: 0,
+	c, err := launch.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir, Servers: 3, NoAgents: true,
 		Interval: 500 * time.Millisecond, LogLevel: "warn", DataSize: 16 << 20, Observe: true, Scenario: "disk-full"})
 	if err != nil {
 		t.Fatal(err)

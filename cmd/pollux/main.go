@@ -26,6 +26,16 @@ func (e usageError) Unwrap() error { return e.err }
 // badInput wraps err so that the command exits with status 2.
 func badInput(err error) error { return usageError{err: err} }
 
+// exactArgs is cobra.ExactArgs with a wrong count as bad input.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
+			return badInput(err)
+		}
+		return nil
+	}
+}
+
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "pollux",

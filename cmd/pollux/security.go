@@ -128,12 +128,27 @@ func (s *security) raftTLS() (*consensus.TLS, error) {
 	return &consensus.TLS{Server: srv, Client: cli}, nil
 }
 
-// remoteOptions secure protoactor's gRPC transport: TLS credentials on
-// the dialer and the listener (a refused handshake is logged naming the
-// peer), and a bound on the handshake.
+// dropWhileUnreachable makes protoactor's remote give up on a peer it
+// cannot connect to after one attempt, dropping what was sent to it
+// meanwhile, instead of holding the messages through up to five
+// attempts (about ten seconds) and delivering them all once the peer is
+// back. A node agent restarted within that time would otherwise receive
+// the assignments sent while it was down, oldest first, and act on
+// them: its fencing state on disk predates them all, so it would start
+// the workers of a job cancelled (or moved) in the meantime before the
+// newer assignments stop them again (pollux chaos found it: a worker
+// started five seconds after its job's cancel was acknowledged). The
+// protocol needs no redelivery: every message is repeated or reconciled
+// within a round (docs/control-plane.md).
+func dropWhileUnreachable(c *remote.Config) { c.MaxRetryCount = 1 }
+
+// remoteOptions configure protoactor's gRPC transport: no redelivery
+// to an unreachable peer (dropWhileUnreachable), and unless insecure,
+// TLS credentials on the dialer and the listener (a refused handshake is
+// logged naming the peer) and a bound on the handshake.
 func (s *security) remoteOptions(log *slog.Logger) ([]remote.ConfigOption, error) {
 	if s.creds == nil {
-		return nil, nil
+		return []remote.ConfigOption{dropWhileUnreachable}, nil
 	}
 	srv, err1 := s.creds.ServerConfig(pki.ChannelActor)
 	cli, err2 := s.creds.ClientConfig(pki.ChannelActor)
@@ -141,6 +156,7 @@ func (s *security) remoteOptions(log *slog.Logger) ([]remote.ConfigOption, error
 		return nil, err
 	}
 	return []remote.ConfigOption{
+		dropWhileUnreachable,
 		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(cli))),
 		remote.WithServerOptions(grpc.Creds(loggedCreds{credentials.NewTLS(srv), log}), grpc.ConnectionTimeout(pki.DefaultHandshakeTimeout)),
 	}, nil

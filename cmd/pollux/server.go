@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +22,7 @@ import (
 
 	"pollux/actors/api"
 	"pollux/actors/control"
+	"pollux/actors/job"
 	"pollux/cluster"
 	"pollux/cluster/pki"
 	"pollux/consensus"
@@ -33,7 +36,7 @@ type serverOpts struct {
 	join                                                             []string
 	gossipPort, actorPort, maxFailures                               int
 	bootstrap, fast                                                  bool
-	interval, nodeGrace                                              time.Duration
+	interval, nodeGrace, retain                                      time.Duration
 	timeScale                                                        float64
 	sec                                                              securityOpts
 }
@@ -54,11 +57,14 @@ func newServerCmd() *cobra.Command {
 		Short: "Run one control-plane server: Raft member, gossip member, allocator and HTTP API",
 		Long: "Runs one control-plane server (run 3 or 5): a Raft member of the replicated scheduler state " +
 			"(data in --data-dir), a gossip member, the allocator actor (active on the Raft leader only, every " +
-			"--interval) with its job actors, and the HTTP JSON API on --http (every server answers; followers " +
-			"forward writes to the leader over the Raft port). Every channel runs over mutual TLS with the " +
-			"certificates of --ca, --cert and --key and gossip is encrypted with --gossip-key (docs/security.md); " +
-			"--insecure runs plaintext, for development. --peers lists every server as id=raftaddr=httpaddr; --bootstrap forms the cluster " +
-			"from it (safe to repeat on restart). Prints one JSON line with its addresses on stdout when ready.",
+			"--interval), a job host running the job actors placed on it, and the HTTP JSON API on --http (every " +
+			"server answers; followers forward writes to the leader over the Raft port). Every channel runs over " +
+			"mutual TLS with the certificates of --ca, --cert and --key and gossip is encrypted with --gossip-key " +
+			"(docs/security.md); --insecure runs plaintext, for development. --peers lists every server as " +
+			"id=raftaddr=httpaddr; --bootstrap forms the cluster from it (safe to repeat on restart) and sets the " +
+			"cluster's checkpoint root (--checkpoint-root, which can never change afterwards). A server added later " +
+			"starts without --bootstrap (and --peers), joins the gossip with --join, and is made a voter with " +
+			"`pollux operator raft add-server`. Prints one JSON line with its addresses on stdout when ready.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -74,7 +80,7 @@ func newServerCmd() *cobra.Command {
 	f.StringVar(&o.httpAddr, "http", "127.0.0.1:8080", "HTTP API address (host:port)")
 	f.IntVar(&o.gossipPort, "gossip-port", 0, "gossip port (0: any free port)")
 	f.IntVar(&o.actorPort, "actor-port", 0, "actor port (0: any free port)")
-	f.StringVar(&o.peers, "peers", "", "every server as id=raftaddr=httpaddr, comma-separated (required)")
+	f.StringVar(&o.peers, "peers", "", "every server as id=raftaddr=httpaddr, comma-separated (required with --bootstrap)")
 	f.BoolVar(&o.bootstrap, "bootstrap", false, "form the cluster from --peers (no effect on a server with state)")
 	f.StringSliceVar(&o.join, "join", nil, "gossip addresses (host:port) of members to join")
 	f.BoolVar(&o.fast, "fast-gossip", false, "sub-second failure detection (loopback and test clusters)")
@@ -82,7 +88,10 @@ func newServerCmd() *cobra.Command {
 	f.DurationVar(&o.nodeGrace, "node-grace", 3*time.Second, "how long an agent must be missing from the membership before it is marked dead")
 	f.IntVar(&o.maxFailures, "max-failures", 5, "failed incarnations in a row (without finishing an epoch) after which a job is marked failed; -1: retry forever")
 	f.Float64Var(&o.timeScale, "time-scale", 1, "emulated seconds per real second of the cluster's emulated workers")
-	f.StringVar(&o.ckptRoot, "checkpoint-root", "", "checkpoint root of jobs that name no directory (default DATA-DIR/checkpoints)")
+	f.StringVar(&o.ckptRoot, "checkpoint-root", "", "the cluster's checkpoint root, ROOT/<job id> for jobs that name no directory: a directory "+
+		"every agent reaches (shared storage). Set once when the cluster is bootstrapped; a server started later with another root "+
+		"refuses to run. Without one, jobs must name their checkpoint_dir")
+	f.DurationVar(&o.retain, "retain", 0, "prune finished jobs and dead nodes from the state this long after they finished (0: keep them)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	o.sec.flags(f)
 	return cmd
@@ -121,21 +130,28 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	if err != nil {
 		return badInput(err)
 	}
-	if o.id == "" || o.dataDir == "" || o.peers == "" {
-		return badInput(errors.New("server: --id, --data-dir and --peers are required"))
+	if o.id == "" || o.dataDir == "" {
+		return badInput(errors.New("server: --id and --data-dir are required"))
 	}
-	if !(o.timeScale > 0) || o.interval <= 0 {
-		return badInput(fmt.Errorf("server: --time-scale %v and --interval %v must be positive", o.timeScale, o.interval))
+	if o.bootstrap && o.peers == "" {
+		return badInput(errors.New("server: --bootstrap needs --peers"))
 	}
-	servers, peers, err := serverPeers(o.peers)
-	if err != nil {
-		return badInput(err)
+	if !(o.timeScale > 0) || o.interval <= 0 || o.retain < 0 {
+		return badInput(fmt.Errorf("server: --time-scale %v and --interval %v must be positive, --retain %v not negative", o.timeScale, o.interval, o.retain))
 	}
-	if _, ok := peers[raft.ServerID(o.id)]; !ok {
-		return badInput(fmt.Errorf("server: --peers does not list this server %q", o.id))
+	if o.ckptRoot != "" && !filepath.IsAbs(o.ckptRoot) {
+		return badInput(fmt.Errorf("server: --checkpoint-root %q is not an absolute path", o.ckptRoot))
 	}
-	if o.ckptRoot == "" {
-		o.ckptRoot = filepath.Join(o.dataDir, "checkpoints")
+	var servers []raft.Server
+	httpPeers := map[raft.ServerID]string{}
+	if o.peers != "" {
+		var err error
+		if servers, httpPeers, err = serverPeers(o.peers); err != nil {
+			return badInput(err)
+		}
+		if _, ok := httpPeers[raft.ServerID(o.id)]; !ok {
+			return badInput(fmt.Errorf("server: --peers does not list this server %q", o.id))
+		}
 	}
 	catalog, err := builtin.Catalog()
 	if err != nil {
@@ -166,6 +182,8 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	// Forwarded writes go to the leader's Raft port, at the address Raft
+	// itself knows: a server added later is reached as soon as it leads.
 	srv, err := consensus.OpenDisk(ccfg, filepath.Join(o.dataDir, "raft"), trans, trans.Forwarder())
 	if err != nil {
 		_ = trans.Close()
@@ -198,10 +216,26 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	go drainEvents(members, log)
 	sec.reloadGossipKeys(ctx, members, log)
 
-	httpAPI := api.New(o.id, api.Config{Backend: srv, Apps: catalog.Names(), Logger: log})
+	ctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	if o.bootstrap || o.ckptRoot != "" {
+		go initCluster(ctx, srv, o.ckptRoot, log, fail)
+	}
+
+	stats := &control.Stats{}
+	httpAPI := api.New(o.id, api.Config{Backend: srv, Apps: catalog.Names(), Members: members.Members, Stats: stats, Logger: log})
+	hprops, err := job.NewHost(job.HostConfig{Server: o.id, Store: srv, Logger: log})
+	if err != nil {
+		return err
+	}
+	host, err := sys.Root.SpawnNamed(hprops, job.HostName)
+	if err != nil {
+		return fmt.Errorf("server: spawning job host: %w", err)
+	}
+	defer func() { _ = sys.Root.StopFuture(host).Wait() }()
 	props, err := control.NewAllocator(control.Config{
-		Store: srv, Members: members.Members, Interval: o.interval, CheckpointRoot: o.ckptRoot,
-		TimeScale: o.timeScale, NodeGrace: o.nodeGrace, MaxFailures: o.maxFailures, Logger: log,
+		Store: srv, Server: o.id, Members: members.Members, Interval: o.interval, CheckpointRoot: o.ckptRoot,
+		Retain: o.retain, TimeScale: o.timeScale, NodeGrace: o.nodeGrace, MaxFailures: o.maxFailures, Stats: stats, Logger: log,
 	}, httpAPI.ObserveRound)
 	if err != nil {
 		return err
@@ -233,6 +267,39 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 		go members.KeepJoined(ctx, o.join, time.Second)
 	}
 	<-ctx.Done()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("server: stopping", "err", err)
+		return err
+	}
 	log.Info("server: stopping")
 	return nil
+}
+
+// initCluster sets the cluster's configuration (a random cluster id, the
+// checkpoint root) once a leader can take it; if the cluster already has
+// another checkpoint root it stops the server (fail): the root is the
+// cluster's, set at bootstrap, and jobs' checkpoints are under it.
+func initCluster(ctx context.Context, srv *consensus.Server, root string, log *slog.Logger, fail context.CancelCauseFunc) {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	id := hex.EncodeToString(b)
+	for {
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := srv.InitCluster(c, id, root)
+		cancel()
+		switch {
+		case err == nil:
+			cfg := srv.LocalState().Config
+			log.Info("server: cluster configuration", "cluster", cfg.ID, "checkpoint_root", root)
+			return
+		case errors.Is(err, consensus.ErrClusterConfig):
+			fail(fmt.Errorf("server: --checkpoint-root %q: %w", root, err))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }

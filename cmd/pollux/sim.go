@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"text/tabwriter"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -100,11 +101,16 @@ const generatedWorkloads = 2
 type simFlags struct {
 	workload, traces, policy, out string
 	cluster, semantics            string
+	federation                    string
 	nodes, gpusPerNode, parallel  int
 	interval                      time.Duration
 	interference, p               float64
 	seed                          uint64
 	asJSON, pSet                  bool
+	racks                         int
+	crossRackRatio                float64
+	crossRackModel                string
+	compareTopology               bool
 	// autoscale runs the elastic-cluster comparison (sim_autoscale.go).
 	autoscale bool
 	cloud     cloudFlags
@@ -131,6 +137,31 @@ rtx nodes; homogeneous: 16 aws nodes), an inline list such as
 header gpu_type,nodes,gpus_per_node. With --cluster the simulator follows
 Sia's simulator (--semantics sia) unless told otherwise.
 
+--racks R puts the nodes, in order, into R racks of consecutive nodes, and
+--cross-rack-ratio X makes synchronising across racks X times slower than
+within one. The traces measure only placements within a rack, so the cost
+of a placement across racks is put on top of them: with
+--cross-rack-model overlap (the default) its step time is scaled by what
+the application's throughput model (fitted on its in-rack step times)
+predicts with its network terms X times larger, so that communication the
+backward pass hid can become exposed; with exposed, only the measured
+sync time is paid X times (step + (X - 1) x sync, a lower bound). The
+policies see the racks and the ratio (jobs fit their cross-rack cost
+once they have run across racks); the summary
+reports the fraction of GPU time spent on placements across racks
+(cross_rack_gpu_time_frac). --compare-topology runs the one policy given
+twice on every workload, aware of the racks and blind to them (the
+scheduler before topology, on the same cluster), and reports both.
+
+--federation FILE simulates federated lab clusters instead: every lab of the
+file with its own cluster and workload, in three modes (isolated, one merged
+cluster, federated with leases), and reports per lab average JCT, worst FTF,
+GPU-hours lent and borrowed and reclaim latency. "--federation example" is
+the built-in example (testbed/fedsim/example.json: three labs of 16, 32 and
+16 GPUs whose busy periods follow each other); with --workload DIR every lab
+replays its workload file from DIR (e.g. ../shared/pollux-artifact/workloads
+with --traces ../shared/pollux-artifact/traces).
+
 --autoscale simulates an elastic cloud cluster of --gpus-per-node GPU nodes,
 between --min-nodes and --max-nodes, nodes joining --boot-delay after they are
 asked for and paid --node-cost per node-hour from request to release. It
@@ -138,7 +169,8 @@ compares pollux-autoscale (Pollux also choosing the node count by the
 artifact's utility rule), throughput-autoscale (Or et al.: grow while
 throughput scales) and fixed (--max-nodes throughout) on mean JCT,
 node-hours and cost. Without --workload it runs the paper's cloud scenario,
-one ImageNet job; --out adds timeline.csv and nodes-WORKLOAD.png.`,
+one ImageNet job; --out adds timeline.csv and nodes-WORKLOAD.png (see
+docs/autoscaling.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.pSet = cmd.Flags().Changed("p")
@@ -147,6 +179,9 @@ one ImageNet job; --out adds timeline.csv and nodes-WORKLOAD.png.`,
 			}
 			if f.autoscale {
 				return runSimAutoscale(cmd.Context(), f, cmd.Flags().Changed("policy"), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
+			if f.federation != "" {
+				return runSimFederation(cmd.Context(), cmd, f, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
 			return runSim(cmd.Context(), f, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
@@ -166,6 +201,11 @@ one ImageNet job; --out adds timeline.csv and nodes-WORKLOAD.png.`,
 	fl.IntVar(&f.parallel, "parallel", runtime.NumCPU(), "runs to simulate at once")
 	fl.StringVar(&f.out, "out", "", "directory for summary.json, jobs.csv and PNG plots")
 	fl.BoolVar(&f.asJSON, "json", false, "print exactly one JSON object on stdout")
+	fl.IntVar(&f.racks, "racks", 1, "racks the nodes are spread over, consecutive nodes in each")
+	fl.Float64Var(&f.crossRackRatio, "cross-rack-ratio", optimizer.DefaultCrossRackRatio, "how many times slower synchronising across racks is than within one (>= 1; only with --racks)")
+	fl.StringVar(&f.crossRackModel, "cross-rack-model", "overlap", "how a placement across racks is slowed: overlap or exposed (see above)")
+	fl.BoolVar(&f.compareTopology, "compare-topology", false, "run the policy aware of the racks and blind to them, and compare (needs --racks of at least 2 and one policy)")
+	fl.StringVar(&f.federation, "federation", "", "simulate federated labs described by a JSON file, or "+federationExample+" for the built-in one, isolated, merged and federated (see docs/federation.md)")
 	dc := sim.DefaultCloud()
 	fl.BoolVar(&f.autoscale, "autoscale", false, "elastic cluster: compare pollux-autoscale, throughput-autoscale and a fixed cluster of --max-nodes on cost and JCT (default workload: the paper's cloud scenario, one ImageNet job)")
 	fl.DurationVar(&f.cloud.bootDelay, "boot-delay", time.Duration(dc.BootDelay)*time.Second, "with --autoscale: time from asking for a node to its joining")
@@ -178,10 +218,12 @@ one ImageNet job; --out adds timeline.csv and nodes-WORKLOAD.png.`,
 	return cmd
 }
 
-// simRun is one (policy, workload) pair to simulate.
+// simRun is one (policy, workload) pair to simulate, blind to racks or
+// not.
 type simRun struct {
 	policy string
 	wl     workload.Workload
+	blind  bool
 }
 
 func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
@@ -212,8 +254,19 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 	cfg.Interval = f.interval.Seconds()
 	cfg.Interference = f.interference
 	cfg.Seed = f.seed
+	cfg.Racks = f.racks
+	cfg.CrossRackRatio = f.crossRackRatio
+	if cfg.CrossRackModel, err = sim.ParseCrossRackModel(f.crossRackModel); err != nil {
+		return badInput(fmt.Errorf("sim: --cross-rack-model: %w", err))
+	}
 	if err := cfg.Validate(); err != nil {
 		return badInput(err)
+	}
+	if f.racks < 1 || !(f.crossRackRatio >= 1) || math.IsInf(f.crossRackRatio, 0) {
+		return badInput(fmt.Errorf("sim: --racks %d, --cross-rack-ratio %v: want at least 1 rack and a finite ratio of at least 1", f.racks, f.crossRackRatio))
+	}
+	if f.compareTopology && (f.racks < 2 || len(policies) != 1) {
+		return badInput(fmt.Errorf("sim: --compare-topology needs --racks of at least 2 (got %d) and exactly one policy (got %s)", f.racks, strings.Join(policies, ", ")))
 	}
 	if math.IsNaN(f.p) || math.IsInf(f.p, 0) {
 		return badInput(fmt.Errorf("sim: --p %v: want a finite exponent (0 is the geometric mean)", f.p))
@@ -235,8 +288,12 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 	total := 0
 	for _, p := range policies {
 		for _, wl := range wls {
-			runs = append(runs, simRun{p, wl})
+			runs = append(runs, simRun{policy: p, wl: wl})
 			total += len(wl.Jobs)
+			if f.compareTopology {
+				runs = append(runs, simRun{policy: p, wl: wl, blind: true})
+				total += len(wl.Jobs)
+			}
 		}
 	}
 	workers := min(f.parallel, len(runs))
@@ -286,7 +343,9 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 				o := opts
 				o.workers = perRun
 				pol := simPolicies[r.policy](o)
-				res, err := sim.RunTyped(ctx, cfg, cats, r.wl, pol, sim.ModeFor(r.policy), progress)
+				rcfg := cfg
+				rcfg.RackBlind = r.blind
+				res, err := sim.RunTyped(ctx, rcfg, cats, r.wl, pol, sim.ModeFor(r.policy), progress)
 				if err != nil {
 					mu.Lock()
 					if firstErr == nil {
@@ -314,6 +373,9 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 	// workers over rounds is the cost of one round on one worker.
 	fmt.Fprintf(stderr, "simulated %d runs (%d rounds) in %.1f s on %d workers: %.2f ms per round\n",
 		len(runs), rounds, elapsed.Seconds(), workers, 1e3*elapsed.Seconds()*float64(workers)/float64(max(rounds, 1)))
+	if f.compareTopology {
+		return writeTopologyComparison(stdout, f, runs, results)
+	}
 	summary := report.Summarize(results)
 	if f.out != "" {
 		if err := writeSimOut(f.out, summary, results); err != nil {
@@ -548,4 +610,66 @@ func writeSimOut(dir string, summary report.Summary, results []*sim.Result) erro
 		return errors.Join(fmt.Errorf("sim: plots"), err)
 	}
 	return nil
+}
+
+// topologyComparison is what `pollux sim --compare-topology --json`
+// prints: the policy aware of the racks and blind to them, each averaged
+// over the workloads.
+type topologyComparison struct {
+	Policy         string               `json:"policy"`
+	Racks          int                  `json:"racks"`
+	CrossRackRatio float64              `json:"cross_rack_ratio"`
+	CrossRackModel string               `json:"cross_rack_model"`
+	Workloads      int                  `json:"workloads"`
+	RackAware      report.PolicySummary `json:"rack_aware"`
+	RackBlind      report.PolicySummary `json:"rack_blind"`
+	// AvgJCTReduction is 1 - rack-aware mean average JCT / rack-blind's.
+	AvgJCTReduction float64 `json:"avg_jct_reduction"`
+	// Runs are the per-workload figures, rack-aware then rack-blind.
+	Runs []topologyRun `json:"runs"`
+}
+
+type topologyRun struct {
+	Workload             string  `json:"workload"`
+	RackAware            bool    `json:"rack_aware"`
+	AvgJCT               float64 `json:"avg_jct"`
+	CrossRackGPUTimeFrac float64 `json:"cross_rack_gpu_time_frac"`
+	RestartsPerJob       float64 `json:"restarts_per_job"`
+}
+
+// writeTopologyComparison reports the runs of --compare-topology.
+func writeTopologyComparison(w io.Writer, f simFlags, runs []simRun, results []*sim.Result) error {
+	var aware, blind []*sim.Result
+	out := topologyComparison{Policy: runs[0].policy, Racks: f.racks, CrossRackRatio: f.crossRackRatio, CrossRackModel: f.crossRackModel}
+	for i, r := range runs {
+		if r.blind {
+			blind = append(blind, results[i])
+		} else {
+			aware = append(aware, results[i])
+		}
+		m := results[i].Metrics
+		out.Runs = append(out.Runs, topologyRun{Workload: r.wl.Name, RackAware: !r.blind, AvgJCT: m.AvgJCT,
+			CrossRackGPUTimeFrac: m.CrossRackGPUTimeFrac, RestartsPerJob: m.RestartsPerJob})
+	}
+	out.RackAware = report.Summarize(aware).Policies[out.Policy]
+	out.RackBlind = report.Summarize(blind).Policies[out.Policy]
+	out.Workloads = len(aware)
+	if out.RackBlind.MeanAvgJCT > 0 {
+		out.AvgJCTReduction = 1 - out.RackAware.MeanAvgJCT/out.RackBlind.MeanAvgJCT
+	}
+	if f.asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%s on %d racks, cross-rack ratio %g\tmean avg JCT s\tcross-rack GPU time\trestarts/job\t\n", out.Policy, out.Racks, out.CrossRackRatio)
+	for _, row := range []struct {
+		name string
+		ps   report.PolicySummary
+	}{{"rack-aware", out.RackAware}, {"rack-blind", out.RackBlind}} {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f %%\t%.2f\t\n", row.name, row.ps.MeanAvgJCT, 100*row.ps.CrossRackGPUTimeFrac, row.ps.MeanRestartsPerJob)
+	}
+	fmt.Fprintf(tw, "rack-aware below rack-blind\t%.1f %%\t\t\t\n", 100*out.AvgJCTReduction)
+	return tw.Flush()
 }

@@ -43,11 +43,16 @@ type cloudFlags struct {
 var cloudOnlyFlags = []string{"boot-delay", "node-cost", "min-nodes", "max-nodes", "scaling-threshold", "low-util", "high-util"}
 
 // fixedOnlyFlags describe a fixed cluster and are refused with --autoscale.
-var fixedOnlyFlags = map[string]string{
-	"nodes":        "the elastic cluster's size is bounded by --min-nodes and --max-nodes",
-	"cluster":      "an elastic cluster has one untyped GPU type",
-	"semantics":    "an elastic cluster follows the Pollux artifact's testbed",
-	"interference": "interference is not modelled on an elastic cluster",
+var fixedOnlyFlags = []struct{ name, why string }{
+	{"nodes", "the elastic cluster's size is bounded by --min-nodes and --max-nodes"},
+	{"cluster", "an elastic cluster has one untyped GPU type"},
+	{"semantics", "an elastic cluster follows the Pollux artifact's testbed"},
+	{"interference", "interference is not modelled on an elastic cluster"},
+	{"racks", "an elastic cluster has one rack"},
+	{"cross-rack-ratio", "an elastic cluster has one rack"},
+	{"cross-rack-model", "an elastic cluster has one rack"},
+	{"compare-topology", "an elastic cluster has one rack"},
+	{"federation", "federated labs are a separate simulation"},
 }
 
 // cloudPolicyResult is one policy's figures in `pollux sim --autoscale
@@ -80,9 +85,9 @@ func checkCloudFlags(f simFlags, changed func(string) bool) error {
 		}
 		return nil
 	}
-	for _, name := range []string{"nodes", "cluster", "semantics", "interference"} {
-		if changed(name) {
-			return fmt.Errorf("sim: --%s cannot be used with --autoscale: %s", name, fixedOnlyFlags[name])
+	for _, fl := range fixedOnlyFlags {
+		if changed(fl.name) {
+			return fmt.Errorf("sim: --%s cannot be used with --autoscale: %s", fl.name, fl.why)
 		}
 	}
 	c := f.cloud
@@ -240,7 +245,7 @@ func runSimAutoscale(ctx context.Context, f simFlags, policyGiven bool, stdout, 
 	var runs []simRun
 	for _, p := range policies {
 		for _, wl := range wls {
-			runs = append(runs, simRun{p, wl})
+			runs = append(runs, simRun{policy: p, wl: wl})
 		}
 	}
 	workers := min(f.parallel, len(runs))

@@ -118,6 +118,7 @@ func TestSimAutoscaleBadInput(t *testing.T) {
 		{"utility band inverted", []string{"--autoscale", "--low-util", "0.7", "--high-util", "0.6"}, "--low-util"},
 		{"fixed size with autoscale", []string{"--autoscale", "--nodes", "8"}, "--nodes cannot be used with --autoscale"},
 		{"typed cluster with autoscale", []string{"--autoscale", "--cluster", "hetero"}, "--cluster cannot be used with --autoscale"},
+		{"racks with autoscale", []string{"--autoscale", "--racks", "2"}, "--racks cannot be used with --autoscale"},
 		{"autoscale flag alone", []string{"--max-nodes", "8"}, "--max-nodes needs --autoscale"},
 		{"unknown autoscale policy", []string{"--autoscale", "--policy", "tiresias"}, "tiresias"},
 		{"bad GPUs per node", []string{"--autoscale", "--gpus-per-node", "0"}, "GPUs per node"},

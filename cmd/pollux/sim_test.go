@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,6 +57,12 @@ func TestSimBadInput(t *testing.T) {
 		{"bad p", []string{"--workload", good, "--p", "NaN"}, "--p"},
 		{"bad parallel", []string{"--workload", good, "--parallel", "0"}, "--parallel"},
 		{"bad flag", []string{"--bogus"}, "bogus"},
+		{"zero racks", []string{"--workload", good, "--racks", "0"}, "--racks"},
+		{"more racks than nodes", []string{"--workload", good, "--racks", "17"}, "17 racks for 16 nodes"},
+		{"bad cross-rack ratio", []string{"--workload", good, "--racks", "2", "--cross-rack-ratio", "0.5"}, "cross-rack ratio"},
+		{"bad cross-rack model", []string{"--workload", good, "--cross-rack-model", "linear"}, "linear"},
+		{"compare on one rack", []string{"--workload", good, "--compare-topology"}, "--compare-topology"},
+		{"compare two policies", []string{"--workload", good, "--racks", "2", "--compare-topology", "--policy", "pollux,tiresias"}, "exactly one policy"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -166,5 +173,45 @@ func TestSimSameSeedSameSummary(t *testing.T) {
 	}
 	if !bytes.Contains(a, []byte(`"tiresias"`)) || !bytes.Contains(a, []byte(`"optimus"`)) {
 		t.Errorf("summary lacks a policy:\n%s", a)
+	}
+}
+
+// --compare-topology runs the policy aware of the racks and blind to them
+// and prints the figures the issue names.
+func TestSimCompareTopology(t *testing.T) {
+	dir := t.TempDir()
+	wl := writeFile(t, dir, "w.csv", wlHeader+"cifar10-0,0,cifar10,4,512\ncifar10-1,60,cifar10,4,512\nbert-2,120,bert,4,48\nncf-3,180,ncf,1,32768\n")
+	var stderr bytes.Buffer
+	code, out := runCapture(t, []string{"sim", "--policy", "pollux", "--workload", wl, "--racks", "4", "--cross-rack-ratio", "4", "--compare-topology", "--json"}, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var rep struct {
+		Racks     int     `json:"racks"`
+		Ratio     float64 `json:"cross_rack_ratio"`
+		Reduction float64 `json:"avg_jct_reduction"`
+		RackAware struct {
+			MeanAvgJCT float64  `json:"mean_avg_jct"`
+			Frac       *float64 `json:"cross_rack_gpu_time_frac"`
+		} `json:"rack_aware"`
+		RackBlind struct {
+			MeanAvgJCT float64  `json:"mean_avg_jct"`
+			Frac       *float64 `json:"cross_rack_gpu_time_frac"`
+		} `json:"rack_blind"`
+		Runs []struct {
+			RackAware bool `json:"rack_aware"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if rep.Racks != 4 || rep.Ratio != 4 || len(rep.Runs) != 2 || rep.Runs[0].RackAware == rep.Runs[1].RackAware {
+		t.Errorf("report %s", out)
+	}
+	if !(rep.RackAware.MeanAvgJCT > 0) || !(rep.RackBlind.MeanAvgJCT > 0) || rep.RackAware.Frac == nil || rep.RackBlind.Frac == nil {
+		t.Errorf("missing figures: %s", out)
+	}
+	if want := 1 - rep.RackAware.MeanAvgJCT/rep.RackBlind.MeanAvgJCT; math.Abs(rep.Reduction-want) > 1e-12 {
+		t.Errorf("reduction %v, want %v", rep.Reduction, want)
 	}
 }

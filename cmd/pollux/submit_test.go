@@ -28,7 +28,6 @@ func TestClientCommandsBadInput(t *testing.T) {
 		{"jobs, no server", []string{"jobs", "--server", "127.0.0.1:1", "--timeout", "2s"}, 1},
 		{"worker without environment", []string{"worker", "--emulate", "cifar10"}, 2},
 		{"agent with bad gpus", []string{"agent", "--gpus", "-3"}, 2},
-		{"server without peers", []string{"server", "--id", "s", "--data-dir", dir}, 2},
 		{"server without TLS files", []string{"server", "--id", "s", "--data-dir", dir, "--peers", "s=127.0.0.1:1=127.0.0.1:2"}, 2},
 		{"agent without TLS files", []string{"agent", "--name", "a", "--gpus", "1"}, 2},
 		{"insecure with a CA", []string{"agent", "--name", "a", "--gpus", "1", "--insecure", "--ca", good}, 2},
@@ -36,6 +35,15 @@ func TestClientCommandsBadInput(t *testing.T) {
 		{"certificate of another name", append([]string{"agent", "--name", "a9", "--gpus", "1"}, testBundle().Flags("a1")...), 2},
 		{"unreadable gossip key", []string{"agent", "--name", "a", "--gpus", "1", "--insecure", "--gossip-key", good}, 2},
 		{"client with a bad CA file", []string{"jobs", "--ca", good}, 2},
+		{"bootstrap without peers", []string{"server", "--id", "s", "--data-dir", dir, "--bootstrap"}, 2},
+		{"relative checkpoint root", []string{"server", "--id", "s", "--data-dir", dir, "--checkpoint-root", "ckpt"}, 2},
+		{"cancel, no server", []string{"cancel", "j", "--server", "127.0.0.1:1", "--timeout", "2s"}, 1},
+		{"cancel without a job", []string{"cancel"}, 2},
+		{"operator, unknown verb", []string{"operator", "raft", "promote"}, 2},
+		{"add-server without an address", []string{"operator", "raft", "add-server", "s9"}, 2},
+		{"cancel with a bad CA file", []string{"cancel", "j", "--ca", good}, 2},
+		{"job with a bad CA file", []string{"job", "j", "--ca", good}, 2},
+		{"operator with a bad CA file", []string{"operator", "raft", "list-peers", "--ca", good}, 2},
 	}
 	for _, tc := range tests {
 		if got := run(tc.args); got != tc.code {

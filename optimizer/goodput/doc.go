@@ -1,5 +1,7 @@
 // Package goodput is everything one training job knows about itself: its
-// throughput model (seven parameters fitted from profiled step times), its
+// throughput model (seven parameters fitted from profiled step times, plus
+// two for synchronising across racks, fitted once the job has run across
+// racks and otherwise derived from a configured bandwidth ratio), its
 // statistical efficiency (from the gradient noise scale), their product, the
 // goodput, and the search for the batch size and gradient accumulation that
 // maximise it on a given number of nodes and GPUs.

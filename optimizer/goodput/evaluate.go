@@ -15,7 +15,7 @@ func StepTimeErrors(p Params, points []ProfilePoint) (mean, max float64) {
 		return 0, 0
 	}
 	for _, q := range points {
-		e := math.Abs(p.SyncTime(q.Nodes, q.Replicas, float64(q.LocalBatch))-q.StepTime) / q.StepTime
+		e := math.Abs(p.SyncTimeRacks(q.Racks, q.Nodes, q.Replicas, float64(q.LocalBatch))-q.StepTime) / q.StepTime
 		mean += e
 		max = math.Max(max, e)
 	}

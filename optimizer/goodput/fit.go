@@ -20,6 +20,8 @@ type ProfilePoint struct {
 	AccumTime float64 `json:"accum_time"`
 	// StepTime is the time of one full synchronised step.
 	StepTime float64 `json:"step_time"`
+	// Racks is how many racks the nodes span; 0 and 1 both mean one rack.
+	Racks int `json:"racks,omitempty"`
 }
 
 // Validate reports whether the point can be fitted on.
@@ -27,6 +29,8 @@ func (p ProfilePoint) Validate() error {
 	switch {
 	case p.Nodes < 1 || p.Replicas < p.Nodes:
 		return fmt.Errorf("%w: %d replicas on %d nodes", ErrBadPoint, p.Replicas, p.Nodes)
+	case p.Racks < 0 || p.Racks > p.Nodes:
+		return fmt.Errorf("%w: %d nodes in %d racks", ErrBadPoint, p.Nodes, p.Racks)
 	case p.LocalBatch <= 0:
 		return fmt.Errorf("%w: local batch %d", ErrBadPoint, p.LocalBatch)
 	case !(p.AccumTime > 0) || math.IsInf(p.AccumTime, 0):
@@ -44,7 +48,7 @@ const (
 	gammaMax   = 10.0
 )
 
-var fitStart = [7]float64{0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1.001}
+var fitStart = [nParams]float64{0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1.001, 0.1, 0.01}
 
 // gammaStarts are the starting gammas of the fit's restarts.
 var gammaStarts = [...]float64{1.001, 2, 5}
@@ -58,6 +62,9 @@ const (
 	iAlphaR
 	iBetaR
 	iGamma
+	iAlphaX
+	iBetaX
+	nParams
 )
 
 // Fit fits the throughput model to profiled points: it minimises the RMSE
@@ -65,9 +72,14 @@ const (
 // pull of gamma towards 1 and of the retrogression terms towards 0.
 // Parameters the points cannot identify are pinned (see the package
 // specification): one distinct local batch pins alpha_c; no multi-node
-// point pins the inter-node terms (raised after the fit to 1.1 times the
-// intra-node ones); no single-node multi-GPU point pins the intra-node
-// terms; no point with K > 2 pins both retrogression terms.
+// point within one rack pins the inter-node terms (raised after the fit to
+// 1.1 times the intra-node ones); no single-node multi-GPU point pins the
+// intra-node terms; no point with K > 2 pins both retrogression terms.
+//
+// The cross-rack terms are fitted only from points spanning racks; without
+// any they stay zero (unknown), and the fit is exactly the seven-parameter
+// one. With cross-rack points but none with K > 2, beta_x is pinned and
+// then set to beta_n scaled by the fitted alpha_x / alpha_n.
 func Fit(points []ProfilePoint) (Params, error) {
 	if len(points) == 0 {
 		return Params{}, ErrNoPoints
@@ -111,10 +123,76 @@ func Fit(points []ProfilePoint) (Params, error) {
 		best[iAlphaN] = math.Max(best[iAlphaN], 1.1*best[iAlphaR])
 		best[iBetaN] = math.Max(best[iBetaN], 1.1*best[iBetaR])
 	}
+	switch {
+	case !pr.crossRack:
+		best[iAlphaX], best[iBetaX] = 0, 0
+	case !pr.crossBigK:
+		best[iBetaX] = math.Max(lowerBound, best[iBetaN]*best[iAlphaX]/best[iAlphaN])
+	}
 	return paramsFrom(best), nil
 }
 
-func finite(v [7]float64) bool {
+// Refit fits the throughput model to points starting from prev, the
+// parameters of an earlier fit (typically on fewer or older points): one
+// L-BFGS run from there instead of Fit's three cold starts, which is what
+// a job's model needs when a few measurements were added. The result is
+// never worse on points than prev itself. Pinning follows Fit.
+func Refit(points []ProfilePoint, prev Params) (Params, error) {
+	if len(points) == 0 {
+		return Params{}, ErrNoPoints
+	}
+	for i, p := range points {
+		if err := p.Validate(); err != nil {
+			return Params{}, fmt.Errorf("point %d: %w", i, err)
+		}
+	}
+	if err := prev.Validate(); err != nil {
+		return Fit(points)
+	}
+	pr := newFitProblem(points)
+	start := pr.fixed
+	for _, i := range pr.free {
+		v := prev.slice()[i]
+		if i == iGamma {
+			v = math.Min(math.Max(v, gammaMin+1e-6), gammaMax-1e-6)
+		} else {
+			v = math.Max(v, 2*lowerBound)
+		}
+		start[i] = v
+	}
+	best := pr.decode(pr.encode(start))
+	bestF := pr.objective(best)
+	if len(pr.free) > 0 {
+		res, _ := optimize.Minimize(optimize.Problem{Func: pr.f, Grad: pr.grad}, pr.encode(start), &optimize.Settings{
+			GradientThreshold: 1e-6,
+			Converger:         &optimize.FunctionConverge{Absolute: 1e-12, Relative: 1e-10, Iterations: 20},
+			MajorIterations:   1000,
+		}, &optimize.LBFGS{})
+		if res != nil {
+			if cand := pr.decode(res.X); finite(cand) {
+				if f := pr.objective(cand); f < bestF {
+					best, bestF = cand, f
+				}
+			}
+		}
+	}
+	if math.IsNaN(bestF) || math.IsInf(bestF, 0) {
+		return Fit(points)
+	}
+	if !pr.multiNode {
+		best[iAlphaN] = math.Max(best[iAlphaN], 1.1*best[iAlphaR])
+		best[iBetaN] = math.Max(best[iBetaN], 1.1*best[iBetaR])
+	}
+	switch {
+	case !pr.crossRack:
+		best[iAlphaX], best[iBetaX] = 0, 0
+	case !pr.crossBigK:
+		best[iBetaX] = math.Max(lowerBound, best[iBetaN]*best[iAlphaX]/best[iAlphaN])
+	}
+	return paramsFrom(best), nil
+}
+
+func finite(v [nParams]float64) bool {
 	for _, x := range v {
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return false
@@ -130,16 +208,19 @@ type fitProblem struct {
 	points    []ProfilePoint
 	logAcc    []float64
 	logStep   []float64
-	fixed     [7]float64
+	fixed     [nParams]float64
 	free      []int // indices of the free parameters, in order
 	multiNode bool
+	// crossRack reports points across racks, crossBigK such points with
+	// K > 2.
+	crossRack, crossBigK bool
 }
 
 func newFitProblem(points []ProfilePoint) *fitProblem {
 	pr := &fitProblem{points: points, fixed: fitStart}
 	pr.logAcc = make([]float64, len(points))
 	pr.logStep = make([]float64, len(points))
-	var pinned [7]bool
+	var pinned [nParams]bool
 	distinctM := map[int]bool{}
 	singleNodeMulti, bigK := false, false
 	meanAcc := 0.0
@@ -148,7 +229,11 @@ func newFitProblem(points []ProfilePoint) *fitProblem {
 		pr.logStep[i] = math.Log(p.StepTime)
 		distinctM[p.LocalBatch] = true
 		meanAcc += p.AccumTime
-		if p.Nodes > 1 {
+		switch {
+		case p.Racks > 1:
+			pr.crossRack = true
+			pr.crossBigK = pr.crossBigK || p.Replicas > 2
+		case p.Nodes > 1:
 			pr.multiNode = true
 		}
 		if p.Nodes == 1 && p.Replicas > 1 {
@@ -174,6 +259,12 @@ func newFitProblem(points []ProfilePoint) *fitProblem {
 		pr.fixed[iBetaN], pinned[iBetaN] = lowerBound, true
 		pr.fixed[iBetaR], pinned[iBetaR] = lowerBound, true
 	}
+	if !pr.crossRack {
+		pinned[iAlphaX] = true
+	}
+	if !pr.crossBigK {
+		pr.fixed[iBetaX], pinned[iBetaX] = lowerBound, true
+	}
 	for i := range pinned {
 		if !pinned[i] {
 			pr.free = append(pr.free, i)
@@ -184,7 +275,7 @@ func newFitProblem(points []ProfilePoint) *fitProblem {
 
 func sigmoid(u float64) float64 { return 1 / (1 + math.Exp(-u)) }
 
-func (pr *fitProblem) encode(v [7]float64) []float64 {
+func (pr *fitProblem) encode(v [nParams]float64) []float64 {
 	x := make([]float64, len(pr.free))
 	for j, i := range pr.free {
 		if i == iGamma {
@@ -197,7 +288,7 @@ func (pr *fitProblem) encode(v [7]float64) []float64 {
 	return x
 }
 
-func (pr *fitProblem) decode(x []float64) [7]float64 {
+func (pr *fitProblem) decode(x []float64) [nParams]float64 {
 	v := pr.fixed
 	for j, i := range pr.free {
 		if i == iGamma {
@@ -215,7 +306,7 @@ func (pr *fitProblem) f(x []float64) float64 {
 
 func (pr *fitProblem) grad(g, x []float64) {
 	v := pr.decode(x)
-	var dv [7]float64
+	var dv [nParams]float64
 	pr.objectiveGrad(v, &dv)
 	for j, i := range pr.free {
 		if i == iGamma {
@@ -228,23 +319,25 @@ func (pr *fitProblem) grad(g, x []float64) {
 }
 
 // objective is the fit loss at parameters v.
-func (pr *fitProblem) objective(v [7]float64) float64 {
+func (pr *fitProblem) objective(v [nParams]float64) float64 {
 	return pr.objectiveGrad(v, nil)
 }
 
 // objectiveGrad returns the loss at v and, when dv is not nil, stores its
 // gradient with respect to v there.
-func (pr *fitProblem) objectiveGrad(v [7]float64, dv *[7]float64) float64 {
+func (pr *fitProblem) objectiveGrad(v [nParams]float64, dv *[nParams]float64) float64 {
 	gamma := v[iGamma]
 	n := float64(len(pr.points))
 	var sse1, sse2 float64
 	// Accumulated d(sse)/dv, to be scaled by d(rmse)/d(sse) at the end.
-	var d1, d2 [7]float64
+	var d1, d2 [nParams]float64
 	for i, p := range pr.points {
 		m := float64(p.LocalBatch)
 		acc := v[iAlphaC] + v[iBetaC]*m
 		ia, ib := -1, -1
 		switch {
+		case p.Racks > 1:
+			ia, ib = iAlphaX, iBetaX
 		case p.Nodes > 1:
 			ia, ib = iAlphaN, iBetaN
 		case p.Replicas > 1:
@@ -288,6 +381,11 @@ func (pr *fitProblem) objectiveGrad(v [7]float64, dv *[7]float64) float64 {
 	rmse1, rmse2 := math.Sqrt(sse1/n), math.Sqrt(sse2/n)
 	bn, br := v[iBetaN]/v[iAlphaN], v[iBetaR]/v[iAlphaR]
 	loss := rmse1 + rmse2 + 1e-3*(gamma-1)*(gamma-1) + 1e-2*(bn*bn+br*br)
+	bx := 0.0
+	if pr.crossRack {
+		bx = v[iBetaX] / v[iAlphaX]
+		loss += 1e-2 * bx * bx
+	}
 	if dv == nil {
 		return loss
 	}
@@ -307,5 +405,9 @@ func (pr *fitProblem) objectiveGrad(v [7]float64, dv *[7]float64) float64 {
 	dv[iAlphaN] -= 2e-2 * bn * bn / v[iAlphaN]
 	dv[iBetaR] += 2e-2 * br / v[iAlphaR]
 	dv[iAlphaR] -= 2e-2 * br * br / v[iAlphaR]
+	if pr.crossRack {
+		dv[iBetaX] += 2e-2 * bx / v[iAlphaX]
+		dv[iAlphaX] -= 2e-2 * bx * bx / v[iAlphaX]
+	}
 	return loss
 }

@@ -109,6 +109,8 @@ func TestFitErrors(t *testing.T) {
 		{Nodes: 2, Replicas: 1, LocalBatch: 8, AccumTime: 1, StepTime: 1},
 		{Nodes: 0, Replicas: 0, LocalBatch: 8, AccumTime: 1, StepTime: 1},
 		{Nodes: 1, Replicas: 1, LocalBatch: 0, AccumTime: 1, StepTime: 1},
+		{Nodes: 2, Replicas: 4, LocalBatch: 8, AccumTime: 1, StepTime: 1, Racks: 3},
+		{Nodes: 2, Replicas: 4, LocalBatch: 8, AccumTime: 1, StepTime: 1, Racks: -1},
 	}
 	for _, p := range bad {
 		if _, err := Fit([]ProfilePoint{p}); !errors.Is(err, ErrBadPoint) {
@@ -141,13 +143,98 @@ func TestFitGradient(t *testing.T) {
 	}
 }
 
+// crossRackPoints are points of truth on one rack (as synthetic) plus
+// placements across 2 and 4 racks.
+func crossRackPoints(truth Params, noise float64, r *rand.Rand) []ProfilePoint {
+	pts := synthetic(truth, noise, r)
+	for _, pl := range [][3]int{{2, 2, 2}, {2, 2, 8}, {4, 4, 16}} {
+		for _, m := range []int{8, 16, 32, 64} {
+			acc := truth.AccumTime(float64(m))
+			step := truth.SyncTimeRacks(pl[0], pl[1], pl[2], float64(m))
+			if noise > 0 {
+				acc *= 1 + noise*r.NormFloat64()
+				step *= 1 + noise*r.NormFloat64()
+			}
+			pts = append(pts, ProfilePoint{Racks: pl[0], Nodes: pl[1], Replicas: pl[2], LocalBatch: m, AccumTime: acc, StepTime: step})
+		}
+	}
+	return pts
+}
+
+// Points measured across racks identify the cross-rack terms, which then
+// predict such placements; the in-rack terms keep their meaning.
+func TestFitCrossRack(t *testing.T) {
+	truth := Params{AlphaC: 0.05, BetaC: 0.004, AlphaN: 0.3, BetaN: 0.02, AlphaR: 0.06, BetaR: 0.005, Gamma: 1.8}.WithCrossRack(3)
+	pts := crossRackPoints(truth, 0, nil)
+	got, err := Fit(pts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatalf("fitted params invalid: %v", err)
+	}
+	if mean, worst := StepTimeErrors(got, pts); mean > 0.02 || worst > 0.1 {
+		t.Errorf("step-time error mean %v, worst %v on noiseless points; fitted %+v", mean, worst, got)
+	}
+	if r := got.AlphaX / got.AlphaN; r < 2 || r > 4 {
+		t.Errorf("fitted alpha_x / alpha_n = %v, truth 3 (%+v)", r, got)
+	}
+	noisy := crossRackPoints(truth, 0.05, rand.New(rand.NewPCG(7, 7)))
+	got, err = Fit(noisy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mean, _ := StepTimeErrors(got, pts); mean > 0.05 {
+		t.Errorf("step-time error %v against truth with 5%% noise; fitted %+v", mean, got)
+	}
+	// Only K = 2 across racks: beta_x follows beta_n scaled by the ratio.
+	var two []ProfilePoint
+	for _, p := range pts {
+		if p.Racks <= 1 || p.Replicas == 2 {
+			two = append(two, p)
+		}
+	}
+	got, err = Fit(two)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := got.BetaN * got.AlphaX / got.AlphaN; !near(got.BetaX, want) {
+		t.Errorf("beta_x = %v, want beta_n * alpha_x / alpha_n = %v", got.BetaX, want)
+	}
+}
+
+// The gradient also holds with the cross-rack terms free.
+func TestFitGradientCrossRack(t *testing.T) {
+	truth := Params{AlphaC: 0.05, BetaC: 0.004, AlphaN: 0.3, BetaN: 0.02, AlphaR: 0.06, BetaR: 0.005, Gamma: 1.8}.WithCrossRack(2)
+	pr := newFitProblem(crossRackPoints(truth, 0.1, rand.New(rand.NewPCG(1, 1))))
+	if len(pr.free) != nParams {
+		t.Fatalf("%d free parameters, want %d", len(pr.free), nParams)
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for trial := 0; trial < 20; trial++ {
+		x := pr.encode(truth.slice())
+		for i := range x {
+			x[i] += r.NormFloat64() * 0.5
+		}
+		want := fd.Gradient(nil, pr.f, x, &fd.Settings{Formula: fd.Central, Step: 1e-6})
+		got := make([]float64, len(x))
+		pr.grad(got, x)
+		for i := range got {
+			if math.Abs(got[i]-want[i]) > 1e-5*math.Max(1, math.Abs(want[i])) {
+				t.Errorf("x=%v: d/dx%d analytic %v, numeric %v", x, i, got[i], want[i])
+			}
+		}
+	}
+}
+
 func FuzzFit(f *testing.F) {
-	f.Add(1, 1, 8, 0.1, 0.2, 2, 8, 32, 0.3, 0.9)
-	f.Add(1, 4, 16, 1e-9, 1e9, 16, 64, 1, 1e-300, 1e300)
-	f.Fuzz(func(t *testing.T, n1, k1, m1 int, a1, s1 float64, n2, k2, m2 int, a2, s2 float64) {
+	f.Add(1, 1, 8, 0.1, 0.2, 2, 8, 32, 0.3, 0.9, 0)
+	f.Add(1, 4, 16, 1e-9, 1e9, 16, 64, 1, 1e-300, 1e300, 0)
+	f.Add(1, 4, 16, 0.1, 0.2, 4, 16, 16, 0.1, 0.9, 2)
+	f.Fuzz(func(t *testing.T, n1, k1, m1 int, a1, s1 float64, n2, k2, m2 int, a2, s2 float64, r2 int) {
 		pts := []ProfilePoint{
 			{Nodes: n1, Replicas: k1, LocalBatch: m1, AccumTime: a1, StepTime: s1},
-			{Nodes: n2, Replicas: k2, LocalBatch: m2, AccumTime: a2, StepTime: s2},
+			{Nodes: n2, Replicas: k2, LocalBatch: m2, AccumTime: a2, StepTime: s2, Racks: r2},
 		}
 		p, err := Fit(pts)
 		if err != nil {
@@ -168,6 +255,60 @@ func BenchmarkFit30(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := Fit(pts); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func TestRefitWarmStartsFromAnEarlierFit(t *testing.T) {
+	truth := Params{AlphaC: 0.05, BetaC: 0.004, AlphaN: 0.3, BetaN: 0.02, AlphaR: 0.06, BetaR: 0.005, Gamma: 1.8}
+	r := rand.New(rand.NewPCG(5, 6))
+	all := synthetic(truth, 0.03, r)
+	// The job first ran on one node, then was profiled on more.
+	early, err := Fit(all[:12])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cold, err := Fit(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm, err := Refit(all, early)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := newFitProblem(all)
+	if fw, fc := pr.objective(warm.slice()), pr.objective(cold.slice()); fw > fc*1.05+1e-9 {
+		t.Errorf("warm refit loss %v, cold fit %v", fw, fc)
+	}
+	if e := meanRelErr(warm, synthetic(truth, 0, nil)); e > 0.05 {
+		t.Errorf("warm refit error %v against truth", e)
+	}
+	// Never worse than where it started.
+	again, err := Refit(all, warm)
+	if err != nil || pr.objective(again.slice()) > pr.objective(warm.slice())+1e-12 {
+		t.Errorf("refit of a fit got worse: %v", err)
+	}
+	// Invalid earlier parameters fall back to a cold fit.
+	if p, err := Refit(all, Params{}); err != nil || p.Validate() != nil {
+		t.Errorf("refit from nothing: %+v, %v", p, err)
+	}
+	if _, err := Refit(nil, warm); !errors.Is(err, ErrNoPoints) {
+		t.Errorf("no points: %v", err)
+	}
+}
+
+func BenchmarkRefit30(b *testing.B) {
+	truth := Params{AlphaC: 0.05, BetaC: 0.004, AlphaN: 0.3, BetaN: 0.02, AlphaR: 0.06, BetaR: 0.005, Gamma: 1.8}
+	pts := synthetic(truth, 0.05, rand.New(rand.NewPCG(9, 9)))[:24]
+	pts = append(pts, synthetic(truth, 0.05, rand.New(rand.NewPCG(8, 8)))[18:24]...)
+	prev, err := Fit(pts[:29])
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Refit(pts, prev); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -75,8 +75,23 @@ func (md Model) Validate() error {
 // Goodput evaluates one configuration: k replicas on n nodes, atomic batch m
 // and s accumulation steps.
 func (md Model) Goodput(n, k, m, s int) float64 {
+	return md.GoodputRacks(1, n, k, m, s)
+}
+
+// goodputNet is GoodputRacks with the placement's network time net
+// already computed (the same arithmetic).
+func (md Model) goodputNet(net float64, k, m, s int) float64 {
+	p := md.Params
+	acc := p.AccumTime(float64(m))
+	iter := float64(s)*acc + overlap(acc, net, p.Gamma)
 	total := float64(k) * float64(m) * float64(s+1)
-	return md.Params.Throughput(n, k, float64(m), s) * md.Grad.Efficiency(total, float64(md.Limits.InitBatch))
+	return total / iter * md.Grad.Efficiency(total, float64(md.Limits.InitBatch))
+}
+
+// GoodputRacks is Goodput on n nodes spread over r racks.
+func (md Model) GoodputRacks(r, n, k, m, s int) float64 {
+	total := float64(k) * float64(m) * float64(s+1)
+	return md.Params.ThroughputRacks(r, n, k, float64(m), s) * md.Grad.Efficiency(total, float64(md.Limits.InitBatch))
 }
 
 // Split is the batch-split rule of the per-job search: for a total batch
@@ -102,13 +117,19 @@ func (l Limits) Split(k int, total float64) (m, s int) {
 // max(M0, MinLocal*k) and MaxBatch. It returns ErrNoConfig when no candidate
 // has its atomic batch within [MinLocal, MaxLocal].
 func (md Model) Optimize(n, k int) (Config, error) {
-	if n < 1 || k < n {
-		return Config{}, fmt.Errorf("%w: %d nodes, %d replicas", ErrBadPlacement, n, k)
+	return md.OptimizeRacks(1, n, k)
+}
+
+// OptimizeRacks is Optimize on n nodes spread over r racks (r <= 1: one
+// rack).
+func (md Model) OptimizeRacks(r, n, k int) (Config, error) {
+	if n < 1 || k < n || r > n {
+		return Config{}, fmt.Errorf("%w: %d nodes in %d racks, %d replicas", ErrBadPlacement, n, r, k)
 	}
 	if err := md.Validate(); err != nil {
 		return Config{}, err
 	}
-	best, ok := md.optimize(n, k)
+	best, ok := md.optimizeRacks(r, n, k)
 	if !ok {
 		return Config{}, fmt.Errorf("%w: %d replicas on %d nodes within local batch [%d, %d] and max batch %d",
 			ErrNoConfig, k, n, md.Limits.MinLocal, md.Limits.MaxLocal, md.Limits.MaxBatch)
@@ -118,6 +139,11 @@ func (md Model) Optimize(n, k int) (Config, error) {
 
 // optimize is Optimize without validation, for the memoised hot path.
 func (md Model) optimize(n, k int) (Config, bool) {
+	return md.optimizeRacks(1, n, k)
+}
+
+// optimizeRacks is OptimizeRacks without validation.
+func (md Model) optimizeRacks(r, n, k int) (Config, bool) {
 	l := md.Limits
 	lo := math.Max(float64(l.InitBatch), float64(l.MinLocal*k))
 	hi := float64(l.MaxBatch)
@@ -127,6 +153,9 @@ func (md Model) optimize(n, k int) (Config, bool) {
 		return Config{}, false
 	}
 	ratio := math.Pow(hi/lo, 1/float64(candidates-1))
+	// The network time depends on the placement only: once for all
+	// candidates.
+	net := md.Params.NetworkTimeRacks(r, n, k)
 	var best Config
 	found := false
 	total := lo
@@ -136,7 +165,7 @@ func (md Model) optimize(n, k int) (Config, bool) {
 		}
 		m, s := l.Split(k, total)
 		if m >= l.MinLocal && m <= l.MaxLocal {
-			g := md.Goodput(n, k, m, s)
+			g := md.goodputNet(net, k, m, s)
 			if !found || g > best.Goodput {
 				found = true
 				best = Config{Goodput: g, LocalBatch: m, AccumSteps: s}
@@ -148,7 +177,7 @@ func (md Model) optimize(n, k int) (Config, bool) {
 		return Config{}, false
 	}
 	best.TotalBatch = k * best.LocalBatch * (best.AccumSteps + 1)
-	best.Throughput = md.Params.Throughput(n, k, float64(best.LocalBatch), best.AccumSteps)
+	best.Throughput = md.Params.ThroughputRacks(r, n, k, float64(best.LocalBatch), best.AccumSteps)
 	best.Gain = md.Grad.Gain(float64(best.TotalBatch), float64(l.InitBatch))
 	return best, true
 }

@@ -193,3 +193,55 @@ func BenchmarkSpeedupLookup(b *testing.B) {
 		sp.At(2, 8)
 	}
 }
+
+// Across racks: one rack and unknown cross-rack terms look up At; known
+// terms give the cross-rack optimum, never above the in-rack one (a
+// slower link), memoised without allocating after the first lookup.
+func TestSpeedupAcrossRacks(t *testing.T) {
+	blind, err := NewSpeedup(testModel(), 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := testModel()
+	md.Params = md.Params.WithCrossRack(4)
+	aware, err := NewSpeedup(md, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; n <= 20; n += 3 {
+		for k := n; k <= 80; k += 7 {
+			if got, want := blind.AtRacks(2, n, k), blind.At(n, k); n >= 2 && got != want {
+				t.Errorf("unknown terms: AtRacks(2,%d,%d) = %v, At = %v", n, k, got, want)
+			}
+			if got, want := aware.AtRacks(1, n, k), aware.At(n, k); got != want {
+				t.Errorf("one rack: AtRacks(1,%d,%d) = %v, At = %v", n, k, got, want)
+			}
+			if n < 2 {
+				continue
+			}
+			x := aware.AtRacks(2, n, k)
+			cfg, err := md.OptimizeRacks(2, n, k)
+			if err == nil && !near(x, cfg.Goodput/aware.BaseGoodput()) {
+				t.Errorf("AtRacks(2,%d,%d) = %v, OptimizeRacks says %v", n, k, x, cfg.Goodput/aware.BaseGoodput())
+			}
+			if x > aware.At(n, k) {
+				t.Errorf("AtRacks(2,%d,%d) = %v above the in-rack %v", n, k, x, aware.At(n, k))
+			}
+			if again := aware.AtRacks(3, n, k); again != x {
+				t.Errorf("AtRacks(3,%d,%d) = %v, AtRacks(2) = %v: any span of racks costs the same", n, k, again, x)
+			}
+		}
+	}
+	if aware.AtRacks(2, 1, 4) != 0 || aware.AtRacks(3, 2, 4) != 0 {
+		t.Error("more racks than nodes must have speedup 0")
+	}
+	if x, in := aware.AtRacks(2, 2, 8), aware.At(2, 8); !(x < in) {
+		t.Errorf("a 4x slower cross-rack link costs nothing: %v vs %v", x, in)
+	}
+	if a := testing.AllocsPerRun(1000, func() { aware.AtRacks(2, 2, 8) }); a != 0 {
+		t.Errorf("memoised cross-rack lookup allocates %v times", a)
+	}
+	if _, err := md.OptimizeRacks(3, 2, 8); !errors.Is(err, ErrBadPlacement) {
+		t.Errorf("3 racks on 2 nodes: %v", err)
+	}
+}

@@ -21,11 +21,29 @@ const unset = 0x7ff8dead0000beef
 // Speedup is a job's bid: its best goodput on (N, K) divided by its best
 // goodput at a base placement. Lookups are memoised in a dense table;
 // concurrent lookups are safe (cells are written atomically and computing
-// one twice gives the same value) and allocate nothing.
+// one twice gives the same value) and allocate nothing, except the first
+// lookup across racks, which allocates that table.
 type Speedup struct {
 	model Model
 	base  float64
-	memo  [(MemoNodes + 1) * (MemoReplicas + 1)]atomic.Uint64
+	memo  memoTable
+	// cross memoises placements across racks (when the model prices them
+	// differently), allocated on first use.
+	cross atomic.Pointer[memoTable]
+}
+
+type memoTable [(MemoNodes + 1) * (MemoReplicas + 1)]atomic.Uint64
+
+func newMemoTable() *memoTable {
+	t := new(memoTable)
+	t.reset()
+	return t
+}
+
+func (t *memoTable) reset() {
+	for i := range t {
+		t[i].Store(unset)
+	}
 }
 
 // NewSpeedup returns the speedup function of model relative to its best
@@ -43,9 +61,7 @@ func NewSpeedup(model Model, baseN, baseK int) (*Speedup, error) {
 		return nil, fmt.Errorf("%w: at base %d nodes, %d replicas", ErrNoConfig, baseN, baseK)
 	}
 	s := &Speedup{model: model, base: cfg.Goodput}
-	for i := range s.memo {
-		s.memo[i].Store(unset)
-	}
+	s.memo.reset()
 	return s, nil
 }
 
@@ -75,7 +91,38 @@ func (s *Speedup) At(n, k int) float64 {
 }
 
 func (s *Speedup) compute(n, k int) float64 {
-	cfg, ok := s.model.optimize(n, k)
+	return s.computeRacks(1, n, k)
+}
+
+// AtRacks is the speedup on k replicas over n nodes spread over r racks
+// (r <= 1: one rack, as At). A model without cross-rack terms prices racks
+// like nodes, so its lookups are At's.
+func (s *Speedup) AtRacks(r, n, k int) float64 {
+	if r <= 1 || !s.model.Params.CrossRackKnown() {
+		return s.At(n, k)
+	}
+	if k <= 0 || n < r || k < n {
+		return 0
+	}
+	if n > MemoNodes || k > MemoReplicas {
+		return s.computeRacks(r, n, k)
+	}
+	t := s.cross.Load()
+	if t == nil {
+		s.cross.CompareAndSwap(nil, newMemoTable())
+		t = s.cross.Load()
+	}
+	cell := &t[n*(MemoReplicas+1)+k]
+	if bits := cell.Load(); bits != unset {
+		return math.Float64frombits(bits)
+	}
+	v := s.computeRacks(r, n, k)
+	cell.Store(math.Float64bits(v))
+	return v
+}
+
+func (s *Speedup) computeRacks(r, n, k int) float64 {
+	cfg, ok := s.model.optimizeRacks(r, n, k)
 	if !ok {
 		return 0
 	}

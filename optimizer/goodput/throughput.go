@@ -8,12 +8,20 @@ import (
 // tiny stands for "no time at all" where the model needs a positive number.
 const tiny = 1e-8
 
-// Params are the seven throughput-model parameters of one job.
+// Params are the throughput-model parameters of one job: the seven of the
+// paper plus two for synchronising across racks.
 //
 // One micro-step of compute on an atomic batch m takes AlphaC + BetaC*m.
 // One gradient synchronisation takes AlphaR + BetaR*max(K-2, tiny) within a
-// node and AlphaN + BetaN*max(K-2, tiny) across nodes. Compute and
-// synchronisation overlap as a Gamma-norm.
+// node, AlphaN + BetaN*max(K-2, tiny) across nodes of one rack and
+// AlphaX + BetaX*max(K-2, tiny) across racks. Compute and synchronisation
+// overlap as a Gamma-norm.
+//
+// The cross-rack terms are zero while unknown: Fit sets them only from
+// points measured across racks, WithCrossRack derives them from the
+// inter-node ones and a bandwidth ratio, and unknown terms price a
+// placement across racks like one across the nodes of a rack. On a
+// cluster of one rack they are never read, so the model is the paper's.
 type Params struct {
 	AlphaC float64 `json:"alpha_c"`
 	BetaC  float64 `json:"beta_c"`
@@ -22,14 +30,20 @@ type Params struct {
 	AlphaR float64 `json:"alpha_r"`
 	BetaR  float64 `json:"beta_r"`
 	Gamma  float64 `json:"gamma"`
+	AlphaX float64 `json:"alpha_x,omitempty"`
+	BetaX  float64 `json:"beta_x,omitempty"`
 }
 
 // Validate reports whether p can be evaluated: every term finite and
-// positive, gamma in [1, 10].
+// positive, gamma in [1, 10], the cross-rack terms both zero (unknown) or
+// both finite and positive.
 func (p Params) Validate() error {
 	for i, v := range p.slice() {
+		if i >= iAlphaX && p.AlphaX == 0 && p.BetaX == 0 {
+			break
+		}
 		if !(v > 0) || math.IsInf(v, 0) {
-			return fmt.Errorf("%w: parameter %d is %v", ErrBadParams, i, v)
+			return fmt.Errorf("%w: parameter %s is %v", ErrBadParams, paramNames[i], v)
 		}
 	}
 	if p.Gamma < 1 || p.Gamma > 10 {
@@ -38,12 +52,49 @@ func (p Params) Validate() error {
 	return nil
 }
 
-func (p Params) slice() [7]float64 {
-	return [7]float64{p.AlphaC, p.BetaC, p.AlphaN, p.BetaN, p.AlphaR, p.BetaR, p.Gamma}
+// paramNames name the parameters in slice order.
+var paramNames = [nParams]string{"alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma", "alpha_x", "beta_x"}
+
+func (p Params) slice() [nParams]float64 {
+	return [nParams]float64{p.AlphaC, p.BetaC, p.AlphaN, p.BetaN, p.AlphaR, p.BetaR, p.Gamma, p.AlphaX, p.BetaX}
 }
 
-func paramsFrom(v [7]float64) Params {
-	return Params{v[0], v[1], v[2], v[3], v[4], v[5], v[6]}
+func paramsFrom(v [nParams]float64) Params {
+	return Params{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]}
+}
+
+// CrossRackKnown reports whether p has cross-rack terms (fitted or
+// derived).
+func (p Params) CrossRackKnown() bool { return p.AlphaX > 0 }
+
+// WithCrossRack returns p with unknown cross-rack terms derived from the
+// inter-node ones: ratio times alpha_n and beta_n, ratio being how many
+// times slower synchronising across racks is than across the nodes of one
+// rack (the in-rack to cross-rack bandwidth ratio). Known terms are kept;
+// a ratio of at most 1 (or NaN) changes nothing, since unknown terms
+// already cost what the inter-node ones do.
+func (p Params) WithCrossRack(ratio float64) Params {
+	if p.CrossRackKnown() || !(ratio > 1) || math.IsInf(ratio, 0) {
+		return p
+	}
+	p.AlphaX, p.BetaX = ratio*p.AlphaN, ratio*p.BetaN
+	return p
+}
+
+// Slice returns the parameters in the order AlphaC, BetaC, AlphaN,
+// BetaN, AlphaR, BetaR, Gamma (how encodings write them). The cross-rack
+// terms are not part of it.
+func (p Params) Slice() [7]float64 {
+	v := p.slice()
+	return [7]float64(v[:7])
+}
+
+// ParamsFrom is the inverse of Params.Slice; the cross-rack terms are
+// zero (unknown).
+func ParamsFrom(v [7]float64) Params {
+	var w [nParams]float64
+	copy(w[:], v[:])
+	return paramsFrom(w)
 }
 
 // AccumTime is the compute time of one micro-step on atomic batch m.
@@ -65,10 +116,25 @@ func (p Params) NetworkTime(n, k int) float64 {
 	return alpha + beta*math.Max(float64(k-2), tiny)
 }
 
+// NetworkTimeRacks is the time of one gradient synchronisation among k
+// replicas on n nodes spread over r racks: the cross-rack link when r > 1
+// and the cross-rack terms are known, NetworkTime otherwise.
+func (p Params) NetworkTimeRacks(r, n, k int) float64 {
+	if r > 1 && n > 1 && p.AlphaX > 0 {
+		return p.AlphaX + p.BetaX*math.Max(float64(k-2), tiny)
+	}
+	return p.NetworkTime(n, k)
+}
+
 // SyncTime is the time of one synchronised step on atomic batch m: compute
 // and network overlapped as a gamma-norm.
 func (p Params) SyncTime(n, k int, m float64) float64 {
 	return overlap(p.AccumTime(m), p.NetworkTime(n, k), p.Gamma)
+}
+
+// SyncTimeRacks is SyncTime on n nodes spread over r racks.
+func (p Params) SyncTimeRacks(r, n, k int, m float64) float64 {
+	return overlap(p.AccumTime(m), p.NetworkTimeRacks(r, n, k), p.Gamma)
 }
 
 func overlap(acc, net, gamma float64) float64 {
@@ -81,12 +147,22 @@ func overlap(acc, net, gamma float64) float64 {
 // IterTime is the time of one iteration: s accumulation micro-steps then one
 // synchronised step.
 func (p Params) IterTime(n, k int, m float64, s int) float64 {
+	return p.IterTimeRacks(1, n, k, m, s)
+}
+
+// IterTimeRacks is IterTime on n nodes spread over r racks.
+func (p Params) IterTimeRacks(r, n, k int, m float64, s int) float64 {
 	acc := p.AccumTime(m)
-	return float64(s)*acc + overlap(acc, p.NetworkTime(n, k), p.Gamma)
+	return float64(s)*acc + overlap(acc, p.NetworkTimeRacks(r, n, k), p.Gamma)
 }
 
 // Throughput is samples per second with k replicas on n nodes, atomic batch
 // m and s accumulation steps: M / IterTime with M = k*m*(s+1).
 func (p Params) Throughput(n, k int, m float64, s int) float64 {
-	return float64(k) * m * float64(s+1) / p.IterTime(n, k, m, s)
+	return p.ThroughputRacks(1, n, k, m, s)
+}
+
+// ThroughputRacks is Throughput on n nodes spread over r racks.
+func (p Params) ThroughputRacks(r, n, k int, m float64, s int) float64 {
+	return float64(k) * m * float64(s+1) / p.IterTimeRacks(r, n, k, m, s)
 }

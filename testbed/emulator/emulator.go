@@ -41,7 +41,12 @@ type Config struct {
 	// RestartCost is the simulated time a (re)start takes before training
 	// makes progress, like a real job loading data and its checkpoint.
 	RestartCost time.Duration
-	Logger      *slog.Logger
+	// Deliver, if set, receives the reports instead of the TCP connection
+	// to Env.ReportAddr (a worker running inside the node's process).
+	Deliver func(workerproto.Report)
+	// AllRanks makes every rank report, not only rank 0.
+	AllRanks bool
+	Logger   *slog.Logger
 	// Record, if set, receives the worker's own account of its restore,
 	// checkpoints and completion (package record). A record that cannot
 	// be written fails the worker: an observer must not lose events.
@@ -179,8 +184,10 @@ func (w *worker) train(ctx context.Context) error {
 					w.cfg.Logger.Warn("emulator: epoch checkpoint", "err", err)
 				}
 			}
-			if now.Sub(w.lastReportTime) >= w.cfg.ReportEvery {
+			// (half a tick early rather than a whole tick late)
+			if now.Sub(w.lastReportTime) >= w.cfg.ReportEvery-w.cfg.Tick/2 {
 				w.report(false)
+				w.lastReportTime = now
 			}
 		}
 	}
@@ -210,17 +217,22 @@ func (w *worker) advance(sim float64) {
 // measurements and losing one is harmless.
 func (w *worker) report(final bool) {
 	w.lastReportTime = time.Now()
-	if !w.lead {
+	if !w.lead && !w.cfg.AllRanks {
 		return
 	}
 	e := w.cfg.Env
 	g := w.cfg.App.GradStats(w.batch, w.st.Epoch)
-	line, err := workerproto.Encode(workerproto.Report{
+	rep := workerproto.Report{
 		Job: e.JobID, Incarnation: e.Incarnation, Rank: e.Rank,
 		StepTime: w.step, SyncTime: w.sync, GradSqr: math.Max(g.GradSqr, 0), GradVar: math.Max(g.GradVar, 0),
 		Epoch: w.st.Epoch, Progress: w.st.Progress, LocalBatch: e.AtomicBatch, AccumSteps: e.AccumSteps,
-		Done: final && w.st.Done,
-	})
+		Done: final && w.st.Done && w.lead,
+	}
+	if w.cfg.Deliver != nil {
+		w.cfg.Deliver(rep)
+		return
+	}
+	line, err := workerproto.Encode(rep)
 	if err != nil {
 		w.cfg.Logger.Error("emulator: cannot encode report", "err", err)
 		return

@@ -385,3 +385,37 @@ func TestRecords(t *testing.T) {
 		t.Errorf("checkpoint written by incarnation %d, want 3", saved.Incarnation)
 	}
 }
+
+// TestDeliverAllRanks: with Deliver, reports go to the function and not
+// to the report address (there is none); with AllRanks every rank
+// reports, but only rank 0 ever says done.
+func TestDeliverAllRanks(t *testing.T) {
+	dir := t.TempDir()
+	var mu sync.Mutex
+	var got []workerproto.Report
+	deliver := func(r workerproto.Report) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, r)
+	}
+	for _, rank := range []int{1, 0} {
+		e := env(dir, "in-process:0") // unreachable: a dial would fail the reports
+		e.Rank = rank
+		cfg := Config{Env: e, App: toyApp{}, TimeScale: 100, Tick: 5 * time.Millisecond, ReportEvery: 20 * time.Millisecond,
+			Deliver: deliver, AllRanks: true, Logger: quiet()}
+		if st, err := Run(context.Background(), cfg); err != nil || !st.Done {
+			t.Fatalf("rank %d: %+v, %v", rank, st, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	n := map[int]int{}
+	done := map[int]bool{}
+	for _, r := range got {
+		n[r.Rank]++
+		done[r.Rank] = done[r.Rank] || r.Done
+	}
+	if n[0] < 2 || n[1] < 2 || done[1] || !done[0] {
+		t.Errorf("reports per rank %v, done per rank %v: want several from both, done from rank 0 only", n, done)
+	}
+}

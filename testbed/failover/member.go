@@ -192,7 +192,7 @@ func commitAllocations(ctx context.Context, srv *consensus.Server, n, batch int)
 			continue
 		}
 		setup = append(setup, &consensus.SubmitJob{ID: id, Spec: consensus.JobSpec{App: "bench", MinReplicas: 1, MaxReplicas: 4,
-			Limits: goodput.Limits{InitBatch: 64, MaxBatch: 1024, MinLocal: 32, MaxLocal: 256}}})
+			Limits: goodput.Limits{InitBatch: 64, MaxBatch: 1024, MinLocal: 32, MaxLocal: 256}, CheckpointDir: "/checkpoints/" + id}})
 	}
 	if err := applyAll(ctx, srv, setup); err != nil {
 		return 0, err

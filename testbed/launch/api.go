@@ -3,6 +3,7 @@ package launch
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	"pollux/actors/api"
@@ -83,6 +84,51 @@ func (cl *Client) SubmitAny(ctx context.Context, job string, spec []byte, retry,
 		case <-time.After(retry):
 		}
 	}
+}
+
+// CancelAny cancels a job through the serving servers in turn until one
+// answers definitely (200, or a refusal: 404, 409), retrying every retry
+// while none does (no answer, a 5xx, or 507: a full disk refused it), for
+// up to within.
+func (cl *Client) CancelAny(ctx context.Context, job string, retry, within time.Duration) Answer {
+	deadline := time.Now().Add(within)
+	last := Answer{Type: "info", Err: "no server is serving"}
+	for {
+		for _, m := range cl.c.Servers {
+			if !m.Serving() {
+				continue
+			}
+			last = cl.Cancel(ctx, m, job, 5*time.Second)
+			if last.OK() || last.Type == "fail" && last.Code != http.StatusInsufficientStorage {
+				return last
+			}
+		}
+		if time.Now().After(deadline) {
+			return last
+		}
+		select {
+		case <-ctx.Done():
+			return Answer{Type: "info", Err: ctx.Err().Error()}
+		case <-time.After(retry):
+		}
+	}
+}
+
+// JobAny reads one job from the leader (a linearizable read), trying the
+// serving servers in turn; found is false if the leader has no such job.
+func (cl *Client) JobAny(ctx context.Context, job string) (j api.Job, found bool, err error) {
+	var last Answer
+	for _, m := range cl.c.Servers {
+		if !m.Serving() {
+			continue
+		}
+		j, found, stale, a := cl.Job(ctx, m, job, 5*time.Second)
+		if a.OK() && !stale {
+			return j, found, nil
+		}
+		last = a
+	}
+	return api.Job{}, false, fmt.Errorf("%w: no leader answered a read of job %s: %s", ErrCluster, job, last.Error())
 }
 
 // JobsAny lists the jobs from the leader (a linearizable read), trying

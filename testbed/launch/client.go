@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -101,6 +102,12 @@ func (cl *Client) send(ctx context.Context, m *Member, method, path string, body
 		return Answer{Type: history.OK, Code: code}
 	case code == http.StatusConflict && done.F == history.Submit:
 		return Answer{Type: history.OK, Code: code}
+	case code == http.StatusNotFound && done.F == history.GetJob && decode != nil:
+		// A read that found no such job: an answer like any other.
+		if err := decode(resp, done); err != nil {
+			return Answer{Type: history.Info, Code: code, Err: "unreadable answer: " + err.Error()}
+		}
+		return Answer{Type: history.OK, Code: code}
 	}
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	var e api.Error
@@ -127,6 +134,52 @@ func truncate(s string, n int) string {
 // attempt took effect) are OK.
 func (cl *Client) Submit(ctx context.Context, m *Member, job string, spec []byte, timeout time.Duration) Answer {
 	return cl.do(ctx, m, history.Submit, job, http.MethodPost, api.PathJobs, spec, timeout, nil)
+}
+
+// Cancel asks m to cancel job: OK is 200 (cancelled now, with the
+// incarnation it took effect in when the server says); a definite
+// refusal is 404 (no such job) or 409 (already finished).
+func (cl *Client) Cancel(ctx context.Context, m *Member, job string, timeout time.Duration) Answer {
+	return cl.do(ctx, m, history.Cancel, job, http.MethodPost, api.PathJobs+"/"+url.PathEscape(job)+"/cancel", nil, timeout, func(resp *http.Response, o *history.Op) error {
+		var c api.CancelResult
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&c); err != nil {
+			return err
+		}
+		if c.ID != job {
+			return fmt.Errorf("cancelled job %s, answer names %q", job, c.ID)
+		}
+		o.Inc = c.Incarnation
+		return nil
+	})
+}
+
+// Job reads one job as m sees it: found false when m answers that there
+// is no such job (404); stale says a follower answered from its local
+// copy.
+func (cl *Client) Job(ctx context.Context, m *Member, job string, timeout time.Duration) (j api.Job, found, stale bool, a Answer) {
+	a = cl.do(ctx, m, history.GetJob, job, http.MethodGet, api.PathJobs+"/"+url.PathEscape(job), nil, timeout, func(resp *http.Response, o *history.Op) error {
+		switch resp.Header.Get(api.HeaderStale) {
+		case "true":
+			stale = true
+		case "false":
+		default:
+			return fmt.Errorf("no %s header", api.HeaderStale)
+		}
+		o.Stale = stale
+		if resp.StatusCode == http.StatusNotFound {
+			return nil
+		}
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&j); err != nil {
+			return err
+		}
+		if j.ID != job {
+			return fmt.Errorf("asked for job %s, got %q", job, j.ID)
+		}
+		found = true
+		o.Jobs = []history.Job{{ID: j.ID, State: j.State, Inc: j.Incarnation, Epoch: j.Epoch, Progress: j.Progress, Reason: truncate(j.Reason, 1024)}}
+		return nil
+	})
+	return j, found, stale, a
 }
 
 // Jobs lists the jobs as m sees them; stale says a follower answered from

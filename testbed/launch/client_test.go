@@ -33,6 +33,33 @@ func fakeAPI(t *testing.T) *httptest.Server {
 		w.Header().Set(api.HeaderStale, "true")
 		_ = json.NewEncoder(w).Encode([]api.Job{{ID: "j", State: "running", Incarnation: 2, Epoch: 3, Progress: 4.5}})
 	})
+	mux.HandleFunc("POST "+api.PathJobs+"/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
+		code := map[string]int{"run": 200, "done": 409, "none": 404, "full": 507, "busy": 503}[r.PathValue("id")]
+		w.WriteHeader(code)
+		if code == 200 {
+			inc := uint64(4)
+			_ = json.NewEncoder(w).Encode(api.CancelResult{ID: r.PathValue("id"), State: "cancelled", Incarnation: &inc})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(api.Error{Error: "cancel " + r.PathValue("id")})
+	})
+	mux.HandleFunc("GET "+api.PathJobs+"/{id}", func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		switch id {
+		case "nohdr":
+		case "other":
+			w.Header().Set(api.HeaderStale, "false")
+			id = "someone-else"
+		default:
+			w.Header().Set(api.HeaderStale, "false")
+		}
+		if id == "none" {
+			w.WriteHeader(http.StatusNotFound)
+			_ = json.NewEncoder(w).Encode(api.Error{Error: "no job"})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(api.Job{ID: id, State: "cancelled", Incarnation: 3})
+	})
 	mux.HandleFunc("GET "+api.PathStatus, func(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(api.Status{Leader: "s0", Serving: "s0", Term: 4, Generation: 9})
 	})
@@ -73,6 +100,27 @@ func TestClientRecordsEveryOperation(t *testing.T) {
 	if !a.OK() || st.Generation != 9 {
 		t.Errorf("status: %+v %+v", st, a)
 	}
+	// Cancels: 200 is OK; 404 and 409 definite refusals; 507 too (a full
+	// disk refused it before logging); another 5xx unknown.
+	for job, want := range map[string]history.Type{"run": history.OK, "done": history.Fail, "none": history.Fail,
+		"full": history.Fail, "busy": history.Info} {
+		if a := cl.Cancel(ctx, m, job, time.Second); a.Type != want {
+			t.Errorf("cancel %s: %+v, want %s", job, a, want)
+		}
+	}
+	// Job reads: found, absent (a 404 is an answer), or unknown (no stale
+	// header, another job than asked).
+	if j, found, stale, a := cl.Job(ctx, m, "j", time.Second); !a.OK() || !found || stale || j.Incarnation != 3 {
+		t.Errorf("job j: %+v %v %v %+v", j, found, stale, a)
+	}
+	if _, found, _, a := cl.Job(ctx, m, "none", time.Second); !a.OK() || found || a.Code != 404 {
+		t.Errorf("job none: %v %+v", found, a)
+	}
+	for _, job := range []string{"nohdr", "other"} {
+		if _, _, _, a := cl.Job(ctx, m, job, time.Second); a.Type != history.Info {
+			t.Errorf("job %s: %+v, want unknown", job, a)
+		}
+	}
 	dead := &Member{Role: history.Server, ID: "s1", HTTP: "127.0.0.1:1"}
 	if a := cl.Submit(ctx, dead, "job-x", []byte("created"), time.Second); a.Type != history.Info {
 		t.Errorf("a dead server: %+v", a)
@@ -84,8 +132,8 @@ func TestClientRecordsEveryOperation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(lines) != 2*9 {
-		t.Fatalf("%d lines for 9 operations", len(lines))
+	if len(lines) != 2*18 {
+		t.Fatalf("%d lines for 18 operations", len(lines))
 	}
 	open := map[uint64]bool{}
 	for _, l := range lines {
@@ -100,8 +148,14 @@ func TestClientRecordsEveryOperation(t *testing.T) {
 		if l.Op.F == history.Jobs && (!l.Op.Stale || len(l.Op.Jobs) != 1 || l.Op.Jobs[0].Progress != 4.5) {
 			t.Errorf("jobs answer recorded as %+v", l.Op)
 		}
+		if l.Op.F == history.GetJob && l.Op.Type == history.OK && (l.Op.Stale || (l.Op.Code == 404) != (len(l.Op.Jobs) == 0)) {
+			t.Errorf("job answer recorded as %+v", l.Op)
+		}
 		if l.Op.F == history.Status && (l.Op.Status == nil || l.Op.Status.Generation != 9) {
 			t.Errorf("status answer recorded as %+v", l.Op)
+		}
+		if l.Op.F == history.Cancel && l.Op.Type == history.OK && (l.Op.Inc == nil || *l.Op.Inc != 4) {
+			t.Errorf("cancel answer recorded as %+v", l.Op)
 		}
 	}
 	if len(open) != 0 {

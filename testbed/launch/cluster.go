@@ -45,7 +45,8 @@ type Member struct {
 	HTTP, Raft, Gossip, Actor string
 	// Log is the file its stderr goes to.
 	Log string
-	// DataDir is a server's data directory.
+	// DataDir is a server's data directory, or an agent's (its fencing
+	// state).
 	DataDir string
 
 	args   []string // after the command
@@ -256,7 +257,8 @@ func (c *Cluster) layout(ctx context.Context) error {
 			args: []string{"server", "--id", id, "--data-dir", data, "--bind", binds[i],
 				"--raft", a[0], "--http", a[1], "--gossip-port", gport, "--actor-port", aport,
 				"--peers", strings.Join(peers, ","), "--bootstrap", "--fast-gossip", "--interval", o.Interval.String(),
-				"--time-scale", ts, "--checkpoint-root", ckpt, "--log-level", o.LogLevel, "--join", strings.Join(join, ",")}})
+				"--time-scale", ts, "--checkpoint-root", ckpt, "--retain", o.Retain.String(), "--log-level", o.LogLevel,
+				"--join", strings.Join(join, ",")}})
 		c.Servers[i].args = append(c.Servers[i].args, c.tls.Flags(id)...)
 	}
 	for i := range o.Agents {
@@ -264,8 +266,12 @@ func (c *Cluster) layout(ctx context.Context) error {
 		a := addrs[o.Servers+i]
 		_, gport, _ := net.SplitHostPort(a[2])
 		_, aport, _ := net.SplitHostPort(a[3])
+		// The agent's fencing state (the incarnations it ran) survives
+		// its restarts in its data directory.
 		m := &Member{Role: history.Agent, ID: id, Gossip: a[2], Actor: a[3], Log: filepath.Join(o.Dir, id+".log"), prefix: prefixes[o.Servers+i],
+			DataDir: filepath.Join(o.Dir, id),
 			args: []string{"agent", "--name", id, "--bind", binds[o.Servers+i], "--gpus", strconv.Itoa(o.GPUsPerAgent),
+				"--data-dir", filepath.Join(o.Dir, id),
 				"--rack", fmt.Sprintf("r%d", i%2), "--gossip-port", gport, "--actor-port", aport, "--join", strings.Join(gossip, ","),
 				"--fast-gossip", "--time-scale", ts, "--restart-cost", o.RestartCost.String(), "--grace", o.Grace.String(),
 				"--worker-exec", strings.Join(o.Exec, ","), "--log-level", o.LogLevel}}
@@ -283,6 +289,51 @@ func (c *Cluster) layout(ctx context.Context) error {
 }
 
 func join(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
+
+// AddServer starts one more server, id, on loopback: a certificate of
+// the run's CA is issued for it, it joins the gossip of every member,
+// and it is not in the Raft configuration (`pollux operator raft
+// add-server` makes it a voter); the cluster's checkpoint root comes
+// from the replicated state. It is appended to Servers: call it from the
+// goroutine that drives the cluster, not while another reads Servers.
+// Networks of namespaces are laid out at Start and take no new member.
+func (c *Cluster) AddServer(ctx context.Context, id string) (*Member, error) {
+	o := c.o
+	if o.Network != Loopback {
+		return nil, fmt.Errorf("%w: AddServer on a %s network (loopback only)", ErrConfig, o.Network)
+	}
+	if c.Member(id) != nil {
+		return nil, fmt.Errorf("%w: %q is already a member", ErrConfig, id)
+	}
+	if err := c.tls.Add(pki.RoleServer, id, nil); err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	ports, err := FreePorts(4)
+	if err != nil {
+		return nil, err
+	}
+	var seeds []string
+	for _, m := range append(slices.Clone(c.Servers), c.Agents...) {
+		seeds = append(seeds, m.Gossip)
+	}
+	data := filepath.Join(o.Dir, id)
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	a := []string{join("127.0.0.1", ports[0]), join("127.0.0.1", ports[1]), join("127.0.0.1", ports[2]), join("127.0.0.1", ports[3])}
+	m := &Member{Role: history.Server, ID: id, HTTP: a[1], Raft: a[0], Gossip: a[2], Actor: a[3],
+		Log: filepath.Join(o.Dir, id+".log"), DataDir: data,
+		args: []string{"server", "--id", id, "--data-dir", data, "--bind", "127.0.0.1",
+			"--raft", a[0], "--http", a[1], "--gossip-port", strconv.Itoa(ports[2]), "--actor-port", strconv.Itoa(ports[3]),
+			"--fast-gossip", "--interval", o.Interval.String(), "--time-scale", strconv.FormatFloat(o.TimeScale, 'g', -1, 64),
+			"--retain", o.Retain.String(), "--log-level", o.LogLevel, "--join", strings.Join(seeds, ",")}}
+	m.args = append(m.args, c.tls.Flags(id)...)
+	c.Servers = append(c.Servers, m)
+	if err := c.Start(ctx, m, "", 0); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
 
 // TLS is the cluster's CA, certificates and gossip key (in Dir/tls).
 func (c *Cluster) TLS() *pki.Bundle { return c.tls }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"pollux/testbed/chaos/history"
@@ -39,11 +40,15 @@ type Options struct {
 	Exec []string
 	// Env is added to every process's environment.
 	Env []string
-	// Dir holds data directories, logs (<id>.log), the checkpoints, and
-	// with Observe the history and the worker records. Required.
+	// Dir holds data directories (a server's Raft state, an agent's
+	// fencing state: Dir/<id>), logs (<id>.log), the cluster's checkpoint
+	// root (Dir/checkpoints), and with Observe the history and the worker
+	// records. Required; made absolute.
 	Dir string
-	// Servers (default 3), Agents (default 2) and GPUsPerAgent (default 4).
+	// Servers (default 3), Agents (default 2, or none with NoAgents) and
+	// GPUsPerAgent (default 4).
 	Servers, Agents, GPUsPerAgent int
+	NoAgents                      bool
 	// Interval is the scheduling interval (default 1 s); TimeScale the
 	// emulated seconds per real second (default 100); RestartCost the
 	// emulated start-up of a worker (default 30 s); Grace the SIGTERM to
@@ -52,6 +57,9 @@ type Options struct {
 	TimeScale   float64
 	RestartCost time.Duration
 	Grace       time.Duration
+	// Retain is the servers' --retain: finished jobs are pruned that long
+	// after they finished (0: kept).
+	Retain time.Duration
 	// LogLevel of the processes (default "info").
 	LogLevel string
 	// Network is Loopback (default) or Namespaces.
@@ -75,13 +83,23 @@ func (o *Options) defaults() error {
 	if len(o.Exec) == 0 || o.Dir == "" {
 		return fmt.Errorf("%w: Exec and Dir are required", ErrConfig)
 	}
+	// The checkpoint root under Dir must be absolute for the servers.
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return fmt.Errorf("%w: Dir %q: %w", ErrConfig, o.Dir, err)
+	}
+	o.Dir = dir
 	def := func(v *int, d int) {
 		if *v == 0 {
 			*v = d
 		}
 	}
 	def(&o.Servers, 3)
-	def(&o.Agents, 2)
+	if !o.NoAgents {
+		def(&o.Agents, 2)
+	} else if o.Agents != 0 {
+		return fmt.Errorf("%w: NoAgents with %d agents", ErrConfig, o.Agents)
+	}
 	def(&o.GPUsPerAgent, 4)
 	dur := func(v *time.Duration, d time.Duration) {
 		if *v == 0 {
@@ -109,9 +127,9 @@ func (o *Options) defaults() error {
 	switch {
 	case o.Servers < 1 || o.Agents < 0 || o.GPUsPerAgent < 1 || o.Servers > 99 || o.Agents > 99:
 		return fmt.Errorf("%w: %d servers, %d agents of %d GPUs", ErrConfig, o.Servers, o.Agents, o.GPUsPerAgent)
-	case !(o.TimeScale > 0) || o.Interval < 0 || o.Grace < 0 || o.RestartCost < 0 || o.DataSize < 0:
-		return fmt.Errorf("%w: time scale %v, interval %v, grace %v, restart cost %v, data size %d",
-			ErrConfig, o.TimeScale, o.Interval, o.Grace, o.RestartCost, o.DataSize)
+	case !(o.TimeScale > 0) || o.Interval < 0 || o.Grace < 0 || o.RestartCost < 0 || o.DataSize < 0 || o.Retain < 0:
+		return fmt.Errorf("%w: time scale %v, interval %v, grace %v, restart cost %v, data size %d, retain %v",
+			ErrConfig, o.TimeScale, o.Interval, o.Grace, o.RestartCost, o.DataSize, o.Retain)
 	case o.Network != Loopback && o.Network != Namespaces:
 		return fmt.Errorf("%w: network %q (loopback or netns)", ErrConfig, o.Network)
 	}

@@ -40,7 +40,10 @@ type PolicySummary struct {
 	RestartsPerJob float64 `json:"restarts_per_job"`
 	UnfairFrac     float64 `json:"unfair_frac"`
 	Contention     float64 `json:"contention"`
-	jobs           int
+	// CrossRackGPUTimeFrac is the mean over workloads of the fraction of
+	// allocated GPU time spent on placements across racks.
+	CrossRackGPUTimeFrac float64 `json:"cross_rack_gpu_time_frac"`
+	jobs                 int
 	// ReductionVs is, for Pollux, 1 - its MeanAvgJCT / the baseline's, per
 	// baseline present.
 	ReductionVs map[string]float64 `json:"avg_jct_reduction_vs,omitempty"`
@@ -70,6 +73,7 @@ func Summarize(results []*sim.Result) Summary {
 		ps.GPUHPerJob += m.GPUHoursPerJob
 		ps.UnfairFrac += m.UnfairFrac * float64(m.Jobs)
 		ps.Contention += m.Contention
+		ps.CrossRackGPUTimeFrac += m.CrossRackGPUTimeFrac
 		ps.jobs += m.Jobs
 		s.Policies[r.Policy] = ps
 	}
@@ -86,6 +90,7 @@ func Summarize(results []*sim.Result) Summary {
 		ps.GPUHPerJob /= n
 		ps.RestartsPerJob = ps.MeanRestartsPerJob
 		ps.Contention /= n
+		ps.CrossRackGPUTimeFrac /= n
 		if ps.jobs > 0 {
 			ps.UnfairFrac /= float64(ps.jobs)
 		}
@@ -151,6 +156,15 @@ func PrintTable(w io.Writer, s Summary) error {
 		{"restarts/job", func(p PolicySummary) string { return fmt.Sprintf("%.2f", p.MeanRestartsPerJob) }},
 		{"GPU-hours", func(p PolicySummary) string { return fmt.Sprintf("%.1f", p.MeanGPUHours) }},
 		{"worst FTF", func(p PolicySummary) string { return fmt.Sprintf("%.2f", p.WorstFTF) }},
+	}
+	for _, n := range names {
+		if s.Policies[n].CrossRackGPUTimeFrac > 0 {
+			rows = append(rows, struct {
+				label string
+				get   func(PolicySummary) string
+			}{"cross-rack GPU time", func(p PolicySummary) string { return fmt.Sprintf("%.1f%%", 100*p.CrossRackGPUTimeFrac) }})
+			break
+		}
 	}
 	for _, row := range rows {
 		fmt.Fprintf(tw, "%s\t", row.label)

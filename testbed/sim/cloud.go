@@ -87,6 +87,7 @@ func (s *state) newCloud() {
 	c := &cloudState{cfg: *s.cfg.Cloud, gpus: s.cfg.GPUsPerNode, since: map[string]float64{}}
 	for i := 0; i < c.cfg.InitialNodes; i++ {
 		s.nodes = append(s.nodes, optimizer.Node{ID: c.newID(), GPUs: c.gpus})
+		s.rackOf = append(s.rackOf, 0)
 		c.since[s.nodes[i].ID] = 0
 	}
 	c.res.PeakNodes = len(s.nodes)
@@ -109,6 +110,7 @@ func (s *state) join() {
 	for _, b := range c.boot {
 		if b.ready <= s.now {
 			s.nodes = append(s.nodes, optimizer.Node{ID: b.id, GPUs: c.gpus})
+			s.rackOf = append(s.rackOf, 0)
 			c.since[b.id] = b.asked
 			continue
 		}
@@ -176,6 +178,7 @@ func (s *state) release(n int) {
 		kept = append(kept, node)
 	}
 	s.nodes = kept
+	s.rackOf = s.rackOf[:len(kept)] // one rack: every entry is 0
 	for _, j := range s.jobs {
 		var pl optimizer.Placement
 		for _, nc := range j.alloc {

@@ -60,7 +60,7 @@ const mergedKey = "\x00merged"
 
 // profile is what a job has measured on one GPU type and the model it fits.
 type profile struct {
-	seen   map[[3]int]bool
+	seen   map[[4]int]bool
 	points []goodput.ProfilePoint
 	params *goodput.Params
 	maxK   int
@@ -100,9 +100,21 @@ type job struct {
 	nodes    int
 	replicas int
 	m, s     int
+	// racks is how many racks the placement spans; crossRatio what a
+	// placement across racks pays on its sync time (1: nothing);
+	// rackAware whether the job knows its racks (it then records them
+	// with its measurements and sizes its batch for them).
+	racks      int
+	crossRatio float64
+	rackAware  bool
+	cross      *crossRack
 
 	restartLeft float64
 	restarts    int // -1 before the first allocation
+	// evicted marks a job that lost GPUs to a change of the cluster's
+	// nodes (Stepper.SetNodes): it restarts at the next allocation even
+	// if the policy keeps what it has left.
+	evicted bool
 	// measuredRestart is the restart delay the job has experienced (0 before
 	// its first start completed): what it reports to type-aware policies.
 	measuredRestart float64
@@ -113,8 +125,10 @@ type job struct {
 	done            bool
 	completion      float64
 	// allocated is GPUs x interval summed over the rounds the job held
-	// GPUs (Sia's accounting of GPU-hours).
-	allocated float64
+	// GPUs (Sia's accounting of GPU-hours); crossAllocated the part of it
+	// on placements across racks.
+	allocated      float64
+	crossAllocated float64
 	// contSum and contN accumulate the jobs active at each round the job
 	// was active (its contention, for finish-time fairness).
 	contSum float64
@@ -143,6 +157,7 @@ func newJob(i int, spec workload.Job, apps map[string]testbed.Application, first
 		calib:       1,
 		restartCost: 0,
 		physical:    map[string]int{},
+		crossRatio:  1,
 	}
 	j.setType(first)
 	for t, a := range apps {
@@ -187,7 +202,7 @@ func (j *job) prof() *profile {
 	}
 	p := j.profiles[key]
 	if p == nil {
-		p = &profile{seen: map[[3]int]bool{}}
+		p = &profile{seen: map[[4]int]bool{}}
 		j.profiles[key] = p
 	}
 	return p
@@ -248,8 +263,8 @@ func (j *job) configure() {
 	case params == nil:
 		j.m, j.s = fixedSplit(j.limits, k, math.Max(float64(j.limits.InitBatch), float64(j.limits.MinLocal*k)))
 	default:
-		md := goodput.Model{Params: *params, Grad: j.grad, Limits: j.limits}
-		cfg, err := md.Optimize(j.nodes, k)
+		md := j.model(*params, j.limits)
+		cfg, err := md.OptimizeRacks(j.knownRacks(), j.nodes, k)
 		if err != nil {
 			j.m, j.s = fixedSplit(j.limits, k, math.Max(float64(j.limits.InitBatch), float64(j.limits.MinLocal*k)))
 			return
@@ -279,8 +294,8 @@ func (j *job) configureSia() {
 	case params == nil:
 		batch = math.Max(float64(l.InitBatch), float64(l.MinLocal*k))
 	default:
-		md := goodput.Model{Params: *params, Grad: j.grad, Limits: l}
-		cfg, err := md.Optimize(j.nodes, k)
+		md := j.model(*params, l)
+		cfg, err := md.OptimizeRacks(j.knownRacks(), j.nodes, k)
 		if err != nil {
 			batch = math.Max(float64(l.InitBatch), float64(l.MinLocal*k))
 			break
@@ -301,11 +316,33 @@ func (j *job) configureSia() {
 	j.m = max(j.m, 1)
 }
 
-// stepTimes are the true step and sync time of the current configuration.
+// model is the job's goodput model with params and limits: its unknown
+// cross-rack terms derived from the ratio when it knows its racks.
+func (j *job) model(params goodput.Params, l goodput.Limits) goodput.Model {
+	if j.rackAware {
+		params = params.WithCrossRack(j.crossRatio)
+	}
+	return goodput.Model{Params: params, Grad: j.grad, Limits: l}
+}
+
+// knownRacks is how many racks the job knows its placement spans (1 when
+// it is blind to racks).
+func (j *job) knownRacks() int {
+	if j.rackAware {
+		return max(j.racks, 1)
+	}
+	return 1
+}
+
+// stepTimes are the true step and sync time of the current configuration:
+// the traces', made slower across racks (see crossRack).
 func (j *job) stepTimes() (step, sync float64) {
 	m := float64(j.m)
 	if m != j.cacheM {
 		j.cacheStep, j.cacheSync = j.app.StepTimes(j.norm, m)
+		if j.racks > 1 && j.crossRatio > 1 {
+			j.cacheStep, j.cacheSync = j.cross.apply(j.app, j.nodes, j.replicas, m, j.cacheStep, j.cacheSync)
+		}
 		j.cacheM = m
 	}
 	return j.cacheStep, j.cacheSync
@@ -316,7 +353,11 @@ func (j *job) stepTimes() (step, sync float64) {
 func (j *job) observe(step, sync float64, grad goodput.GradStats) {
 	j.grad = grad
 	p := j.prof()
-	key := [3]int{j.nodes, j.replicas, j.m}
+	racks := 0
+	if j.rackAware && j.racks > 1 {
+		racks = j.racks
+	}
+	key := [4]int{j.nodes, j.replicas, j.m, racks}
 	if p.seen[key] {
 		return
 	}
@@ -327,7 +368,7 @@ func (j *job) observe(step, sync float64, grad goodput.GradStats) {
 	}
 	p.points = append(p.points, goodput.ProfilePoint{
 		Nodes: j.nodes, Replicas: j.replicas, LocalBatch: j.m,
-		AccumTime: step - sync, StepTime: step,
+		AccumTime: step - sync, StepTime: step, Racks: racks,
 	})
 	fit, err := j.cache.fit(j.spec.App, p.points)
 	if err == nil {
@@ -351,6 +392,7 @@ func (c *fitCache) fit(app string, points []goodput.ProfilePoint) (goodput.Param
 		k = binary.LittleEndian.AppendUint32(k, uint32(p.Nodes))
 		k = binary.LittleEndian.AppendUint32(k, uint32(p.Replicas))
 		k = binary.LittleEndian.AppendUint32(k, uint32(p.LocalBatch))
+		k = binary.LittleEndian.AppendUint32(k, uint32(p.Racks))
 		k = binary.LittleEndian.AppendUint64(k, math.Float64bits(p.AccumTime))
 		k = binary.LittleEndian.AppendUint64(k, math.Float64bits(p.StepTime))
 	}
@@ -428,7 +470,7 @@ func (j *job) advance(now, seconds, interference float64) {
 // tuple does (a job moved to other nodes with the same tuple keeps
 // running), and a job whose GPUs are taken away is suspended without
 // counting a restart.
-func (j *job) place(alloc optimizer.Placement, layout []int, typ string, restart float64) {
+func (j *job) place(alloc optimizer.Placement, layout []int, typ string, restart float64, racks int) {
 	if layout == nil && len(alloc) > 0 {
 		layout = make([]int, len(alloc))
 		for i, nc := range alloc {
@@ -439,11 +481,17 @@ func (j *job) place(alloc optimizer.Placement, layout []int, typ string, restart
 		layout = respread(layout, j.physical[typ])
 	}
 	wasRunning := j.running()
+	j.evicted = false
 	if j.sem == SiaSemantics && wasRunning && len(alloc) > 0 && typ == j.typ && equalInts(layout, j.layout) {
 		j.alloc = append(optimizer.Placement(nil), alloc...)
+		if racks != j.racks {
+			j.racks = racks
+			j.cacheM = -1
+		}
 		return
 	}
 	j.alloc = append(optimizer.Placement(nil), alloc...)
+	j.racks = racks
 	j.layout = layout
 	j.norm = testbed.NormalizePlacement(layout)
 	j.nodes, j.replicas = len(j.norm), testbed.Replicas(j.norm)

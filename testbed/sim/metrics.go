@@ -30,6 +30,9 @@ type Metrics struct {
 	// Contention is the mean over rounds of the jobs submitted and not
 	// complete.
 	Contention float64 `json:"contention"`
+	// CrossRackGPUTimeFrac is the fraction of the allocated GPU time
+	// (GPUs held x interval) spent on placements across racks.
+	CrossRackGPUTimeFrac float64 `json:"cross_rack_gpu_time_frac"`
 	// Jobs is how many jobs completed.
 	Jobs int `json:"jobs"`
 }
@@ -42,7 +45,10 @@ func Summarize(jobs []JobResult) Metrics {
 	}
 	jcts := make([]float64, len(jobs))
 	first, last := math.Inf(1), math.Inf(-1)
+	allocated, cross := 0.0, 0.0
 	for i, j := range jobs {
+		allocated += j.AllocatedGPUSeconds
+		cross += j.CrossRackGPUSeconds
 		jcts[i] = j.JCT
 		m.AvgJCT += j.JCT
 		m.RestartsPerJob += float64(j.Restarts)
@@ -63,6 +69,9 @@ func Summarize(jobs []JobResult) Metrics {
 	m.Makespan = last - first
 	m.P99JCT = Quantile(jcts, 0.99)
 	m.Jobs = len(jobs)
+	if allocated > 0 {
+		m.CrossRackGPUTimeFrac = cross / allocated
+	}
 	return m
 }
 

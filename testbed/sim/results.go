@@ -49,6 +49,7 @@ func (s *state) results(ctx context.Context, timeline []Sample) ([]JobResult, er
 			Restarts:            max(j.restarts, 0),
 			GPUSeconds:          j.attained,
 			AllocatedGPUSeconds: j.allocated,
+			CrossRackGPUSeconds: j.crossAllocated,
 			GPUType:             j.typ,
 			Fits:                j.fits,
 		}

@@ -43,6 +43,22 @@ type Config struct {
 	// NoFairness skips finish-time fairness (under Sia's semantics it runs
 	// every job alone on its share of every GPU type).
 	NoFairness bool `json:"no_fairness,omitempty"`
+	// Racks puts the nodes, in order, into this many racks of consecutive
+	// nodes (as even as the node count allows; 0 and 1: one rack).
+	Racks int `json:"racks,omitempty"`
+	// CrossRackRatio is how many times slower synchronising across racks
+	// is than within one (0 and 1: racks cost nothing). The traces
+	// measure only placements within a rack; CrossRackModel says how the
+	// cost of a placement across racks is put on top of them.
+	CrossRackRatio float64 `json:"cross_rack_ratio,omitempty"`
+	// CrossRackModel is how a slower link slows a placement across racks
+	// (see CrossRackModel's values).
+	CrossRackModel CrossRackModel `json:"cross_rack_model,omitempty"`
+	// RackBlind hides the racks from the policy and the jobs, as the
+	// scheduler was before topology: the snapshot has no topology and no
+	// ratio, and jobs fit their models as if every placement were within
+	// one rack (they still run at the true, cross-rack speed).
+	RackBlind bool `json:"rack_blind,omitempty"`
 	// Cloud, when set, makes the cluster elastic (Nodes is then unused):
 	// see Cloud. Finish-time fairness is not computed.
 	Cloud *Cloud `json:"cloud,omitempty"`
@@ -80,8 +96,8 @@ func (c Config) Validate() error {
 	seen := map[string]bool{}
 	groups := c.groups()
 	if c.Cloud != nil {
-		if len(c.Cluster) > 0 || c.Semantics != PolluxSemantics {
-			return fmt.Errorf("%w: an elastic (cloud) cluster has one untyped GPU type and the Pollux artifact's semantics", ErrBadConfig)
+		if len(c.Cluster) > 0 || c.Semantics != PolluxSemantics || c.Racks > 1 {
+			return fmt.Errorf("%w: an elastic (cloud) cluster has one untyped GPU type, one rack and the Pollux artifact's semantics", ErrBadConfig)
 		}
 		if err := c.Cloud.Validate(); err != nil {
 			return err
@@ -103,6 +119,10 @@ func (c Config) Validate() error {
 	switch {
 	case nodes > 1<<16:
 		return fmt.Errorf("%w: %d nodes, want at most 65536", ErrBadConfig, nodes)
+	case c.Racks < 0 || c.Racks > nodes:
+		return fmt.Errorf("%w: %d racks for %d nodes, want 1..%d", ErrBadConfig, c.Racks, nodes, nodes)
+	case c.CrossRackRatio != 0 && !(c.CrossRackRatio >= 1) || math.IsInf(c.CrossRackRatio, 0):
+		return fmt.Errorf("%w: cross-rack ratio %v, want a finite ratio >= 1", ErrBadConfig, c.CrossRackRatio)
 	case c.MaxReplicas < 0:
 		return fmt.Errorf("%w: max replicas %d", ErrBadConfig, c.MaxReplicas)
 	case !(c.Interval >= 1) || c.Interval != math.Trunc(c.Interval) || c.Interval > 86400:
@@ -133,6 +153,9 @@ type JobResult struct {
 	// AllocatedGPUSeconds is the GPUs the job held times the interval,
 	// summed over rounds.
 	AllocatedGPUSeconds float64 `json:"allocated_gpu_seconds"`
+	// CrossRackGPUSeconds is the part of AllocatedGPUSeconds on
+	// placements across racks.
+	CrossRackGPUSeconds float64 `json:"cross_rack_gpu_seconds,omitempty"`
 	// GPUType is the GPU type the job finished on ("" on a single-type
 	// cluster).
 	GPUType string `json:"gpu_type,omitempty"`
@@ -189,6 +212,29 @@ func Run(ctx context.Context, cfg Config, cat testbed.Catalog, wl workload.Workl
 // RunTyped is Run on a cluster of several GPU types: cats maps each type
 // of cfg's cluster to its applications.
 func RunTyped(ctx context.Context, cfg Config, cats testbed.TypedCatalog, wl workload.Workload, pol optimizer.Policy, mode Mode, progress ProgressFunc) (*Result, error) {
+	st, err := NewStepper(cfg, cats, wl, pol, mode)
+	if err != nil {
+		return nil, err
+	}
+	for !st.Done() {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := st.Advance(); err != nil {
+			return nil, err
+		}
+		if err := st.Allocate(); err != nil {
+			return nil, err
+		}
+		if progress != nil {
+			progress(st.Now(), st.Completed(), len(st.s.jobs))
+		}
+	}
+	return st.Finish(ctx)
+}
+
+// newState checks a run's inputs and builds its jobs and nodes.
+func newState(cfg Config, cats testbed.TypedCatalog, wl workload.Workload, pol optimizer.Policy, mode Mode) (*state, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -219,62 +265,37 @@ func RunTyped(ctx context.Context, cfg Config, cats testbed.TypedCatalog, wl wor
 		s.jobs = append(s.jobs, j)
 	}
 	sort.SliceStable(s.jobs, func(a, b int) bool { return s.jobs[a].spec.Time < s.jobs[b].spec.Time })
+	total := 0
+	for _, g := range groups {
+		total += g.Nodes
+	}
+	fixed := groups
 	if cfg.Cloud != nil {
 		s.newCloud()
-	} else {
-		for _, g := range groups {
-			for i := 0; i < g.Nodes; i++ {
-				id := "node-" + strconv.Itoa(len(s.nodes))
-				if g.Type != "" {
-					id = g.Type + "-" + strconv.Itoa(i)
-				}
-				s.nodes = append(s.nodes, optimizer.Node{ID: id, GPUs: g.GPUsPerNode, Type: g.Type})
+		fixed = nil
+	}
+	for _, g := range fixed {
+		for i := 0; i < g.Nodes; i++ {
+			id := "node-" + strconv.Itoa(len(s.nodes))
+			if g.Type != "" {
+				id = g.Type + "-" + strconv.Itoa(i)
 			}
-		}
-	}
-	res := &Result{Policy: pol.Name(), Workload: wl.Name}
-	done := 0
-	for done < len(s.jobs) {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if s.now >= cfg.Horizon {
-			return nil, fmt.Errorf("%w: %d of %d jobs still running after %v s", ErrHorizon, len(s.jobs)-done, len(s.jobs), cfg.Horizon)
-		}
-		s.advance()
-		if s.cloud != nil {
-			s.join()
-		}
-		dec, err := s.allocate()
-		if err != nil {
-			return nil, err
-		}
-		if s.cloud != nil {
-			s.resize(dec)
-		}
-		res.Rounds++
-		done = 0
-		for _, j := range s.jobs {
-			if j.done {
-				done++
+			rack := len(s.nodes) * max(cfg.Racks, 1) / total
+			s.rackOf = append(s.rackOf, rack)
+			node := optimizer.Node{ID: id, GPUs: g.GPUsPerNode, Type: g.Type}
+			if cfg.Racks > 1 && !cfg.RackBlind {
+				node.Topology = []string{"rack-" + strconv.Itoa(rack)}
 			}
-		}
-		res.Timeline = append(res.Timeline, s.sample())
-		if progress != nil {
-			progress(s.now, done, len(s.jobs))
+			s.nodes = append(s.nodes, node)
 		}
 	}
-	jobs, err := s.results(ctx, res.Timeline)
-	if err != nil {
-		return nil, err
+	cross := newCrossRack(cfg.CrossRackRatio, cfg.CrossRackModel, groups[0].GPUsPerNode)
+	for _, j := range s.jobs {
+		j.crossRatio = max(cfg.CrossRackRatio, 1)
+		j.rackAware = cfg.Racks > 1 && !cfg.RackBlind
+		j.cross = cross
 	}
-	res.Jobs = jobs
-	if s.cloud != nil {
-		res.Cloud = s.bill()
-	}
-	res.Metrics = Summarize(res.Jobs)
-	res.Metrics.Contention = meanActive(res.Timeline)
-	return res, nil
+	return s, nil
 }
 
 // stepKey names a cached Optimus step-time table.
@@ -290,12 +311,19 @@ type state struct {
 	mode  Mode
 	jobs  []*job
 	nodes []optimizer.Node
-	now   float64
-	round uint64
-	prev  *optimizer.State
-	steps map[stepKey][]float64
-	// cloud is the elastic cluster's bookkeeping (nil for a fixed one).
+	// rackOf is every node's rack.
+	rackOf []int
+	now    float64
+	round  uint64
+	prev   *optimizer.State
+	steps  map[stepKey][]float64
+	// vacating is, per node index, how long the workers that held the
+	// node until this round take to leave it (see Stepper.SetNodes).
+	vacating map[int]float64
+	// cloud is the elastic cluster's bookkeeping (nil for a fixed one);
+	// scale is the size the policy asked for in the last round.
 	cloud *cloudState
+	scale *optimizer.ScaleDecision
 }
 
 // advance moves every job forward by one interval.
@@ -350,33 +378,35 @@ func (s *state) active() []*job {
 	return out
 }
 
-// allocate runs one policy round and applies the changed allocations. It
-// returns the cluster size the policy asks for (nil if it asks for none).
-// On a fixed cluster a round without active jobs is skipped; an elastic
-// one still asks the policy, which may release nodes.
-func (s *state) allocate() (*optimizer.ScaleDecision, error) {
+// allocate runs one policy round and applies the changed allocations.
+//
+// The cluster size the policy asks for (Result.Scale, nil if none) is kept
+// in s.scale. On an elastic cluster a round without active jobs still asks
+// the policy, which may release nodes.
+func (s *state) allocate() error {
 	act := s.active()
+	s.scale = nil
 	if len(act) == 0 && s.cloud == nil {
-		return nil, nil
+		return nil
 	}
 	snap := &optimizer.Snapshot{Nodes: s.nodes, Now: s.now, Seed: splitmix(s.cfg.Seed ^ (s.round * 0x9e3779b97f4a7c15))}
+	if s.cfg.Racks > 1 && !s.cfg.RackBlind {
+		snap.CrossRackRatio = s.cfg.CrossRackRatio
+	}
 	s.round++
 	for _, j := range act {
 		snap.Jobs = append(snap.Jobs, s.snapshotJob(j))
 	}
-	if len(act) == 0 {
-		res, err := s.pol.Allocate(snap, s.prev)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s at %v s: %w", ErrPolicy, s.pol.Name(), s.now, err)
-		}
-		return res.Scale, nil
-	}
 	res, err := s.pol.Allocate(snap, s.prev)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s at %v s: %w", ErrPolicy, s.pol.Name(), s.now, err)
+		return fmt.Errorf("%w: %s at %v s: %w", ErrPolicy, s.pol.Name(), s.now, err)
+	}
+	s.scale = res.Scale
+	if len(act) == 0 {
+		return nil
 	}
 	if len(res.Placements) != len(act) {
-		return nil, fmt.Errorf("%w: %s returned %d placements for %d jobs", ErrPolicy, s.pol.Name(), len(res.Placements), len(act))
+		return fmt.Errorf("%w: %s returned %d placements for %d jobs", ErrPolicy, s.pol.Name(), len(res.Placements), len(act))
 	}
 	used := make([]int, len(s.nodes))
 	next := make([]optimizer.Placement, len(act))
@@ -384,43 +414,69 @@ func (s *state) allocate() (*optimizer.ScaleDecision, error) {
 		next[i] = normalize(pl)
 		for _, nc := range next[i] {
 			if nc.Node < 0 || nc.Node >= len(s.nodes) || nc.Count < 0 {
-				return nil, fmt.Errorf("%w: %s placed job %q on node %d", ErrPolicy, s.pol.Name(), act[i].spec.Name, nc.Node)
+				return fmt.Errorf("%w: %s placed job %q on node %d", ErrPolicy, s.pol.Name(), act[i].spec.Name, nc.Node)
 			}
 			if t := s.nodes[nc.Node].Type; t != s.nodes[next[i][0].Node].Type {
-				return nil, fmt.Errorf("%w: %s placed job %q on GPU types %q and %q (a job runs on one type)", ErrPolicy, s.pol.Name(), act[i].spec.Name, s.nodes[next[i][0].Node].Type, t)
+				return fmt.Errorf("%w: %s placed job %q on GPU types %q and %q (a job runs on one type)", ErrPolicy, s.pol.Name(), act[i].spec.Name, s.nodes[next[i][0].Node].Type, t)
 			}
 			used[nc.Node] += nc.Count
 		}
 	}
 	for n, u := range used {
 		if u > s.nodes[n].GPUs {
-			return nil, fmt.Errorf("%w: %s put %d replicas on node %d of %d GPUs", ErrPolicy, s.pol.Name(), u, n, s.nodes[n].GPUs)
+			return fmt.Errorf("%w: %s put %d replicas on node %d of %d GPUs", ErrPolicy, s.pol.Name(), u, n, s.nodes[n].GPUs)
 		}
 	}
 	for i, j := range act {
-		if next[i].Equal(j.alloc) {
+		if next[i].Equal(j.alloc) && !j.evicted {
 			continue
 		}
 		var layout []int
 		if i < len(res.Layouts) && res.Layouts[i] != nil {
 			layout = res.Layouts[i]
 			if !sameCounts(layout, next[i]) {
-				return nil, fmt.Errorf("%w: %s gave job %q the layout %v for placement %v", ErrPolicy, s.pol.Name(), j.spec.Name, layout, next[i])
+				return fmt.Errorf("%w: %s gave job %q the layout %v for placement %v", ErrPolicy, s.pol.Name(), j.spec.Name, layout, next[i])
 			}
 		}
 		typ := j.typ
 		if len(next[i]) > 0 {
 			typ = s.nodes[next[i][0].Node].Type
 		}
-		j.place(next[i], layout, typ, s.cfg.restartDelay(j.spec.App))
+		restart := s.cfg.restartDelay(j.spec.App)
+		wait := 0.0
+		for _, nc := range next[i] {
+			wait = max(wait, s.vacating[nc.Node])
+		}
+		j.place(next[i], layout, typ, restart+wait, s.racks(next[i]))
 	}
 	for _, j := range act {
 		j.contSum += float64(len(act))
 		j.contN++
 		j.allocated += float64(j.replicas) * s.cfg.Interval
+		if j.racks > 1 {
+			j.crossAllocated += float64(j.replicas) * s.cfg.Interval
+		}
 	}
 	s.prev = res.State
-	return res.Scale, nil
+	return nil
+}
+
+// racks is the number of racks placement pl spans.
+func (s *state) racks(pl optimizer.Placement) int {
+	r := 0
+	for i, nc := range pl {
+		seen := false
+		for _, o := range pl[:i] {
+			if s.rackOf[o.Node] == s.rackOf[nc.Node] {
+				seen = true
+				break
+			}
+		}
+		if !seen {
+			r++
+		}
+	}
+	return r
 }
 
 // sameCounts reports whether layout holds exactly the counts of pl, in

@@ -255,6 +255,24 @@ func TestViolations(t *testing.T) {
 		{"worker started after the job was read completed", func(f *fixture) {
 			f.workers["b2"] = start("n1", 2580, "b", 2, 400, 2).exit(2590)
 		}, RanAfterFinish, "job b incarnation 2 rank 0 (pid 400 on n1, GPUs [2]) started at 2.580s, after the job was read completed in incarnation 1 at 2.560s"},
+		{"completion read alone, before its done record", func(f *fixture) {
+			f.h.op(1000, 1010, history.GetJob, "b", history.OK, 200, func(o *history.Op) { o.Jobs = []history.Job{jv("b", "completed", 1, 2, 200)} })
+		}, CompletionBacked, "job b read completed in incarnation 1 at 1.010s"},
+		{"worker started after its cancel was acknowledged", func(f *fixture) {
+			f.h.submit(1100, 1110, "c", history.OK, 201)
+			f.h.op(1200, 1210, history.Cancel, "c", history.OK, 200, nil)
+			f.workers["c1"] = start("n1", 1300, "c", 1, 500, 3).exit(1400)
+		}, RanAfterFinish, "job c incarnation 1 rank 0 (pid 500 on n1, GPUs [3]) started at 1.300s, after the job was cancel acknowledged at 1.210s"},
+		{"worker of a later incarnation started after its cancel", func(f *fixture) {
+			f.h.submit(1100, 1110, "c", history.OK, 201)
+			f.h.op(1200, 1210, history.Cancel, "c", history.OK, 200, func(o *history.Op) { o.Inc = ptr(uint64(1)) })
+			f.workers["c2"] = start("n1", 1300, "c", 2, 500, 3).exit(1400)
+		}, RanAfterFinish, "job c incarnation 2 rank 0 (pid 500 on n1, GPUs [3]) started at 1.300s, after the job was cancel acknowledged in incarnation 1 at 1.210s"},
+		{"worker of the cancelled incarnation never stopped", func(f *fixture) {
+			f.h.submit(1100, 1110, "c", history.OK, 201)
+			f.h.op(1200, 1210, history.Cancel, "c", history.OK, 200, func(o *history.Op) { o.Inc = ptr(uint64(1)) })
+			f.workers["c1"] = start("n1", 1300, "c", 1, 500, 3)
+		}, RanAfterFinish, "after the job was cancel acknowledged in incarnation 1 at 1.210s, and was not stopped within 15s of it"},
 		{"exists before any submission", func(f *fixture) {
 			f.h.submit(800, 810, "q", history.OK, 409)
 			f.h.read(820, 830, jv("a", "running", 1, 1, 100), jv("b", "running", 1, 1, 100), jv("p", "pending", 0, 0, 0), jv("q", "pending", 0, 0, 0))
@@ -352,17 +370,20 @@ func TestAccounting(t *testing.T) {
 	f.h.submit(1320, 1330, "y", history.OK, 201)   // failed
 	f.h.submit(1340, 1350, "z", history.OK, 201)   // never read again
 	f.h.submit(1360, 1370, "w", history.Info, 0)   // unknown, but it exists
+	f.h.submit(1372, 1374, "v", history.OK, 201)   // cancelled
+	f.h.op(1376, 1378, history.Cancel, "v", history.OK, 200, nil)
 	f.h.dropFinalRead()
 	all := []history.Job{jv("a", "completed", 2, 3, 300), jv("b", "completed", 1, 2, 200), jv("p", "completed", 1, 2, 200),
-		jv("x", "running", 1, 0, 0), jv("y", "failed", 1, 0, 0), jv("w", "completed", 1, 0, 0)}
+		jv("x", "running", 1, 0, 0), jv("y", "failed", 1, 0, 0), jv("w", "completed", 1, 0, 0), jv("v", "cancelled", 0, 0, 0)}
 	all[4].Reason = "crash loop"
 	f.h.read(1380, 1390, jv("a", "running", 1, 1, 100), jv("b", "running", 1, 1, 100), jv("p", "pending", 0, 0, 0),
-		jv("x", "pending", 0, 0, 0), jv("y", "pending", 0, 0, 0), jv("z", "pending", 0, 0, 0), jv("w", "pending", 0, 0, 0))
+		jv("x", "pending", 0, 0, 0), jv("y", "pending", 0, 0, 0), jv("z", "pending", 0, 0, 0), jv("w", "pending", 0, 0, 0),
+		jv("v", "cancelled", 0, 0, 0))
 	f.h.read(2600, 2610, all...)
 	f.workers["w1"] = start("n3", 1400, "w", 1, 500, 0).done(1500, 0, 0).exit(1510)
 	res := judge(t, f)
 	o := res.Outcomes
-	if o.Submitted != 8 || o.Completed != 4 || o.Failed != 1 || o.Lost != 2 || o.Unsubmitted != 1 || o.Cancelled != 0 {
+	if o.Submitted != 9 || o.Completed != 4 || o.Failed != 1 || o.Lost != 2 || o.Unsubmitted != 1 || o.Cancelled != 1 {
 		t.Fatalf("outcomes %+v", o)
 	}
 	got := map[string]JobOutcome{}
@@ -370,7 +391,8 @@ func TestAccounting(t *testing.T) {
 		got[j.Job] = j
 	}
 	if got["y"].Reason != "crash loop" || !strings.Contains(got["x"].Reason, "still running") ||
-		!strings.Contains(got["z"].Reason, "missing from the last linearizable read") || got["u"].Outcome != Unsubmitted || got["w"].Outcome != Completed {
+		!strings.Contains(got["z"].Reason, "missing from the last linearizable read") || got["u"].Outcome != Unsubmitted || got["w"].Outcome != Completed ||
+		got["v"].Outcome != Cancelled {
 		t.Errorf("jobs %+v", o.Jobs)
 	}
 	fs := strings.Join(res.Failures(), "\n")
@@ -410,5 +432,27 @@ func TestFaultAccounting(t *testing.T) {
 	res = judge(t, f)
 	if len(res.Metrics.ReplacementsMissing) != 1 || !strings.Contains(res.Metrics.ReplacementsMissing[0], "job a (incarnation 1)") || res.Outcomes.Lost != 1 {
 		t.Errorf("replacements %v missing %v, outcomes %+v", res.Metrics.Replacements, res.Metrics.ReplacementsMissing, res.Outcomes)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestCancelledIncarnationStoppedSoon: a worker of the incarnation a
+// cancel took effect in, started just after the cancel was acknowledged
+// (its assignment was on its way) and stopped soon after, is not a
+// ran-after-finish violation.
+func TestCancelledIncarnationStoppedSoon(t *testing.T) {
+	f := base()
+	f.h.submit(1100, 1110, "c", history.OK, 201)
+	f.h.op(1200, 1210, history.Cancel, "c", history.OK, 200, func(o *history.Op) { o.Inc = ptr(uint64(1)) })
+	f.workers["c1"] = start("n1", 1300, "c", 1, 500, 3).exit(1400)
+	res, err := Check(f.input(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range res.Violations {
+		if v.Invariant == RanAfterFinish {
+			t.Errorf("violation %v", v)
+		}
 	}
 }

@@ -16,9 +16,16 @@ type op struct {
 // ok reports whether the operation completed with an OK.
 func (o *op) ok() bool { return o.done.Type == history.OK }
 
-// linearizableRead reports whether o is a jobs read a leader answered.
+// linearizableRead reports whether o is a jobs read (the whole list) a
+// leader answered.
 func (o *op) linearizableRead() bool {
 	return o.inv.F == history.Jobs && o.ok() && !o.done.Stale
+}
+
+// linearizableView reports whether o is a read of the whole list or of
+// one job that a leader answered: its Jobs are the jobs as they were.
+func (o *op) linearizableView() bool {
+	return (o.inv.F == history.Jobs || o.inv.F == history.GetJob) && o.ok() && !o.done.Stale
 }
 
 // event is one harness event with its time.

@@ -55,6 +55,12 @@ type Options struct {
 	// applications they cycle through (default cifar10, ncf).
 	Jobs int
 	Apps []string
+	// Cancels is how many jobs of the workload are cancelled, each at a
+	// seeded time within CancelWithin after its acknowledgement
+	// (default: a quarter of them; -1: none). Every scenario also
+	// cancels a job that was never submitted.
+	Cancels      int
+	CancelWithin time.Duration
 	// Converge bounds the wait, after the last fault, until every
 	// acknowledged job has finished (default 120 s).
 	Converge time.Duration
@@ -91,6 +97,7 @@ func (o *Options) defaults() error {
 	dur(&o.Grace, 2*time.Second)
 	dur(&o.Converge, 120*time.Second)
 	dur(&o.LinearTimeout, 2*time.Minute)
+	dur(&o.CancelWithin, 3*time.Second)
 	if o.TimeScale == 0 {
 		o.TimeScale = 400
 	}
@@ -109,9 +116,10 @@ func (o *Options) defaults() error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.Servers < 3 || o.Agents < 2 || o.GPUsPerAgent < 1 || !(o.TimeScale > 0) || o.Jobs < 0 || o.Interval < 0 || o.Converge < 0 {
-		return fmt.Errorf("%w: %d servers (at least 3), %d agents (at least 2) of %d GPUs, time scale %v, %d jobs",
-			ErrConfig, o.Servers, o.Agents, o.GPUsPerAgent, o.TimeScale, o.Jobs)
+	if o.Servers < 3 || o.Agents < 2 || o.GPUsPerAgent < 1 || !(o.TimeScale > 0) || o.Jobs < 0 || o.Interval < 0 || o.Converge < 0 ||
+		o.Cancels < -1 || o.CancelWithin < 0 {
+		return fmt.Errorf("%w: %d servers (at least 3), %d agents (at least 2) of %d GPUs, time scale %v, %d jobs, %d cancels within %v",
+			ErrConfig, o.Servers, o.Agents, o.GPUsPerAgent, o.TimeScale, o.Jobs, o.Cancels, o.CancelWithin)
 	}
 	return nil
 }
@@ -195,7 +203,7 @@ func Run(ctx context.Context, sc schedule.Scenario, seed uint64, o Options) (res
 	}
 	log.Info("driver: cluster up", "dir", dir, "faults", len(faults), "network", o.Network)
 	r := &run{c: c, o: o, log: log, faults: faults, cat: cat, rng: rand.New(rand.NewPCG(seed, 0x706f6c6c7578)),
-		scenario: sc.Name, acked: map[string]bool{}}
+		cancelRng: rand.New(rand.NewPCG(seed, 0x63616e63656c)), scenario: sc.Name, acked: map[string]bool{}}
 	r.plan()
 	runErr := r.drive(ctx)
 	if err := c.Stop(); err != nil {
@@ -237,24 +245,29 @@ func Judge(dir string) (*Result, error) {
 	return &Result{Scenario: c.Scenario, Seed: c.Seed, Check: c, Dir: dir, Elapsed: c.Duration}, nil
 }
 
-// submission is one job of the workload.
+// submission is one job of the workload; cancel, if positive, is when
+// after its acknowledgement it is cancelled.
 type submission struct {
-	at   time.Duration
-	name string
-	spec []byte
+	at     time.Duration
+	name   string
+	spec   []byte
+	cancel time.Duration
 }
 
 // run is the state of one scenario's run.
 type run struct {
-	c        *launch.Cluster
-	o        Options
-	log      *slog.Logger
-	faults   []schedule.Fault
-	cat      testbed.Catalog
-	rng      *rand.Rand
-	scenario string
-	subs     []submission
-	start    time.Time
+	c      *launch.Cluster
+	o      Options
+	log    *slog.Logger
+	faults []schedule.Fault
+	cat    testbed.Catalog
+	rng    *rand.Rand
+	// cancelRng draws the cancels (its own stream: the workload's times
+	// stay those of the seed without cancels).
+	cancelRng *rand.Rand
+	scenario  string
+	subs      []submission
+	start     time.Time
 
 	// bg is every background goroutine (submitter, reader, probes);
 	// bgCtx stops them.
@@ -297,6 +310,21 @@ func (r *run) plan() {
 		}
 		r.subs = append(r.subs, submission{at: at, name: name, spec: spec})
 	}
+	// The cancels: jobs after the first two (which start the run), at
+	// seeded times after their acknowledgement, some while the job runs,
+	// some after it finished (answered 409).
+	cancels := r.o.Cancels
+	switch {
+	case cancels == 0:
+		cancels = len(r.subs) / 4
+	case cancels < 0:
+		cancels = 0
+	}
+	if len(r.subs) > 2 {
+		for _, i := range r.cancelRng.Perm(len(r.subs) - 2)[:min(cancels, len(r.subs)-2)] {
+			r.subs[i+2].cancel = 1 + time.Duration(r.cancelRng.Int64N(int64(r.o.CancelWithin)+1))
+		}
+	}
 	slices.SortStableFunc(r.subs, func(a, b submission) int { return cmp.Compare(a.at, b.at) })
 }
 
@@ -325,6 +353,8 @@ func (r *run) drive(ctx context.Context) error {
 	r.start = time.Now()
 	r.background(r.submitter)
 	r.background(r.reader)
+	// A job nobody submitted: its cancel must be refused as unknown.
+	r.background(func(ctx context.Context) { r.cancel(ctx, abbrev(r.scenario)+"-never-submitted", 0) })
 	if err := r.inject(ctx); err != nil {
 		return err
 	}
@@ -386,9 +416,33 @@ func (r *run) submitter(ctx context.Context) {
 			case <-time.After(d):
 			}
 		}
-		if !r.submit(ctx, cl, s.name, s.spec, 250*time.Millisecond) && ctx.Err() != nil {
+		acked := r.submit(ctx, cl, s.name, s.spec, 250*time.Millisecond)
+		if !acked && ctx.Err() != nil {
 			return
 		}
+		if acked && s.cancel > 0 {
+			r.background(func(ctx context.Context) { r.cancel(ctx, s.name, s.cancel) })
+		}
+	}
+}
+
+// cancel cancels job after delay, through the serving servers until one
+// answers definitely, then reads it back from the leader: both
+// operations go into the history, where the checker holds them to the
+// model (a cancel is 200 only for a job that exists, 404 only for one
+// that does not, 409 only for one that finished; a cancelled job never
+// shows completed) and no worker of the job may start after a 200.
+func (r *run) cancel(ctx context.Context, job string, delay time.Duration) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(delay):
+	}
+	cl := r.c.Client()
+	a := cl.CancelAny(ctx, job, 250*time.Millisecond, r.o.Converge)
+	r.log.Info("driver: cancel", "job", job, "answer", a.Type, "code", a.Code)
+	if j, found, err := cl.JobAny(ctx, job); err == nil {
+		r.log.Info("driver: job read after its cancel", "job", job, "found", found, "state", j.State)
 	}
 }
 

@@ -29,7 +29,8 @@ func TestPlanSpreadsJobsBeforeTheLastFault(t *testing.T) {
 		if err := o.defaults(); err != nil {
 			t.Fatal(err)
 		}
-		r := &run{o: o, log: slog.New(slog.DiscardHandler), faults: faults, cat: cat, rng: rand.New(rand.NewPCG(seed, 1)), scenario: sc.Name}
+		r := &run{o: o, log: slog.New(slog.DiscardHandler), faults: faults, cat: cat, rng: rand.New(rand.NewPCG(seed, 1)),
+			cancelRng: rand.New(rand.NewPCG(seed, 2)), scenario: sc.Name}
 		r.plan()
 		return r.subs
 	}
@@ -51,8 +52,23 @@ func TestPlanSpreadsJobsBeforeTheLastFault(t *testing.T) {
 	if subs[0].at != 0 || subs[1].at != 0 {
 		t.Errorf("the first two jobs should be submitted at once: %v, %v", subs[0].at, subs[1].at)
 	}
+	// A quarter of the jobs are cancelled (never one of the first two),
+	// within CancelWithin of their acknowledgement.
+	cancels := 0
+	for _, s := range subs {
+		if s.cancel == 0 {
+			continue
+		}
+		cancels++
+		if s.at == 0 || s.cancel > 3*time.Second+1 {
+			t.Errorf("job %s cancelled %v after its acknowledgement, submitted at %v", s.name, s.cancel, s.at)
+		}
+	}
+	if cancels != len(subs)/4 || cancels == 0 {
+		t.Errorf("%d of %d jobs cancelled, want a quarter", cancels, len(subs))
+	}
 	again := plan(9)
-	if !slices.EqualFunc(subs, again, func(a, b submission) bool { return a.at == b.at && a.name == b.name }) {
+	if !slices.EqualFunc(subs, again, func(a, b submission) bool { return a.at == b.at && a.name == b.name && a.cancel == b.cancel }) {
 		t.Error("the same seed gave another workload")
 	}
 }
@@ -68,6 +84,8 @@ func TestOptions(t *testing.T) {
 		{"two servers", Options{Exec: []string{"pollux"}, Servers: 2}, false},
 		{"one agent", Options{Exec: []string{"pollux"}, Agents: 1}, false},
 		{"negative time scale", Options{Exec: []string{"pollux"}, TimeScale: -1}, false},
+		{"no cancels", Options{Exec: []string{"pollux"}, Cancels: -1}, true},
+		{"negative cancels", Options{Exec: []string{"pollux"}, Cancels: -2}, false},
 	} {
 		err := tc.o.defaults()
 		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrConfig)) {

@@ -53,6 +53,9 @@ const (
 	Cancel F = "cancel"
 	// Jobs lists every job (OK: Jobs, Stale).
 	Jobs F = "jobs"
+	// GetJob reads one job (Job): OK is 200 (Jobs holds it) or 404 (Jobs
+	// is empty: no such job), with Stale.
+	GetJob F = "job"
 	// Status reads the cluster status (OK: Status, Stale).
 	Status F = "status"
 )
@@ -79,6 +82,9 @@ type Op struct {
 	// Jobs is the answer of a jobs read; Status of a status read.
 	Jobs   []Job       `json:"jobs,omitempty"`
 	Status *StatusView `json:"status,omitempty"`
+	// Inc is, for an ok cancel, the incarnation the API says the cancel
+	// took effect in (absent if it did not say).
+	Inc *uint64 `json:"inc,omitempty"`
 }
 
 // Job is one job as an API read showed it.
@@ -123,7 +129,7 @@ func (o *Op) Validate() error {
 		return fmt.Errorf("%w: %s %s: %s", ErrMalformed, o.F, o.Type, fmt.Sprintf(format, a...))
 	}
 	switch o.F {
-	case Submit, Cancel, Jobs, Status:
+	case Submit, Cancel, Jobs, GetJob, Status:
 	default:
 		return fmt.Errorf("%w: unknown operation %q", ErrMalformed, o.F)
 	}
@@ -141,7 +147,7 @@ func (o *Op) Validate() error {
 	if o.Type != Invoke && o.Server != "" {
 		return bad("server belongs to the invoke")
 	}
-	hasJob := o.F == Submit || o.F == Cancel
+	hasJob := o.F == Submit || o.F == Cancel || o.F == GetJob
 	if err := checkName("job", o.Job, hasJob); err != nil {
 		return bad("%v", err)
 	}
@@ -154,21 +160,30 @@ func (o *Op) Validate() error {
 	if o.Code < 0 || o.Code > 999 || len(o.Error) > 4096 {
 		return bad("code %d, error of %d bytes", o.Code, len(o.Error))
 	}
-	if o.Type == OK && (o.Code < 200 || o.Code >= 300) && !(o.F == Submit && o.Code == 409) {
+	if o.Type == OK && (o.Code < 200 || o.Code >= 300) && !(o.F == Submit && o.Code == 409) && !(o.F == GetJob && o.Code == 404) {
 		return bad("ok with status %d", o.Code)
 	}
 	if o.Type == Fail && (o.Code < 400 || o.Code >= 500) && o.Code != 507 {
 		return bad("a definite failure is a 4xx or 507 answer, not %d", o.Code)
 	}
-	read := o.Type == OK && (o.F == Jobs || o.F == Status)
+	read := o.Type == OK && (o.F == Jobs || o.F == GetJob || o.F == Status)
 	if !read && (o.Stale || o.Jobs != nil || o.Status != nil) {
 		return bad("only an ok read carries an answer")
 	}
 	if read && o.F == Status && o.Status == nil {
 		return bad("no status")
 	}
-	if o.F != Status && o.Status != nil || o.F != Jobs && o.Jobs != nil {
+	if o.F != Status && o.Status != nil || o.F != Jobs && o.F != GetJob && o.Jobs != nil {
 		return bad("answer of another operation")
+	}
+	if o.Inc != nil && !(o.Type == OK && o.F == Cancel) {
+		return bad("only an ok cancel carries an incarnation")
+	}
+	if read && o.F == GetJob {
+		found := o.Code != 404
+		if found != (len(o.Jobs) == 1) || found && o.Jobs[0].ID != o.Job {
+			return bad("a job read answered %d shows %d jobs (want exactly job %s when found, none when not)", o.Code, len(o.Jobs), o.Job)
+		}
 	}
 	if s := o.Status; s != nil {
 		if err := checkName("serving", s.Serving, true); err != nil {

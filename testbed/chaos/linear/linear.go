@@ -166,6 +166,16 @@ func partitions(lines []history.Line) (map[string][]porcupine.Operation, error) 
 				add("job "+id, porcupine.Operation{ClientId: inv.Client, Input: input{f: history.Jobs, job: id},
 					Call: call, Output: output{present: true, job: j}, Return: ret, Metadata: meta})
 			}
+		case history.GetJob:
+			if kind != history.OK || done.Stale {
+				return // no answer, or a follower's local copy: no promise
+			}
+			var out output
+			if len(done.Jobs) == 1 {
+				out = output{present: true, job: done.Jobs[0]}
+			}
+			add("job "+inv.Job, porcupine.Operation{ClientId: inv.Client, Input: input{f: history.Jobs, job: inv.Job},
+				Call: call, Output: out, Return: ret, Metadata: meta})
 		case history.Status:
 			if kind != history.OK || done.Stale {
 				return
@@ -174,10 +184,11 @@ func partitions(lines []history.Line) (map[string][]porcupine.Operation, error) 
 				Call: call, Output: output{status: *done.Status}, Return: ret, Metadata: meta})
 		}
 	}
-	// Submissions first create the job partitions, so that reads before a
-	// job's submission record it absent.
+	// Submissions, cancels and single-job reads first create the job
+	// partitions, so that list reads before a job's submission record it
+	// absent.
 	for _, l := range lines {
-		if l.Op != nil && l.Op.Type == history.Invoke && (l.Op.F == history.Submit || l.Op.F == history.Cancel) {
+		if l.Op != nil && l.Op.Type == history.Invoke && (l.Op.F == history.Submit || l.Op.F == history.Cancel || l.Op.F == history.GetJob) {
 			if _, ok := parts["job "+l.Op.Job]; !ok {
 				parts["job "+l.Op.Job] = nil
 			}

@@ -41,6 +41,18 @@ func (b *builder) read(stale bool, jobs ...history.Job) {
 	b.line(&history.Op{Type: history.OK, ID: id, Client: 1, F: history.Jobs, Code: 200, Stale: stale, Jobs: jobs})
 }
 
+// get is a single-job read: found (200) with j, or absent (404).
+func (b *builder) get(stale bool, id string, j *history.Job) {
+	op := b.invoke(3, history.GetJob, id)
+	done := &history.Op{Type: history.OK, ID: op, Client: 3, F: history.GetJob, Job: id, Code: 404, Stale: stale}
+	if j != nil {
+		done.Code, done.Jobs = 200, []history.Job{*j}
+	}
+	b.line(done)
+}
+
+func ptr(j history.Job) *history.Job { return &j }
+
 func (b *builder) status(stale bool, gen, term uint64) {
 	id := b.invoke(2, history.Status, "")
 	b.line(&history.Op{Type: history.OK, ID: id, Client: 2, F: history.Status, Code: 200, Stale: stale,
@@ -71,7 +83,14 @@ func good() *builder {
 	b.read(false, job("a", "completed", 2, 3, 300), job("b", "failed", 2, 1, 60))
 	b.call(history.Cancel, "a", history.OK, 409)
 	b.call(history.Cancel, "zzz", history.Fail, 404)
+	b.get(false, "zzz", nil)
 	b.read(false, job("a", "completed", 2, 3, 300), job("b", "failed", 2, 1, 60))
+	b.call(history.Submit, "d", history.OK, 201)
+	b.get(false, "d", ptr(job("d", "running", 1, 0, 2)))
+	b.call(history.Cancel, "d", history.OK, 200)
+	b.get(true, "d", ptr(job("d", "running", 1, 0, 2))) // stale: no promise
+	b.get(false, "d", ptr(job("d", "cancelled", 1, 0, 2)))
+	b.read(false, job("a", "completed", 2, 3, 300), job("b", "failed", 2, 1, 60), job("d", "cancelled", 1, 0, 2))
 	return b
 }
 
@@ -80,12 +99,13 @@ func TestLinearizable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Linearizable() || res.Partitions != 5 {
+	if !res.Linearizable() || res.Partitions != 6 {
 		t.Fatalf("%+v", res)
 	}
 }
 
 func TestNotLinearizable(t *testing.T) {
+	dC := job("d", "cancelled", 1, 0, 2) // as the good history leaves it
 	cases := map[string]struct {
 		edit func(b *builder)
 		part string
@@ -94,28 +114,39 @@ func TestNotLinearizable(t *testing.T) {
 		"exists before any submission": {func(b *builder) {
 			b.call(history.Submit, "c", history.OK, 409)
 		}, "job c"},
-		"acknowledged job absent": {func(b *builder) { b.read(false, job("a", "completed", 2, 3, 300)) }, "job b"},
+		"acknowledged job absent": {func(b *builder) { b.read(false, job("a", "completed", 2, 3, 300), dC) }, "job b"},
 		"completed job running again": {func(b *builder) {
-			b.read(false, job("a", "running", 3, 3, 300), job("b", "failed", 2, 1, 60))
+			b.read(false, job("a", "running", 3, 3, 300), job("b", "failed", 2, 1, 60), dC)
 		}, "job a"},
 		"progress backwards": {func(b *builder) {
-			b.read(false, job("a", "completed", 2, 3, 299), job("b", "failed", 2, 1, 60))
+			b.read(false, job("a", "completed", 2, 3, 299), job("b", "failed", 2, 1, 60), dC)
 		}, "job a"},
 		"incarnation backwards": {func(b *builder) {
-			b.read(false, job("a", "completed", 1, 3, 300), job("b", "failed", 2, 1, 60))
+			b.read(false, job("a", "completed", 1, 3, 300), job("b", "failed", 2, 1, 60), dC)
 		}, "job a"},
 		"cancelled without a cancel": {func(b *builder) {
 			b.call(history.Submit, "c", history.OK, 201)
-			b.read(false, job("a", "completed", 2, 3, 300), job("b", "failed", 2, 1, 60), job("c", "cancelled", 0, 0, 0))
+			b.read(false, job("a", "completed", 2, 3, 300), job("b", "failed", 2, 1, 60), job("c", "cancelled", 0, 0, 0), dC)
 		}, "job c"},
 		"completed after cancel": {func(b *builder) {
 			b.call(history.Submit, "c", history.OK, 201)
 			b.call(history.Cancel, "c", history.OK, 200)
-			b.read(false, job("a", "completed", 2, 3, 300), job("b", "failed", 2, 1, 60), job("c", "completed", 1, 9, 900))
+			b.read(false, job("a", "completed", 2, 3, 300), job("b", "failed", 2, 1, 60), job("c", "completed", 1, 9, 900), dC)
 		}, "job c"},
 		"cancel of a missing job acknowledged": {func(b *builder) { b.call(history.Cancel, "zzz", history.OK, 200) }, "job zzz"},
+		"read completed after cancel":          {func(b *builder) { b.get(false, "d", ptr(job("d", "completed", 1, 9, 900))) }, "job d"},
+		"read running after cancel":            {func(b *builder) { b.get(false, "d", ptr(job("d", "running", 1, 0, 2))) }, "job d"},
+		"read absent after creation":           {func(b *builder) { b.get(false, "d", nil) }, "job d"},
+		"read before any submission": {func(b *builder) {
+			b.get(false, "e", ptr(job("e", "pending", 0, 0, 0)))
+			b.call(history.Submit, "e", history.OK, 201)
+		}, "job e"},
+		"cancel refused as finished while active": {func(b *builder) {
+			b.call(history.Submit, "c", history.OK, 201)
+			b.call(history.Cancel, "c", history.Fail, 409)
+		}, "job c"},
 		"phantom job": {func(b *builder) {
-			b.read(false, job("a", "completed", 2, 3, 300), job("b", "failed", 2, 1, 60), job("ghost", "running", 1, 0, 0))
+			b.read(false, job("a", "completed", 2, 3, 300), job("b", "failed", 2, 1, 60), job("ghost", "running", 1, 0, 0), dC)
 		}, "job ghost"},
 		"generation backwards": {func(b *builder) { b.status(false, 4, 3) }, "generation"},
 		"term backwards":       {func(b *builder) { b.status(false, 6, 2) }, "generation"},

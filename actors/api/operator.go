@@ -1,0 +1,187 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"pollux/cluster"
+	"pollux/consensus"
+)
+
+// alive is the set of servers gossip sees and, on the leader, whose
+// heartbeats do not fail (this server always): gossip alone takes about
+// a second to notice a dead server.
+func (a *API) alive() map[string]bool {
+	out := map[string]bool{a.id: true}
+	if a.cfg.Members != nil {
+		for _, m := range a.cfg.Members() {
+			if m.Meta.Role == cluster.RoleServer {
+				out[m.Name] = true
+			}
+		}
+	}
+	for id := range a.cfg.Backend.Unreachable() {
+		if string(id) != a.id {
+			delete(out, string(id))
+		}
+	}
+	return out
+}
+
+func (a *API) peers(w http.ResponseWriter, _ *http.Request) {
+	servers, err := a.cfg.Backend.Servers()
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
+		return
+	}
+	leader, _ := a.cfg.Backend.Leader()
+	alive := a.alive()
+	out := []Peer{}
+	for _, s := range servers {
+		out = append(out, Peer{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter,
+			Leader: s.ID == leader, Alive: alive[string(s.ID)]})
+	}
+	slices.SortFunc(out, func(x, y Peer) int {
+		if x.ID < y.ID {
+			return -1
+		}
+		if x.ID > y.ID {
+			return 1
+		}
+		return 0
+	})
+	writeJSON(w, http.StatusOK, out)
+}
+
+// toLeader redirects a membership change to the leader's API (307, so
+// the client re-sends it with its body and its credentials) and reports
+// whether it did: only the leader changes the Raft configuration.
+func (a *API) toLeader(w http.ResponseWriter, r *http.Request) bool {
+	if _, leader := a.cfg.Backend.Leadership(); leader {
+		return false
+	}
+	id, _ := a.cfg.Backend.Leader()
+	addr := ""
+	if a.cfg.Members != nil && id != "" {
+		for _, m := range a.cfg.Members() {
+			if m.Name == string(id) && m.Meta.Role == cluster.RoleServer {
+				addr = m.Meta.HTTPAddr
+			}
+		}
+	}
+	if addr == "" {
+		writeJSON(w, http.StatusServiceUnavailable, Error{fmt.Sprintf("api: this server does not lead and the leader's API is unknown (leader %q)", id)})
+		return true
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	w.Header().Set("Location", scheme+"://"+addr+r.URL.RequestURI())
+	writeJSON(w, http.StatusTemporaryRedirect, Error{fmt.Sprintf("api: the leader is %s at %s", id, addr)})
+	return true
+}
+
+func (a *API) addPeer(w http.ResponseWriter, r *http.Request) {
+	var p AddPeer
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		writeJSON(w, http.StatusBadRequest, Error{fmt.Sprintf("api: add-server body: %v (want {\"id\": ..., \"address\": \"host:port\"})", err)})
+		return
+	}
+	if p.ID == "" {
+		writeJSON(w, http.StatusBadRequest, Error{"api: add-server needs the new server's id"})
+		return
+	}
+	if _, _, err := net.SplitHostPort(p.Address); err != nil {
+		writeJSON(w, http.StatusBadRequest, Error{fmt.Sprintf("api: add-server address %q: %v (want its Raft host:port)", p.Address, err)})
+		return
+	}
+	if a.toLeader(w, r) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	if err := a.cfg.Backend.AddVoter(ctx, raft.ServerID(p.ID), raft.ServerAddress(p.Address)); err != nil {
+		code := http.StatusServiceUnavailable
+		if errors.Is(err, consensus.ErrInvalid) {
+			code = http.StatusBadRequest
+		}
+		writeJSON(w, code, Error{fmt.Sprintf("api: adding server %q: %v", p.ID, err)})
+		return
+	}
+	a.cfg.Logger.Info("api: server added", "id", p.ID, "address", p.Address)
+	writeJSON(w, http.StatusOK, map[string]string{"id": p.ID, "address": p.Address})
+}
+
+func (a *API) removePeer(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if a.toLeader(w, r) {
+		return
+	}
+	servers, err := a.cfg.Backend.Servers()
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
+		return
+	}
+	if err := checkRemoval(servers, id, a.alive()); err != nil {
+		code := http.StatusConflict
+		if errors.Is(err, errNoPeer) {
+			code = http.StatusNotFound
+		}
+		writeJSON(w, code, Error{err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	if err := a.cfg.Backend.RemoveServer(ctx, raft.ServerID(id)); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, Error{fmt.Sprintf("api: removing server %q: %v", id, err)})
+		return
+	}
+	a.cfg.Logger.Info("api: server removed", "id", id)
+	writeJSON(w, http.StatusOK, map[string]string{"id": id})
+}
+
+var errNoPeer = errors.New("api: no such server")
+
+// checkRemoval refuses to remove a server when the configuration left
+// could not make progress: the last voter, or when fewer of the remaining
+// voters are alive than a quorum of them (as when asked to remove a
+// majority of the cluster, or a live server while others are dead).
+func checkRemoval(servers []raft.Server, id string, alive map[string]bool) error {
+	i := slices.IndexFunc(servers, func(s raft.Server) bool { return string(s.ID) == id })
+	if i < 0 {
+		return fmt.Errorf("%w: %q is not in the Raft configuration", errNoPeer, id)
+	}
+	if servers[i].Suffrage != raft.Voter {
+		return nil
+	}
+	var rest []string
+	live := 0
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != id {
+			rest = append(rest, string(s.ID))
+			if alive[string(s.ID)] {
+				live++
+			}
+		}
+	}
+	if len(rest) == 0 {
+		return fmt.Errorf("api: refusing to remove %q: it is the last voter, the cluster would have no members", id)
+	}
+	if quorum := len(rest)/2 + 1; live < quorum {
+		return fmt.Errorf("api: refusing to remove %q: of the %d voters left %v only %d are alive, below a quorum of %d; "+
+			"bring servers back or add new ones first", id, len(rest), rest, live, quorum)
+	}
+	return nil
+}

@@ -1,0 +1,415 @@
+package job
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"pollux/actors/pb"
+	"pollux/consensus"
+	"pollux/optimizer/goodput"
+)
+
+// maxUnacked bounds the measurements an actor keeps while the state does
+// not acknowledge them (a long leaderless period): past it the oldest
+// are dropped (they are measurements; the profile keeps its earlier
+// means).
+const maxUnacked = 256
+
+// gradChange is the relative change of the gradient statistics that
+// makes a new bid (smaller drifts wait for the next refit).
+const gradChange = 0.1
+
+type (
+	// plan tells a job actor its current incarnation and where to bid.
+	plan struct {
+		incarnation uint64
+		nodes, reps int
+		allocator   *actor.PID
+	}
+	bidTick struct{}
+)
+
+type profileKey [3]int // nodes, replicas, local batch
+
+type sum struct {
+	accum, step float64
+	count       uint64
+}
+
+// delta is what the actor aggregated from one incarnation's reports
+// between two bids: one numbered measurement.
+type delta struct {
+	seq, incarnation uint64
+	sums             map[profileKey]*sum
+	epoch            int
+	progress         float64
+}
+
+func (d *delta) empty() bool { return len(d.sums) == 0 && d.epoch == 0 && d.progress == 0 }
+
+// jobActor owns one job's model on one server.
+type jobActor struct {
+	id      string
+	session uint64
+	cfg     *HostConfig
+	log     *slog.Logger
+
+	spec   *consensus.JobSpec // nil until the job is in this server's state
+	plan   plan
+	timer  *time.Timer
+	closed bool // the state has a newer session: another actor took over
+
+	profile   map[profileKey]consensus.ProfileEntry
+	hasModel  bool
+	params    goodput.Params
+	grad      goodput.GradStats // the latest measured
+	bidGrad   goodput.GradStats // the one the current bid was built with
+	hasGrad   bool
+	fitted    time.Time
+	newConfig bool // a configuration was profiled for the first time since the last fit
+	newCounts bool // measurements were added since the last fit
+
+	version uint64 // of the bid below, within the session
+	bid     consensus.Bid
+	seq     uint64 // last measurement number given
+	cur     delta  // being aggregated
+	unacked []delta
+	epoch   int
+	prog    float64
+
+	done, failed bool // of plan.incarnation
+	failure      string
+	reports      uint64
+	lastSent     time.Time
+}
+
+func newJobActor(id string, session uint64, cfg *HostConfig) *jobActor {
+	return &jobActor{id: id, session: session, cfg: cfg, log: cfg.Logger.With("job", id, "session", session),
+		profile: map[profileKey]consensus.ProfileEntry{}}
+}
+
+func (j *jobActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		j.load()
+		self, sys := ctx.Self(), ctx.ActorSystem()
+		j.timer = time.AfterFunc(j.cfg.BidEvery, func() { sys.Root.Send(self, bidTick{}) })
+	case *actor.Stopping:
+		j.timer.Stop()
+	case plan:
+		j.setPlan(ctx, m)
+	case bidTick:
+		j.tick(ctx, false)
+		j.timer.Reset(j.cfg.BidEvery)
+	case *pb.WorkerReports:
+		for _, r := range m.Reports {
+			j.report(ctx, r)
+		}
+	case *pb.WorkerExited:
+		j.exited(ctx, m)
+	}
+}
+
+// load starts the actor from its server's replicated state: the job's
+// spec, profile, progress and bid. It is retried every tick until the
+// server has applied the job's submission.
+func (j *jobActor) load() {
+	if j.spec != nil {
+		return
+	}
+	st, _ := j.cfg.Store.LocalJob(j.id)
+	if st == nil {
+		return
+	}
+	spec := st.Spec
+	j.spec = &spec
+	for _, e := range st.Profile {
+		j.profile[profileKey{e.Nodes, e.Replicas, e.LocalBatch}] = e
+	}
+	j.epoch, j.prog = st.Epoch, st.Progress
+	if b := st.Bid; b.Version > 0 {
+		j.hasModel, j.params = b.HasModel, b.Params
+		if b.HasGrad {
+			j.grad, j.hasGrad = b.Grad, true
+		}
+	} else if st.HasGrad {
+		j.grad, j.hasGrad = st.Grad, true
+	}
+	j.newConfig = len(st.Profile) > 0 && !j.hasModel
+}
+
+func (j *jobActor) setPlan(ctx actor.Context, p plan) {
+	if p.incarnation != j.plan.incarnation {
+		j.closeDelta()
+		j.done, j.failed, j.failure = false, false, ""
+	}
+	first := j.plan.allocator == nil
+	j.plan = p
+	if first {
+		j.tick(ctx, true) // bid at once: a job is placed only once it has bid
+	}
+}
+
+// report takes one worker report of the current incarnation.
+func (j *jobActor) report(ctx actor.Context, r *pb.WorkerReport) {
+	if r.Incarnation != j.plan.incarnation || j.plan.reps == 0 {
+		return
+	}
+	j.reports++
+	j.cfg.Reports.Add(1)
+	if j.cur.sums == nil {
+		j.cur = delta{incarnation: r.Incarnation, sums: map[profileKey]*sum{}}
+	}
+	if r.Rank == 0 && r.LocalBsz > 0 {
+		key := profileKey{j.plan.nodes, j.plan.reps, int(r.LocalBsz)}
+		s := j.cur.sums[key]
+		if s == nil {
+			s = &sum{}
+			j.cur.sums[key] = s
+		}
+		s.accum += max(r.StepTime-r.SyncTime, 1e-6)
+		s.step += r.StepTime
+		s.count++
+	}
+	if r.GradSqr > 0 {
+		j.grad, j.hasGrad = goodput.GradStats{GradSqr: r.GradSqr, GradVar: r.GradVar}, true
+	}
+	j.cur.epoch, j.cur.progress = max(j.cur.epoch, int(r.Epoch)), max(j.cur.progress, r.Progress)
+	if r.Done && r.Rank == 0 && !j.done {
+		j.done = true
+		j.log.Info("job: workers report done", "incarnation", r.Incarnation, "epoch", r.Epoch)
+		j.tick(ctx, true)
+	}
+}
+
+func (j *jobActor) exited(ctx actor.Context, e *pb.WorkerExited) {
+	if e.Incarnation != j.plan.incarnation || e.Requested || j.done || j.failed {
+		return
+	}
+	if e.ExitCode == 0 && e.Signal == "" && e.Error == "" {
+		return // the leader learns of clean exits without done from the nodes
+	}
+	j.failed = true
+	j.failure = fmt.Sprintf("worker %d on %s exited with code %d", e.Rank, e.Node, e.ExitCode)
+	if e.Signal != "" {
+		j.failure = fmt.Sprintf("worker %d on %s was killed (%s)", e.Rank, e.Node, e.Signal)
+	}
+	if e.Error != "" {
+		j.failure = fmt.Sprintf("worker %d on %s could not start: %s", e.Rank, e.Node, e.Error)
+	}
+	j.log.Warn("job: workers failed", "incarnation", e.Incarnation, "node", e.Node, "rank", e.Rank,
+		"code", e.ExitCode, "signal", e.Signal, "err", e.Error)
+	j.tick(ctx, true)
+}
+
+// closeDelta numbers what was aggregated since the last bid and merges it
+// into the actor's own profile.
+func (j *jobActor) closeDelta() {
+	if j.cur.sums == nil || j.cur.empty() {
+		j.cur = delta{}
+		return
+	}
+	j.seq++
+	j.cur.seq = j.seq
+	for key, s := range j.cur.sums {
+		e, ok := j.profile[key]
+		if !ok {
+			j.newConfig = true
+			e = consensus.ProfileEntry{ProfilePoint: goodput.ProfilePoint{Nodes: key[0], Replicas: key[1], LocalBatch: key[2]}}
+		}
+		total := e.Count + s.count
+		w := float64(s.count) / float64(total)
+		e.AccumTime += (s.accum/float64(s.count) - e.AccumTime) * w
+		e.StepTime += (s.step/float64(s.count) - e.StepTime) * w
+		e.Count = total
+		j.profile[key] = e
+		j.newCounts = true
+	}
+	j.epoch, j.prog = max(j.epoch, j.cur.epoch), max(j.prog, j.cur.progress)
+	j.unacked = append(j.unacked, j.cur)
+	if len(j.unacked) > maxUnacked {
+		j.unacked = slices.Delete(j.unacked, 0, len(j.unacked)-maxUnacked)
+	}
+	j.cur = delta{}
+}
+
+// acknowledge drops the measurements the server's replicated state has
+// merged; it reports false once another actor's session has taken over.
+func (j *jobActor) acknowledge() bool {
+	st, _ := j.cfg.Store.LocalJob(j.id)
+	if st == nil {
+		return true
+	}
+	if st.State.Terminal() {
+		return false
+	}
+	switch {
+	case st.MeasSession > j.session || st.Bid.Session > j.session:
+		if !j.closed {
+			j.log.Info("job: a newer actor has taken over", "state_session", max(st.MeasSession, st.Bid.Session))
+		}
+		j.closed = true
+		return false
+	case st.MeasSession == j.session:
+		j.unacked = slices.DeleteFunc(j.unacked, func(d delta) bool { return d.seq <= st.MeasSeq })
+	}
+	j.epoch, j.prog = max(j.epoch, st.Epoch), max(j.prog, st.Progress)
+	return true
+}
+
+// refit fits the model when there is new data: at once for a new
+// configuration, otherwise at most every RefitEvery. It reports whether
+// the model changed enough to bid again.
+func (j *jobActor) refit() bool {
+	now := j.cfg.Now()
+	if len(j.profile) == 0 || !(j.newConfig || (j.newCounts && now.Sub(j.fitted) >= j.cfg.RefitEvery)) {
+		return false
+	}
+	pts := make([]goodput.ProfilePoint, 0, len(j.profile))
+	for _, key := range slices.SortedFunc(maps.Keys(j.profile), compareKeys) {
+		pts = append(pts, j.profile[key].ProfilePoint)
+	}
+	var p goodput.Params
+	var err error
+	if j.hasModel {
+		p, err = goodput.Refit(pts, j.params)
+	} else {
+		p, err = goodput.Fit(pts)
+	}
+	j.fitted, j.newConfig, j.newCounts = now, false, false
+	if err != nil {
+		j.log.Warn("job: fitting the throughput model", "points", len(pts), "err", err)
+		return false
+	}
+	j.cfg.Fits.Add(1)
+	changed := !j.hasModel || paramsMoved(j.params, p) > modelChange
+	j.params, j.hasModel = p, true
+	return changed
+}
+
+// modelChange is the relative change of a throughput parameter that makes
+// a refit worth a new bid.
+const modelChange = 0.01
+
+func paramsMoved(a, b goodput.Params) float64 {
+	x, y := a.Slice(), b.Slice()
+	most := 0.0
+	for i := range x {
+		most = math.Max(most, math.Abs(x[i]-y[i])/math.Max(math.Abs(x[i]), 1e-12))
+	}
+	return most
+}
+
+// rebid rebuilds the bid if the model, the gradient statistics or the
+// replica bound moved; it reports whether it did.
+func (j *jobActor) rebid(modelChanged bool) bool {
+	most := 0
+	for key := range j.profile {
+		most = max(most, key[1])
+	}
+	gradMoved := j.hasGrad && (j.bid.Version == 0 || !j.bid.HasGrad || relChange(j.grad, j.bidGrad) > gradChange)
+	if j.bid.Version > 0 && !modelChanged && !gradMoved && most == j.bid.MostProfiled {
+		return false
+	}
+	var model *goodput.Model
+	if j.hasModel {
+		model = &goodput.Model{Params: j.params, Limits: j.spec.Limits}
+		if j.hasGrad {
+			model.Grad = j.grad
+		}
+		if model.Validate() != nil {
+			model = nil
+		}
+	}
+	grad := goodput.GradStats{}
+	if j.hasGrad {
+		grad = j.grad
+	}
+	j.version++
+	b := consensus.Bid{Session: j.session, Version: j.version, HasModel: model != nil, HasGrad: j.hasGrad, MostProfiled: most}
+	if model != nil {
+		b.Params = j.params
+	}
+	if j.hasGrad {
+		b.Grad = j.grad
+	}
+	b.Single, b.Multi = tables(model, j.spec.Limits, grad, replicaBound(*j.spec, most))
+	j.bid, j.bidGrad = b, j.grad
+	return true
+}
+
+// tick closes the current measurement, refits and rebids if due, and
+// sends the bid when it carries anything the leader does not have yet
+// (urgent: a done or failed incarnation, or the first bid).
+func (j *jobActor) tick(ctx actor.Context, urgent bool) {
+	j.load()
+	if j.spec == nil || j.plan.allocator == nil || !j.acknowledge() {
+		return
+	}
+	before := j.seq
+	j.closeDelta()
+	changed := j.rebid(j.refit())
+	st, _ := j.cfg.Store.LocalJob(j.id)
+	bidAcked := st != nil && st.Bid.Session == j.session && st.Bid.Version >= j.bid.Version
+	now := j.cfg.Now()
+	// What the leader may not have is repeated every other tick: a lost
+	// bid costs at most that.
+	resend := now.Sub(j.lastSent) >= 2*j.cfg.BidEvery && (len(j.unacked) > 0 || !bidAcked || j.done || j.failed)
+	if !urgent && !changed && j.seq == before && !resend {
+		return
+	}
+	msg := &pb.Bid{Job: j.id, Incarnation: j.plan.incarnation, Session: j.session, Version: j.bid.Version,
+		Done: j.done, Failed: j.failed, Failure: j.failure, Reports: j.reports}
+	if !bidAcked {
+		b := &j.bid
+		msg.HasModel, msg.HasGrad = b.HasModel, b.HasGrad
+		if b.HasModel {
+			p := b.Params.Slice()
+			msg.Params = p[:]
+		}
+		msg.GradSqr, msg.GradVar, msg.MostProfiled = b.Grad.GradSqr, b.Grad.GradVar, uint32(b.MostProfiled)
+		msg.Single, msg.Multi = choices(b.Single), choices(b.Multi)
+	}
+	for _, d := range j.unacked {
+		m := &pb.Measurement{Seq: d.seq, Incarnation: d.incarnation, Epoch: uint32(d.epoch), Progress: d.progress}
+		for _, key := range slices.SortedFunc(maps.Keys(d.sums), compareKeys) {
+			s := d.sums[key]
+			n := float64(s.count)
+			m.Profile = append(m.Profile, &pb.ProfilePoint{Nodes: uint32(key[0]), Replicas: uint32(key[1]), LocalBsz: uint32(key[2]),
+				AccumTime: s.accum / n, StepTime: s.step / n, Count: s.count})
+		}
+		msg.Unacked = append(msg.Unacked, m)
+	}
+	ctx.Send(j.plan.allocator, msg)
+	j.lastSent = now
+}
+
+func choices(cs []consensus.BatchChoice) []*pb.BatchChoice {
+	out := make([]*pb.BatchChoice, len(cs))
+	for i, c := range cs {
+		out[i] = &pb.BatchChoice{LocalBsz: uint32(c.LocalBatch), AccumSteps: uint32(c.AccumSteps), Gain: c.Gain}
+	}
+	return out
+}
+
+func relChange(a, b goodput.GradStats) float64 {
+	d := math.Abs(a.GradSqr-b.GradSqr)/math.Max(math.Abs(b.GradSqr), 1e-12) +
+		math.Abs(a.GradVar-b.GradVar)/math.Max(math.Abs(b.GradVar), 1e-12)
+	return d
+}
+
+func compareKeys(a, b profileKey) int {
+	for i := range a {
+		if c := cmp.Compare(a[i], b[i]); c != 0 {
+			return c
+		}
+	}
+	return 0
+}

@@ -1,0 +1,170 @@
+package job
+
+import (
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"pollux/actors/pb"
+	"pollux/consensus"
+	"pollux/optimizer/goodput"
+	"pollux/testbed/builtin"
+)
+
+// TestTablesAreValidBids: for every built-in application, with and
+// without a model, the batch tables a job actor bids pass the state
+// machine's checks (so the allocator never drops a bid of a well-behaved
+// actor).
+func TestTablesAreValidBids(t *testing.T) {
+	cat, err := builtin.Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := goodput.Params{AlphaC: 0.02, BetaC: 0.001, AlphaN: 0.2, BetaN: 0.01, AlphaR: 0.1, BetaR: 0.005, Gamma: 1.5}
+	for _, name := range cat.Names() {
+		spec := consensus.JobSpec{App: name, MinReplicas: 1, MaxReplicas: 64, Limits: cat[name].Limits()}
+		j := &consensus.Job{ID: "j", Spec: spec}
+		for _, most := range []int{0, 1, 3, 16, 40} {
+			bound := replicaBound(spec, most)
+			grad := cat[name].GradStats(float64(spec.Limits.InitBatch), 0)
+			for _, model := range []*goodput.Model{nil, {Params: params, Grad: grad, Limits: spec.Limits}} {
+				single, multi := tables(model, spec.Limits, grad, bound)
+				b := consensus.Bid{Session: 1, Version: 1, HasModel: model != nil, HasGrad: true, Grad: grad, MostProfiled: most, Single: single, Multi: multi}
+				if model != nil {
+					b.Params = params
+				}
+				if err := consensus.CheckBid(j, &b); err != nil {
+					t.Errorf("%s, profiled at %d, model %v: %v", name, most, model != nil, err)
+				}
+				if len(single) != bound || bound < spec.MinReplicas || bound > 2*max(most, 1) {
+					t.Errorf("%s, profiled at %d: bound %d", name, most, bound)
+				}
+			}
+		}
+	}
+}
+
+// fakeStore is a server's local state for one job.
+type fakeStore struct {
+	mu  sync.Mutex
+	job *consensus.Job
+}
+
+func (f *fakeStore) LocalJob(id string) (*consensus.Job, consensus.ClusterConfig) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.job == nil || f.job.ID != id {
+		return nil, consensus.ClusterConfig{}
+	}
+	c := *f.job
+	return &c, consensus.ClusterConfig{}
+}
+
+func (f *fakeStore) ack(session, seq uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.job.MeasSession, f.job.MeasSeq = session, seq
+}
+
+// bidSink stands for the allocator.
+type bidSink struct{ got chan *pb.Bid }
+
+func (s *bidSink) Receive(ctx actor.Context) {
+	if b, ok := ctx.Message().(*pb.Bid); ok {
+		s.got <- b
+	}
+}
+
+// TestJobActorBidsAndRepeatsUntilAcknowledged drives one job actor by
+// hand: its first bid comes at once, measurements are numbered and
+// repeated until the state acknowledges them, a done report is bid at
+// once, and a report of another incarnation is not taken.
+func TestJobActorBidsAndRepeatsUntilAcknowledged(t *testing.T) {
+	cat, _ := builtin.Catalog()
+	spec := consensus.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 8, Limits: cat["cifar10"].Limits()}
+	store := &fakeStore{job: &consensus.Job{ID: "j", Spec: spec, State: consensus.Running, Incarnation: 2}}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
+	defer sys.Shutdown()
+	sink := &bidSink{got: make(chan *pb.Bid, 100)}
+	alloc := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink }))
+	var reports atomic.Int64
+	props, err := NewHost(HostConfig{Server: "s0", Store: store, BidEvery: 50 * time.Millisecond, Reports: &reports, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := sys.Root.Spawn(props)
+	next := func() *pb.Bid {
+		t.Helper()
+		select {
+		case b := <-sink.got:
+			return b
+		case <-time.After(5 * time.Second):
+			t.Fatal("no bid")
+			return nil
+		}
+	}
+	res, err := sys.Root.RequestFuture(host, &pb.HostJobs{Term: 1, Generation: 1, Allocator: &pb.Ref{Address: alloc.Address, Id: alloc.Id},
+		Jobs: []*pb.HostedJob{{Job: "j", Incarnation: 2, Session: 7, Nodes: 1, Replicas: 2}}}, 5*time.Second).Result()
+	if err != nil || res.(*pb.HostAck).Jobs != 1 {
+		t.Fatalf("host ack %v %v", res, err)
+	}
+	first := next()
+	if first.Session != 7 || first.Incarnation != 2 || len(first.Single) != 1 || first.HasModel || len(first.Unacked) != 0 {
+		t.Fatalf("first bid %v", first)
+	}
+	owner := actor.NewPID(host.Address, host.Id+"/job-j")
+	report := func(inc uint64, done bool) {
+		sys.Root.Send(owner, &pb.WorkerReports{Reports: []*pb.WorkerReport{{Job: "j", Incarnation: inc, Rank: 0, StepTime: 0.2, SyncTime: 0.05,
+			GradSqr: 1, GradVar: 10, Epoch: 1, Progress: 3, LocalBsz: 64, Done: done}}})
+	}
+	report(1, false) // an old incarnation's: not taken
+	report(2, false)
+	var withMeas *pb.Bid
+	for withMeas == nil {
+		if b := next(); len(b.Unacked) > 0 {
+			withMeas = b
+		}
+	}
+	m := withMeas.Unacked[0]
+	if m.Seq != 1 || m.Incarnation != 2 || len(m.Profile) != 1 || m.Profile[0].Replicas != 2 || m.Profile[0].Count != 1 || !withMeas.HasModel {
+		t.Fatalf("measurement %v in %v", m, withMeas)
+	}
+	if reports.Load() != 1 {
+		t.Fatalf("%d reports taken, want 1 (the other was of an old incarnation)", reports.Load())
+	}
+	// Not acknowledged: repeated.
+	for b := next(); ; b = next() {
+		if len(b.Unacked) > 0 && b.Unacked[0].Seq == 1 {
+			break
+		}
+	}
+	store.ack(7, 1)
+	report(2, true) // done: bid at once, the first measurement dropped
+	for b := next(); ; b = next() {
+		if b.Done {
+			for _, u := range b.Unacked {
+				if u.Seq <= 1 {
+					t.Fatalf("acknowledged measurement repeated: %v", b)
+				}
+			}
+			break
+		}
+	}
+	// Another actor's session takes over: this one stops bidding.
+	store.ack(9, 1)
+	time.Sleep(150 * time.Millisecond)
+	for len(sink.got) > 0 {
+		<-sink.got
+	}
+	select {
+	case b := <-sink.got:
+		t.Fatalf("bid after another session took over: %v", b)
+	case <-time.After(300 * time.Millisecond):
+	}
+}

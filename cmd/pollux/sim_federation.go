@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"pollux/optimizer"
+	"pollux/testbed"
+	"pollux/testbed/builtin"
+	"pollux/testbed/fedsim"
+	"pollux/testbed/trace"
+	"pollux/testbed/workload"
+)
+
+// federationExample is the --federation argument naming the built-in
+// example (kept as testbed/fedsim/example.json).
+const federationExample = "example"
+
+// simFederationFlags are the sim flags that do not apply with
+// --federation (the file describes the clusters and their policies).
+var simFederationFlags = []string{"cluster", "nodes", "gpus-per-node", "policy", "semantics", "interval", "interference", "out"}
+
+// runSimFederation is `pollux sim --federation FILE`.
+func runSimFederation(ctx context.Context, cmd *cobra.Command, f simFlags, stdout, stderr io.Writer) error {
+	for _, name := range simFederationFlags {
+		if cmd != nil && cmd.Flags().Changed(name) {
+			return badInput(fmt.Errorf("sim: --%s does not apply with --federation (the federation file describes every lab's cluster and policy)", name))
+		}
+	}
+	if f.parallel < 1 {
+		return badInput(fmt.Errorf("sim: --parallel %d: want at least 1", f.parallel))
+	}
+	data, base, name := fedsim.Example(), "", "example"
+	if f.federation != federationExample {
+		var err error
+		if data, err = os.ReadFile(f.federation); err != nil {
+			return badInput(fmt.Errorf("sim: --federation: %w", err))
+		}
+		base, name = filepath.Dir(f.federation), f.federation
+	}
+	fed, err := fedsim.Decode(data, name)
+	if err != nil {
+		return badInput(fmt.Errorf("sim: %w", err))
+	}
+	if f.workload != "" {
+		if st, err := os.Stat(f.workload); err != nil || !st.IsDir() {
+			return badInput(fmt.Errorf("sim: --workload %s: with --federation, give the directory holding the labs' workload files", f.workload))
+		}
+	}
+	cat, err := federationCatalog(f.traces)
+	if err != nil {
+		return badInput(err)
+	}
+	check := func(app string) error {
+		if _, ok := cat[app]; !ok {
+			return fmt.Errorf("%w %q", workload.ErrUnknownApp, app)
+		}
+		return nil
+	}
+	wls, err := fed.Workloads(f.workload, base, check)
+	if err != nil {
+		return badInput(fmt.Errorf("sim: %w", err))
+	}
+	runs := len(fed.Labs) + 2
+	workers := min(f.parallel, runs)
+	opts := simPolicyOpts{p: f.p, pSet: f.pSet, workers: max(1, runtime.GOMAXPROCS(0)/workers)}
+	var mu sync.Mutex
+	last := map[string]string{}
+	start := time.Now()
+	opt := fedsim.Options{
+		Catalog: cat,
+		Seed:    f.seed,
+		NewPolicy: func(name string) (optimizer.Policy, error) {
+			mk, ok := simPolicies[name]
+			if !ok {
+				known := make([]string, 0, len(simPolicies))
+				for p := range simPolicies {
+					known = append(known, p)
+				}
+				sort.Strings(known)
+				return nil, fmt.Errorf("unknown policy %q (want %s)", name, strings.Join(known, ", "))
+			}
+			return mk(opts), nil
+		},
+		Parallel: workers,
+		// One line per mode whenever a tenth more of its jobs completed.
+		Progress: func(mode string, done, total int) {
+			mu.Lock()
+			defer mu.Unlock()
+			line := fmt.Sprintf("%d/%d", done*10/max(total, 1), 10)
+			if last[mode] != line {
+				last[mode] = line
+				fmt.Fprintf(stderr, "sim: %s: %d of %d jobs completed (%.0f s)\n", mode, done, total, time.Since(start).Seconds())
+			}
+		},
+		Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	rep, err := fedsim.Run(ctx, fed, wls, opt)
+	if err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	fmt.Fprintf(stderr, "simulated %d labs in 3 modes in %.1f s\n", len(fed.Labs), time.Since(start).Seconds())
+	if f.asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return printFederation(stdout, fed, rep)
+}
+
+// federationCatalog is the applications of --traces, or the built-in
+// profiles.
+func federationCatalog(traces string) (testbed.Catalog, error) {
+	if traces == "" {
+		return builtin.Catalog()
+	}
+	if _, err := os.Stat(traces); err != nil {
+		return nil, fmt.Errorf("%w: %v", trace.ErrNoTraces, err)
+	}
+	return trace.Load(traces)
+}
+
+// printFederation writes the per-lab table of every mode and the targets.
+func printFederation(w io.Writer, fed *fedsim.Federation, rep *fedsim.Report) error {
+	modes := []struct {
+		name string
+		m    *fedsim.ModeReport
+	}{{"isolated", rep.Modes.Isolated}, {"merged", rep.Modes.Merged}, {"federated", rep.Modes.Federated}}
+	fmt.Fprintf(w, "%-10s %-8s %5s %5s %10s %10s %9s %9s %9s %8s %9s\n", "mode", "lab", "GPUs", "jobs", "avg JCT s", "p99 JCT s", "worst FTF", "lent GPUh", "borr GPUh", "reclaims", "recl p95")
+	for _, m := range modes {
+		for _, lab := range fed.Labs {
+			l := m.m.Labs[lab.Name]
+			fmt.Fprintf(w, "%-10s %-8s %5d %5d %10.0f %10.0f %9.2f %9.1f %9.1f %8d %9.0f\n", m.name, lab.Name, l.GPUs, l.Jobs, l.AvgJCT, l.P99JCT, l.WorstFTF, l.GPUHoursLent, l.GPUHoursBorrowed, l.Reclaims, l.ReclaimP95)
+		}
+		fmt.Fprintf(w, "%-10s %-8s %5s %5s %10.0f   (mean of the labs' averages; %.0f over all jobs)\n", m.name, "mean", "", "", m.m.MeanAvgJCT, m.m.AvgJCT)
+	}
+	if l := rep.Modes.Federated.Leases; l != nil {
+		fmt.Fprintf(w, "leases: %d grants, %d renewals, %d reclaims, %d rebalances, %d releases, %d expiries\n", l.Grants, l.Renewals, l.Reclaims, l.Rebalances, l.Releases, l.Expiries)
+	}
+	for _, o := range rep.Modes.Federated.Outages {
+		fmt.Fprintf(w, "outage: %s lost at %.0f s, back at %.0f s; %d leases with it, the last left its peers' ledgers %.0f s after the loss (%d outlived their time to live)\n", o.Lab, o.LostAt, o.BackAt, o.Leases, o.LastExpiry, o.Outlived)
+	}
+	for _, r := range rep.Modes.Federated.Refused {
+		fmt.Fprintf(w, "refused at %.0f s by %s: %s: %s\n", r.At, r.Lab, r.What, r.Error)
+	}
+	t := rep.Targets
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "NOT met"
+	}
+	fmt.Fprintf(w, "federated / merged mean average JCT: %.3f (target <= 1.10: %s)\n", t.FederatedOverMerged, verdict(t.FederatedOverMerged <= 1.10))
+	fmt.Fprintf(w, "labs slower federated than isolated: %v (target none: %s)\n", t.LabsWorseThanIsolated, verdict(len(t.LabsWorseThanIsolated) == 0))
+	fmt.Fprintf(w, "reclaim p95: %.0f s (target <= %.0f s, one interval: %s)\n", t.ReclaimP95, rep.Interval, verdict(t.ReclaimP95 <= rep.Interval))
+	return nil
+}

@@ -1,0 +1,166 @@
+package consensus
+
+import "slices"
+
+// InitCluster sets the cluster's configuration the first time it is
+// applied. Applied again with the same checkpoint root it changes nothing
+// (the first ID stays); with another root it is refused
+// (ErrClusterConfig), so a server started with a different
+// --checkpoint-root learns that the root is not its own to choose.
+type InitCluster struct {
+	ID             string
+	CheckpointRoot string
+}
+
+// FinishJob ends a job exactly once, as Completed, Failed or Cancelled,
+// and frees its GPUs (the allocation generation does not change). A
+// non-zero Incarnation must be the job's current one: a done report of
+// an incarnation that has since been replaced does not complete the job
+// (its successor restores the finished checkpoint and reports done
+// itself).
+type FinishJob struct {
+	ID          string
+	Incarnation uint64
+	State       JobState
+	Reason      string
+	Time        float64
+}
+
+// Prune forgets finished jobs and dead or departed nodes that hold no
+// GPUs (retention). Entries that do not qualify (a live job, an alive
+// node, an unknown id) are skipped and named in the Result; the rest are
+// removed.
+type Prune struct {
+	Jobs  []string
+	Nodes []string
+}
+
+func (c *InitCluster) kind() byte { return typeInitCluster }
+func (c *InitCluster) encode(w *writer) {
+	w.str(c.ID)
+	w.str(c.CheckpointRoot)
+}
+func (c *InitCluster) decode(r *reader) {
+	c.ID = r.str()
+	c.CheckpointRoot = r.str()
+}
+
+func (c *InitCluster) validate() error {
+	if err := checkID("cluster", c.ID); err != nil {
+		return err
+	}
+	return checkText("checkpoint root", c.CheckpointRoot)
+}
+
+func (c *FinishJob) kind() byte { return typeFinishJob }
+func (c *FinishJob) encode(w *writer) {
+	w.str(c.ID)
+	w.uvarint(c.Incarnation)
+	w.byte(byte(c.State))
+	w.str(c.Reason)
+	w.f64(c.Time)
+}
+func (c *FinishJob) decode(r *reader) {
+	c.ID = r.str()
+	c.Incarnation = r.uvarint()
+	c.State = JobState(r.byte())
+	c.Reason = r.str()
+	c.Time = r.f64()
+}
+
+func (c *FinishJob) validate() error {
+	if err := checkID("job", c.ID); err != nil {
+		return err
+	}
+	if !c.State.Terminal() {
+		return invalid("finishing job %q as %v (want completed, failed or cancelled)", c.ID, c.State)
+	}
+	if err := checkText("reason", c.Reason); err != nil {
+		return err
+	}
+	return checkNonNeg("finish time", c.Time)
+}
+
+func (c *Prune) kind() byte { return typePrune }
+func (c *Prune) encode(w *writer) {
+	w.strs(c.Jobs)
+	w.strs(c.Nodes)
+}
+func (c *Prune) decode(r *reader) {
+	c.Jobs = r.strs(maxList)
+	c.Nodes = r.strs(maxList)
+}
+
+func (c *Prune) validate() error {
+	if len(c.Jobs)+len(c.Nodes) == 0 {
+		return invalid("prune of nothing")
+	}
+	for _, ids := range [][]string{c.Jobs, c.Nodes} {
+		if len(ids) > maxList {
+			return invalid("prune of %d ids", len(ids))
+		}
+		if !slices.IsSorted(ids) || len(slices.Compact(slices.Clone(ids))) != len(ids) {
+			return invalid("prune ids not sorted and unique")
+		}
+		for _, id := range ids {
+			if err := checkID("pruned", id); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// applyInit applies InitCluster.
+func applyInit(s *State, c *InitCluster) error {
+	switch {
+	case s.Config.ID == "":
+		s.Config = ClusterConfig{ID: c.ID, CheckpointRoot: c.CheckpointRoot}
+		return nil
+	case s.Config.CheckpointRoot != c.CheckpointRoot:
+		return fmtErr(ErrClusterConfig, "the cluster's checkpoint root is %q (set at bootstrap), not %q", s.Config.CheckpointRoot, c.CheckpointRoot)
+	}
+	return nil
+}
+
+// applyFinish applies FinishJob.
+func applyFinish(s *State, c *FinishJob) error {
+	j, err := liveJob(s, c.ID, c.Incarnation)
+	if err != nil {
+		return err
+	}
+	j.State, j.FinishTime, j.Reason = c.State, c.Time, c.Reason
+	delete(s.Allocation.Jobs, c.ID)
+	return nil
+}
+
+// applyPrune applies Prune and returns what it skipped.
+func applyPrune(s *State, c *Prune) []Drop {
+	var drops []Drop
+	for _, id := range c.Jobs {
+		j, ok := s.Jobs[id]
+		switch {
+		case !ok:
+			drops = append(drops, Drop{Job: id, Err: fmtErr(ErrUnknownJob, "%q", id)})
+		case !j.State.Terminal():
+			drops = append(drops, Drop{Job: id, Err: invalid("job %q is %v, not finished", id, j.State)})
+		default:
+			delete(s.Jobs, id)
+		}
+	}
+	used := s.UsedGPUs()
+	for _, id := range c.Nodes {
+		n, ok := s.Nodes[id]
+		switch {
+		case !ok:
+			drops = append(drops, Drop{Node: id, Err: fmtErr(ErrUnknownNode, "%q", id)})
+		case n.Health != Dead && n.Health != Left:
+			drops = append(drops, Drop{Node: id, Err: invalid("node %q is %v", id, n.Health)})
+		case used[id] > 0:
+			drops = append(drops, Drop{Node: id, Err: invalid("node %q still holds %d GPUs of the allocation", id, used[id])})
+		default:
+			delete(s.Nodes, id)
+		}
+	}
+	return drops
+}
