@@ -44,7 +44,7 @@ With --real it runs real PyTorch training instead (Debian's python3-torch
 and python3-sklearn through /usr/bin/python3, or --python): 3 servers and
 2 agents offering --cpu-slots CPU slots each, and three jobs of the
 worker library's digits examples (two CNNs, then an MLP) submitted over
---spread (default 40s), each trained to its target accuracy for at least
+--spread (default 30s), each trained to its target accuracy for at least
 --min-epochs epochs. The servers weigh job ages --time-scale (default 20)
 times faster than real time, so that the restart penalty fits restarts
 of a second or two. Progress goes to stderr; the result (per job: the
@@ -52,7 +52,7 @@ accuracy reached, its target, the incarnations, the batch size and
 replicas of each incarnation that trained, the completion time) is a
 table on stdout, or one JSON object with --json. It exits 1 if a job
 failed, fell short of its target or was resized fewer than twice. On two
-busy cores it takes about 2 minutes (docs/worker-library.md).`,
+busy cores it takes 2 to 3 minutes (docs/worker-library.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
@@ -70,7 +70,7 @@ busy cores it takes about 2 minutes (docs/worker-library.md).`,
 					realOpts.Agents = agents
 				}
 				if !f.Changed("spread") {
-					spread = 40 * time.Second
+					spread = 30 * time.Second
 				}
 				if !f.Changed("timeout") {
 					timeout = 20 * time.Minute
@@ -136,7 +136,7 @@ busy cores it takes about 2 minutes (docs/worker-library.md).`,
 	f.IntVar(&agents, "agents", 4, "node agents (--real: default 2)")
 	f.IntVar(&gpus, "gpus", 4, "emulated GPUs per agent")
 	f.Float64Var(&scale, "time-scale", 300, "emulated seconds per real second (--real: the servers' clock rate for job ages, default 20)")
-	f.DurationVar(&spread, "spread", 30*time.Second, "real time over which the jobs are submitted (--real: default 40s)")
+	f.DurationVar(&spread, "spread", 30*time.Second, "real time over which the jobs are submitted (--real: default 30s)")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "give up (and stop the cluster) after this long (--real: default 20m)")
 	f.StringVar(&dir, "dir", "", "directory for data and logs (default: a temporary one, removed afterwards)")
 	f.BoolVar(&keep, "keep", false, "keep the temporary directory")
@@ -145,6 +145,6 @@ busy cores it takes about 2 minutes (docs/worker-library.md).`,
 	f.IntVar(&realOpts.Slots, "cpu-slots", 2, "with --real: CPU slots per agent")
 	f.StringVar(&realOpts.Python, "python", worker.Python, "with --real: the interpreter of the workers (it needs torch and sklearn)")
 	f.IntVar(&augment, "augment", 16, "with --real: training copies of every digit (a longer epoch)")
-	f.IntVar(&minEpochs, "min-epochs", 40, "with --real: epochs the CNNs train at least (the MLP: 4 times as many)")
+	f.IntVar(&minEpochs, "min-epochs", 60, "with --real: epochs the CNNs train at least (the MLP: 4 times as many)")
 	return cmd
 }

@@ -85,7 +85,7 @@ type Options struct {
 	// Servers (default 3), Agents (default 2) and Slots, the CPU slots
 	// of each agent (default 2).
 	Servers, Agents, Slots int
-	// Jobs (default Workload(20 s, 16, 40)).
+	// Jobs (default Workload(15 s, 16, 60)).
 	Jobs []Job
 	// Interval is the scheduling interval (default 1 s); TimeScale the
 	// servers' clock rate for job ages (default 20; see the package
@@ -117,7 +117,7 @@ func (o *Options) defaults() error {
 	def(&o.Agents, 2)
 	def(&o.Slots, 2)
 	if o.Jobs == nil {
-		o.Jobs = Workload(20*time.Second, 16, 40)
+		o.Jobs = Workload(15*time.Second, 16, 60)
 	}
 	dur := func(v *time.Duration, d time.Duration) {
 		if *v == 0 {
