@@ -244,6 +244,10 @@ func (c *Cluster) layout(ctx context.Context) error {
 	}
 	ts := strconv.FormatFloat(o.TimeScale, 'g', -1, 64)
 	ckpt := filepath.Join(o.Dir, "checkpoints")
+	gpuFlag := "--gpus"
+	if o.CPUSlots > 0 {
+		gpuFlag = "--cpu-slots"
+	}
 	for i := range o.Servers {
 		id := fmt.Sprintf("s%d", i)
 		a := addrs[i]
@@ -280,12 +284,12 @@ func (c *Cluster) layout(ctx context.Context) error {
 		// its restarts in its data directory.
 		m := &Member{Role: history.Agent, ID: id, Gossip: a[2], Actor: a[3], Log: filepath.Join(o.Dir, id+".log"), prefix: prefixes[o.Servers+i],
 			DataDir: filepath.Join(o.Dir, id),
-			args: []string{"agent", "--name", id, "--bind", binds[o.Servers+i], "--gpus", strconv.Itoa(o.GPUsPerAgent),
+			args: []string{"agent", "--name", id, "--bind", binds[o.Servers+i], gpuFlag, strconv.Itoa(o.GPUsPerAgent),
 				"--data-dir", filepath.Join(o.Dir, id),
 				"--rack", fmt.Sprintf("r%d", i%2), "--gossip-port", gport, "--actor-port", aport, "--join", strings.Join(gossip, ","),
 				"--fast-gossip", "--time-scale", ts, "--restart-cost", o.RestartCost.String(), "--grace", o.Grace.String(),
 				"--worker-exec", strings.Join(o.Exec, ","), "--log-level", o.LogLevel}}
-		m.args = append(m.args, c.tls.Flags(id)...)
+		m.args = append(append(m.args, c.tls.Flags(id)...), o.AgentArgs...)
 		if o.Observe {
 			dir := filepath.Join(o.Dir, "records", id)
 			if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -1,8 +1,11 @@
 // Package launch starts a whole Pollux cluster on one machine, as
-// separate OS processes (servers, agents, and the emulated workers the
-// agents start), and is the one launcher behind `pollux demo`, `pollux
+// separate OS processes (servers, agents, and the workers the agents
+// start), and is the one launcher behind `pollux demo`, `pollux
 // chaos` and the multi-process tests. It drives the cluster only through
 // command lines, signals and the HTTP API, as a user would.
+//
+// Agents run emulated GPUs, or with Options.CPUSlots CPU slots on which
+// they run real workers (`pollux demo --real`, package realdemo).
 //
 // Processes talk over 127.0.0.1 (Loopback), or each runs in a network
 // namespace of its own on a virtual LAN (Namespaces, package netns) that
