@@ -173,8 +173,12 @@ func applyOne(s *State, c Command, term uint64) error {
 		if _, ok := s.Nodes[c.Node.ID]; !ok && len(s.Nodes) >= MaxNodes {
 			return fmtErr(ErrLimit, "the cluster has %d nodes, the most it can hold; prune dead nodes first", len(s.Nodes))
 		}
+		if err := checkNodeLevels(&c.Node, s.Config.Levels); err != nil {
+			return err
+		}
 		n := c.Node
 		n.Addresses = slices.Clone(n.Addresses)
+		n.Topology = slices.Clone(n.Topology)
 		s.Nodes[n.ID] = &n
 		return nil
 	case *MarkNode:
@@ -197,6 +201,9 @@ func applySubmit(s *State, c *SubmitJob) error {
 	}
 	if c.Spec.CheckpointDir == "" && s.Config.CheckpointRoot == "" {
 		return invalid("job %q names no checkpoint directory and the cluster has no checkpoint root (pollux server --bootstrap --checkpoint-root DIR)", c.ID)
+	}
+	if err := c.Spec.Topology.Validate(s.Config.Levels); err != nil {
+		return invalid("job %q: %v", c.ID, err)
 	}
 	spec := c.Spec
 	spec.Command = slices.Clone(spec.Command)

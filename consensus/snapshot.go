@@ -15,9 +15,12 @@ import (
 // Version 2 adds the cluster configuration, the last round's time and
 // per job its bid, crash counter and measurement acknowledgement;
 // version 1 snapshots (written before) still decode, with those empty.
+// Version 3 adds the cluster's topology levels, every node's topology and
+// GPU type and every job's placement constraints; versions 1 and 2 decode
+// with none.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 2
+	SnapshotVersion = 3
 	// maxSnapshot bounds what Restore reads.
 	maxSnapshot = 1 << 30
 )
@@ -33,11 +36,13 @@ func EncodeState(s *State) []byte {
 	w.str(s.Config.ID)
 	w.str(s.Config.CheckpointRoot)
 	w.f64(s.LastRound)
+	w.strs(s.Config.Levels)
 
 	nodes := s.NodeIDs()
 	w.uvarint(uint64(len(nodes)))
 	for _, id := range nodes {
 		encodeNode(w, s.Nodes[id])
+		encodeNodeAttrs(w, s.Nodes[id])
 	}
 
 	jobs := s.JobIDs()
@@ -46,6 +51,7 @@ func EncodeState(s *State) []byte {
 		j := s.Jobs[id]
 		w.str(j.ID)
 		encodeSpec(w, &j.Spec)
+		encodeSpecAttrs(w, &j.Spec)
 		w.byte(byte(j.State))
 		w.f64(j.SubmitTime)
 		w.f64(j.FinishTime)
@@ -81,8 +87,8 @@ func DecodeState(b []byte) (*State, error) {
 		return nil, fmt.Errorf("%w: not a snapshot", ErrMalformed)
 	}
 	version := b[len(snapshotMagic)]
-	if version != 1 && version != SnapshotVersion {
-		return nil, fmt.Errorf("%w: snapshot version %d (this binary knows 1 and %d)", ErrUnknownVersion, version, SnapshotVersion)
+	if version < 1 || version > SnapshotVersion {
+		return nil, fmt.Errorf("%w: snapshot version %d (this binary knows 1 to %d)", ErrUnknownVersion, version, SnapshotVersion)
 	}
 	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
 	if crc32.Checksum(body, castagnoli) != sum {
@@ -94,16 +100,19 @@ func DecodeState(b []byte) (*State, error) {
 		s.Config.ID = r.str()
 		s.Config.CheckpointRoot = r.str()
 		s.LastRound = r.f64()
+		if version >= 3 {
+			s.Config.Levels = r.strs(maxLevels)
+		}
 		if r.err == nil {
 			if err := checkNonNeg("last round", s.LastRound); err != nil {
 				return nil, err
 			}
 			if s.Config.ID != "" {
-				if err := (&InitCluster{ID: s.Config.ID, CheckpointRoot: s.Config.CheckpointRoot}).validate(); err != nil {
+				if err := (&InitCluster{ID: s.Config.ID, CheckpointRoot: s.Config.CheckpointRoot, Levels: s.Config.Levels}).validate(); err != nil {
 					return nil, err
 				}
-			} else if s.Config.CheckpointRoot != "" {
-				return nil, invalid("checkpoint root without a cluster id")
+			} else if s.Config.CheckpointRoot != "" || s.Config.Levels != nil {
+				return nil, invalid("checkpoint root or topology levels without a cluster id")
 			}
 		}
 	}
@@ -115,10 +124,16 @@ func DecodeState(b []byte) (*State, error) {
 	for i := 0; i < n && r.err == nil; i++ {
 		var node Node
 		decodeNode(r, &node)
+		if version >= 3 {
+			decodeNodeAttrs(r, &node)
+		}
 		if r.err != nil {
 			break
 		}
 		if err := (&RegisterNode{Node: node}).validate(); err != nil {
+			return nil, err
+		}
+		if err := checkNodeLevels(&node, s.Config.Levels); err != nil {
 			return nil, err
 		}
 		if node.ID <= prev {
@@ -133,6 +148,9 @@ func DecodeState(b []byte) (*State, error) {
 	for i := 0; i < n && r.err == nil; i++ {
 		j := &Job{ID: r.str()}
 		decodeSpec(r, &j.Spec)
+		if version >= 3 {
+			decodeSpecAttrs(r, &j.Spec)
+		}
 		j.State = JobState(r.byte())
 		j.SubmitTime = r.f64()
 		j.FinishTime = r.f64()
@@ -158,6 +176,9 @@ func DecodeState(b []byte) (*State, error) {
 		}
 		if err := validateJob(j); err != nil {
 			return nil, err
+		}
+		if err := j.Spec.Topology.Validate(s.Config.Levels); err != nil {
+			return nil, invalid("job %q: %v", j.ID, err)
 		}
 		if j.ID <= prev {
 			return nil, fmt.Errorf("%w: job %q out of order", ErrMalformed, j.ID)
