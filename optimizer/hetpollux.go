@@ -252,6 +252,9 @@ func (h *HetPollux) jobItem(snap *Snapshot, job *Job, types []typeInfo, kFair in
 	it := choiceItem{none: term(0), forced: -1}
 	maxK := max(job.MaxReplicas, 1)
 	for t, ti := range types {
+		if job.GPUType != "" && ti.name != job.GPUType {
+			continue
+		}
 		for k := 1; k <= min(maxK, ti.total); k++ {
 			v := g.at(t, k)
 			if !(v > 0) {

@@ -1,0 +1,50 @@
+package optimizer
+
+// Violations lists, in order, the indexes j of placements[j] that break
+// job j's constraints: a node of another GPU type than the job's GPUType,
+// or domains spanned at its required topology level.
+func Violations(snap *Snapshot, placements []Placement) ([]int, error) {
+	tp, err := buildTopo(snap)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for j, pl := range placements {
+		if j < len(snap.Jobs) && len(pl) > 0 && breaks(snap, tp, j, pl) {
+			out = append(out, j)
+		}
+	}
+	return out, nil
+}
+
+// HoldConstraints empties the placements of res that break their job's
+// constraints (Violations), whatever policy made them: such a job waits
+// this round rather than run where it must not. It returns the indexes
+// of the jobs held. Policies aware of the constraints never need it; it
+// guards the others.
+func HoldConstraints(snap *Snapshot, res *Result) ([]int, error) {
+	held, err := Violations(snap, res.Placements)
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range held {
+		res.Placements[j] = nil
+		if j < len(res.Layouts) {
+			res.Layouts[j] = nil
+		}
+	}
+	return held, nil
+}
+
+// breaks reports whether placement pl of job j breaks the job's GPU type
+// or required topology.
+func breaks(snap *Snapshot, tp *topo, j int, pl Placement) bool {
+	if t := snap.Jobs[j].GPUType; t != "" {
+		for _, nc := range pl {
+			if nc.Node < 0 || nc.Node >= len(snap.Nodes) || snap.Nodes[nc.Node].Type != t {
+				return true
+			}
+		}
+	}
+	return violates(snap, tp, j, pl)
+}
