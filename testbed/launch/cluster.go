@@ -172,7 +172,7 @@ func (c *Cluster) layout(ctx context.Context) error {
 			ms = append(ms, netns.Member{Name: fmt.Sprintf("s%d", i), Labels: map[string]string{"role": "server"}})
 		}
 		for i := range o.Agents {
-			ms = append(ms, netns.Member{Name: fmt.Sprintf("a%d", i), Labels: map[string]string{"role": "agent", "rack": fmt.Sprintf("r%d", i%2)}})
+			ms = append(ms, netns.Member{Name: fmt.Sprintf("a%d", i), Labels: map[string]string{"role": "agent", "rack": Rack(i, o.Racks)}})
 		}
 		n, err := netns.New(ctx, ms)
 		if err != nil {
@@ -259,6 +259,12 @@ func (c *Cluster) layout(ctx context.Context) error {
 				"--peers", strings.Join(peers, ","), "--bootstrap", "--fast-gossip", "--interval", o.Interval.String(),
 				"--time-scale", ts, "--checkpoint-root", ckpt, "--retain", o.Retain.String(), "--log-level", o.LogLevel,
 				"--join", strings.Join(join, ",")}})
+		if o.ServerRacks {
+			c.Servers[i].args = append(c.Servers[i].args, "--topology", "rack="+Rack(i, o.Racks))
+		}
+		if o.Policy != "" {
+			c.Servers[i].args = append(c.Servers[i].args, "--policy", o.Policy)
+		}
 		c.Servers[i].args = append(c.Servers[i].args, c.tls.Flags(id)...)
 	}
 	for i := range o.Agents {
@@ -272,9 +278,12 @@ func (c *Cluster) layout(ctx context.Context) error {
 			DataDir: filepath.Join(o.Dir, id),
 			args: []string{"agent", "--name", id, "--bind", binds[o.Servers+i], "--gpus", strconv.Itoa(o.GPUsPerAgent),
 				"--data-dir", filepath.Join(o.Dir, id),
-				"--rack", fmt.Sprintf("r%d", i%2), "--gossip-port", gport, "--actor-port", aport, "--join", strings.Join(gossip, ","),
+				"--topology", "rack=" + Rack(i, o.Racks), "--gossip-port", gport, "--actor-port", aport, "--join", strings.Join(gossip, ","),
 				"--fast-gossip", "--time-scale", ts, "--restart-cost", o.RestartCost.String(), "--grace", o.Grace.String(),
 				"--worker-exec", strings.Join(o.Exec, ","), "--log-level", o.LogLevel}}
+		if len(o.GPUTypes) > 0 {
+			m.args = append(m.args, "--gpu-type", o.GPUTypes[i%len(o.GPUTypes)])
+		}
 		m.args = append(m.args, c.tls.Flags(id)...)
 		if o.Observe {
 			dir := filepath.Join(o.Dir, "records", id)
@@ -289,6 +298,10 @@ func (c *Cluster) layout(ctx context.Context) error {
 }
 
 func join(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
+
+// Rack is the rack of the i-th server or agent of a cluster of racks
+// racks: r<i mod racks>.
+func Rack(i, racks int) string { return fmt.Sprintf("r%d", i%max(racks, 1)) }
 
 // AddServer starts one more server, id, on loopback: a certificate of
 // the run's CA is issued for it, it joins the gossip of every member,
