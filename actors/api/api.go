@@ -160,10 +160,10 @@ type Profiled struct {
 
 // Node is one node as the API shows it.
 type Node struct {
-	ID      string `json:"id"`
-	Health  string `json:"health"`
-	GPUs    int    `json:"gpus"`
-	Used    int    `json:"gpus_used"`
+	ID     string `json:"id"`
+	Health string `json:"health"`
+	GPUs   int    `json:"gpus"`
+	Used   int    `json:"gpus_used"`
 	// Rack is the node's rack ("default" when it declared none) and
 	// Topology its domain at every level of the cluster, innermost first
 	// ("rack=r1,zone=z1"); GPUType the type of its GPUs ("" untyped).
