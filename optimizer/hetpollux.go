@@ -255,7 +255,7 @@ func (h *HetPollux) jobItem(snap *Snapshot, job *Job, types []typeInfo, kFair in
 		if job.GPUType != "" && ti.name != job.GPUType {
 			continue
 		}
-		for k := 1; k <= min(maxK, ti.total); k++ {
+		for k := max(job.MinReplicas, 1); k <= min(maxK, ti.total); k++ {
 			v := g.at(t, k)
 			if !(v > 0) {
 				continue

@@ -1,8 +1,9 @@
 package optimizer
 
 // Violations lists, in order, the indexes j of placements[j] that break
-// job j's constraints: a node of another GPU type than the job's GPUType,
-// or domains spanned at its required topology level.
+// job j's constraints: GPUs outside its replica bounds, a node of another
+// GPU type than the job's GPUType, or domains spanned at its required
+// topology level.
 func Violations(snap *Snapshot, placements []Placement) ([]int, error) {
 	tp, err := buildTopo(snap)
 	if err != nil {
@@ -36,9 +37,12 @@ func HoldConstraints(snap *Snapshot, res *Result) ([]int, error) {
 	return held, nil
 }
 
-// breaks reports whether placement pl of job j breaks the job's GPU type
-// or required topology.
+// breaks reports whether placement pl of job j breaks the job's replica
+// bounds, GPU type or required topology.
 func breaks(snap *Snapshot, tp *topo, j int, pl Placement) bool {
+	if k := pl.Replicas(); k < snap.Jobs[j].MinReplicas || k > max(snap.Jobs[j].MaxReplicas, 1) {
+		return true
+	}
 	if t := snap.Jobs[j].GPUType; t != "" {
 		for _, nc := range pl {
 			if nc.Node < 0 || nc.Node >= len(snap.Nodes) || snap.Nodes[nc.Node].Type != t {

@@ -55,3 +55,30 @@ func TestViolationsRequiredTopology(t *testing.T) {
 		t.Errorf("within a rack: %v", got)
 	}
 }
+
+// The type-aware policies never give a job fewer GPUs than its minimum
+// (the live round refuses such a placement), and HoldConstraints holds a
+// placement outside the bounds.
+func TestTypedPoliciesHonourMinReplicas(t *testing.T) {
+	models := map[string]*goodput.Model{"slow": fittedModel(), "fast": fittedModel()}
+	snap := &optimizer.Snapshot{Nodes: hetNodes(), Jobs: []optimizer.Job{
+		{ID: "eight", Age: 600, MinReplicas: 8, MaxReplicas: 16, App: "cifar10", TypeModels: models},
+		{ID: "small-1", Age: 600, MaxReplicas: 4, App: "cifar10", TypeModels: models},
+		{ID: "small-2", Age: 600, MaxReplicas: 4, App: "cifar10", TypeModels: models},
+		{ID: "small-3", Age: 600, MaxReplicas: 4, App: "cifar10", TypeModels: models},
+	}}
+	for _, pol := range []optimizer.Policy{optimizer.NewHetPollux(), optimizer.NewSia()} {
+		res, err := pol.Allocate(snap, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkTyped(t, snap, res)
+		if k := res.Placements[0].Replicas(); k != 0 && k < 8 {
+			t.Errorf("%s: a job of at least 8 replicas got %d", pol.Name(), k)
+		}
+	}
+	res := optimizer.Result{Placements: []optimizer.Placement{pl(1, 6), pl(0, 2), nil, nil}}
+	if held, _ := optimizer.HoldConstraints(snap, &res); !slices.Equal(held, []int{0}) {
+		t.Errorf("held %v", held)
+	}
+}

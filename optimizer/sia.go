@@ -280,7 +280,7 @@ func (s *Sia) jobItem(snap *Snapshot, job *Job, types []typeInfo, configs []siaC
 	}
 	it := choiceItem{none: math.Round(100 * s.LambdaN), forced: -1}
 	for i, c := range configs {
-		if c.gpus > maxRep || job.GPUType != "" && c.typeName != job.GPUType {
+		if c.gpus > maxRep || c.gpus < job.MinReplicas || job.GPUType != "" && c.typeName != job.GPUType {
 			continue
 		}
 		g := goodputs[i]

@@ -60,6 +60,20 @@ type Member struct {
 	paused bool
 }
 
+// SetFlag sets a flag of m's command line to value, for its next start
+// (an agent restarted with another --gpu-type or --topology, say): the
+// flag's value is replaced, or the flag appended. Call it while m is not
+// being started.
+func (m *Member) SetFlag(name, value string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i := slices.Index(m.args, name); i >= 0 && i+1 < len(m.args) {
+		m.args[i+1] = value
+		return
+	}
+	m.args = append(m.args, name, value)
+}
+
 // Running reports whether the member's process runs (paused or not).
 func (m *Member) Running() bool {
 	m.mu.Lock()
@@ -410,8 +424,8 @@ func (c *Cluster) Start(ctx context.Context, m *Member, fault string, seq int) e
 		return fmt.Errorf("launch: %w", err)
 	}
 	rw := &readyWriter{ready: make(chan struct{})}
-	full := append(append(slices.Clone(m.prefix), c.o.Exec...), m.args...)
 	m.mu.Lock()
+	full := append(append(slices.Clone(m.prefix), c.o.Exec...), m.args...)
 	if m.p != nil && !m.p.Exited() {
 		m.mu.Unlock()
 		logf.Close()

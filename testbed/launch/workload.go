@@ -22,9 +22,11 @@ type Job struct {
 	App   string
 	After time.Duration
 	// GPUType and Topology are the job's constraints (gpu_type,
-	// topology: {required|preferred: LEVEL}), if set.
-	GPUType  string
-	Topology optimizer.TopologyConstraint
+	// topology: {required|preferred: LEVEL}), if set; MinReplicas its
+	// min_replicas (0: the default, 1).
+	GPUType     string
+	Topology    optimizer.TopologyConstraint
+	MinReplicas int
 }
 
 // Spec is the YAML spec of j, with the batch limits of its application in
@@ -40,6 +42,9 @@ func (j Job) Spec(cat testbed.Catalog, maxReplicas int) ([]byte, error) {
 		j.Name, j.App, maxReplicas, l.InitBatch, l.MaxBatch, l.MinLocal, l.MaxLocal, l.Accumulation)
 	if j.GPUType != "" {
 		b = fmt.Appendf(b, "gpu_type: %s\n", j.GPUType)
+	}
+	if j.MinReplicas > 0 {
+		b = fmt.Appendf(b, "min_replicas: %d\n", j.MinReplicas)
 	}
 	switch {
 	case j.Topology.Required != "":
