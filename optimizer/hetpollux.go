@@ -110,6 +110,7 @@ func (h *HetPollux) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	items := make([]choiceItem, len(snap.Jobs))
 	for j := range snap.Jobs {
 		items[j] = h.jobItem(snap, &snap.Jobs[j], types, kFair, scale)
+		capRequired(snap, tp, types, j, &items[j])
 	}
 	h.Cache.Sweep()
 	exact := h.ExactStates

@@ -52,3 +52,36 @@ func breaks(snap *Snapshot, tp *topo, j int, pl Placement) bool {
 	}
 	return violates(snap, tp, j, pl)
 }
+
+// capRequired drops from item the options of job j that could never be
+// placed because its topology is required and they ask more GPUs of a
+// type than one domain of the required level has: a type-aware policy
+// would choose such a count, fail to place it, and leave the job waiting
+// round after round.
+func capRequired(snap *Snapshot, tp *topo, types []typeInfo, j int, item *choiceItem) {
+	l := tp.level(snap.Jobs[j].Topology.Required)
+	if l < 0 {
+		return
+	}
+	caps := make([]int, len(types))
+	for t, ti := range types {
+		sum := map[int32]int{}
+		for _, n := range ti.nodes {
+			d := tp.domain[l][n]
+			sum[d] += snap.Nodes[n].GPUs
+			caps[t] = max(caps[t], sum[d])
+		}
+	}
+	kept := item.opts[:0:0]
+	forced := -1
+	for i, o := range item.opts {
+		if o.size > caps[o.typ] {
+			continue
+		}
+		if i == item.forced {
+			forced = len(kept)
+		}
+		kept = append(kept, o)
+	}
+	item.opts, item.forced = kept, forced
+}

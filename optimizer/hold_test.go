@@ -82,3 +82,30 @@ func TestTypedPoliciesHonourMinReplicas(t *testing.T) {
 		t.Errorf("held %v", held)
 	}
 }
+
+// A job whose rack is required is offered only counts one rack of a type
+// holds: it runs in one rack rather than wait for a count no rack has (a
+// job without a model per type asks for every GPU of its type).
+func TestTypedPoliciesRequiredRack(t *testing.T) {
+	snap := &optimizer.Snapshot{
+		Nodes: []optimizer.Node{
+			{ID: "a0", GPUs: 4, Type: "t4", Topology: []string{"r0"}},
+			{ID: "a1", GPUs: 4, Type: "t4", Topology: []string{"r1"}},
+			{ID: "a2", GPUs: 4, Type: "a100", Topology: []string{"r0"}},
+			{ID: "a3", GPUs: 4, Type: "t4", Topology: []string{"r1"}},
+		},
+		Jobs: []optimizer.Job{
+			{ID: "rack", Age: 600, MaxReplicas: 16, App: "cifar10", GPUType: "t4", Topology: optimizer.TopologyConstraint{Required: "rack"},
+				Model: fittedModel()},
+		},
+	}
+	for _, pol := range []optimizer.Policy{optimizer.NewHetPollux(), optimizer.NewSia()} {
+		res, err := pol.Allocate(snap, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := res.Placements[0]; len(p) == 0 || snap.Racks(p) != 1 || snap.TypeOf(p) != "t4" {
+			t.Errorf("%s: the job without a model per type placed at %v", pol.Name(), p)
+		}
+	}
+}

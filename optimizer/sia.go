@@ -154,6 +154,7 @@ func (s *Sia) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	items := make([]choiceItem, len(snap.Jobs))
 	for j := range snap.Jobs {
 		items[j] = s.jobItem(snap, &snap.Jobs[j], types, configs)
+		capRequired(snap, tp, types, j, &items[j])
 	}
 	s.Cache.Sweep()
 	exact := s.ExactStates
