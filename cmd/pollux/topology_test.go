@@ -41,9 +41,6 @@ func TestRacksAndGPUTypesThroughAgents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	if d := os.Getenv("KEEPDIR"); d != "" {
-		dir = d
-	}
 	types := []string{"t4", "t4", "a100", "a100"}
 	c, err := launch.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir,
 		Servers: 3, Agents: 4, GPUsPerAgent: 4, Racks: 2, ServerRacks: true, GPUTypes: types,
