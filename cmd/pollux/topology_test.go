@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -282,4 +283,112 @@ func TestRacksAndGPUTypesThroughAgents(t *testing.T) {
 		t.Errorf("span-8 (8 replicas, 4 GPUs per node, 2 nodes per type) never ran over both racks: %v", nodesOf)
 	}
 	t.Logf("%d incarnations recorded; placements seen (first 10): %v", len(nodesOf), seen[:min(len(seen), 10)])
+}
+
+// TestPlaceFlagsBadInput: a malformed topology or GPU type, levels out of
+// order, an unknown policy or a ratio below 1 stop an agent or a server
+// at start-up with exit status 2 and a message naming the flag.
+func TestPlaceFlagsBadInput(t *testing.T) {
+	dir := t.TempDir()
+	server := []string{"server", "--id", "s", "--data-dir", dir}
+	agent := []string{"agent", "--name", "a", "--gpus", "1"}
+	tests := []struct {
+		name    string
+		args    []string
+		mention string
+	}{
+		{"zone before rack", append(slices.Clone(agent), "--topology", "zone=z1,rack=r1"), `--topology: cluster: bad node metadata: topology "zone=z1,rack=r1"`},
+		{"no rack", append(slices.Clone(agent), "--topology", "zone=z1"), `the first (innermost) level must be "rack"`},
+		{"not level=domain", append(slices.Clone(agent), "--topology", "rack"), `"rack" is not level=domain`},
+		{"upper-case rack", append(slices.Clone(agent), "--topology", "rack=R1"), "lower-case letters"},
+		{"rack twice", append(slices.Clone(agent), "--topology", "rack=r1,rack=r2"), "listed twice"},
+		{"bad GPU type", append(slices.Clone(agent), "--gpu-type", "A100"), `--gpu-type: optimizer: bad topology: GPU type name "A100"`},
+		{"--rack and --topology disagree", append(slices.Clone(agent), "--rack", "r1", "--topology", "rack=r2"), "disagree"},
+		{"levels out of order", append(slices.Clone(server), "--topology-levels", "zone,rack"), `--topology-levels: optimizer: bad topology: levels "zone,rack"`},
+		{"server topology missing a level", append(slices.Clone(server), "--topology-levels", "rack,zone", "--topology", "rack=r1"),
+			`--topology does not fit --topology-levels`},
+		{"unknown policy", append(slices.Clone(server), "--policy", "fifo"), `--policy "fifo": want auto, pollux, pollux-het, sia or pollux-unaware`},
+		{"ratio below 1", append(slices.Clone(server), "--cross-rack-ratio", "0.5"), "--cross-rack-ratio 0.5"},
+	}
+	for _, tt := range tests {
+		args := append(slices.Clone(selfExec), tt.args...)
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Env = append(os.Environ(), "POLLUX_TEST_PROCESS=1")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		_ = cmd.Run()
+		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(stderr.String(), tt.mention) {
+			t.Errorf("%s: exit %d, stderr %s; want 2 mentioning %q", tt.name, code, tail(stderr.Bytes(), 600), tt.mention)
+		}
+	}
+}
+
+// TestServerLevelsAreTheCluster's: a cluster bootstrapped with levels
+// rack,zone keeps them; its server restarted with --topology-levels rack
+// refuses to run, and so does one whose --topology misses the zone.
+func TestServerLevelsAreTheClusters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts server processes")
+	}
+	dir := t.TempDir()
+	ports, err := launch.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raftAddr, httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	run := func(extra ...string) (int, string) {
+		args := append(slices.Clone(selfExec), "server", "--id", "ts0", "--data-dir", filepath.Join(dir, "ts0"),
+			"--raft", raftAddr, "--http", httpAddr, "--peers", "ts0="+raftAddr+"="+httpAddr, "--bootstrap",
+			"--checkpoint-root", filepath.Join(dir, "ckpt"), "--log-level", "info")
+		args = append(append(args, testBundle().Flags("ts0")...), extra...)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+		cmd.Env = append(os.Environ(), "POLLUX_TEST_PROCESS=1")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		_ = cmd.Run()
+		return cmd.ProcessState.ExitCode(), stderr.String()
+	}
+	// Bootstrapped with rack,zone and a topology that fits them, the
+	// server runs: it is stopped once it advertises its levels.
+	args := append(slices.Clone(selfExec), "server", "--id", "ts0", "--data-dir", filepath.Join(dir, "ts0"),
+		"--raft", raftAddr, "--http", httpAddr, "--peers", "ts0="+raftAddr+"="+httpAddr, "--bootstrap",
+		"--checkpoint-root", filepath.Join(dir, "ckpt"), "--topology-levels", "rack,zone", "--topology", "rack=r1,zone=z1")
+	args = append(args, testBundle().Flags("ts0")...)
+	first := exec.Command(args[0], args[1:]...)
+	first.Env = append(os.Environ(), "POLLUX_TEST_PROCESS=1")
+	var log lockedBuffer
+	first.Stderr = &log
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for len(log.linesWith("server: cluster configuration")) == 0 {
+		if time.Now().After(deadline) {
+			_ = first.Process.Kill()
+			_ = first.Wait()
+			t.Fatalf("the bootstrapped server never configured the cluster:\n%s", log.b.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // it checks and advertises its levels within 250 ms
+	_ = first.Process.Signal(syscall.SIGTERM)
+	if err := first.Wait(); err != nil {
+		t.Fatalf("the server with fitting levels and topology: %v\n%s", err, log.b.String())
+	}
+	for _, tt := range []struct {
+		name    string
+		extra   []string
+		mention string
+	}{
+		{"other levels", []string{"--topology-levels", "rack"}, "--topology-levels rack: the cluster's levels are rack,zone (set at bootstrap)"},
+		{"levels of another name", []string{"--topology-levels", "rack,block", "--topology", "rack=r1,block=b1"},
+			"the cluster's topology levels are rack,zone (set at bootstrap), not rack,block"},
+		{"a topology without the zone", []string{"--topology", "rack=r1"}, `server: --topology: cluster: bad node metadata: topology "rack=r1": optimizer: bad topology: level "zone" missing`},
+	} {
+		if code, stderr := run(tt.extra...); code != 2 || !strings.Contains(stderr, tt.mention) {
+			t.Errorf("%s: exit %d, want 2 mentioning %q:\n%s", tt.name, code, tt.mention, tail([]byte(stderr), 1500))
+		}
+	}
 }
