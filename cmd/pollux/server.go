@@ -334,7 +334,7 @@ func initCluster(ctx context.Context, srv *consensus.Server, root string, levels
 			log.Info("server: cluster configuration", "cluster", cfg.ID, "checkpoint_root", root)
 			return
 		case errors.Is(err, consensus.ErrClusterConfig):
-			fail(fmt.Errorf("server: --checkpoint-root %q, --topology-levels %q: %w", root, strings.Join(levels, ","), err))
+			fail(badInput(fmt.Errorf("server: --checkpoint-root %q, --topology-levels %q: %w", root, strings.Join(levels, ","), err)))
 			return
 		}
 		select {
