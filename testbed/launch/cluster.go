@@ -48,6 +48,9 @@ type Member struct {
 	// DataDir is a server's data directory, or an agent's (its fencing
 	// state).
 	DataDir string
+	// Rack is the rack the member declares ("" for a server without
+	// Options.ServerRacks).
+	Rack string
 
 	args   []string // after the command
 	prefix []string // before it (a namespace)
@@ -274,7 +277,8 @@ func (c *Cluster) layout(ctx context.Context) error {
 				"--time-scale", ts, "--checkpoint-root", ckpt, "--retain", o.Retain.String(), "--log-level", o.LogLevel,
 				"--join", strings.Join(join, ",")}})
 		if o.ServerRacks {
-			c.Servers[i].args = append(c.Servers[i].args, "--topology", "rack="+Rack(i, o.Racks))
+			c.Servers[i].Rack = Rack(i, o.Racks)
+			c.Servers[i].args = append(c.Servers[i].args, "--topology", "rack="+c.Servers[i].Rack)
 		}
 		if o.Policy != "" {
 			c.Servers[i].args = append(c.Servers[i].args, "--policy", o.Policy)
@@ -289,7 +293,7 @@ func (c *Cluster) layout(ctx context.Context) error {
 		// The agent's fencing state (the incarnations it ran) survives
 		// its restarts in its data directory.
 		m := &Member{Role: history.Agent, ID: id, Gossip: a[2], Actor: a[3], Log: filepath.Join(o.Dir, id+".log"), prefix: prefixes[o.Servers+i],
-			DataDir: filepath.Join(o.Dir, id),
+			DataDir: filepath.Join(o.Dir, id), Rack: Rack(i, o.Racks),
 			args: []string{"agent", "--name", id, "--bind", binds[o.Servers+i], "--gpus", strconv.Itoa(o.GPUsPerAgent),
 				"--data-dir", filepath.Join(o.Dir, id),
 				"--topology", "rack=" + Rack(i, o.Racks), "--gossip-port", gport, "--actor-port", aport, "--join", strings.Join(gossip, ","),
@@ -501,6 +505,20 @@ func (c *Cluster) Kill(m *Member, fault string, seq int) error {
 		return err
 	}
 	return c.waitExit(m, 10*time.Second)
+}
+
+// KillAll is kill -9 of every member of ms at once (the signals first,
+// then the waits): a rack losing its power. It returns once every exit
+// is recorded.
+func (c *Cluster) KillAll(ms []*Member, fault string, seq int) error {
+	var errs []error
+	for _, m := range ms {
+		errs = append(errs, c.Signal(m, syscall.SIGKILL, fault, seq))
+	}
+	for _, m := range ms {
+		errs = append(errs, c.waitExit(m, 10*time.Second))
+	}
+	return errors.Join(errs...)
 }
 
 // waitExit waits until m's current incarnation has exited and its exit
