@@ -44,7 +44,7 @@ func activeNodes(st *consensus.State) []optimizer.Node {
 // configuration it chose.
 func BuildSnapshot(st *consensus.State, bids map[string]*consensus.Bid, now, timeScale float64, seed uint64) (*optimizer.Snapshot, error) {
 	snap := &optimizer.Snapshot{Nodes: activeNodes(st), Levels: slices.Clone(st.Config.Levels), Seed: seed, Now: now}
-	typed := len(gpuTypes(snap.Nodes)) > 1
+	types := gpuTypes(snap.Nodes)
 	alive := map[string]bool{}
 	for _, n := range snap.Nodes {
 		alive[n.ID] = true
@@ -77,11 +77,11 @@ func BuildSnapshot(st *consensus.State, bids map[string]*consensus.Bid, now, tim
 			Current: cur, Model: bid.Model(j.Spec.Limits), App: j.Spec.App,
 			Topology: j.Spec.Topology, GPUType: j.Spec.GPUType,
 		}
-		if typed && job.Model != nil {
+		if len(types) > 1 && job.Model != nil {
 			// The job's model is fitted on all its measurements, whatever
 			// the type: type-aware policies take it as every type's.
-			job.TypeModels = map[string]*goodput.Model{}
-			for _, t := range gpuTypes(snap.Nodes) {
+			job.TypeModels = make(map[string]*goodput.Model, len(types))
+			for _, t := range types {
 				job.TypeModels[t] = job.Model
 			}
 		}
@@ -98,9 +98,11 @@ func BuildSnapshot(st *consensus.State, bids map[string]*consensus.Bid, now, tim
 	for _, i := range broken {
 		snap.Jobs[i].Current = nil
 	}
-	for i := range snap.Jobs {
-		if cur := snap.Jobs[i].Current; len(gpuTypes(placementNodes(snap, cur))) > 1 {
-			snap.Jobs[i].Current = nil
+	if len(types) > 1 {
+		for i := range snap.Jobs {
+			if cur := snap.Jobs[i].Current; len(gpuTypes(placementNodes(snap, cur))) > 1 {
+				snap.Jobs[i].Current = nil
+			}
 		}
 	}
 	return snap, nil
