@@ -209,18 +209,33 @@ func (c *SubmitJob) encode(w *writer) {
 	w.str(c.ID)
 	encodeSpec(w, &c.Spec)
 	w.f64(c.SubmitTime)
-	if c.Submitter != "" {
+	// Optional trailing blocks, in the order they were added: the
+	// submitter (encoded empty only when placement constraints follow),
+	// then the placement constraints (only when set).
+	attrs := specAttrsSet(&c.Spec)
+	if c.Submitter != "" || attrs {
 		w.str(c.Submitter)
+	}
+	if attrs {
+		encodeSpecAttrs(w, &c.Spec)
 	}
 }
 func (c *SubmitJob) decode(r *reader) {
 	c.ID = r.str()
 	decodeSpec(r, &c.Spec)
 	c.SubmitTime = r.f64()
-	if len(r.b) > 0 && r.err == nil {
-		if c.Submitter = r.str(); c.Submitter == "" {
+	if !r.more() {
+		return
+	}
+	c.Submitter = r.str()
+	if !r.more() {
+		if r.err == nil && c.Submitter == "" {
 			r.fail("submission with an encoded empty submitter (it is left out instead)")
 		}
+		return
+	}
+	if decodeSpecAttrs(r, &c.Spec); !specAttrsSet(&c.Spec) {
+		r.fail("job placement constraints encoded empty (they are left out instead)")
 	}
 }
 
@@ -398,9 +413,21 @@ func decodePlacements(r *reader) map[string][]Slot {
 	return jobs
 }
 
-func (c *RegisterNode) kind() byte       { return typeRegisterNode }
-func (c *RegisterNode) encode(w *writer) { encodeNode(w, &c.Node) }
-func (c *RegisterNode) decode(r *reader) { decodeNode(r, &c.Node) }
+func (c *RegisterNode) kind() byte { return typeRegisterNode }
+func (c *RegisterNode) encode(w *writer) {
+	encodeNode(w, &c.Node)
+	if nodeAttrsSet(&c.Node) {
+		encodeNodeAttrs(w, &c.Node)
+	}
+}
+func (c *RegisterNode) decode(r *reader) {
+	decodeNode(r, &c.Node)
+	if r.more() {
+		if decodeNodeAttrs(r, &c.Node); !nodeAttrsSet(&c.Node) {
+			r.fail("node attributes encoded empty (they are left out instead)")
+		}
+	}
+}
 
 func encodeNode(w *writer, n *Node) {
 	w.str(n.ID)
@@ -488,7 +515,7 @@ func (s *JobSpec) validate() error {
 	if err := s.Limits.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return nil
+	return checkSpecAttrs(s)
 }
 
 func (c *SubmitJob) validate() error {
@@ -625,7 +652,7 @@ func (c *RegisterNode) validate() error {
 	if !n.Health.valid() {
 		return invalid("node health %d", n.Health)
 	}
-	return nil
+	return checkNodeAttrs(n)
 }
 
 func (c *MarkNode) validate() error {

@@ -203,8 +203,12 @@ func applyOne(s *State, c Command, term uint64) error {
 		if _, ok := s.Nodes[c.Node.ID]; !ok && len(s.Nodes) >= MaxNodes {
 			return fmtErr(ErrLimit, "the cluster has %d nodes, the most it can hold; prune dead nodes first", len(s.Nodes))
 		}
+		if err := checkNodeLevels(&c.Node, s.Config.Levels); err != nil {
+			return err
+		}
 		n := c.Node
 		n.Addresses = slices.Clone(n.Addresses)
+		n.Topology = slices.Clone(n.Topology)
 		s.Nodes[n.ID] = &n
 		return nil
 	case *MarkNode:
@@ -231,6 +235,9 @@ func applySubmit(s *State, c *SubmitJob) error {
 	t, err := s.ACL.authorize(c.Submitter, RoleSubmit, "submitting a job")
 	if err != nil {
 		return err
+	}
+	if err := c.Spec.Topology.Validate(s.Config.Levels); err != nil {
+		return invalid("job %q: %v", c.ID, err)
 	}
 	spec := c.Spec
 	spec.Command = slices.Clone(spec.Command)

@@ -495,10 +495,11 @@ func (s *Server) SubmitJob(ctx context.Context, id string, spec JobSpec, submitT
 }
 
 // InitCluster sets the cluster's configuration if it has none; with
-// another checkpoint root than the configured one it fails with
-// ErrClusterConfig.
-func (s *Server) InitCluster(ctx context.Context, id, checkpointRoot string) error {
-	return s.single(ctx, &InitCluster{ID: id, CheckpointRoot: checkpointRoot})
+// another checkpoint root than the configured one, or topology levels
+// (if given: innermost first, the rack alone being the default) other
+// than the configured ones, it fails with ErrClusterConfig.
+func (s *Server) InitCluster(ctx context.Context, id, checkpointRoot string, levels ...string) error {
+	return s.single(ctx, &InitCluster{ID: id, CheckpointRoot: checkpointRoot, Levels: NormalizeLevels(levels)})
 }
 
 // FinishJob ends a job (exactly once) as Completed, Failed or Cancelled

@@ -15,8 +15,9 @@ import (
 // Version 2 adds the cluster configuration, the last round's time and
 // per job its bid, crash counter and measurement acknowledgement;
 // version 1 snapshots (written before) still decode, with those empty.
-// Version 3 adds per job its submitter and, at the end, the API token
-// table; version 2 snapshots decode with neither.
+// Version 3 adds the cluster's topology levels, every node's topology and
+// GPU type, per job its placement constraints and submitter and, at the
+// end, the API token table; versions 1 and 2 decode with none of them.
 const (
 	snapshotMagic   = "PLXS"
 	SnapshotVersion = 3
@@ -35,11 +36,13 @@ func EncodeState(s *State) []byte {
 	w.str(s.Config.ID)
 	w.str(s.Config.CheckpointRoot)
 	w.f64(s.LastRound)
+	w.strs(s.Config.Levels)
 
 	nodes := s.NodeIDs()
 	w.uvarint(uint64(len(nodes)))
 	for _, id := range nodes {
 		encodeNode(w, s.Nodes[id])
+		encodeNodeAttrs(w, s.Nodes[id])
 	}
 
 	jobs := s.JobIDs()
@@ -48,6 +51,7 @@ func EncodeState(s *State) []byte {
 		j := s.Jobs[id]
 		w.str(j.ID)
 		encodeSpec(w, &j.Spec)
+		encodeSpecAttrs(w, &j.Spec)
 		w.byte(byte(j.State))
 		w.f64(j.SubmitTime)
 		w.f64(j.FinishTime)
@@ -99,16 +103,19 @@ func DecodeState(b []byte) (*State, error) {
 		s.Config.ID = r.str()
 		s.Config.CheckpointRoot = r.str()
 		s.LastRound = r.f64()
+		if version >= 3 {
+			s.Config.Levels = r.strs(maxLevels)
+		}
 		if r.err == nil {
 			if err := checkNonNeg("last round", s.LastRound); err != nil {
 				return nil, err
 			}
 			if s.Config.ID != "" {
-				if err := (&InitCluster{ID: s.Config.ID, CheckpointRoot: s.Config.CheckpointRoot}).validate(); err != nil {
+				if err := (&InitCluster{ID: s.Config.ID, CheckpointRoot: s.Config.CheckpointRoot, Levels: s.Config.Levels}).validate(); err != nil {
 					return nil, err
 				}
-			} else if s.Config.CheckpointRoot != "" {
-				return nil, invalid("checkpoint root without a cluster id")
+			} else if s.Config.CheckpointRoot != "" || s.Config.Levels != nil {
+				return nil, invalid("checkpoint root or topology levels without a cluster id")
 			}
 		}
 	}
@@ -120,10 +127,16 @@ func DecodeState(b []byte) (*State, error) {
 	for i := 0; i < n && r.err == nil; i++ {
 		var node Node
 		decodeNode(r, &node)
+		if version >= 3 {
+			decodeNodeAttrs(r, &node)
+		}
 		if r.err != nil {
 			break
 		}
 		if err := (&RegisterNode{Node: node}).validate(); err != nil {
+			return nil, err
+		}
+		if err := checkNodeLevels(&node, s.Config.Levels); err != nil {
 			return nil, err
 		}
 		if node.ID <= prev {
@@ -138,6 +151,9 @@ func DecodeState(b []byte) (*State, error) {
 	for i := 0; i < n && r.err == nil; i++ {
 		j := &Job{ID: r.str()}
 		decodeSpec(r, &j.Spec)
+		if version >= 3 {
+			decodeSpecAttrs(r, &j.Spec)
+		}
 		j.State = JobState(r.byte())
 		j.SubmitTime = r.f64()
 		j.FinishTime = r.f64()
@@ -167,6 +183,9 @@ func DecodeState(b []byte) (*State, error) {
 		}
 		if err := validateJob(j); err != nil {
 			return nil, err
+		}
+		if err := j.Spec.Topology.Validate(s.Config.Levels); err != nil {
+			return nil, invalid("job %q: %v", j.ID, err)
 		}
 		if j.ID <= prev {
 			return nil, fmt.Errorf("%w: job %q out of order", ErrMalformed, j.ID)

@@ -110,6 +110,11 @@ type Job struct {
 	// Topology constrains where the job's replicas may run (the zero
 	// value: anywhere its model says pays).
 	Topology TopologyConstraint `json:"topology,omitzero"`
+	// GPUType, if set, is the only GPU type the job may run on (the job
+	// spec's gpu_type). Type-aware policies choose among that type's
+	// options alone; others leave a job they place elsewhere waiting
+	// (see HoldConstraints).
+	GPUType string `json:"gpu_type,omitempty"`
 
 	// The fields below are read only by the baseline policies.
 

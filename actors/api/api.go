@@ -21,6 +21,7 @@ import (
 	"pollux/actors/jobspec"
 	"pollux/cluster"
 	"pollux/consensus"
+	"pollux/optimizer"
 	"pollux/optimizer/goodput"
 )
 
@@ -103,9 +104,23 @@ type Job struct {
 	// Crashes counts failed incarnations in a row (without an epoch
 	// finished in between).
 	Crashes int `json:"crashes,omitempty"`
+	// Topology and GPUType are the job's constraints, as submitted.
+	Topology *optimizer.TopologyConstraint `json:"topology,omitempty"`
+	GPUType  string                        `json:"gpu_type,omitempty"`
+	// Placement is where the job's replicas run: GPUs per node, in node
+	// order, with each node's rack and GPU type.
+	Placement []SlotJSON `json:"placement,omitempty"`
 	// Bid is the job actor's latest replicated bid (GET PathJobs/{id}
 	// only).
 	Bid *BidJSON `json:"bid,omitempty"`
+}
+
+// SlotJSON is a job's GPUs on one node.
+type SlotJSON struct {
+	Node    string `json:"node"`
+	GPUs    int    `json:"gpus"`
+	Rack    string `json:"rack"`
+	GPUType string `json:"gpu_type,omitempty"`
 }
 
 // BidJSON is a job's bid as the API shows it.
@@ -135,6 +150,11 @@ type Peer struct {
 	Leader  bool   `json:"leader"`
 	// Alive: gossip sees the server.
 	Alive bool `json:"alive"`
+	// Rack and Topology are where the server declared it sits, as gossip
+	// tells (Rack "default" when it declared nothing; both empty when
+	// gossip does not see it).
+	Rack     string `json:"rack,omitempty"`
+	Topology string `json:"topology,omitempty"`
 }
 
 // AddPeer is the body of POST PathPeers.
@@ -152,12 +172,17 @@ type Profiled struct {
 
 // Node is one node as the API shows it.
 type Node struct {
-	ID      string `json:"id"`
-	Health  string `json:"health"`
-	GPUs    int    `json:"gpus"`
-	Used    int    `json:"gpus_used"`
-	Rack    string `json:"rack,omitempty"`
-	Address string `json:"address,omitempty"`
+	ID     string `json:"id"`
+	Health string `json:"health"`
+	GPUs   int    `json:"gpus"`
+	Used   int    `json:"gpus_used"`
+	// Rack is the node's rack ("default" when it declared none) and
+	// Topology its domain at every level of the cluster, innermost first
+	// ("rack=r1,zone=z1"); GPUType the type of its GPUs ("" untyped).
+	Rack     string `json:"rack"`
+	Topology string `json:"topology,omitempty"`
+	GPUType  string `json:"gpu_type,omitempty"`
+	Address  string `json:"address,omitempty"`
 }
 
 // Status is the cluster's state in brief.
@@ -181,6 +206,8 @@ type RoundJSON struct {
 	Jobs       int     `json:"jobs"`
 	Fitness    float64 `json:"fitness"`
 	Seconds    float64 `json:"seconds"`
+	// Policy names the policy that decided it (pollux, pollux-het, ...).
+	Policy string `json:"policy,omitempty"`
 }
 
 // API is the HTTP handler and the metrics it exports.
@@ -299,8 +326,20 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
+	if !spec.Topology.IsZero() || spec.GPUType != "" {
+		st, _, err := a.state(ctx)
+		if err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
+			return
+		}
+		if err := Placeable(st, spec); err != nil {
+			writeJSON(w, http.StatusBadRequest, Error{err.Error()})
+			return
+		}
+	}
 	cs := consensus.JobSpec{Name: spec.Name, Command: spec.Command, App: spec.Application,
-		MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas, Limits: spec.Limits(), CheckpointDir: spec.CheckpointDir}
+		MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas, Limits: spec.Limits(), CheckpointDir: spec.CheckpointDir,
+		Topology: spec.Topology, GPUType: spec.GPUType}
 	p := principalOf(r)
 	err = a.cfg.Backend.ApplyCommand(ctx, &consensus.SubmitJob{ID: spec.Name, Spec: cs, SubmitTime: a.now(), Submitter: p.accessor()})
 	if err != nil {
@@ -356,6 +395,18 @@ func jobOf(st *consensus.State, id string) Job {
 		Submitter: j.SubmitterName, SubmitterAccessor: j.Submitter}
 	for _, e := range j.Profile {
 		out.Profiled = append(out.Profiled, Profiled{Nodes: e.Nodes, Replicas: e.Replicas, LocalBatch: e.LocalBatch})
+	}
+	if !j.Spec.Topology.IsZero() {
+		tc := j.Spec.Topology
+		out.Topology = &tc
+	}
+	out.GPUType = j.Spec.GPUType
+	for _, sl := range slots {
+		p := SlotJSON{Node: sl.Node, GPUs: sl.GPUs, Rack: optimizer.DefaultDomain}
+		if n := st.Nodes[sl.Node]; n != nil {
+			p.Rack, p.GPUType = cmp.Or(n.Rack, optimizer.DefaultDomain), n.GPUType
+		}
+		out.Placement = append(out.Placement, p)
 	}
 	return out
 }
@@ -481,7 +532,8 @@ func (a *API) nodes(w http.ResponseWriter, r *http.Request) {
 	out := []Node{}
 	for _, id := range st.NodeIDs() {
 		n := st.Nodes[id]
-		nd := Node{ID: id, Health: n.Health.String(), GPUs: n.GPUs, Used: used[id], Rack: n.Rack}
+		nd := Node{ID: id, Health: n.Health.String(), GPUs: n.GPUs, Used: used[id], Rack: cmp.Or(n.Rack, optimizer.DefaultDomain),
+			Topology: optimizer.FormatTopology(n.Domains(), st.Config.TopologyLevels()), GPUType: n.GPUType}
 		if len(n.Addresses) > 0 {
 			nd.Address = n.Addresses[0]
 		}
@@ -513,7 +565,7 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 	}
 	a.mu.Lock()
 	if ri := a.lastRound; ri != nil {
-		s.LastRound = &RoundJSON{Generation: ri.Generation, Jobs: ri.Jobs, Fitness: ri.Fitness, Seconds: ri.Duration.Seconds()}
+		s.LastRound = &RoundJSON{Generation: ri.Generation, Jobs: ri.Jobs, Fitness: ri.Fitness, Seconds: ri.Duration.Seconds(), Policy: ri.Policy}
 	}
 	a.mu.Unlock()
 	writeJSON(w, http.StatusOK, s)

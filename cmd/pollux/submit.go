@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -246,7 +247,7 @@ func newNodesCmd() *cobra.Command {
 	var o clientOpts
 	cmd := &cobra.Command{
 		Use:   "nodes",
-		Short: "List the cluster's GPU nodes",
+		Short: "List the cluster's GPU nodes: health, GPUs, GPU type, rack and topology",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.show(cmd, api.PathNodes, func(w io.Writer, raw []byte) error {
@@ -255,9 +256,10 @@ func newNodesCmd() *cobra.Command {
 					return err
 				}
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "NODE\tHEALTH\tGPUS\tUSED\tRACK\tADDRESS")
+				fmt.Fprintln(tw, "NODE\tHEALTH\tGPUS\tUSED\tGPU TYPE\tRACK\tTOPOLOGY\tADDRESS")
 				for _, n := range nodes {
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", n.ID, n.Health, n.GPUs, n.Used, n.Rack, n.Address)
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", n.ID, n.Health, n.GPUs, n.Used, cmp.Or(n.GPUType, "-"), n.Rack,
+						cmp.Or(n.Topology, "-"), n.Address)
 				}
 				return tw.Flush()
 			})

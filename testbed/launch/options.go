@@ -65,6 +65,15 @@ type Options struct {
 	TimeScale   float64
 	RestartCost time.Duration
 	Grace       time.Duration
+	// Racks is how many racks the agents are spread over, agent i in
+	// rack r<i mod Racks> (default 2); with ServerRacks the servers too,
+	// server i in rack r<i mod Racks>. GPUTypes, if set, gives agent i
+	// GPUs of type GPUTypes[i mod len] (--gpu-type). Policy is the
+	// servers' --policy (default: theirs).
+	Racks       int
+	ServerRacks bool
+	GPUTypes    []string
+	Policy      string
 	// Retain is the servers' --retain: finished jobs are pruned that long
 	// after they finished (0: kept).
 	Retain time.Duration
@@ -115,6 +124,7 @@ func (o *Options) defaults() error {
 		o.GPUsPerAgent = o.CPUSlots // to the scheduler the slots are GPUs
 	}
 	def(&o.GPUsPerAgent, 4)
+	def(&o.Racks, 2)
 	dur := func(v *time.Duration, d time.Duration) {
 		if *v == 0 {
 			*v = d
@@ -139,8 +149,8 @@ func (o *Options) defaults() error {
 		o.Scenario = "cluster"
 	}
 	switch {
-	case o.Servers < 1 || o.Agents < 0 || o.GPUsPerAgent < 1 || o.Servers > 99 || o.Agents > 99 || o.CPUSlots < 0:
-		return fmt.Errorf("%w: %d servers, %d agents of %d GPUs (%d CPU slots)", ErrConfig, o.Servers, o.Agents, o.GPUsPerAgent, o.CPUSlots)
+	case o.Servers < 1 || o.Agents < 0 || o.GPUsPerAgent < 1 || o.Servers > 99 || o.Agents > 99 || o.CPUSlots < 0 || o.Racks < 1 || o.Racks > 99:
+		return fmt.Errorf("%w: %d servers, %d agents of %d GPUs (%d CPU slots), %d racks", ErrConfig, o.Servers, o.Agents, o.GPUsPerAgent, o.CPUSlots, o.Racks)
 	case !(o.TimeScale > 0) || o.Interval < 0 || o.Grace < 0 || o.RestartCost < 0 || o.DataSize < 0 || o.Retain < 0:
 		return fmt.Errorf("%w: time scale %v, interval %v, grace %v, restart cost %v, data size %d, retain %v",
 			ErrConfig, o.TimeScale, o.Interval, o.Grace, o.RestartCost, o.DataSize, o.Retain)
