@@ -458,7 +458,11 @@ type RunJob struct {
 	Gain          float64  `protobuf:"fixed64,15,opt,name=gain,proto3" json:"gain,omitempty"`
 	CheckpointDir string   `protobuf:"bytes,16,opt,name=checkpoint_dir,json=checkpointDir,proto3" json:"checkpoint_dir,omitempty"`
 	// owner receives the workers' reports and exits.
-	Owner         *Ref `protobuf:"bytes,17,opt,name=owner,proto3" json:"owner,omitempty"`
+	Owner *Ref `protobuf:"bytes,17,opt,name=owner,proto3" json:"owner,omitempty"`
+	// hold: keep running this incarnation if it runs already, but do not
+	// start it yet: the leader's gate holds it until no older incarnation
+	// of the job can still run (docs/control-plane.md, Fencing).
+	Hold          bool `protobuf:"varint,180,opt,name=hold,proto3" json:"hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -603,6 +607,13 @@ func (x *RunJob) GetOwner() *Ref {
 		return x.Owner
 	}
 	return nil
+}
+
+func (x *RunJob) GetHold() bool {
+	if x != nil {
+		return x.Hold
+	}
+	return false
 }
 
 // WorkerReport is one validated worker report (see docs/worker-protocol.md),
@@ -1740,7 +1751,7 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x03 \x01(\tR\x06signal\x12\x1c\n" +
 	"\trequested\x18\x04 \x01(\bR\trequested\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"\xff\x03\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"\x94\x04\n" +
 	"\x06RunJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12 \n" +
@@ -1764,7 +1775,8 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"accumSteps\x12\x12\n" +
 	"\x04gain\x18\x0f \x01(\x01R\x04gain\x12%\n" +
 	"\x0echeckpoint_dir\x18\x10 \x01(\tR\rcheckpointDir\x12(\n" +
-	"\x05owner\x18\x11 \x01(\v2\x12.pollux.actors.RefR\x05ownerJ\x04\b\x03\x10\x04\"\xde\x02\n" +
+	"\x05owner\x18\x11 \x01(\v2\x12.pollux.actors.RefR\x05owner\x12\x13\n" +
+	"\x04hold\x18\xb4\x01 \x01(\bR\x04holdJ\x04\b\x03\x10\x04\"\xde\x02\n" +
 	"\fWorkerReport\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12 \n" +
