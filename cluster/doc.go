@@ -1,6 +1,7 @@
 // Package cluster is membership and failure detection for the control
 // plane: every server and agent runs one Membership (a hashicorp/memberlist
-// gossip member) that advertises its Meta (role, rack, GPUs, actor and Raft
+// gossip member) that advertises its Meta (role, rack and topology, GPU
+// type, GPUs, the cluster's topology levels (servers), actor and Raft
 // addresses) and delivers join, update and leave events without ever
 // blocking the gossip machinery.
 //

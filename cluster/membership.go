@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -86,8 +87,16 @@ type Membership struct {
 	log    *slog.Logger
 	events chan Event
 
-	mu      sync.Mutex
-	meta    []byte
+	// addr is this member's gossip address, read once at start.
+	addr string
+
+	mu   sync.Mutex
+	meta []byte
+	// view is every alive member with valid metadata (this one
+	// included), copied inside memberlist's callbacks, which run under
+	// its node lock: memberlist updates its nodes in place, so reading
+	// them through Memberlist.Members would race with a metadata update.
+	view    map[string]Member
 	pending []Event
 	wake    chan struct{}
 	done    chan struct{}
@@ -126,6 +135,7 @@ func Start(cfg Config) (*Membership, error) {
 		log:    cfg.Logger.With("member", cfg.Name),
 		events: make(chan Event),
 		meta:   meta,
+		view:   map[string]Member{},
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
 		pumped: make(chan struct{}),
@@ -159,6 +169,7 @@ func Start(cfg Config) (*Membership, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	m.ml = ml
+	m.addr = ml.LocalNode().Address()
 	return m, nil
 }
 
@@ -222,8 +233,8 @@ func (m *Membership) KeepJoined(ctx context.Context, seeds []string, interval ti
 		case <-t.C:
 		}
 		alive := map[string]bool{m.Addr(): true}
-		for _, n := range m.ml.Members() {
-			alive[n.Address()] = true
+		for _, mem := range m.Members() {
+			alive[mem.Addr] = true
 		}
 		var missing []string
 		for _, s := range seeds {
@@ -250,22 +261,26 @@ func (m *Membership) Events() <-chan Event { return m.events }
 // Local is this member.
 func (m *Membership) Local() Member {
 	meta, _ := DecodeMeta(m.currentMeta())
-	n := m.ml.LocalNode()
-	return Member{Name: n.Name, Addr: n.Address(), Meta: meta}
+	return Member{Name: m.name, Addr: m.addr, Meta: meta}
 }
 
 // Addr is this member's gossip address, host:port, to give to Join.
-func (m *Membership) Addr() string { return m.ml.LocalNode().Address() }
+func (m *Membership) Addr() string { return m.addr }
 
 // Members returns the alive members with valid metadata, this one
-// included.
+// included, sorted by name.
 func (m *Membership) Members() []Member {
-	var out []Member
-	for _, n := range m.ml.Members() {
-		if mem, ok := m.member(n); ok {
+	local := m.Local()
+	m.mu.Lock()
+	out := make([]Member, 0, len(m.view)+1)
+	for _, mem := range m.view {
+		if mem.Name != local.Name {
 			out = append(out, mem)
 		}
 	}
+	m.mu.Unlock()
+	out = append(out, local)
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -324,16 +339,21 @@ func (m *Membership) member(n *memberlist.Node) (Member, bool) {
 	return Member{Name: n.Name, Addr: n.Address(), Meta: meta}, true
 }
 
-// enqueue is called from memberlist's callbacks: it never blocks.
+// enqueue is called from memberlist's callbacks, under its node lock: it
+// copies the node into the view and, for another member, queues the
+// event; it never blocks.
 func (m *Membership) enqueue(kind EventKind, n *memberlist.Node) {
-	if n.Name == m.name {
-		return
-	}
 	mem, ok := m.member(n)
-	if !ok {
+	m.mu.Lock()
+	if ok && kind != EventLeave {
+		m.view[n.Name] = mem
+	} else {
+		delete(m.view, n.Name)
+	}
+	if !ok || n.Name == m.name {
+		m.mu.Unlock()
 		return
 	}
-	m.mu.Lock()
 	m.pending = append(m.pending, Event{Kind: kind, Member: mem})
 	m.mu.Unlock()
 	select {

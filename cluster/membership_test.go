@@ -188,3 +188,52 @@ func TestKeepJoinedHealsAfterDeath(t *testing.T) {
 		t.Errorf("the member that came back sees %v", got)
 	}
 }
+
+// A metadata update reaches the other members, and reading the members
+// while it is gossiped does not race with memberlist updating its nodes
+// (go test -race).
+func TestUpdateMetaWhileReading(t *testing.T) {
+	srv := start(t, "s1", Meta{Role: RoleServer, ActorAddr: "127.0.0.1:9001"})
+	a1 := start(t, "a1", Meta{Role: RoleAgent, GPUs: 4, ActorAddr: "127.0.0.1:9101"})
+	if _, err := a1.Join([]string{srv.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, srv, EventJoin, "a1", 5*time.Second)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, m := range append(srv.Members(), a1.Members()...) {
+				_ = m.Meta.Levels + m.Addr
+			}
+		}
+	}()
+	if err := srv.UpdateMeta(Meta{Role: RoleServer, ActorAddr: "127.0.0.1:9001", Levels: "rack,zone"}, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		i := slices.IndexFunc(a1.Members(), func(m Member) bool { return m.Name == "s1" })
+		if i >= 0 && a1.Members()[i].Meta.Levels == "rack,zone" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a1 sees %+v", a1.Members())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if l := srv.Local(); l.Meta.Levels != "rack,zone" || l.Addr != srv.Addr() {
+		t.Errorf("local %+v", l)
+	}
+	close(stop)
+	<-done
+	if got := names(srv.Members()); !slices.Equal(got, []string{"a1", "s1"}) {
+		t.Errorf("members %v", got)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"net"
 
 	"github.com/hashicorp/memberlist"
+
+	"pollux/optimizer"
 )
 
 // Role is what a member does.
@@ -24,8 +26,18 @@ const MaxGPUs = 1024
 // Meta is what a member advertises about itself.
 type Meta struct {
 	Role Role `json:"role"`
-	// Rack is a free-form label of the member's rack (agents).
+	// Rack is the member's rack: the first domain of Topology, or, from
+	// a member of an older version, a label alone.
 	Rack string `json:"rack,omitempty"`
+	// Topology is where the member sits, as declared
+	// ("rack=r3,zone=z1", innermost first; see ParseTopology).
+	Topology string `json:"topology,omitempty"`
+	// GPUType is the type of the member's GPUs (agents; "" untyped).
+	GPUType string `json:"gpu_type,omitempty"`
+	// Levels are the cluster's topology levels as a server knows them
+	// from the replicated state ("rack,zone"), so that an agent can check
+	// its declared topology when it joins.
+	Levels string `json:"levels,omitempty"`
 	// GPUs is the member's GPU count (agents).
 	GPUs int `json:"gpus,omitempty"`
 	// ActorAddr is the host:port of the member's actor system.
@@ -48,6 +60,25 @@ func (m Meta) Validate() error {
 	}
 	if len(m.Rack) > 64 {
 		return fmt.Errorf("%w: rack label longer than 64 bytes", ErrBadMeta)
+	}
+	if m.Topology != "" {
+		_, domains, err := ParseTopology(m.Topology)
+		if err != nil {
+			return err
+		}
+		if domains[0] != m.Rack {
+			return fmt.Errorf("%w: rack %q but topology %q", ErrBadMeta, m.Rack, m.Topology)
+		}
+	}
+	if m.GPUType != "" {
+		if err := optimizer.CheckName("GPU type", m.GPUType); err != nil {
+			return fmt.Errorf("%w: %w", ErrBadMeta, err)
+		}
+	}
+	if m.Levels != "" {
+		if _, err := optimizer.ParseLevels(m.Levels); err != nil {
+			return fmt.Errorf("%w: levels: %w", ErrBadMeta, err)
+		}
 	}
 	for _, a := range []struct{ name, addr string }{{"actor", m.ActorAddr}, {"raft", m.RaftAddr}, {"http", m.HTTPAddr}} {
 		if a.addr == "" {

@@ -29,6 +29,11 @@ const (
 	typeFinishJob        byte = 9
 	typeRound            byte = 10
 	typePrune            byte = 11
+	// 16..23: API tokens (acl.go).
+	typeBootstrapACL byte = 16
+	typeCreateToken  byte = 17
+	typeRevokeToken  byte = 18
+	typeCancelJob    byte = 19
 )
 
 // Command is one state change. The concrete types are the exported
@@ -41,11 +46,16 @@ type Command interface {
 	validate() error
 }
 
-// SubmitJob adds a Pending job.
+// SubmitJob adds a Pending job. A non-empty Submitter is the accessor of
+// the API token that submits it: it must be a live token of role submit
+// or admin, and the job records it (and its name) as its submitter. It is
+// encoded last, and only when non-empty, so that entries written before
+// it existed still decode.
 type SubmitJob struct {
 	ID         string
 	Spec       JobSpec
 	SubmitTime float64
+	Submitter  string
 }
 
 // Fields of UpdateJob that are set.
@@ -170,6 +180,14 @@ func Decode(b []byte) (Command, error) {
 		c = &Round{}
 	case typePrune:
 		c = &Prune{}
+	case typeBootstrapACL:
+		c = &BootstrapACL{}
+	case typeCreateToken:
+		c = &CreateToken{}
+	case typeRevokeToken:
+		c = &RevokeToken{}
+	case typeCancelJob:
+		c = &CancelJob{}
 	default:
 		return nil, fmt.Errorf("%w: type %d", ErrUnknownCommand, b[1])
 	}
@@ -191,11 +209,34 @@ func (c *SubmitJob) encode(w *writer) {
 	w.str(c.ID)
 	encodeSpec(w, &c.Spec)
 	w.f64(c.SubmitTime)
+	// Optional trailing blocks, in the order they were added: the
+	// submitter (encoded empty only when placement constraints follow),
+	// then the placement constraints (only when set).
+	attrs := specAttrsSet(&c.Spec)
+	if c.Submitter != "" || attrs {
+		w.str(c.Submitter)
+	}
+	if attrs {
+		encodeSpecAttrs(w, &c.Spec)
+	}
 }
 func (c *SubmitJob) decode(r *reader) {
 	c.ID = r.str()
 	decodeSpec(r, &c.Spec)
 	c.SubmitTime = r.f64()
+	if !r.more() {
+		return
+	}
+	c.Submitter = r.str()
+	if !r.more() {
+		if r.err == nil && c.Submitter == "" {
+			r.fail("submission with an encoded empty submitter (it is left out instead)")
+		}
+		return
+	}
+	if decodeSpecAttrs(r, &c.Spec); !specAttrsSet(&c.Spec) {
+		r.fail("job placement constraints encoded empty (they are left out instead)")
+	}
 }
 
 func encodeSpec(w *writer, s *JobSpec) {
@@ -372,9 +413,21 @@ func decodePlacements(r *reader) map[string][]Slot {
 	return jobs
 }
 
-func (c *RegisterNode) kind() byte       { return typeRegisterNode }
-func (c *RegisterNode) encode(w *writer) { encodeNode(w, &c.Node) }
-func (c *RegisterNode) decode(r *reader) { decodeNode(r, &c.Node) }
+func (c *RegisterNode) kind() byte { return typeRegisterNode }
+func (c *RegisterNode) encode(w *writer) {
+	encodeNode(w, &c.Node)
+	if nodeAttrsSet(&c.Node) {
+		encodeNodeAttrs(w, &c.Node)
+	}
+}
+func (c *RegisterNode) decode(r *reader) {
+	decodeNode(r, &c.Node)
+	if r.more() {
+		if decodeNodeAttrs(r, &c.Node); !nodeAttrsSet(&c.Node) {
+			r.fail("node attributes encoded empty (they are left out instead)")
+		}
+	}
+}
 
 func encodeNode(w *writer, n *Node) {
 	w.str(n.ID)
@@ -462,11 +515,14 @@ func (s *JobSpec) validate() error {
 	if err := s.Limits.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return nil
+	return checkSpecAttrs(s)
 }
 
 func (c *SubmitJob) validate() error {
 	if err := checkID("job", c.ID); err != nil {
+		return err
+	}
+	if err := checkBy(c.Submitter); err != nil {
 		return err
 	}
 	if err := checkNonNeg("submit time", c.SubmitTime); err != nil {
@@ -596,7 +652,7 @@ func (c *RegisterNode) validate() error {
 	if !n.Health.valid() {
 		return invalid("node health %d", n.Health)
 	}
-	return nil
+	return checkNodeAttrs(n)
 }
 
 func (c *MarkNode) validate() error {

@@ -396,6 +396,12 @@ func FuzzDecodeCommand(f *testing.F) {
 		&RegisterNode{Node: Node{ID: "n", GPUs: 1, Health: Alive, Addresses: []string{"a"}}},
 		&MarkNode{ID: "n", Health: Dead},
 		&InitCluster{ID: "c", CheckpointRoot: "/r"},
+		&InitCluster{ID: "c", CheckpointRoot: "/r", Levels: []string{"rack", "zone"}},
+		&RegisterNode{Node: Node{ID: "n", GPUs: 8, Health: Alive, Rack: "r1", Topology: []string{"r1", "z1"}, GPUType: "a100"}},
+		&SubmitJob{ID: "j2", Spec: JobSpec{Name: "x", App: "ncf", MinReplicas: 1, MaxReplicas: 2, Limits: testSpec().Limits,
+			Topology: optimizer.TopologyConstraint{Preferred: "rack"}, GPUType: "t4"}, SubmitTime: 1},
+		&SubmitJob{ID: "j3", Spec: JobSpec{Name: "x", App: "ncf", MinReplicas: 1, MaxReplicas: 2, Limits: testSpec().Limits,
+			Topology: optimizer.TopologyConstraint{Required: "rack"}, GPUType: "t4"}, SubmitTime: 1, Submitter: "acc-alice"},
 		&FinishJob{ID: "j1", Incarnation: 1, State: Cancelled, Reason: "user"},
 		&Prune{Jobs: []string{"j1", "j2"}, Nodes: []string{"n2"}},
 		&Round{Generation: 2, Term: 1, Time: 3, Accrue: 1, MaxFailures: 5, Jobs: map[string][]Slot{"j1": {{"n1", 1}}},
@@ -446,8 +452,17 @@ func FuzzDecodeState(f *testing.F) {
 			Updates: []RoundJob{{ID: "j", Incarnation: 1, Running: true, HasBid: true, Bid: testBid(3, 1),
 				HasMeas: true, Meas: measurement(3, 0, 1, 1, entry(1, 1, 32, 0.1, 0.2, 3))}}})
 	f.Add(EncodeState(a.f.State()))
-	if v1, err := os.ReadFile("testdata/snapshot-v1.bin"); err == nil {
-		f.Add(v1)
+	typed := &fsmApplier{f: NewFSM()}
+	spec := testSpec()
+	spec.Topology.Required, spec.GPUType = "zone", "t4"
+	typed.must(f, 1, &InitCluster{ID: "c", Levels: []string{"rack", "zone"}},
+		&RegisterNode{Node: Node{ID: "n1", GPUs: 2, Health: Alive, Rack: "r1", Topology: []string{"r1", "z1"}, GPUType: "t4"}},
+		&SubmitJob{ID: "j", Spec: spec})
+	f.Add(EncodeState(typed.f.State()))
+	for _, old := range []string{"testdata/snapshot-v1.bin", "testdata/snapshot-v2.bin", "testdata/snapshot-v2-bid.bin", snapshotV3} {
+		if b, err := os.ReadFile(old); err == nil {
+			f.Add(b)
+		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := DecodeState(b)

@@ -1,6 +1,9 @@
 package consensus
 
-import "slices"
+import (
+	"slices"
+	"strings"
+)
 
 // InitCluster sets the cluster's configuration the first time it is
 // applied. Applied again with the same checkpoint root it changes nothing
@@ -10,6 +13,11 @@ import "slices"
 type InitCluster struct {
 	ID             string
 	CheckpointRoot string
+	// Levels are the cluster's topology levels (nil: the rack alone, or,
+	// applied to a configured cluster, whatever it has). Set with the
+	// first InitCluster; a later one naming other levels is refused
+	// (ErrClusterConfig). Encoded last, only when set.
+	Levels []string
 }
 
 // FinishJob ends a job exactly once, as Completed, Failed or Cancelled,
@@ -39,17 +47,28 @@ func (c *InitCluster) kind() byte { return typeInitCluster }
 func (c *InitCluster) encode(w *writer) {
 	w.str(c.ID)
 	w.str(c.CheckpointRoot)
+	if c.Levels != nil {
+		w.strs(c.Levels)
+	}
 }
 func (c *InitCluster) decode(r *reader) {
 	c.ID = r.str()
 	c.CheckpointRoot = r.str()
+	if r.more() {
+		if c.Levels = r.strs(maxLevels); c.Levels == nil {
+			r.fail("topology levels encoded empty (they are left out instead)")
+		}
+	}
 }
 
 func (c *InitCluster) validate() error {
 	if err := checkID("cluster", c.ID); err != nil {
 		return err
 	}
-	return checkText("checkpoint root", c.CheckpointRoot)
+	if err := checkText("checkpoint root", c.CheckpointRoot); err != nil {
+		return err
+	}
+	return checkLevels(c.Levels)
 }
 
 func (c *FinishJob) kind() byte { return typeFinishJob }
@@ -115,10 +134,18 @@ func (c *Prune) validate() error {
 func applyInit(s *State, c *InitCluster) error {
 	switch {
 	case s.Config.ID == "":
-		s.Config = ClusterConfig{ID: c.ID, CheckpointRoot: c.CheckpointRoot}
+		for _, id := range s.NodeIDs() {
+			if err := checkNodeLevels(s.Nodes[id], c.Levels); err != nil {
+				return fmtErr(ErrClusterConfig, "topology levels %s do not fit a registered node: %v", strings.Join(c.Levels, ","), err)
+			}
+		}
+		s.Config = ClusterConfig{ID: c.ID, CheckpointRoot: c.CheckpointRoot, Levels: slices.Clone(c.Levels)}
 		return nil
 	case s.Config.CheckpointRoot != c.CheckpointRoot:
 		return fmtErr(ErrClusterConfig, "the cluster's checkpoint root is %q (set at bootstrap), not %q", s.Config.CheckpointRoot, c.CheckpointRoot)
+	case c.Levels != nil && !slices.Equal(c.Levels, s.Config.Levels):
+		return fmtErr(ErrClusterConfig, "the cluster's topology levels are %s (set at bootstrap), not %s",
+			strings.Join(s.Config.TopologyLevels(), ","), strings.Join(c.Levels, ","))
 	}
 	return nil
 }

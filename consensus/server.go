@@ -471,6 +471,15 @@ func (s *Server) serveForward(ctx context.Context, req []byte) ([]byte, error) {
 	return encodeResponse(res), nil
 }
 
+// Authenticate returns the token of this server's state whose secret is
+// secret, and whether the token table is bootstrapped: every server
+// authenticates from its own replicated copy of the table.
+func (s *Server) Authenticate(secret string) (Token, bool, error) { return s.fsm.Authenticate(secret) }
+
+// ApplyCommand commits one command (through the leader) and returns its
+// error, the state machine's refusal included.
+func (s *Server) ApplyCommand(ctx context.Context, c Command) error { return s.single(ctx, c) }
+
 // single applies one command and returns its error.
 func (s *Server) single(ctx context.Context, c Command) error {
 	res, err := s.Apply(ctx, c)
@@ -486,10 +495,11 @@ func (s *Server) SubmitJob(ctx context.Context, id string, spec JobSpec, submitT
 }
 
 // InitCluster sets the cluster's configuration if it has none; with
-// another checkpoint root than the configured one it fails with
-// ErrClusterConfig.
-func (s *Server) InitCluster(ctx context.Context, id, checkpointRoot string) error {
-	return s.single(ctx, &InitCluster{ID: id, CheckpointRoot: checkpointRoot})
+// another checkpoint root than the configured one, or topology levels
+// (if given: innermost first, the rack alone being the default) other
+// than the configured ones, it fails with ErrClusterConfig.
+func (s *Server) InitCluster(ctx context.Context, id, checkpointRoot string, levels ...string) error {
+	return s.single(ctx, &InitCluster{ID: id, CheckpointRoot: checkpointRoot, Levels: NormalizeLevels(levels)})
 }
 
 // FinishJob ends a job (exactly once) as Completed, Failed or Cancelled

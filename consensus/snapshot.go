@@ -15,9 +15,12 @@ import (
 // Version 2 adds the cluster configuration, the last round's time and
 // per job its bid, crash counter and measurement acknowledgement;
 // version 1 snapshots (written before) still decode, with those empty.
+// Version 3 adds the cluster's topology levels, every node's topology and
+// GPU type, per job its placement constraints and submitter and, at the
+// end, the API token table; versions 1 and 2 decode with none of them.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 2
+	SnapshotVersion = 3
 	// maxSnapshot bounds what Restore reads.
 	maxSnapshot = 1 << 30
 )
@@ -33,11 +36,13 @@ func EncodeState(s *State) []byte {
 	w.str(s.Config.ID)
 	w.str(s.Config.CheckpointRoot)
 	w.f64(s.LastRound)
+	w.strs(s.Config.Levels)
 
 	nodes := s.NodeIDs()
 	w.uvarint(uint64(len(nodes)))
 	for _, id := range nodes {
 		encodeNode(w, s.Nodes[id])
+		encodeNodeAttrs(w, s.Nodes[id])
 	}
 
 	jobs := s.JobIDs()
@@ -46,6 +51,7 @@ func EncodeState(s *State) []byte {
 		j := s.Jobs[id]
 		w.str(j.ID)
 		encodeSpec(w, &j.Spec)
+		encodeSpecAttrs(w, &j.Spec)
 		w.byte(byte(j.State))
 		w.f64(j.SubmitTime)
 		w.f64(j.FinishTime)
@@ -64,11 +70,14 @@ func EncodeState(s *State) []byte {
 		w.int(j.CrashEpoch)
 		w.uvarint(j.MeasSession)
 		w.uvarint(j.MeasSeq)
+		w.str(j.Submitter)
+		w.str(j.SubmitterName)
 	}
 
 	w.uvarint(s.Allocation.Generation)
 	w.uvarint(s.Allocation.Term)
 	encodePlacements(w, s.Allocation.Jobs)
+	encodeACL(w, &s.ACL)
 
 	return binary.LittleEndian.AppendUint32(w.b, crc32.Checksum(w.b, castagnoli))
 }
@@ -81,8 +90,8 @@ func DecodeState(b []byte) (*State, error) {
 		return nil, fmt.Errorf("%w: not a snapshot", ErrMalformed)
 	}
 	version := b[len(snapshotMagic)]
-	if version != 1 && version != SnapshotVersion {
-		return nil, fmt.Errorf("%w: snapshot version %d (this binary knows 1 and %d)", ErrUnknownVersion, version, SnapshotVersion)
+	if version < 1 || version > SnapshotVersion {
+		return nil, fmt.Errorf("%w: snapshot version %d (this binary knows 1 to %d)", ErrUnknownVersion, version, SnapshotVersion)
 	}
 	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
 	if crc32.Checksum(body, castagnoli) != sum {
@@ -94,16 +103,19 @@ func DecodeState(b []byte) (*State, error) {
 		s.Config.ID = r.str()
 		s.Config.CheckpointRoot = r.str()
 		s.LastRound = r.f64()
+		if version >= 3 {
+			s.Config.Levels = r.strs(maxLevels)
+		}
 		if r.err == nil {
 			if err := checkNonNeg("last round", s.LastRound); err != nil {
 				return nil, err
 			}
 			if s.Config.ID != "" {
-				if err := (&InitCluster{ID: s.Config.ID, CheckpointRoot: s.Config.CheckpointRoot}).validate(); err != nil {
+				if err := (&InitCluster{ID: s.Config.ID, CheckpointRoot: s.Config.CheckpointRoot, Levels: s.Config.Levels}).validate(); err != nil {
 					return nil, err
 				}
-			} else if s.Config.CheckpointRoot != "" {
-				return nil, invalid("checkpoint root without a cluster id")
+			} else if s.Config.CheckpointRoot != "" || s.Config.Levels != nil {
+				return nil, invalid("checkpoint root or topology levels without a cluster id")
 			}
 		}
 	}
@@ -115,10 +127,16 @@ func DecodeState(b []byte) (*State, error) {
 	for i := 0; i < n && r.err == nil; i++ {
 		var node Node
 		decodeNode(r, &node)
+		if version >= 3 {
+			decodeNodeAttrs(r, &node)
+		}
 		if r.err != nil {
 			break
 		}
 		if err := (&RegisterNode{Node: node}).validate(); err != nil {
+			return nil, err
+		}
+		if err := checkNodeLevels(&node, s.Config.Levels); err != nil {
 			return nil, err
 		}
 		if node.ID <= prev {
@@ -133,6 +151,9 @@ func DecodeState(b []byte) (*State, error) {
 	for i := 0; i < n && r.err == nil; i++ {
 		j := &Job{ID: r.str()}
 		decodeSpec(r, &j.Spec)
+		if version >= 3 {
+			decodeSpecAttrs(r, &j.Spec)
+		}
 		j.State = JobState(r.byte())
 		j.SubmitTime = r.f64()
 		j.FinishTime = r.f64()
@@ -153,11 +174,18 @@ func DecodeState(b []byte) (*State, error) {
 			j.MeasSession = r.uvarint()
 			j.MeasSeq = r.uvarint()
 		}
+		if version >= 3 {
+			j.Submitter = r.str()
+			j.SubmitterName = r.str()
+		}
 		if r.err != nil {
 			break
 		}
 		if err := validateJob(j); err != nil {
 			return nil, err
+		}
+		if err := j.Spec.Topology.Validate(s.Config.Levels); err != nil {
+			return nil, invalid("job %q: %v", j.ID, err)
 		}
 		if j.ID <= prev {
 			return nil, fmt.Errorf("%w: job %q out of order", ErrMalformed, j.ID)
@@ -169,6 +197,13 @@ func DecodeState(b []byte) (*State, error) {
 	s.Allocation.Generation = r.uvarint()
 	s.Allocation.Term = r.uvarint()
 	s.Allocation.Jobs = decodePlacements(r)
+	if version >= 3 && r.err == nil {
+		acl, err := decodeACL(r)
+		if err != nil {
+			return nil, err
+		}
+		s.ACL = acl
+	}
 	if err := r.done(); err != nil {
 		return nil, err
 	}
@@ -205,6 +240,17 @@ func validateJob(j *Job) error {
 	} else if j.Bid.Session != 0 || j.Bid.HasModel || j.Bid.HasGrad || j.Bid.Params != (goodput.Params{}) ||
 		j.Bid.Grad != (goodput.GradStats{}) || j.Bid.MostProfiled != 0 || j.Bid.Single != nil || j.Bid.Multi != nil {
 		return invalid("job %q has a bid of version 0", j.ID)
+	}
+	if (j.Submitter == "") != (j.SubmitterName == "") {
+		return invalid("job %q has submitter %q named %q (want both or neither)", j.ID, j.Submitter, j.SubmitterName)
+	}
+	if j.Submitter != "" {
+		if err := checkID("submitter", j.Submitter); err != nil {
+			return err
+		}
+		if err := checkID("submitter name", j.SubmitterName); err != nil {
+			return err
+		}
 	}
 	if j.MeasSession == 0 && j.MeasSeq != 0 {
 		return invalid("job %q acknowledges measurement %d of no session", j.ID, j.MeasSeq)

@@ -83,6 +83,11 @@ type JobSpec struct {
 	Limits goodput.Limits
 	// CheckpointDir is where workers checkpoint and restore.
 	CheckpointDir string
+	// Topology constrains where the replicas run (required or preferred
+	// level; the zero value: anywhere).
+	Topology optimizer.TopologyConstraint
+	// GPUType, if set, is the only GPU type the job runs on.
+	GPUType string
 }
 
 // ProfileEntry is a profiled configuration (Nodes, Replicas, LocalBatch)
@@ -206,6 +211,12 @@ type Job struct {
 	// MeasSeq (see Measurement).
 	MeasSession uint64
 	MeasSeq     uint64
+	// Submitter is the accessor of the API token that submitted the job
+	// and SubmitterName that token's name (both empty: submitted without
+	// a token, by a cluster running --insecure or before tokens existed).
+	// Only the submitter or an admin token may cancel the job.
+	Submitter     string
+	SubmitterName string
 }
 
 func (j *Job) clone() *Job {
@@ -222,9 +233,29 @@ type Node struct {
 	// Addresses are how to reach the node's agent (actor, report, ...),
 	// in the order the agent gave them.
 	Addresses []string
-	Rack      string
-	GPUs      int
-	Health    Health
+	// Rack is the node's rack ("" the default rack). A node registered
+	// before topology levels existed may hold a free-form label here.
+	Rack string
+	// Topology is the node's domain at every level of the cluster's
+	// topology (ClusterConfig.Levels), innermost first, so Topology[0]
+	// is Rack; nil when the node declared no topology.
+	Topology []string
+	// GPUType is the node's GPU type ("" untyped).
+	GPUType string
+	GPUs    int
+	Health  Health
+}
+
+// Domains is where the node sits, as optimizer.Node.Topology holds it:
+// its topology, or its rack alone for a node that declared only a rack.
+func (n *Node) Domains() []string {
+	if len(n.Topology) > 0 {
+		return slices.Clone(n.Topology)
+	}
+	if n.Rack != "" {
+		return []string{n.Rack}
+	}
+	return nil
 }
 
 // Slot is a count of one job's GPUs on one node.
@@ -253,6 +284,17 @@ type ClusterConfig struct {
 	// checkpoint directory: ROOT/<job id>, the same on every server.
 	// Empty: such jobs are refused at submission.
 	CheckpointRoot string
+	// Levels name the cluster's topology levels, innermost (the rack)
+	// first; nil is the rack alone. Set at bootstrap, never changed.
+	Levels []string
+}
+
+// TopologyLevels are the cluster's levels, the rack alone by default.
+func (c ClusterConfig) TopologyLevels() []string {
+	if len(c.Levels) == 0 {
+		return []string{optimizer.RackLevel}
+	}
+	return slices.Clone(c.Levels)
 }
 
 // State is the whole replicated state. Values handed out by Server are
@@ -265,6 +307,8 @@ type State struct {
 	// LastRound is the proposer's clock at the last committed round (0:
 	// none): the next round accrues attained service from it.
 	LastRound float64
+	// ACL is the API token table.
+	ACL ACL
 }
 
 // CheckpointDir is where job j checkpoints: its spec's directory or,
@@ -284,12 +328,15 @@ func newState() *State {
 func (s *State) Clone() *State {
 	c := newState()
 	c.Config, c.LastRound = s.Config, s.LastRound
+	c.ACL = s.ACL.clone()
+	c.Config.Levels = slices.Clone(s.Config.Levels)
 	for id, j := range s.Jobs {
 		c.Jobs[id] = j.clone()
 	}
 	for id, n := range s.Nodes {
 		cn := *n
 		cn.Addresses = slices.Clone(n.Addresses)
+		cn.Topology = slices.Clone(n.Topology)
 		c.Nodes[id] = &cn
 	}
 	c.Allocation.Generation = s.Allocation.Generation

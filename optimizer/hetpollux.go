@@ -110,6 +110,7 @@ func (h *HetPollux) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	items := make([]choiceItem, len(snap.Jobs))
 	for j := range snap.Jobs {
 		items[j] = h.jobItem(snap, &snap.Jobs[j], types, kFair, scale)
+		capRequired(snap, tp, types, j, &items[j])
 	}
 	h.Cache.Sweep()
 	exact := h.ExactStates
@@ -252,7 +253,10 @@ func (h *HetPollux) jobItem(snap *Snapshot, job *Job, types []typeInfo, kFair in
 	it := choiceItem{none: term(0), forced: -1}
 	maxK := max(job.MaxReplicas, 1)
 	for t, ti := range types {
-		for k := 1; k <= min(maxK, ti.total); k++ {
+		if job.GPUType != "" && ti.name != job.GPUType {
+			continue
+		}
+		for k := max(job.MinReplicas, 1); k <= min(maxK, ti.total); k++ {
 			v := g.at(t, k)
 			if !(v > 0) {
 				continue

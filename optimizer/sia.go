@@ -154,6 +154,7 @@ func (s *Sia) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	items := make([]choiceItem, len(snap.Jobs))
 	for j := range snap.Jobs {
 		items[j] = s.jobItem(snap, &snap.Jobs[j], types, configs)
+		capRequired(snap, tp, types, j, &items[j])
 	}
 	s.Cache.Sweep()
 	exact := s.ExactStates
@@ -280,7 +281,7 @@ func (s *Sia) jobItem(snap *Snapshot, job *Job, types []typeInfo, configs []siaC
 	}
 	it := choiceItem{none: math.Round(100 * s.LambdaN), forced: -1}
 	for i, c := range configs {
-		if c.gpus > maxRep {
+		if c.gpus > maxRep || c.gpus < job.MinReplicas || job.GPUType != "" && c.typeName != job.GPUType {
 			continue
 		}
 		g := goodputs[i]

@@ -97,6 +97,11 @@ type Job struct {
 	// per second), from a short profile on each type; it scales a model to
 	// a type without one.
 	TypeThroughput map[string]float64 `json:"type_throughput,omitempty"`
+	// MaxProfiled is the most replicas the job's measurements (whatever
+	// the GPU type) cover; 0 means not known. The throughput-based
+	// autoscaler tries sizes beyond it rather than trusting the model's
+	// extrapolation there.
+	MaxProfiled int `json:"max_profiled,omitempty"`
 	// RestartDelay is the seconds a restart (checkpoint and restore) costs
 	// the job, as measured; 0 means not measured yet.
 	RestartDelay float64 `json:"restart_delay,omitempty"`
@@ -105,6 +110,11 @@ type Job struct {
 	// Topology constrains where the job's replicas may run (the zero
 	// value: anywhere its model says pays).
 	Topology TopologyConstraint `json:"topology,omitzero"`
+	// GPUType, if set, is the only GPU type the job may run on (the job
+	// spec's gpu_type). Type-aware policies choose among that type's
+	// options alone; others leave a job they place elsewhere waiting
+	// (see HoldConstraints).
+	GPUType string `json:"gpu_type,omitempty"`
 
 	// The fields below are read only by the baseline policies.
 

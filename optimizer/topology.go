@@ -159,6 +159,12 @@ func FormatTopology(topology []string, levels []string) string {
 	return strings.Join(parts, ",")
 }
 
+// CheckName reports whether s is a valid name of a topology level, a
+// domain or a GPU type (what = "level", "domain", "GPU type"): 1 to 63
+// lower-case letters, digits, '-', '_' and '.', starting with a letter or
+// digit. The error wraps ErrBadTopology.
+func CheckName(what, s string) error { return checkName(what, s) }
+
 // checkName accepts names of 1 to 63 lower-case letters, digits, '-', '_'
 // and '.', starting with a letter or digit.
 func checkName(what, s string) error {

@@ -1,11 +1,13 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -15,6 +17,7 @@ import (
 
 	"pollux/cluster"
 	"pollux/consensus"
+	"pollux/optimizer"
 )
 
 // alive is the set of servers gossip sees and, on the leader, whose
@@ -45,10 +48,22 @@ func (a *API) peers(w http.ResponseWriter, _ *http.Request) {
 	}
 	leader, _ := a.cfg.Backend.Leader()
 	alive := a.alive()
+	places := map[string]cluster.Meta{}
+	if a.cfg.Members != nil {
+		for _, m := range a.cfg.Members() {
+			if m.Meta.Role == cluster.RoleServer {
+				places[m.Name] = m.Meta
+			}
+		}
+	}
 	out := []Peer{}
 	for _, s := range servers {
-		out = append(out, Peer{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter,
-			Leader: s.ID == leader, Alive: alive[string(s.ID)]})
+		p := Peer{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter,
+			Leader: s.ID == leader, Alive: alive[string(s.ID)]}
+		if m, ok := places[p.ID]; ok {
+			p.Rack, p.Topology = cmp.Or(m.Rack, optimizer.DefaultDomain), m.Topology
+		}
+		out = append(out, p)
 	}
 	slices.SortFunc(out, func(x, y Peer) int {
 		if x.ID < y.ID {
@@ -69,6 +84,19 @@ func (a *API) toLeader(w http.ResponseWriter, r *http.Request) bool {
 	if _, leader := a.cfg.Backend.Leadership(); leader {
 		return false
 	}
+	id, loc := a.leaderURL(r)
+	if loc == "" {
+		writeJSON(w, http.StatusServiceUnavailable, Error{fmt.Sprintf("api: this server does not lead and the leader's API is unknown (leader %q)", id)})
+		return true
+	}
+	w.Header().Set("Location", loc)
+	writeJSON(w, http.StatusTemporaryRedirect, Error{fmt.Sprintf("api: the leader is %s at %s", id, loc)})
+	return true
+}
+
+// leaderURL is the leader's id and the URL of r on its API, from the
+// gossip members ("" if unknown).
+func (a *API) leaderURL(r *http.Request) (raft.ServerID, string) {
 	id, _ := a.cfg.Backend.Leader()
 	addr := ""
 	if a.cfg.Members != nil && id != "" {
@@ -79,16 +107,13 @@ func (a *API) toLeader(w http.ResponseWriter, r *http.Request) bool {
 		}
 	}
 	if addr == "" {
-		writeJSON(w, http.StatusServiceUnavailable, Error{fmt.Sprintf("api: this server does not lead and the leader's API is unknown (leader %q)", id)})
-		return true
+		return id, ""
 	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	w.Header().Set("Location", scheme+"://"+addr+r.URL.RequestURI())
-	writeJSON(w, http.StatusTemporaryRedirect, Error{fmt.Sprintf("api: the leader is %s at %s", id, addr)})
-	return true
+	return id, scheme + "://" + addr + r.URL.RequestURI()
 }
 
 func (a *API) addPeer(w http.ResponseWriter, r *http.Request) {
@@ -184,4 +209,31 @@ func checkRemoval(servers []raft.Server, id string, alive map[string]bool) error
 			"bring servers back or add new ones first", id, len(rest), rest, live, quorum)
 	}
 	return nil
+}
+
+// RackMajority reports a rack that holds a majority of the voters among
+// peers (with two voters or more), and which voters it holds: losing
+// that rack loses the quorum. Voters whose rack is unknown (gossip does
+// not see them) are counted as voters but in no rack.
+func RackMajority(peers []Peer) (rack string, voters []string) {
+	total := 0
+	byRack := map[string][]string{}
+	for _, p := range peers {
+		if !p.Voter {
+			continue
+		}
+		total++
+		if p.Rack != "" {
+			byRack[p.Rack] = append(byRack[p.Rack], p.ID)
+		}
+	}
+	if total < 2 {
+		return "", nil
+	}
+	for _, r := range slices.Sorted(maps.Keys(byRack)) {
+		if ids := byRack[r]; 2*len(ids) > total {
+			return r, ids
+		}
+	}
+	return "", nil
 }

@@ -49,6 +49,19 @@ type Config struct {
 	NodeGrace time.Duration
 	// Policy decides allocations (default optimizer.NewPollux()).
 	Policy optimizer.Policy
+	// TypedPolicy decides the rounds whose alive nodes have several GPU
+	// types (default optimizer.NewHetPollux(): a job runs on one type at
+	// a time, chosen with its GPU count). Set it to Policy to use one
+	// policy whatever the cluster.
+	TypedPolicy optimizer.Policy
+	// CrossRackRatio is how many times slower synchronising across racks
+	// is than within one, for jobs whose models have no measured
+	// cross-rack terms (optimizer.Snapshot.CrossRackRatio; 0: racks cost
+	// nothing until measured).
+	CrossRackRatio float64
+	// Levels are the cluster's topology levels a cluster without a
+	// configuration is initialised with (nil: the rack alone).
+	Levels []string
 	// SearchBudget is how long the policy may search in one round
 	// (default 400 ms): when a search of optimizer.Pollux took longer,
 	// the next one does proportionally less work (down to the
@@ -126,6 +139,9 @@ type RoundInfo struct {
 	Elected     time.Time
 	// Effort is the search's effort for the next round (see SearchBudget).
 	Effort float64
+	// Policy names the policy that decided the round ("" when there was
+	// nothing to decide).
+	Policy string
 }
 
 // minEffort bounds how far a slow search is cut down.
@@ -167,6 +183,9 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 	if cfg.FirstPolicy == nil {
 		cfg.FirstPolicy = optimizer.NewGreedy()
 	}
+	if cfg.TypedPolicy == nil {
+		cfg.TypedPolicy = optimizer.NewHetPollux()
+	}
 	if cfg.SearchBudget <= 0 {
 		cfg.SearchBudget = 400 * time.Millisecond
 	}
@@ -207,7 +226,7 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 		cfg.Stats = &Stats{}
 	}
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &allocator{cfg: cfg, observe: observe, missing: map[string]time.Time{}, gone: map[string]time.Time{}, effort: 1}
+		return &allocator{cfg: cfg, observe: observe, missing: map[string]time.Time{}, gone: map[string]time.Time{}, refused: map[string]string{}, effort: 1}
 	}), nil
 }
 
@@ -235,6 +254,7 @@ type allocator struct {
 	sessions  uint64                   // sessions given in this term
 	missing   map[string]time.Time     // node -> since when it is missing from the membership
 	gone      map[string]time.Time     // node -> since when it is dead or left (retention)
+	refused   map[string]string        // node -> why its registration is refused (logged once)
 	lease     *leaseState              // the agents' leases and the gate (lease.go)
 
 	leaseTimer *time.Timer
@@ -442,13 +462,12 @@ func (a *allocator) run(ctx actor.Context) {
 		a.cfg.Logger.Error("control: building snapshot", "err", err)
 		return
 	}
+	snap.CrossRackRatio = a.cfg.CrossRackRatio
 	info := RoundInfo{Term: a.term, Jobs: len(snap.Jobs), FirstOfTerm: !a.firstDone, Elected: a.elected, Began: begin}
 	slots := map[string][]consensus.Slot{}
 	if len(snap.Jobs) > 0 && len(snap.Nodes) > 0 {
-		policy := a.cfg.Policy
-		if info.FirstOfTerm {
-			policy = a.cfg.FirstPolicy
-		}
+		policy := a.policy(snap, info.FirstOfTerm)
+		info.Policy = policy.Name()
 		px, budgeted := policy.(*optimizer.Pollux)
 		if budgeted {
 			px.Effort = a.effort
@@ -462,6 +481,14 @@ func (a *allocator) run(ctx actor.Context) {
 		if budgeted {
 			a.effort = nextEffort(a.effort, time.Since(t0), a.cfg.SearchBudget)
 			info.Effort = a.effort
+		}
+		held, err := optimizer.HoldConstraints(snap, &res)
+		if err != nil {
+			a.cfg.Logger.Error("control: checking constraints", "err", err)
+			return
+		}
+		for _, j := range held {
+			a.cfg.Logger.Debug("control: the policy placed a job where its constraints forbid; it waits", "job", snap.Jobs[j].ID, "policy", policy.Name())
 		}
 		a.prev, info.Fitness = res.State, res.Diagnostics.Fitness
 		if slots, err = Slots(snap, res.Placements); err != nil {
@@ -498,13 +525,27 @@ func (a *allocator) run(ctx actor.Context) {
 	a.firstDone = true
 }
 
+// policy is the policy of a round: TypedPolicy when the alive nodes have
+// several GPU types, else Policy, and FirstPolicy instead of a
+// type-blind one for the first round of a leadership.
+func (a *allocator) policy(snap *optimizer.Snapshot, first bool) optimizer.Policy {
+	p := a.cfg.Policy
+	if len(gpuTypes(snap.Nodes)) > 1 {
+		p = a.cfg.TypedPolicy
+	}
+	if _, blind := p.(*optimizer.Pollux); blind && first {
+		return a.cfg.FirstPolicy
+	}
+	return p
+}
+
 // initCluster gives a cluster without a configuration one (an existing
 // cluster upgraded, or bootstrapped by a server that could not write it).
 func (a *allocator) initCluster(c context.Context) *consensus.State {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	id := hex.EncodeToString(b)
-	if err := a.cfg.Store.InitCluster(c, id, a.cfg.CheckpointRoot); err != nil {
+	if err := a.cfg.Store.InitCluster(c, id, a.cfg.CheckpointRoot, a.cfg.Levels...); err != nil {
 		a.cfg.Logger.Error("control: initialising the cluster configuration", "err", err)
 		return nil
 	}

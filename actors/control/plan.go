@@ -10,6 +10,7 @@ import (
 	"pollux/actors/pb"
 	"pollux/consensus"
 	"pollux/optimizer"
+	"pollux/optimizer/goodput"
 )
 
 // maxAdaptiveReplicas caps an adaptive job's replicas (spec section 4).
@@ -21,15 +22,19 @@ func activeNodes(st *consensus.State) []optimizer.Node {
 	for _, id := range st.NodeIDs() {
 		n := st.Nodes[id]
 		if n.Health == consensus.Alive && n.GPUs > 0 {
-			nodes = append(nodes, optimizer.Node{ID: id, GPUs: n.GPUs})
+			nodes = append(nodes, optimizer.Node{ID: id, GPUs: n.GPUs, Type: n.GPUType, Topology: n.Domains()})
 		}
 	}
 	return nodes
 }
 
 // BuildSnapshot is the optimizer's input for one round: the alive nodes
-// and every unfinished job that has bid, with its current placement
-// (slots on nodes that are no longer alive dropped), its age at now
+// (with their GPU types and places in the cluster's topology levels) and
+// every unfinished job that has bid, with its constraints (required or
+// preferred topology, GPU type), its current placement
+// (slots on nodes that are no longer alive dropped; none at all if it
+// now breaks the job's constraints or spans GPU types, as after an agent
+// restarted with another rack or type: the job is placed afresh), its age at now
 // (seconds on the state's clock, multiplied by timeScale so that an
 // emulated cluster's restart penalty is weighed in emulated time), its
 // attained service, and the goodput model built from its bid. bids
@@ -38,7 +43,8 @@ func activeNodes(st *consensus.State) []optimizer.Node {
 // it is placed once its actor has bid, so that its workers run the
 // configuration it chose.
 func BuildSnapshot(st *consensus.State, bids map[string]*consensus.Bid, now, timeScale float64, seed uint64) (*optimizer.Snapshot, error) {
-	snap := &optimizer.Snapshot{Nodes: activeNodes(st), Seed: seed, Now: now}
+	snap := &optimizer.Snapshot{Nodes: activeNodes(st), Levels: slices.Clone(st.Config.Levels), Seed: seed, Now: now}
+	types := gpuTypes(snap.Nodes)
 	alive := map[string]bool{}
 	for _, n := range snap.Nodes {
 		alive[n.ID] = true
@@ -65,13 +71,62 @@ func BuildSnapshot(st *consensus.State, bids map[string]*consensus.Bid, now, tim
 		if err != nil {
 			return nil, fmt.Errorf("control: job %s: %w", id, err)
 		}
-		snap.Jobs = append(snap.Jobs, optimizer.Job{
+		job := optimizer.Job{
 			ID: id, SubmitTime: j.SubmitTime, Age: math.Max(now-j.SubmitTime, 0) * timeScale, Attained: j.Attained,
 			Restarts: j.Restarts, MinReplicas: j.Spec.MinReplicas, MaxReplicas: maxReplicas(j.Spec, bid),
-			Current: cur, Model: bid.Model(j.Spec.Limits),
-		})
+			Current: cur, Model: bid.Model(j.Spec.Limits), App: j.Spec.App,
+			Topology: j.Spec.Topology, GPUType: j.Spec.GPUType,
+		}
+		if len(types) > 1 && job.Model != nil {
+			// The job's model is fitted on all its measurements, whatever
+			// the type: type-aware policies take it as every type's.
+			job.TypeModels = make(map[string]*goodput.Model, len(types))
+			for _, t := range types {
+				job.TypeModels[t] = job.Model
+			}
+		}
+		snap.Jobs = append(snap.Jobs, job)
+	}
+	currents := make([]optimizer.Placement, len(snap.Jobs))
+	for i := range snap.Jobs {
+		currents[i] = snap.Jobs[i].Current
+	}
+	broken, err := optimizer.Violations(snap, currents)
+	if err != nil {
+		return nil, fmt.Errorf("control: %w", err)
+	}
+	for _, i := range broken {
+		snap.Jobs[i].Current = nil
+	}
+	if len(types) > 1 {
+		for i := range snap.Jobs {
+			if cur := snap.Jobs[i].Current; len(gpuTypes(placementNodes(snap, cur))) > 1 {
+				snap.Jobs[i].Current = nil
+			}
+		}
 	}
 	return snap, nil
+}
+
+// gpuTypes lists the GPU types of nodes, sorted ("" for untyped nodes).
+func gpuTypes(nodes []optimizer.Node) []string {
+	var out []string
+	for _, n := range nodes {
+		if !slices.Contains(out, n.Type) {
+			out = append(out, n.Type)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// placementNodes are the nodes of a placement.
+func placementNodes(snap *optimizer.Snapshot, p optimizer.Placement) []optimizer.Node {
+	out := make([]optimizer.Node, 0, len(p))
+	for _, nc := range p {
+		out = append(out, snap.Nodes[nc.Node])
+	}
+	return out
 }
 
 // maxReplicas is an adaptive job's replica bound: at most double the most

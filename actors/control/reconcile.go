@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -185,16 +186,39 @@ func (a *allocator) reconcileMembers(c context.Context, st *consensus.State) boo
 		}
 		seen[m.Name] = true
 		n := st.Nodes[m.Name]
-		want := consensus.Node{ID: m.Name, Addresses: []string{m.Meta.ActorAddr}, Rack: m.Meta.Rack, GPUs: m.Meta.GPUs, Health: consensus.Alive}
-		if n != nil && n.Health == want.Health && n.GPUs == want.GPUs && n.Rack == want.Rack && slices.Equal(n.Addresses, want.Addresses) {
+		want, err := NodeOf(m, st.Config.Levels)
+		if err != nil {
+			// The agent sees the same levels when it joins and stops.
+			if a.refused[m.Name] != err.Error() {
+				a.cfg.Logger.Error("control: node refused", "node", m.Name, "err", err)
+				a.refused[m.Name] = err.Error()
+			}
+			continue
+		}
+		delete(a.refused, m.Name)
+		if n != nil && n.Health == want.Health && n.GPUs == want.GPUs && n.Rack == want.Rack && slices.Equal(n.Addresses, want.Addresses) &&
+			slices.Equal(n.Topology, want.Topology) && n.GPUType == want.GPUType {
 			continue
 		}
 		if err := a.cfg.Store.RegisterNode(c, want); err != nil {
 			a.cfg.Logger.Warn("control: registering node", "node", m.Name, "err", err)
 			continue
 		}
-		a.cfg.Logger.Info("control: node registered", "node", m.Name, "gpus", want.GPUs, "rack", want.Rack)
+		if n != nil && (!slices.Equal(n.Domains(), want.Domains()) || n.GPUType != want.GPUType) {
+			// An agent restarted with another rack or GPU type: its jobs
+			// are re-placed if they now break their constraints or span
+			// types (BuildSnapshot).
+			a.cfg.Logger.Warn("control: node attributes changed", "node", m.Name,
+				"topology", strings.Join(n.Domains(), ","), "new_topology", strings.Join(want.Domains(), ","),
+				"gpu_type", n.GPUType, "new_gpu_type", want.GPUType)
+		}
+		a.cfg.Logger.Info("control: node registered", "node", m.Name, "gpus", want.GPUs, "topology", m.Meta.Topology, "gpu_type", want.GPUType)
 		changed = true
+	}
+	for id := range a.refused {
+		if !seen[id] {
+			delete(a.refused, id)
+		}
 	}
 	now := time.Now()
 	for id := range a.missing {
@@ -226,6 +250,26 @@ func (a *allocator) reconcileMembers(c context.Context, st *consensus.State) boo
 		changed = true
 	}
 	return changed
+}
+
+// NodeOf is the node an agent's gossip metadata describes, its declared
+// topology checked against the cluster's levels: a level missing,
+// unknown or out of order is an error (the node is not registered). An
+// agent of an older version that gave only a rack label is in that rack.
+func NodeOf(m cluster.Member, levels []string) (consensus.Node, error) {
+	n := consensus.Node{ID: m.Name, Addresses: []string{m.Meta.ActorAddr}, GPUs: m.Meta.GPUs, GPUType: m.Meta.GPUType, Health: consensus.Alive}
+	declared := m.Meta.Topology
+	if declared == "" && m.Meta.Rack != "" {
+		declared = "rack=" + m.Meta.Rack
+	}
+	domains, err := cluster.CheckTopology(declared, levels)
+	if err != nil {
+		return consensus.Node{}, fmt.Errorf("control: node %s: %w", m.Name, err)
+	}
+	if len(domains) > 0 {
+		n.Rack, n.Topology = domains[0], domains
+	}
+	return n, nil
 }
 
 // prune forgets, after the retention period, finished jobs and nodes

@@ -60,6 +60,10 @@ type Spec struct {
 	// Whether the cluster has the level, and a domain large enough for a
 	// required one, is checked at submission.
 	Topology optimizer.TopologyConstraint `yaml:"topology,omitempty" json:"topology,omitzero"`
+	// GPUType, if set, is the only GPU type the job runs on (a type some
+	// agent declares with --gpu-type; checked at submission). Empty: the
+	// scheduler picks a type, one at a time.
+	GPUType string `yaml:"gpu_type,omitempty" json:"gpu_type,omitempty"`
 }
 
 // FieldError is a refused field: which, its value and why.
@@ -161,6 +165,7 @@ func fromNode(doc *yaml.Node) (Spec, map[string]bool, error) {
 		"accumulation":         &s.Accumulation,
 		"checkpoint_dir":       &s.CheckpointDir,
 		"topology":             &s.Topology,
+		"gpu_type":             &s.GPUType,
 	}
 	seen := make(map[string]bool, len(fields))
 	for i := 0; i+1 < len(m.Content); i += 2 {
@@ -344,6 +349,11 @@ func (s Spec) Validate() error {
 	}
 	if err := s.Topology.CheckSyntax(); err != nil {
 		return fieldErr("topology", fmt.Sprintf("%+v", s.Topology), "%v", err)
+	}
+	if s.GPUType != "" {
+		if err := optimizer.CheckName("GPU type", s.GPUType); err != nil {
+			return fieldErr("gpu_type", s.GPUType, "%v", err)
+		}
 	}
 	if s.CheckpointDir != "" {
 		switch {

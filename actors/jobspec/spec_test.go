@@ -97,6 +97,8 @@ func TestParseErrors(t *testing.T) {
 		{"topology bad level", base + "topology: {required: Rack 1}\n", ErrInvalid, "topology", "lower-case"},
 		{"topology level not a string", base + "topology: {required: 3}\n", ErrInvalid, "topology", "want required: LEVEL"},
 		{"topology nested", base + "topology: {required: [rack]}\n", ErrInvalid, "topology", "want required: LEVEL"},
+		{"gpu type upper-case", base + "gpu_type: A100\n", ErrInvalid, "gpu_type", "lower-case"},
+		{"gpu type list", base + "gpu_type: [a100, t4]\n", ErrInvalid, "gpu_type", "want a string"},
 		{"too large", base + "# " + strings.Repeat("x", MaxBytes) + "\n", ErrTooLarge, "", ""},
 	}
 	for _, tc := range tests {
@@ -154,6 +156,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("name: j\ncommand: [x]\ninit_batch_size: 0x10\n"))
 	f.Add([]byte(base + "topology: {required: rack}\n"))
 	f.Add([]byte(base + "topology:\n  preferred: zone\n"))
+	f.Add([]byte(base + "gpu_type: a100\ntopology: {required: rack}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := Parse(b)
 		if err != nil {
@@ -190,5 +193,15 @@ func TestParseTopology(t *testing.T) {
 		if s.Topology != want {
 			t.Errorf("%q: topology %+v, want %+v", yamlText, s.Topology, want)
 		}
+	}
+}
+
+func TestParseGPUType(t *testing.T) {
+	s, err := Parse([]byte(base + "gpu_type: a100\n"))
+	if err != nil || s.GPUType != "a100" {
+		t.Fatalf("%+v, %v", s, err)
+	}
+	if s, err = Parse([]byte(base)); err != nil || s.GPUType != "" {
+		t.Fatalf("no gpu_type: %+v, %v", s, err)
 	}
 }

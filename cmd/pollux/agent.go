@@ -33,6 +33,7 @@ func init() { subcommands = append(subcommands, newAgentCmd) }
 // agentOpts are the flags of `pollux agent`.
 type agentOpts struct {
 	name, bind, rack, logLevel  string
+	topology, gpuType           string
 	dataDir                     string
 	join                        []string
 	gossipPort, actorPort, gpus int
@@ -52,6 +53,10 @@ type agentReady struct {
 	Actor   string `json:"actor"`
 	Reports string `json:"reports"`
 	GPUs    int    `json:"gpus"`
+	// Topology and GPUType are what the agent declares (empty: the
+	// default rack, untyped).
+	Topology string `json:"topology,omitempty"`
+	GPUType  string `json:"gpu_type,omitempty"`
 	// CPUSlots is set when the GPUs are CPU slots (--cpu-slots).
 	CPUSlots bool `json:"cpu_slots,omitempty"`
 }
@@ -64,7 +69,10 @@ func newAgentCmd() *cobra.Command {
 		Long: "Runs one node agent: a gossip member (role agent) advertising its GPUs and rack, and the node " +
 			"actor that starts, stops and watches the machine's workers. GPUs are counted with nvidia-smi " +
 			"unless --gpus N emulates N of them, or --cpu-slots N offers N CPU slots instead (machines without " +
-			"accelerators: each slot's worker is pinned to its share of the cores). It prints one JSON line with its addresses on stdout when " +
+			"accelerators: each slot's worker is pinned to its share of the cores). --topology rack=R[,zone=Z...] declares where the " +
+			"machine sits (innermost level first, the cluster's levels in order; nothing: the default rack) and --gpu-type T the type of its " +
+			"GPUs (say a100 or t4; the allocator gives a job GPUs of one type at a time); a topology that does not fit the cluster's levels " +
+			"is refused when the agent joins (exit status 2). It prints one JSON line with its addresses on stdout when " +
 			"ready, and on SIGTERM or SIGINT stops its workers (SIGTERM, SIGKILL after --grace) and leaves. Its actor " +
 			"port accepts only server certificates of --ca, its workers report to it over TLS (they get the CA in " +
 			"POLLUX_REPORT_CA) and gossip is encrypted with --gossip-key (docs/security.md); --insecure runs plaintext.",
@@ -84,7 +92,9 @@ func newAgentCmd() *cobra.Command {
 	f.StringSliceVar(&o.join, "join", nil, "gossip addresses (host:port) of cluster members to join")
 	f.IntVar(&o.gpus, "gpus", 0, "emulate this many GPUs (0: count them with nvidia-smi)")
 	f.IntVar(&o.cpuSlots, "cpu-slots", 0, "offer this many CPU slots as GPUs, each pinned to its share of this machine's cores (POLLUX_CPUS)")
-	f.StringVar(&o.rack, "rack", "", "rack label of this machine")
+	f.StringVar(&o.topology, "topology", "", "where this machine sits: level=domain pairs, innermost first, e.g. rack=r3,zone=z1 (empty: the default rack)")
+	f.StringVar(&o.rack, "rack", "", "this machine's rack: short for --topology rack=R on a cluster whose only level is the rack")
+	f.StringVar(&o.gpuType, "gpu-type", "", "the type of this machine's GPUs, lower-case letters, digits, '-', '_', '.' (e.g. a100, t4; empty: untyped)")
 	f.DurationVar(&o.grace, "grace", node.DefaultGrace, "time between SIGTERM and SIGKILL when stopping a worker")
 	f.BoolVar(&o.fast, "fast-gossip", false, "sub-second failure detection (loopback and test clusters)")
 	f.Float64Var(&o.timeScale, "time-scale", 1, "time scale of emulated workers (simulated seconds per real second)")
@@ -108,6 +118,10 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 	}
 	if !(o.timeScale > 0) {
 		return badInput(fmt.Errorf("agent: --time-scale %v, want > 0", o.timeScale))
+	}
+	meta, err := placeMeta(o.topology, o.rack, o.gpuType)
+	if err != nil {
+		return badInput(fmt.Errorf("agent: %w", err))
 	}
 	gpus := o.gpus
 	if gpus < 0 || gpus > cluster.MaxGPUs {
@@ -195,7 +209,7 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 	members, err := cluster.Start(cluster.Config{
 		Name: o.name, BindAddr: o.bind, BindPort: o.gossipPort, Fast: o.fast, Logger: log.With("lib", "memberlist"),
 		Keys: sec.gossipKeys,
-		Meta: cluster.Meta{Role: cluster.RoleAgent, Rack: o.rack, GPUs: gpus, ActorAddr: sys.Address()},
+		Meta: cluster.Meta{Role: cluster.RoleAgent, Rack: meta.Rack, Topology: meta.Topology, GPUType: meta.GPUType, GPUs: gpus, ActorAddr: sys.Address()},
 	})
 	if err != nil {
 		return err
@@ -206,18 +220,30 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 	sec.reloadGossipKeys(ctx, members, log)
 
 	ready, _ := json.Marshal(agentReady{Name: o.name, Gossip: members.Addr(), Actor: sys.Address(), Reports: nd.ReportAddr(),
-		GPUs: gpus, CPUSlots: slots != nil})
+		GPUs: gpus, Topology: meta.Topology, GPUType: meta.GPUType, CPUSlots: slots != nil})
 	fmt.Fprintln(cmd.OutOrStdout(), string(ready))
-	log.Info("agent: ready", "gossip", members.Addr(), "actor", sys.Address(), "gpus", gpus, "cpu_slots", slots, "rack", o.rack)
+	log.Info("agent: ready", "gossip", members.Addr(), "actor", sys.Address(), "gpus", gpus, "cpu_slots", slots,
+		"topology", meta.Topology, "gpu_type", meta.GPUType)
+
+	ctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	go checkJoinTopology(ctx, members, meta.Topology, fail)
 
 	if len(o.join) > 0 {
 		if err := joinUntil(ctx, members, o.join, log); err != nil {
+			if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				return badInput(err)
+			}
 			return nil // interrupted before joining: a clean stop
 		}
 		// Gossip does not heal a partition by itself: keep the seeds.
 		go members.KeepJoined(ctx, o.join, time.Second)
 	}
 	<-ctx.Done()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("agent: stopping", "err", err)
+		return badInput(err)
+	}
 	log.Info("agent: stopping")
 	return nil
 }

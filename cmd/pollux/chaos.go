@@ -45,7 +45,8 @@ func newChaosCmd() *cobra.Command {
 			"of its own when run as root with iptables, else on 127.0.0.1), submits emulated jobs, injects the scenario's " +
 			"faults on a schedule drawn from --seed (kill -9 of the leader, a follower, an agent or a worker; SIGSTOP of " +
 			"the leader; cold restart; agent restart; the leader isolated, 2/1 and 1/1/1 splits, a non-transitive bridge, " +
-			"30 % packet loss, 200 ms latency, then heal), waits until every acknowledged job has finished, stops every " +
+			"30 % packet loss, 200 ms latency, then heal; rack-loss runs 3 racks of one server and two agents and kills every process " +
+			"of a rack at once, or cuts a rack off), waits until every acknowledged job has finished, stops every " +
 			"process, and judges the run from its own client-side history of API operations and the records each worker " +
 			"process wrote itself: every job completed, failed, cancelled, lost or unsubmitted; no GPU used twice at once; " +
 			"no stale checkpoint restored; completions backed by the workers; the API linearizable (porcupine). Prints a " +

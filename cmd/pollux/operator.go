@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -42,7 +44,7 @@ func newListPeersCmd() *cobra.Command {
 	var o clientOpts
 	cmd := &cobra.Command{
 		Use:   "list-peers",
-		Short: "List the Raft servers: id, address, voter, leader, alive (as gossip sees it)",
+		Short: "List the Raft servers: id, address, voter, leader, alive and rack (as gossip sees them); warns when a majority of the voters share a rack",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.show(cmd, api.PathPeers, func(w io.Writer, raw []byte) error {
@@ -51,11 +53,18 @@ func newListPeersCmd() *cobra.Command {
 					return err
 				}
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tADDRESS\tVOTER\tLEADER\tALIVE")
+				fmt.Fprintln(tw, "ID\tADDRESS\tVOTER\tLEADER\tALIVE\tRACK")
 				for _, p := range peers {
-					fmt.Fprintf(tw, "%s\t%s\t%t\t%t\t%t\n", p.ID, p.Address, p.Voter, p.Leader, p.Alive)
+					fmt.Fprintf(tw, "%s\t%s\t%t\t%t\t%t\t%s\n", p.ID, p.Address, p.Voter, p.Leader, p.Alive, cmp.Or(p.Rack, "?"))
 				}
-				return tw.Flush()
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				if rack, ids := api.RackMajority(peers); rack != "" {
+					fmt.Fprintf(w, "warning: a majority of the voters (%s) share rack %s: losing that rack loses the quorum; "+
+						"start servers in other racks (pollux server --topology rack=R)\n", strings.Join(ids, ", "), rack)
+				}
+				return nil
 			})
 		},
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os/signal"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 	"pollux/cluster"
 	"pollux/cluster/pki"
 	"pollux/consensus"
+	"pollux/optimizer"
 	"pollux/testbed/builtin"
 )
 
@@ -33,6 +35,8 @@ func init() { subcommands = append(subcommands, newServerCmd) }
 
 type serverOpts struct {
 	id, dataDir, bind, raftAddr, httpAddr, peers, logLevel, ckptRoot string
+	topology, levels, policy                                         string
+	crossRackRatio                                                   float64
 	join                                                             []string
 	gossipPort, actorPort, maxFailures                               int
 	bootstrap, fast                                                  bool
@@ -64,7 +68,10 @@ func newServerCmd() *cobra.Command {
 			"id=raftaddr=httpaddr; --bootstrap forms the cluster from it (safe to repeat on restart) and sets the " +
 			"cluster's checkpoint root (--checkpoint-root, which can never change afterwards). A server added later " +
 			"starts without --bootstrap (and --peers), joins the gossip with --join, and is made a voter with " +
-			"`pollux operator raft add-server`. Prints one JSON line with its addresses on stdout when ready.",
+			"`pollux operator raft add-server`. --topology-levels names the cluster's topology levels (set at bootstrap, like " +
+			"the checkpoint root), --topology where this server sits (a server warns when a majority of the voters share a rack), " +
+			"--policy the allocation policy (auto: pollux on one GPU type, pollux-het on several). Prints one JSON line with its " +
+			"addresses on stdout when ready.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -95,6 +102,12 @@ func newServerCmd() *cobra.Command {
 		"every agent reaches (shared storage). Set once when the cluster is bootstrapped; a server started later with another root "+
 		"refuses to run. Without one, jobs must name their checkpoint_dir")
 	f.DurationVar(&o.retain, "retain", 0, "prune finished jobs and dead nodes from the state this long after they finished (0: keep them)")
+	f.StringVar(&o.topology, "topology", "", "where this server sits: level=domain pairs, innermost first, e.g. rack=r1,zone=z1 (empty: the default rack)")
+	f.StringVar(&o.levels, "topology-levels", "rack", "the cluster's topology levels, innermost (rack) first, e.g. rack,zone: set once when the "+
+		"cluster is bootstrapped; a server given other levels refuses to run, and agents must declare every level in this order")
+	f.StringVar(&o.policy, "policy", "auto", "allocation policy: auto (pollux on one GPU type, pollux-het on several), pollux, pollux-het, sia or pollux-unaware")
+	f.Float64Var(&o.crossRackRatio, "cross-rack-ratio", optimizer.DefaultCrossRackRatio, "how many times slower synchronising across racks is "+
+		"than within one (>= 1), for jobs that have not measured it")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	o.sec.flags(f)
 	return cmd
@@ -147,6 +160,25 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	}
 	if o.ckptRoot != "" && !filepath.IsAbs(o.ckptRoot) {
 		return badInput(fmt.Errorf("server: --checkpoint-root %q is not an absolute path", o.ckptRoot))
+	}
+	place, err := placeMeta(o.topology, "", "")
+	if err != nil {
+		return badInput(fmt.Errorf("server: %w", err))
+	}
+	levels, err := optimizer.ParseLevels(o.levels)
+	if err != nil {
+		return badInput(fmt.Errorf("server: --topology-levels: %w", err))
+	}
+	levelsGiven := cmd.Flags().Changed("topology-levels")
+	if _, err := cluster.CheckTopology(place.Topology, levels); err != nil && levelsGiven {
+		return badInput(fmt.Errorf("server: --topology does not fit --topology-levels: %w", err))
+	}
+	policy, typed, err := serverPolicy(o.policy)
+	if err != nil {
+		return badInput(err)
+	}
+	if !(o.crossRackRatio >= 1) || math.IsInf(o.crossRackRatio, 0) {
+		return badInput(fmt.Errorf("server: --cross-rack-ratio %v, want a finite ratio of at least 1", o.crossRackRatio))
 	}
 	var servers []raft.Server
 	httpPeers := map[raft.ServerID]string{}
@@ -212,7 +244,8 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	members, err := cluster.Start(cluster.Config{
 		Name: o.id, BindAddr: o.bind, BindPort: o.gossipPort, Fast: o.fast, Logger: libLog.With("lib", "memberlist"),
 		Keys: sec.gossipKeys,
-		Meta: cluster.Meta{Role: cluster.RoleServer, ActorAddr: sys.Address(), RaftAddr: string(trans.LocalAddr()), HTTPAddr: o.httpAddr},
+		Meta: cluster.Meta{Role: cluster.RoleServer, Rack: place.Rack, Topology: place.Topology, ActorAddr: sys.Address(),
+			RaftAddr: string(trans.LocalAddr()), HTTPAddr: o.httpAddr},
 	})
 	if err != nil {
 		return err
@@ -224,12 +257,18 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 
 	ctx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
-	if o.bootstrap || o.ckptRoot != "" {
-		go initCluster(ctx, srv, o.ckptRoot, log, fail)
+	var initLevels []string
+	if levelsGiven {
+		initLevels = levels
 	}
+	if o.bootstrap || o.ckptRoot != "" {
+		go initCluster(ctx, srv, o.ckptRoot, initLevels, log, fail)
+	}
+	go watchLevels(ctx, srv, members, initLevels, log, fail)
 
 	stats := &control.Stats{}
-	httpAPI := api.New(o.id, api.Config{Backend: srv, Apps: catalog.Names(), Members: members.Members, Stats: stats, Logger: log})
+	httpAPI := api.New(o.id, api.Config{Backend: srv, Apps: catalog.Names(), Members: members.Members, Stats: stats,
+		Insecure: o.sec.insecure, Logger: log})
 	hprops, err := job.NewHost(job.HostConfig{Server: o.id, Store: srv, Logger: log})
 	if err != nil {
 		return err
@@ -241,6 +280,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	defer func() { _ = sys.Root.StopFuture(host).Wait() }()
 	props, err := control.NewAllocator(control.Config{
 		Store: srv, Server: o.id, Members: members.Members, Interval: o.interval, CheckpointRoot: o.ckptRoot,
+		Policy: policy, TypedPolicy: typed, CrossRackRatio: o.crossRackRatio, Levels: consensus.NormalizeLevels(initLevels),
 		Retain: o.retain, TimeScale: o.timeScale, NodeGrace: o.nodeGrace, MaxFailures: o.maxFailures, Stats: stats, Logger: log,
 		Lease: o.agentLease,
 	}, httpAPI.ObserveRound)
@@ -266,7 +306,9 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 
 	ready, _ := json.Marshal(serverReady{ID: o.id, HTTP: ln.Addr().String(), Raft: string(trans.LocalAddr()), Gossip: members.Addr(), Actor: sys.Address()})
 	fmt.Fprintln(cmd.OutOrStdout(), string(ready))
-	log.Info("server: ready", "http", ln.Addr().String(), "raft", string(trans.LocalAddr()), "gossip", members.Addr())
+	log.Info("server: ready", "http", ln.Addr().String(), "raft", string(trans.LocalAddr()), "gossip", members.Addr(),
+		"topology", place.Topology, "policy", o.policy)
+	go warnRackMajority(ctx, srv, members, 30*time.Second, log)
 	if len(o.join) > 0 {
 		if err := joinUntil(ctx, members, o.join, log); err != nil {
 			return nil
@@ -286,13 +328,13 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 // checkpoint root) once a leader can take it; if the cluster already has
 // another checkpoint root it stops the server (fail): the root is the
 // cluster's, set at bootstrap, and jobs' checkpoints are under it.
-func initCluster(ctx context.Context, srv *consensus.Server, root string, log *slog.Logger, fail context.CancelCauseFunc) {
+func initCluster(ctx context.Context, srv *consensus.Server, root string, levels []string, log *slog.Logger, fail context.CancelCauseFunc) {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	id := hex.EncodeToString(b)
 	for {
 		c, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := srv.InitCluster(c, id, root)
+		err := srv.InitCluster(c, id, root, levels...)
 		cancel()
 		switch {
 		case err == nil:
@@ -300,7 +342,7 @@ func initCluster(ctx context.Context, srv *consensus.Server, root string, log *s
 			log.Info("server: cluster configuration", "cluster", cfg.ID, "checkpoint_root", root)
 			return
 		case errors.Is(err, consensus.ErrClusterConfig):
-			fail(fmt.Errorf("server: --checkpoint-root %q: %w", root, err))
+			fail(badInput(fmt.Errorf("server: --checkpoint-root %q, --topology-levels %q: %w", root, strings.Join(levels, ","), err)))
 			return
 		}
 		select {

@@ -48,6 +48,9 @@ type Member struct {
 	// DataDir is a server's data directory, or an agent's (its fencing
 	// state).
 	DataDir string
+	// Rack is the rack the member declares ("" for a server without
+	// Options.ServerRacks).
+	Rack string
 
 	args   []string // after the command
 	prefix []string // before it (a namespace)
@@ -58,6 +61,20 @@ type Member struct {
 	inc    uint64
 	exit   chan struct{} // closed once the current incarnation's exit is recorded
 	paused bool
+}
+
+// SetFlag sets a flag of m's command line to value, for its next start
+// (an agent restarted with another --gpu-type or --topology, say): the
+// flag's value is replaced, or the flag appended. Call it while m is not
+// being started.
+func (m *Member) SetFlag(name, value string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i := slices.Index(m.args, name); i >= 0 && i+1 < len(m.args) {
+		m.args[i+1] = value
+		return
+	}
+	m.args = append(m.args, name, value)
 }
 
 // Running reports whether the member's process runs (paused or not).
@@ -96,8 +113,12 @@ type Cluster struct {
 	watch   *watcher
 	tls     *pki.Bundle
 	http    *http.Client
-	mounts  []string
-	clients atomic.Int64
+	// token is the cluster's bootstrap (admin) token secret, also in
+	// tokenFile (0600).
+	token     string
+	tokenFile string
+	mounts    []string
+	clients   atomic.Int64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -142,7 +163,7 @@ func (c *Cluster) start(ctx context.Context) (err error) {
 	if c.net != nil {
 		transport.DialContext = c.net.Dial
 	}
-	c.http = &http.Client{Transport: transport}
+	c.http = &http.Client{Transport: &tokenTransport{base: transport, token: c.token}}
 	if o.Observe {
 		c.watch = newWatcher(filepath.Join(o.Dir, "records"), c.hist, c.group, c.log)
 	}
@@ -150,6 +171,9 @@ func (c *Cluster) start(ctx context.Context) (err error) {
 		if err := c.Start(ctx, m, "", 0); err != nil {
 			return err
 		}
+	}
+	if err := c.bootstrapACL(ctx, 60*time.Second); err != nil {
+		return err
 	}
 	return c.WaitGPUs(ctx, o.Agents*o.GPUsPerAgent, 60*time.Second)
 }
@@ -172,7 +196,7 @@ func (c *Cluster) layout(ctx context.Context) error {
 			ms = append(ms, netns.Member{Name: fmt.Sprintf("s%d", i), Labels: map[string]string{"role": "server"}})
 		}
 		for i := range o.Agents {
-			ms = append(ms, netns.Member{Name: fmt.Sprintf("a%d", i), Labels: map[string]string{"role": "agent", "rack": fmt.Sprintf("r%d", i%2)}})
+			ms = append(ms, netns.Member{Name: fmt.Sprintf("a%d", i), Labels: map[string]string{"role": "agent", "rack": Rack(i, o.Racks)}})
 		}
 		n, err := netns.New(ctx, ms)
 		if err != nil {
@@ -224,6 +248,9 @@ func (c *Cluster) layout(ctx context.Context) error {
 	if c.tls, err = pki.DevBundleHosts(filepath.Join(o.Dir, "tls"), servers, agents, hosts); err != nil {
 		return fmt.Errorf("launch: %w", err)
 	}
+	if err := c.makeToken(); err != nil {
+		return err
+	}
 	var peers, gossip, agentGossip []string
 	for i := range o.Servers {
 		peers = append(peers, fmt.Sprintf("s%d=%s=%s", i, addrs[i][0], addrs[i][1]))
@@ -234,6 +261,10 @@ func (c *Cluster) layout(ctx context.Context) error {
 	}
 	ts := strconv.FormatFloat(o.TimeScale, 'g', -1, 64)
 	ckpt := filepath.Join(o.Dir, "checkpoints")
+	gpuFlag := "--gpus"
+	if o.CPUSlots > 0 {
+		gpuFlag = "--cpu-slots"
+	}
 	for i := range o.Servers {
 		id := fmt.Sprintf("s%d", i)
 		a := addrs[i]
@@ -259,6 +290,13 @@ func (c *Cluster) layout(ctx context.Context) error {
 				"--peers", strings.Join(peers, ","), "--bootstrap", "--fast-gossip", "--interval", o.Interval.String(),
 				"--time-scale", ts, "--checkpoint-root", ckpt, "--retain", o.Retain.String(), "--log-level", o.LogLevel,
 				"--join", strings.Join(join, ",")}})
+		if o.ServerRacks {
+			c.Servers[i].Rack = Rack(i, o.Racks)
+			c.Servers[i].args = append(c.Servers[i].args, "--topology", "rack="+c.Servers[i].Rack)
+		}
+		if o.Policy != "" {
+			c.Servers[i].args = append(c.Servers[i].args, "--policy", o.Policy)
+		}
 		c.Servers[i].args = append(c.Servers[i].args, c.tls.Flags(id)...)
 	}
 	for i := range o.Agents {
@@ -269,13 +307,16 @@ func (c *Cluster) layout(ctx context.Context) error {
 		// The agent's fencing state (the incarnations it ran) survives
 		// its restarts in its data directory.
 		m := &Member{Role: history.Agent, ID: id, Gossip: a[2], Actor: a[3], Log: filepath.Join(o.Dir, id+".log"), prefix: prefixes[o.Servers+i],
-			DataDir: filepath.Join(o.Dir, id),
-			args: []string{"agent", "--name", id, "--bind", binds[o.Servers+i], "--gpus", strconv.Itoa(o.GPUsPerAgent),
+			DataDir: filepath.Join(o.Dir, id), Rack: Rack(i, o.Racks),
+			args: []string{"agent", "--name", id, "--bind", binds[o.Servers+i], gpuFlag, strconv.Itoa(o.GPUsPerAgent),
 				"--data-dir", filepath.Join(o.Dir, id),
-				"--rack", fmt.Sprintf("r%d", i%2), "--gossip-port", gport, "--actor-port", aport, "--join", strings.Join(gossip, ","),
+				"--topology", "rack=" + Rack(i, o.Racks), "--gossip-port", gport, "--actor-port", aport, "--join", strings.Join(gossip, ","),
 				"--fast-gossip", "--time-scale", ts, "--restart-cost", o.RestartCost.String(), "--grace", o.Grace.String(),
 				"--worker-exec", strings.Join(o.Exec, ","), "--log-level", o.LogLevel}}
-		m.args = append(m.args, c.tls.Flags(id)...)
+		if len(o.GPUTypes) > 0 {
+			m.args = append(m.args, "--gpu-type", o.GPUTypes[i%len(o.GPUTypes)])
+		}
+		m.args = append(append(m.args, c.tls.Flags(id)...), o.AgentArgs...)
 		if o.Observe {
 			dir := filepath.Join(o.Dir, "records", id)
 			if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -289,6 +330,10 @@ func (c *Cluster) layout(ctx context.Context) error {
 }
 
 func join(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
+
+// Rack is the rack of the i-th server or agent of a cluster of racks
+// racks: r<i mod racks>.
+func Rack(i, racks int) string { return fmt.Sprintf("r%d", i%max(racks, 1)) }
 
 // AddServer starts one more server, id, on loopback: a certificate of
 // the run's CA is issued for it, it joins the gossip of every member,
@@ -340,8 +385,10 @@ func (c *Cluster) TLS() *pki.Bundle { return c.tls }
 
 // HTTPClient is an HTTPS client of the cluster's API, reaching the
 // servers where the launcher does (from the switch namespace in
-// Namespaces), with an overall timeout per request. Its requests are not
-// recorded in the history (use Client for that).
+// Namespaces), with an overall timeout per request. It sends the admin
+// token with every request that carries no Authorization header of its
+// own. Its requests are not recorded in the history (use Client for
+// that).
 func (c *Cluster) HTTPClient(timeout time.Duration) *http.Client {
 	return &http.Client{Transport: c.http.Transport, Timeout: timeout}
 }
@@ -397,8 +444,8 @@ func (c *Cluster) Start(ctx context.Context, m *Member, fault string, seq int) e
 		return fmt.Errorf("launch: %w", err)
 	}
 	rw := &readyWriter{ready: make(chan struct{})}
-	full := append(append(slices.Clone(m.prefix), c.o.Exec...), m.args...)
 	m.mu.Lock()
+	full := append(append(slices.Clone(m.prefix), c.o.Exec...), m.args...)
 	if m.p != nil && !m.p.Exited() {
 		m.mu.Unlock()
 		logf.Close()
@@ -474,6 +521,20 @@ func (c *Cluster) Kill(m *Member, fault string, seq int) error {
 		return err
 	}
 	return c.waitExit(m, 10*time.Second)
+}
+
+// KillAll is kill -9 of every member of ms at once (the signals first,
+// then the waits): a rack losing its power. It returns once every exit
+// is recorded.
+func (c *Cluster) KillAll(ms []*Member, fault string, seq int) error {
+	var errs []error
+	for _, m := range ms {
+		errs = append(errs, c.Signal(m, syscall.SIGKILL, fault, seq))
+	}
+	for _, m := range ms {
+		errs = append(errs, c.waitExit(m, 10*time.Second))
+	}
+	return errors.Join(errs...)
 }
 
 // waitExit waits until m's current incarnation has exited and its exit

@@ -49,6 +49,14 @@ type Options struct {
 	// GPUsPerAgent (default 4).
 	Servers, Agents, GPUsPerAgent int
 	NoAgents                      bool
+	// CPUSlots, if positive, makes every agent offer that many CPU slots
+	// (`pollux agent --cpu-slots`) for real workers instead of emulated
+	// GPUs; GPUsPerAgent is then CPUSlots (the scheduler counts slots as
+	// GPUs).
+	CPUSlots int
+	// AgentArgs are added to every agent's command line (e.g. the flags
+	// that allow the programs its workers run).
+	AgentArgs []string
 	// Interval is the scheduling interval (default 1 s); TimeScale the
 	// emulated seconds per real second (default 100); RestartCost the
 	// emulated start-up of a worker (default 30 s); Grace the SIGTERM to
@@ -57,6 +65,15 @@ type Options struct {
 	TimeScale   float64
 	RestartCost time.Duration
 	Grace       time.Duration
+	// Racks is how many racks the agents are spread over, agent i in
+	// rack r<i mod Racks> (default 2); with ServerRacks the servers too,
+	// server i in rack r<i mod Racks>. GPUTypes, if set, gives agent i
+	// GPUs of type GPUTypes[i mod len] (--gpu-type). Policy is the
+	// servers' --policy (default: theirs).
+	Racks       int
+	ServerRacks bool
+	GPUTypes    []string
+	Policy      string
 	// Retain is the servers' --retain: finished jobs are pruned that long
 	// after they finished (0: kept).
 	Retain time.Duration
@@ -100,7 +117,14 @@ func (o *Options) defaults() error {
 	} else if o.Agents != 0 {
 		return fmt.Errorf("%w: NoAgents with %d agents", ErrConfig, o.Agents)
 	}
+	if o.CPUSlots > 0 {
+		if o.GPUsPerAgent != 0 && o.GPUsPerAgent != o.CPUSlots {
+			return fmt.Errorf("%w: %d GPUs per agent and %d CPU slots", ErrConfig, o.GPUsPerAgent, o.CPUSlots)
+		}
+		o.GPUsPerAgent = o.CPUSlots // to the scheduler the slots are GPUs
+	}
 	def(&o.GPUsPerAgent, 4)
+	def(&o.Racks, 2)
 	dur := func(v *time.Duration, d time.Duration) {
 		if *v == 0 {
 			*v = d
@@ -125,8 +149,8 @@ func (o *Options) defaults() error {
 		o.Scenario = "cluster"
 	}
 	switch {
-	case o.Servers < 1 || o.Agents < 0 || o.GPUsPerAgent < 1 || o.Servers > 99 || o.Agents > 99:
-		return fmt.Errorf("%w: %d servers, %d agents of %d GPUs", ErrConfig, o.Servers, o.Agents, o.GPUsPerAgent)
+	case o.Servers < 1 || o.Agents < 0 || o.GPUsPerAgent < 1 || o.Servers > 99 || o.Agents > 99 || o.CPUSlots < 0 || o.Racks < 1 || o.Racks > 99:
+		return fmt.Errorf("%w: %d servers, %d agents of %d GPUs (%d CPU slots), %d racks", ErrConfig, o.Servers, o.Agents, o.GPUsPerAgent, o.CPUSlots, o.Racks)
 	case !(o.TimeScale > 0) || o.Interval < 0 || o.Grace < 0 || o.RestartCost < 0 || o.DataSize < 0 || o.Retain < 0:
 		return fmt.Errorf("%w: time scale %v, interval %v, grace %v, restart cost %v, data size %d, retain %v",
 			ErrConfig, o.TimeScale, o.Interval, o.Grace, o.RestartCost, o.DataSize, o.Retain)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"pollux/actors/api"
+	"pollux/optimizer"
 	"pollux/testbed"
 )
 
@@ -20,6 +21,12 @@ type Job struct {
 	Name  string
 	App   string
 	After time.Duration
+	// GPUType and Topology are the job's constraints (gpu_type,
+	// topology: {required|preferred: LEVEL}), if set; MinReplicas its
+	// min_replicas (0: the default, 1).
+	GPUType     string
+	Topology    optimizer.TopologyConstraint
+	MinReplicas int
 }
 
 // Spec is the YAML spec of j, with the batch limits of its application in
@@ -30,9 +37,22 @@ func (j Job) Spec(cat testbed.Catalog, maxReplicas int) ([]byte, error) {
 		return nil, fmt.Errorf("%w: unknown application %q", ErrConfig, j.App)
 	}
 	l := app.Limits()
-	return fmt.Appendf(nil, "name: %s\napplication: %s\nmax_replicas: %d\ninit_batch_size: %d\nmax_batch_size: %d\n"+
+	b := fmt.Appendf(nil, "name: %s\napplication: %s\nmax_replicas: %d\ninit_batch_size: %d\nmax_batch_size: %d\n"+
 		"min_local_batch_size: %d\nmax_local_batch_size: %d\naccumulation: %t\n",
-		j.Name, j.App, maxReplicas, l.InitBatch, l.MaxBatch, l.MinLocal, l.MaxLocal, l.Accumulation), nil
+		j.Name, j.App, maxReplicas, l.InitBatch, l.MaxBatch, l.MinLocal, l.MaxLocal, l.Accumulation)
+	if j.GPUType != "" {
+		b = fmt.Appendf(b, "gpu_type: %s\n", j.GPUType)
+	}
+	if j.MinReplicas > 0 {
+		b = fmt.Appendf(b, "min_replicas: %d\n", j.MinReplicas)
+	}
+	switch {
+	case j.Topology.Required != "":
+		b = fmt.Appendf(b, "topology: {required: %s}\n", j.Topology.Required)
+	case j.Topology.Preferred != "":
+		b = fmt.Appendf(b, "topology: {preferred: %s}\n", j.Topology.Preferred)
+	}
+	return b, nil
 }
 
 // DemoWorkload is a small mixed workload of a dozen jobs arriving over

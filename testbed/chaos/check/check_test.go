@@ -444,6 +444,16 @@ func TestFaultAccounting(t *testing.T) {
 	if len(res.Metrics.ReplacementsMissing) != 0 || len(res.Failures()) != 0 {
 		t.Errorf("replacements %v missing %v, failures %q", res.Metrics.Replacements, res.Metrics.ReplacementsMissing, res.Failures())
 	}
+	// Job a cancelled just before its agent died: nothing to re-place.
+	f = base()
+	delete(f.workers, "a2")
+	f.h.dropFinalRead()
+	f.h.op(990, 995, history.Cancel, "a", history.OK, 200, nil)
+	f.h.read(2600, 2610, jv("a", "cancelled", 1, 1, 100), jv("b", "completed", 1, 2, 200), jv("p", "completed", 1, 2, 200))
+	res = judge(t, f)
+	if len(res.Metrics.ReplacementsMissing) != 0 || len(res.Metrics.Replacements) != 0 {
+		t.Errorf("cancelled job: replacements %v missing %v", res.Metrics.Replacements, res.Metrics.ReplacementsMissing)
+	}
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -465,5 +475,35 @@ func TestCancelledIncarnationStoppedSoon(t *testing.T) {
 		if v.Invariant == RanAfterFinish {
 			t.Errorf("violation %v", v)
 		}
+	}
+}
+
+// A rack loss kills a server and agents at once: every job with a worker
+// on any of them must be re-placed, and the time is until the last was.
+func TestRackLossReplacement(t *testing.T) {
+	rack := func() *fixture {
+		f := base()
+		f.h.lines[0].Ev.Planned[1].Fault = "rack-loss"
+		for _, l := range f.h.lines {
+			if l.Ev != nil && l.Ev.Fault == "agent-kill" {
+				l.Ev.Fault = "rack-loss"
+				if l.Ev.Kind == history.FaultBegin {
+					l.Ev.Targets = []string{"s9", "n1", "n3"}
+				}
+			}
+		}
+		return f
+	}
+	res := judge(t, rack())
+	if !slices.Equal(res.Metrics.Replacements, []time.Duration{500 * time.Millisecond}) || res.Metrics.ByKind["rack-loss"] != 1 {
+		t.Errorf("rack loss: replacements %v missing %v, by kind %v", res.Metrics.Replacements, res.Metrics.ReplacementsMissing, res.Metrics.ByKind)
+	}
+	f := rack()
+	delete(f.workers, "a2")
+	f.h.dropFinalRead()
+	f.h.read(2600, 2610, jv("a", "running", 1, 1, 100), jv("b", "completed", 1, 2, 200), jv("p", "completed", 1, 2, 200))
+	res = judge(t, f)
+	if len(res.Metrics.ReplacementsMissing) != 1 || !strings.Contains(res.Metrics.ReplacementsMissing[0], "rack-loss") {
+		t.Errorf("rack loss, a never re-placed: missing %v", res.Metrics.ReplacementsMissing)
 	}
 }

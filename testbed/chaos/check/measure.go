@@ -28,10 +28,10 @@ type Metrics struct {
 	// names those before whose next fault (or the end) none was.
 	Failovers        []time.Duration
 	FailoversMissing []string
-	// Replacements holds, for every agent kill that ended workers, the
-	// time from the kill until every one of their jobs had started a
-	// worker of a newer incarnation (jobs that finished first aside);
-	// ReplacementsMissing names the jobs never re-placed.
+	// Replacements holds, for every agent kill (or rack loss) that ended
+	// workers, the time from the kill until every one of their jobs had
+	// started a worker of a newer incarnation (jobs that finished first
+	// aside); ReplacementsMissing names the jobs never re-placed.
 	Replacements        []time.Duration
 	ReplacementsMissing []string
 }
@@ -88,7 +88,7 @@ func measure(r *run, ls []*life) Metrics {
 				m.FailoversMissing = append(m.FailoversMissing, name+" (no write acknowledged before "+r.at(next)+")")
 			}
 		}
-		if schedule.Kind(b.Fault) == schedule.AgentKill && len(b.Targets) == 1 {
+		if k := schedule.Kind(b.Fault); k == schedule.AgentKill && len(b.Targets) == 1 || k == schedule.RackLoss {
 			d, missing := replacement(r, ls, b)
 			if d >= 0 {
 				m.Replacements = append(m.Replacements, d)
@@ -113,12 +113,13 @@ func failover(r *run, t0, limit int64) (time.Duration, bool) {
 	return time.Duration(best - t0), best >= 0
 }
 
-// replacement measures agent kill b: the jobs with a worker alive on the
-// node at the kill must each start a worker of a newer incarnation, or
-// finish (a done record), or have been cancelled (an acknowledged cancel:
-// a job cancelled before it could be re-placed is not). It returns the
-// time until the last was re-placed (-1 if no job needed it) and the jobs
-// never re-placed.
+// replacement measures agent kill (or rack loss) b: the jobs with a
+// worker alive on a killed node at the kill must each start a worker of
+// a newer incarnation, or finish (a done record), or have been cancelled
+// (an acknowledged cancel: a job cancelled before it could be re-placed,
+// or just before the kill while it still had its workers, is not). It
+// returns the time until the last was re-placed (-1 if no job needed it)
+// and the jobs never re-placed.
 func replacement(r *run, ls []*life, b event) (time.Duration, []string) {
 	cancelled := map[string]bool{}
 	for _, p := range r.ops {
@@ -126,10 +127,9 @@ func replacement(r *run, ls []*life, b event) (time.Duration, []string) {
 			cancelled[p.inv.Job] = true
 		}
 	}
-	node := b.Targets[0]
-	victims := map[string]uint64{} // job -> newest incarnation on the node
+	victims := map[string]uint64{} // job -> newest incarnation on the nodes
 	for _, l := range ls {
-		if l.w.Node == node && l.start.T <= b.t && !l.endsBy(b.t) {
+		if slices.Contains(b.Targets, l.w.Node) && l.start.T <= b.t && !l.endsBy(b.t) {
 			victims[l.start.Job] = max(victims[l.start.Job], l.start.Inc)
 		}
 	}

@@ -195,9 +195,16 @@ func Run(ctx context.Context, sc schedule.Scenario, seed uint64, o Options) (res
 	for _, f := range faults {
 		planned = append(planned, history.Planned{Seq: f.Seq, Fault: string(f.Kind)})
 	}
-	c, err := launch.Start(ctx, launch.Options{Exec: o.Exec, Env: o.Env, Dir: dir, Servers: o.Servers, Agents: o.Agents,
+	lo := launch.Options{Exec: o.Exec, Env: o.Env, Dir: dir, Servers: o.Servers, Agents: o.Agents,
 		GPUsPerAgent: o.GPUsPerAgent, Interval: o.Interval, TimeScale: o.TimeScale, RestartCost: o.RestartCost, Grace: o.Grace,
-		LogLevel: o.LogLevel, Network: o.Network, Observe: true, Scenario: sc.Name, Seed: seed, Planned: planned, Logger: log})
+		LogLevel: o.LogLevel, Network: o.Network, Observe: true, Scenario: sc.Name, Seed: seed, Planned: planned, Logger: log}
+	if sc.Racks > 0 {
+		// A server and two agents in every rack, at least.
+		lo.Racks, lo.ServerRacks = sc.Racks, true
+		lo.Servers, lo.Agents = max(o.Servers, sc.Racks), max(o.Agents, 2*sc.Racks)
+		o.Servers, o.Agents = lo.Servers, lo.Agents
+	}
+	c, err := launch.Start(ctx, lo)
 	if err != nil {
 		return res, err
 	}

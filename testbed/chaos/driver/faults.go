@@ -173,6 +173,30 @@ func (r *run) one(ctx context.Context, f schedule.Fault) error {
 		if err := c.Start(ctx, victim, kind, seq); err != nil {
 			return err
 		}
+	case schedule.RackLoss:
+		rack, members := r.rack(f.Pick)
+		leader, _, _ := c.Leader(ctx, 5*time.Second)
+		deposes := leader != nil && leader.Rack == rack
+		lid := ""
+		if leader != nil {
+			lid = leader.ID
+		}
+		r.begin(f, ids(members), lid, deposes)
+		r.log.Info("driver: rack lost", "rack", rack, "members", ids(members))
+		if err := c.KillAll(members, kind, seq); err != nil {
+			return err
+		}
+		if deposes {
+			r.probe(seq)
+		}
+		if err := down(); err != nil {
+			return err
+		}
+		for _, m := range members {
+			if err := c.Start(ctx, m, kind, seq); err != nil {
+				return err
+			}
+		}
 	case schedule.WorkerKill:
 		deadline := r.since() + 20*time.Second
 		extra := r.since() + 3*time.Second
@@ -254,6 +278,12 @@ func (r *run) network(ctx context.Context, f schedule.Fault) error {
 		apply = func() error { return n.Degrade(ctx, everyone, lossRate, 0) }
 	case schedule.Latency:
 		apply = func() error { return n.Degrade(ctx, everyone, 0, addedDelay) }
+	case schedule.RackPartition:
+		_, members := r.rack(f.Pick)
+		in := ids(members)
+		rest := slices.DeleteFunc(slices.Clone(everyone), func(s string) bool { return slices.Contains(in, s) })
+		targets, deposes = in, slices.Contains(in, leader.ID)
+		apply = func() error { return n.Partition(ctx, [][]string{in, rest}) }
 	}
 	r.begin(f, targets, leader.ID, deposes)
 	if err := apply(); err != nil {
@@ -271,4 +301,28 @@ func (r *run) network(ctx context.Context, f schedule.Fault) error {
 	}
 	r.event(history.Event{Kind: history.Net, Fault: string(f.Kind), Seq: f.Seq, Detail: n.Describe()})
 	return derr
+}
+
+// rack returns rack p % n of the cluster's racks (sorted) and its
+// members, servers then agents.
+func (r *run) rack(p uint32) (string, []*launch.Member) {
+	var racks []string
+	all := append(slices.Clone(r.c.Servers), r.c.Agents...)
+	for _, m := range all {
+		if m.Rack != "" && !slices.Contains(racks, m.Rack) {
+			racks = append(racks, m.Rack)
+		}
+	}
+	if len(racks) == 0 {
+		return "", nil
+	}
+	slices.Sort(racks)
+	rack := pick(racks, p)
+	var out []*launch.Member
+	for _, m := range all {
+		if m.Rack == rack {
+			out = append(out, m)
+		}
+	}
+	return rack, out
 }

@@ -39,6 +39,10 @@ const (
 	// the same id after Fault.Down, shorter than failure detection: the
 	// new incarnation must take over, or clear, the old one's workers.
 	AgentRestart Kind = "agent-restart"
+	// RackLoss kills every process of one rack (Fault.Pick among the
+	// racks), its server and its agents, at once, and restarts them
+	// after Fault.Down: the rack's jobs must be re-placed in the others.
+	RackLoss Kind = "rack-loss"
 
 	// The network faults need every process in a network namespace of
 	// its own (package netns); each lasts Fault.Down, then the network
@@ -61,21 +65,27 @@ const (
 	Loss Kind = "loss"
 	// Latency delays every packet every member sends by 200 ms.
 	Latency Kind = "latency"
+	// RackPartition cuts one rack (Fault.Pick among the racks), its
+	// server and its agents, off from the other racks.
+	RackPartition Kind = "rack-partition"
 )
 
 // Kinds lists every fault kind, in catalogue order.
 var Kinds = []Kind{LeaderKill, FollowerKill, LeaderPause, AgentKill, WorkerKill, ColdRestart, AgentRestart,
-	IsolateLeader, Split21, Split111, Bridge, Loss, Latency}
+	IsolateLeader, Split21, Split111, Bridge, Loss, Latency, RackLoss, RackPartition}
 
 // Network reports whether k is a network fault (it needs network
 // namespaces).
 func (k Kind) Network() bool {
 	switch k {
-	case IsolateLeader, Split21, Split111, Bridge, Loss, Latency:
+	case IsolateLeader, Split21, Split111, Bridge, Loss, Latency, RackPartition:
 		return true
 	}
 	return false
 }
+
+// Rack reports whether k strikes a whole rack (the scenario needs racks).
+func (k Kind) Rack() bool { return k == RackLoss || k == RackPartition }
 
 // Partition reports whether k partitions the network (as opposed to
 // degrading every link).
@@ -167,6 +177,10 @@ type Count struct {
 type Scenario struct {
 	Name   string
 	Counts []Count
+	// Racks, if positive, runs the scenario on a cluster of that many
+	// racks, each with one server and two agents (the rack faults need
+	// it).
+	Racks int
 }
 
 // Network reports whether the scenario holds a network fault.
@@ -181,7 +195,7 @@ func (s Scenario) Network() bool {
 
 // WithoutNetwork is the scenario without its network faults.
 func (s Scenario) WithoutNetwork() Scenario {
-	out := Scenario{Name: s.Name}
+	out := Scenario{Name: s.Name, Racks: s.Racks}
 	for _, c := range s.Counts {
 		if !c.Kind.Network() {
 			out.Counts = append(out.Counts, c)
@@ -219,13 +233,14 @@ var catalogue = []Scenario{
 	{Name: string(Latency), Counts: []Count{{Latency, 4}}},
 	{Name: "mixed", Counts: []Count{{LeaderKill, 2}, {FollowerKill, 2}, {LeaderPause, 2}, {AgentKill, 2}, {WorkerKill, 2},
 		{ColdRestart, 1}, {AgentRestart, 2}, {IsolateLeader, 1}, {Split21, 1}, {Split111, 1}, {Bridge, 1}, {Loss, 1}, {Latency, 1}}},
+	{Name: string(RackLoss), Counts: []Count{{RackLoss, 4}, {RackPartition, 2}}, Racks: 3},
 }
 
 // Catalogue returns a copy of every scenario, in order.
 func Catalogue() []Scenario {
 	out := make([]Scenario, len(catalogue))
 	for i, s := range catalogue {
-		out[i] = Scenario{Name: s.Name, Counts: slices.Clone(s.Counts)}
+		out[i] = Scenario{Name: s.Name, Counts: slices.Clone(s.Counts), Racks: s.Racks}
 	}
 	return out
 }
@@ -266,6 +281,9 @@ func Generate(seed uint64, sc Scenario, opts Options) ([]Fault, error) {
 		if c.N < 0 || !slices.Contains(Kinds, c.Kind) {
 			return nil, fmt.Errorf("%w: scenario %q count %+v", ErrInvalid, sc.Name, c)
 		}
+		if c.N > 0 && c.Kind.Rack() && sc.Racks < 2 {
+			return nil, fmt.Errorf("%w: scenario %q has %s faults but %d racks (at least 2)", ErrInvalid, sc.Name, c.Kind, sc.Racks)
+		}
 		for range c.N {
 			kinds = append(kinds, c.Kind)
 		}
@@ -289,7 +307,7 @@ func Generate(seed uint64, sc Scenario, opts Options) ([]Fault, error) {
 			f.Down = around(opts.ServerDown)
 		case LeaderPause:
 			f.Down = 2*opts.ElectionTimeout + time.Duration(rng.Int64N(int64(opts.ElectionTimeout)))
-		case AgentKill:
+		case AgentKill, RackLoss:
 			f.Down = around(opts.AgentDown)
 		case AgentRestart:
 			f.Down = opts.AgentRestartDown

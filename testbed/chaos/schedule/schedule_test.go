@@ -130,7 +130,10 @@ func TestGenerateGolden(t *testing.T) {
 
 func TestNetworkKinds(t *testing.T) {
 	for _, k := range Kinds {
-		want := k == IsolateLeader || k == Split21 || k == Split111 || k == Bridge || k == Loss || k == Latency
+		want := k == IsolateLeader || k == Split21 || k == Split111 || k == Bridge || k == Loss || k == Latency || k == RackPartition
+		if k.Rack() != (k == RackLoss || k == RackPartition) {
+			t.Errorf("%s: Rack() = %v", k, k.Rack())
+		}
 		if k.Network() != want {
 			t.Errorf("%s: Network() = %v", k, k.Network())
 		}
@@ -175,5 +178,26 @@ func TestGenerateInvalid(t *testing.T) {
 	}
 	if f, err := Generate(1, Scenario{Name: "empty"}, DefaultOptions); err != nil || len(f) != 0 {
 		t.Errorf("empty scenario: %v, %v", f, err)
+	}
+}
+
+// The rack scenario runs on racks; rack faults without racks are refused.
+func TestRackScenario(t *testing.T) {
+	sc, err := Lookup(string(RackLoss))
+	if err != nil || sc[0].Racks != 3 || !sc[0].Network() || sc[0].WithoutNetwork().Racks != 3 || sc[0].WithoutNetwork().Total() != 4 {
+		t.Fatalf("rack-loss: %+v, %v", sc, err)
+	}
+	fs, err := Generate(7, sc[0], DefaultOptions)
+	if err != nil || len(fs) != 6 {
+		t.Fatalf("%v, %v", fs, err)
+	}
+	for _, f := range fs {
+		if f.Down <= 0 {
+			t.Errorf("%v has no down time", f)
+		}
+	}
+	noRacks := Scenario{Name: "x", Counts: []Count{{RackLoss, 1}}}
+	if _, err := Generate(1, noRacks, DefaultOptions); !errors.Is(err, ErrInvalid) {
+		t.Errorf("rack faults without racks: %v", err)
 	}
 }

@@ -1,0 +1,124 @@
+package consensus
+
+import (
+	"slices"
+	"strings"
+
+	"pollux/optimizer"
+)
+
+// Node attributes (topology, GPU type), the cluster's topology levels and
+// a job's placement constraints (topology, GPU type) were added after the
+// first encodings. In commands they are encoded last, and only when set,
+// so that entries written before still decode and mean what they meant;
+// an encoded block that sets nothing is malformed (every value has one
+// encoding). Snapshots of version 3 always carry them.
+
+// maxLevels bounds the topology levels of a cluster (and so a node's
+// topology).
+const maxLevels = 8
+
+// encodeNodeAttrs writes a node's topology and GPU type.
+func encodeNodeAttrs(w *writer, n *Node) {
+	w.strs(n.Topology)
+	w.str(n.GPUType)
+}
+
+func decodeNodeAttrs(r *reader, n *Node) {
+	n.Topology = r.strs(maxLevels)
+	n.GPUType = r.str()
+}
+
+func nodeAttrsSet(n *Node) bool { return len(n.Topology) > 0 || n.GPUType != "" }
+
+// encodeSpecAttrs writes a job spec's placement constraints.
+func encodeSpecAttrs(w *writer, s *JobSpec) {
+	w.str(s.Topology.Required)
+	w.str(s.Topology.Preferred)
+	w.str(s.GPUType)
+}
+
+func decodeSpecAttrs(r *reader, s *JobSpec) {
+	s.Topology.Required = r.str()
+	s.Topology.Preferred = r.str()
+	s.GPUType = r.str()
+}
+
+func specAttrsSet(s *JobSpec) bool { return !s.Topology.IsZero() || s.GPUType != "" }
+
+// more reports whether an optional trailing block follows.
+func (r *reader) more() bool { return r.err == nil && len(r.b) > 0 }
+
+// checkNodeAttrs validates a node's topology and GPU type by themselves:
+// valid names, at most maxLevels levels, the first being its rack.
+func checkNodeAttrs(n *Node) error {
+	if len(n.Topology) > maxLevels {
+		return invalid("node %q declares %d topology levels (limit %d)", n.ID, len(n.Topology), maxLevels)
+	}
+	for _, d := range n.Topology {
+		if err := optimizer.CheckName("domain", d); err != nil {
+			return invalid("node %q topology: %v", n.ID, err)
+		}
+	}
+	if len(n.Topology) > 0 && n.Topology[0] != n.Rack {
+		return invalid("node %q in rack %q has topology %q, which starts with another rack", n.ID, n.Rack, strings.Join(n.Topology, ","))
+	}
+	if n.GPUType != "" {
+		if err := optimizer.CheckName("GPU type", n.GPUType); err != nil {
+			return invalid("node %q: %v", n.ID, err)
+		}
+	}
+	return nil
+}
+
+// checkNodeLevels checks a node's topology against the cluster's levels:
+// a node that declares a topology names a domain at every level.
+func checkNodeLevels(n *Node, levels []string) error {
+	want := max(len(levels), 1)
+	if len(n.Topology) > 0 && len(n.Topology) != want {
+		return invalid("node %q declares %d topology levels, the cluster has %d (%s)", n.ID, len(n.Topology), want,
+			strings.Join((ClusterConfig{Levels: levels}).TopologyLevels(), ", "))
+	}
+	return nil
+}
+
+// checkLevels validates a cluster's topology levels: nil (the rack
+// alone), or two or more levels, the rack first (the rack alone is
+// written as nil, so that it has one encoding).
+func checkLevels(levels []string) error {
+	if levels == nil {
+		return nil
+	}
+	if len(levels) < 2 {
+		return invalid("topology levels %q: the rack alone is the default, give none", strings.Join(levels, ","))
+	}
+	if len(levels) > maxLevels {
+		return invalid("%d topology levels (limit %d)", len(levels), maxLevels)
+	}
+	if _, err := optimizer.ParseLevels(strings.Join(levels, ",")); err != nil || slices.Contains(levels, "") {
+		return invalid("topology levels %q: %v", strings.Join(levels, ","), err)
+	}
+	return nil
+}
+
+// NormalizeLevels is levels as the state holds them: nil for the rack
+// alone.
+func NormalizeLevels(levels []string) []string {
+	if len(levels) == 0 || len(levels) == 1 && levels[0] == optimizer.RackLevel {
+		return nil
+	}
+	return slices.Clone(levels)
+}
+
+// checkSpecAttrs validates a job's placement constraints by themselves.
+func checkSpecAttrs(s *JobSpec) error {
+	if err := s.Topology.CheckSyntax(); err != nil {
+		return invalid("%v", err)
+	}
+	if s.GPUType != "" {
+		if err := optimizer.CheckName("GPU type", s.GPUType); err != nil {
+			return invalid("%v", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,235 @@
+package consensus
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"slices"
+	"testing"
+
+	"pollux/optimizer"
+)
+
+// Commands written before node attributes, topology levels and job
+// constraints existed decode unchanged; the new fields are encoded only
+// when set, and an encoded block that sets nothing is refused (one
+// encoding per value).
+func TestAttrsEncodedOnlyWhenSet(t *testing.T) {
+	plain := []Command{
+		&RegisterNode{Node: Node{ID: "n", GPUs: 4, Health: Alive, Rack: "r1"}},
+		&SubmitJob{ID: "j", Spec: testSpec(), SubmitTime: 1},
+		&InitCluster{ID: "c", CheckpointRoot: "/r"},
+	}
+	spec := testSpec()
+	spec.Topology = optimizer.TopologyConstraint{Required: "rack"}
+	spec.GPUType = "a100"
+	with := []Command{
+		&RegisterNode{Node: Node{ID: "n", GPUs: 4, Health: Alive, Rack: "r1", Topology: []string{"r1", "z1"}, GPUType: "t4"}},
+		&SubmitJob{ID: "j", Spec: spec, SubmitTime: 1},
+		&InitCluster{ID: "c", CheckpointRoot: "/r", Levels: []string{"rack", "zone"}},
+	}
+	for i := range plain {
+		old, err := Encode(plain[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Encode(with[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasPrefix(b, old[:2]) || len(b) <= len(old) {
+			t.Errorf("%T: the attributes are not encoded after the old fields", with[i])
+		}
+		c, err := Decode(b)
+		if err != nil {
+			t.Fatalf("%T: %v", with[i], err)
+		}
+		if again, _ := Encode(c); !bytes.Equal(again, b) {
+			t.Errorf("%T: does not round-trip", with[i])
+		}
+		// An empty block after an old encoding is not canonical.
+		var empty []byte
+		switch plain[i].(type) {
+		case *RegisterNode:
+			empty = []byte{0, 0}
+		case *SubmitJob:
+			// No submitter (encoded empty: constraints follow), then
+			// constraints that set nothing.
+			empty = []byte{0, 0, 0, 0}
+		case *InitCluster:
+			empty = []byte{0}
+		}
+		if _, err := Decode(append(slices.Clone(old), empty...)); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%T with an empty attribute block: %v", plain[i], err)
+		}
+	}
+	got, _ := Decode(mustEncode(t, with[0]))
+	if n := got.(*RegisterNode).Node; !slices.Equal(n.Topology, []string{"r1", "z1"}) || n.GPUType != "t4" {
+		t.Errorf("decoded node %+v", n)
+	}
+}
+
+// A submission carries two optional trailing blocks, the submitter (API
+// tokens) and then the placement constraints: each combination has one
+// encoding and round-trips; the submitter is encoded empty only when
+// constraints follow.
+func TestSubmitJobSubmitterAndConstraints(t *testing.T) {
+	spec := testSpec()
+	spec.Topology = optimizer.TopologyConstraint{Preferred: "rack"}
+	spec.GPUType = "t4"
+	plain := mustEncode(t, &SubmitJob{ID: "j", Spec: testSpec(), SubmitTime: 1})
+	for _, c := range []*SubmitJob{
+		{ID: "j", Spec: testSpec(), SubmitTime: 1, Submitter: "acc-alice"},
+		{ID: "j", Spec: spec, SubmitTime: 1},
+		{ID: "j", Spec: spec, SubmitTime: 1, Submitter: "acc-alice"},
+	} {
+		b := mustEncode(t, c)
+		if !bytes.HasPrefix(b, plain) || len(b) <= len(plain) {
+			t.Errorf("%+v: the optional blocks are not encoded after the old fields", c)
+		}
+		got, err := Decode(b)
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		g := got.(*SubmitJob)
+		if g.Submitter != c.Submitter || g.Spec.GPUType != c.Spec.GPUType || g.Spec.Topology != c.Spec.Topology {
+			t.Errorf("decoded %+v, want %+v", g, c)
+		}
+		if again := mustEncode(t, got); !bytes.Equal(again, b) {
+			t.Errorf("%+v: does not round-trip", c)
+		}
+	}
+	// An empty submitter with nothing after it is not canonical.
+	if _, err := Decode(append(slices.Clone(plain), 0)); !errors.Is(err, ErrMalformed) {
+		t.Errorf("an empty submitter block: %v", err)
+	}
+}
+
+func mustEncode(t *testing.T, c Command) []byte {
+	t.Helper()
+	b, err := Encode(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestAttrsValidation(t *testing.T) {
+	spec := func(f func(*JobSpec)) *SubmitJob {
+		s := testSpec()
+		f(&s)
+		return &SubmitJob{ID: "j", Spec: s}
+	}
+	node := func(f func(*Node)) *RegisterNode {
+		n := Node{ID: "n", GPUs: 4, Health: Alive}
+		f(&n)
+		return &RegisterNode{Node: n}
+	}
+	bad := map[string]Command{
+		"topology not starting with the rack": node(func(n *Node) { n.Rack, n.Topology = "r1", []string{"r2", "z1"} }),
+		"topology without a rack":             node(func(n *Node) { n.Topology = []string{"r2"} }),
+		"domain with a space":                 node(func(n *Node) { n.Rack, n.Topology = "r 1", []string{"r 1"} }),
+		"upper-case GPU type":                 node(func(n *Node) { n.GPUType = "A100" }),
+		"nine levels":                         node(func(n *Node) { n.Rack, n.Topology = "a", slices.Repeat([]string{"a"}, 9) }),
+		"required and preferred":              spec(func(s *JobSpec) { s.Topology = optimizer.TopologyConstraint{Required: "rack", Preferred: "rack"} }),
+		"bad level name":                      spec(func(s *JobSpec) { s.Topology.Required = "Rack" }),
+		"bad job GPU type":                    spec(func(s *JobSpec) { s.GPUType = "a 100" }),
+		"the rack alone as levels":            &InitCluster{ID: "c", Levels: []string{"rack"}},
+		"levels not starting with the rack":   &InitCluster{ID: "c", Levels: []string{"zone", "rack"}},
+		"level twice":                         &InitCluster{ID: "c", Levels: []string{"rack", "zone", "zone"}},
+	}
+	for name, c := range bad {
+		if _, err := Encode(c); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// The cluster's levels are set once; nodes and jobs are checked against
+// them when applied.
+func TestLevelsApply(t *testing.T) {
+	a := &fsmApplier{f: NewFSM()}
+	a.must(t, 1, &InitCluster{ID: "c", CheckpointRoot: "/r", Levels: []string{"rack", "zone"}})
+	// The same levels again, or none (a server that names none), are fine.
+	a.must(t, 1, &InitCluster{ID: "c2", CheckpointRoot: "/r", Levels: []string{"rack", "zone"}}, &InitCluster{ID: "c3", CheckpointRoot: "/r"})
+	if err := a.apply(t, 1, &InitCluster{ID: "c4", CheckpointRoot: "/r", Levels: []string{"rack", "block"}}); !errors.Is(err, ErrClusterConfig) {
+		t.Errorf("other levels: %v", err)
+	}
+	a.must(t, 1, &RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive, Rack: "r1", Topology: []string{"r1", "z1"}}},
+		&RegisterNode{Node: Node{ID: "n2", GPUs: 4, Health: Alive}}) // declares nothing: the default rack and zone
+	if err := a.apply(t, 1, &RegisterNode{Node: Node{ID: "n3", GPUs: 4, Health: Alive, Rack: "r1", Topology: []string{"r1"}}}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a node without its zone: %v", err)
+	}
+	s := testSpec()
+	s.Topology.Required = "zone"
+	a.must(t, 1, &SubmitJob{ID: "j1", Spec: s})
+	s.Topology.Required = "block"
+	if err := a.apply(t, 1, &SubmitJob{ID: "j2", Spec: s}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a job requiring an unknown level: %v", err)
+	}
+	st := a.f.State()
+	if !slices.Equal(st.Config.Levels, []string{"rack", "zone"}) || st.Config.ID != "c" || st.Jobs["j1"].Spec.Topology.Required != "zone" {
+		t.Fatalf("state %+v", st.Config)
+	}
+	// Everything survives a snapshot.
+	back, err := DecodeState(EncodeState(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(EncodeState(back), EncodeState(st)) || !slices.Equal(back.Nodes["n1"].Topology, []string{"r1", "z1"}) ||
+		back.Jobs["j1"].Spec.Topology.Required != "zone" || !slices.Equal(back.Config.Levels, st.Config.Levels) {
+		t.Fatalf("restored %+v", back.Config)
+	}
+	// A cluster with nodes of one topology cannot take levels they do
+	// not fit.
+	b := &fsmApplier{f: NewFSM()}
+	b.must(t, 1, &RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive, Rack: "r1", Topology: []string{"r1"}}})
+	if err := b.apply(t, 1, &InitCluster{ID: "c", Levels: []string{"rack", "zone"}}); !errors.Is(err, ErrClusterConfig) {
+		t.Errorf("levels that registered nodes do not fit: %v", err)
+	}
+}
+
+// A node's attributes change when it registers again (an agent
+// restarted with another rack or GPU type).
+func TestReRegisterChangesAttrs(t *testing.T) {
+	a := &fsmApplier{f: NewFSM()}
+	a.must(t, 1, &RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "t4"}},
+		&RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive, Rack: "r2", Topology: []string{"r2"}, GPUType: "a100"}})
+	n := a.f.State().Nodes["n1"]
+	if n.Rack != "r2" || n.GPUType != "a100" || !slices.Equal(n.Domains(), []string{"r2"}) {
+		t.Fatalf("node %+v", n)
+	}
+	if d := (&Node{Rack: "legacy"}).Domains(); !slices.Equal(d, []string{"legacy"}) {
+		t.Errorf("a rack without topology: %v", d)
+	}
+}
+
+func TestSnapshotVersion2Decodes(t *testing.T) {
+	// Written by the binary before snapshot version 3: a configured
+	// cluster, n1 in rack r1, n2 without one, j1 running with a bid
+	// (testdata/snapshot-v2.bin, another version 2 snapshot, holds jobs
+	// without submitters: see TestACLSnapshot).
+	b, err := os.ReadFile("testdata/snapshot-v2-bid.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[4] != 2 {
+		t.Fatalf("fixture is version %d", b[4])
+	}
+	s, err := DecodeState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1 := s.Nodes["n1"]
+	if s.Config.ID != "c1" || s.Config.Levels != nil || n1.Rack != "r1" || n1.Topology != nil || n1.GPUType != "" ||
+		s.Jobs["j1"].Bid.Version != 1 || !s.Jobs["j1"].Spec.Topology.IsZero() {
+		t.Fatalf("decoded %+v / %+v", s.Config, n1)
+	}
+	if !slices.Equal(n1.Domains(), []string{"r1"}) {
+		t.Errorf("domains %v", n1.Domains())
+	}
+	again, err := DecodeState(EncodeState(s))
+	if err != nil || again.Nodes["n1"].Rack != "r1" {
+		t.Fatalf("re-encoded: %v", err)
+	}
+}
