@@ -344,7 +344,13 @@ func TestRestartedAgentGetsNoStaleAssignment(t *testing.T) {
 }
 
 // processesWithEnv lists the pids whose environment holds kv (Linux).
-func processesWithEnv(kv string) []int {
+func processesWithEnv(kv string) []int { return workersIn("", kv) }
+
+// workersIn lists the pids whose environment holds kv and, unless dir is
+// empty, a value naming a path under dir (a launched cluster's workers
+// have their checkpoint directory there): a scan for "POLLUX_JOB_ID=ds-1"
+// does not count another run's workers of a job of that name.
+func workersIn(dir, kv string) []int {
 	paths, _ := filepath.Glob("/proc/[0-9]*/environ")
 	var pids []int
 	for _, p := range paths {
@@ -352,7 +358,9 @@ func processesWithEnv(kv string) []int {
 		if err != nil {
 			continue
 		}
-		if slices.ContainsFunc(bytes.Split(b, []byte{0}), func(e []byte) bool { return string(e) == kv }) {
+		env := bytes.Split(b, []byte{0})
+		if slices.ContainsFunc(env, func(e []byte) bool { return string(e) == kv }) &&
+			(dir == "" || slices.ContainsFunc(env, func(e []byte) bool { return bytes.Contains(e, []byte("="+dir+"/")) })) {
 			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
 			pids = append(pids, pid)
 		}

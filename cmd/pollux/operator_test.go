@@ -112,7 +112,7 @@ func TestCancelRetentionAndServerReplacement(t *testing.T) {
 
 	// Cancel: a long job runs, is cancelled, its workers stop.
 	submit("long", "bert")
-	until("the long job's workers", 30*time.Second, func() bool { return len(processesWithEnv("POLLUX_JOB_ID=long")) > 0 })
+	until("the long job's workers", 30*time.Second, func() bool { return len(workersIn(dir, "POLLUX_JOB_ID=long")) > 0 })
 	if code, out := client("cancel", "long"); code != 0 || !strings.Contains(out, "cancelled long") {
 		t.Fatalf("cancel: %d %q", code, out)
 	}
@@ -127,7 +127,7 @@ func TestCancelRetentionAndServerReplacement(t *testing.T) {
 	if code, _ := client("cancel", "no-such-job"); code != 2 {
 		t.Errorf("cancelling an unknown job: exit %d, want 2", code)
 	}
-	until("the cancelled job's workers to stop", 30*time.Second, func() bool { return len(processesWithEnv("POLLUX_JOB_ID=long")) == 0 })
+	until("the cancelled job's workers to stop", 30*time.Second, func() bool { return len(workersIn(dir, "POLLUX_JOB_ID=long")) == 0 })
 	// Retention: pruned after --retain.
 	until("the cancelled job to be pruned", 30*time.Second, func() bool {
 		code, _ := jobState("long")

@@ -154,7 +154,7 @@ func TestClusterSurvivesLeaderAndAgentKill(t *testing.T) {
 		t.Error(err)
 	}
 	for _, j := range jobs {
-		if pids := processesWithEnv("POLLUX_JOB_ID=" + j.Name); len(pids) > 0 {
+		if pids := workersIn(dir, "POLLUX_JOB_ID="+j.Name); len(pids) > 0 {
 			t.Errorf("workers of %s still running: %v", j.Name, pids)
 		}
 	}
