@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -396,6 +397,7 @@ func FuzzDecodeCommand(f *testing.F) {
 		&RegisterNode{Node: Node{ID: "n", GPUs: 1, Health: Alive, Addresses: []string{"a"}}},
 		&MarkNode{ID: "n", Health: Dead},
 		&InitCluster{ID: "c", CheckpointRoot: "/r"},
+		&InitCluster{ID: "c", CheckpointRoot: "/r", ReportKey: strings.Repeat("0", ReportKeyLen)},
 		&FinishJob{ID: "j1", Incarnation: 1, State: Cancelled, Reason: "user"},
 		&Prune{Jobs: []string{"j1", "j2"}, Nodes: []string{"n2"}},
 		&Round{Generation: 2, Term: 1, Time: 3, Accrue: 1, MaxFailures: 5, Jobs: map[string][]Slot{"j1": {{"n1", 1}}},

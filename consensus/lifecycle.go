@@ -1,15 +1,37 @@
 package consensus
 
-import "slices"
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"slices"
+)
 
 // InitCluster sets the cluster's configuration the first time it is
 // applied. Applied again with the same checkpoint root it changes nothing
-// (the first ID stays); with another root it is refused
-// (ErrClusterConfig), so a server started with a different
-// --checkpoint-root learns that the root is not its own to choose.
+// (the first ID and report key stay) but gives a cluster without a report
+// key (one configured before report tokens existed) ReportKey; with
+// another root it is refused (ErrClusterConfig), so a server started with
+// a different --checkpoint-root learns that the root is not its own to
+// choose. ReportKey is empty or ReportKeyLen long; it is encoded last,
+// and only when set, so entries written before it existed still decode.
 type InitCluster struct {
 	ID             string
 	CheckpointRoot string
+	ReportKey      string
+}
+
+// NewInitCluster is the configuration of a new cluster: a random id (16
+// hex digits) and report key, and the checkpoint root.
+func NewInitCluster(checkpointRoot string) InitCluster {
+	id := make([]byte, 8)
+	_, _ = rand.Read(id) // never fails (crypto/rand)
+	return InitCluster{ID: hex.EncodeToString(id), CheckpointRoot: checkpointRoot, ReportKey: newReportKey()}
+}
+
+func newReportKey() string {
+	k := make([]byte, ReportKeyLen/2)
+	_, _ = rand.Read(k)
+	return hex.EncodeToString(k)
 }
 
 // FinishJob ends a job exactly once, as Completed, Failed or Cancelled,
@@ -39,15 +61,28 @@ func (c *InitCluster) kind() byte { return typeInitCluster }
 func (c *InitCluster) encode(w *writer) {
 	w.str(c.ID)
 	w.str(c.CheckpointRoot)
+	if c.ReportKey != "" {
+		w.str(c.ReportKey)
+	}
 }
 func (c *InitCluster) decode(r *reader) {
 	c.ID = r.str()
 	c.CheckpointRoot = r.str()
+	if len(r.b) > 0 && r.err == nil {
+		if c.ReportKey = r.str(); c.ReportKey == "" {
+			r.fail("cluster configuration with an encoded empty report key (it is left out instead)")
+		}
+	}
 }
 
 func (c *InitCluster) validate() error {
 	if err := checkID("cluster", c.ID); err != nil {
 		return err
+	}
+	if c.ReportKey != "" {
+		if _, err := hex.DecodeString(c.ReportKey); err != nil || len(c.ReportKey) != ReportKeyLen {
+			return invalid("report key of %d characters (want %d hex digits)", len(c.ReportKey), ReportKeyLen)
+		}
 	}
 	return checkText("checkpoint root", c.CheckpointRoot)
 }
@@ -115,10 +150,12 @@ func (c *Prune) validate() error {
 func applyInit(s *State, c *InitCluster) error {
 	switch {
 	case s.Config.ID == "":
-		s.Config = ClusterConfig{ID: c.ID, CheckpointRoot: c.CheckpointRoot}
+		s.Config = ClusterConfig{ID: c.ID, CheckpointRoot: c.CheckpointRoot, ReportKey: c.ReportKey}
 		return nil
 	case s.Config.CheckpointRoot != c.CheckpointRoot:
 		return fmtErr(ErrClusterConfig, "the cluster's checkpoint root is %q (set at bootstrap), not %q", s.Config.CheckpointRoot, c.CheckpointRoot)
+	case s.Config.ReportKey == "":
+		s.Config.ReportKey = c.ReportKey
 	}
 	return nil
 }

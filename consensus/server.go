@@ -485,11 +485,11 @@ func (s *Server) SubmitJob(ctx context.Context, id string, spec JobSpec, submitT
 	return s.single(ctx, &SubmitJob{ID: id, Spec: spec, SubmitTime: submitTime})
 }
 
-// InitCluster sets the cluster's configuration if it has none; with
-// another checkpoint root than the configured one it fails with
-// ErrClusterConfig.
-func (s *Server) InitCluster(ctx context.Context, id, checkpointRoot string) error {
-	return s.single(ctx, &InitCluster{ID: id, CheckpointRoot: checkpointRoot})
+// InitCluster sets the cluster's configuration if it has none (and its
+// report key if it has none); with another checkpoint root than the
+// configured one it fails with ErrClusterConfig.
+func (s *Server) InitCluster(ctx context.Context, c InitCluster) error {
+	return s.single(ctx, &c)
 }
 
 // FinishJob ends a job (exactly once) as Completed, Failed or Cancelled

@@ -15,9 +15,11 @@ import (
 // Version 2 adds the cluster configuration, the last round's time and
 // per job its bid, crash counter and measurement acknowledgement;
 // version 1 snapshots (written before) still decode, with those empty.
+// Version 3 adds the cluster's report key; version 2 snapshots decode
+// without one.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 2
+	SnapshotVersion = 3
 	// maxSnapshot bounds what Restore reads.
 	maxSnapshot = 1 << 30
 )
@@ -33,6 +35,7 @@ func EncodeState(s *State) []byte {
 	w.str(s.Config.ID)
 	w.str(s.Config.CheckpointRoot)
 	w.f64(s.LastRound)
+	w.str(s.Config.ReportKey)
 
 	nodes := s.NodeIDs()
 	w.uvarint(uint64(len(nodes)))
@@ -81,8 +84,8 @@ func DecodeState(b []byte) (*State, error) {
 		return nil, fmt.Errorf("%w: not a snapshot", ErrMalformed)
 	}
 	version := b[len(snapshotMagic)]
-	if version != 1 && version != SnapshotVersion {
-		return nil, fmt.Errorf("%w: snapshot version %d (this binary knows 1 and %d)", ErrUnknownVersion, version, SnapshotVersion)
+	if version < 1 || version > SnapshotVersion {
+		return nil, fmt.Errorf("%w: snapshot version %d (this binary knows 1 to %d)", ErrUnknownVersion, version, SnapshotVersion)
 	}
 	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
 	if crc32.Checksum(body, castagnoli) != sum {
@@ -94,16 +97,19 @@ func DecodeState(b []byte) (*State, error) {
 		s.Config.ID = r.str()
 		s.Config.CheckpointRoot = r.str()
 		s.LastRound = r.f64()
+		if version >= 3 {
+			s.Config.ReportKey = r.str()
+		}
 		if r.err == nil {
 			if err := checkNonNeg("last round", s.LastRound); err != nil {
 				return nil, err
 			}
 			if s.Config.ID != "" {
-				if err := (&InitCluster{ID: s.Config.ID, CheckpointRoot: s.Config.CheckpointRoot}).validate(); err != nil {
+				if err := (&InitCluster{ID: s.Config.ID, CheckpointRoot: s.Config.CheckpointRoot, ReportKey: s.Config.ReportKey}).validate(); err != nil {
 					return nil, err
 				}
-			} else if s.Config.CheckpointRoot != "" {
-				return nil, invalid("checkpoint root without a cluster id")
+			} else if s.Config.CheckpointRoot != "" || s.Config.ReportKey != "" {
+				return nil, invalid("checkpoint root or report key without a cluster id")
 			}
 		}
 	}

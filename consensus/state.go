@@ -253,7 +253,17 @@ type ClusterConfig struct {
 	// checkpoint directory: ROOT/<job id>, the same on every server.
 	// Empty: such jobs are refused at submission.
 	CheckpointRoot string
+	// ReportKey (32 random bytes in hex) is the secret the leader
+	// derives the workers' report tokens from (workerproto.ReportToken),
+	// so that every leader hands out and checks the same tokens. Empty
+	// in a state written before report tokens existed: the leader adds
+	// one (InitCluster) before its first round.
+	ReportKey string
 }
+
+// ReportKeyLen is the length of a cluster's report key: 32 random bytes
+// in hex.
+const ReportKeyLen = 64
 
 // State is the whole replicated state. Values handed out by Server are
 // deep copies: callers may keep and modify them.

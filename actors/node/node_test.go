@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -51,8 +52,14 @@ func fakeWorker(mode string) int {
 	}
 	defer c.Close()
 	rep := workerproto.Report{
-		Job: env.JobID, Incarnation: env.Incarnation, Rank: env.Rank,
+		Job: env.JobID, Incarnation: env.Incarnation, Rank: env.Rank, Token: env.ReportToken,
 		StepTime: 0.1, SyncTime: 0.01, LocalBatch: env.AtomicBatch, AccumSteps: env.AccumSteps, Done: mode == "done",
+	}
+	if mode == "env" {
+		// The whole environment, for the test to see.
+		if err := os.WriteFile(filepath.Join(env.CheckpointDir, "env"), []byte(strings.Join(os.Environ(), "\n")), 0o644); err != nil {
+			return 15
+		}
 	}
 	if mode == "cpuslot" {
 		// A CPU slot: no GPU, its cores in POLLUX_CPUS and their count in
@@ -72,7 +79,7 @@ func fakeWorker(mode string) int {
 	if _, err := c.Write(line); err != nil {
 		return 13
 	}
-	if mode == "done" {
+	if mode == "done" || mode == "env" {
 		return 0
 	}
 	for {
@@ -114,6 +121,10 @@ type fixture struct {
 	slots   [][]int
 	grace   time.Duration
 	log     *logBuffer
+	root    string   // the cluster's checkpoint root
+	key     []byte   // the cluster's report key
+	allow   []string // the node's allow-list (nil: the default)
+	env     []string // Config.WorkerEnv
 }
 
 // logBuffer collects a node's log lines.
@@ -144,7 +155,8 @@ func newFixtureIn(t *testing.T, gpus int, grace time.Duration, dataDir string, c
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
-	f := &fixture{t: t, sys: sys, got: make(chan any, 1000), cluster: "c1", term: 1, dataDir: dataDir, gpus: gpus, slots: cpuSlots, grace: grace}
+	f := &fixture{t: t, sys: sys, got: make(chan any, 1000), cluster: "c1", term: 1, dataDir: dataDir, gpus: gpus, slots: cpuSlots, grace: grace,
+		root: t.TempDir(), key: []byte("test report key"), allow: []string{"emulated:*"}}
 	f.startNode()
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &owner{got: f.got} }))
 	f.owner = &pb.Ref{Address: pid.Address, Id: pid.Id}
@@ -161,7 +173,7 @@ func (f *fixture) startNode() {
 	f.t.Helper()
 	f.log = &logBuffer{}
 	n, err := Start(f.sys, Config{Name: "n1", GPUs: f.gpus, CPUSlots: f.slots, Grace: f.grace, WorkerOutput: io.Discard, DataDir: f.dataDir,
-		Logger:   slog.New(slog.NewTextHandler(f.log, nil)),
+		Logger: slog.New(slog.NewTextHandler(f.log, nil)), AllowCommands: f.allow, WorkerEnv: f.env,
 		Emulator: func(app string) []string { return []string{os.Args[0], "fakeworker", app} }})
 	if err != nil {
 		f.t.Fatal(err)
@@ -180,13 +192,22 @@ func (f *fixture) restart() {
 }
 
 // run is a RunJob of an emulated job whose "application" is the fake
-// worker's mode.
+// worker's mode, with its checkpoint directory under the root and the
+// report tokens of its ranks.
 func (f *fixture) run(job string, inc uint64, replicas uint32, mode string) *pb.RunJob {
-	return &pb.RunJob{
+	rj := &pb.RunJob{
 		Job: job, Incarnation: inc, Application: mode, Replicas: replicas, WorldSize: replicas, NumNodes: 1,
 		MasterAddr: "127.0.0.1", MasterPort: 29500, InitBatch: 32, AtomicBatch: 32, Gain: 1,
-		CheckpointDir: f.t.TempDir(), Owner: f.owner,
+		CheckpointDir: filepath.Join(f.root, job), Owner: f.owner,
 	}
+	for r := range int(replicas) {
+		rj.ReportTokens = append(rj.ReportTokens, f.token(job, inc, r))
+	}
+	return rj
+}
+
+func (f *fixture) token(job string, inc uint64, rank int) string {
+	return workerproto.ReportToken(f.key, job, inc, rank)
 }
 
 func (f *fixture) assign(gen uint64, runs ...*pb.RunJob) *pb.AssignAck {
@@ -196,6 +217,9 @@ func (f *fixture) assign(gen uint64, runs ...*pb.RunJob) *pb.AssignAck {
 
 func (f *fixture) send(a *pb.Assign) *pb.AssignAck {
 	f.t.Helper()
+	if a.CheckpointRoot == "" {
+		a.CheckpointRoot = f.root
+	}
 	res, err := f.sys.Root.RequestFuture(f.node.PID(), a, 5*time.Second).Result()
 	if err != nil {
 		f.t.Fatal(err)
@@ -413,32 +437,6 @@ func TestFailedWorkerIsReported(t *testing.T) {
 	if m, ok := f.next(5 * time.Second).(*pb.WorkerExited); !ok || m.ExitCode != 3 || m.Requested {
 		t.Fatalf("exit %v", m)
 	}
-}
-
-func TestReportsOfUnknownRunsAreDropped(t *testing.T) {
-	f := newFixture(t, 1, time.Second)
-	f.assign(1, f.run("a", 4, 1, "serve"))
-	f.reports(1)
-	c, err := net.Dial("tcp", f.node.ReportAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	lines := []string{
-		`{"job":"a","incarnation":3,"rank":0,"step_time":1,"local_bsz":1}`, // old incarnation
-		`{"job":"b","incarnation":4,"rank":0,"step_time":1,"local_bsz":1}`, // unknown job
-		`{"job":"a","incarnation":4,"rank":1,"step_time":1,"local_bsz":1}`, // rank not here
-		`{"job":"a","incarnation":4,"rank":0,"step_time":"NaN","local_bsz":1}`,
-		"\x00\x01garbage",
-		`{"job":"a","incarnation":4,"rank":0,"step_time":1,"local_bsz":7}`, // the only good one
-	}
-	if _, err := io.WriteString(c, strings.Join(lines, "\n")+"\n"); err != nil {
-		t.Fatal(err)
-	}
-	if r := f.reports(1)[0]; r.LocalBsz != 7 {
-		t.Errorf("forwarded %v", r)
-	}
-	f.quiet(200 * time.Millisecond)
 }
 
 func TestStopTerminatesWorkers(t *testing.T) {

@@ -64,8 +64,8 @@ func TestReportPortTLSAndLimits(t *testing.T) {
 	logs := &lockedBuf{}
 	got := make(chan workerproto.Report, 10)
 	l, err := listenReports(Config{ReportListen: "127.0.0.1:0", ReportTLS: srvCfg, ReportCA: b.CA, MaxReportConns: 2,
-		ReportIdle: 400 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))},
-		func(r workerproto.Report) { got <- r })
+		ReportFirst: 5 * time.Second, ReportIdle: 400 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+		func(r workerproto.Report) error { got <- r; return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestReportPortTLSAndLimits(t *testing.T) {
 	defer w2.Close()
 	_, _ = w2.Write(line)
 	<-got
-	// Two connections open: a third is closed at once.
+	// Two connections of workers open: a third is closed at once.
 	w3 := dialTLS()
 	_ = w3.SetReadDeadline(time.Now().Add(2 * time.Second))
 	if _, err := w3.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {

@@ -10,9 +10,6 @@ import (
 // MaxTokenBytes bounds a report token (ReportToken makes 43 bytes).
 const MaxTokenBytes = 128
 
-// ReportKeyBytes is the size of a cluster's report key.
-const ReportKeyBytes = 32
-
 // ReportToken is the report token of one rank of one job incarnation:
 // HMAC-SHA256 under the incarnation's secret (itself HMAC-SHA256 under
 // the cluster's report key, of the job and incarnation), base64url

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -275,17 +273,15 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	return nil
 }
 
-// initCluster sets the cluster's configuration (a random cluster id, the
-// checkpoint root) once a leader can take it; if the cluster already has
+// initCluster sets the cluster's configuration (a random cluster id and
+// report key, the checkpoint root) once a leader can take it; if the cluster already has
 // another checkpoint root it stops the server (fail): the root is the
 // cluster's, set at bootstrap, and jobs' checkpoints are under it.
 func initCluster(ctx context.Context, srv *consensus.Server, root string, log *slog.Logger, fail context.CancelCauseFunc) {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	id := hex.EncodeToString(b)
+	init := consensus.NewInitCluster(root)
 	for {
 		c, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := srv.InitCluster(c, id, root)
+		err := srv.InitCluster(c, init)
 		cancel()
 		switch {
 		case err == nil:
