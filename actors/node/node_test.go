@@ -169,12 +169,20 @@ func newFixtureIn(t *testing.T, gpus int, grace time.Duration, dataDir string, c
 	return f
 }
 
-func (f *fixture) startNode() {
+func (f *fixture) startNode() { f.startNodeWith(nil) }
+
+// startNodeWith starts the node, with edit's changes to its
+// configuration.
+func (f *fixture) startNodeWith(edit func(*Config)) {
 	f.t.Helper()
 	f.log = &logBuffer{}
-	n, err := Start(f.sys, Config{Name: "n1", GPUs: f.gpus, CPUSlots: f.slots, Grace: f.grace, WorkerOutput: io.Discard, DataDir: f.dataDir,
+	cfg := Config{Name: "n1", GPUs: f.gpus, CPUSlots: f.slots, Grace: f.grace, WorkerOutput: io.Discard, DataDir: f.dataDir,
 		Logger: slog.New(slog.NewTextHandler(f.log, nil)), AllowCommands: f.allow, WorkerEnv: f.env,
-		Emulator: func(app string) []string { return []string{os.Args[0], "fakeworker", app} }})
+		Emulator: func(app string) []string { return []string{os.Args[0], "fakeworker", app} }}
+	if edit != nil {
+		edit(&cfg)
+	}
+	n, err := Start(f.sys, cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -189,6 +197,16 @@ func (f *fixture) restart() {
 		f.t.Fatal(err)
 	}
 	f.startNode()
+}
+
+// restartWith restarts the node with the fixture's settings and edit's
+// changes.
+func (f *fixture) restartWith(edit func(*Config)) {
+	f.t.Helper()
+	if err := f.node.Stop(5 * time.Second); err != nil {
+		f.t.Fatal(err)
+	}
+	f.startNodeWith(edit)
 }
 
 // run is a RunJob of an emulated job whose "application" is the fake

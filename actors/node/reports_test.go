@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -27,18 +28,19 @@ func (l *lockedBuf) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
-func (l *lockedBuf) count(s string) int {
+func (l *lockedBuf) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
+	return l.b.String()
 }
 
-func waitCount(t *testing.T, l *lockedBuf, s string, n int) {
+// waitCount waits for the log to hold n lines with s.
+func waitCount(t *testing.T, l fmt.Stringer, s string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Second)
-	for l.count(s) < n {
+	for strings.Count(l.String(), s) < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("log has %d lines with %q, want %d:\n%s", l.count(s), s, n, l.b.String())
+			t.Fatalf("log has %d lines with %q, want %d:\n%s", strings.Count(l.String(), s), s, n, l)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
