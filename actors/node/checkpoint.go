@@ -6,35 +6,19 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
+
+	"pollux/actors/jobspec"
 )
 
 // checkCheckpointDir checks, without touching the file system, that dir
-// is a clean absolute path strictly below root (no "..", no "." and no
-// doubled or trailing slash: the path is exactly what it says). The
-// error wraps errDenied.
+// is a clean absolute path strictly below root (jobspec.CheckCheckpointDir,
+// which the API also applies at submission). The error wraps errDenied.
 func checkCheckpointDir(root, dir string) error {
-	switch {
-	case root == "":
-		return fmt.Errorf("%w: the cluster has no checkpoint root (pollux server --bootstrap --checkpoint-root DIR), so no checkpoint directory is allowed", errDenied)
-	case !filepath.IsAbs(root) || filepath.Clean(root) != root:
-		return fmt.Errorf("%w: checkpoint root %q is not a clean absolute path", errDenied, root)
-	case !filepath.IsAbs(dir):
-		return fmt.Errorf("%w: checkpoint directory %q is not an absolute path", errDenied, dir)
-	case slices.Contains(strings.Split(dir, "/"), ".."):
-		return fmt.Errorf("%w: checkpoint directory %q has a \"..\"", errDenied, dir)
-	case filepath.Clean(dir) != dir:
-		return fmt.Errorf("%w: checkpoint directory %q is not a clean path (want %q)", errDenied, dir, filepath.Clean(dir))
-	case !within(root, dir) || dir == root:
-		return fmt.Errorf("%w: checkpoint directory %q is outside the cluster's checkpoint root %s", errDenied, dir, root)
+	if err := jobspec.CheckCheckpointDir(root, dir); err != nil {
+		return fmt.Errorf("%w: %w", errDenied, err)
 	}
 	return nil
-}
-
-// within reports whether the clean path p is root or below it.
-func within(root, p string) bool {
-	return p == root || strings.HasPrefix(p, strings.TrimSuffix(root, "/")+"/")
 }
 
 // prepareCheckpointDir makes dir (checked by checkCheckpointDir) exist
@@ -76,7 +60,7 @@ func prepareCheckpointDir(root, dir string, owner *RunAs) error {
 		if err != nil {
 			return fmt.Errorf("node: checkpoint directory: %w", err)
 		}
-		if !within(realRoot, real) {
+		if !jobspec.Within(realRoot, real) {
 			return fmt.Errorf("%w: checkpoint directory %s: %s is a link to %s, outside the checkpoint root", errDenied, dir, cur, real)
 		}
 		st, err := os.Stat(real)

@@ -80,7 +80,7 @@ func TestCheckpointDirMustBeUnderTheRoot(t *testing.T) {
 		{"/ck", "/ck", "outside"},
 		{"/ck", "/ckpt/j", "outside"},
 		{"/ck", "/etc", "outside"},
-		{"/ck", "ck/j", "not an absolute path"},
+		{"/ck", "ck/j", "absolute path"},
 		{"/ck", "/ck/../etc", `".."`},
 		{"/ck", "/ck/j/..", `".."`},
 		{"/ck", "/ck//j", "not a clean path"},

@@ -276,6 +276,13 @@ func (c *Cluster) layout(ctx context.Context) error {
 				"--fast-gossip", "--time-scale", ts, "--restart-cost", o.RestartCost.String(), "--grace", o.Grace.String(),
 				"--worker-exec", strings.Join(o.Exec, ","), "--log-level", o.LogLevel}}
 		m.args = append(m.args, c.tls.Flags(id)...)
+		// Workers get a clean environment: what they need is passed on.
+		for _, name := range append(envNames(o.Env), record.EnvDir) {
+			m.args = append(m.args, "--pass-env", name)
+		}
+		for _, p := range o.AllowCommands {
+			m.args = append(m.args, "--allow-command", p)
+		}
 		if o.Observe {
 			dir := filepath.Join(o.Dir, "records", id)
 			if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -286,6 +293,16 @@ func (c *Cluster) layout(ctx context.Context) error {
 		c.Agents = append(c.Agents, m)
 	}
 	return nil
+}
+
+// envNames are the names of KEY=VALUE variables.
+func envNames(env []string) []string {
+	names := make([]string, 0, len(env))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		names = append(names, name)
+	}
+	return names
 }
 
 func join(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }

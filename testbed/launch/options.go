@@ -38,8 +38,13 @@ const (
 type Options struct {
 	// Exec is the program (and leading arguments) that runs `pollux`.
 	Exec []string
-	// Env is added to every process's environment.
+	// Env is added to every process's environment (workers' too: the
+	// agents pass these names on, with --pass-env).
 	Env []string
+	// AllowCommands, if set, is the agents' --allow-command list (the
+	// commands their workers may run); nil: the agents' default (the
+	// emulated worker and the worker library's scripts).
+	AllowCommands []string
 	// Dir holds data directories (a server's Raft state, an agent's
 	// fencing state: Dir/<id>), logs (<id>.log), the cluster's checkpoint
 	// root (Dir/checkpoints), and with Observe the history and the worker
