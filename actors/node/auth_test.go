@@ -253,6 +253,14 @@ func TestReportPortProbation(t *testing.T) {
 	}
 	delivered()
 	waitCount(t, logs, "dropping bad worker report", 1)
+	// ... up to maxBadLines in a row.
+	if _, err := io.WriteString(w1, strings.Repeat("garbage\n", maxBadLines)); err != nil {
+		t.Fatal(err)
+	}
+	closedWithin(t, w1, time.Second)
+	waitCount(t, logs, "bad lines in a row", 1)
+	w1 = sendLine(t, l.addr(), good)
+	delivered()
 	// Two workers' connections: the cap holds against a third client.
 	w2 := sendLine(t, l.addr(), good)
 	delivered()

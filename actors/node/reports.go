@@ -25,6 +25,9 @@ const (
 	// report for that long (a worker reports every few seconds and
 	// reconnects when cut off).
 	DefaultReportIdle = 2 * time.Minute
+	// maxBadLines closes a worker's connection after that many bad lines
+	// in a row (each is logged).
+	maxBadLines = 16
 )
 
 // reportListener accepts worker connections (over TLS unless insecure)
@@ -35,8 +38,9 @@ const (
 // closes it, and when the connection cap is reached the oldest one on
 // probation is closed to make room for a new one. A connection that has
 // proved itself (a worker) is closed when it is silent for ReportIdle
-// (only accepted reports count), on an oversized line or on a refused
-// report; its malformed lines are dropped and logged. So a client that
+// (only accepted reports count), on an oversized line, on a refused
+// report or after maxBadLines malformed lines in a row; its malformed
+// lines are dropped and logged. So a client that
 // knows no token holds a connection for at most ReportFirst and cannot
 // keep workers out by filling the cap.
 type reportListener struct {
@@ -141,7 +145,7 @@ func (l *reportListener) serve(c net.Conn) {
 		return // evicted or closed already
 	}
 	peer := c.RemoteAddr().String()
-	proved := false
+	proved, bad := false, 0
 	_ = c.SetReadDeadline(time.Now().Add(l.first))
 	rd := workerproto.NewReader(c)
 	for {
@@ -151,6 +155,7 @@ func (l *reportListener) serve(c net.Conn) {
 		}
 		switch {
 		case err == nil:
+			bad = 0
 			if !proved {
 				proved = true
 				l.mu.Lock()
@@ -158,7 +163,8 @@ func (l *reportListener) serve(c net.Conn) {
 				l.mu.Unlock()
 			}
 			_ = c.SetReadDeadline(time.Now().Add(l.idle))
-		case errors.Is(err, workerproto.ErrBadReport) && proved:
+		case errors.Is(err, workerproto.ErrBadReport) && proved && bad < maxBadLines-1:
+			bad++
 			l.log.Warn("node: dropping bad worker report", "channel", pki.ChannelReport, "peer", peer, "err", err)
 		case errors.Is(err, io.EOF):
 			return
@@ -167,8 +173,12 @@ func (l *reportListener) serve(c net.Conn) {
 				"job", r.Job, "incarnation", r.Incarnation, "rank", r.Rank, "done", r.Done, "err", err)
 			return
 		case errors.Is(err, workerproto.ErrBadReport):
+			why := "no accepted report on this connection yet"
+			if proved {
+				why = fmt.Sprintf("%d bad lines in a row", maxBadLines)
+			}
 			l.log.Warn("node: refused worker report", "channel", pki.ChannelReport, "peer", peer,
-				"err", fmt.Errorf("%w (closing: no accepted report on this connection yet)", err))
+				"err", fmt.Errorf("%w (closing: %s)", err, why))
 			return
 		default:
 			l.log.Warn("node: closing report connection", "channel", pki.ChannelReport, "peer", peer, "err", err)
