@@ -42,7 +42,8 @@
 // refused or dropped, so workers of an old incarnation never count in a
 // newer one. FinishJob ends a job exactly once (completed, failed or
 // cancelled); Prune forgets finished jobs and gone nodes (retention);
-// InitCluster sets the cluster id and checkpoint root once. Submissions
+// InitCluster sets the cluster id, checkpoint root and report key (from
+// which the leader derives workers' report tokens) once. Submissions
 // and registrations beyond MaxJobs and MaxNodes are refused (ErrLimit),
 // so the state always fits a snapshot. The commands of the first version
 // of the loop (UpdateJob, RecordProfile, CommitAllocation, CompleteJob)
