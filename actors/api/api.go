@@ -423,7 +423,42 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
 	default:
 		a.cfg.Logger.Info("api: job cancelled", "job", id)
-		writeJSON(w, http.StatusOK, map[string]string{"id": id, "state": consensus.Cancelled.String()})
+		out := CancelResult{ID: id, State: consensus.Cancelled.String()}
+		if inc, ok := a.finalIncarnation(ctx, id); ok {
+			out.Incarnation = &inc
+		}
+		writeJSON(w, http.StatusOK, out)
+	}
+}
+
+// CancelResult is the answer to a cancel. Incarnation is the job's last
+// incarnation, the one the cancel took effect in: no worker of a later
+// one ever starts, and workers of it still being started when the
+// cancel was acknowledged (an assignment already on its way) are
+// stopped by the next round. It is absent if this server could not see
+// the cancel applied within a second.
+type CancelResult struct {
+	ID          string  `json:"id"`
+	State       string  `json:"state"`
+	Incarnation *uint64 `json:"incarnation,omitempty"`
+}
+
+// finalIncarnation waits (briefly) until this server's state shows job
+// finished, and returns its incarnation then, which never changes again.
+func (a *API) finalIncarnation(ctx context.Context, id string) (uint64, bool) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	for {
+		if st, _, err := a.state(ctx); err == nil {
+			if j := st.Jobs[id]; j != nil && j.State.Terminal() {
+				return j.Incarnation, true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 

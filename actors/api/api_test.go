@@ -184,6 +184,7 @@ func TestJobAndCancel(t *testing.T) {
 	a, fb := newTest()
 	do(a, "POST", PathJobs, good)
 	fb.st.Jobs["j1"].Bid = consensus.Bid{Session: 1, Version: 2, Single: []consensus.BatchChoice{{LocalBatch: 128, Gain: 1}}}
+	fb.st.Jobs["j1"].Incarnation = 3
 	code, body := do(a, "GET", PathJobs+"/j1", "")
 	var j Job
 	if err := json.Unmarshal([]byte(body), &j); err != nil || code != 200 || j.ID != "j1" || j.Bid == nil || j.Bid.Version != 2 || j.Bid.Single[0].LocalBatch != 128 {
@@ -206,6 +207,14 @@ func TestJobAndCancel(t *testing.T) {
 	}
 	if fb.st.Jobs["j1"].State != consensus.Cancelled {
 		t.Errorf("state %v", fb.st.Jobs["j1"].State)
+	}
+	// The answer names the incarnation the cancel took effect in.
+	do(a, "POST", PathJobs, strings.Replace(good, "j1", "j2", 1))
+	fb.st.Jobs["j2"].Incarnation = 5
+	code, body = do(a, "POST", PathJobs+"/j2/cancel", "")
+	var c CancelResult
+	if err := json.Unmarshal([]byte(body), &c); err != nil || code != 200 || c.Incarnation == nil || *c.Incarnation != 5 {
+		t.Errorf("cancel j2: %d %s, want the incarnation 5", code, body)
 	}
 }
 

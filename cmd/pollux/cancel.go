@@ -25,11 +25,15 @@ func newCancelCmd() *cobra.Command {
 			"or finished job is an error.",
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var res map[string]string
+			var res api.CancelResult
 			if err := o.call(cmd.Context(), http.MethodPost, api.PathJobs+"/"+url.PathEscape(args[0])+"/cancel", nil, &res); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "cancelled %s\n", res["id"])
+			if res.Incarnation != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "cancelled %s (in incarnation %d)\n", res.ID, *res.Incarnation)
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "cancelled %s\n", res.ID)
+			}
 			return nil
 		},
 	}

@@ -136,10 +136,21 @@ func (cl *Client) Submit(ctx context.Context, m *Member, job string, spec []byte
 	return cl.do(ctx, m, history.Submit, job, http.MethodPost, api.PathJobs, spec, timeout, nil)
 }
 
-// Cancel asks m to cancel job: OK is 200 (cancelled now); a definite
+// Cancel asks m to cancel job: OK is 200 (cancelled now, with the
+// incarnation it took effect in when the server says); a definite
 // refusal is 404 (no such job) or 409 (already finished).
 func (cl *Client) Cancel(ctx context.Context, m *Member, job string, timeout time.Duration) Answer {
-	return cl.do(ctx, m, history.Cancel, job, http.MethodPost, api.PathJobs+"/"+url.PathEscape(job)+"/cancel", nil, timeout, nil)
+	return cl.do(ctx, m, history.Cancel, job, http.MethodPost, api.PathJobs+"/"+url.PathEscape(job)+"/cancel", nil, timeout, func(resp *http.Response, o *history.Op) error {
+		var c api.CancelResult
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&c); err != nil {
+			return err
+		}
+		if c.ID != job {
+			return fmt.Errorf("cancelled job %s, answer names %q", job, c.ID)
+		}
+		o.Inc = c.Incarnation
+		return nil
+	})
 }
 
 // Job reads one job as m sees it: found false when m answers that there

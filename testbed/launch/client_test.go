@@ -34,7 +34,13 @@ func fakeAPI(t *testing.T) *httptest.Server {
 		_ = json.NewEncoder(w).Encode([]api.Job{{ID: "j", State: "running", Incarnation: 2, Epoch: 3, Progress: 4.5}})
 	})
 	mux.HandleFunc("POST "+api.PathJobs+"/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(map[string]int{"run": 200, "done": 409, "none": 404, "full": 507, "busy": 503}[r.PathValue("id")])
+		code := map[string]int{"run": 200, "done": 409, "none": 404, "full": 507, "busy": 503}[r.PathValue("id")]
+		w.WriteHeader(code)
+		if code == 200 {
+			inc := uint64(4)
+			_ = json.NewEncoder(w).Encode(api.CancelResult{ID: r.PathValue("id"), State: "cancelled", Incarnation: &inc})
+			return
+		}
 		_ = json.NewEncoder(w).Encode(api.Error{Error: "cancel " + r.PathValue("id")})
 	})
 	mux.HandleFunc("GET "+api.PathJobs+"/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -147,6 +153,9 @@ func TestClientRecordsEveryOperation(t *testing.T) {
 		}
 		if l.Op.F == history.Status && (l.Op.Status == nil || l.Op.Status.Generation != 9) {
 			t.Errorf("status answer recorded as %+v", l.Op)
+		}
+		if l.Op.F == history.Cancel && l.Op.Type == history.OK && (l.Op.Inc == nil || *l.Op.Inc != 4) {
+			t.Errorf("cancel answer recorded as %+v", l.Op)
 		}
 	}
 	if len(open) != 0 {

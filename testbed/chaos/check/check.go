@@ -41,7 +41,12 @@ const (
 	// the API shows.
 	CompletionBacked Invariant = "completion-backed"
 	// RanAfterFinish: no worker of a job starts after a linearizable read
-	// showed it completed, or after its cancel was acknowledged.
+	// showed it completed, or after its cancel was acknowledged, in a
+	// later incarnation than the one it completed or was cancelled in (a
+	// cancel whose answer names no incarnation: in any); and a worker of
+	// the cancelled incarnation that starts after the cancel was
+	// acknowledged (its assignment was on its way) ends within
+	// cancelStopWithin of it.
 	RanAfterFinish Invariant = "ran-after-finish"
 	// ExistsBeforeSubmit: no submission is answered "exists" unless one
 	// was sent before.

@@ -263,6 +263,16 @@ func TestViolations(t *testing.T) {
 			f.h.op(1200, 1210, history.Cancel, "c", history.OK, 200, nil)
 			f.workers["c1"] = start("n1", 1300, "c", 1, 500, 3).exit(1400)
 		}, RanAfterFinish, "job c incarnation 1 rank 0 (pid 500 on n1, GPUs [3]) started at 1.300s, after the job was cancel acknowledged at 1.210s"},
+		{"worker of a later incarnation started after its cancel", func(f *fixture) {
+			f.h.submit(1100, 1110, "c", history.OK, 201)
+			f.h.op(1200, 1210, history.Cancel, "c", history.OK, 200, func(o *history.Op) { o.Inc = ptr(uint64(1)) })
+			f.workers["c2"] = start("n1", 1300, "c", 2, 500, 3).exit(1400)
+		}, RanAfterFinish, "job c incarnation 2 rank 0 (pid 500 on n1, GPUs [3]) started at 1.300s, after the job was cancel acknowledged in incarnation 1 at 1.210s"},
+		{"worker of the cancelled incarnation never stopped", func(f *fixture) {
+			f.h.submit(1100, 1110, "c", history.OK, 201)
+			f.h.op(1200, 1210, history.Cancel, "c", history.OK, 200, func(o *history.Op) { o.Inc = ptr(uint64(1)) })
+			f.workers["c1"] = start("n1", 1300, "c", 1, 500, 3)
+		}, RanAfterFinish, "after the job was cancel acknowledged in incarnation 1 at 1.210s, and was not stopped within 15s of it"},
 		{"exists before any submission", func(f *fixture) {
 			f.h.submit(800, 810, "q", history.OK, 409)
 			f.h.read(820, 830, jv("a", "running", 1, 1, 100), jv("b", "running", 1, 1, 100), jv("p", "pending", 0, 0, 0), jv("q", "pending", 0, 0, 0))
@@ -422,5 +432,27 @@ func TestFaultAccounting(t *testing.T) {
 	res = judge(t, f)
 	if len(res.Metrics.ReplacementsMissing) != 1 || !strings.Contains(res.Metrics.ReplacementsMissing[0], "job a (incarnation 1)") || res.Outcomes.Lost != 1 {
 		t.Errorf("replacements %v missing %v, outcomes %+v", res.Metrics.Replacements, res.Metrics.ReplacementsMissing, res.Outcomes)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestCancelledIncarnationStoppedSoon: a worker of the incarnation a
+// cancel took effect in, started just after the cancel was acknowledged
+// (its assignment was on its way) and stopped soon after, is not a
+// ran-after-finish violation.
+func TestCancelledIncarnationStoppedSoon(t *testing.T) {
+	f := base()
+	f.h.submit(1100, 1110, "c", history.OK, 201)
+	f.h.op(1200, 1210, history.Cancel, "c", history.OK, 200, func(o *history.Op) { o.Inc = ptr(uint64(1)) })
+	f.workers["c1"] = start("n1", 1300, "c", 1, 500, 3).exit(1400)
+	res, err := Check(f.input(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range res.Violations {
+		if v.Invariant == RanAfterFinish {
+			t.Errorf("violation %v", v)
+		}
 	}
 }

@@ -3,10 +3,17 @@ package check
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"pollux/testbed/chaos/history"
 	"pollux/testbed/chaos/record"
 )
+
+// cancelStopWithin bounds how long after a cancel was acknowledged a
+// worker of the cancelled incarnation, started by an assignment already
+// on its way, may run: the next round (within a scheduling interval)
+// stops it, with the workers' SIGTERM grace.
+const cancelStopWithin = 15 * time.Second
 
 // Outcome is what became of a job the harness tried to submit.
 type Outcome string
@@ -171,9 +178,10 @@ func checkCompletions(r *run, ls []*life) []Violation {
 		}
 	}
 	type finish struct {
-		t    int64
-		inc  uint64 // the incarnation read completed (0 for a cancel: any)
-		what string
+		t      int64
+		inc    uint64 // the incarnation read completed or cancelled (0: none may start)
+		what   string
+		cancel bool
 	}
 	finished := map[string]finish{}
 	var out []Violation
@@ -187,7 +195,7 @@ func checkCompletions(r *run, ls []*life) []Violation {
 				if _, ok := finished[j.ID]; ok && finished[j.ID].t <= p.ret {
 					continue
 				}
-				finished[j.ID] = finish{p.ret, j.Inc, fmt.Sprintf("read completed in incarnation %d", j.Inc)}
+				finished[j.ID] = finish{p.ret, j.Inc, fmt.Sprintf("read completed in incarnation %d", j.Inc), false}
 				backed := false
 				var others []string
 				for _, d := range done[j.ID] {
@@ -205,15 +213,29 @@ func checkCompletions(r *run, ls []*life) []Violation {
 			}
 		case p.inv.F == history.Cancel && p.ok():
 			if f, ok := finished[p.inv.Job]; !ok || p.ret < f.t {
-				finished[p.inv.Job] = finish{p.ret, 0, "cancel acknowledged"}
+				f := finish{p.ret, 0, "cancel acknowledged", true}
+				if p.done.Inc != nil {
+					f.inc = *p.done.Inc
+					f.what = fmt.Sprintf("cancel acknowledged in incarnation %d", f.inc)
+				}
+				finished[p.inv.Job] = f
 			}
 		}
 	}
 	for _, l := range ls {
 		f, ok := finished[l.start.Job]
-		if ok && l.start.T > f.t && (f.inc == 0 || l.start.Inc > f.inc) {
+		switch {
+		case !ok || l.start.T <= f.t:
+		case l.start.Inc > f.inc:
 			out = append(out, Violation{RanAfterFinish, l.start.T, fmt.Sprintf(
 				"%s started at %s, after the job was %s at %s", l, r.at(l.start.T), f.what, r.at(f.t))})
+		case f.cancel && !(l.end != 0 && l.end-f.t <= int64(cancelStopWithin)):
+			// A worker of the cancelled incarnation whose assignment was
+			// on its way when the cancel was acknowledged: it must be
+			// stopped soon.
+			out = append(out, Violation{RanAfterFinish, l.start.T, fmt.Sprintf(
+				"%s started at %s, after the job was %s at %s, and was not stopped within %v of it",
+				l, r.at(l.start.T), f.what, r.at(f.t), cancelStopWithin)})
 		}
 	}
 	return out

@@ -82,6 +82,9 @@ type Op struct {
 	// Jobs is the answer of a jobs read; Status of a status read.
 	Jobs   []Job       `json:"jobs,omitempty"`
 	Status *StatusView `json:"status,omitempty"`
+	// Inc is, for an ok cancel, the incarnation the API says the cancel
+	// took effect in (absent if it did not say).
+	Inc *uint64 `json:"inc,omitempty"`
 }
 
 // Job is one job as an API read showed it.
@@ -172,6 +175,9 @@ func (o *Op) Validate() error {
 	}
 	if o.F != Status && o.Status != nil || o.F != Jobs && o.F != GetJob && o.Jobs != nil {
 		return bad("answer of another operation")
+	}
+	if o.Inc != nil && !(o.Type == OK && o.F == Cancel) {
+		return bad("only an ok cancel carries an incarnation")
 	}
 	if read && o.F == GetJob {
 		found := o.Code != 404
