@@ -3,6 +3,7 @@ package launch
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,11 +54,20 @@ type Member struct {
 	prefix []string // before it (a namespace)
 	env    []string
 
-	mu     sync.Mutex
-	p      *proc.Proc
-	inc    uint64
-	exit   chan struct{} // closed once the current incarnation's exit is recorded
-	paused bool
+	mu      sync.Mutex
+	p       *proc.Proc
+	inc     uint64
+	reports string        // an agent's report listener, from its ready line
+	exit    chan struct{} // closed once the current incarnation's exit is recorded
+	paused  bool
+}
+
+// Reports is an agent's report listener (its workers report there), as
+// its current incarnation's ready line said.
+func (m *Member) Reports() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reports
 }
 
 // Running reports whether the member's process runs (paused or not).
@@ -382,15 +392,25 @@ func (c *Cluster) Member(id string) *Member {
 	return nil
 }
 
-// readyWriter closes ready at the first newline written to it.
+// readyWriter closes ready at the first newline written to it, keeping
+// the line (the ready line, up to 64 KiB).
 type readyWriter struct {
 	once  sync.Once
 	ready chan struct{}
+	line  []byte // until ready
 }
 
 func (w *readyWriter) Write(b []byte) (int, error) {
-	if bytes.IndexByte(b, '\n') >= 0 {
+	select {
+	case <-w.ready:
+		return len(b), nil
+	default:
+	}
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		w.line = append(w.line, b[:i]...)
 		w.once.Do(func() { close(w.ready) })
+	} else if len(w.line) < 1<<16 {
+		w.line = append(w.line, b...)
 	}
 	return len(b), nil
 }
@@ -452,6 +472,14 @@ func (c *Cluster) Start(ctx context.Context, m *Member, fault string, seq int) e
 	}()
 	select {
 	case <-rw.ready:
+		var ready struct {
+			Reports string `json:"reports"`
+		}
+		if m.Role == history.Agent && json.Unmarshal(rw.line, &ready) == nil {
+			m.mu.Lock()
+			m.reports = ready.Reports
+			m.mu.Unlock()
+		}
 		return nil
 	case <-p.Done():
 		return fmt.Errorf("%w: %s/%s exited before it was ready; see %s", ErrCluster, m.Role, m.ID, m.Log)
