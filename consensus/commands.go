@@ -29,6 +29,11 @@ const (
 	typeFinishJob        byte = 9
 	typeRound            byte = 10
 	typePrune            byte = 11
+	// 16..23: API tokens (acl.go).
+	typeBootstrapACL byte = 16
+	typeCreateToken  byte = 17
+	typeRevokeToken  byte = 18
+	typeCancelJob    byte = 19
 )
 
 // Command is one state change. The concrete types are the exported
@@ -41,11 +46,16 @@ type Command interface {
 	validate() error
 }
 
-// SubmitJob adds a Pending job.
+// SubmitJob adds a Pending job. A non-empty Submitter is the accessor of
+// the API token that submits it: it must be a live token of role submit
+// or admin, and the job records it (and its name) as its submitter. It is
+// encoded last, and only when non-empty, so that entries written before
+// it existed still decode.
 type SubmitJob struct {
 	ID         string
 	Spec       JobSpec
 	SubmitTime float64
+	Submitter  string
 }
 
 // Fields of UpdateJob that are set.
@@ -170,6 +180,14 @@ func Decode(b []byte) (Command, error) {
 		c = &Round{}
 	case typePrune:
 		c = &Prune{}
+	case typeBootstrapACL:
+		c = &BootstrapACL{}
+	case typeCreateToken:
+		c = &CreateToken{}
+	case typeRevokeToken:
+		c = &RevokeToken{}
+	case typeCancelJob:
+		c = &CancelJob{}
 	default:
 		return nil, fmt.Errorf("%w: type %d", ErrUnknownCommand, b[1])
 	}
@@ -191,11 +209,19 @@ func (c *SubmitJob) encode(w *writer) {
 	w.str(c.ID)
 	encodeSpec(w, &c.Spec)
 	w.f64(c.SubmitTime)
+	if c.Submitter != "" {
+		w.str(c.Submitter)
+	}
 }
 func (c *SubmitJob) decode(r *reader) {
 	c.ID = r.str()
 	decodeSpec(r, &c.Spec)
 	c.SubmitTime = r.f64()
+	if len(r.b) > 0 && r.err == nil {
+		if c.Submitter = r.str(); c.Submitter == "" {
+			r.fail("submission with an encoded empty submitter (it is left out instead)")
+		}
+	}
 }
 
 func encodeSpec(w *writer, s *JobSpec) {
@@ -467,6 +493,9 @@ func (s *JobSpec) validate() error {
 
 func (c *SubmitJob) validate() error {
 	if err := checkID("job", c.ID); err != nil {
+		return err
+	}
+	if err := checkBy(c.Submitter); err != nil {
 		return err
 	}
 	if err := checkNonNeg("submit time", c.SubmitTime); err != nil {

@@ -49,6 +49,21 @@
 // of the loop (UpdateJob, RecordProfile, CommitAllocation, CompleteJob)
 // are still applied, so older logs replay.
 //
+// # API tokens
+//
+// The state holds the API's token table (ACL, acl.go): per token its
+// public accessor, name, role (read < submit < admin), the SHA-256 of its
+// secret (never the secret), creation time and revoked flag. BootstrapACL
+// makes the first admin token, once in the cluster's life; CreateToken
+// and RevokeToken manage the rest. Every server authenticates API
+// requests against its own copy (Server.Authenticate), and the writes a
+// token asks for carry its accessor (SubmitJob.Submitter, CancelJob.By,
+// CreateToken.By, RevokeToken.By): the state machine checks the token's
+// role (and for a cancel, that it submitted the job or is an admin) in
+// log order, so a token revoked before a write is refused on every
+// server even if a lagging follower let the request through. An empty
+// accessor is a server's own command (or a cluster run --insecure).
+//
 // # Encoding
 //
 // A command is a version byte, a type byte and the fields in a small
@@ -65,9 +80,10 @@
 // way, so replicas cannot diverge; but a cluster must therefore run
 // binaries that know a new version on every server before any leader
 // writes it (Encode writes CommandVersion only); new command types take
-// new type bytes (8..15 for the control loop's). Snapshots are a magic, a
+// new type bytes (8..15 for the control loop's, 16..23 for tokens). Snapshots are a magic, a
 // version byte, the canonical state and a CRC-32C; version 1 snapshots
-// (before bids and the cluster configuration) still decode.
+// (before bids and the cluster configuration) and version 2 (before
+// tokens and job submitters) still decode.
 //
 // # Server
 //

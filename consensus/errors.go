@@ -74,4 +74,20 @@ var (
 	// ErrStaleSession is returned for a job actor's measurements or bid
 	// from an older session than the one the state acknowledges.
 	ErrStaleSession = errors.New("consensus: stale job actor session")
+
+	// ErrACLBootstrapped is returned for a second bootstrap of the token
+	// table: the bootstrap token is made once in a cluster's life.
+	ErrACLBootstrapped = errors.New("consensus: ACL already bootstrapped")
+	// ErrUnknownToken is returned for a token (secret or accessor) the
+	// table does not hold.
+	ErrUnknownToken = errors.New("consensus: unknown token")
+	// ErrTokenRevoked is returned for a token that was revoked.
+	ErrTokenRevoked = errors.New("consensus: token revoked")
+	// ErrPermission is returned for a command its token's role or
+	// ownership does not allow (a read token submitting, a submit token
+	// cancelling another's job).
+	ErrPermission = errors.New("consensus: permission denied")
+	// ErrTokenExists is returned when a new token's accessor or secret
+	// is already in the table.
+	ErrTokenExists = errors.New("consensus: token already exists")
 )

@@ -79,6 +79,7 @@ var wireErrors = []error{
 	ErrUnknownJob, ErrJobExists, ErrJobFinished, ErrUnknownNode,
 	ErrStaleGeneration, ErrStaleTerm, ErrStaleIncarnation, ErrLeadershipLost,
 	ErrNoSpace, ErrClusterConfig, ErrLimit, ErrStaleSession,
+	ErrACLBootstrapped, ErrUnknownToken, ErrTokenRevoked, ErrPermission, ErrTokenExists,
 }
 
 // otherError is the code of an error that wraps no sentinel.

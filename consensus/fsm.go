@@ -62,7 +62,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 // the job actors' hosts are told) other than by an allocation round.
 func changesJobs(c Command) bool {
 	switch c.(type) {
-	case *SubmitJob, *CompleteJob, *FinishJob, *Prune:
+	case *SubmitJob, *CompleteJob, *FinishJob, *CancelJob, *Prune:
 		return true
 	}
 	return false
@@ -85,6 +85,15 @@ func (f *FSM) Job(id string) (*Job, ClusterConfig) {
 		return j.clone(), f.state.Config
 	}
 	return nil, f.state.Config
+}
+
+// Authenticate returns the token whose secret is secret (see
+// ACL.Authenticate), and whether the token table is bootstrapped.
+func (f *FSM) Authenticate(secret string) (Token, bool, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	t, err := f.state.ACL.Authenticate(secret)
+	return t, f.state.ACL.Bootstrapped(), err
 }
 
 // State returns a deep copy of the current state.
@@ -133,6 +142,19 @@ func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 
 func (s fsmSnapshot) Release() {}
 
+// ApplyTo validates c and applies it to s as the state machine does in a
+// log entry of Raft term term, without Raft: for tools and tests that
+// hold a State of their own. On error s is unchanged.
+func ApplyTo(s *State, c Command, term uint64) ([]Drop, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: nil command", ErrInvalid)
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return apply(s, c, term)
+}
+
 // apply changes s by c, appended to the log in Raft term term, or returns
 // why it cannot; on error s is unchanged. For a Round or Prune it also
 // returns the entries it skipped.
@@ -152,6 +174,14 @@ func applyOne(s *State, c Command, term uint64) error {
 		return applySubmit(s, c)
 	case *InitCluster:
 		return applyInit(s, c)
+	case *BootstrapACL:
+		return applyBootstrapACL(s, c)
+	case *CreateToken:
+		return applyCreateToken(s, c)
+	case *RevokeToken:
+		return applyRevokeToken(s, c)
+	case *CancelJob:
+		return applyCancelJob(s, c)
 	case *FinishJob:
 		return applyFinish(s, c)
 	case *UpdateJob:
@@ -198,9 +228,17 @@ func applySubmit(s *State, c *SubmitJob) error {
 	if c.Spec.CheckpointDir == "" && s.Config.CheckpointRoot == "" {
 		return invalid("job %q names no checkpoint directory and the cluster has no checkpoint root (pollux server --bootstrap --checkpoint-root DIR)", c.ID)
 	}
+	t, err := s.ACL.authorize(c.Submitter, RoleSubmit, "submitting a job")
+	if err != nil {
+		return err
+	}
 	spec := c.Spec
 	spec.Command = slices.Clone(spec.Command)
-	s.Jobs[c.ID] = &Job{ID: c.ID, Spec: spec, State: Pending, SubmitTime: c.SubmitTime}
+	j := &Job{ID: c.ID, Spec: spec, State: Pending, SubmitTime: c.SubmitTime}
+	if t != nil {
+		j.Submitter, j.SubmitterName = t.Accessor, t.Name
+	}
+	s.Jobs[c.ID] = j
 	return nil
 }
 

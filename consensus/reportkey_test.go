@@ -69,7 +69,7 @@ func TestInitClusterEncoding(t *testing.T) {
 }
 
 // TestSnapshotKeepsTheReportKey: the key survives a snapshot; a version
-// 2 snapshot (no key) still decodes, without one.
+// 3 snapshot (no key) still decodes, without one.
 func TestSnapshotKeepsTheReportKey(t *testing.T) {
 	a := populated(t)
 	key := strings.Repeat("e", ReportKeyLen)
@@ -79,24 +79,24 @@ func TestSnapshotKeepsTheReportKey(t *testing.T) {
 		t.Fatalf("decoded config %+v, %v", s.Config, err)
 	}
 
-	// Version 2 is version 3 without the key's field (an empty string,
+	// Version 3 is version 4 without the key's field (an empty string,
 	// one zero byte after the last round's time).
 	st := a.f.State()
 	st.Config.ReportKey = ""
-	v3 := EncodeState(st)
+	v4 := EncodeState(st)
 	at := len(snapshotMagic) + 1 + 1 + len("c") + 1 + len("/r") + 8
-	if v3[at] != 0 {
-		t.Fatalf("byte %d is %d, want the empty key's length", at, v3[at])
+	if v4[at] != 0 {
+		t.Fatalf("byte %d is %d, want the empty key's length", at, v4[at])
 	}
-	body := append(bytes.Clone(v3[:at]), v3[at+1:len(v3)-4]...)
-	body[len(snapshotMagic)] = 2
-	v2 := binary.LittleEndian.AppendUint32(body, crc32.Checksum(body, castagnoli))
-	s, err = DecodeState(v2)
+	body := append(bytes.Clone(v4[:at]), v4[at+1:len(v4)-4]...)
+	body[len(snapshotMagic)] = 3
+	v3 := binary.LittleEndian.AppendUint32(body, crc32.Checksum(body, castagnoli))
+	s, err = DecodeState(v3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Config.ID != "c" || s.Config.ReportKey != "" || !bytes.Equal(EncodeState(s), v3) {
-		t.Errorf("version 2 decoded as %+v", s.Config)
+	if s.Config.ID != "c" || s.Config.ReportKey != "" || !bytes.Equal(EncodeState(s), v4) {
+		t.Errorf("version 3 decoded as %+v", s.Config)
 	}
 	// A key without a cluster id is not a state.
 	st.Config = ClusterConfig{ReportKey: key}

@@ -471,6 +471,15 @@ func (s *Server) serveForward(ctx context.Context, req []byte) ([]byte, error) {
 	return encodeResponse(res), nil
 }
 
+// Authenticate returns the token of this server's state whose secret is
+// secret, and whether the token table is bootstrapped: every server
+// authenticates from its own replicated copy of the table.
+func (s *Server) Authenticate(secret string) (Token, bool, error) { return s.fsm.Authenticate(secret) }
+
+// ApplyCommand commits one command (through the leader) and returns its
+// error, the state machine's refusal included.
+func (s *Server) ApplyCommand(ctx context.Context, c Command) error { return s.single(ctx, c) }
+
 // single applies one command and returns its error.
 func (s *Server) single(ctx context.Context, c Command) error {
 	res, err := s.Apply(ctx, c)

@@ -15,11 +15,12 @@ import (
 // Version 2 adds the cluster configuration, the last round's time and
 // per job its bid, crash counter and measurement acknowledgement;
 // version 1 snapshots (written before) still decode, with those empty.
-// Version 3 adds the cluster's report key; version 2 snapshots decode
-// without one.
+// Version 3 adds per job its submitter and, at the end, the API token
+// table; version 2 snapshots decode with neither. Version 4 adds the
+// cluster's report key; version 3 snapshots decode without one.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 3
+	SnapshotVersion = 4
 	// maxSnapshot bounds what Restore reads.
 	maxSnapshot = 1 << 30
 )
@@ -67,11 +68,14 @@ func EncodeState(s *State) []byte {
 		w.int(j.CrashEpoch)
 		w.uvarint(j.MeasSession)
 		w.uvarint(j.MeasSeq)
+		w.str(j.Submitter)
+		w.str(j.SubmitterName)
 	}
 
 	w.uvarint(s.Allocation.Generation)
 	w.uvarint(s.Allocation.Term)
 	encodePlacements(w, s.Allocation.Jobs)
+	encodeACL(w, &s.ACL)
 
 	return binary.LittleEndian.AppendUint32(w.b, crc32.Checksum(w.b, castagnoli))
 }
@@ -97,7 +101,7 @@ func DecodeState(b []byte) (*State, error) {
 		s.Config.ID = r.str()
 		s.Config.CheckpointRoot = r.str()
 		s.LastRound = r.f64()
-		if version >= 3 {
+		if version >= 4 {
 			s.Config.ReportKey = r.str()
 		}
 		if r.err == nil {
@@ -159,6 +163,10 @@ func DecodeState(b []byte) (*State, error) {
 			j.MeasSession = r.uvarint()
 			j.MeasSeq = r.uvarint()
 		}
+		if version >= 3 {
+			j.Submitter = r.str()
+			j.SubmitterName = r.str()
+		}
 		if r.err != nil {
 			break
 		}
@@ -175,6 +183,13 @@ func DecodeState(b []byte) (*State, error) {
 	s.Allocation.Generation = r.uvarint()
 	s.Allocation.Term = r.uvarint()
 	s.Allocation.Jobs = decodePlacements(r)
+	if version >= 3 && r.err == nil {
+		acl, err := decodeACL(r)
+		if err != nil {
+			return nil, err
+		}
+		s.ACL = acl
+	}
 	if err := r.done(); err != nil {
 		return nil, err
 	}
@@ -211,6 +226,17 @@ func validateJob(j *Job) error {
 	} else if j.Bid.Session != 0 || j.Bid.HasModel || j.Bid.HasGrad || j.Bid.Params != (goodput.Params{}) ||
 		j.Bid.Grad != (goodput.GradStats{}) || j.Bid.MostProfiled != 0 || j.Bid.Single != nil || j.Bid.Multi != nil {
 		return invalid("job %q has a bid of version 0", j.ID)
+	}
+	if (j.Submitter == "") != (j.SubmitterName == "") {
+		return invalid("job %q has submitter %q named %q (want both or neither)", j.ID, j.Submitter, j.SubmitterName)
+	}
+	if j.Submitter != "" {
+		if err := checkID("submitter", j.Submitter); err != nil {
+			return err
+		}
+		if err := checkID("submitter name", j.SubmitterName); err != nil {
+			return err
+		}
 	}
 	if j.MeasSession == 0 && j.MeasSeq != 0 {
 		return invalid("job %q acknowledges measurement %d of no session", j.ID, j.MeasSeq)

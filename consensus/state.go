@@ -206,6 +206,12 @@ type Job struct {
 	// MeasSeq (see Measurement).
 	MeasSession uint64
 	MeasSeq     uint64
+	// Submitter is the accessor of the API token that submitted the job
+	// and SubmitterName that token's name (both empty: submitted without
+	// a token, by a cluster running --insecure or before tokens existed).
+	// Only the submitter or an admin token may cancel the job.
+	Submitter     string
+	SubmitterName string
 }
 
 func (j *Job) clone() *Job {
@@ -275,6 +281,8 @@ type State struct {
 	// LastRound is the proposer's clock at the last committed round (0:
 	// none): the next round accrues attained service from it.
 	LastRound float64
+	// ACL is the API token table.
+	ACL ACL
 }
 
 // CheckpointDir is where job j checkpoints: its spec's directory or,
@@ -294,6 +302,7 @@ func newState() *State {
 func (s *State) Clone() *State {
 	c := newState()
 	c.Config, c.LastRound = s.Config, s.LastRound
+	c.ACL = s.ACL.clone()
 	for id, j := range s.Jobs {
 		c.Jobs[id] = j.clone()
 	}

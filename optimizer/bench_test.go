@@ -67,3 +67,33 @@ func BenchmarkPolluxRound2048Racks(b *testing.B) {
 		}
 	}
 }
+
+// benchAutoscale is benchSynthetic with autoscaling on: the same round,
+// the cluster extended to twice its nodes with virtual ones (as the
+// artifact's policy extends it) and every size evaluated.
+func benchAutoscale(b *testing.B, gpus, perNode int) {
+	snap, err := optimizer.Synthetic(gpus, perNode, gpus/2, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	nodes := len(snap.Nodes)
+	p := optimizer.NewAutoscalePollux(optimizer.Autoscale{Template: optimizer.Node{GPUs: perNode}, MinNodes: 1, MaxNodes: 2 * nodes})
+	res, err := p.Allocate(snap, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.Allocate(snap, res.State); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAutoscaleRound64 is BenchmarkPolluxRound64 with autoscaling on
+// (16 real nodes, up to 32).
+func BenchmarkAutoscaleRound64(b *testing.B) { benchAutoscale(b, 64, 4) }
+
+// BenchmarkAutoscaleRound2048 is BenchmarkPolluxRound2048 with autoscaling
+// on (512 real nodes, up to 1024; 64 sizes evaluated).
+func BenchmarkAutoscaleRound2048(b *testing.B) { benchAutoscale(b, 2048, 4) }

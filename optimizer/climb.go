@@ -609,7 +609,7 @@ func (c *climber) steal(j int) bool {
 		start := (j * 7919) % N
 		for i, seen := 0, 0; i < N && seen < stealNodes; i++ {
 			n := (start + i) % N
-			if c.used[n] >= pr.capacity[n] {
+			if c.used[n] >= pr.capacity[n] && pr.capacity[n] > 0 {
 				consider(n)
 				seen++
 			}

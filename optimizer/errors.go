@@ -23,4 +23,8 @@ var (
 	// ErrUnsatisfiable is returned by CheckRequired for a job whose
 	// required topology no domain of the cluster can hold.
 	ErrUnsatisfiable = errors.New("optimizer: topology can never be met")
+	// ErrBadAutoscale is returned for unusable autoscaling settings: a
+	// node template without GPUs, a minimum above the maximum, a utility
+	// band outside (0, 1].
+	ErrBadAutoscale = errors.New("optimizer: bad autoscaling settings")
 )

@@ -28,6 +28,9 @@ type Result struct {
 	// State is what the policy wants back as prev in the next round (nil
 	// for stateless policies).
 	State *State `json:"-"`
+	// Scale is the cluster size an autoscaling policy wants after the
+	// round (nil for policies that take the cluster as it is).
+	Scale *ScaleDecision `json:"scale,omitempty"`
 }
 
 // Diagnostics describe how a round went. Wall-clock time is not here: the

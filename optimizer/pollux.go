@@ -89,12 +89,18 @@ func (p *Pollux) Allocate(snap *Snapshot, prev *State) (Result, error) {
 		return Result{}, err
 	}
 	defer p.Cache.endRound()
-	pr := newProblem(obj)
+	return p.search(obj, newProblem(obj), snap, prev), nil
+}
+
+// search runs one round's search over problem pr of objective obj (built
+// from snap): the body of Allocate, which the autoscaling policy also runs
+// on an extended cluster whose virtual nodes pr masks out.
+func (p *Pollux) search(obj *Objective, pr *problem, snap *Snapshot, prev *State) Result {
 	res := Result{Diagnostics: Diagnostics{CurrentFitness: obj.Fitness(obj.current)}}
 	if pr.jobs == 0 {
 		res.Placements = []Placement{}
 		res.State = pr.state(nil)
-		return res, nil
+		return res
 	}
 	popSize, gens := p.budget(pr.jobs)
 	var best *indiv
@@ -117,7 +123,7 @@ func (p *Pollux) Allocate(snap *Snapshot, prev *State) (Result, error) {
 	res.Diagnostics.Generations = gens
 	res.Diagnostics.Evaluations = evals
 	res.State = pr.state(final)
-	return res, nil
+	return res
 }
 
 // evolve runs the genetic search on pr with nw workers: its seeds are the

@@ -88,6 +88,17 @@ func newProblem(obj *Objective) *problem {
 	return pr
 }
 
+// masked returns a copy of pr in which only the first n nodes have GPUs:
+// the search space of allocations over "the first n nodes" of a cluster
+// (mutation, repair and the climber never place replicas on a node
+// without capacity).
+func (pr *problem) masked(n int) *problem {
+	q := *pr
+	q.capacity = make([]int, len(pr.capacity))
+	copy(q.capacity[:min(n, len(q.capacity))], pr.capacity)
+	return &q
+}
+
 // homeRack is the rack holding most of pl's replicas (the first such in
 // node order), -1 for the empty placement.
 func (pr *problem) homeRack(pl Placement) int {

@@ -97,6 +97,11 @@ type Job struct {
 	// per second), from a short profile on each type; it scales a model to
 	// a type without one.
 	TypeThroughput map[string]float64 `json:"type_throughput,omitempty"`
+	// MaxProfiled is the most replicas the job's measurements (whatever
+	// the GPU type) cover; 0 means not known. The throughput-based
+	// autoscaler tries sizes beyond it rather than trusting the model's
+	// extrapolation there.
+	MaxProfiled int `json:"max_profiled,omitempty"`
 	// RestartDelay is the seconds a restart (checkpoint and restore) costs
 	// the job, as measured; 0 means not measured yet.
 	RestartDelay float64 `json:"restart_delay,omitempty"`

@@ -46,8 +46,13 @@ type Backend interface {
 	Leader() (raft.ServerID, raft.ServerAddress)
 	Read(ctx context.Context) (*consensus.State, error)
 	LocalState() *consensus.State
-	SubmitJob(ctx context.Context, id string, spec consensus.JobSpec, submitTime float64) error
-	FinishJob(ctx context.Context, f consensus.FinishJob) error
+	LocalJob(id string) (*consensus.Job, consensus.ClusterConfig)
+	// ApplyCommand commits a write (SubmitJob, CancelJob, the token
+	// commands) and returns the state machine's refusal, if any.
+	ApplyCommand(ctx context.Context, c consensus.Command) error
+	// Authenticate finds a token by its secret in the local copy of the
+	// token table, and says whether the table is bootstrapped.
+	Authenticate(secret string) (consensus.Token, bool, error)
 	Servers() ([]raft.Server, error)
 	AddVoter(ctx context.Context, id raft.ServerID, addr raft.ServerAddress) error
 	RemoveServer(ctx context.Context, id raft.ServerID) error
@@ -65,9 +70,12 @@ type Config struct {
 	// is known to be alive.
 	Members func() []cluster.Member
 	// Stats are the allocator's counters, exported as metrics (nil: none).
-	Stats  *control.Stats
-	Now    func() time.Time
-	Logger *slog.Logger
+	Stats *control.Stats
+	// Insecure turns the token check off (pollux server --insecure):
+	// every request acts as an anonymous admin.
+	Insecure bool
+	Now      func() time.Time
+	Logger   *slog.Logger
 }
 
 // Job is one job as the API shows it.
@@ -86,6 +94,10 @@ type Job struct {
 	FinishTime  float64 `json:"finish_time,omitempty"`
 	InitBatch   int     `json:"init_batch_size"`
 	Reason      string  `json:"reason,omitempty"`
+	// Submitter is the name of the token that submitted the job and
+	// SubmitterAccessor its accessor (empty: submitted without a token).
+	Submitter         string `json:"submitter"`
+	SubmitterAccessor string `json:"submitter_accessor,omitempty"`
 	// Profiled are the configurations the job has run and measured.
 	Profiled []Profiled `json:"profiled,omitempty"`
 	// Crashes counts failed incarnations in a row (without an epoch
@@ -177,6 +189,8 @@ type API struct {
 	id  string
 	mux *http.ServeMux
 	reg *prometheus.Registry
+	// routes are the endpoints and the role each needs.
+	routes []route
 
 	roundTime   prometheus.Histogram
 	fitness     prometheus.Gauge
@@ -202,16 +216,33 @@ func New(id string, cfg Config) *API {
 	a.fitness = prometheus.NewGauge(prometheus.GaugeOpts{Name: "pollux_allocation_fitness", Help: "Fitness of the last allocation this server decided."})
 	a.leaderships = prometheus.NewCounter(prometheus.CounterOpts{Name: "pollux_leader_changes_total", Help: "Leaderships this server has taken up."})
 	a.reg.MustRegister(a.roundTime, a.fitness, a.leaderships, stateCollector{a})
-	a.mux.HandleFunc("POST "+PathJobs, a.submit)
-	a.mux.HandleFunc("GET "+PathJobs, a.jobs)
-	a.mux.HandleFunc("GET "+PathJobs+"/{id}", a.job)
-	a.mux.HandleFunc("POST "+PathJobs+"/{id}/cancel", a.cancel)
-	a.mux.HandleFunc("GET "+PathPeers, a.peers)
-	a.mux.HandleFunc("POST "+PathPeers, a.addPeer)
-	a.mux.HandleFunc("DELETE "+PathPeers+"/{id}", a.removePeer)
-	a.mux.HandleFunc("GET "+PathNodes, a.nodes)
-	a.mux.HandleFunc("GET "+PathStatus, a.status)
-	a.mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{})
+	read, submit, admin := consensus.RoleRead, consensus.RoleSubmit, consensus.RoleAdmin
+	for _, rt := range []route{
+		{"POST " + PathJobs, submit, a.submit},
+		{"GET " + PathJobs, read, a.jobs},
+		{"GET " + PathJobs + "/{id}", read, a.job},
+		// Its own jobs only, unless admin (checked by the handler and
+		// the state machine).
+		{"POST " + PathJobs + "/{id}/cancel", submit, a.cancel},
+		{"GET " + PathNodes, read, a.nodes},
+		{"GET " + PathStatus, read, a.status},
+		{"GET /metrics", read, metrics.ServeHTTP},
+		{"GET " + PathPeers, admin, a.peers},
+		{"POST " + PathPeers, admin, a.addPeer},
+		{"DELETE " + PathPeers + "/{id}", admin, a.removePeer},
+		{"GET " + PathACLTokens, admin, a.listTokens},
+		{"POST " + PathACLTokens, admin, a.createToken},
+		{"POST " + PathACLTokens + "/{accessor}/revoke", admin, a.revokeToken},
+		{"GET " + PathACLSelf, read, a.self},
+		{"POST " + PathACLBootstrap, roleBootstrap, a.bootstrap},
+	} {
+		a.handle(rt)
+	}
+	if cfg.Insecure {
+		cfg.Logger.Warn("INSECURE MODE: API tokens are NOT checked: anyone who reaches the API acts as an admin " +
+			"(submits, cancels any job, changes the Raft membership). Development only.")
+	}
 	return a
 }
 
@@ -279,23 +310,14 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	cs := consensus.JobSpec{Name: spec.Name, Command: spec.Command, App: spec.Application,
 		MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas, Limits: spec.Limits(), CheckpointDir: spec.CheckpointDir}
-	err = a.cfg.Backend.SubmitJob(ctx, spec.Name, cs, float64(a.cfg.Now().UnixNano())/1e9)
-	switch {
-	case errors.Is(err, consensus.ErrJobExists):
-		writeJSON(w, http.StatusConflict, Error{err.Error()})
-	case errors.Is(err, consensus.ErrLimit):
-		writeJSON(w, http.StatusInsufficientStorage, Error{err.Error()})
-	case errors.Is(err, consensus.ErrInvalid):
-		writeJSON(w, http.StatusBadRequest, Error{err.Error()})
-	case errors.Is(err, consensus.ErrNoSpace):
-		writeJSON(w, http.StatusInsufficientStorage, Error{err.Error()})
-	case err != nil:
-		a.cfg.Logger.Warn("api: submit", "job", spec.Name, "err", err)
-		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
-	default:
-		a.cfg.Logger.Info("api: job submitted", "job", spec.Name)
-		writeJSON(w, http.StatusCreated, map[string]string{"id": spec.Name})
+	p := principalOf(r)
+	err = a.cfg.Backend.ApplyCommand(ctx, &consensus.SubmitJob{ID: spec.Name, Spec: cs, SubmitTime: a.now(), Submitter: p.accessor()})
+	if err != nil {
+		a.writeRefusal(w, r, p, err)
+		return
 	}
+	a.cfg.Logger.Info("api: job submitted", "job", spec.Name, "by", p.String())
+	writeJSON(w, http.StatusCreated, map[string]string{"id": spec.Name})
 }
 
 // checkpointRoot is the cluster's checkpoint root as this server's state
@@ -305,7 +327,8 @@ func (a *API) checkpointRoot() string {
 	root := a.root
 	a.mu.Unlock()
 	if root == "" {
-		root = a.cfg.Backend.LocalState().Config.CheckpointRoot
+		_, cfg := a.cfg.Backend.LocalJob("")
+		root = cfg.CheckpointRoot
 		a.mu.Lock()
 		a.root = root
 		a.mu.Unlock()
@@ -354,7 +377,8 @@ func jobOf(st *consensus.State, id string) Job {
 	}
 	out := Job{ID: id, State: j.State.String(), App: j.Spec.App, GPUs: k, Nodes: len(slots),
 		Incarnation: j.Incarnation, Restarts: j.Restarts, Epoch: j.Epoch, Progress: j.Progress, Attained: j.Attained,
-		SubmitTime: j.SubmitTime, FinishTime: j.FinishTime, InitBatch: j.Spec.Limits.InitBatch, Reason: j.Reason, Crashes: j.Crashes}
+		SubmitTime: j.SubmitTime, FinishTime: j.FinishTime, InitBatch: j.Spec.Limits.InitBatch, Reason: j.Reason, Crashes: j.Crashes,
+		Submitter: j.SubmitterName, SubmitterAccessor: j.Submitter}
 	for _, e := range j.Profile {
 		out.Profiled = append(out.Profiled, Profiled{Nodes: e.Nodes, Replicas: e.Replicas, LocalBatch: e.LocalBatch})
 	}
@@ -405,24 +429,33 @@ func (a *API) job(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	p := principalOf(r)
+	// Another's job is refused from the local copy before anything is
+	// written; the state machine checks again, in log order.
+	if j, _ := a.cfg.Backend.LocalJob(id); j != nil && p.role() != consensus.RoleAdmin && j.Submitter != p.accessor() {
+		owner := "nobody known (only an admin may cancel it)"
+		if j.Submitter != "" {
+			owner = fmt.Sprintf("token %s (%s)", j.Submitter, j.SubmitterName)
+		}
+		a.refuse(w, r, http.StatusForbidden, p, fmt.Sprintf("api: job %q was submitted by %s; only its submitter or an admin may cancel it", id, owner))
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	err := a.cfg.Backend.FinishJob(ctx, consensus.FinishJob{ID: id, State: consensus.Cancelled,
-		Reason: "cancelled by a user", Time: float64(a.cfg.Now().UnixNano()) / 1e9})
+	reason := "cancelled by a user"
+	if !p.anonymous {
+		reason = "cancelled by token " + p.token.Name
+	}
+	err := a.cfg.Backend.ApplyCommand(ctx, &consensus.CancelJob{ID: id, By: p.accessor(), Reason: reason, Time: a.now()})
 	switch {
 	case errors.Is(err, consensus.ErrUnknownJob):
 		writeJSON(w, http.StatusNotFound, Error{fmt.Sprintf("api: no job %q", id)})
 	case errors.Is(err, consensus.ErrJobFinished):
 		writeJSON(w, http.StatusConflict, Error{fmt.Sprintf("api: job %q has already finished: %v", id, err)})
-	case errors.Is(err, consensus.ErrInvalid):
-		writeJSON(w, http.StatusBadRequest, Error{err.Error()})
-	case errors.Is(err, consensus.ErrNoSpace):
-		writeJSON(w, http.StatusInsufficientStorage, Error{err.Error()})
 	case err != nil:
-		a.cfg.Logger.Warn("api: cancel", "job", id, "err", err)
-		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
+		a.writeRefusal(w, r, p, err)
 	default:
-		a.cfg.Logger.Info("api: job cancelled", "job", id)
+		a.cfg.Logger.Info("api: job cancelled", "job", id, "by", p.String())
 		out := CancelResult{ID: id, State: consensus.Cancelled.String()}
 		if inc, ok := a.finalIncarnation(ctx, id); ok {
 			out.Incarnation = &inc

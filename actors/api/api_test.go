@@ -25,21 +25,24 @@ type fakeBackend struct {
 	// full refuses writes as a leader whose disk is full.
 	full    bool
 	servers []raft.Server
+	// applied counts the writes that reached the backend.
+	applied int
 }
 
 func (f *fakeBackend) Leadership() (uint64, bool) { return 3, !f.follower }
-func (f *fakeBackend) FinishJob(_ context.Context, c consensus.FinishJob) error {
-	j := f.st.Jobs[c.ID]
-	switch {
-	case f.full:
+
+// ApplyCommand applies c to the state as the state machine does.
+func (f *fakeBackend) ApplyCommand(_ context.Context, c consensus.Command) error {
+	if f.full {
 		return consensus.ErrNoSpace
-	case j == nil:
-		return consensus.ErrUnknownJob
-	case j.State.Terminal():
-		return consensus.ErrJobFinished
 	}
-	j.State = c.State
-	return nil
+	f.applied++
+	_, err := consensus.ApplyTo(f.st, c, 3)
+	return err
+}
+func (f *fakeBackend) Authenticate(secret string) (consensus.Token, bool, error) {
+	t, err := f.st.ACL.Authenticate(secret)
+	return t, f.st.ACL.Bootstrapped(), err
 }
 func (f *fakeBackend) Servers() ([]raft.Server, error)          { return f.servers, nil }
 func (f *fakeBackend) Unreachable() map[raft.ServerID]time.Time { return nil }
@@ -56,24 +59,49 @@ func (f *fakeBackend) Leader() (raft.ServerID, raft.ServerAddress) {
 }
 func (f *fakeBackend) Read(context.Context) (*consensus.State, error) { return f.st, nil }
 func (f *fakeBackend) LocalState() *consensus.State                   { return f.st }
-func (f *fakeBackend) SubmitJob(_ context.Context, id string, spec consensus.JobSpec, t float64) error {
-	if f.st.Jobs[id] != nil {
-		return consensus.ErrJobExists
-	}
-	f.st.Jobs[id] = &consensus.Job{ID: id, Spec: spec, State: consensus.Pending, SubmitTime: t}
-	return nil
+func (f *fakeBackend) LocalJob(id string) (*consensus.Job, consensus.ClusterConfig) {
+	return f.st.Jobs[id], f.st.Config
 }
+
+// Secrets of the tokens newTest makes.
+const (
+	adminSecret  = "plx_admin-secret-of-the-api-tests-0123456789"
+	submitSecret = "plx_submit-secret-of-the-api-tests-012345678"
+	otherSecret  = "plx_other-submit-secret-of-the-api-tests-0123"
+	readSecret   = "plx_read-secret-of-the-api-tests-0123456789a"
+)
 
 func newTest() (*API, *fakeBackend) {
 	fb := &fakeBackend{st: &consensus.State{Jobs: map[string]*consensus.Job{}, Nodes: map[string]*consensus.Node{
 		"n1": {ID: "n1", GPUs: 4, Health: consensus.Alive, Rack: "r1", Addresses: []string{"127.0.0.1:9"}},
 	}, Allocation: consensus.Allocation{Generation: 2, Jobs: map[string][]consensus.Slot{}}}}
+	for _, c := range []consensus.Command{
+		&consensus.InitCluster{ID: "c1", CheckpointRoot: "/ckpt"},
+		&consensus.BootstrapACL{Token: consensus.Token{Accessor: "acc-admin", Name: BootstrapName, Role: consensus.RoleAdmin, Hash: consensus.HashSecret(adminSecret), CreateTime: 1}},
+		&consensus.CreateToken{Token: consensus.Token{Accessor: "acc-submit", Name: "alice", Role: consensus.RoleSubmit, Hash: consensus.HashSecret(submitSecret), CreateTime: 2}},
+		&consensus.CreateToken{Token: consensus.Token{Accessor: "acc-other", Name: "bob", Role: consensus.RoleSubmit, Hash: consensus.HashSecret(otherSecret), CreateTime: 3}},
+		&consensus.CreateToken{Token: consensus.Token{Accessor: "acc-read", Name: "grafana", Role: consensus.RoleRead, Hash: consensus.HashSecret(readSecret), CreateTime: 4}},
+	} {
+		if _, err := consensus.ApplyTo(fb.st, c, 1); err != nil {
+			panic(err)
+		}
+	}
 	return New("s1", Config{Backend: fb, Apps: []string{"cifar10"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}), fb
 }
 
+// do sends a request with the admin token.
 func do(a *API, method, path, body string) (int, string) {
+	return doAs(a, adminSecret, method, path, body)
+}
+
+// doAs sends a request with the token secret (none if empty).
+func doAs(a *API, secret, method, path, body string) (int, string) {
 	rec := httptest.NewRecorder()
-	a.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	if secret != "" {
+		r.Header.Set("Authorization", "Bearer "+secret)
+	}
+	a.ServeHTTP(rec, r)
 	return rec.Code, rec.Body.String()
 }
 
@@ -111,10 +139,11 @@ func TestSubmit(t *testing.T) {
 func TestSubmitChecksTheCheckpointDirectory(t *testing.T) {
 	a, fb := newTest()
 	// Before the root is known, the agents are left to refuse.
+	fb.st.Config.CheckpointRoot = ""
 	if code, body := do(a, "POST", PathJobs, good+"checkpoint_dir: /etc/x\n"); code != http.StatusCreated {
 		t.Fatalf("without a root: %d %s", code, body)
 	}
-	fb.st.Config = consensus.ClusterConfig{ID: "c", CheckpointRoot: "/ck"}
+	fb.st.Config.CheckpointRoot = "/ck"
 	for _, tc := range []struct{ dir, mention string }{
 		{"/etc/cron.d", "outside the cluster's checkpoint root /ck"},
 		{"/ck", "outside the cluster's checkpoint root /ck"},
@@ -229,7 +258,9 @@ func TestJobReadsSayStale(t *testing.T) {
 		fb.follower = follower
 		for _, path := range []string{PathJobs + "/j1", PathJobs + "/nope", PathJobs} {
 			rec := httptest.NewRecorder()
-			a.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+			req := httptest.NewRequest("GET", path, nil)
+			req.Header.Set("Authorization", "Bearer "+adminSecret)
+			a.ServeHTTP(rec, req)
 			if got, want := rec.Header().Get(HeaderStale), strconv.FormatBool(follower); got != want {
 				t.Errorf("GET %s (follower %v): %s %q, want %q", path, follower, HeaderStale, got, want)
 			}

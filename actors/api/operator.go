@@ -69,6 +69,19 @@ func (a *API) toLeader(w http.ResponseWriter, r *http.Request) bool {
 	if _, leader := a.cfg.Backend.Leadership(); leader {
 		return false
 	}
+	id, loc := a.leaderURL(r)
+	if loc == "" {
+		writeJSON(w, http.StatusServiceUnavailable, Error{fmt.Sprintf("api: this server does not lead and the leader's API is unknown (leader %q)", id)})
+		return true
+	}
+	w.Header().Set("Location", loc)
+	writeJSON(w, http.StatusTemporaryRedirect, Error{fmt.Sprintf("api: the leader is %s at %s", id, loc)})
+	return true
+}
+
+// leaderURL is the leader's id and the URL of r on its API, from the
+// gossip members ("" if unknown).
+func (a *API) leaderURL(r *http.Request) (raft.ServerID, string) {
 	id, _ := a.cfg.Backend.Leader()
 	addr := ""
 	if a.cfg.Members != nil && id != "" {
@@ -79,16 +92,13 @@ func (a *API) toLeader(w http.ResponseWriter, r *http.Request) bool {
 		}
 	}
 	if addr == "" {
-		writeJSON(w, http.StatusServiceUnavailable, Error{fmt.Sprintf("api: this server does not lead and the leader's API is unknown (leader %q)", id)})
-		return true
+		return id, ""
 	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	w.Header().Set("Location", scheme+"://"+addr+r.URL.RequestURI())
-	writeJSON(w, http.StatusTemporaryRedirect, Error{fmt.Sprintf("api: the leader is %s at %s", id, addr)})
-	return true
+	return id, scheme + "://" + addr + r.URL.RequestURI()
 }
 
 func (a *API) addPeer(w http.ResponseWriter, r *http.Request) {

@@ -77,6 +77,12 @@ type Config struct {
 	// without the job finishing an epoch before it is marked Failed
 	// (default 5; negative: retry forever).
 	MaxFailures int
+	// Lease is the agents' lease (default DefaultLease, at most 10
+	// minutes): renewed every quarter of it while this server leads; a
+	// node whose lease lapsed pauses its workers, and no incarnation of a
+	// job starts while an older one may still run on a node the leader
+	// has not heard from for the lease plus LeaseMargin (lease.go).
+	Lease time.Duration
 	// AckTimeout bounds how long a round waits for the nodes' acks
 	// (default 5 s): a round ends when every node has answered or then.
 	AckTimeout time.Duration
@@ -174,6 +180,12 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 	if cfg.AckTimeout <= 0 {
 		cfg.AckTimeout = 5 * time.Second
 	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.Lease < 4*time.Millisecond || cfg.Lease > maxLease {
+		return nil, fmt.Errorf("%w: lease %v outside [4ms, %v]", ErrConfig, cfg.Lease, maxLease)
+	}
 	if !(cfg.TimeScale > 0) {
 		cfg.TimeScale = 1
 	}
@@ -203,6 +215,7 @@ type allocator struct {
 	cfg     Config
 	observe Observer
 	self    *actor.PID
+	sys     *actor.ActorSystem
 	stop    chan struct{}
 
 	// What only the leader holds; reset with every new leadership.
@@ -220,6 +233,9 @@ type allocator struct {
 	sessions  uint64                   // sessions given in this term
 	missing   map[string]time.Time     // node -> since when it is missing from the membership
 	gone      map[string]time.Time     // node -> since when it is dead or left (retention)
+	lease     *leaseState              // the agents' leases and the gate (lease.go)
+
+	leaseTimer *time.Timer
 
 	round     *roundState // the round awaiting acks
 	lastRound time.Time
@@ -260,14 +276,18 @@ func (a *allocator) Receive(ctx actor.Context) {
 		a.seed = a.cfg.Seed
 		a.self = ctx.Self()
 		sys := ctx.ActorSystem()
+		a.sys = sys
 		a.stop = make(chan struct{})
 		a.timer = time.AfterFunc(min(a.cfg.Interval, 100*time.Millisecond), func() { sys.Root.Send(a.self, roundTick{}) })
+		a.leaseTimer = time.AfterFunc(a.renewEvery(), func() { sys.Root.Send(a.self, leaseTick{}) })
 		go a.watch(sys)
 	case *actor.Stopping:
 		a.timer.Stop()
+		a.leaseTimer.Stop()
 		if a.soonTimer != nil {
 			a.soonTimer.Stop()
 		}
+		a.stepDown()
 		close(a.stop)
 	case roundTick:
 		a.run(ctx)
@@ -294,6 +314,16 @@ func (a *allocator) Receive(ctx actor.Context) {
 		a.bid(ctx, m)
 	case *pb.AssignAck:
 		a.acked(ctx, m)
+	case *pb.LeaseAck:
+		a.leaseAcked(ctx, m)
+	case leaseTick:
+		a.leaseTicked(ctx)
+	case leaseVerified:
+		a.leaseConfirmed(ctx, m)
+	case gateTick:
+		if a.term != 0 {
+			a.release(ctx)
+		}
 	case *pb.HostAck:
 	case ackTimeout:
 		if r := a.round; r != nil && r.info.Generation == m.gen {
@@ -331,6 +361,10 @@ func (a *allocator) soon(ctx actor.Context) {
 
 // stepDown forgets everything only a leader holds.
 func (a *allocator) stepDown() {
+	if a.lease != nil && a.lease.gateTimer != nil {
+		a.lease.gateTimer.Stop()
+	}
+	a.lease = nil
 	a.term, a.prev, a.round, a.firstDone = 0, nil, nil, false
 	a.bids, a.failed, a.acks, a.cleanExit, a.finishing, a.hosting = nil, nil, nil, nil, nil, nil
 	clear(a.missing)
@@ -363,6 +397,7 @@ func (a *allocator) leading(ctx actor.Context) (*consensus.State, bool) {
 		}
 		a.bids, a.failed, a.acks = map[string]*bidState{}, map[string]failure{}, map[string]*pb.AssignAck{}
 		a.cleanExit, a.finishing, a.hosting = map[incKey]int{}, map[incKey]bool{}, map[string]hostedAt{}
+		a.lease = newLeaseState(a.cfg.Now())
 		a.cfg.Logger.Info("control: leading", "term", term, "generation", st.Allocation.Generation)
 	}
 	return st, true
@@ -452,6 +487,7 @@ func (a *allocator) run(ctx actor.Context) {
 	info.Committed, info.Generation, info.Decided, info.Dropped = true, r.Generation, time.Since(begin), len(res.Dropped)
 	a.committed(res)
 	st = a.cfg.Store.LocalState()
+	a.forget(st)
 	for _, g := range st.UsedGPUs() {
 		info.GPUsUsed += g
 	}
@@ -487,6 +523,9 @@ func (a *allocator) assign(ctx actor.Context, st *consensus.State, info RoundInf
 	for _, id := range uncovered {
 		a.cfg.Logger.Error("control: a placed job's bid does not cover its shape; not run this round", "job", id)
 	}
+	a.gate(st, assign)
+	l := a.lease
+	l.gen, l.cluster, l.targets, l.sentAt = info.Generation, st.Config.ID, map[string]*actor.PID{}, a.cfg.Now()
 	rs := &roundState{info: info, begin: begin, waiting: map[string]bool{}}
 	for _, id := range slices.Sorted(maps.Keys(assign)) {
 		n := st.Nodes[id]
@@ -494,7 +533,8 @@ func (a *allocator) assign(ctx actor.Context, st *consensus.State, info RoundInf
 			continue
 		}
 		rs.waiting[id] = true
-		ctx.Request(a.cfg.NodePID(n), assign[id])
+		l.targets[id] = a.cfg.NodePID(n)
+		a.send(ctx, id, l.targets[id], assign[id])
 	}
 	rs.info.Nodes = len(rs.waiting)
 	a.round = rs

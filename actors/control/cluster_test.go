@@ -56,6 +56,7 @@ type tcluster struct {
 	drops  map[string]*dropRule    // message kind -> rule
 	seen   map[string]int          // message kind -> how many passed the drop points
 	runs   map[string][]*pb.RunJob // job -> every run assigned to a node
+	net    netState                // partitions and workers' signals (lease_test.go)
 }
 
 type tserver struct {
@@ -70,6 +71,7 @@ type clusterOpts struct {
 	interval             time.Duration
 	timeScale            float64
 	maxFailures          int
+	nodeGrace, lease     time.Duration
 }
 
 // dropRule drops the first n messages matching match.
@@ -131,11 +133,11 @@ func newTCluster(t *testing.T, o clusterOpts) *tcluster {
 		l := &inproc.Launcher{Catalog: cat, TimeScale: o.timeScale, Tick: 10 * time.Millisecond, ReportEvery: 50 * time.Millisecond,
 			Started: func(s node.WorkerSpec) { c.mu.Lock(); c.told = append(c.told, s); c.mu.Unlock() }}
 		nd, err := node.Start(c.sys, node.Config{Name: name, GPUs: o.gpus, Grace: 5 * time.Second, ReportListen: "none",
-			ActorName: "node-" + name, Launch: l.Launch, Logger: quiet(), WorkerOutput: io.Discard,
+			ActorName: "node-" + name, Launch: c.watchLaunch(name, l.Launch), Logger: quiet(), WorkerOutput: io.Discard,
 			Emulator: func(app string) []string { return []string{"inproc", app} },
 			PropsOptions: []actor.PropsOption{
-				actor.WithReceiverMiddleware(c.receiveDrops),
-				actor.WithSenderMiddleware(c.sendDrops),
+				actor.WithReceiverMiddleware(c.receiveDrops, c.cutIn(name)),
+				actor.WithSenderMiddleware(c.sendDrops, c.cutOut(name)),
 			}})
 		if err != nil {
 			t.Fatal(err)
@@ -162,6 +164,7 @@ func (c *tcluster) startActors(s *tserver) {
 	}
 	props, err := control.NewAllocator(control.Config{Store: s.srv, Server: s.id, Members: c.members, Interval: c.opts.interval,
 		TimeScale: c.opts.timeScale, CheckpointRoot: c.root, MaxFailures: c.opts.maxFailures, AckTimeout: time.Second,
+		NodeGrace: c.opts.nodeGrace, Lease: c.opts.lease,
 		NodePID: func(n *consensus.Node) *actor.PID { return actor.NewPID(n.Addresses[0], "node-"+n.ID) },
 		HostPID: func(m cluster.Member) *actor.PID { return actor.NewPID(m.Meta.ActorAddr, "jobhost-"+m.Name) },
 		Stats:   c.stats, Logger: quiet()}, func(ri control.RoundInfo) { c.mu.Lock(); c.rounds = append(c.rounds, ri); c.mu.Unlock() })
@@ -177,7 +180,7 @@ func (c *tcluster) startActors(s *tserver) {
 func (c *tcluster) members() []cluster.Member {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := slices.Clone(c.agents)
+	out := slices.DeleteFunc(slices.Clone(c.agents), func(m cluster.Member) bool { return c.net.gone[m.Name] })
 	for _, s := range c.server {
 		if !s.down {
 			out = append(out, cluster.Member{Name: s.id, Meta: cluster.Meta{Role: cluster.RoleServer, ActorAddr: c.sys.Address()}})
@@ -301,7 +304,7 @@ func kindOf(m any) string {
 	switch m := m.(type) {
 	case *pb.Assign:
 		return "assign"
-	case *pb.AssignAck:
+	case *pb.AssignAck, *pb.LeaseAck:
 		return "ack"
 	case *pb.Bid:
 		return "bid"

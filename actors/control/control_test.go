@@ -144,9 +144,17 @@ func TestLostMessagesAreRecovered(t *testing.T) {
 		// the whole desired state again.
 		{"assign", "cifar10", func(m any) bool { return len(m.(*pb.Assign).Runs) > 0 }},
 		// The ack telling of the crashed worker (its exit message is
-		// dropped too, so only acks can tell).
+		// dropped too, so only acks can tell): of an assignment or of a
+		// lease renewal, whichever comes first.
 		{"ack", "crash-once:cifar10", func(m any) bool {
-			for _, r := range m.(*pb.AssignAck).Runs {
+			ack, ok := m.(*pb.AssignAck)
+			if l, lease := m.(*pb.LeaseAck); lease {
+				ack, ok = l.Status, true
+			}
+			if !ok {
+				return false
+			}
+			for _, r := range ack.Runs {
 				if len(r.Exits) > 0 {
 					return true
 				}

@@ -64,6 +64,7 @@ func (a *allocator) acked(ctx actor.Context, ack *pb.AssignAck) {
 			}
 		}
 	}
+	a.leaseFollowUp(ctx, ack)
 }
 
 // doneByRankZero reports whether token is rank 0's report token of the

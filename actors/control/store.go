@@ -13,6 +13,9 @@ import (
 // Store is the part of consensus.Server the allocator uses.
 type Store interface {
 	Leadership() (term uint64, leader bool)
+	// ConfirmLeadership confirms the leadership with a quorum and returns
+	// its term.
+	ConfirmLeadership(ctx context.Context) (uint64, error)
 	Read(ctx context.Context) (*consensus.State, error)
 	LocalState() *consensus.State
 	LocalJob(id string) (*consensus.Job, consensus.ClusterConfig)

@@ -39,6 +39,14 @@
 // short deadline, closed at its first bad line, first to go at the
 // connection cap.
 //
+// It runs workers only while it holds a lease from the leader's
+// allocator (lease.go, pb.LeaseRenew): without one it starts nothing;
+// when its lease lapses (the leader is unreachable) it pauses its
+// workers with SIGSTOP, so that a node cut off from the control plane
+// writes no checkpoint while the majority re-places its jobs, and the
+// next renewal resumes them, or the next assignment kills them (never
+// SIGTERM, on which a worker checkpoints) if they have been superseded.
+//
 // Workers are started with Pdeathsig SIGKILL: if the agent dies, its
 // workers die with it and cannot keep GPUs as orphans.
 package node

@@ -34,8 +34,8 @@ type WorkerSpec struct {
 type Worker interface {
 	// Pid is its process id (a made-up one for in-process workers).
 	Pid() int
-	// Signal sends sig (SIGTERM or SIGKILL) to the worker and everything
-	// it started.
+	// Signal sends sig (SIGTERM, SIGKILL, or SIGSTOP and SIGCONT to
+	// pause and resume it) to the worker and everything it started.
 	Signal(sig syscall.Signal) error
 	// Wait blocks until the worker has ended and says how.
 	Wait() Exit

@@ -95,6 +95,8 @@ type Config struct {
 	ActorName string
 	// PropsOptions are added to the actor's props (middleware).
 	PropsOptions []actor.PropsOption
+	// Now is the clock of the lease (default time.Now).
+	Now func() time.Time
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -161,6 +163,9 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	cfg.Logger = cfg.Logger.With("node", cfg.Name)
 	n := &Node{sys: sys}
@@ -300,6 +305,7 @@ type nodeActor struct {
 	denied     map[runKey]string // runs of the last assignment the policy forbids
 
 	fence    fencing
+	lease    leaseState
 	outbox   map[string]*outbox // reports gathered per owner
 	flushing bool               // a flush is scheduled
 	runs     map[runKey]*run
@@ -312,6 +318,10 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *pb.Assign:
 		ctx.Respond(a.assign(ctx, m))
+	case *pb.LeaseRenew:
+		ctx.Respond(a.renew(ctx, m))
+	case leaseCheck:
+		a.checkLease(ctx)
 	case *pb.StatusRequest:
 		ctx.Respond(a.status())
 	case reportIn:
@@ -334,6 +344,10 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 			a.stop(ctx, r)
 		}
 		a.maybeDrained()
+	case *actor.Stopping:
+		if a.lease.timer != nil {
+			a.lease.timer.Stop()
+		}
 	}
 }
 
@@ -536,8 +550,12 @@ func (a *nodeActor) env(rj *pb.RunJob, local, gpu int) workerproto.Env {
 	}
 }
 
-// schedule starts pending runs, in order, whose GPUs are free.
+// schedule starts pending runs, in order, whose GPUs are free, while
+// the node holds a lease.
 func (a *nodeActor) schedule(ctx actor.Context) {
+	if !a.leaseValid(a.cfg.Now()) {
+		return
+	}
 	var free []int
 	for g, r := range a.owner {
 		if r == nil {
@@ -593,7 +611,8 @@ func (a *nodeActor) launch(ctx actor.Context, r *run) {
 	}
 }
 
-// stop asks r's workers to exit; a run without workers is dropped.
+// stop asks r's workers to exit (SIGKILL at once while the lease has
+// lapsed); a run without workers is dropped.
 func (a *nodeActor) stop(ctx actor.Context, r *run) {
 	if r.stopping {
 		return
@@ -605,8 +624,9 @@ func (a *nodeActor) stop(ctx actor.Context, r *run) {
 		a.auth.remove(r.key)
 		return
 	}
+	sig := a.stopSignal()
 	for _, w := range r.procs {
-		_ = w.Signal(syscall.SIGTERM)
+		_ = w.Signal(sig)
 	}
 	self, key := ctx.Self(), r.key
 	time.AfterFunc(a.cfg.Grace, func() { a.sys.Root.Send(self, graceExpired{key: key}) })
@@ -636,6 +656,9 @@ func (a *nodeActor) exited(ctx actor.Context, m procExited) {
 	if len(r.procs) == 0 && r.stopping {
 		delete(a.runs, r.key)
 		a.auth.remove(r.key)
+	}
+	if len(r.procs) == 0 {
+		a.tellLeader(ctx)
 	}
 	a.schedule(ctx)
 	a.maybeDrained()

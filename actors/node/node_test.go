@@ -125,6 +125,9 @@ type fixture struct {
 	key     []byte   // the cluster's report key
 	allow   []string // the node's allow-list (nil: the default)
 	env     []string // Config.WorkerEnv
+	nonce   uint64   // of the node's last lease ack
+	launch  Launcher
+	now     func() time.Time
 }
 
 // logBuffer collects a node's log lines.
@@ -153,20 +156,37 @@ func newFixture(t *testing.T, gpus int, grace time.Duration, cpuSlots ...[]int) 
 // newFixtureIn starts a node whose fencing state lives in dataDir.
 func newFixtureIn(t *testing.T, gpus int, grace time.Duration, dataDir string, cpuSlots ...[]int) *fixture {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
-	f := &fixture{t: t, sys: sys, got: make(chan any, 1000), cluster: "c1", term: 1, dataDir: dataDir, gpus: gpus, slots: cpuSlots, grace: grace,
-		root: t.TempDir(), key: []byte("test report key"), allow: []string{"emulated:*"}}
-	f.startNode()
-	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &owner{got: f.got} }))
-	f.owner = &pb.Ref{Address: pid.Address, Id: pid.Id}
-	t.Cleanup(func() {
-		if err := f.node.Stop(5 * time.Second); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-		sys.Shutdown()
-	})
+	f := &fixture{t: t, dataDir: dataDir, gpus: gpus, slots: cpuSlots, grace: grace}
+	f.init()
 	return f
+}
+
+// init starts the fixture's actor system, node and owner (with a
+// checkpoint root, a report key and an allow-list of the fake worker's
+// modes unless set).
+func (f *fixture) init() {
+	f.t.Helper()
+	if f.root == "" {
+		f.root = f.t.TempDir()
+	}
+	if f.key == nil {
+		f.key = []byte("test report key")
+	}
+	if f.allow == nil {
+		f.allow = []string{"emulated:*"}
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	f.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
+	f.got, f.cluster, f.term = make(chan any, 1000), "c1", 1
+	f.startNode()
+	pid := f.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &owner{got: f.got} }))
+	f.owner = &pb.Ref{Address: pid.Address, Id: pid.Id}
+	f.t.Cleanup(func() {
+		if err := f.node.Stop(5 * time.Second); err != nil {
+			f.t.Errorf("Stop: %v", err)
+		}
+		f.sys.Shutdown()
+	})
 }
 
 func (f *fixture) startNode() { f.startNodeWith(nil) }
@@ -177,7 +197,7 @@ func (f *fixture) startNodeWith(edit func(*Config)) {
 	f.t.Helper()
 	f.log = &logBuffer{}
 	cfg := Config{Name: "n1", GPUs: f.gpus, CPUSlots: f.slots, Grace: f.grace, WorkerOutput: io.Discard, DataDir: f.dataDir,
-		Logger: slog.New(slog.NewTextHandler(f.log, nil)), AllowCommands: f.allow, WorkerEnv: f.env,
+		Logger: slog.New(slog.NewTextHandler(f.log, nil)), Launch: f.launch, Now: f.now, AllowCommands: f.allow, WorkerEnv: f.env,
 		Emulator: func(app string) []string { return []string{os.Args[0], "fakeworker", app} }}
 	if edit != nil {
 		edit(&cfg)
@@ -233,7 +253,28 @@ func (f *fixture) assign(gen uint64, runs ...*pb.RunJob) *pb.AssignAck {
 	return f.send(&pb.Assign{ClusterId: f.cluster, Term: f.term, Generation: gen, Runs: runs})
 }
 
+// send sends an assignment as the leader does, followed by a renewal of
+// the node's lease (for ten minutes) when it is accepted; if the
+// assignment left runs pending for want of a lease, it is sent again,
+// and the second answer, with the runs started, is returned.
 func (f *fixture) send(a *pb.Assign) *pb.AssignAck {
+	f.t.Helper()
+	ack := f.sendOnce(a)
+	if !ack.Ok {
+		return ack
+	}
+	if renewed := f.renew(a.ClusterId, ack.Term, ack.Generation, 10*time.Minute); !renewed.Renewed {
+		f.t.Fatalf("lease not renewed: %v", renewed)
+	}
+	for _, r := range ack.Runs {
+		if r.Pending {
+			return f.sendOnce(a)
+		}
+	}
+	return ack
+}
+
+func (f *fixture) sendOnce(a *pb.Assign) *pb.AssignAck {
 	f.t.Helper()
 	if a.CheckpointRoot == "" {
 		a.CheckpointRoot = f.root
@@ -243,6 +284,32 @@ func (f *fixture) send(a *pb.Assign) *pb.AssignAck {
 		f.t.Fatal(err)
 	}
 	return res.(*pb.AssignAck)
+}
+
+// renew renews the node's lease as the leader does: a renewal echoing
+// the nonce of the node's last ack (asked for first if the fixture has
+// none).
+func (f *fixture) renew(cluster string, term, gen uint64, lease time.Duration) *pb.LeaseAck {
+	f.t.Helper()
+	var ack *pb.LeaseAck
+	for range 2 {
+		ack = f.renewOnce(&pb.LeaseRenew{ClusterId: cluster, Term: term, Generation: gen,
+			LeaseMs: uint64(lease / time.Millisecond), Echo: f.nonce})
+		f.nonce = ack.Nonce
+		if ack.Renewed {
+			break
+		}
+	}
+	return ack
+}
+
+func (f *fixture) renewOnce(m *pb.LeaseRenew) *pb.LeaseAck {
+	f.t.Helper()
+	res, err := f.sys.Root.RequestFuture(f.node.PID(), m, 5*time.Second).Result()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return res.(*pb.LeaseAck)
 }
 
 func (f *fixture) status() *pb.NodeStatus {

@@ -28,10 +28,14 @@ var Examples = []Example{
 	{Model: "cnn", Target: 0.97, InitBatch: 32, MaxBatch: 512, MinLocal: 8, MaxLocal: 256, Accumulation: true},
 }
 
-// Command is the worker command of e: Python running l's train_digits.py,
-// followed by args.
+// Command is the worker command of e: l's interpreter running l's
+// train_digits.py, followed by args.
 func (e Example) Command(l Layout, args ...string) []string {
-	cmd := []string{Python, l.Digits, "--model", e.Model,
+	python := l.Python
+	if python == "" {
+		python = Python
+	}
+	cmd := []string{python, l.Digits, "--model", e.Model,
 		"--target", strconv.FormatFloat(e.Target, 'g', -1, 64)}
 	return append(cmd, args...)
 }

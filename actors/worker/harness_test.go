@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -295,31 +292,9 @@ func tail(s string) string {
 	return strings.Join(lines, "\n")
 }
 
-// summary reads the progress summary the library writes with every
+// readSummary reads the progress summary the library writes with every
 // checkpoint.
-type summary struct {
-	Job           string             `json:"job"`
-	Epoch         int                `json:"epoch"`
-	Position      int                `json:"position"`
-	Progress      float64            `json:"progress"`
-	Done          bool               `json:"done"`
-	Metrics       map[string]float64 `json:"metrics"`
-	GradSqr       float64            `json:"grad_sqr"`
-	GradVar       float64            `json:"grad_var"`
-	EpochFinished bool               `json:"epoch_finished"`
-}
-
-func readSummary(dir string) (summary, error) {
-	var s summary
-	b, err := os.ReadFile(filepath.Join(dir, "pollux-progress.json"))
-	if err != nil {
-		return s, err
-	}
-	if err := json.Unmarshal(b, &s); err != nil {
-		return s, fmt.Errorf("summary %s: %w", dir, err)
-	}
-	return s, nil
-}
+func readSummary(dir string) (Progress, error) { return ReadProgress(dir) }
 
 // freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
 func freePort(t *testing.T) int {

@@ -19,7 +19,7 @@ import (
 const Python = "/usr/bin/python3"
 
 // InstallHint is the command that provides what CheckPython looks for.
-const InstallHint = "apt-get install python3-torch python3-sklearn"
+const InstallHint = "apt-get install -y python3-torch python3-sklearn"
 
 // ErrNoPython is returned by CheckPython when Python cannot run the
 // library.
@@ -30,6 +30,8 @@ var sources embed.FS
 
 // Layout is where Install put the library.
 type Layout struct {
+	// Python is the interpreter that runs the scripts (empty: Python).
+	Python string
 	// Dir holds the package pollux_worker and the example scripts.
 	Dir string
 	// Digits is the example script train_digits.py.
@@ -62,14 +64,15 @@ func Install(dir string) (Layout, error) {
 	if err != nil {
 		return Layout{}, fmt.Errorf("worker: installing the library into %s: %w", abs, err)
 	}
-	return Layout{Dir: abs, Digits: filepath.Join(abs, "train_digits.py"), Tests: filepath.Join(abs, "tests")}, nil
+	return Layout{Python: Python, Dir: abs, Digits: filepath.Join(abs, "train_digits.py"), Tests: filepath.Join(abs, "tests")}, nil
 }
 
 // CheckPython reports whether Python imports torch and sklearn. The error
 // wraps ErrNoPython and names InstallHint.
-func CheckPython(ctx context.Context) error { return checkPython(ctx, Python) }
+func CheckPython(ctx context.Context) error { return CheckInterpreter(ctx, Python) }
 
-func checkPython(ctx context.Context, python string) error {
+// CheckInterpreter is CheckPython for another interpreter.
+func CheckInterpreter(ctx context.Context, python string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, "-c", "import torch, sklearn")

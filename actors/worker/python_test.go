@@ -56,9 +56,9 @@ func TestExampleSpecsValidate(t *testing.T) {
 
 func TestCheckPythonNamesThePackages(t *testing.T) {
 	for _, py := range []string{"/nonexistent/python3", "/bin/false"} {
-		err := checkPython(context.Background(), py)
+		err := CheckInterpreter(context.Background(), py)
 		if !errors.Is(err, ErrNoPython) || !strings.Contains(err.Error(), InstallHint) || !strings.Contains(err.Error(), py) {
-			t.Errorf("checkPython(%s) = %v, want ErrNoPython naming %q and the interpreter", py, err, InstallHint)
+			t.Errorf("CheckInterpreter(%s) = %v, want ErrNoPython naming %q and the interpreter", py, err, InstallHint)
 		}
 	}
 }

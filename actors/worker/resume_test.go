@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -108,6 +109,15 @@ func TestKilledWorkerResumesFromItsCheckpoint(t *testing.T) {
 	}
 	if !final.Done || final.Metrics["accuracy"] < ex.Target || !reps[len(reps)-1].Done {
 		t.Errorf("final %+v: want done at accuracy >= %v with a done report", final, ex.Target)
+	}
+	// The run history: both incarnations with what they ran, the second
+	// starting where the checkpoint stood.
+	wantRuns := []Run{
+		{Incarnation: 1, Replicas: 2, Nodes: 1, AtomicBatch: 16, AccumSteps: 0, BatchSize: 32},
+		{Incarnation: 2, Replicas: 1, Nodes: 1, AtomicBatch: 32, AccumSteps: 1, BatchSize: 64, Epoch: ck.Epoch, Progress: ck.Progress},
+	}
+	if !reflect.DeepEqual(final.Runs, wantRuns) {
+		t.Errorf("run history %+v, want %+v", final.Runs, wantRuns)
 	}
 	t.Logf("killed at progress %.2f (last report); checkpoint epoch %d position %d progress %.2f: lost %.2f steps at M0 "+
 		"(reported %v before the kill: %.2f); finished at epoch %d, accuracy %.4f",

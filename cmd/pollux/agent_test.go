@@ -187,6 +187,9 @@ func (c *controller) assign(actorAddr string, a *pb.Assign) *pb.AssignAck {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	if ack := res.(*pb.AssignAck); ack.Ok {
+		c.keepLease(actorAddr)
+	}
 	return res.(*pb.AssignAck)
 }
 
@@ -340,6 +343,9 @@ func TestRestartedAgentGetsNoStaleAssignment(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	_, ready = startAgent(t, "a4", args...)
+	// A lease for whatever assignment the agent holds now: had it been
+	// given one sent while it was down, it would start its job.
+	c.keepLease(ready.Actor)
 	// protoactor retries a connection five times, two seconds apart:
 	// anything it held would have arrived by now.
 	deadline := time.Now().Add(11 * time.Second)

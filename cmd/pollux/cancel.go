@@ -22,7 +22,7 @@ func newCancelCmd() *cobra.Command {
 		Short: "Cancel a job: its workers are stopped, its GPUs freed, and it is marked cancelled",
 		Long: "Cancels a job that has not finished: the next round stops its workers and gives its GPUs to others; " +
 			"the job stays in the listing as cancelled (until the retention period prunes it). Cancelling an unknown " +
-			"or finished job is an error.",
+			"or finished job is an error. A submit token cancels only the jobs it submitted; an admin token any.",
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var res api.CancelResult
@@ -54,6 +54,9 @@ func newJobCmd() *cobra.Command {
 					return err
 				}
 				fmt.Fprintf(w, "job %s (%s): %s, incarnation %d, %d GPUs on %d nodes\n", j.ID, j.App, j.State, j.Incarnation, j.GPUs, j.Nodes)
+				if j.Submitter != "" {
+					fmt.Fprintf(w, "submitted by %s (token %s)\n", j.Submitter, j.SubmitterAccessor)
+				}
 				fmt.Fprintf(w, "epoch %d, progress %.1f, attained %.0f GPU-s, restarts %d, crashes %d\n", j.Epoch, j.Progress, j.Attained, j.Restarts, j.Crashes)
 				if j.Reason != "" {
 					fmt.Fprintf(w, "reason: %s\n", j.Reason)

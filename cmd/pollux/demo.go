@@ -10,8 +10,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"pollux/actors/worker"
 	"pollux/testbed/builtin"
 	"pollux/testbed/launch"
+	"pollux/testbed/realdemo"
 )
 
 func init() { subcommands = append(subcommands, newDemoCmd) }
@@ -23,6 +25,9 @@ func newDemoCmd() *cobra.Command {
 		spread, timeout       time.Duration
 		dir                   string
 		keep                  bool
+		real, asJSON          bool
+		realOpts              realdemo.Options
+		augment, minEpochs    int
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -33,9 +38,50 @@ dozen jobs of the built-in applications over --spread, shows the cluster's
 progress once a second (leader, allocation generation, GPUs in use, each
 running job's GPUs and epoch), prints the job completion times and stops
 every process it started, also on Ctrl-C. Emulated time runs --time-scale
-times faster than real time.`,
+times faster than real time.
+
+With --real it runs real PyTorch training instead (Debian's python3-torch
+and python3-sklearn through /usr/bin/python3, or --python): 3 servers and
+2 agents offering --cpu-slots CPU slots each, and three jobs of the
+worker library's digits examples (two CNNs, then an MLP) submitted over
+--spread (default 30s), each trained to its target accuracy for at least
+--min-epochs epochs. The servers weigh job ages --time-scale (default 20)
+times faster than real time, so that the restart penalty fits restarts
+of a second or two. Progress goes to stderr; the result (per job: the
+accuracy reached, its target, the incarnations, the batch size and
+replicas of each incarnation that trained, the completion time) is a
+table on stdout, or one JSON object with --json. It exits 1 if a job
+failed, fell short of its target or was resized fewer than twice. On two
+busy cores it takes 2 to 3 minutes (docs/worker-library.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f := cmd.Flags()
+			if real {
+				for _, name := range []string{"gpus"} {
+					if f.Changed(name) {
+						return badInput(fmt.Errorf("demo: --%s is for emulated jobs, not --real", name))
+					}
+				}
+				realOpts.Servers, realOpts.Agents = servers, 2
+				if f.Changed("time-scale") {
+					realOpts.TimeScale = scale
+				}
+				if f.Changed("agents") {
+					realOpts.Agents = agents
+				}
+				if !f.Changed("spread") {
+					spread = 30 * time.Second
+				}
+				if !f.Changed("timeout") {
+					timeout = 20 * time.Minute
+				}
+				return runRealDemoCmd(cmd, realOpts, augment, minEpochs, spread, timeout, dir, keep, asJSON)
+			}
+			for _, name := range []string{"json", "cpu-slots", "python", "augment", "min-epochs"} {
+				if f.Changed(name) {
+					return badInput(fmt.Errorf("demo: --%s needs --real", name))
+				}
+			}
 			if servers < 1 || agents < 1 || gpus < 1 || !(scale > 0) || spread < 0 || timeout <= 0 {
 				return badInput(fmt.Errorf("demo: need at least one server, agent and GPU, a positive time scale and timeout"))
 			}
@@ -69,6 +115,7 @@ times faster than real time.`,
 				return fmt.Errorf("demo: %w", err)
 			}
 			fmt.Fprintf(out, "mutual TLS and encrypted gossip on (CA, certificates and gossip key in %s)\n", c.TLS().Dir)
+			fmt.Fprintf(out, "API tokens on (the cluster's admin token is in %s)\n", c.TokenFile())
 			// Stop every process on every way out, Ctrl-C included.
 			defer func() {
 				fmt.Fprintln(out, "stopping the cluster")
@@ -87,12 +134,18 @@ times faster than real time.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&servers, "servers", 3, "control-plane servers")
-	f.IntVar(&agents, "agents", 4, "node agents")
+	f.IntVar(&agents, "agents", 4, "node agents (--real: default 2)")
 	f.IntVar(&gpus, "gpus", 4, "emulated GPUs per agent")
-	f.Float64Var(&scale, "time-scale", 300, "emulated seconds per real second")
-	f.DurationVar(&spread, "spread", 30*time.Second, "real time over which the jobs are submitted")
-	f.DurationVar(&timeout, "timeout", 5*time.Minute, "give up (and stop the cluster) after this long")
+	f.Float64Var(&scale, "time-scale", 300, "emulated seconds per real second (--real: the servers' clock rate for job ages, default 20)")
+	f.DurationVar(&spread, "spread", 30*time.Second, "real time over which the jobs are submitted (--real: default 30s)")
+	f.DurationVar(&timeout, "timeout", 5*time.Minute, "give up (and stop the cluster) after this long (--real: default 20m)")
 	f.StringVar(&dir, "dir", "", "directory for data and logs (default: a temporary one, removed afterwards)")
 	f.BoolVar(&keep, "keep", false, "keep the temporary directory")
+	f.BoolVar(&real, "real", false, "run real PyTorch jobs on CPU slots instead of emulated ones")
+	f.BoolVar(&asJSON, "json", false, "with --real: print the result as one JSON object")
+	f.IntVar(&realOpts.Slots, "cpu-slots", 2, "with --real: CPU slots per agent")
+	f.StringVar(&realOpts.Python, "python", worker.Python, "with --real: the interpreter of the workers (it needs torch and sklearn)")
+	f.IntVar(&augment, "augment", 16, "with --real: training copies of every digit (a longer epoch)")
+	f.IntVar(&minEpochs, "min-epochs", 60, "with --real: epochs the CNNs train at least (the MLP: 4 times as many)")
 	return cmd
 }

@@ -66,7 +66,7 @@ func TestCancelRetentionAndServerReplacement(t *testing.T) {
 		if leader != nil {
 			hs = append(hs, leader.HTTP)
 		}
-		code, out := runOut(append(args, "--server", strings.Join(hs, ","), "--ca", c.TLS().CA)...)
+		code, out := runOut(append(args, "--server", strings.Join(hs, ","), "--ca", c.TLS().CA, "--token", c.AdminToken())...)
 		t.Logf("pollux %v: exit %d: %s", args, code, strings.TrimSpace(out))
 		return code, out
 	}

@@ -34,7 +34,7 @@ type serverOpts struct {
 	join                                                             []string
 	gossipPort, actorPort, maxFailures                               int
 	bootstrap, fast                                                  bool
-	interval, nodeGrace, retain                                      time.Duration
+	interval, nodeGrace, retain, agentLease                          time.Duration
 	timeScale                                                        float64
 	sec                                                              securityOpts
 }
@@ -84,6 +84,9 @@ func newServerCmd() *cobra.Command {
 	f.BoolVar(&o.fast, "fast-gossip", false, "sub-second failure detection (loopback and test clusters)")
 	f.DurationVar(&o.interval, "interval", control.DefaultInterval, "scheduling interval")
 	f.DurationVar(&o.nodeGrace, "node-grace", 3*time.Second, "how long an agent must be missing from the membership before it is marked dead")
+	f.DurationVar(&o.agentLease, "agent-lease", control.DefaultLease, "the agents' lease: the leader renews it every quarter of it; an agent "+
+		"that goes that long without a renewal pauses its workers, and no job restarts elsewhere until its lease, plus half of it, "+
+		"has surely ended (docs/control-plane.md, Fencing). At most two thirds of --node-grace")
 	f.IntVar(&o.maxFailures, "max-failures", 5, "failed incarnations in a row (without finishing an epoch) after which a job is marked failed; -1: retry forever")
 	f.Float64Var(&o.timeScale, "time-scale", 1, "emulated seconds per real second of the cluster's emulated workers")
 	f.StringVar(&o.ckptRoot, "checkpoint-root", "", "the cluster's checkpoint root, ROOT/<job id> for jobs that name no directory: a directory "+
@@ -136,6 +139,9 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	}
 	if !(o.timeScale > 0) || o.interval <= 0 || o.retain < 0 {
 		return badInput(fmt.Errorf("server: --time-scale %v and --interval %v must be positive, --retain %v not negative", o.timeScale, o.interval, o.retain))
+	}
+	if err := checkLease(o.agentLease, o.nodeGrace); err != nil {
+		return badInput(err)
 	}
 	if o.ckptRoot != "" && !filepath.IsAbs(o.ckptRoot) {
 		return badInput(fmt.Errorf("server: --checkpoint-root %q is not an absolute path", o.ckptRoot))
@@ -221,7 +227,8 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	}
 
 	stats := &control.Stats{}
-	httpAPI := api.New(o.id, api.Config{Backend: srv, Apps: catalog.Names(), Members: members.Members, Stats: stats, Logger: log})
+	httpAPI := api.New(o.id, api.Config{Backend: srv, Apps: catalog.Names(), Members: members.Members, Stats: stats,
+		Insecure: o.sec.insecure, Logger: log})
 	hprops, err := job.NewHost(job.HostConfig{Server: o.id, Store: srv, Logger: log})
 	if err != nil {
 		return err
@@ -234,6 +241,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	props, err := control.NewAllocator(control.Config{
 		Store: srv, Server: o.id, Members: members.Members, Interval: o.interval, CheckpointRoot: o.ckptRoot,
 		Retain: o.retain, TimeScale: o.timeScale, NodeGrace: o.nodeGrace, MaxFailures: o.maxFailures, Stats: stats, Logger: log,
+		Lease: o.agentLease,
 	}, httpAPI.ObserveRound)
 	if err != nil {
 		return err
@@ -298,4 +306,20 @@ func initCluster(ctx context.Context, srv *consensus.Server, root string, log *s
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// checkLease refuses an agent lease that leaves no margin under the node
+// grace: the leader restarts a dead agent's jobs only once the agent's
+// lease plus its margin has ended, so a longer lease would hold every
+// re-placement beyond --node-grace.
+func checkLease(lease, grace time.Duration) error {
+	if lease < 4*time.Millisecond || lease > 10*time.Minute {
+		return fmt.Errorf("server: --agent-lease %v outside [4ms, 10m]", lease)
+	}
+	if wait := lease + control.LeaseMargin(lease); wait > grace {
+		return fmt.Errorf("server: --agent-lease %v leaves no margin under --node-grace %v: a dead agent's jobs would wait "+
+			"for its lease and margin (%v) rather than for --node-grace; use a lease of at most %v or a longer --node-grace",
+			lease, grace, wait, grace*2/3)
+	}
+	return nil
 }

@@ -66,10 +66,12 @@ func TestCheckpointRootIsSetOnce(t *testing.T) {
 	}
 	// The first start sets the root.
 	first, _ := server(rootA)
+	token := bootstrapTokens(t, httpAddr)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := hc.Post("https://"+httpAddr+"/v1/jobs", "application/yaml",
-			strings.NewReader("name: j\napplication: cifar10\ninit_batch_size: 128\n"))
+		req, _ := http.NewRequest(http.MethodPost, "https://"+httpAddr+"/v1/jobs", strings.NewReader("name: j\napplication: cifar10\ninit_batch_size: 128\n"))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := hc.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusCreated {

@@ -111,6 +111,9 @@ type simFlags struct {
 	crossRackRatio                float64
 	crossRackModel                string
 	compareTopology               bool
+	// autoscale runs the elastic-cluster comparison (sim_autoscale.go).
+	autoscale bool
+	cloud     cloudFlags
 }
 
 func newSimCmd() *cobra.Command {
@@ -157,10 +160,26 @@ GPU-hours lent and borrowed and reclaim latency. "--federation example" is
 the built-in example (testbed/fedsim/example.json: three labs of 16, 32 and
 16 GPUs whose busy periods follow each other); with --workload DIR every lab
 replays its workload file from DIR (e.g. ../shared/pollux-artifact/workloads
-with --traces ../shared/pollux-artifact/traces).`,
+with --traces ../shared/pollux-artifact/traces).
+
+--autoscale simulates an elastic cloud cluster of --gpus-per-node GPU nodes,
+between --min-nodes and --max-nodes, nodes joining --boot-delay after they are
+asked for and paid --node-cost per node-hour from request to release. It
+compares pollux-autoscale (Pollux also choosing the node count by the
+artifact's utility rule), throughput-autoscale (Or et al.: grow while
+throughput scales) and fixed (--max-nodes throughout) on mean JCT,
+node-hours and cost. Without --workload it runs the paper's cloud scenario,
+one ImageNet job; --out adds timeline.csv and nodes-WORKLOAD.png (see
+docs/autoscaling.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.pSet = cmd.Flags().Changed("p")
+			if err := checkCloudFlags(f, cmd.Flags().Changed); err != nil {
+				return badInput(err)
+			}
+			if f.autoscale {
+				return runSimAutoscale(cmd.Context(), f, cmd.Flags().Changed("policy"), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
 			if f.federation != "" {
 				return runSimFederation(cmd.Context(), cmd, f, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
@@ -187,6 +206,15 @@ with --traces ../shared/pollux-artifact/traces).`,
 	fl.StringVar(&f.crossRackModel, "cross-rack-model", "overlap", "how a placement across racks is slowed: overlap or exposed (see above)")
 	fl.BoolVar(&f.compareTopology, "compare-topology", false, "run the policy aware of the racks and blind to them, and compare (needs --racks of at least 2 and one policy)")
 	fl.StringVar(&f.federation, "federation", "", "simulate federated labs described by a JSON file, or "+federationExample+" for the built-in one, isolated, merged and federated (see docs/federation.md)")
+	dc := sim.DefaultCloud()
+	fl.BoolVar(&f.autoscale, "autoscale", false, "elastic cluster: compare pollux-autoscale, throughput-autoscale and a fixed cluster of --max-nodes on cost and JCT (default workload: the paper's cloud scenario, one ImageNet job)")
+	fl.DurationVar(&f.cloud.bootDelay, "boot-delay", time.Duration(dc.BootDelay)*time.Second, "with --autoscale: time from asking for a node to its joining")
+	fl.Float64Var(&f.cloud.nodeCost, "node-cost", dc.NodeCost, "with --autoscale: price of one node-hour")
+	fl.IntVar(&f.cloud.minNodes, "min-nodes", dc.MinNodes, "with --autoscale: fewest nodes (the cluster starts with max(min-nodes, 1))")
+	fl.IntVar(&f.cloud.maxNodes, "max-nodes", dc.MaxNodes, "with --autoscale: most nodes (and the fixed cluster's size)")
+	fl.Float64Var(&f.cloud.threshold, "scaling-threshold", optimizer.DefaultScalingThreshold, "with --autoscale: throughput-autoscale adds a node while it adds at least this fraction of linear throughput")
+	fl.Float64Var(&f.cloud.lowUtil, "low-util", optimizer.DefaultLowUtil, "with --autoscale: pollux-autoscale keeps the size while utility is at least this")
+	fl.Float64Var(&f.cloud.highUtil, "high-util", optimizer.DefaultHighUtil, "with --autoscale: ... and at most this")
 	return cmd
 }
 

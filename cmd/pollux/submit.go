@@ -28,24 +28,46 @@ func init() {
 
 // clientOpts are the flags every API client command takes.
 type clientOpts struct {
-	servers []string
-	ca      string
-	asJSON  bool
-	timeout time.Duration
+	servers   []string
+	ca        string
+	token     string
+	cert, key string
+	asJSON    bool
+	timeout   time.Duration
 }
 
-// EnvCA names the environment variable that --ca defaults to.
-const EnvCA = "POLLUX_CA"
+// Environment variables the client flags default to.
+const (
+	EnvCA         = "POLLUX_CA"
+	EnvToken      = "POLLUX_TOKEN"
+	EnvClientCert = "POLLUX_CLIENT_CERT"
+	EnvClientKey  = "POLLUX_CLIENT_KEY"
+)
 
 func (o *clientOpts) flags(cmd *cobra.Command) {
 	cmd.Flags().StringSliceVar(&o.servers, "server", []string{"127.0.0.1:8080"}, "API addresses of servers, tried in order: host:port is HTTPS; http://host:port a server running --insecure")
 	cmd.Flags().StringVar(&o.ca, "ca", os.Getenv(EnvCA), "cluster CA certificate the servers' certificates are checked against (default $"+EnvCA+")")
+	// The token's default is read when the command runs, so that --help
+	// never prints a secret.
+	cmd.Flags().StringVar(&o.token, "token", "", "API token secret (default $"+EnvToken+", which keeps it out of the process list)")
+	cmd.Flags().StringVar(&o.cert, "cert", os.Getenv(EnvClientCert), "client certificate of the cluster CA to show (default $"+EnvClientCert+"; pollux acl bootstrap needs one)")
+	cmd.Flags().StringVar(&o.key, "key", os.Getenv(EnvClientKey), "key of --cert (default $"+EnvClientKey+")")
 	cmd.Flags().BoolVar(&o.asJSON, "json", false, "print the server's JSON answer")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 15*time.Second, "give up after this long")
 }
 
+// secret is the API token: --token, else $POLLUX_TOKEN.
+func (o *clientOpts) secret() string {
+	if o.token != "" {
+		return strings.TrimSpace(o.token)
+	}
+	return strings.TrimSpace(os.Getenv(EnvToken))
+}
+
 // client is the HTTP client of the API: HTTPS checking that the server
-// holds a server certificate of --ca.
+// holds a server certificate of --ca, showing --cert if given. It sends
+// the token again when it follows a redirect to another server of the
+// cluster (membership changes go to the leader's API).
 func (o *clientOpts) client() (*http.Client, error) {
 	var pool *x509.CertPool
 	if o.ca != "" {
@@ -55,9 +77,29 @@ func (o *clientOpts) client() (*http.Client, error) {
 		}
 		pool = p
 	}
+	var cert *tls.Certificate
+	if o.cert != "" || o.key != "" {
+		if o.cert == "" || o.key == "" {
+			return nil, badInput(errors.New("--cert and --key go together"))
+		}
+		c, err := tls.LoadX509KeyPair(o.cert, o.key)
+		if err != nil {
+			return nil, badInput(fmt.Errorf("--cert/--key: %w", err))
+		}
+		cert = &c
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = pki.APIClient(pool, nil)
-	return &http.Client{Transport: tr}, nil
+	tr.TLSClientConfig = pki.APIClient(pool, cert)
+	return &http.Client{Transport: tr, CheckRedirect: func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 5 {
+			return errors.New("stopped after 5 redirects")
+		}
+		if h := via[0].Header.Get("Authorization"); h != "" && req.Header.Get("Authorization") == "" &&
+			(req.URL.Scheme == "https" || via[0].URL.Scheme == "http") {
+			req.Header.Set("Authorization", h)
+		}
+		return nil
+	}}, nil
 }
 
 // apiURL is the URL of path on server s: HTTPS unless s says http://.
@@ -103,6 +145,9 @@ func (o *clientOpts) call(ctx context.Context, method, path string, body []byte,
 		req, err := http.NewRequestWithContext(ctx, method, apiURL(s, path), bytes.NewReader(body))
 		if err != nil {
 			return badInput(fmt.Errorf("server %q: %w", s, err))
+		}
+		if secret := o.secret(); secret != "" {
+			req.Header.Set("Authorization", "Bearer "+secret)
 		}
 		resp, err := client.Do(req)
 		if err != nil {
@@ -181,9 +226,13 @@ func newJobsCmd() *cobra.Command {
 					return err
 				}
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "JOB\tSTATE\tAPP\tGPUS\tNODES\tEPOCH\tRESTARTS\tINCARNATION")
+				fmt.Fprintln(tw, "JOB\tSTATE\tAPP\tGPUS\tNODES\tEPOCH\tRESTARTS\tINCARNATION\tSUBMITTER")
 				for _, j := range jobs {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", j.ID, j.State, j.App, j.GPUs, j.Nodes, j.Epoch, j.Restarts, j.Incarnation)
+					by := j.Submitter
+					if by == "" {
+						by = "-"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", j.ID, j.State, j.App, j.GPUs, j.Nodes, j.Epoch, j.Restarts, j.Incarnation, by)
 				}
 				return tw.Flush()
 			})

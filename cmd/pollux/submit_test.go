@@ -44,6 +44,13 @@ func TestClientCommandsBadInput(t *testing.T) {
 		{"cancel with a bad CA file", []string{"cancel", "j", "--ca", good}, 2},
 		{"job with a bad CA file", []string{"job", "j", "--ca", good}, 2},
 		{"operator with a bad CA file", []string{"operator", "raft", "list-peers", "--ca", good}, 2},
+		{"token of an unknown role", []string{"acl", "token", "create", "--name", "x", "--role", "root"}, 2},
+		{"token without a name", []string{"acl", "token", "create", "--role", "read"}, 2},
+		{"revoke without an accessor", []string{"acl", "token", "revoke"}, 2},
+		{"bootstrap with a missing secret file", []string{"acl", "bootstrap", "--secret-file", filepath.Join(dir, "nope")}, 2},
+		{"client certificate without its key", []string{"jobs", "--cert", good}, 2},
+		{"client certificate that is no certificate", []string{"jobs", "--cert", good, "--key", good}, 2},
+		{"token list, no server", []string{"acl", "token", "list", "--server", "127.0.0.1:1", "--timeout", "2s"}, 1},
 	}
 	for _, tc := range tests {
 		if got := run(tc.args); got != tc.code {

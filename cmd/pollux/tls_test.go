@@ -301,6 +301,7 @@ func TestSecurePortsRefuseStrangers(t *testing.T) {
 	if err := json.Unmarshal(line, &sr); err != nil {
 		t.Fatal(err)
 	}
+	token := bootstrapTokens(t, httpAddr)
 	agent, line := startProc(t, &agentLog, append([]string{"agent", "--name", "a3", "--gpus", "2", "--fast-gossip", "--log-level", "warn",
 		"--join", sr.Gossip, "--worker-exec", strings.Join(selfExec, ",")}, b.Flags("a3")...)...)
 	var ar agentReady
@@ -313,7 +314,7 @@ func TestSecurePortsRefuseStrangers(t *testing.T) {
 		var st api.Status
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			code, out := runOut("status", "--server", httpAddr, "--ca", b.CA, "--json")
+			code, out := runOut("status", "--server", httpAddr, "--ca", b.CA, "--token", token, "--json")
 			if code == 0 && json.Unmarshal([]byte(out), &st) == nil && ok(st) {
 				return st
 			}
@@ -401,10 +402,10 @@ func TestSecurePortsRefuseStrangers(t *testing.T) {
 	}
 
 	// Client commands: the CA is needed and named when missing.
-	if code, out := runOut("status", "--server", httpAddr, "--timeout", "3s", "--ca", ""); code == 0 || !strings.Contains(out, "--ca") {
+	if code, out := runOut("status", "--server", httpAddr, "--timeout", "3s", "--ca", "", "--token", token); code == 0 || !strings.Contains(out, "--ca") {
 		t.Errorf("status without the CA: %d %s", code, out)
 	}
-	if code, out := runOut("status", "--server", "http://"+httpAddr, "--timeout", "3s"); code == 0 || !strings.Contains(out, "400") {
+	if code, out := runOut("status", "--server", "http://"+httpAddr, "--timeout", "3s", "--token", token); code == 0 || !strings.Contains(out, "400") {
 		t.Errorf("status over plaintext: %d %s", code, out)
 	}
 

@@ -51,6 +51,13 @@ type Config struct {
 	// checkpoints and completion (package record). A record that cannot
 	// be written fails the worker: an observer must not lose events.
 	Record *record.Writer
+	// Hold, if set, pauses a worker that runs inside another process as
+	// SIGSTOP pauses a process: the worker calls it before it restores,
+	// before every step of training and before every checkpoint, and it
+	// blocks while the worker is paused (the paused time makes no
+	// progress). An error (the worker was killed) ends the worker at once,
+	// writing nothing.
+	Hold func() error
 }
 
 // Checkpoint is what the emulated worker saves.
@@ -101,6 +108,9 @@ func Run(ctx context.Context, cfg Config) (Checkpoint, error) {
 	// real trainer loads it after initialising: a predecessor still
 	// saving on another machine has had the restart time to finish.
 	sleepErr := w.sleep(ctx, time.Duration(float64(cfg.RestartCost)/cfg.TimeScale))
+	if err := w.hold(); err != nil {
+		return Checkpoint{}, err
+	}
 	t0 := mono.Now()
 	st, fresh, err := restore(cfg.Env.CheckpointDir, cfg.Env.JobID)
 	if err != nil {
@@ -170,7 +180,13 @@ func (w *worker) train(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case now := <-tick.C:
+		case <-tick.C:
+			held := time.Now()
+			if err := w.hold(); err != nil {
+				return err
+			}
+			now := time.Now()
+			last = last.Add(now.Sub(held)) // no progress while paused
 			epoch := w.st.Epoch
 			w.advance(now.Sub(last).Seconds() * w.cfg.TimeScale)
 			last = now
@@ -270,6 +286,14 @@ func (w *worker) closeConn() {
 	}
 }
 
+// hold waits while the worker is paused (Config.Hold).
+func (w *worker) hold() error {
+	if w.cfg.Hold == nil {
+		return nil
+	}
+	return w.cfg.Hold()
+}
+
 func (w *worker) sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return nil
@@ -289,6 +313,9 @@ func (w *worker) sleep(ctx context.Context, d time.Duration) error {
 func (w *worker) save() error {
 	if !w.lead {
 		return nil
+	}
+	if err := w.hold(); err != nil {
+		return err
 	}
 	w.st.Incarnation = w.cfg.Env.Incarnation
 	t0 := mono.Now()

@@ -424,3 +424,98 @@ func TestDeliverAllRanks(t *testing.T) {
 		t.Errorf("reports per rank %v, done per rank %v: want several from both, done from rank 0 only", n, done)
 	}
 }
+
+// pauser is a Config.Hold: it blocks while paused and fails once killed.
+type pauser struct {
+	mu     sync.Mutex
+	paused bool
+	killed bool
+	cont   *sync.Cond
+}
+
+func newPauser() *pauser {
+	p := &pauser{}
+	p.cont = sync.NewCond(&p.mu)
+	return p
+}
+
+func (p *pauser) hold() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.paused && !p.killed {
+		p.cont.Wait()
+	}
+	if p.killed {
+		return errors.New("killed")
+	}
+	return nil
+}
+
+func (p *pauser) set(paused, killed bool) {
+	p.mu.Lock()
+	p.paused, p.killed = paused, killed
+	p.mu.Unlock()
+	p.cont.Broadcast()
+}
+
+func TestHoldPausesAndAKilledWorkerWritesNothing(t *testing.T) {
+	dir := t.TempDir()
+	var mu sync.Mutex
+	var reports []workerproto.Report
+	p := newPauser()
+	cfg := Config{Env: env(dir, "in-process:0"), App: toyApp{}, TimeScale: 2, Tick: 5 * time.Millisecond,
+		ReportEvery: 5 * time.Millisecond, Logger: quiet(), Hold: p.hold,
+		Deliver: func(r workerproto.Report) { mu.Lock(); reports = append(reports, r); mu.Unlock() }}
+	last := func() (int, float64) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(reports) == 0 {
+			return 0, 0
+		}
+		return len(reports), reports[len(reports)-1].Progress
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := Run(ctx, cfg); done <- err }()
+	for n, _ := last(); n < 3; n, _ = last() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.set(true, false)
+	time.Sleep(20 * time.Millisecond) // a step in progress ends
+	n, before := last()
+	time.Sleep(300 * time.Millisecond)
+	if m, _ := last(); m != n {
+		t.Fatalf("%d reports while paused", m-n)
+	}
+	p.set(false, false)
+	for m, _ := last(); m < n+2; m, _ = last() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The 300 ms paused made no progress: at time scale 2 and 0.1 s a
+	// step, they would have made 6 steps.
+	if _, after := last(); after-before > 2 {
+		t.Fatalf("progress %v before the pause, %v just after it", before, after)
+	}
+	// Killed while paused, as a superseded worker: nothing written, at
+	// the end either.
+	saved, err := Restore(dir, "toy-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.set(true, false)
+	cancel() // a stopped process ignores SIGTERM ...
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("a paused worker ended (%v) before it was killed or continued", err)
+	default:
+	}
+	p.set(true, true) // ... until SIGKILL
+	if err := <-done; err == nil {
+		t.Fatal("killed worker ended without error")
+	}
+	if now, err := Restore(dir, "toy-1"); err != nil || now != saved {
+		t.Fatalf("checkpoint %+v (%v) after the kill, want %+v untouched", now, err, saved)
+	}
+}

@@ -8,6 +8,7 @@ package inproc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -67,7 +68,8 @@ func (l *Launcher) Launch(s node.WorkerSpec) (node.Worker, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &worker{pid: int(1<<22 + l.pids.Add(1)), cancel: cancel, done: make(chan struct{})}
+	w := &worker{pid: int(1<<22 + l.pids.Add(1)), cancel: cancel, done: make(chan struct{}), cont: make(chan struct{})}
+	close(w.cont)
 	go func() {
 		defer close(w.done)
 		if crash {
@@ -75,7 +77,8 @@ func (l *Launcher) Launch(s node.WorkerSpec) (node.Worker, error) {
 			return
 		}
 		_, err := emulator.Run(ctx, emulator.Config{Env: s.Env, App: a, TimeScale: l.TimeScale, Tick: l.Tick,
-			ReportEvery: l.ReportEvery, RestartCost: l.RestartCost, Deliver: s.Report, AllRanks: l.AllRanks, Logger: log})
+			ReportEvery: l.ReportEvery, RestartCost: l.RestartCost, Deliver: s.Report, AllRanks: l.AllRanks, Logger: log,
+			Hold: w.hold})
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		switch {
@@ -96,21 +99,67 @@ type worker struct {
 
 	mu     sync.Mutex
 	killed bool
+	cont   chan struct{} // closed unless paused
 	exit   node.Exit
 }
 
 func (w *worker) Pid() int { return w.pid }
 
-// Signal stops the worker: SIGTERM lets it checkpoint, SIGKILL marks it
-// killed (it still ends at its next tick).
+// errKilled ends a killed worker's emulator without a checkpoint.
+var errKilled = errors.New("inproc: killed")
+
+// Signal acts as the signal on a process: SIGTERM lets the worker
+// checkpoint and end, SIGKILL ends it at once without writing anything,
+// SIGSTOP pauses it (no progress, no checkpoint) until SIGCONT.
 func (w *worker) Signal(sig syscall.Signal) error {
 	w.mu.Lock()
-	if sig == syscall.SIGKILL {
+	defer w.mu.Unlock()
+	paused := w.paused()
+	switch sig {
+	case syscall.SIGSTOP:
+		if !paused {
+			w.cont = make(chan struct{})
+		}
+		return nil
+	case syscall.SIGCONT:
+		if paused {
+			close(w.cont)
+		}
+		return nil
+	case syscall.SIGKILL:
 		w.killed = true
+		if paused {
+			close(w.cont)
+		}
 	}
-	w.mu.Unlock()
 	w.cancel()
 	return nil
+}
+
+func (w *worker) paused() bool {
+	select {
+	case <-w.cont:
+		return false
+	default:
+		return true
+	}
+}
+
+// hold blocks while the worker is paused (as a stopped process, it
+// waits for SIGCONT or SIGKILL whatever else it is sent).
+func (w *worker) hold() error {
+	for {
+		w.mu.Lock()
+		killed, paused, cont := w.killed, w.paused(), w.cont
+		w.mu.Unlock()
+		switch {
+		case killed:
+			return errKilled
+		case !paused:
+			return nil
+		}
+		<-cont
+	}
 }
 
 func (w *worker) Wait() node.Exit {

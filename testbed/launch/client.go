@@ -176,7 +176,7 @@ func (cl *Client) Job(ctx context.Context, m *Member, job string, timeout time.D
 			return fmt.Errorf("asked for job %s, got %q", job, j.ID)
 		}
 		found = true
-		o.Jobs = []history.Job{{ID: j.ID, State: j.State, Inc: j.Incarnation, Epoch: j.Epoch, Progress: j.Progress, Reason: truncate(j.Reason, 1024)}}
+		o.Jobs = []history.Job{{ID: j.ID, State: j.State, Inc: j.Incarnation, Epoch: j.Epoch, Progress: j.Progress, Reason: truncate(j.Reason, 1024), GPUs: j.GPUs}}
 		return nil
 	})
 	return j, found, stale, a
@@ -199,7 +199,7 @@ func (cl *Client) Jobs(ctx context.Context, m *Member, timeout time.Duration) (j
 		o.Stale = stale
 		o.Jobs = make([]history.Job, 0, len(jobs))
 		for _, j := range jobs {
-			o.Jobs = append(o.Jobs, history.Job{ID: j.ID, State: j.State, Inc: j.Incarnation, Epoch: j.Epoch, Progress: j.Progress, Reason: truncate(j.Reason, 1024)})
+			o.Jobs = append(o.Jobs, history.Job{ID: j.ID, State: j.State, Inc: j.Incarnation, Epoch: j.Epoch, Progress: j.Progress, Reason: truncate(j.Reason, 1024), GPUs: j.GPUs})
 		}
 		return nil
 	})

@@ -3,6 +3,7 @@ package launch
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -176,6 +177,21 @@ func TestOptionsDefaults(t *testing.T) {
 	} {
 		if err := bad.defaults(); err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestCPUSlotsOptions(t *testing.T) {
+	o := Options{Exec: []string{"pollux"}, Dir: "/x", CPUSlots: 3}
+	if err := o.defaults(); err != nil || o.GPUsPerAgent != 3 {
+		t.Errorf("CPUSlots 3: %v, %d GPUs per agent, want 3", err, o.GPUsPerAgent)
+	}
+	for _, bad := range []Options{
+		{Exec: []string{"pollux"}, Dir: "/x", CPUSlots: 3, GPUsPerAgent: 4},
+		{Exec: []string{"pollux"}, Dir: "/x", CPUSlots: -1},
+	} {
+		if err := bad.defaults(); !errors.Is(err, ErrConfig) {
+			t.Errorf("%+v: %v, want ErrConfig", bad, err)
 		}
 	}
 }

@@ -106,8 +106,12 @@ type Cluster struct {
 	watch   *watcher
 	tls     *pki.Bundle
 	http    *http.Client
-	mounts  []string
-	clients atomic.Int64
+	// token is the cluster's bootstrap (admin) token secret, also in
+	// tokenFile (0600).
+	token     string
+	tokenFile string
+	mounts    []string
+	clients   atomic.Int64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -152,7 +156,7 @@ func (c *Cluster) start(ctx context.Context) (err error) {
 	if c.net != nil {
 		transport.DialContext = c.net.Dial
 	}
-	c.http = &http.Client{Transport: transport}
+	c.http = &http.Client{Transport: &tokenTransport{base: transport, token: c.token}}
 	if o.Observe {
 		c.watch = newWatcher(filepath.Join(o.Dir, "records"), c.hist, c.group, c.log)
 	}
@@ -160,6 +164,9 @@ func (c *Cluster) start(ctx context.Context) (err error) {
 		if err := c.Start(ctx, m, "", 0); err != nil {
 			return err
 		}
+	}
+	if err := c.bootstrapACL(ctx, 60*time.Second); err != nil {
+		return err
 	}
 	return c.WaitGPUs(ctx, o.Agents*o.GPUsPerAgent, 60*time.Second)
 }
@@ -234,6 +241,9 @@ func (c *Cluster) layout(ctx context.Context) error {
 	if c.tls, err = pki.DevBundleHosts(filepath.Join(o.Dir, "tls"), servers, agents, hosts); err != nil {
 		return fmt.Errorf("launch: %w", err)
 	}
+	if err := c.makeToken(); err != nil {
+		return err
+	}
 	var peers, gossip, agentGossip []string
 	for i := range o.Servers {
 		peers = append(peers, fmt.Sprintf("s%d=%s=%s", i, addrs[i][0], addrs[i][1]))
@@ -244,6 +254,10 @@ func (c *Cluster) layout(ctx context.Context) error {
 	}
 	ts := strconv.FormatFloat(o.TimeScale, 'g', -1, 64)
 	ckpt := filepath.Join(o.Dir, "checkpoints")
+	gpuFlag := "--gpus"
+	if o.CPUSlots > 0 {
+		gpuFlag = "--cpu-slots"
+	}
 	for i := range o.Servers {
 		id := fmt.Sprintf("s%d", i)
 		a := addrs[i]
@@ -280,18 +294,15 @@ func (c *Cluster) layout(ctx context.Context) error {
 		// its restarts in its data directory.
 		m := &Member{Role: history.Agent, ID: id, Gossip: a[2], Actor: a[3], Log: filepath.Join(o.Dir, id+".log"), prefix: prefixes[o.Servers+i],
 			DataDir: filepath.Join(o.Dir, id),
-			args: []string{"agent", "--name", id, "--bind", binds[o.Servers+i], "--gpus", strconv.Itoa(o.GPUsPerAgent),
+			args: []string{"agent", "--name", id, "--bind", binds[o.Servers+i], gpuFlag, strconv.Itoa(o.GPUsPerAgent),
 				"--data-dir", filepath.Join(o.Dir, id),
 				"--rack", fmt.Sprintf("r%d", i%2), "--gossip-port", gport, "--actor-port", aport, "--join", strings.Join(gossip, ","),
 				"--fast-gossip", "--time-scale", ts, "--restart-cost", o.RestartCost.String(), "--grace", o.Grace.String(),
 				"--worker-exec", strings.Join(o.Exec, ","), "--log-level", o.LogLevel}}
-		m.args = append(m.args, c.tls.Flags(id)...)
+		m.args = append(append(m.args, c.tls.Flags(id)...), o.AgentArgs...)
 		// Workers get a clean environment: what they need is passed on.
 		for _, name := range append(envNames(o.Env), record.EnvDir) {
 			m.args = append(m.args, "--pass-env", name)
-		}
-		for _, p := range o.AllowCommands {
-			m.args = append(m.args, "--allow-command", p)
 		}
 		if o.Observe {
 			dir := filepath.Join(o.Dir, "records", id)
@@ -367,8 +378,10 @@ func (c *Cluster) TLS() *pki.Bundle { return c.tls }
 
 // HTTPClient is an HTTPS client of the cluster's API, reaching the
 // servers where the launcher does (from the switch namespace in
-// Namespaces), with an overall timeout per request. Its requests are not
-// recorded in the history (use Client for that).
+// Namespaces), with an overall timeout per request. It sends the admin
+// token with every request that carries no Authorization header of its
+// own. Its requests are not recorded in the history (use Client for
+// that).
 func (c *Cluster) HTTPClient(timeout time.Duration) *http.Client {
 	return &http.Client{Transport: c.http.Transport, Timeout: timeout}
 }

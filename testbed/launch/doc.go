@@ -1,8 +1,11 @@
 // Package launch starts a whole Pollux cluster on one machine, as
-// separate OS processes (servers, agents, and the emulated workers the
-// agents start), and is the one launcher behind `pollux demo`, `pollux
+// separate OS processes (servers, agents, and the workers the agents
+// start), and is the one launcher behind `pollux demo`, `pollux
 // chaos` and the multi-process tests. It drives the cluster only through
 // command lines, signals and the HTTP API, as a user would.
+//
+// Agents run emulated GPUs, or with Options.CPUSlots CPU slots on which
+// they run real workers (`pollux demo --real`, package realdemo).
 //
 // Processes talk over 127.0.0.1 (Loopback), or each runs in a network
 // namespace of its own on a virtual LAN (Namespaces, package netns) that
@@ -11,7 +14,12 @@
 // Every cluster runs secured, as the project's rule is: the launcher makes
 // a CA, a certificate per server and agent (naming its address on the
 // virtual LAN too) and a gossip key per run (Dir/tls, package pki), starts
-// every process with them, and speaks HTTPS to the API.
+// every process with them, and speaks HTTPS to the API. API tokens are on
+// too: the launcher makes the run's admin secret (Dir/admin.token, 0600),
+// bootstraps the cluster's tokens with it once the servers run (POST
+// /v1/acl/bootstrap with the run's client certificate), and sends it with
+// every request of its clients; AdminToken hands it to drivers, which
+// make the narrower tokens they need with it.
 //
 // With Observe on, the launcher is also the harness's observer: every
 // API operation its Client sends is recorded in the run's client-side

@@ -41,10 +41,6 @@ type Options struct {
 	// Env is added to every process's environment (workers' too: the
 	// agents pass these names on, with --pass-env).
 	Env []string
-	// AllowCommands, if set, is the agents' --allow-command list (the
-	// commands their workers may run); nil: the agents' default (the
-	// emulated worker and the worker library's scripts).
-	AllowCommands []string
 	// Dir holds data directories (a server's Raft state, an agent's
 	// fencing state: Dir/<id>), logs (<id>.log), the cluster's checkpoint
 	// root (Dir/checkpoints), and with Observe the history and the worker
@@ -54,6 +50,16 @@ type Options struct {
 	// GPUsPerAgent (default 4).
 	Servers, Agents, GPUsPerAgent int
 	NoAgents                      bool
+	// CPUSlots, if positive, makes every agent offer that many CPU slots
+	// (`pollux agent --cpu-slots`) for real workers instead of emulated
+	// GPUs; GPUsPerAgent is then CPUSlots (the scheduler counts slots as
+	// GPUs).
+	CPUSlots int
+	// AgentArgs are added to every agent's command line (e.g. the
+	// --allow-command flags that allow the programs its workers run;
+	// without any, the agents' default allows only the emulated worker
+	// and the worker library's install directory).
+	AgentArgs []string
 	// Interval is the scheduling interval (default 1 s); TimeScale the
 	// emulated seconds per real second (default 100); RestartCost the
 	// emulated start-up of a worker (default 30 s); Grace the SIGTERM to
@@ -105,6 +111,12 @@ func (o *Options) defaults() error {
 	} else if o.Agents != 0 {
 		return fmt.Errorf("%w: NoAgents with %d agents", ErrConfig, o.Agents)
 	}
+	if o.CPUSlots > 0 {
+		if o.GPUsPerAgent != 0 && o.GPUsPerAgent != o.CPUSlots {
+			return fmt.Errorf("%w: %d GPUs per agent and %d CPU slots", ErrConfig, o.GPUsPerAgent, o.CPUSlots)
+		}
+		o.GPUsPerAgent = o.CPUSlots // to the scheduler the slots are GPUs
+	}
 	def(&o.GPUsPerAgent, 4)
 	dur := func(v *time.Duration, d time.Duration) {
 		if *v == 0 {
@@ -130,8 +142,8 @@ func (o *Options) defaults() error {
 		o.Scenario = "cluster"
 	}
 	switch {
-	case o.Servers < 1 || o.Agents < 0 || o.GPUsPerAgent < 1 || o.Servers > 99 || o.Agents > 99:
-		return fmt.Errorf("%w: %d servers, %d agents of %d GPUs", ErrConfig, o.Servers, o.Agents, o.GPUsPerAgent)
+	case o.Servers < 1 || o.Agents < 0 || o.GPUsPerAgent < 1 || o.Servers > 99 || o.Agents > 99 || o.CPUSlots < 0:
+		return fmt.Errorf("%w: %d servers, %d agents of %d GPUs (%d CPU slots)", ErrConfig, o.Servers, o.Agents, o.GPUsPerAgent, o.CPUSlots)
 	case !(o.TimeScale > 0) || o.Interval < 0 || o.Grace < 0 || o.RestartCost < 0 || o.DataSize < 0 || o.Retain < 0:
 		return fmt.Errorf("%w: time scale %v, interval %v, grace %v, restart cost %v, data size %d, retain %v",
 			ErrConfig, o.TimeScale, o.Interval, o.Grace, o.RestartCost, o.DataSize, o.Retain)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image/color"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	"gonum.org/v1/plot"
@@ -129,4 +130,67 @@ func save(p *plot.Plot, dir, name string, files *[]string) error {
 	}
 	*files = append(*files, path)
 	return nil
+}
+
+// WriteCloudPlots writes, per workload of elastic-cluster runs,
+// nodes-<workload>.png (the nodes paid for over time, one line per policy)
+// and efficiency-<workload>.png (the mean statistical efficiency of the
+// running jobs at their batch size). It returns the files written.
+func WriteCloudPlots(dir string, results []*sim.Result) ([]string, error) {
+	var policies, workloads []string
+	for _, r := range results {
+		if !slices.Contains(policies, r.Policy) {
+			policies = append(policies, r.Policy)
+		}
+		if !slices.Contains(workloads, r.Workload) {
+			workloads = append(workloads, r.Workload)
+		}
+	}
+	var files []string
+	for _, wl := range workloads {
+		np, ep := plot.New(), plot.New()
+		np.Title.Text = "Cluster size, " + wl
+		np.X.Label.Text, np.Y.Label.Text = "time (h)", "nodes paid for"
+		ep.Title.Text = "Statistical efficiency, " + wl
+		ep.X.Label.Text, ep.Y.Label.Text = "time (h)", "mean efficiency of running jobs"
+		np.Legend.Left = true
+		np.Legend.Top = true
+		peak := 1
+		for _, r := range results {
+			if r.Workload != wl {
+				continue
+			}
+			c := palette[slices.Index(policies, r.Policy)%len(palette)]
+			n := make(plotter.XYs, 0, len(r.Timeline)+1)
+			e := make(plotter.XYs, 0, len(r.Timeline))
+			prev := 0
+			if len(r.Timeline) > 0 {
+				prev = r.Timeline[0].Nodes
+			}
+			for _, s := range r.Timeline {
+				// A step line: the size changes at the end of a round.
+				n = append(n, plotter.XY{X: s.Time / 3600, Y: float64(prev)}, plotter.XY{X: s.Time / 3600, Y: float64(s.Nodes)})
+				prev = s.Nodes
+				peak = max(peak, s.Nodes)
+				if s.Efficiency > 0 {
+					e = append(e, plotter.XY{X: s.Time / 3600, Y: s.Efficiency})
+				}
+			}
+			if err := addLine(np, r.Policy, n, c); err != nil {
+				return nil, err
+			}
+			if err := addLine(ep, r.Policy, e, c); err != nil {
+				return nil, err
+			}
+		}
+		// Room above the lines for the legend.
+		np.Y.Min, np.Y.Max = 0, float64(peak)*1.3
+		if err := save(np, dir, "nodes-"+wl+".png", &files); err != nil {
+			return nil, err
+		}
+		if err := save(ep, dir, "efficiency-"+wl+".png", &files); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
 }

@@ -15,6 +15,11 @@
 // calibration, when a reallocation restarts a job, batch limits,
 // finish-time fairness); see semantics.go and docs/fidelity.md.
 //
+// A cluster may also be elastic (Config.Cloud): it starts small and grows
+// or shrinks toward the size the policy asks for in Result.Scale, nodes
+// joining after a boot delay and paid for from request to release (see
+// cloud.go and docs/autoscaling.md).
+//
 // The package reads no clock and draws no global randomness: the same
 // workload, applications, policy and seed give the same result.
 package sim

@@ -29,6 +29,11 @@ const (
 	// every measurement whatever the type it was taken on (Pollux on a
 	// heterogeneous cluster, as Sia's artifact runs it).
 	Merged
+	// FixedLocal jobs keep a fixed per-GPU batch (M0 within the atomic
+	// batch range, no accumulation), so that their total batch grows with
+	// their GPUs, as under Or et al.'s throughput-based autoscaler; they
+	// fit a throughput model for the policy, which picks their GPUs.
+	FixedLocal
 )
 
 // ModeFor is the job mode the reference testbeds use with a policy name.
@@ -40,6 +45,8 @@ func ModeFor(policy string) Mode {
 		return FixedBatch
 	case "pollux-unaware":
 		return Merged
+	case "throughput-autoscale":
+		return FixedLocal
 	}
 	return Adaptive
 }
@@ -74,6 +81,8 @@ type job struct {
 	limits goodput.Limits
 	// batch is the fixed total batch (0 for adaptive jobs).
 	batch int
+	// local is the fixed per-GPU batch of a FixedLocal job (0 otherwise).
+	local int
 	// pinned jobs run one replica at a fixed batch.
 	pinned bool
 	// calib scales true progress (Sia's per-application calibration: its
@@ -162,6 +171,13 @@ func newJob(i int, spec workload.Job, apps map[string]testbed.Application, first
 	switch mode {
 	case FixedAll, FixedBatch:
 		j.batch = spec.Batch
+	case FixedLocal:
+		if b, ok := pinnedApps[spec.App]; ok {
+			j.batch = min(b, j.limits.MaxBatch)
+			j.pinned = true
+		} else {
+			j.local = fixedLocal(j.limits)
+		}
 	default:
 		if b, ok := pinnedApps[spec.App]; ok {
 			j.batch = min(b, j.limits.MaxBatch)
@@ -224,6 +240,10 @@ func fixedSplit(l goodput.Limits, k int, batch float64) (m, s int) {
 	return max(m, 1), s
 }
 
+// fixedLocal is the per-GPU batch of a FixedLocal job: M0 within the
+// atomic batch range.
+func fixedLocal(l goodput.Limits) int { return min(max(l.InitBatch, l.MinLocal), l.MaxLocal) }
+
 // configure picks (m, s) for the current placement.
 func (j *job) configure() {
 	if !j.running() {
@@ -238,6 +258,8 @@ func (j *job) configure() {
 	switch {
 	case j.batch > 0:
 		j.m, j.s = fixedSplit(j.limits, k, float64(j.batch))
+	case j.local > 0:
+		j.m, j.s = min(j.local, max(j.limits.MaxBatch/k, 1)), 0
 	case params == nil:
 		j.m, j.s = fixedSplit(j.limits, k, math.Max(float64(j.limits.InitBatch), float64(j.limits.MinLocal*k)))
 	default:
@@ -341,7 +363,7 @@ func (j *job) observe(step, sync float64, grad goodput.GradStats) {
 	}
 	p.seen[key] = true
 	p.maxK = max(p.maxK, j.replicas)
-	if j.mode != Adaptive && j.mode != Merged {
+	if j.mode != Adaptive && j.mode != Merged && j.mode != FixedLocal {
 		return
 	}
 	p.points = append(p.points, goodput.ProfilePoint{

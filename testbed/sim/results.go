@@ -18,11 +18,19 @@ func (s *state) sample() Sample {
 		if !j.done && j.running() {
 			sm.GPUs += j.replicas
 			sm.MeanBatch += float64(j.totalBatch())
+			if s.cloud != nil {
+				b := float64(j.totalBatch())
+				sm.Efficiency += j.app.GradStats(b, j.epoch).Efficiency(b, float64(j.limits.InitBatch))
+			}
 			running++
 		}
 	}
 	if running > 0 {
 		sm.MeanBatch /= float64(running)
+		sm.Efficiency /= float64(running)
+	}
+	if s.cloud != nil {
+		sm.Nodes = s.provisioned()
 	}
 	return sm
 }
@@ -46,7 +54,7 @@ func (s *state) results(ctx context.Context, timeline []Sample) ([]JobResult, er
 			Fits:                j.fits,
 		}
 	}
-	if s.cfg.isolated || s.cfg.NoFairness {
+	if s.cfg.isolated || s.cfg.NoFairness || s.cfg.Cloud != nil {
 		return out, nil
 	}
 	if s.cfg.Semantics == SiaSemantics {

@@ -59,6 +59,9 @@ type Config struct {
 	// ratio, and jobs fit their models as if every placement were within
 	// one rack (they still run at the true, cross-rack speed).
 	RackBlind bool `json:"rack_blind,omitempty"`
+	// Cloud, when set, makes the cluster elastic (Nodes is then unused):
+	// see Cloud. Finish-time fairness is not computed.
+	Cloud *Cloud `json:"cloud,omitempty"`
 	// isolated marks the runs finish-time fairness makes of one job alone
 	// (they compute no fairness themselves).
 	isolated bool
@@ -91,7 +94,17 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	nodes := 0
 	seen := map[string]bool{}
-	for _, g := range c.groups() {
+	groups := c.groups()
+	if c.Cloud != nil {
+		if len(c.Cluster) > 0 || c.Semantics != PolluxSemantics || c.Racks > 1 {
+			return fmt.Errorf("%w: an elastic (cloud) cluster has one untyped GPU type, one rack and the Pollux artifact's semantics", ErrBadConfig)
+		}
+		if err := c.Cloud.Validate(); err != nil {
+			return err
+		}
+		groups = []clusterspec.Group{{Nodes: c.Cloud.MaxNodes, GPUsPerNode: c.GPUsPerNode}}
+	}
+	for _, g := range groups {
 		switch {
 		case g.Nodes < 1 || g.Nodes > 1<<16:
 			return fmt.Errorf("%w: %d nodes of GPU type %q, want 1..65536", ErrBadConfig, g.Nodes, g.Type)
@@ -163,6 +176,13 @@ type Sample struct {
 	// MeanBatch is the mean total batch size of the jobs holding GPUs (0
 	// when none does).
 	MeanBatch float64 `json:"mean_batch"`
+	// Nodes is, on an elastic cluster, the nodes paid for (joined and
+	// booting) once the round's resize is done.
+	Nodes int `json:"nodes,omitempty"`
+	// Efficiency is, on an elastic cluster, the mean statistical
+	// efficiency of the jobs holding GPUs at their current batch (0 when
+	// none does).
+	Efficiency float64 `json:"efficiency,omitempty"`
 }
 
 // Result is one simulated run.
@@ -173,6 +193,8 @@ type Result struct {
 	Timeline []Sample    `json:"timeline"`
 	Rounds   int         `json:"rounds"`
 	Metrics  Metrics     `json:"metrics"`
+	// Cloud is what the elastic cluster cost (nil for a fixed cluster).
+	Cloud *CloudResult `json:"cloud,omitempty"`
 }
 
 // Run replays wl on the cluster of cfg under pol, with jobs in mode (see
@@ -247,7 +269,12 @@ func newState(cfg Config, cats testbed.TypedCatalog, wl workload.Workload, pol o
 	for _, g := range groups {
 		total += g.Nodes
 	}
-	for _, g := range groups {
+	fixed := groups
+	if cfg.Cloud != nil {
+		s.newCloud()
+		fixed = nil
+	}
+	for _, g := range fixed {
 		for i := 0; i < g.Nodes; i++ {
 			id := "node-" + strconv.Itoa(len(s.nodes))
 			if g.Type != "" {
@@ -293,6 +320,10 @@ type state struct {
 	// vacating is, per node index, how long the workers that held the
 	// node until this round take to leave it (see Stepper.SetNodes).
 	vacating map[int]float64
+	// cloud is the elastic cluster's bookkeeping (nil for a fixed one);
+	// scale is the size the policy asked for in the last round.
+	cloud *cloudState
+	scale *optimizer.ScaleDecision
 }
 
 // advance moves every job forward by one interval.
@@ -348,9 +379,14 @@ func (s *state) active() []*job {
 }
 
 // allocate runs one policy round and applies the changed allocations.
+//
+// The cluster size the policy asks for (Result.Scale, nil if none) is kept
+// in s.scale. On an elastic cluster a round without active jobs still asks
+// the policy, which may release nodes.
 func (s *state) allocate() error {
 	act := s.active()
-	if len(act) == 0 {
+	s.scale = nil
+	if len(act) == 0 && s.cloud == nil {
 		return nil
 	}
 	snap := &optimizer.Snapshot{Nodes: s.nodes, Now: s.now, Seed: splitmix(s.cfg.Seed ^ (s.round * 0x9e3779b97f4a7c15))}
@@ -364,6 +400,10 @@ func (s *state) allocate() error {
 	res, err := s.pol.Allocate(snap, s.prev)
 	if err != nil {
 		return fmt.Errorf("%w: %s at %v s: %w", ErrPolicy, s.pol.Name(), s.now, err)
+	}
+	s.scale = res.Scale
+	if len(act) == 0 {
+		return nil
 	}
 	if len(res.Placements) != len(act) {
 		return fmt.Errorf("%w: %s returned %d placements for %d jobs", ErrPolicy, s.pol.Name(), len(res.Placements), len(act))
@@ -511,6 +551,9 @@ func (s *state) uncappedMaxReplicas(j *job) int {
 		return 1
 	}
 	grow := max(2*j.maxProfiledK(), 1)
+	if s.mode == FixedLocal {
+		return min(grow, 64, max(l.MaxBatch/j.local, 1))
+	}
 	if s.cfg.Semantics != SiaSemantics {
 		return min(grow, 64, byBatch)
 	}
@@ -556,6 +599,7 @@ func (s *state) snapshotJob(j *job) optimizer.Job {
 		App:         j.spec.App,
 		Batch:       j.spec.Batch,
 		Restarting:  j.running() && j.restartLeft > 0,
+		MaxProfiled: j.maxProfiledK(),
 	}
 	if j.measuredRestart > 0 {
 		sj.RestartDelay = j.measuredRestart

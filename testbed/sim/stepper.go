@@ -52,14 +52,19 @@ func (st *Stepper) Advance() error {
 		return fmt.Errorf("%w: %d of %d jobs still running after %v s", ErrHorizon, len(st.s.jobs)-st.Completed(), len(st.s.jobs), st.s.cfg.Horizon)
 	}
 	st.s.advance()
+	if st.s.cloud != nil {
+		st.s.join()
+	}
 	return nil
 }
 
 // Allocate runs the policy on the current nodes, applies the changed
-// allocations and records the round.
+// allocations and records the round. On an elastic cluster (Config.Cloud)
+// it then moves the cluster toward the size the policy asked for; the
+// policy is asked even without nodes (it may want some).
 func (st *Stepper) Allocate() error {
 	var err error
-	if len(st.s.nodes) > 0 {
+	if len(st.s.nodes) > 0 || st.s.cloud != nil {
 		err = st.s.allocate()
 	} else {
 		st.s.stopAll()
@@ -67,6 +72,9 @@ func (st *Stepper) Allocate() error {
 	st.s.vacating = nil
 	if err != nil {
 		return err
+	}
+	if st.s.cloud != nil {
+		st.s.resize(st.s.scale)
 	}
 	st.res.Rounds++
 	st.res.Timeline = append(st.res.Timeline, st.s.sample())
@@ -184,6 +192,9 @@ func (st *Stepper) Finish(ctx context.Context) (*Result, error) {
 	}
 	res := st.res
 	res.Jobs = jobs
+	if st.s.cloud != nil {
+		res.Cloud = st.s.bill()
+	}
 	res.Metrics = Summarize(res.Jobs)
 	res.Metrics.Contention = meanActive(res.Timeline)
 	return res, nil

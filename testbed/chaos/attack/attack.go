@@ -129,7 +129,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	c, err := launch.Start(ctx, launch.Options{Exec: o.Exec, Env: o.Env, Dir: dir, Servers: 3, Agents: 2, GPUsPerAgent: 2,
 		Interval: 500 * time.Millisecond, TimeScale: o.TimeScale, RestartCost: 30 * time.Second, Grace: 2 * time.Second,
-		LogLevel: o.LogLevel, Network: launch.Loopback, Scenario: "attack", Logger: o.Logger, AllowCommands: o.AllowCommands})
+		LogLevel: o.LogLevel, Network: launch.Loopback, Scenario: "attack", Logger: o.Logger, AgentArgs: allowArgs(o.AllowCommands)})
 	if err != nil {
 		return nil, fmt.Errorf("%w: starting the cluster: %w", ErrRun, err)
 	}
@@ -148,6 +148,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		os.RemoveAll(dir)
 	}
 	return res, err
+}
+
+// allowArgs are the agents' --allow-command flags for patterns.
+func allowArgs(patterns []string) []string {
+	var args []string
+	for _, p := range patterns {
+		args = append(args, "--allow-command", p)
+	}
+	return args
 }
 
 // target is what the attacks know of the cluster: its addresses, the

@@ -433,6 +433,17 @@ func TestFaultAccounting(t *testing.T) {
 	if len(res.Metrics.ReplacementsMissing) != 1 || !strings.Contains(res.Metrics.ReplacementsMissing[0], "job a (incarnation 1)") || res.Outcomes.Lost != 1 {
 		t.Errorf("replacements %v missing %v, outcomes %+v", res.Metrics.Replacements, res.Metrics.ReplacementsMissing, res.Outcomes)
 	}
+	// ... unless it was cancelled before it could be (seed 736's
+	// agent-kill: the cancel came 0.5 s after the kill).
+	f = base()
+	delete(f.workers, "a2")
+	f.h.dropFinalRead()
+	f.h.op(1100, 1110, history.Cancel, "a", history.OK, 200, nil)
+	f.h.read(2600, 2610, jv("a", "cancelled", 1, 1, 100), jv("b", "completed", 1, 2, 200), jv("p", "completed", 1, 2, 200))
+	res = judge(t, f)
+	if len(res.Metrics.ReplacementsMissing) != 0 || len(res.Failures()) != 0 {
+		t.Errorf("replacements %v missing %v, failures %q", res.Metrics.Replacements, res.Metrics.ReplacementsMissing, res.Failures())
+	}
 }
 
 func ptr[T any](v T) *T { return &v }

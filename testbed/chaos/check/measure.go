@@ -115,9 +115,17 @@ func failover(r *run, t0, limit int64) (time.Duration, bool) {
 
 // replacement measures agent kill b: the jobs with a worker alive on the
 // node at the kill must each start a worker of a newer incarnation, or
-// finish (a done record). It returns the time until the last was
-// re-placed (-1 if no job needed it) and the jobs never re-placed.
+// finish (a done record), or have been cancelled (an acknowledged cancel:
+// a job cancelled before it could be re-placed is not). It returns the
+// time until the last was re-placed (-1 if no job needed it) and the jobs
+// never re-placed.
 func replacement(r *run, ls []*life, b event) (time.Duration, []string) {
+	cancelled := map[string]bool{}
+	for _, p := range r.ops {
+		if p.inv.F == history.Cancel && p.ok() {
+			cancelled[p.inv.Job] = true
+		}
+	}
 	node := b.Targets[0]
 	victims := map[string]uint64{} // job -> newest incarnation on the node
 	for _, l := range ls {
@@ -145,7 +153,7 @@ func replacement(r *run, ls []*life, b event) (time.Duration, []string) {
 		switch {
 		case first >= 0:
 			worst = max(worst, time.Duration(first-b.t))
-		case !finished:
+		case !finished && !cancelled[job]:
 			missing = append(missing, job+" (incarnation "+fmt.Sprint(inc)+")")
 		}
 	}

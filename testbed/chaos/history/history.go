@@ -95,6 +95,8 @@ type Job struct {
 	Epoch    int     `json:"epoch"`
 	Progress float64 `json:"progress"`
 	Reason   string  `json:"reason,omitempty"`
+	// GPUs the job holds (0 when it waits or has finished).
+	GPUs int `json:"gpus,omitempty"`
 }
 
 // The job states an API read may show.
@@ -205,8 +207,8 @@ func (o *Op) Validate() error {
 		if !jobStates[j.State] {
 			return bad("job %s in unknown state %q", j.ID, j.State)
 		}
-		if j.Epoch < 0 || !(j.Progress >= 0) || math.IsInf(j.Progress, 0) || len(j.Reason) > 4096 {
-			return bad("job %s: epoch %d, progress %v, reason of %d bytes", j.ID, j.Epoch, j.Progress, len(j.Reason))
+		if j.Epoch < 0 || j.GPUs < 0 || !(j.Progress >= 0) || math.IsInf(j.Progress, 0) || len(j.Reason) > 4096 {
+			return bad("job %s: epoch %d, progress %v, %d GPUs, reason of %d bytes", j.ID, j.Epoch, j.Progress, j.GPUs, len(j.Reason))
 		}
 	}
 	return nil

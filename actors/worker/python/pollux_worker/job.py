@@ -23,6 +23,9 @@ LOG = logging.getLogger("pollux_worker")
 # ones pay for allocation and the first collective.
 WARMUP_ITERATIONS = 2
 
+# The most incarnations the checkpoint's run history keeps (the latest).
+MAX_RUNS = 1000
+
 
 def _setup_logging(e):
     if LOG.handlers:
@@ -35,6 +38,17 @@ def _setup_logging(e):
     LOG.addHandler(h)
     LOG.setLevel(logging.INFO)
     LOG.propagate = False
+
+
+def _run_entry(r):
+    """One entry of a checkpoint's run history, checked."""
+    ints = ("incarnation", "replicas", "nodes", "atomic_bsz", "accum_steps",
+            "batch_size", "epoch")
+    out = {k: int(r[k]) for k in ints}
+    out["progress"] = float(r["progress"])
+    if min(out[k] for k in ints) < 0 or not out["progress"] >= 0:
+        raise ValueError("run history entry %r" % (r,))
+    return out
 
 
 def init(environ=None, checkpoint_interval=30.0, report_every=1.0,
@@ -80,6 +94,9 @@ class Job:
         self.iterations = 0
         self.done = False
         self.metrics = {}
+        # One entry per incarnation that restored (or started) training:
+        # its batch configuration and where it started.
+        self.runs = []
         self._last_times = None  # (step_time, sync_time) last reported
         # Per-run bookkeeping.
         self._opt = None
@@ -281,6 +298,7 @@ class Job:
                 "epoch_finished": self.epoch_finished,
                 "progress": self.progress, "iterations": self.iterations,
                 "done": self.done, "metrics": dict(self.metrics),
+                "runs": [dict(r) for r in self.runs],
                 "last_times": list(self._last_times or ())}
 
     def _save(self):
@@ -330,6 +348,8 @@ class Job:
                 self.iterations = int(st["iterations"])
                 self.done = bool(st["done"])
                 self.metrics = dict(st["metrics"])
+                # Checkpoints written before the run history have none.
+                self.runs = [_run_entry(r) for r in st.get("runs", [])]
                 lt = st["last_times"]
                 self._last_times = (float(lt[0]), float(lt[1])) \
                     if lt else None
@@ -343,6 +363,12 @@ class Job:
                      self.progress, " (done)" if self.done else "")
         if self.env.world_size > 1:
             self._check_replicas_agree(path)
+        e = self.env
+        self.runs = (self.runs + [{
+            "incarnation": e.incarnation, "replicas": e.world_size,
+            "nodes": e.num_nodes, "atomic_bsz": e.atomic_bsz,
+            "accum_steps": e.accum_steps, "batch_size": e.total_bsz,
+            "epoch": self.epoch, "progress": self.progress}])[-MAX_RUNS:]
         self._last_ckpt = self._clock()
 
     def _check_replicas_agree(self, path):
