@@ -387,7 +387,7 @@ func TestAttackScenario(t *testing.T) {
 		"raft-expired-certificate", "raft-certificate-of-another-ca", "raft-agent-certificate", "forward-client-certificate",
 		"forged-assign-agent-certificate", "gossip-member-with-the-wrong-key", "forged-agent-registration-without-key",
 		"job-command-not-allowed", "checkpoint-dir-outside-the-root", "report-without-its-token", "done-from-rank-1",
-		"api-100-mib-body", "api-slow-clients-holding-connections"} {
+		"api-100-mib-body", "api-slow-clients-holding-connections", "read-token-submitting", "revoked-token-submitting"} {
 		if c, ok := r.Cases[name]; !ok || !c.Refused || c.How == "" {
 			t.Errorf("case %s: %+v", name, c)
 		}

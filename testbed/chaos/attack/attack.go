@@ -175,6 +175,8 @@ type target struct {
 	certs  certs
 	// The victim: a long job of two replicas the report attacks aim at.
 	victim workers
+	// The attackers' API tokens.
+	tokens tokens
 	// expect are jobs an attack submitted that must end failed with the
 	// given reason (anything else about them is a change).
 	expect map[string]string
@@ -198,6 +200,9 @@ func attackCluster(ctx context.Context, c *launch.Cluster, cat testbed.Catalog, 
 		leader: leader, agent: c.Agents[0], http: c.HTTPClient(10 * time.Second), pool: pool, certs: cs, expect: map[string]string{}}
 	if err := os.MkdirAll(t.marker, 0o755); err != nil {
 		return nil, fmt.Errorf("attack: %w", err)
+	}
+	if err := t.makeTokens(ctx); err != nil {
+		return nil, err
 	}
 	if err := t.startVictim(ctx); err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package attack
 
 import (
 	"context"
+	"net/http"
 	"path/filepath"
 )
 
@@ -14,8 +15,7 @@ type attack struct {
 }
 
 // attacks are run in this order, each on the cluster as the previous one
-// left it. (Attacks with API tokens, a `read` token submitting, a revoked
-// token, join the table when the API has tokens.)
+// left it.
 var attacks = []attack{
 	// Every port, without the right credentials.
 	{"raft-plaintext", refusedConn(leader, raftAddr, nil, true, raftRPC)},
@@ -37,6 +37,14 @@ var attacks = []attack{
 	{"forged-assign-client-certificate", refusedConn(agent, agentActor, clientCert, false, h2Preface)},
 	{"forged-assign-self-signed-server", refusedConn(agent, agentActor, selfSigned, false, h2Preface)},
 	{"reports-plaintext", refusedConn(agent, reportAddr, nil, true, report)},
+	// The API without the right token.
+	{"api-submit-without-a-token", tokenAttack(noSecret, http.MethodPost, jobsPath, attackSpec("attack-anonymous"), http.StatusUnauthorized, "no token")},
+	{"api-submit-with-a-made-up-token", tokenAttack(madeUpSecret, http.MethodPost, jobsPath, attackSpec("attack-made-up"), http.StatusUnauthorized, "unknown token")},
+	{"read-token-submitting", tokenAttack(readerSecret, http.MethodPost, jobsPath, attackSpec("attack-reader"), http.StatusForbidden, "has role read")},
+	{"revoked-token-submitting", tokenAttack(revokedSecret, http.MethodPost, jobsPath, attackSpec("attack-revoked"), http.StatusUnauthorized, "revoked")},
+	{"submit-token-cancelling-anothers-job", tokenAttack(submitSecret, http.MethodPost, cancelVictimPath, nil, http.StatusForbidden, "only its submitter or an admin")},
+	{"submit-token-making-an-admin-token", tokenAttack(submitSecret, http.MethodPost, tokensPath, newAdminToken, http.StatusForbidden, "needs admin")},
+	{"submit-token-removing-the-leader", tokenAttack(submitSecret, http.MethodDelete, removeLeaderPath, nil, http.StatusForbidden, "needs admin")},
 	// Gossip without the key.
 	{"gossip-member-with-the-wrong-key", gossipJoin("intruder", 64, false)},
 	{"gossip-impersonating-an-agent", gossipJoin("a0", 1000, false)},

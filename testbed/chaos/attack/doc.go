@@ -5,19 +5,21 @@
 //
 // Each attack is one thing an outsider, a stolen credential of the wrong
 // kind, a job submitter or a compromised worker might try: plaintext and
-// wrong certificates on every port, forged Assign, forged gossip members,
-// forbidden commands and checkpoint directories, reports without their
-// rank's token or done reports from another rank, oversized bodies and
-// slow clients. An attack counts as refused only if the refusal is seen
+// wrong certificates on every port, API requests without a token or with
+// a token of a role too low or revoked, forged Assign, forged gossip
+// members, forbidden commands and checkpoint directories, reports without
+// their rank's token or done reports from another rank, oversized bodies
+// and slow clients. An attack counts as refused only if the refusal is seen
 // where it should be (the client's error, the refusing process's log
 // line naming the peer) and an observer outside the attacked code paths
 // sees no change: the replicated state through every server's read API
-// (jobs with their states and incarnations, nodes, leader, term, Raft
-// peers), the process table (every server and agent alive, no worker of
-// a refused job) and the file system (no file an attack would create).
+// (jobs with their states and incarnations, nodes, Raft peers, API
+// tokens; an election is noted, not counted: a loaded machine delays
+// heartbeats), the process table (every server and agent alive, no
+// worker of a refused job) and the file system (no file an attack would
+// create).
 // The result is the JSON issue 12 names:
 // {"attacks":N,"refused":N,"succeeded":0,"cases":{"NAME":{"refused":true,"how":"..."}}}.
 //
-// Attacks are a table (attacks.go); those that need API tokens join it
-// when the cluster has them.
+// Attacks are a table (attacks.go).
 package attack

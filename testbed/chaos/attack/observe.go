@@ -21,13 +21,14 @@ import (
 
 // view is what the observer sees of the cluster: the replicated state as
 // the leader's read API answers it (jobs with state and incarnation,
-// nodes, Raft peers, leader and term), every server's and agent's
+// nodes, Raft peers, API tokens, leader and term), every server's and agent's
 // process alive, the workers of every job, and the files in the marker
 // directory.
 type view struct {
 	leader  string
 	term    uint64
 	peers   []string
+	tokens  []string          // the API tokens: accessor, role, revoked
 	nodes   map[string]string // id -> health/GPUs
 	jobs    map[string]api.Job
 	down    []string       // members whose process is not running
@@ -100,6 +101,14 @@ func (t *target) observeOnce(ctx context.Context) (*view, error) {
 		v.peers = append(v.peers, fmt.Sprintf("%s=%s voter=%t", p.ID, p.Address, p.Voter))
 	}
 	sort.Strings(v.peers)
+	toks, err := getJSON[[]api.Token](ctx, t, api.PathACLTokens)
+	if err != nil {
+		return nil, err
+	}
+	for _, tok := range toks {
+		v.tokens = append(v.tokens, fmt.Sprintf("%s %s role=%s revoked=%t", tok.Accessor, tok.Name, tok.Role, tok.Revoked))
+	}
+	sort.Strings(v.tokens)
 	for _, w := range t.workers() {
 		v.workers[w.job]++
 	}
@@ -144,6 +153,9 @@ func (t *target) changes(before, after *view) (out, notes []string) {
 	}
 	if !slices.Equal(before.peers, after.peers) {
 		out = append(out, fmt.Sprintf("raft peers %v became %v", before.peers, after.peers))
+	}
+	if !slices.Equal(before.tokens, after.tokens) {
+		out = append(out, fmt.Sprintf("API tokens %v became %v", before.tokens, after.tokens))
 	}
 	if !maps.Equal(before.nodes, after.nodes) {
 		out = append(out, fmt.Sprintf("nodes %v became %v", before.nodes, after.nodes))

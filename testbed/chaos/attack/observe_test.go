@@ -17,7 +17,7 @@ func baseView() *view {
 
 func clone(v *view) *view {
 	c := *v
-	c.peers, c.files, c.down = slices.Clone(v.peers), slices.Clone(v.files), slices.Clone(v.down)
+	c.peers, c.files, c.down, c.tokens = slices.Clone(v.peers), slices.Clone(v.files), slices.Clone(v.down), slices.Clone(v.tokens)
 	c.nodes, c.jobs, c.workers = maps.Clone(v.nodes), maps.Clone(v.jobs), maps.Clone(v.workers)
 	return &c
 }
@@ -43,6 +43,7 @@ func TestChanges(t *testing.T) {
 		{"new job", func(v *view) { v.jobs["x"] = api.Job{ID: "x", State: "pending"} }, nil, "job x appeared", ""},
 		{"node", func(v *view) { v.nodes["a9"] = "alive/512 GPUs" }, nil, "a9", ""},
 		{"peer", func(v *view) { v.peers = append(v.peers, "evil=b voter=true") }, nil, "evil", ""},
+		{"token", func(v *view) { v.tokens = append(v.tokens, "abc evil role=admin revoked=false") }, nil, "API tokens", ""},
 		{"crash", func(v *view) { v.down = []string{"agent/a0"} }, nil, "agent/a0", ""},
 		{"file", func(v *view) { v.files = []string{"shell"} }, nil, "files [shell]", ""},
 		{"denied as expected", func(v *view) {
