@@ -438,7 +438,7 @@ func (a *allocator) run(ctx actor.Context) {
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if st.Config.ID == "" || st.Config.ReportKey == "" {
-		if st = a.initCluster(c); st == nil {
+		if st = a.initCluster(c, st.Config); st == nil {
 			return
 		}
 	}
@@ -542,9 +542,15 @@ func (a *allocator) policy(snap *optimizer.Snapshot, first bool) optimizer.Polic
 
 // initCluster gives a cluster without a configuration one (an existing
 // cluster upgraded, or bootstrapped by a server that could not write it),
-// and a cluster without a report key one.
-func (a *allocator) initCluster(c context.Context) *consensus.State {
-	if err := a.cfg.Store.InitCluster(c, consensus.NewInitCluster(a.cfg.CheckpointRoot, a.cfg.Levels...)); err != nil {
+// and a cluster without a report key (configured before report tokens)
+// one: that cluster keeps its own checkpoint root and levels, whatever
+// this server was started with.
+func (a *allocator) initCluster(c context.Context, have consensus.ClusterConfig) *consensus.State {
+	init := consensus.NewInitCluster(a.cfg.CheckpointRoot, a.cfg.Levels...)
+	if have.ID != "" {
+		init.CheckpointRoot, init.Levels = have.CheckpointRoot, nil
+	}
+	if err := a.cfg.Store.InitCluster(c, init); err != nil {
 		a.cfg.Logger.Error("control: initialising the cluster configuration", "err", err)
 		return nil
 	}

@@ -259,6 +259,25 @@ func TestHostNamesAgree(t *testing.T) {
 	}
 }
 
+// TestKeylessClusterGetsAReportKey: a cluster configured before report
+// keys existed gets one from a leader started without a checkpoint root
+// of its own (the cluster keeps its id and root), and runs a job to
+// completion with tokens derived from it.
+func TestKeylessClusterGetsAReportKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster")
+	}
+	c := newTCluster(t, clusterOpts{servers: 1, nodes: 1, gpus: 2, timeScale: 3000, keyless: true})
+	waitFor(t, "a report key", 10*time.Second, func() bool { return c.any().srv.LocalState().Config.ReportKey != "" })
+	if cfg := c.any().srv.LocalState().Config; cfg.ID != "old" || cfg.CheckpointRoot != c.root || len(cfg.ReportKey) != consensus.ReportKeyLen {
+		t.Fatalf("config %+v", cfg)
+	}
+	c.submit("j", "cifar10", 2)
+	if j := c.waitAll(60*time.Second, "j").Jobs["j"]; j.State != consensus.Completed {
+		t.Fatalf("job %v: %s", j.State, j.Reason)
+	}
+}
+
 // TestDoneNeedsRank0sToken: a done report that reaches the leader without
 // rank 0's report token of the current incarnation (a forged ack or bid,
 // an agent that does not run rank 0) does not complete the job; with the
