@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -86,8 +87,14 @@ type Membership struct {
 	log    *slog.Logger
 	events chan Event
 
-	mu      sync.Mutex
-	meta    []byte
+	mu   sync.Mutex
+	meta []byte
+	// view is the members memberlist counts alive (or suspect), copied
+	// in its event callbacks, which it calls holding its node lock: the
+	// nodes Members and LocalNode return are its own, written under that
+	// lock by gossip and UpdateNode, so reading them afterwards races.
+	view    map[string]Member
+	addr    string // this member's gossip address
 	pending []Event
 	wake    chan struct{}
 	done    chan struct{}
@@ -126,6 +133,7 @@ func Start(cfg Config) (*Membership, error) {
 		log:    cfg.Logger.With("member", cfg.Name),
 		events: make(chan Event),
 		meta:   meta,
+		view:   map[string]Member{},
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
 		pumped: make(chan struct{}),
@@ -221,9 +229,9 @@ func (m *Membership) KeepJoined(ctx context.Context, seeds []string, interval ti
 			return
 		case <-t.C:
 		}
-		alive := map[string]bool{m.Addr(): true}
-		for _, n := range m.ml.Members() {
-			alive[n.Address()] = true
+		alive := map[string]bool{}
+		for _, mem := range m.Members() {
+			alive[mem.Addr] = true
 		}
 		var missing []string
 		for _, s := range seeds {
@@ -250,21 +258,24 @@ func (m *Membership) Events() <-chan Event { return m.events }
 // Local is this member.
 func (m *Membership) Local() Member {
 	meta, _ := DecodeMeta(m.currentMeta())
-	n := m.ml.LocalNode()
-	return Member{Name: n.Name, Addr: n.Address(), Meta: meta}
+	return Member{Name: m.name, Addr: m.Addr(), Meta: meta}
 }
 
 // Addr is this member's gossip address, host:port, to give to Join.
-func (m *Membership) Addr() string { return m.ml.LocalNode().Address() }
+func (m *Membership) Addr() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.addr
+}
 
 // Members returns the alive members with valid metadata, this one
-// included.
+// included, sorted by name.
 func (m *Membership) Members() []Member {
-	var out []Member
-	for _, n := range m.ml.Members() {
-		if mem, ok := m.member(n); ok {
-			out = append(out, mem)
-		}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Member, 0, len(m.view))
+	for _, name := range slices.Sorted(maps.Keys(m.view)) {
+		out = append(out, m.view[name])
 	}
 	return out
 }
@@ -324,16 +335,24 @@ func (m *Membership) member(n *memberlist.Node) (Member, bool) {
 	return Member{Name: n.Name, Addr: n.Address(), Meta: meta}, true
 }
 
-// enqueue is called from memberlist's callbacks: it never blocks.
+// enqueue is called from memberlist's callbacks (holding its node lock,
+// so n may be read): it records n in the view and queues the event of
+// another member. It never blocks.
 func (m *Membership) enqueue(kind EventKind, n *memberlist.Node) {
-	if n.Name == m.name {
-		return
-	}
 	mem, ok := m.member(n)
-	if !ok {
+	m.mu.Lock()
+	if n.Name == m.name {
+		m.addr = n.Address()
+	}
+	if ok && kind != EventLeave {
+		m.view[n.Name] = mem
+	} else {
+		delete(m.view, n.Name)
+	}
+	if n.Name == m.name || !ok {
+		m.mu.Unlock()
 		return
 	}
-	m.mu.Lock()
 	m.pending = append(m.pending, Event{Kind: kind, Member: mem})
 	m.mu.Unlock()
 	select {
