@@ -5,9 +5,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -87,14 +87,16 @@ type Membership struct {
 	log    *slog.Logger
 	events chan Event
 
+	// addr is this member's gossip address, read once at start.
+	addr string
+
 	mu   sync.Mutex
 	meta []byte
-	// view is the members memberlist counts alive (or suspect), copied
-	// in its event callbacks, which it calls holding its node lock: the
-	// nodes Members and LocalNode return are its own, written under that
-	// lock by gossip and UpdateNode, so reading them afterwards races.
+	// view is every alive member with valid metadata (this one
+	// included), copied inside memberlist's callbacks, which run under
+	// its node lock: memberlist updates its nodes in place, so reading
+	// them through Memberlist.Members would race with a metadata update.
 	view    map[string]Member
-	addr    string // this member's gossip address
 	pending []Event
 	wake    chan struct{}
 	done    chan struct{}
@@ -167,6 +169,7 @@ func Start(cfg Config) (*Membership, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	m.ml = ml
+	m.addr = ml.LocalNode().Address()
 	return m, nil
 }
 
@@ -229,7 +232,7 @@ func (m *Membership) KeepJoined(ctx context.Context, seeds []string, interval ti
 			return
 		case <-t.C:
 		}
-		alive := map[string]bool{}
+		alive := map[string]bool{m.Addr(): true}
 		for _, mem := range m.Members() {
 			alive[mem.Addr] = true
 		}
@@ -258,25 +261,26 @@ func (m *Membership) Events() <-chan Event { return m.events }
 // Local is this member.
 func (m *Membership) Local() Member {
 	meta, _ := DecodeMeta(m.currentMeta())
-	return Member{Name: m.name, Addr: m.Addr(), Meta: meta}
+	return Member{Name: m.name, Addr: m.addr, Meta: meta}
 }
 
 // Addr is this member's gossip address, host:port, to give to Join.
-func (m *Membership) Addr() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.addr
-}
+func (m *Membership) Addr() string { return m.addr }
 
 // Members returns the alive members with valid metadata, this one
 // included, sorted by name.
 func (m *Membership) Members() []Member {
+	local := m.Local()
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]Member, 0, len(m.view))
-	for _, name := range slices.Sorted(maps.Keys(m.view)) {
-		out = append(out, m.view[name])
+	out := make([]Member, 0, len(m.view)+1)
+	for _, mem := range m.view {
+		if mem.Name != local.Name {
+			out = append(out, mem)
+		}
 	}
+	m.mu.Unlock()
+	out = append(out, local)
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -335,21 +339,18 @@ func (m *Membership) member(n *memberlist.Node) (Member, bool) {
 	return Member{Name: n.Name, Addr: n.Address(), Meta: meta}, true
 }
 
-// enqueue is called from memberlist's callbacks (holding its node lock,
-// so n may be read): it records n in the view and queues the event of
-// another member. It never blocks.
+// enqueue is called from memberlist's callbacks, under its node lock: it
+// copies the node into the view and, for another member, queues the
+// event; it never blocks.
 func (m *Membership) enqueue(kind EventKind, n *memberlist.Node) {
 	mem, ok := m.member(n)
 	m.mu.Lock()
-	if n.Name == m.name {
-		m.addr = n.Address()
-	}
 	if ok && kind != EventLeave {
 		m.view[n.Name] = mem
 	} else {
 		delete(m.view, n.Name)
 	}
-	if n.Name == m.name || !ok {
+	if !ok || n.Name == m.name {
 		m.mu.Unlock()
 		return
 	}

@@ -122,3 +122,48 @@ func checkSpecAttrs(s *JobSpec) error {
 	}
 	return nil
 }
+
+// checkConstraints reports whether job j may run on the nodes of slots as
+// s holds them: of its GPU type if it names one, within one domain of its
+// required topology level (optimizer.CheckPlacement). Whatever decided a
+// placement, one that breaks these is never committed.
+func checkConstraints(s *State, j *Job, slots []Slot) error {
+	if j.Spec.GPUType == "" && j.Spec.Topology.Required == "" {
+		return nil
+	}
+	nodes := make([]optimizer.Node, 0, len(slots))
+	for _, sl := range slots {
+		if n := s.Nodes[sl.Node]; n != nil {
+			nodes = append(nodes, optimizer.Node{ID: n.ID, GPUs: n.GPUs, Type: n.GPUType, Topology: n.Domains()})
+		}
+	}
+	if err := optimizer.CheckPlacement(nodes, s.Config.Levels, j.Spec.GPUType, j.Spec.Topology); err != nil {
+		return invalid("job %q: %v", j.ID, err)
+	}
+	return nil
+}
+
+// evictChanged takes their GPUs from the jobs placed on node old, now
+// registered again as n, where the node no longer is what they were
+// placed on: an agent restarted with another GPU type or place in the
+// topology is another machine (its workers died with the agent), and one
+// restarted with fewer GPUs cannot hold what was placed on it. Such a job
+// waits (Pending, a new incarnation) until the next round places it
+// afresh, as a round that gives it nothing would do; the allocation
+// never shows a job on a node it was not placed on.
+func evictChanged(s *State, old, n *Node) {
+	moved := old.GPUType != n.GPUType || !slices.Equal(old.Domains(), n.Domains())
+	used := s.UsedGPUs()[n.ID]
+	if !moved && used <= n.GPUs {
+		return
+	}
+	for _, id := range s.JobIDs() {
+		j := s.Jobs[id]
+		if j.State.Terminal() || !slices.ContainsFunc(s.Allocation.Jobs[id], func(sl Slot) bool { return sl.Node == n.ID }) {
+			continue
+		}
+		delete(s.Allocation.Jobs, id)
+		j.Incarnation++
+		j.State = Pending
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"pollux/optimizer"
@@ -232,5 +233,90 @@ func TestSnapshotVersion2Decodes(t *testing.T) {
 	again, err := DecodeState(EncodeState(s))
 	if err != nil || again.Nodes["n1"].Rack != "r1" {
 		t.Fatalf("re-encoded: %v", err)
+	}
+}
+
+// A node registered again with another GPU type or place, or with fewer
+// GPUs than are placed on it, is another machine: the jobs placed on it
+// lose their GPUs in the same command (a new incarnation, pending), the
+// others keep theirs; registering it again unchanged moves nothing.
+func TestReRegisterEvictsWhatNoLongerFits(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		again   Node
+		evicted bool
+	}{
+		{"unchanged (an agent restarted)", Node{ID: "n2", GPUs: 4, Health: Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "a100", Addresses: []string{"x:2"}}, false},
+		{"more GPUs", Node{ID: "n2", GPUs: 8, Health: Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "a100"}, false},
+		{"another GPU type", Node{ID: "n2", GPUs: 4, Health: Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "t4"}, true},
+		{"another rack", Node{ID: "n2", GPUs: 4, Health: Alive, Rack: "r2", Topology: []string{"r2"}, GPUType: "a100"}, true},
+		{"fewer GPUs than placed", Node{ID: "n2", GPUs: 1, Health: Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "a100"}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &fsmApplier{f: NewFSM()}
+			a.must(t, 1, &RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "a100"}},
+				&RegisterNode{Node: Node{ID: "n2", GPUs: 4, Health: Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "a100"}},
+				&RegisterNode{Node: Node{ID: "n3", GPUs: 4, Health: Alive, Rack: "r2", Topology: []string{"r2"}, GPUType: "a100"}})
+			spec := testSpec()
+			spec.GPUType = "a100"
+			a.must(t, 1, &SubmitJob{ID: "a", Spec: spec}, &SubmitJob{ID: "b", Spec: testSpec()}, &SubmitJob{ID: "c", Spec: testSpec()})
+			if ds := drops(t, a, 1, &Round{Generation: 1, Term: 1, Jobs: map[string][]Slot{
+				"a": {{"n1", 2}, {"n2", 2}}, "b": {{"n2", 2}}, "c": {{"n3", 4}}}}); len(ds) != 0 {
+				t.Fatalf("drops %v", dropped(ds))
+			}
+			before := a.f.State()
+			a.must(t, 1, &RegisterNode{Node: tt.again})
+			st := a.f.State()
+			for _, id := range []string{"a", "b"} {
+				j, was := st.Jobs[id], before.Jobs[id]
+				_, placed := st.Allocation.Jobs[id]
+				if tt.evicted && (placed || j.State != Pending || j.Incarnation != was.Incarnation+1) ||
+					!tt.evicted && (!placed || j.State != was.State || j.Incarnation != was.Incarnation) {
+					t.Errorf("job %s: placed %v, %v in incarnation %d (was %v in %d)", id, placed, j.State, j.Incarnation, was.State, was.Incarnation)
+				}
+			}
+			if c := st.Jobs["c"]; !slices.Equal(st.Allocation.Jobs["c"], []Slot{{"n3", 4}}) || c.Incarnation != before.Jobs["c"].Incarnation {
+				t.Errorf("job c, on another node, moved: %v, incarnation %d", st.Allocation.Jobs["c"], c.Incarnation)
+			}
+			if st.Allocation.Generation != before.Allocation.Generation {
+				t.Errorf("generation %d, was %d", st.Allocation.Generation, before.Allocation.Generation)
+			}
+		})
+	}
+}
+
+// A round placing a job where its GPU type or required rack forbids is
+// refused for that job (whatever policy decided it, and on nodes as they
+// are when the round is applied); its other placements are committed.
+func TestRoundRefusesPlacementsBreakingConstraints(t *testing.T) {
+	a := &fsmApplier{f: NewFSM()}
+	a.must(t, 1, &RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "a100"}},
+		&RegisterNode{Node: Node{ID: "n2", GPUs: 4, Health: Alive, Rack: "r2", Topology: []string{"r2"}, GPUType: "a100"}},
+		&RegisterNode{Node: Node{ID: "n3", GPUs: 4, Health: Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "t4"}})
+	typed, racked := testSpec(), testSpec()
+	typed.GPUType = "a100"
+	racked.Topology.Required = "rack"
+	a.must(t, 1, &SubmitJob{ID: "typed", Spec: typed}, &SubmitJob{ID: "racked", Spec: racked}, &SubmitJob{ID: "free", Spec: testSpec()})
+	ds := drops(t, a, 1, &Round{Generation: 1, Term: 1, Jobs: map[string][]Slot{
+		"typed": {{"n3", 2}}, "racked": {{"n1", 2}, {"n2", 2}}, "free": {{"n2", 1}, {"n3", 1}}}})
+	var errs []string
+	for _, d := range ds {
+		errs = append(errs, d.Err.Error())
+	}
+	got := strings.Join(errs, "\n")
+	for _, want := range []string{`job "typed": optimizer: placement breaks the job's constraints: node n3 has t4 GPUs, the job runs on a100`,
+		`job "racked": optimizer: placement breaks the job's constraints: topology required "rack" and nodes n1 and n2 are in two`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("drops %s, want one mentioning %q", got, want)
+		}
+	}
+	st := a.f.State()
+	if len(ds) != 2 || !slices.Equal(st.Allocation.Jobs["free"], []Slot{{"n2", 1}, {"n3", 1}}) || st.Allocation.Jobs["typed"] != nil || st.Allocation.Jobs["racked"] != nil {
+		t.Errorf("allocation %v, drops %s", st.Allocation.Jobs, got)
+	}
+	for _, d := range ds {
+		if !errors.Is(d.Err, ErrInvalid) || !d.Placement {
+			t.Errorf("drop %+v", d)
+		}
 	}
 }

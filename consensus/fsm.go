@@ -209,7 +209,11 @@ func applyOne(s *State, c Command, term uint64) error {
 		n := c.Node
 		n.Addresses = slices.Clone(n.Addresses)
 		n.Topology = slices.Clone(n.Topology)
+		old := s.Nodes[n.ID]
 		s.Nodes[n.ID] = &n
+		if old != nil {
+			evictChanged(s, old, &n)
+		}
 		return nil
 	case *MarkNode:
 		n, ok := s.Nodes[c.ID]

@@ -566,7 +566,7 @@ func admit(s *State, id string, slots []Slot, used map[string]int) error {
 	if k < j.Spec.MinReplicas || k > j.Spec.MaxReplicas {
 		return invalid("job %q given %d GPUs (bounds [%d, %d])", id, k, j.Spec.MinReplicas, j.Spec.MaxReplicas)
 	}
-	return nil
+	return checkConstraints(s, j, slots)
 }
 
 func fmtErr(sentinel error, format string, args ...any) error {

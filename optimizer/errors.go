@@ -23,6 +23,9 @@ var (
 	// ErrUnsatisfiable is returned by CheckRequired for a job whose
 	// required topology no domain of the cluster can hold.
 	ErrUnsatisfiable = errors.New("optimizer: topology can never be met")
+	// ErrForbidden is returned by CheckPlacement for nodes a job's GPU
+	// type or required topology forbids.
+	ErrForbidden = errors.New("optimizer: placement breaks the job's constraints")
 	// ErrBadAutoscale is returned for unusable autoscaling settings: a
 	// node template without GPUs, a minimum above the maximum, a utility
 	// band outside (0, 1].

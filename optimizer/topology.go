@@ -213,6 +213,37 @@ func CheckRequired(nodes []Node, levels []string, c TopologyConstraint, minRepli
 	return nil
 }
 
+// CheckPlacement reports whether a job constrained to gpuType ("" any)
+// and by c may run on nodes (the nodes its placement uses): they must be
+// of gpuType if it is set, and within one domain of c's required level
+// (whether a job without a type may span types is the policy's choice).
+// It fails with ErrForbidden naming what breaks, or with ErrBadTopology
+// for a constraint naming an unknown level.
+func CheckPlacement(nodes []Node, levels []string, gpuType string, c TopologyConstraint) error {
+	if err := c.Validate(levels); err != nil {
+		return err
+	}
+	levels = levelsOr(levels)
+	at := slices.Index(levels, c.Required)
+	for i, n := range nodes {
+		switch {
+		case gpuType != "" && n.Type != gpuType:
+			return fmt.Errorf("%w: node %s has %s GPUs, the job runs on %s", ErrForbidden, n.ID, typeName(n.Type), gpuType)
+		case i > 0 && at >= 0 && domainKey(n.Topology, at, len(levels)) != domainKey(nodes[0].Topology, at, len(levels)):
+			return fmt.Errorf("%w: topology required %q and nodes %s and %s are in two", ErrForbidden, c.Required, nodes[0].ID, n.ID)
+		}
+	}
+	return nil
+}
+
+// typeName is a GPU type as messages show it.
+func typeName(t string) string {
+	if t == "" {
+		return "untyped"
+	}
+	return t
+}
+
 // domainKey names a node's domain at level at of levels levels: its path
 // from that level out (a rack is known by its zone too), undeclared
 // entries default.

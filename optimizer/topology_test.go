@@ -143,6 +143,47 @@ func TestCheckRequired(t *testing.T) {
 	}
 }
 
+// CheckPlacement: a job's GPU type and required level, the same rack
+// name in two zones being two racks; a job without a type may span types.
+func TestCheckPlacement(t *testing.T) {
+	a := optimizer.Node{ID: "a", GPUs: 8, Type: "a100", Topology: []string{"r1", "z1"}}
+	b := optimizer.Node{ID: "b", GPUs: 8, Type: "a100", Topology: []string{"r1", "z1"}}
+	c := optimizer.Node{ID: "c", GPUs: 8, Type: "t4", Topology: []string{"r1", "z1"}}
+	d := optimizer.Node{ID: "d", GPUs: 8, Type: "a100", Topology: []string{"r1", "z2"}} // another r1
+	levels := []string{"rack", "zone"}
+	rack := optimizer.TopologyConstraint{Required: "rack"}
+	zone := optimizer.TopologyConstraint{Required: "zone"}
+	for _, tt := range []struct {
+		nodes   []optimizer.Node
+		gpuType string
+		c       optimizer.TopologyConstraint
+		want    error
+	}{
+		{[]optimizer.Node{a, b}, "a100", rack, nil},
+		{[]optimizer.Node{a, c}, "", rack, nil},
+		{[]optimizer.Node{a, c}, "a100", optimizer.TopologyConstraint{}, optimizer.ErrForbidden},
+		{[]optimizer.Node{a, d}, "", rack, optimizer.ErrForbidden},
+		{[]optimizer.Node{a, d}, "", zone, optimizer.ErrForbidden},
+		{[]optimizer.Node{a, b, c}, "", zone, nil},
+		{[]optimizer.Node{a, d}, "", optimizer.TopologyConstraint{Preferred: "rack"}, nil},
+		{[]optimizer.Node{a}, "", optimizer.TopologyConstraint{Required: "row"}, optimizer.ErrBadTopology},
+		{nil, "a100", rack, nil},
+	} {
+		err := optimizer.CheckPlacement(tt.nodes, levels, tt.gpuType, tt.c)
+		if !errors.Is(err, tt.want) || (err == nil) != (tt.want == nil) {
+			t.Errorf("CheckPlacement(%v, %q, %+v) = %v, want %v", tt.nodes, tt.gpuType, tt.c, err, tt.want)
+		}
+	}
+	// Untyped nodes without a topology: one default rack, no type.
+	plain := []optimizer.Node{{ID: "x", GPUs: 4}, {ID: "y", GPUs: 4}}
+	if err := optimizer.CheckPlacement(plain, nil, "", rack); err != nil {
+		t.Errorf("default rack: %v", err)
+	}
+	if err := optimizer.CheckPlacement(plain, nil, "t4", rack); err == nil || !strings.Contains(err.Error(), "node x has untyped GPUs, the job runs on t4") {
+		t.Errorf("untyped nodes for a t4 job: %v", err)
+	}
+}
+
 func TestSnapshotTopologyRefused(t *testing.T) {
 	base := func() *optimizer.Snapshot {
 		return &optimizer.Snapshot{

@@ -337,9 +337,11 @@ func (a *allocator) view(st *consensus.State) *gateView {
 	return v
 }
 
-// gate removes from the assignments the runs of incarnations that may
-// not start yet (they stay in l.held), and arms the gate's timer for the
-// earliest time one of them may.
+// gate marks held, in the assignments, the runs of incarnations that may
+// not start yet (l.held): a node keeps such a run if it runs it already
+// (a new leader, which has no ack yet, must not stop what an earlier
+// leader let start) but does not start it. It arms the gate's timer for
+// the earliest time one of them may start.
 func (a *allocator) gate(st *consensus.State, assign map[string]*pb.Assign) {
 	l := a.lease
 	v := a.view(st)
@@ -347,9 +349,7 @@ func (a *allocator) gate(st *consensus.State, assign map[string]*pb.Assign) {
 	var next time.Time
 	decided := map[incKey]bool{}
 	for _, id := range slices.Sorted(maps.Keys(assign)) {
-		as := assign[id]
-		keep := as.Runs[:0]
-		for _, rj := range as.Runs {
+		for _, rj := range assign[id].Runs {
 			k := incKey{rj.Job, rj.Incarnation}
 			if !l.released[k] && !decided[k] {
 				decided[k] = true
@@ -370,12 +370,8 @@ func (a *allocator) gate(st *consensus.State, assign map[string]*pb.Assign) {
 					}
 				}
 			}
-			if l.released[k] {
-				keep = append(keep, rj)
-			}
+			rj.Hold = !l.released[k]
 		}
-		clear(as.Runs[len(keep):])
-		as.Runs = keep
 	}
 	l.held = held
 	if !next.IsZero() {
@@ -407,7 +403,7 @@ func (a *allocator) release(ctx actor.Context) {
 		if !ok {
 			continue
 		}
-		if slices.ContainsFunc(assign[id].Runs, func(rj *pb.RunJob) bool { return before[incKey{rj.Job, rj.Incarnation}] }) {
+		if slices.ContainsFunc(assign[id].Runs, func(rj *pb.RunJob) bool { return before[incKey{rj.Job, rj.Incarnation}] && !rj.Hold }) {
 			a.send(ctx, id, pid, assign[id])
 		}
 	}

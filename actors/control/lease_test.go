@@ -13,6 +13,7 @@ import (
 	"pollux/actors/control"
 	"pollux/actors/node"
 	"pollux/actors/pb"
+	"pollux/consensus"
 )
 
 // netState is what the lease tests do to the cluster's network and see
@@ -222,5 +223,26 @@ func TestNewLeaderWaitsForItsPredecessorsLeases(t *testing.T) {
 	}
 	if stop := first.signalled(syscall.SIGSTOP); stop.IsZero() || !stop.Before(second.started) {
 		t.Errorf("the cut-off worker %v was not paused before its successor started: signals %v", first, first.signals())
+	}
+}
+
+// TestNewLeaderKeepsWhatItsPredecessorStarted: a new leader has no ack
+// yet when it first assigns; it must hold, not stop, the incarnations
+// already running (an earlier leader let them start), or the nodes stop
+// them and refuse to run them again. With a single failure allowed, one
+// such refusal would fail the job.
+func TestNewLeaderKeepsWhatItsPredecessorStarted(t *testing.T) {
+	c := newTCluster(t, clusterOpts{servers: 5, nodes: 2, gpus: 2, timeScale: 100, maxFailures: 1})
+	c.submit("j", "cifar10", 4)
+	// An incarnation beyond the first (the job grew), running.
+	w := c.waitWorker("a worker of a second incarnation", 30*time.Second, func(w *workerRec) bool { return w.job == "j" && w.inc >= 2 })
+	time.Sleep(300 * time.Millisecond)
+	for range 2 {
+		c.kill(c.leader())
+		time.Sleep(time.Second)
+	}
+	st := c.waitAll(60*time.Second, "j")
+	if j := st.Jobs["j"]; j.State != consensus.Completed {
+		t.Fatalf("job %v after two leader kills (incarnation %d was running): %s", j.State, w.inc, j.Reason)
 	}
 }

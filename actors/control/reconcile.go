@@ -224,9 +224,9 @@ func (a *allocator) reconcileMembers(c context.Context, st *consensus.State) boo
 			continue
 		}
 		if n != nil && (!slices.Equal(n.Domains(), want.Domains()) || n.GPUType != want.GPUType) {
-			// An agent restarted with another rack or GPU type: its jobs
-			// are re-placed if they now break their constraints or span
-			// types (BuildSnapshot).
+			// An agent restarted with another rack or GPU type: the
+			// registration took their GPUs from the jobs placed on it
+			// (consensus), the next round places them afresh.
 			a.cfg.Logger.Warn("control: node attributes changed", "node", m.Name,
 				"topology", strings.Join(n.Domains(), ","), "new_topology", strings.Join(want.Domains(), ","),
 				"gpu_type", n.GPUType, "new_gpu_type", want.GPUType)

@@ -359,3 +359,32 @@ func processesOf(t *testing.T, f *fixture) []int {
 	}
 	return pids
 }
+
+func TestHeldRunIsKeptIfRunningButNotStarted(t *testing.T) {
+	l, clock := &fakeLauncher{}, newFakeClock()
+	f := newLeaseFixture(t, 2, l, clock)
+	held := func(inc uint64, hold bool) *pb.RunJob {
+		r := f.run("a", inc, 1, "serve")
+		r.Hold = hold
+		return r
+	}
+	// Held and not running: not started, not even fenced.
+	ack := f.sendOnce(&pb.Assign{ClusterId: f.cluster, Term: f.term, Generation: 1, Runs: []*pb.RunJob{held(2, true)}})
+	f.renewAt(1, time.Minute, f.renewAt(1, time.Minute, 0).Nonce)
+	if !ack.Ok || len(ack.Runs) != 0 || len(l.started()) != 0 {
+		t.Fatalf("held run: ack %v, %d workers", ack, len(l.started()))
+	}
+	// Released: started (it was never fenced, so not refused).
+	if ack := f.sendOnce(&pb.Assign{ClusterId: f.cluster, Term: f.term, Generation: 2, Runs: []*pb.RunJob{held(2, false)}}); !ack.Ok || len(ack.Runs) != 1 || ack.Runs[0].Refused != "" {
+		t.Fatalf("released run: %v", ack)
+	}
+	eventually(t, "the worker", func() bool { return len(l.started()) == 1 })
+	// Held again (a new leader with no ack yet): kept running.
+	ack = f.sendOnce(&pb.Assign{ClusterId: f.cluster, Term: f.term + 1, Generation: 3, Runs: []*pb.RunJob{held(2, true)}})
+	if !ack.Ok || len(ack.Runs) != 1 || ack.Runs[0].Alive != 1 || ack.Runs[0].Stopping {
+		t.Fatalf("held running run: %v", ack)
+	}
+	if s := l.started()[0].signals(); len(s) != 0 {
+		t.Fatalf("held running worker got %v", s)
+	}
+}

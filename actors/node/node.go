@@ -433,6 +433,8 @@ func (a *nodeActor) assign(ctx actor.Context, m *pb.Assign) *pb.AssignAck {
 		last, seen := next.Latest[rj.Job]
 		switch {
 		case a.runs[key] != nil:
+		case rj.Hold:
+			continue // the leader's gate holds it: not started, not fenced
 		case seen && rj.Incarnation <= last:
 			// Already run (or run past), possibly before this agent
 			// restarted: never started twice. The leader restarts the

@@ -494,7 +494,11 @@ type RunJob struct {
 	// report_tokens[i] is the report token of rank first_rank + i
 	// (workerproto.ReportToken): the node hands it to that worker and
 	// refuses reports without it.
-	ReportTokens  []string `protobuf:"bytes,101,rep,name=report_tokens,json=reportTokens,proto3" json:"report_tokens,omitempty"`
+	ReportTokens []string `protobuf:"bytes,101,rep,name=report_tokens,json=reportTokens,proto3" json:"report_tokens,omitempty"`
+	// hold: keep running this incarnation if it runs already, but do not
+	// start it yet: the leader's gate holds it until no older incarnation
+	// of the job can still run (docs/control-plane.md, Fencing).
+	Hold          bool `protobuf:"varint,180,opt,name=hold,proto3" json:"hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -646,6 +650,13 @@ func (x *RunJob) GetReportTokens() []string {
 		return x.ReportTokens
 	}
 	return nil
+}
+
+func (x *RunJob) GetHold() bool {
+	if x != nil {
+		return x.Hold
+	}
+	return false
 }
 
 // WorkerReport is one validated worker report (see docs/worker-protocol.md),
@@ -1805,7 +1816,7 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x03 \x01(\tR\x06signal\x12\x1c\n" +
 	"\trequested\x18\x04 \x01(\bR\trequested\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"\xa4\x04\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"\xb9\x04\n" +
 	"\x06RunJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12 \n" +
@@ -1830,7 +1841,8 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\x04gain\x18\x0f \x01(\x01R\x04gain\x12%\n" +
 	"\x0echeckpoint_dir\x18\x10 \x01(\tR\rcheckpointDir\x12(\n" +
 	"\x05owner\x18\x11 \x01(\v2\x12.pollux.actors.RefR\x05owner\x12#\n" +
-	"\rreport_tokens\x18e \x03(\tR\freportTokensJ\x04\b\x03\x10\x04\"\xf4\x02\n" +
+	"\rreport_tokens\x18e \x03(\tR\freportTokens\x12\x13\n" +
+	"\x04hold\x18\xb4\x01 \x01(\bR\x04holdJ\x04\b\x03\x10\x04\"\xf4\x02\n" +
 	"\fWorkerReport\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12 \n" +

@@ -79,21 +79,10 @@ func newACLBootstrapCmd() *cobra.Command {
 				}
 				body, _ = json.Marshal(api.Bootstrap{Secret: strings.TrimSpace(string(b))})
 			}
-			var raw json.RawMessage
-			if err := o.call(cmd.Context(), http.MethodPost, api.PathACLBootstrap, body, &raw); err != nil {
-				return err
-			}
-			if o.asJSON {
-				_, err := cmd.OutOrStdout().Write(raw)
-				return err
-			}
-			var t api.Token
-			if err := json.Unmarshal(raw, &t); err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), "bootstrap token made:")
-			printToken(cmd.OutOrStdout(), t)
-			return nil
+			return o.postToken(cmd, api.PathACLBootstrap, body, func(w io.Writer, t api.Token) {
+				fmt.Fprintln(w, "bootstrap token made:")
+				printToken(w, t)
+			})
 		},
 	}
 	o.flags(cmd)
@@ -116,20 +105,7 @@ func newTokenCreateCmd() *cobra.Command {
 				return badInput(fmt.Errorf("acl token create: --role %q: want read, submit or admin", role))
 			}
 			body, _ := json.Marshal(api.NewToken{Name: name, Role: role})
-			var raw json.RawMessage
-			if err := o.call(cmd.Context(), http.MethodPost, api.PathACLTokens, body, &raw); err != nil {
-				return err
-			}
-			if o.asJSON {
-				_, err := cmd.OutOrStdout().Write(raw)
-				return err
-			}
-			var t api.Token
-			if err := json.Unmarshal(raw, &t); err != nil {
-				return err
-			}
-			printToken(cmd.OutOrStdout(), t)
-			return nil
+			return o.postToken(cmd, api.PathACLTokens, body, printToken)
 		},
 	}
 	o.flags(cmd)
@@ -178,20 +154,9 @@ func newTokenRevokeCmd() *cobra.Command {
 		Short: "Revoke a token for good (every server refuses it once the revocation commits)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var raw json.RawMessage
-			if err := o.call(cmd.Context(), http.MethodPost, api.PathACLTokens+"/"+url.PathEscape(args[0])+"/revoke", nil, &raw); err != nil {
-				return err
-			}
-			if o.asJSON {
-				_, err := cmd.OutOrStdout().Write(raw)
-				return err
-			}
-			var t api.Token
-			if err := json.Unmarshal(raw, &t); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "revoked %s (%s, %s)\n", t.Accessor, t.Name, t.Role)
-			return nil
+			return o.postToken(cmd, api.PathACLTokens+"/"+url.PathEscape(args[0])+"/revoke", nil, func(w io.Writer, t api.Token) {
+				fmt.Fprintf(w, "revoked %s (%s, %s)\n", t.Accessor, t.Name, t.Role)
+			})
 		},
 	}
 	o.flags(cmd)
@@ -217,4 +182,23 @@ func newTokenSelfCmd() *cobra.Command {
 	}
 	o.flags(cmd)
 	return cmd
+}
+
+// postToken posts body to path and prints the token answered: as the
+// server sent it with --json, through show otherwise.
+func (o *clientOpts) postToken(cmd *cobra.Command, path string, body []byte, show func(io.Writer, api.Token)) error {
+	var raw json.RawMessage
+	if err := o.call(cmd.Context(), http.MethodPost, path, body, &raw); err != nil {
+		return err
+	}
+	if o.asJSON {
+		_, err := cmd.OutOrStdout().Write(raw)
+		return err
+	}
+	var t api.Token
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return err
+	}
+	show(cmd.OutOrStdout(), t)
+	return nil
 }

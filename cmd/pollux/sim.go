@@ -588,6 +588,18 @@ func profiledNodes(cats testbed.TypedCatalog) map[string]int {
 
 // writeSimOut writes summary.json, jobs.csv and the plots into dir.
 func writeSimOut(dir string, summary report.Summary, results []*sim.Result) error {
+	if err := writeSummaryAndJobs(dir, summary, results); err != nil {
+		return err
+	}
+	if _, err := report.WritePlots(dir, results); err != nil {
+		return errors.Join(fmt.Errorf("sim: plots"), err)
+	}
+	return nil
+}
+
+// writeSummaryAndJobs writes summary (as summary.json) and the jobs of
+// results (as jobs.csv) into dir: what every `pollux sim --out` writes.
+func writeSummaryAndJobs(dir string, summary any, results []*sim.Result) error {
 	data, err := json.MarshalIndent(summary, "", "  ")
 	if err != nil {
 		return err
@@ -605,9 +617,6 @@ func writeSimOut(dir string, summary report.Summary, results []*sim.Result) erro
 	}
 	if err := fh.Close(); err != nil {
 		return fmt.Errorf("sim: %w", err)
-	}
-	if _, err := report.WritePlots(dir, results); err != nil {
-		return errors.Join(fmt.Errorf("sim: plots"), err)
 	}
 	return nil
 }

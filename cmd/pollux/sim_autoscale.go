@@ -370,23 +370,8 @@ func printCloudTable(w io.Writer, policies []string, s cloudSummary) error {
 // writeCloudOut writes summary.json, jobs.csv, timeline.csv and the
 // node-count and efficiency plots into dir.
 func writeCloudOut(dir string, summary cloudSummary, results []*sim.Result) error {
-	data, err := json.MarshalIndent(summary, "", "  ")
-	if err != nil {
+	if err := writeSummaryAndJobs(dir, summary, results); err != nil {
 		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("sim: %w", err)
-	}
-	fh, err := os.Create(filepath.Join(dir, "jobs.csv"))
-	if err != nil {
-		return fmt.Errorf("sim: %w", err)
-	}
-	if err := report.WriteJobsCSV(fh, results); err != nil {
-		fh.Close()
-		return fmt.Errorf("sim: %w", err)
-	}
-	if err := fh.Close(); err != nil {
-		return fmt.Errorf("sim: %w", err)
 	}
 	if err := writeTimelineCSV(filepath.Join(dir, "timeline.csv"), results); err != nil {
 		return err

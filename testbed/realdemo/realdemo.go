@@ -313,6 +313,9 @@ func (d *driver) run(ctx context.Context) ([]api.Job, error) {
 		for len(pending) > 0 && pending[0].After <= elapsed {
 			j := pending[0]
 			if a := d.cl.SubmitAny(ctx, j.Name, d.specs[j.Name], 250*time.Millisecond, 30*time.Second); !a.OK() {
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("realdemo: interrupted after %v: %w", elapsed.Round(time.Second), ctx.Err())
+				}
 				return nil, fmt.Errorf("%w: submitting %s: %s", ErrJob, j.Name, a.Error())
 			}
 			progressf(d.o.Progress, "%5.0fs  submitted %s (%s, target accuracy %.2f)", elapsed.Seconds(), j.Name, j.Example.Model, j.Example.Target)

@@ -313,7 +313,15 @@ func stepJob(s jobState, in input, out output) []jobState {
 		case out.code == 404:
 			return when(!s.exists, s)
 		case out.code == 409:
-			return when(s.exists && s.state != active, s)
+			if s.exists && s.state == active {
+				// It finished on its own since the last read
+				// (pollux chaos seed 736: a cancel 150 ms after a read
+				// showed it rescaling); later reads say how.
+				c, f := s, s
+				c.state, f.state = completed, failed
+				return []jobState{c, f}
+			}
+			return when(s.exists, s)
 		}
 		return []jobState{s} // another refusal says nothing
 	case history.Jobs:

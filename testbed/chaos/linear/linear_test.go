@@ -94,6 +94,24 @@ func good() *builder {
 	return b
 }
 
+// TestCancelRefusedAfterFinishingOnItsOwn: a job completes between a read
+// and a cancel, which is refused as finished (409) before any read shows
+// it completed: linearizable (pollux chaos seed 736 had it flagged).
+func TestCancelRefusedAfterFinishingOnItsOwn(t *testing.T) {
+	b := &builder{}
+	b.call(history.Submit, "f", history.OK, 201)
+	b.get(false, "f", ptr(job("f", "rescaling", 2, 1, 50)))
+	b.call(history.Cancel, "f", history.Fail, 409)
+	b.get(false, "f", ptr(job("f", "completed", 2, 1, 50)))
+	res, err := Check(b.lines, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Linearizable() {
+		t.Fatalf("%+v", res)
+	}
+}
+
 func TestLinearizable(t *testing.T) {
 	res, err := Check(good().lines, Options{})
 	if err != nil {
@@ -141,9 +159,10 @@ func TestNotLinearizable(t *testing.T) {
 			b.get(false, "e", ptr(job("e", "pending", 0, 0, 0)))
 			b.call(history.Submit, "e", history.OK, 201)
 		}, "job e"},
-		"cancel refused as finished while active": {func(b *builder) {
+		"cancel refused as finished, then running": {func(b *builder) {
 			b.call(history.Submit, "c", history.OK, 201)
 			b.call(history.Cancel, "c", history.Fail, 409)
+			b.get(false, "c", ptr(job("c", "running", 1, 0, 2)))
 		}, "job c"},
 		"phantom job": {func(b *builder) {
 			b.read(false, job("a", "completed", 2, 3, 300), job("b", "failed", 2, 1, 60), job("ghost", "running", 1, 0, 0), dC)
