@@ -58,7 +58,8 @@ func TestAttrsEncodedOnlyWhenSet(t *testing.T) {
 			// constraints that set nothing.
 			empty = []byte{0, 0, 0, 0}
 		case *InitCluster:
-			empty = []byte{0}
+			// No levels, an empty report key.
+			empty = []byte{0, 0}
 		}
 		if _, err := Decode(append(slices.Clone(old), empty...)); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%T with an empty attribute block: %v", plain[i], err)

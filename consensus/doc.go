@@ -42,7 +42,8 @@
 // refused or dropped, so workers of an old incarnation never count in a
 // newer one. FinishJob ends a job exactly once (completed, failed or
 // cancelled); Prune forgets finished jobs and gone nodes (retention);
-// InitCluster sets the cluster id and checkpoint root once. Submissions
+// InitCluster sets the cluster id, checkpoint root and report key (from
+// which the leader derives workers' report tokens) once. Submissions
 // and registrations beyond MaxJobs and MaxNodes are refused (ErrLimit),
 // so the state always fits a snapshot. The commands of the first version
 // of the loop (UpdateJob, RecordProfile, CommitAllocation, CompleteJob)
@@ -82,10 +83,11 @@
 // new type bytes (8..15 for the control loop's, 16..23 for tokens,
 // 24..27 for node attributes). Fields added to an existing command (a
 // job's submitter, node attributes, placement constraints, topology
-// levels) are encoded last and only when set, so older entries decode
-// unchanged. Snapshots are a magic, a version byte, the canonical state
-// and a CRC-32C; version 3 holds the token table, job submitters, the
-// topology levels, node attributes and job placement constraints;
+// levels and report key) are encoded last and only when set, so older
+// entries decode unchanged. Snapshots are a magic, a version byte, the
+// canonical state and a CRC-32C; version 3 holds the token table, job
+// submitters, the topology levels, the report key, node attributes and
+// job placement constraints;
 // version 1 snapshots (before bids and the cluster configuration) and
 // version 2 (before all of version 3's additions) still decode.
 //

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -402,6 +403,8 @@ func FuzzDecodeCommand(f *testing.F) {
 			Topology: optimizer.TopologyConstraint{Preferred: "rack"}, GPUType: "t4"}, SubmitTime: 1},
 		&SubmitJob{ID: "j3", Spec: JobSpec{Name: "x", App: "ncf", MinReplicas: 1, MaxReplicas: 2, Limits: testSpec().Limits,
 			Topology: optimizer.TopologyConstraint{Required: "rack"}, GPUType: "t4"}, SubmitTime: 1, Submitter: "acc-alice"},
+		&InitCluster{ID: "c", CheckpointRoot: "/r", ReportKey: strings.Repeat("0", ReportKeyLen)},
+		&InitCluster{ID: "c", CheckpointRoot: "/r", Levels: []string{"rack", "zone"}, ReportKey: strings.Repeat("0", ReportKeyLen)},
 		&FinishJob{ID: "j1", Incarnation: 1, State: Cancelled, Reason: "user"},
 		&Prune{Jobs: []string{"j1", "j2"}, Nodes: []string{"n2"}},
 		&Round{Generation: 2, Term: 1, Time: 3, Accrue: 1, MaxFailures: 5, Jobs: map[string][]Slot{"j1": {{"n1", 1}}},
@@ -455,7 +458,7 @@ func FuzzDecodeState(f *testing.F) {
 	typed := &fsmApplier{f: NewFSM()}
 	spec := testSpec()
 	spec.Topology.Required, spec.GPUType = "zone", "t4"
-	typed.must(f, 1, &InitCluster{ID: "c", Levels: []string{"rack", "zone"}},
+	typed.must(f, 1, &InitCluster{ID: "c", Levels: []string{"rack", "zone"}, ReportKey: strings.Repeat("5", ReportKeyLen)},
 		&RegisterNode{Node: Node{ID: "n1", GPUs: 2, Health: Alive, Rack: "r1", Topology: []string{"r1", "z1"}, GPUType: "t4"}},
 		&SubmitJob{ID: "j", Spec: spec})
 	f.Add(EncodeState(typed.f.State()))

@@ -1,23 +1,48 @@
 package consensus
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"slices"
 	"strings"
 )
 
 // InitCluster sets the cluster's configuration the first time it is
 // applied. Applied again with the same checkpoint root it changes nothing
-// (the first ID stays); with another root it is refused
-// (ErrClusterConfig), so a server started with a different
-// --checkpoint-root learns that the root is not its own to choose.
+// (the first ID and report key stay) but gives a cluster without a report
+// key (one configured before report tokens existed) ReportKey; with
+// another root it is refused (ErrClusterConfig), so a server started with
+// a different --checkpoint-root learns that the root is not its own to
+// choose. ReportKey is empty or ReportKeyLen long.
 type InitCluster struct {
 	ID             string
 	CheckpointRoot string
 	// Levels are the cluster's topology levels (nil: the rack alone, or,
 	// applied to a configured cluster, whatever it has). Set with the
 	// first InitCluster; a later one naming other levels is refused
-	// (ErrClusterConfig). Encoded last, only when set.
+	// (ErrClusterConfig).
 	Levels []string
+	// ReportKey is the cluster's report key (ClusterConfig.ReportKey);
+	// it is set by the first InitCluster that has one.
+	ReportKey string
+	// Levels and ReportKey were added after the first encoding: they are
+	// encoded last, as one block, and only when one of them is set, so
+	// entries written before them still decode.
+}
+
+// NewInitCluster is the configuration of a new cluster: a random id (16
+// hex digits) and report key, the checkpoint root and the topology
+// levels (innermost first; none, or the rack alone, is the default).
+func NewInitCluster(checkpointRoot string, levels ...string) InitCluster {
+	id := make([]byte, 8)
+	_, _ = rand.Read(id) // never fails (crypto/rand)
+	return InitCluster{ID: hex.EncodeToString(id), CheckpointRoot: checkpointRoot, Levels: NormalizeLevels(levels), ReportKey: newReportKey()}
+}
+
+func newReportKey() string {
+	k := make([]byte, ReportKeyLen/2)
+	_, _ = rand.Read(k)
+	return hex.EncodeToString(k)
 }
 
 // FinishJob ends a job exactly once, as Completed, Failed or Cancelled,
@@ -47,16 +72,18 @@ func (c *InitCluster) kind() byte { return typeInitCluster }
 func (c *InitCluster) encode(w *writer) {
 	w.str(c.ID)
 	w.str(c.CheckpointRoot)
-	if c.Levels != nil {
+	if c.Levels != nil || c.ReportKey != "" {
 		w.strs(c.Levels)
+		w.str(c.ReportKey)
 	}
 }
 func (c *InitCluster) decode(r *reader) {
 	c.ID = r.str()
 	c.CheckpointRoot = r.str()
 	if r.more() {
-		if c.Levels = r.strs(maxLevels); c.Levels == nil {
-			r.fail("topology levels encoded empty (they are left out instead)")
+		c.Levels = r.strs(maxLevels)
+		if c.ReportKey = r.str(); c.Levels == nil && c.ReportKey == "" {
+			r.fail("cluster configuration with topology levels and report key encoded empty (they are left out instead)")
 		}
 	}
 }
@@ -64,6 +91,11 @@ func (c *InitCluster) decode(r *reader) {
 func (c *InitCluster) validate() error {
 	if err := checkID("cluster", c.ID); err != nil {
 		return err
+	}
+	if c.ReportKey != "" {
+		if _, err := hex.DecodeString(c.ReportKey); err != nil || len(c.ReportKey) != ReportKeyLen {
+			return invalid("report key of %d characters (want %d hex digits)", len(c.ReportKey), ReportKeyLen)
+		}
 	}
 	if err := checkText("checkpoint root", c.CheckpointRoot); err != nil {
 		return err
@@ -139,13 +171,15 @@ func applyInit(s *State, c *InitCluster) error {
 				return fmtErr(ErrClusterConfig, "topology levels %s do not fit a registered node: %v", strings.Join(c.Levels, ","), err)
 			}
 		}
-		s.Config = ClusterConfig{ID: c.ID, CheckpointRoot: c.CheckpointRoot, Levels: slices.Clone(c.Levels)}
+		s.Config = ClusterConfig{ID: c.ID, CheckpointRoot: c.CheckpointRoot, Levels: slices.Clone(c.Levels), ReportKey: c.ReportKey}
 		return nil
 	case s.Config.CheckpointRoot != c.CheckpointRoot:
 		return fmtErr(ErrClusterConfig, "the cluster's checkpoint root is %q (set at bootstrap), not %q", s.Config.CheckpointRoot, c.CheckpointRoot)
 	case c.Levels != nil && !slices.Equal(c.Levels, s.Config.Levels):
 		return fmtErr(ErrClusterConfig, "the cluster's topology levels are %s (set at bootstrap), not %s",
 			strings.Join(s.Config.TopologyLevels(), ","), strings.Join(c.Levels, ","))
+	case s.Config.ReportKey == "":
+		s.Config.ReportKey = c.ReportKey
 	}
 	return nil
 }

@@ -494,12 +494,14 @@ func (s *Server) SubmitJob(ctx context.Context, id string, spec JobSpec, submitT
 	return s.single(ctx, &SubmitJob{ID: id, Spec: spec, SubmitTime: submitTime})
 }
 
-// InitCluster sets the cluster's configuration if it has none; with
-// another checkpoint root than the configured one, or topology levels
-// (if given: innermost first, the rack alone being the default) other
-// than the configured ones, it fails with ErrClusterConfig.
-func (s *Server) InitCluster(ctx context.Context, id, checkpointRoot string, levels ...string) error {
-	return s.single(ctx, &InitCluster{ID: id, CheckpointRoot: checkpointRoot, Levels: NormalizeLevels(levels)})
+// InitCluster sets the cluster's configuration if it has none (and its
+// report key if it has none); with another checkpoint root than the
+// configured one, or topology levels (if given: innermost first, the
+// rack alone being the default) other than the configured ones, it fails
+// with ErrClusterConfig. NewInitCluster makes a new cluster's.
+func (s *Server) InitCluster(ctx context.Context, c InitCluster) error {
+	c.Levels = NormalizeLevels(c.Levels)
+	return s.single(ctx, &c)
 }
 
 // FinishJob ends a job (exactly once) as Completed, Failed or Cancelled

@@ -15,9 +15,10 @@ import (
 // Version 2 adds the cluster configuration, the last round's time and
 // per job its bid, crash counter and measurement acknowledgement;
 // version 1 snapshots (written before) still decode, with those empty.
-// Version 3 adds the cluster's topology levels, every node's topology and
-// GPU type, per job its placement constraints and submitter and, at the
-// end, the API token table; versions 1 and 2 decode with none of them.
+// Version 3 adds the cluster's topology levels and report key, every
+// node's topology and GPU type, per job its placement constraints and
+// submitter and, at the end, the API token table; versions 1 and 2
+// decode with none of them.
 const (
 	snapshotMagic   = "PLXS"
 	SnapshotVersion = 3
@@ -37,6 +38,7 @@ func EncodeState(s *State) []byte {
 	w.str(s.Config.CheckpointRoot)
 	w.f64(s.LastRound)
 	w.strs(s.Config.Levels)
+	w.str(s.Config.ReportKey)
 
 	nodes := s.NodeIDs()
 	w.uvarint(uint64(len(nodes)))
@@ -105,17 +107,18 @@ func DecodeState(b []byte) (*State, error) {
 		s.LastRound = r.f64()
 		if version >= 3 {
 			s.Config.Levels = r.strs(maxLevels)
+			s.Config.ReportKey = r.str()
 		}
 		if r.err == nil {
 			if err := checkNonNeg("last round", s.LastRound); err != nil {
 				return nil, err
 			}
 			if s.Config.ID != "" {
-				if err := (&InitCluster{ID: s.Config.ID, CheckpointRoot: s.Config.CheckpointRoot, Levels: s.Config.Levels}).validate(); err != nil {
+				if err := (&InitCluster{ID: s.Config.ID, CheckpointRoot: s.Config.CheckpointRoot, Levels: s.Config.Levels, ReportKey: s.Config.ReportKey}).validate(); err != nil {
 					return nil, err
 				}
-			} else if s.Config.CheckpointRoot != "" || s.Config.Levels != nil {
-				return nil, invalid("checkpoint root or topology levels without a cluster id")
+			} else if s.Config.CheckpointRoot != "" || s.Config.Levels != nil || s.Config.ReportKey != "" {
+				return nil, invalid("checkpoint root, topology levels or report key without a cluster id")
 			}
 		}
 	}

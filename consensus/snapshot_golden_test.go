@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"pollux/optimizer"
@@ -14,11 +15,15 @@ var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v3.bin 
 
 // snapshotV3 is a version 3 snapshot holding everything version 3 added:
 // the token table and job submitters (API tokens), the topology levels,
-// node attributes and job placement constraints (node attributes).
+// node attributes and job placement constraints (node attributes), the
+// cluster's report key (report tokens).
 // go test ./consensus -run TestSnapshotVersion3Golden -update rewrites
 // it; only do so for a change that keeps the version's bytes (a change
 // of the format is a new version, and this file must still decode).
 const snapshotV3 = "testdata/snapshot-v3.bin"
+
+// v3ReportKey is the report key snapshotV3 holds.
+var v3ReportKey = strings.Repeat("0123456789abcdef", ReportKeyLen/16)
 
 // v3State is the state snapshotV3 holds.
 func v3State(t testing.TB) *State {
@@ -28,7 +33,7 @@ func v3State(t testing.TB) *State {
 	typed.Name, typed.CheckpointDir = "typed", "/ckpt/typed"
 	typed.Topology, typed.GPUType = optimizer.TopologyConstraint{Required: "zone"}, "a100"
 	a.must(t, 1,
-		&InitCluster{ID: "c1", CheckpointRoot: "/ckpt", Levels: []string{"rack", "zone"}},
+		&InitCluster{ID: "c1", CheckpointRoot: "/ckpt", Levels: []string{"rack", "zone"}, ReportKey: v3ReportKey},
 		&BootstrapACL{Token: token("acc-admin", "bootstrap", RoleAdmin, "s-admin", 1)},
 		&CreateToken{Token: token("acc-alice", "alice", RoleSubmit, "s-alice", 2), By: "acc-admin"},
 		&CreateToken{Token: token("acc-bob", "bob", RoleSubmit, "s-bob", 3), By: "acc-admin"},
@@ -70,7 +75,7 @@ func TestSnapshotVersion3Golden(t *testing.T) {
 	// only: both features' fields are there.
 	typed, plain := s.Jobs["typed"], s.Jobs["plain"]
 	n1, n3 := s.Nodes["n1"], s.Nodes["n3"]
-	if !slices.Equal(s.Config.Levels, []string{"rack", "zone"}) || !slices.Equal(n1.Topology, []string{"r1", "z1"}) || n1.GPUType != "a100" ||
+	if !slices.Equal(s.Config.Levels, []string{"rack", "zone"}) || s.Config.ReportKey != v3ReportKey || !slices.Equal(n1.Topology, []string{"r1", "z1"}) || n1.GPUType != "a100" ||
 		n3.Topology != nil || n3.GPUType != "" || typed.Spec.Topology.Required != "zone" || typed.Spec.GPUType != "a100" ||
 		typed.Submitter != "acc-alice" || typed.SubmitterName != "alice" || plain.Submitter != "" || plain.State != Cancelled {
 		t.Fatalf("decoded config %+v, n1 %+v, n3 %+v, typed %+v, plain %+v", s.Config, n1, n3, typed, plain)

@@ -287,6 +287,12 @@ type ClusterConfig struct {
 	// Levels name the cluster's topology levels, innermost (the rack)
 	// first; nil is the rack alone. Set at bootstrap, never changed.
 	Levels []string
+	// ReportKey (32 random bytes in hex) is the secret the leader
+	// derives the workers' report tokens from (workerproto.ReportToken),
+	// so that every leader hands out and checks the same tokens. Empty
+	// in a state written before report tokens existed: the leader adds
+	// one (InitCluster) before its first round.
+	ReportKey string
 }
 
 // TopologyLevels are the cluster's levels, the rack alone by default.
@@ -296,6 +302,10 @@ func (c ClusterConfig) TopologyLevels() []string {
 	}
 	return slices.Clone(c.Levels)
 }
+
+// ReportKeyLen is the length of a cluster's report key: 32 random bytes
+// in hex.
+const ReportKeyLen = 64
 
 // State is the whole replicated state. Values handed out by Server are
 // deep copies: callers may keep and modify them.

@@ -226,6 +226,7 @@ type API struct {
 	mu        sync.Mutex
 	lastRound *control.RoundInfo
 	lastTerm  uint64
+	root      string // the cluster's checkpoint root, once seen (it never changes)
 }
 
 // New returns the API of server id.
@@ -315,6 +316,14 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		err = &jobspec.FieldError{Field: "application", Value: fmt.Sprintf("%q", spec.Application),
 			Reason: fmt.Sprintf("not a built-in application (%v)", a.cfg.Apps)}
 	}
+	if err == nil && spec.CheckpointDir != "" {
+		// Agents run a job only with its checkpoints below the cluster's
+		// root: say so now rather than when it is placed. (Before this
+		// server knows the root, the agents still refuse.)
+		if root := a.checkpointRoot(); root != "" {
+			err = jobspec.CheckCheckpointDir(root, spec.CheckpointDir)
+		}
+	}
 	if err != nil {
 		code := http.StatusBadRequest
 		var mbe *http.MaxBytesError
@@ -348,6 +357,22 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	a.cfg.Logger.Info("api: job submitted", "job", spec.Name, "by", p.String())
 	writeJSON(w, http.StatusCreated, map[string]string{"id": spec.Name})
+}
+
+// checkpointRoot is the cluster's checkpoint root as this server's state
+// has it ("" until then).
+func (a *API) checkpointRoot() string {
+	a.mu.Lock()
+	root := a.root
+	a.mu.Unlock()
+	if root == "" {
+		_, cfg := a.cfg.Backend.LocalJob("")
+		root = cfg.CheckpointRoot
+		a.mu.Lock()
+		a.root = root
+		a.mu.Unlock()
+	}
+	return root
 }
 
 // state reads the leader's linearizable state or, on a follower, the

@@ -132,6 +132,39 @@ func TestSubmit(t *testing.T) {
 	}
 }
 
+// TestSubmitChecksTheCheckpointDirectory: once the server knows the
+// cluster's checkpoint root, a job whose checkpoint directory is not
+// below it is refused with a 400 naming the field and the root; nothing
+// is stored.
+func TestSubmitChecksTheCheckpointDirectory(t *testing.T) {
+	a, fb := newTest()
+	// Before the root is known, the agents are left to refuse.
+	fb.st.Config.CheckpointRoot = ""
+	if code, body := do(a, "POST", PathJobs, good+"checkpoint_dir: /etc/x\n"); code != http.StatusCreated {
+		t.Fatalf("without a root: %d %s", code, body)
+	}
+	fb.st.Config.CheckpointRoot = "/ck"
+	for _, tc := range []struct{ dir, mention string }{
+		{"/etc/cron.d", "outside the cluster's checkpoint root /ck"},
+		{"/ck", "outside the cluster's checkpoint root /ck"},
+		{"/ck/../etc", `has a \"..\"`},
+		{"/ck/./j", "not a clean path"},
+		{"/ckpt/j", "outside"},
+	} {
+		body := strings.Replace(good, "j1", "j2", 1) + "checkpoint_dir: " + tc.dir + "\n"
+		code, out := do(a, "POST", PathJobs, body)
+		if code != http.StatusBadRequest || !strings.Contains(out, tc.mention) || !strings.Contains(out, "checkpoint_dir") {
+			t.Errorf("%s: %d %s, want 400 mentioning %s", tc.dir, code, out, tc.mention)
+		}
+	}
+	if fb.st.Jobs["j2"] != nil {
+		t.Error("a refused job was stored")
+	}
+	if code, body := do(a, "POST", PathJobs, strings.Replace(good, "j1", "j3", 1)+"checkpoint_dir: /ck/j3\n"); code != http.StatusCreated {
+		t.Errorf("below the root: %d %s", code, body)
+	}
+}
+
 func TestReads(t *testing.T) {
 	a, fb := newTest()
 	do(a, "POST", PathJobs, good)

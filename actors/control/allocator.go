@@ -2,8 +2,6 @@ package control
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -265,6 +263,8 @@ type allocator struct {
 	soonTimer *time.Timer
 	firstDone bool    // the first round of the term has run
 	effort    float64 // of the search (optimizer.Pollux.Effort)
+
+	reportKey string // the cluster's (consensus.ClusterConfig), once read
 }
 
 type incKey struct {
@@ -437,11 +437,12 @@ func (a *allocator) run(ctx actor.Context) {
 	}
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if st.Config.ID == "" {
-		if st = a.initCluster(c); st == nil {
+	if st.Config.ID == "" || st.Config.ReportKey == "" {
+		if st = a.initCluster(c, st.Config); st == nil {
 			return
 		}
 	}
+	a.reportKey = st.Config.ReportKey
 	if a.reconcileMembers(c, st) || a.prune(c, st) {
 		var err error
 		if st, err = a.cfg.Store.Read(c); err != nil {
@@ -540,12 +541,16 @@ func (a *allocator) policy(snap *optimizer.Snapshot, first bool) optimizer.Polic
 }
 
 // initCluster gives a cluster without a configuration one (an existing
-// cluster upgraded, or bootstrapped by a server that could not write it).
-func (a *allocator) initCluster(c context.Context) *consensus.State {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	id := hex.EncodeToString(b)
-	if err := a.cfg.Store.InitCluster(c, id, a.cfg.CheckpointRoot, a.cfg.Levels...); err != nil {
+// cluster upgraded, or bootstrapped by a server that could not write it),
+// and a cluster without a report key (configured before report tokens)
+// one: that cluster keeps its own checkpoint root and levels, whatever
+// this server was started with.
+func (a *allocator) initCluster(c context.Context, have consensus.ClusterConfig) *consensus.State {
+	init := consensus.NewInitCluster(a.cfg.CheckpointRoot, a.cfg.Levels...)
+	if have.ID != "" {
+		init.CheckpointRoot, init.Levels = have.CheckpointRoot, nil
+	}
+	if err := a.cfg.Store.InitCluster(c, init); err != nil {
 		a.cfg.Logger.Error("control: initialising the cluster configuration", "err", err)
 		return nil
 	}

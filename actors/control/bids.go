@@ -88,7 +88,9 @@ func (a *allocator) bid(ctx actor.Context, m *pb.Bid) {
 	a.bids[m.Job] = st
 	switch {
 	case m.Done:
-		a.finish(m.Job, m.Incarnation, consensus.Completed, "")
+		if a.doneByRankZero(m.Job, m.Incarnation, m.DoneToken, "job actor "+m.Job) {
+			a.finish(m.Job, m.Incarnation, consensus.Completed, "")
+		}
 	case m.Failed:
 		a.fail(m.Job, m.Incarnation, m.Failure)
 	}

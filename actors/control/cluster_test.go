@@ -72,6 +72,10 @@ type clusterOpts struct {
 	timeScale            float64
 	maxFailures          int
 	nodeGrace, lease     time.Duration
+	// keyless: the cluster is configured (its root) without a report key
+	// before the allocators start, as one made before report tokens, and
+	// the allocators run without a checkpoint root of their own.
+	keyless bool
 }
 
 // dropRule drops the first n messages matching match.
@@ -145,6 +149,11 @@ func newTCluster(t *testing.T, o clusterOpts) *tcluster {
 		c.nodes = append(c.nodes, nd)
 		c.agents = append(c.agents, cluster.Member{Name: name, Meta: cluster.Meta{Role: cluster.RoleAgent, GPUs: o.gpus, ActorAddr: c.sys.Address()}})
 	}
+	if o.keyless {
+		if err := c.leader().srv.InitCluster(ctxT(t), consensus.InitCluster{ID: "old", CheckpointRoot: c.root}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, s := range c.server {
 		c.startActors(s)
 	}
@@ -162,8 +171,12 @@ func (c *tcluster) startActors(s *tserver) {
 	if s.host, err = c.sys.Root.SpawnNamed(hprops, "jobhost-"+s.id); err != nil {
 		c.t.Fatal(err)
 	}
+	root := c.root
+	if c.opts.keyless {
+		root = ""
+	}
 	props, err := control.NewAllocator(control.Config{Store: s.srv, Server: s.id, Members: c.members, Interval: c.opts.interval,
-		TimeScale: c.opts.timeScale, CheckpointRoot: c.root, MaxFailures: c.opts.maxFailures, AckTimeout: time.Second,
+		TimeScale: c.opts.timeScale, CheckpointRoot: root, MaxFailures: c.opts.maxFailures, AckTimeout: time.Second,
 		NodeGrace: c.opts.nodeGrace, Lease: c.opts.lease,
 		NodePID: func(n *consensus.Node) *actor.PID { return actor.NewPID(n.Addresses[0], "node-"+n.ID) },
 		HostPID: func(m cluster.Member) *actor.PID { return actor.NewPID(m.Meta.ActorAddr, "jobhost-"+m.Name) },

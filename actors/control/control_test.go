@@ -10,6 +10,7 @@ import (
 	"pollux/actors/control"
 	"pollux/actors/job"
 	"pollux/actors/pb"
+	"pollux/actors/workerproto"
 	"pollux/consensus"
 )
 
@@ -255,5 +256,91 @@ func TestCancelStopsWorkers(t *testing.T) {
 func TestHostNamesAgree(t *testing.T) {
 	if control.HostName != job.HostName {
 		t.Fatalf("control addresses %q, job hosts are %q", control.HostName, job.HostName)
+	}
+}
+
+// TestKeylessClusterGetsAReportKey: a cluster configured before report
+// keys existed gets one from a leader started without a checkpoint root
+// of its own (the cluster keeps its id and root), and runs a job to
+// completion with tokens derived from it.
+func TestKeylessClusterGetsAReportKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster")
+	}
+	c := newTCluster(t, clusterOpts{servers: 1, nodes: 1, gpus: 2, timeScale: 3000, keyless: true})
+	waitFor(t, "a report key", 10*time.Second, func() bool { return c.any().srv.LocalState().Config.ReportKey != "" })
+	if cfg := c.any().srv.LocalState().Config; cfg.ID != "old" || cfg.CheckpointRoot != c.root || len(cfg.ReportKey) != consensus.ReportKeyLen {
+		t.Fatalf("config %+v", cfg)
+	}
+	c.submit("j", "cifar10", 2)
+	if j := c.waitAll(60*time.Second, "j").Jobs["j"]; j.State != consensus.Completed {
+		t.Fatalf("job %v: %s", j.State, j.Reason)
+	}
+}
+
+// TestDoneNeedsRank0sToken: a done report that reaches the leader without
+// rank 0's report token of the current incarnation (a forged ack or bid,
+// an agent that does not run rank 0) does not complete the job; with the
+// token it does.
+func TestDoneNeedsRank0sToken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster")
+	}
+	c := newTCluster(t, clusterOpts{servers: 1, nodes: 1, gpus: 2, timeScale: 10})
+	lead := c.leader()
+	c.submit("long", "bert", 2)
+	waitFor(t, "the job to run", 20*time.Second, func() bool { return len(c.any().srv.LocalState().Allocation.Jobs["long"]) > 0 })
+	st := c.any().srv.LocalState()
+	j := st.Jobs["long"]
+	key := []byte(st.Config.ReportKey)
+	if len(key) == 0 {
+		t.Fatal("the cluster has no report key")
+	}
+	ack := func(token string) *pb.AssignAck {
+		return &pb.AssignAck{Ok: true, Node: "n0", ClusterId: st.Config.ID, Term: st.Allocation.Term, Generation: st.Allocation.Generation,
+			Runs: []*pb.RunStatus{{Job: "long", Incarnation: j.Incarnation, Done: true, DoneToken: token, Alive: 1}}}
+	}
+	bid := func(token string) *pb.Bid {
+		return &pb.Bid{Job: "long", Incarnation: j.Incarnation, Session: j.Bid.Session, Version: j.Bid.Version, Done: true, DoneToken: token}
+	}
+	for _, forged := range []any{
+		ack(""), ack(workerproto.ReportToken(key, "long", j.Incarnation, 1)), ack(workerproto.ReportToken(key, "long", j.Incarnation-1, 0)),
+		ack(workerproto.ReportToken([]byte("another key"), "long", j.Incarnation, 0)),
+		bid(""), bid(workerproto.ReportToken(key, "long", j.Incarnation, 1)),
+	} {
+		c.sys.Root.Send(lead.alloc, forged)
+	}
+	// Rounds run every 200 ms: a completion would be committed by now.
+	time.Sleep(time.Second)
+	if j := c.any().srv.LocalState().Jobs["long"]; j.State.Terminal() {
+		t.Fatalf("a done without rank 0's token finished the job: %v", j.State)
+	}
+	c.sys.Root.Send(lead.alloc, ack(workerproto.ReportToken(key, "long", j.Incarnation, 0)))
+	if j := c.waitAll(10*time.Second, "long").Jobs["long"]; j.State != consensus.Completed {
+		t.Fatalf("job %v after rank 0's done", j.State)
+	}
+}
+
+// TestDeniedJobFailsWithTheReason: a job the nodes' policy forbids (here
+// a command outside the default allow-list) fails at once, with the
+// node's reason, instead of being restarted.
+func TestDeniedJobFailsWithTheReason(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster")
+	}
+	c := newTCluster(t, clusterOpts{servers: 1, nodes: 1, gpus: 2, maxFailures: 5})
+	c.leader()
+	c.submitSpec("sh", consensus.JobSpec{Name: "sh", Command: []string{"/bin/sh", "-c", "id"}, MinReplicas: 1, MaxReplicas: 1,
+		Limits: c.cat["cifar10"].Limits()})
+	j := c.waitAll(30*time.Second, "sh").Jobs["sh"]
+	if j.State != consensus.Failed || !strings.Contains(j.Reason, "allow-list") || j.Crashes != 0 {
+		t.Fatalf("job %v, crashes %d: %q", j.State, j.Crashes, j.Reason)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range c.told {
+		if w.Env.JobID == "sh" {
+			t.Errorf("a worker of the denied job started: %v", w.Argv)
+		}
 	}
 }

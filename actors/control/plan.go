@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"pollux/actors/pb"
+	"pollux/actors/workerproto"
 	"pollux/consensus"
 	"pollux/optimizer"
 	"pollux/optimizer/goodput"
@@ -168,14 +169,16 @@ type AssignOptions struct {
 // Assignments is every alive node's desired state under the committed
 // allocation: each job's ranks in node-id order, the batch configuration
 // its bid chose for its shape (one node or several, K replicas), its
-// current incarnation and checkpoint directory. Nodes with nothing to run
+// current incarnation and checkpoint directory, and the report tokens of
+// the node's ranks. Nodes with nothing to run
 // get an empty Assign, which stops whatever they still run. A placed job
 // whose bid does not cover its shape is left out (and named in the second
 // result): its configuration must come from its actor.
 func Assignments(st *consensus.State, o AssignOptions) (map[string]*pb.Assign, []string) {
 	out := map[string]*pb.Assign{}
 	for _, n := range activeNodes(st) {
-		out[n.ID] = &pb.Assign{Generation: st.Allocation.Generation, Term: o.Term, ClusterId: st.Config.ID}
+		out[n.ID] = &pb.Assign{Generation: st.Allocation.Generation, Term: o.Term, ClusterId: st.Config.ID,
+			CheckpointRoot: st.Config.CheckpointRoot}
 	}
 	var uncovered []string
 	ids := make([]string, 0, len(st.Allocation.Jobs))
@@ -216,13 +219,20 @@ func Assignments(st *consensus.State, o AssignOptions) (map[string]*pb.Assign, [
 				rank += sl.GPUs
 				continue
 			}
-			a.Runs = append(a.Runs, &pb.RunJob{
+			rj := &pb.RunJob{
 				Job: id, Incarnation: j.Incarnation, Application: j.Spec.App, Command: j.Spec.Command,
 				Replicas: uint32(sl.GPUs), FirstRank: uint32(rank), WorldSize: uint32(k), NumNodes: uint32(len(slots)),
 				MasterAddr: master, MasterPort: masterPort(id), InitBatch: uint32(j.Spec.Limits.InitBatch),
 				AtomicBatch: uint32(choice.LocalBatch), AccumSteps: uint32(choice.AccumSteps), Gain: choice.Gain,
 				CheckpointDir: st.CheckpointDir(j), Owner: owner,
-			})
+			}
+			if key := st.Config.ReportKey; key != "" {
+				// Each node learns the tokens of its own ranks only.
+				for r := rank; r < rank+sl.GPUs; r++ {
+					rj.ReportTokens = append(rj.ReportTokens, workerproto.ReportToken([]byte(key), id, j.Incarnation, r))
+				}
+			}
+			a.Runs = append(a.Runs, rj)
 			rank += sl.GPUs
 		}
 	}

@@ -7,9 +7,11 @@ import (
 	"go/token"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"pollux/actors/workerproto"
 	"pollux/consensus"
 	"pollux/optimizer"
 	"pollux/optimizer/goodput"
@@ -32,7 +34,7 @@ func bidOfTable(k int, most int) consensus.Bid {
 
 func testState() *consensus.State {
 	st := &consensus.State{
-		Config: consensus.ClusterConfig{ID: "c1", CheckpointRoot: "/root"},
+		Config: consensus.ClusterConfig{ID: "c1", CheckpointRoot: "/root", ReportKey: strings.Repeat("5", consensus.ReportKeyLen)},
 		Jobs: map[string]*consensus.Job{
 			"a": {ID: "a", State: consensus.Running, Incarnation: 3, SubmitTime: 100, Attained: 50,
 				Spec: consensus.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 8, Limits: limits}, Bid: bidOfTable(8, 2)},
@@ -123,6 +125,12 @@ func TestAssignmentsRunTheBidsChoices(t *testing.T) {
 	}
 	if a1.Incarnation != 3 || a1.Application != "cifar10" || a1.CheckpointDir != "/root/a" || a1.MasterAddr != "10.0.0.1" {
 		t.Errorf("run of a: %v", a1)
+	}
+	// Each node gets the report tokens of its own ranks, and the root.
+	key := []byte(st.Config.ReportKey)
+	if !slices.Equal(a1.ReportTokens, []string{workerproto.ReportToken(key, "a", 3, 1), workerproto.ReportToken(key, "a", 3, 2)}) ||
+		!slices.Equal(a2.ReportTokens, []string{workerproto.ReportToken(key, "a", 3, 3)}) || n1.CheckpointRoot != "/root" {
+		t.Errorf("tokens of a: %q / %q, root %q", a1.ReportTokens, a2.ReportTokens, n1.CheckpointRoot)
 	}
 	// Several nodes, 4 replicas: the bid's multi-node choice for K=4.
 	if a1.AtomicBatch != 64 || a1.AccumSteps != 1 || a1.Gain != 1.5 || a1.InitBatch != 128 {

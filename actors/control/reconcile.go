@@ -12,6 +12,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"pollux/actors/pb"
+	"pollux/actors/workerproto"
 	"pollux/cluster"
 	"pollux/consensus"
 )
@@ -47,7 +48,12 @@ func (a *allocator) acked(ctx actor.Context, ack *pb.AssignAck) {
 	for _, rs := range ack.Runs {
 		switch {
 		case rs.Done:
-			a.finish(rs.Job, rs.Incarnation, consensus.Completed, "")
+			if a.doneByRankZero(rs.Job, rs.Incarnation, rs.DoneToken, "node "+ack.Node) {
+				a.finish(rs.Job, rs.Incarnation, consensus.Completed, "")
+			}
+		case rs.Denied != "":
+			// The node's policy forbids the job: not worth retrying.
+			a.finish(rs.Job, rs.Incarnation, consensus.Failed, fmt.Sprintf("node %s refuses to run it: %s", ack.Node, rs.Denied))
 		case rs.Refused != "":
 			a.fail(rs.Job, rs.Incarnation, fmt.Sprintf("node %s: %s", ack.Node, rs.Refused))
 		default:
@@ -60,6 +66,19 @@ func (a *allocator) acked(ctx actor.Context, ack *pb.AssignAck) {
 		}
 	}
 	a.leaseFollowUp(ctx, ack)
+}
+
+// doneByRankZero reports whether token is rank 0's report token of the
+// job's incarnation: only rank 0's done report completes a job, and a
+// done without its token (an agent that does not run rank 0, a forged
+// message) is refused with a log line naming where it came from.
+func (a *allocator) doneByRankZero(job string, inc uint64, token, from string) bool {
+	if a.reportKey != "" && workerproto.SameToken(workerproto.ReportToken([]byte(a.reportKey), job, inc, 0), token) {
+		return true
+	}
+	a.cfg.Logger.Warn("control: refused a done report without rank 0's report token", "job", job, "incarnation", inc,
+		"from", from, "token", token != "")
+	return false
 }
 
 // reconcileExits fails the current incarnations whose every worker has

@@ -21,7 +21,7 @@ type Store interface {
 	LocalJob(id string) (*consensus.Job, consensus.ClusterConfig)
 	CommitRound(ctx context.Context, r *consensus.Round) (consensus.Result, error)
 	FinishJob(ctx context.Context, f consensus.FinishJob) error
-	InitCluster(ctx context.Context, id, checkpointRoot string, levels ...string) error
+	InitCluster(ctx context.Context, c consensus.InitCluster) error
 	RegisterNode(ctx context.Context, n consensus.Node) error
 	MarkNode(ctx context.Context, id string, h consensus.Health) error
 	Prune(ctx context.Context, p consensus.Prune) ([]consensus.Drop, error)

@@ -84,7 +84,8 @@ type jobActor struct {
 	epoch   int
 	prog    float64
 
-	done, failed bool // of plan.incarnation
+	done, failed bool   // of plan.incarnation
+	doneToken    string // the report token of rank 0's done report
 	failure      string
 	reports      uint64
 	lastSent     time.Time
@@ -148,7 +149,7 @@ func (j *jobActor) load() {
 func (j *jobActor) setPlan(ctx actor.Context, p plan) {
 	if p.incarnation != j.plan.incarnation {
 		j.closeDelta()
-		j.done, j.failed, j.failure = false, false, ""
+		j.done, j.failed, j.failure, j.doneToken = false, false, "", ""
 	}
 	first := j.plan.allocator == nil
 	j.plan = p
@@ -183,7 +184,7 @@ func (j *jobActor) report(ctx actor.Context, r *pb.WorkerReport) {
 	}
 	j.cur.epoch, j.cur.progress = max(j.cur.epoch, int(r.Epoch)), max(j.cur.progress, r.Progress)
 	if r.Done && r.Rank == 0 && !j.done {
-		j.done = true
+		j.done, j.doneToken = true, r.Token
 		j.log.Info("job: workers report done", "incarnation", r.Incarnation, "epoch", r.Epoch)
 		j.tick(ctx, true)
 	}
@@ -366,7 +367,7 @@ func (j *jobActor) tick(ctx actor.Context, urgent bool) {
 		return
 	}
 	msg := &pb.Bid{Job: j.id, Incarnation: j.plan.incarnation, Session: j.session, Version: j.bid.Version,
-		Done: j.done, Failed: j.failed, Failure: j.failure, Reports: j.reports}
+		Done: j.done, DoneToken: j.doneToken, Failed: j.failed, Failure: j.failure, Reports: j.reports}
 	if !bidAcked {
 		b := &j.bid
 		msg.HasModel, msg.HasGrad = b.HasModel, b.HasGrad

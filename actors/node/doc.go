@@ -21,11 +21,23 @@
 // reported done, and the assigned incarnations it refuses because it ran
 // them already. The leader reconciles from it.
 //
+// It runs only what its policy allows (policy.go, checkpoint.go): a
+// command or emulated application of its allow-list, with a checkpoint
+// directory below the cluster's checkpoint root (created for the workers,
+// never through a link leading out of the root), as the RunAs user, with
+// only the protocol's variables and Config.WorkerEnv. A run the policy
+// forbids is denied in the ack, with the reason, and never started.
+//
 // Workers report to a TCP listener of the node (docs/worker-protocol.md);
-// the node checks each report against the incarnation it runs and
-// forwards it to the run's owner (its job actor), gathered per owner for
-// ReportFlush (a done report at once), and tells the owner of every
-// worker exit.
+// the node checks each report (auth.go) against the runs it has and the
+// report token of the report's rank, which the leader sent with the
+// assignment, lets only rank 0 of a current run say done, and forwards it
+// to the run's owner (its job actor), gathered per owner for ReportFlush
+// (a done report at once, with its token for the leader to check), and
+// tells the owner of every worker exit. The listener (reports.go) keeps a
+// connection that has not delivered an accepted report on probation: a
+// short deadline, closed at its first bad line, first to go at the
+// connection cap.
 //
 // It runs workers only while it holds a lease from the leader's
 // allocator (lease.go, pb.LeaseRenew): without one it starts nothing;

@@ -17,9 +17,11 @@ type WorkerSpec struct {
 	Argv []string
 	App  string
 	// Env is the protocol environment; Environ the worker's whole
-	// environment (the agent's, then Env's variables).
+	// environment (Config.WorkerEnv, then Env's variables).
 	Env     workerproto.Env
 	Environ []string
+	// RunAs is the user to run the worker as (nil: the agent's).
+	RunAs *RunAs
 	// Output receives the worker's stdout and stderr.
 	Output io.Writer
 	// Report hands a report to the node without the network, for workers
@@ -51,13 +53,25 @@ type Exit struct {
 // tests and benchmarks run emulated workers inside the process.
 type Launcher func(WorkerSpec) (Worker, error)
 
+// RunAs is a user workers run as: its ids and its groups (set with
+// setuid, setgid and setgroups when the worker starts).
+type RunAs struct {
+	User     string
+	UID, GID uint32
+	Groups   []uint32
+}
+
 // ExecLauncher starts each worker as an OS process in its own process
 // group, with Pdeathsig SIGKILL: if the agent dies, its workers die too.
+// With RunAs it runs as that user, with that user's groups only.
 func ExecLauncher(s WorkerSpec) (Worker, error) {
 	c := exec.Command(s.Argv[0], s.Argv[1:]...)
 	c.Env = slices.Clip(s.Environ)
 	c.Stdout, c.Stderr = s.Output, s.Output
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if u := s.RunAs; u != nil {
+		c.SysProcAttr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: slices.Clone(u.Groups)}
+	}
 	if err := c.Start(); err != nil {
 		return nil, err
 	}

@@ -54,18 +54,31 @@ type Config struct {
 	ReportTLS *tls.Config
 	ReportCA  string
 	// MaxReportConns bounds the report connections open at once (default
-	// DefaultMaxReportConns); ReportIdle closes a connection that sends
-	// no line for that long (default DefaultReportIdle).
+	// DefaultMaxReportConns); ReportFirst is how long a new connection
+	// has to deliver its first accepted report (default
+	// DefaultReportFirst); ReportIdle closes a connection without an
+	// accepted report for that long (default DefaultReportIdle).
 	MaxReportConns int
+	ReportFirst    time.Duration
 	ReportIdle     time.Duration
 	// Emulator returns the program and arguments that run a built-in
 	// emulated application; nil refuses emulated runs.
 	Emulator func(app string) []string
 	// Launch starts workers (default ExecLauncher).
 	Launch Launcher
-	// WorkerEnv is the environment workers inherit before the protocol's
-	// variables are added (default os.Environ()).
+	// WorkerEnv is the environment workers get besides the protocol's
+	// variables (default: none; the agent passes the variables named by
+	// --pass-env).
 	WorkerEnv []string
+	// AllowCommands is the node's allow-list (CommandPattern; nil:
+	// DefaultAllowCommands): an assigned job whose command (or emulated
+	// application) it does not match is denied in the ack, and so is one
+	// whose checkpoint directory is not below the cluster's checkpoint
+	// root (Assign.checkpoint_root).
+	AllowCommands []string
+	// RunAs is the user workers run as, and who owns their checkpoint
+	// directories (nil: the agent's own user).
+	RunAs *RunAs
 	// WorkerOutput receives workers' stdout and stderr (default
 	// os.Stderr).
 	WorkerOutput io.Writer
@@ -123,8 +136,15 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 	if cfg.MaxReportConns <= 0 {
 		cfg.MaxReportConns = DefaultMaxReportConns
 	}
+	if cfg.ReportFirst <= 0 {
+		cfg.ReportFirst = DefaultReportFirst
+	}
 	if cfg.ReportIdle <= 0 {
 		cfg.ReportIdle = DefaultReportIdle
+	}
+	allow, err := ParseAllowCommands(cfg.AllowCommands)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if (cfg.ReportTLS == nil) != (cfg.ReportCA == "") {
 		return nil, fmt.Errorf("%w: a TLS report port needs both its configuration and the CA file for workers", ErrConfig)
@@ -138,9 +158,6 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 	if cfg.ActorName == "" {
 		cfg.ActorName = ActorName
 	}
-	if cfg.WorkerEnv == nil {
-		cfg.WorkerEnv = os.Environ()
-	}
 	if cfg.WorkerOutput == nil {
 		cfg.WorkerOutput = os.Stderr
 	}
@@ -152,7 +169,8 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 	}
 	cfg.Logger = cfg.Logger.With("node", cfg.Name)
 	n := &Node{sys: sys}
-	fence, err := loadFencing(cfg.DataDir)
+	var fence fencing
+	fence, err = loadFencing(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -162,9 +180,22 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 	}
 	var pid *actor.PID
 	ready := make(chan struct{})
-	deliver := func(r workerproto.Report) {
+	auth := newReportAuth()
+	// Every report, from the listener or an in-process worker, is
+	// checked against the runs' tokens before the actor sees it.
+	deliver := func(r workerproto.Report) error {
+		if err := auth.check(r); err != nil {
+			return err
+		}
 		<-ready
 		sys.Root.Send(pid, reportIn{r})
+		return nil
+	}
+	deliverInProcess := func(r workerproto.Report) {
+		if err := deliver(r); err != nil {
+			cfg.Logger.Warn("node: refused worker report", "peer", "in-process", "job", r.Job, "incarnation", r.Incarnation,
+				"rank", r.Rank, "done", r.Done, "err", err)
+		}
 	}
 	// Without a listener, workers report through WorkerSpec.Report; their
 	// environment names no reachable address.
@@ -181,7 +212,10 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 			cfg:        cfg,
 			sys:        sys,
 			reportAddr: reportAddr,
-			deliver:    deliver,
+			deliver:    deliverInProcess,
+			auth:       auth,
+			allow:      allow,
+			denied:     map[runKey]string{},
 			fence:      fence,
 			outbox:     map[string]*outbox{},
 			runs:       map[runKey]*run{},
@@ -250,14 +284,15 @@ type runKey struct {
 // no longer lists it (and its workers have exited), so that every
 // assignment's acknowledgement tells how it ended.
 type run struct {
-	key      runKey
-	spec     *pb.RunJob
-	gpus     []int          // GPU of each local worker, once started
-	procs    map[int]Worker // alive workers by rank
-	started  bool           // workers were launched
-	stopping bool           // asked to stop
-	done     bool           // rank 0 reported done
-	exits    []*pb.WorkerExit
+	key       runKey
+	spec      *pb.RunJob
+	gpus      []int          // GPU of each local worker, once started
+	procs     map[int]Worker // alive workers by rank
+	started   bool           // workers were launched
+	stopping  bool           // asked to stop
+	done      bool           // rank 0 reported done
+	doneToken string         // the token of that report
+	exits     []*pb.WorkerExit
 }
 
 type nodeActor struct {
@@ -265,6 +300,9 @@ type nodeActor struct {
 	sys        *actor.ActorSystem
 	reportAddr string
 	deliver    func(workerproto.Report)
+	auth       *reportAuth
+	allow      []CommandPattern
+	denied     map[runKey]string // runs of the last assignment the policy forbids
 
 	fence    fencing
 	lease    leaseState
@@ -320,7 +358,7 @@ func (a *nodeActor) ack(ok bool, err string, refused map[runKey]string) *pb.Assi
 		Node: a.cfg.Name, ClusterId: a.fence.ClusterID}
 	for _, r := range a.runs {
 		rs := &pb.RunStatus{Job: r.key.job, Incarnation: r.key.incarnation, Alive: uint32(len(r.procs)),
-			Pending: !r.started, Stopping: r.stopping, Done: r.done, Exits: r.exits}
+			Pending: !r.started, Stopping: r.stopping, Done: r.done, DoneToken: r.doneToken, Exits: r.exits}
 		for _, g := range r.gpus {
 			rs.Gpus = append(rs.Gpus, uint32(g))
 		}
@@ -328,6 +366,9 @@ func (a *nodeActor) ack(ok bool, err string, refused map[runKey]string) *pb.Assi
 	}
 	for key, why := range refused {
 		ack.Runs = append(ack.Runs, &pb.RunStatus{Job: key.job, Incarnation: key.incarnation, Refused: why})
+	}
+	for key, why := range a.denied {
+		ack.Runs = append(ack.Runs, &pb.RunStatus{Job: key.job, Incarnation: key.incarnation, Denied: why})
 	}
 	slices.SortFunc(ack.Runs, func(x, y *pb.RunStatus) int {
 		return cmp.Or(cmp.Compare(x.Job, y.Job), cmp.Compare(x.Incarnation, y.Incarnation))
@@ -380,6 +421,7 @@ func (a *nodeActor) assign(ctx actor.Context, m *pb.Assign) *pb.AssignAck {
 	}
 	next.Term, next.Generation = m.Term, m.Generation
 	refused := map[runKey]string{}
+	denied := map[runKey]string{}
 	var start []*pb.RunJob
 	for job := range next.Latest {
 		if _, dropped := next.Dropped[job]; want[job] == nil && !dropped {
@@ -399,11 +441,26 @@ func (a *nodeActor) assign(ctx actor.Context, m *pb.Assign) *pb.AssignAck {
 			// job under a new incarnation.
 			refused[key] = fmt.Sprintf("incarnation %d already ran on this node (newest %d)", rj.Incarnation, last)
 		default:
+			if err := a.admit(rj, m.CheckpointRoot); err != nil {
+				// Not run, and not recorded as run: the leader fails the
+				// job (denied) or restarts it (refused).
+				if errors.Is(err, errDenied) {
+					denied[key] = err.Error()
+				} else {
+					refused[key] = err.Error()
+				}
+				if a.denied[key] != err.Error() {
+					a.cfg.Logger.Warn("node: refusing to run a job", "job", rj.Job, "incarnation", rj.Incarnation,
+						"generation", m.Generation, "term", m.Term, "err", err)
+				}
+				continue
+			}
 			start = append(start, rj)
 		}
 		next.Latest[rj.Job] = max(last, rj.Incarnation)
 		delete(next.Dropped, rj.Job)
 	}
+	a.denied = denied
 	next.prune()
 	if !next.equal(&a.fence) {
 		if err := next.save(a.cfg.DataDir); err != nil {
@@ -421,6 +478,7 @@ func (a *nodeActor) assign(ctx actor.Context, m *pb.Assign) *pb.AssignAck {
 	for _, rj := range start {
 		r := &run{key: runKey{rj.Job, rj.Incarnation}, spec: rj, procs: map[int]Worker{}}
 		a.runs[r.key] = r
+		a.auth.add(r.key, int(rj.FirstRank), rj.ReportTokens)
 		a.pending = append(a.pending, r)
 	}
 	a.schedule(ctx)
@@ -444,8 +502,27 @@ func (a *nodeActor) check(rj *pb.RunJob) error {
 		return errors.New("this node runs no emulated applications")
 	case len(rj.Command) > 0 && rj.Command[0] == "":
 		return errors.New("empty program")
+	case len(rj.ReportTokens) != int(rj.Replicas):
+		return fmt.Errorf("%d report tokens for %d workers", len(rj.ReportTokens), rj.Replicas)
+	case slices.Contains(rj.ReportTokens, ""):
+		return errors.New("an empty report token")
 	}
 	return a.env(rj, 0, 0).Validate()
+}
+
+// admit applies the node's policy to a run it is to start: its command
+// (or emulated application) must be in the allow-list and its checkpoint
+// directory below the cluster's root, which is then prepared for the
+// workers. An error wrapping errDenied is final; others (the file
+// system's) may pass.
+func (a *nodeActor) admit(rj *pb.RunJob, root string) error {
+	if err := allowed(a.allow, rj.Application, rj.Command); err != nil {
+		return err
+	}
+	if err := checkCheckpointDir(root, rj.CheckpointDir); err != nil {
+		return err
+	}
+	return prepareCheckpointDir(root, rj.CheckpointDir, a.cfg.RunAs)
 }
 
 func (a *nodeActor) env(rj *pb.RunJob, local, gpu int) workerproto.Env {
@@ -471,6 +548,7 @@ func (a *nodeActor) env(rj *pb.RunJob, local, gpu int) workerproto.Env {
 		CheckpointDir: rj.CheckpointDir,
 		ReportAddr:    a.reportAddr,
 		ReportCA:      a.cfg.ReportCA,
+		ReportToken:   rj.ReportTokens[local],
 	}
 }
 
@@ -514,7 +592,8 @@ func (a *nodeActor) launch(ctx actor.Context, r *run) {
 	for local, gpu := range r.gpus {
 		env := a.env(r.spec, local, gpu)
 		w, err := a.cfg.Launch(WorkerSpec{Argv: argv, App: r.spec.Application, Env: env,
-			Environ: append(slices.Clip(a.cfg.WorkerEnv), env.Environ()...), Output: a.cfg.WorkerOutput, Report: a.deliver})
+			Environ: append(slices.Clip(a.cfg.WorkerEnv), env.Environ()...), RunAs: a.cfg.RunAs,
+			Output: a.cfg.WorkerOutput, Report: a.deliver})
 		if err != nil {
 			a.cfg.Logger.Error("node: cannot start worker", "job", r.key.job, "rank", env.Rank, "err", err)
 			ev := &pb.WorkerExited{Node: a.cfg.Name, Job: r.key.job, Incarnation: r.key.incarnation,
@@ -541,8 +620,10 @@ func (a *nodeActor) stop(ctx actor.Context, r *run) {
 		return
 	}
 	r.stopping = true
+	a.auth.stopping(r.key)
 	if len(r.procs) == 0 {
 		delete(a.runs, r.key)
+		a.auth.remove(r.key)
 		return
 	}
 	sig := a.stopSignal()
@@ -576,6 +657,7 @@ func (a *nodeActor) exited(ctx actor.Context, m procExited) {
 	a.tell(ctx, r, ev)
 	if len(r.procs) == 0 && r.stopping {
 		delete(a.runs, r.key)
+		a.auth.remove(r.key)
 	}
 	if len(r.procs) == 0 {
 		a.tellLeader(ctx)
@@ -609,8 +691,11 @@ func (a *nodeActor) forwardReport(ctx actor.Context, rep workerproto.Report) {
 			"job", rep.Job, "incarnation", rep.Incarnation, "rank", rep.Rank)
 		return
 	}
-	if rep.Done && rep.Rank == 0 {
-		r.done = true
+	if rep.Done && (rep.Rank != 0 || r.stopping) {
+		rep.Done = false // checked on the way in; the run has stopped since
+	}
+	if rep.Done {
+		r.done, r.doneToken = true, rep.Token
 	}
 	o := r.spec.Owner
 	if o == nil || o.Id == "" {
@@ -622,12 +707,16 @@ func (a *nodeActor) forwardReport(ctx actor.Context, rep workerproto.Report) {
 		box = &outbox{to: actor.NewPID(o.Address, o.Id)}
 		a.outbox[key] = box
 	}
-	box.reports = append(box.reports, &pb.WorkerReport{
+	wr := &pb.WorkerReport{
 		Node: a.cfg.Name, Job: rep.Job, Incarnation: rep.Incarnation, Rank: uint32(rep.Rank),
 		StepTime: rep.StepTime, SyncTime: rep.SyncTime, GradSqr: rep.GradSqr, GradVar: rep.GradVar,
 		Epoch: uint32(rep.Epoch), Progress: rep.Progress, LocalBsz: uint32(rep.LocalBatch),
 		AccumSteps: uint32(rep.AccumSteps), Done: rep.Done,
-	})
+	}
+	if rep.Done {
+		wr.Token = rep.Token // for the leader to check
+	}
+	box.reports = append(box.reports, wr)
 	switch {
 	case rep.Done || len(box.reports) >= maxBatch:
 		a.flush(ctx)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -51,8 +52,14 @@ func fakeWorker(mode string) int {
 	}
 	defer c.Close()
 	rep := workerproto.Report{
-		Job: env.JobID, Incarnation: env.Incarnation, Rank: env.Rank,
+		Job: env.JobID, Incarnation: env.Incarnation, Rank: env.Rank, Token: env.ReportToken,
 		StepTime: 0.1, SyncTime: 0.01, LocalBatch: env.AtomicBatch, AccumSteps: env.AccumSteps, Done: mode == "done",
+	}
+	if mode == "env" {
+		// The whole environment, for the test to see.
+		if err := os.WriteFile(filepath.Join(env.CheckpointDir, "env"), []byte(strings.Join(os.Environ(), "\n")), 0o644); err != nil {
+			return 15
+		}
 	}
 	if mode == "cpuslot" {
 		// A CPU slot: no GPU, its cores in POLLUX_CPUS and their count in
@@ -72,7 +79,7 @@ func fakeWorker(mode string) int {
 	if _, err := c.Write(line); err != nil {
 		return 13
 	}
-	if mode == "done" {
+	if mode == "done" || mode == "env" {
 		return 0
 	}
 	for {
@@ -114,7 +121,11 @@ type fixture struct {
 	slots   [][]int
 	grace   time.Duration
 	log     *logBuffer
-	nonce   uint64 // of the node's last lease ack
+	root    string   // the cluster's checkpoint root
+	key     []byte   // the cluster's report key
+	allow   []string // the node's allow-list (nil: the default)
+	env     []string // Config.WorkerEnv
+	nonce   uint64   // of the node's last lease ack
 	launch  Launcher
 	now     func() time.Time
 }
@@ -150,9 +161,20 @@ func newFixtureIn(t *testing.T, gpus int, grace time.Duration, dataDir string, c
 	return f
 }
 
-// init starts the fixture's actor system, node and owner.
+// init starts the fixture's actor system, node and owner (with a
+// checkpoint root, a report key and an allow-list of the fake worker's
+// modes unless set).
 func (f *fixture) init() {
 	f.t.Helper()
+	if f.root == "" {
+		f.root = f.t.TempDir()
+	}
+	if f.key == nil {
+		f.key = []byte("test report key")
+	}
+	if f.allow == nil {
+		f.allow = []string{"emulated:*"}
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	f.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
 	f.got, f.cluster, f.term = make(chan any, 1000), "c1", 1
@@ -167,12 +189,20 @@ func (f *fixture) init() {
 	})
 }
 
-func (f *fixture) startNode() {
+func (f *fixture) startNode() { f.startNodeWith(nil) }
+
+// startNodeWith starts the node, with edit's changes to its
+// configuration.
+func (f *fixture) startNodeWith(edit func(*Config)) {
 	f.t.Helper()
 	f.log = &logBuffer{}
-	n, err := Start(f.sys, Config{Name: "n1", GPUs: f.gpus, CPUSlots: f.slots, Grace: f.grace, WorkerOutput: io.Discard, DataDir: f.dataDir,
-		Logger: slog.New(slog.NewTextHandler(f.log, nil)), Launch: f.launch, Now: f.now,
-		Emulator: func(app string) []string { return []string{os.Args[0], "fakeworker", app} }})
+	cfg := Config{Name: "n1", GPUs: f.gpus, CPUSlots: f.slots, Grace: f.grace, WorkerOutput: io.Discard, DataDir: f.dataDir,
+		Logger: slog.New(slog.NewTextHandler(f.log, nil)), Launch: f.launch, Now: f.now, AllowCommands: f.allow, WorkerEnv: f.env,
+		Emulator: func(app string) []string { return []string{os.Args[0], "fakeworker", app} }}
+	if edit != nil {
+		edit(&cfg)
+	}
+	n, err := Start(f.sys, cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -189,14 +219,33 @@ func (f *fixture) restart() {
 	f.startNode()
 }
 
+// restartWith restarts the node with the fixture's settings and edit's
+// changes.
+func (f *fixture) restartWith(edit func(*Config)) {
+	f.t.Helper()
+	if err := f.node.Stop(5 * time.Second); err != nil {
+		f.t.Fatal(err)
+	}
+	f.startNodeWith(edit)
+}
+
 // run is a RunJob of an emulated job whose "application" is the fake
-// worker's mode.
+// worker's mode, with its checkpoint directory under the root and the
+// report tokens of its ranks.
 func (f *fixture) run(job string, inc uint64, replicas uint32, mode string) *pb.RunJob {
-	return &pb.RunJob{
+	rj := &pb.RunJob{
 		Job: job, Incarnation: inc, Application: mode, Replicas: replicas, WorldSize: replicas, NumNodes: 1,
 		MasterAddr: "127.0.0.1", MasterPort: 29500, InitBatch: 32, AtomicBatch: 32, Gain: 1,
-		CheckpointDir: f.t.TempDir(), Owner: f.owner,
+		CheckpointDir: filepath.Join(f.root, job), Owner: f.owner,
 	}
+	for r := range int(replicas) {
+		rj.ReportTokens = append(rj.ReportTokens, f.token(job, inc, r))
+	}
+	return rj
+}
+
+func (f *fixture) token(job string, inc uint64, rank int) string {
+	return workerproto.ReportToken(f.key, job, inc, rank)
 }
 
 func (f *fixture) assign(gen uint64, runs ...*pb.RunJob) *pb.AssignAck {
@@ -227,6 +276,9 @@ func (f *fixture) send(a *pb.Assign) *pb.AssignAck {
 
 func (f *fixture) sendOnce(a *pb.Assign) *pb.AssignAck {
 	f.t.Helper()
+	if a.CheckpointRoot == "" {
+		a.CheckpointRoot = f.root
+	}
 	res, err := f.sys.Root.RequestFuture(f.node.PID(), a, 5*time.Second).Result()
 	if err != nil {
 		f.t.Fatal(err)
@@ -470,32 +522,6 @@ func TestFailedWorkerIsReported(t *testing.T) {
 	if m, ok := f.next(5 * time.Second).(*pb.WorkerExited); !ok || m.ExitCode != 3 || m.Requested {
 		t.Fatalf("exit %v", m)
 	}
-}
-
-func TestReportsOfUnknownRunsAreDropped(t *testing.T) {
-	f := newFixture(t, 1, time.Second)
-	f.assign(1, f.run("a", 4, 1, "serve"))
-	f.reports(1)
-	c, err := net.Dial("tcp", f.node.ReportAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	lines := []string{
-		`{"job":"a","incarnation":3,"rank":0,"step_time":1,"local_bsz":1}`, // old incarnation
-		`{"job":"b","incarnation":4,"rank":0,"step_time":1,"local_bsz":1}`, // unknown job
-		`{"job":"a","incarnation":4,"rank":1,"step_time":1,"local_bsz":1}`, // rank not here
-		`{"job":"a","incarnation":4,"rank":0,"step_time":"NaN","local_bsz":1}`,
-		"\x00\x01garbage",
-		`{"job":"a","incarnation":4,"rank":0,"step_time":1,"local_bsz":7}`, // the only good one
-	}
-	if _, err := io.WriteString(c, strings.Join(lines, "\n")+"\n"); err != nil {
-		t.Fatal(err)
-	}
-	if r := f.reports(1)[0]; r.LocalBsz != 7 {
-		t.Errorf("forwarded %v", r)
-	}
-	f.quiet(200 * time.Millisecond)
 }
 
 func TestStopTerminatesWorkers(t *testing.T) {

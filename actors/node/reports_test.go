@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -27,18 +28,19 @@ func (l *lockedBuf) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
-func (l *lockedBuf) count(s string) int {
+func (l *lockedBuf) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
+	return l.b.String()
 }
 
-func waitCount(t *testing.T, l *lockedBuf, s string, n int) {
+// waitCount waits for the log to hold n lines with s.
+func waitCount(t *testing.T, l fmt.Stringer, s string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Second)
-	for l.count(s) < n {
+	for strings.Count(l.String(), s) < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("log has %d lines with %q, want %d:\n%s", l.count(s), s, n, l.b.String())
+			t.Fatalf("log has %d lines with %q, want %d:\n%s", strings.Count(l.String(), s), s, n, l)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -64,8 +66,8 @@ func TestReportPortTLSAndLimits(t *testing.T) {
 	logs := &lockedBuf{}
 	got := make(chan workerproto.Report, 10)
 	l, err := listenReports(Config{ReportListen: "127.0.0.1:0", ReportTLS: srvCfg, ReportCA: b.CA, MaxReportConns: 2,
-		ReportIdle: 400 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))},
-		func(r workerproto.Report) { got <- r })
+		ReportFirst: 5 * time.Second, ReportIdle: 400 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+		func(r workerproto.Report) error { got <- r; return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +110,7 @@ func TestReportPortTLSAndLimits(t *testing.T) {
 	defer w2.Close()
 	_, _ = w2.Write(line)
 	<-got
-	// Two connections open: a third is closed at once.
+	// Two connections of workers open: a third is closed at once.
 	w3 := dialTLS()
 	_ = w3.SetReadDeadline(time.Now().Add(2 * time.Second))
 	if _, err := w3.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {

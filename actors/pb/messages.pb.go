@@ -88,13 +88,17 @@ func (x *Ref) GetId() string {
 // refused, so a deposed leader cannot act. An Assign of another cluster id
 // (a rebuilt cluster) resets the node's fencing state.
 type Assign struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
-	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"` // the sending leader's Raft term
-	Runs          []*RunJob              `protobuf:"bytes,3,rep,name=runs,proto3" json:"runs,omitempty"`
-	ClusterId     string                 `protobuf:"bytes,4,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Generation uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Term       uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"` // the sending leader's Raft term
+	Runs       []*RunJob              `protobuf:"bytes,3,rep,name=runs,proto3" json:"runs,omitempty"`
+	ClusterId  string                 `protobuf:"bytes,4,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The cluster's checkpoint root: the node runs only jobs whose
+	// checkpoint directory is under it (empty: the cluster has none, and
+	// the node runs no job).
+	CheckpointRoot string `protobuf:"bytes,100,opt,name=checkpoint_root,json=checkpointRoot,proto3" json:"checkpoint_root,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Assign) Reset() {
@@ -151,6 +155,13 @@ func (x *Assign) GetRuns() []*RunJob {
 func (x *Assign) GetClusterId() string {
 	if x != nil {
 		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *Assign) GetCheckpointRoot() string {
+	if x != nil {
+		return x.CheckpointRoot
 	}
 	return ""
 }
@@ -262,7 +273,14 @@ type RunStatus struct {
 	Exits       []*WorkerExit          `protobuf:"bytes,8,rep,name=exits,proto3" json:"exits,omitempty"`        // workers that ended
 	// refused says why the node will not run an assigned incarnation (it
 	// already ran it, e.g. before the agent restarted).
-	Refused       string `protobuf:"bytes,9,opt,name=refused,proto3" json:"refused,omitempty"`
+	Refused string `protobuf:"bytes,9,opt,name=refused,proto3" json:"refused,omitempty"`
+	// done_token is the report token rank 0's done report carried: the
+	// leader completes the job only with rank 0's token.
+	DoneToken string `protobuf:"bytes,103,opt,name=done_token,json=doneToken,proto3" json:"done_token,omitempty"`
+	// denied says why the node's policy forbids the run (a command not in
+	// its allow-list, a checkpoint directory outside the root): it will
+	// never run it, on any incarnation.
+	Denied        string `protobuf:"bytes,104,opt,name=denied,proto3" json:"denied,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -356,6 +374,20 @@ func (x *RunStatus) GetExits() []*WorkerExit {
 func (x *RunStatus) GetRefused() string {
 	if x != nil {
 		return x.Refused
+	}
+	return ""
+}
+
+func (x *RunStatus) GetDoneToken() string {
+	if x != nil {
+		return x.DoneToken
+	}
+	return ""
+}
+
+func (x *RunStatus) GetDenied() string {
+	if x != nil {
+		return x.Denied
 	}
 	return ""
 }
@@ -459,6 +491,10 @@ type RunJob struct {
 	CheckpointDir string   `protobuf:"bytes,16,opt,name=checkpoint_dir,json=checkpointDir,proto3" json:"checkpoint_dir,omitempty"`
 	// owner receives the workers' reports and exits.
 	Owner *Ref `protobuf:"bytes,17,opt,name=owner,proto3" json:"owner,omitempty"`
+	// report_tokens[i] is the report token of rank first_rank + i
+	// (workerproto.ReportToken): the node hands it to that worker and
+	// refuses reports without it.
+	ReportTokens []string `protobuf:"bytes,101,rep,name=report_tokens,json=reportTokens,proto3" json:"report_tokens,omitempty"`
 	// hold: keep running this incarnation if it runs already, but do not
 	// start it yet: the leader's gate holds it until no older incarnation
 	// of the job can still run (docs/control-plane.md, Fencing).
@@ -609,6 +645,13 @@ func (x *RunJob) GetOwner() *Ref {
 	return nil
 }
 
+func (x *RunJob) GetReportTokens() []string {
+	if x != nil {
+		return x.ReportTokens
+	}
+	return nil
+}
+
 func (x *RunJob) GetHold() bool {
 	if x != nil {
 		return x.Hold
@@ -619,20 +662,23 @@ func (x *RunJob) GetHold() bool {
 // WorkerReport is one validated worker report (see docs/worker-protocol.md),
 // forwarded by the node actor to the job's owner.
 type WorkerReport struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Job           string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
-	Incarnation   uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
-	Rank          uint32                 `protobuf:"varint,4,opt,name=rank,proto3" json:"rank,omitempty"`
-	StepTime      float64                `protobuf:"fixed64,5,opt,name=step_time,json=stepTime,proto3" json:"step_time,omitempty"`
-	SyncTime      float64                `protobuf:"fixed64,6,opt,name=sync_time,json=syncTime,proto3" json:"sync_time,omitempty"`
-	GradSqr       float64                `protobuf:"fixed64,7,opt,name=grad_sqr,json=gradSqr,proto3" json:"grad_sqr,omitempty"`
-	GradVar       float64                `protobuf:"fixed64,8,opt,name=grad_var,json=gradVar,proto3" json:"grad_var,omitempty"`
-	Epoch         uint32                 `protobuf:"varint,9,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Progress      float64                `protobuf:"fixed64,10,opt,name=progress,proto3" json:"progress,omitempty"`
-	LocalBsz      uint32                 `protobuf:"varint,11,opt,name=local_bsz,json=localBsz,proto3" json:"local_bsz,omitempty"`
-	AccumSteps    uint32                 `protobuf:"varint,12,opt,name=accum_steps,json=accumSteps,proto3" json:"accum_steps,omitempty"`
-	Done          bool                   `protobuf:"varint,13,opt,name=done,proto3" json:"done,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Node        string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Job         string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	Incarnation uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Rank        uint32                 `protobuf:"varint,4,opt,name=rank,proto3" json:"rank,omitempty"`
+	StepTime    float64                `protobuf:"fixed64,5,opt,name=step_time,json=stepTime,proto3" json:"step_time,omitempty"`
+	SyncTime    float64                `protobuf:"fixed64,6,opt,name=sync_time,json=syncTime,proto3" json:"sync_time,omitempty"`
+	GradSqr     float64                `protobuf:"fixed64,7,opt,name=grad_sqr,json=gradSqr,proto3" json:"grad_sqr,omitempty"`
+	GradVar     float64                `protobuf:"fixed64,8,opt,name=grad_var,json=gradVar,proto3" json:"grad_var,omitempty"`
+	Epoch       uint32                 `protobuf:"varint,9,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Progress    float64                `protobuf:"fixed64,10,opt,name=progress,proto3" json:"progress,omitempty"`
+	LocalBsz    uint32                 `protobuf:"varint,11,opt,name=local_bsz,json=localBsz,proto3" json:"local_bsz,omitempty"`
+	AccumSteps  uint32                 `protobuf:"varint,12,opt,name=accum_steps,json=accumSteps,proto3" json:"accum_steps,omitempty"`
+	Done        bool                   `protobuf:"varint,13,opt,name=done,proto3" json:"done,omitempty"`
+	// token is the report token of a done report (rank 0's), for the
+	// leader to check.
+	Token         string `protobuf:"bytes,102,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -756,6 +802,13 @@ func (x *WorkerReport) GetDone() bool {
 		return x.Done
 	}
 	return false
+}
+
+func (x *WorkerReport) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
 }
 
 // WorkerReports are worker reports the node forwards together: a node
@@ -1124,10 +1177,11 @@ type Bid struct {
 	// Measurements not yet acknowledged by the replicated state, by
 	// increasing sequence number.
 	Unacked       []*Measurement `protobuf:"bytes,13,rep,name=unacked,proto3" json:"unacked,omitempty"`
-	Done          bool           `protobuf:"varint,14,opt,name=done,proto3" json:"done,omitempty"`       // rank 0 of the incarnation reported done
-	Failed        bool           `protobuf:"varint,15,opt,name=failed,proto3" json:"failed,omitempty"`   // a worker of the incarnation failed
-	Failure       string         `protobuf:"bytes,16,opt,name=failure,proto3" json:"failure,omitempty"`  // how
-	Reports       uint64         `protobuf:"varint,17,opt,name=reports,proto3" json:"reports,omitempty"` // worker reports accepted by this actor so far
+	Done          bool           `protobuf:"varint,14,opt,name=done,proto3" json:"done,omitempty"`                            // rank 0 of the incarnation reported done
+	Failed        bool           `protobuf:"varint,15,opt,name=failed,proto3" json:"failed,omitempty"`                        // a worker of the incarnation failed
+	Failure       string         `protobuf:"bytes,16,opt,name=failure,proto3" json:"failure,omitempty"`                       // how
+	Reports       uint64         `protobuf:"varint,17,opt,name=reports,proto3" json:"reports,omitempty"`                      // worker reports accepted by this actor so far
+	DoneToken     string         `protobuf:"bytes,105,opt,name=done_token,json=doneToken,proto3" json:"done_token,omitempty"` // the token of rank 0's done report
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1279,6 +1333,13 @@ func (x *Bid) GetReports() uint64 {
 		return x.Reports
 	}
 	return 0
+}
+
+func (x *Bid) GetDoneToken() string {
+	if x != nil {
+		return x.DoneToken
+	}
+	return ""
 }
 
 // BatchChoice is one batch configuration: atomic batch, accumulation
@@ -1715,7 +1776,7 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\x18actors/pb/messages.proto\x12\rpollux.actors\"/\n" +
 	"\x03Ref\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"\x86\x01\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\xaf\x01\n" +
 	"\x06Assign\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -1723,7 +1784,8 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12)\n" +
 	"\x04runs\x18\x03 \x03(\v2\x15.pollux.actors.RunJobR\x04runs\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x04 \x01(\tR\tclusterId\"\xc6\x01\n" +
+	"cluster_id\x18\x04 \x01(\tR\tclusterId\x12'\n" +
+	"\x0fcheckpoint_root\x18d \x01(\tR\x0echeckpointRoot\"\xc6\x01\n" +
 	"\tAssignAck\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1e\n" +
@@ -1734,7 +1796,7 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x05 \x01(\tR\tclusterId\x12\x12\n" +
 	"\x04term\x18\x06 \x01(\x04R\x04term\x12,\n" +
-	"\x04runs\x18\a \x03(\v2\x18.pollux.actors.RunStatusR\x04runs\"\xfe\x01\n" +
+	"\x04runs\x18\a \x03(\v2\x18.pollux.actors.RunStatusR\x04runs\"\xb5\x02\n" +
 	"\tRunStatus\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x12\n" +
@@ -1744,14 +1806,17 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\bstopping\x18\x06 \x01(\bR\bstopping\x12\x12\n" +
 	"\x04done\x18\a \x01(\bR\x04done\x12/\n" +
 	"\x05exits\x18\b \x03(\v2\x19.pollux.actors.WorkerExitR\x05exits\x12\x18\n" +
-	"\arefused\x18\t \x01(\tR\arefused\"\x89\x01\n" +
+	"\arefused\x18\t \x01(\tR\arefused\x12\x1d\n" +
+	"\n" +
+	"done_token\x18g \x01(\tR\tdoneToken\x12\x16\n" +
+	"\x06denied\x18h \x01(\tR\x06denied\"\x89\x01\n" +
 	"\n" +
 	"WorkerExit\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\rR\x04rank\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x03 \x01(\tR\x06signal\x12\x1c\n" +
 	"\trequested\x18\x04 \x01(\bR\trequested\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"\x94\x04\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"\xb9\x04\n" +
 	"\x06RunJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12 \n" +
@@ -1775,8 +1840,9 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"accumSteps\x12\x12\n" +
 	"\x04gain\x18\x0f \x01(\x01R\x04gain\x12%\n" +
 	"\x0echeckpoint_dir\x18\x10 \x01(\tR\rcheckpointDir\x12(\n" +
-	"\x05owner\x18\x11 \x01(\v2\x12.pollux.actors.RefR\x05owner\x12\x13\n" +
-	"\x04hold\x18\xb4\x01 \x01(\bR\x04holdJ\x04\b\x03\x10\x04\"\xde\x02\n" +
+	"\x05owner\x18\x11 \x01(\v2\x12.pollux.actors.RefR\x05owner\x12#\n" +
+	"\rreport_tokens\x18e \x03(\tR\freportTokens\x12\x13\n" +
+	"\x04hold\x18\xb4\x01 \x01(\bR\x04holdJ\x04\b\x03\x10\x04\"\xf4\x02\n" +
 	"\fWorkerReport\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12 \n" +
@@ -1792,7 +1858,8 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\tlocal_bsz\x18\v \x01(\rR\blocalBsz\x12\x1f\n" +
 	"\vaccum_steps\x18\f \x01(\rR\n" +
 	"accumSteps\x12\x12\n" +
-	"\x04done\x18\r \x01(\bR\x04done\"F\n" +
+	"\x04done\x18\r \x01(\bR\x04done\x12\x14\n" +
+	"\x05token\x18f \x01(\tR\x05token\"F\n" +
 	"\rWorkerReports\x125\n" +
 	"\areports\x18\x01 \x03(\v2\x1b.pollux.actors.WorkerReportR\areports\"\xd3\x01\n" +
 	"\fWorkerExited\x12\x12\n" +
@@ -1820,7 +1887,7 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\x04gpus\x18\x03 \x03(\rR\x04gpus\x12\x14\n" +
 	"\x05alive\x18\x04 \x01(\rR\x05alive\x12\x1a\n" +
 	"\bstopping\x18\x05 \x01(\bR\bstopping\x12\x18\n" +
-	"\apending\x18\x06 \x01(\bR\apending\"\x94\x04\n" +
+	"\apending\x18\x06 \x01(\bR\apending\"\xb3\x04\n" +
 	"\x03Bid\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x18\n" +
@@ -1839,7 +1906,9 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\x04done\x18\x0e \x01(\bR\x04done\x12\x16\n" +
 	"\x06failed\x18\x0f \x01(\bR\x06failed\x12\x18\n" +
 	"\afailure\x18\x10 \x01(\tR\afailure\x12\x18\n" +
-	"\areports\x18\x11 \x01(\x04R\areports\"_\n" +
+	"\areports\x18\x11 \x01(\x04R\areports\x12\x1d\n" +
+	"\n" +
+	"done_token\x18i \x01(\tR\tdoneToken\"_\n" +
 	"\vBatchChoice\x12\x1b\n" +
 	"\tlocal_bsz\x18\x01 \x01(\rR\blocalBsz\x12\x1f\n" +
 	"\vaccum_steps\x18\x02 \x01(\rR\n" +

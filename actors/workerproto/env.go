@@ -31,7 +31,11 @@ const (
 	EnvCheckpointDir = "POLLUX_CHECKPOINT_DIR"
 	EnvReportAddr    = "POLLUX_REPORT_ADDR"
 	EnvReportCA      = "POLLUX_REPORT_CA"
-	EnvCUDADevices   = "CUDA_VISIBLE_DEVICES"
+	// EnvReportToken is the worker's report token (ReportToken): every
+	// report carries it. Optional in the environment (a worker started
+	// by hand has none), required by the agents' report port.
+	EnvReportToken = "POLLUX_REPORT_TOKEN"
+	EnvCUDADevices = "CUDA_VISIBLE_DEVICES"
 	// EnvCPUs is optional: the CPU ids of a CPU slot (`pollux agent
 	// --cpu-slots N`), comma-separated. A worker pins itself to them.
 	EnvCPUs = "POLLUX_CPUS"
@@ -74,6 +78,9 @@ type Env struct {
 	// the agent holds a certificate of this CA for that address. Empty:
 	// plaintext (an agent running --insecure).
 	ReportCA string
+	// ReportToken is the secret this worker's reports carry (the token of
+	// its job, incarnation and rank); empty: none given.
+	ReportToken string
 }
 
 // Validate reports whether e is complete and consistent.
@@ -102,6 +109,9 @@ func (e Env) Validate() error {
 	case e.CheckpointDir == "":
 		return fmt.Errorf("%w: %s is empty", ErrBadEnv, EnvCheckpointDir)
 	}
+	if len(e.ReportToken) > MaxTokenBytes {
+		return fmt.Errorf("%w: %s of %d bytes, at most %d", ErrBadEnv, EnvReportToken, len(e.ReportToken), MaxTokenBytes)
+	}
 	if e.ReportCA != "" && !filepath.IsAbs(e.ReportCA) {
 		return fmt.Errorf("%w: %s %q is not an absolute path", ErrBadEnv, EnvReportCA, e.ReportCA)
 	}
@@ -123,7 +133,7 @@ func (e Env) Validate() error {
 
 // Environ returns e as KEY=VALUE strings for exec.Cmd.Env (to be appended
 // to the inherited environment). It does not validate. POLLUX_REPORT_CA
-// is left out when ReportCA is empty.
+// and POLLUX_REPORT_TOKEN are left out when empty.
 func (e Env) Environ() []string {
 	kv := [][2]string{
 		{EnvJobID, e.JobID},
@@ -149,6 +159,9 @@ func (e Env) Environ() []string {
 	}
 	if e.ReportCA != "" {
 		kv = append(kv, [2]string{EnvReportCA, e.ReportCA})
+	}
+	if e.ReportToken != "" {
+		kv = append(kv, [2]string{EnvReportToken, e.ReportToken})
 	}
 	if len(e.CPUs) > 0 {
 		kv = append(kv, [2]string{EnvCPUs, joinInts(e.CPUs)}, [2]string{EnvOMPThreads, strconv.Itoa(len(e.CPUs))})
@@ -188,7 +201,8 @@ func ParseEnv(lookup func(string) (string, bool)) (Env, error) {
 		CheckpointDir: p.str(EnvCheckpointDir),
 		ReportAddr:    p.str(EnvReportAddr),
 	}
-	e.ReportCA, _ = lookup(EnvReportCA) // optional
+	e.ReportCA, _ = lookup(EnvReportCA)       // optional
+	e.ReportToken, _ = lookup(EnvReportToken) // optional
 	e.GPUs = p.ints(EnvCUDADevices, p.str(EnvCUDADevices))
 	if cpus, ok := lookup(EnvCPUs); ok {
 		e.CPUs = p.ints(EnvCPUs, cpus)

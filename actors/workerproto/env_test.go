@@ -13,6 +13,7 @@ func sampleEnv() Env {
 		MasterAddr: "127.0.0.1", MasterPort: 29500, GPUs: []int{2, 3},
 		InitBatch: 128, AtomicBatch: 256, AccumSteps: 1, Gain: 3.25,
 		CheckpointDir: "/tmp/ckpt", ReportAddr: "127.0.0.1:7070", ReportCA: "/etc/pollux/pollux-ca.pem",
+		ReportToken: ReportToken([]byte("k"), "cifar10-a", 7, 3),
 	}
 }
 
@@ -44,10 +45,10 @@ func TestEnvRoundTrip(t *testing.T) {
 
 func TestEnvWithoutReportCA(t *testing.T) {
 	want := sampleEnv()
-	want.ReportCA = ""
+	want.ReportCA, want.ReportToken = "", ""
 	kv := want.Environ()
-	if strings.Contains(strings.Join(kv, " "), EnvReportCA) {
-		t.Errorf("insecure environment names %s: %v", EnvReportCA, kv)
+	if s := strings.Join(kv, " "); strings.Contains(s, EnvReportCA) || strings.Contains(s, EnvReportToken) {
+		t.Errorf("environment names %s or %s: %v", EnvReportCA, EnvReportToken, kv)
 	}
 	got, err := ParseEnv(lookupFrom(kv))
 	if err != nil || !reflect.DeepEqual(got, want) {
@@ -92,6 +93,7 @@ func TestParseEnvRejects(t *testing.T) {
 		{"bad report addr", EnvReportAddr, "nowhere", EnvReportAddr},
 		{"bad job", EnvJobID, "A B", EnvJobID},
 		{"relative CA", EnvReportCA, "pollux-ca.pem", EnvReportCA},
+		{"huge token", EnvReportToken, strings.Repeat("t", MaxTokenBytes+1), EnvReportToken},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -45,6 +45,10 @@ type Report struct {
 	AccumSteps int `json:"accum_steps"`
 	// Done is set on the last report of a worker whose training finished.
 	Done bool `json:"done,omitempty"`
+	// Token is the worker's report token (POLLUX_REPORT_TOKEN): the
+	// receiving agent refuses a report without the token of its rank and
+	// incarnation (see ReportToken).
+	Token string `json:"token,omitempty"`
 }
 
 // Validate reports whether every field of r is in its documented range.
@@ -85,6 +89,8 @@ func (r Report) Validate() error {
 		return fmt.Errorf("%w: local_bsz %d, want > 0", ErrBadReport, r.LocalBatch)
 	case r.AccumSteps < 0:
 		return fmt.Errorf("%w: accum_steps %d is negative", ErrBadReport, r.AccumSteps)
+	case len(r.Token) > MaxTokenBytes:
+		return fmt.Errorf("%w: token of %d bytes, at most %d", ErrBadReport, len(r.Token), MaxTokenBytes)
 	}
 	return nil
 }

@@ -46,6 +46,8 @@ func TestDecodeRejects(t *testing.T) {
 		{"negative incarnation", sub(`"incarnation":3`, `"incarnation":-3`), "", ErrBadReport},
 		{"bad job", sub(`"job":"j1"`, `"job":"../etc"`), "job", ErrBadReport},
 		{"missing job", sub(`"job":"j1",`, ``), "job", ErrBadReport},
+		{"huge token", sub(`"rank":0`, `"rank":0,"token":"`+strings.Repeat("t", MaxTokenBytes+1)+`"`), "token", ErrBadReport},
+		{"token not a string", sub(`"rank":0`, `"rank":0,"token":7`), "token", ErrBadReport},
 		{"too long", good[:len(good)-1] + `,"x":"` + strings.Repeat("a", MaxLineBytes) + `"}`, "", ErrLineTooLong},
 	}
 	for _, tc := range tests {
@@ -106,6 +108,7 @@ func TestReaderEndsOnLongLine(t *testing.T) {
 // survives an Encode/Decode round trip unchanged.
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte(good))
+	f.Add([]byte(strings.Replace(good, `"rank":0`, `"rank":0,"token":"abc","done":true`, 1)))
 	f.Add([]byte(`{"job":"a","step_time":1e-300,"local_bsz":1}`))
 	f.Add([]byte(`{"job":"a","step_time":-0,"local_bsz":1}`))
 	f.Fuzz(func(t *testing.T, line []byte) {

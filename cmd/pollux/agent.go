@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"os/user"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,6 +45,8 @@ type agentOpts struct {
 	timeScale                   float64
 	restartCost                 time.Duration
 	workerExec                  []string
+	allowCommands, passEnv      []string
+	runAs                       string
 	sec                         securityOpts
 }
 
@@ -75,7 +79,10 @@ func newAgentCmd() *cobra.Command {
 			"is refused when the agent joins (exit status 2). It prints one JSON line with its addresses on stdout when " +
 			"ready, and on SIGTERM or SIGINT stops its workers (SIGTERM, SIGKILL after --grace) and leaves. Its actor " +
 			"port accepts only server certificates of --ca, its workers report to it over TLS (they get the CA in " +
-			"POLLUX_REPORT_CA) and gossip is encrypted with --gossip-key (docs/security.md); --insecure runs plaintext.",
+			"POLLUX_REPORT_CA) and gossip is encrypted with --gossip-key (docs/security.md); --insecure runs plaintext. " +
+			"It runs only commands of its allow-list (--allow-command), as --run-as, with only the protocol's " +
+			"POLLUX_* variables and those named by --pass-env, and only with checkpoint directories below the " +
+			"cluster's checkpoint root.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -104,6 +111,14 @@ func newAgentCmd() *cobra.Command {
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringSliceVar(&o.workerExec, "worker-exec", nil, "program (and leading arguments) that runs `pollux worker` (default: this binary)")
 	_ = f.MarkHidden("worker-exec")
+	f.StringArrayVar(&o.allowCommands, "allow-command", nil, "a command workers may run (repeatable; replaces the default "+
+		strings.Join(quoteAll(node.DefaultAllowCommands), " and ")+"): words separated by spaces, each a glob "+
+		"(* and ? never match a '/') matched against the argument at its position, a last word ** allowing any "+
+		"further arguments; emulated:GLOB allows the emulated applications it matches")
+	f.StringVar(&o.runAs, "run-as", "", "user (name or uid) workers run as, with its groups, and who owns their "+
+		"checkpoint directories (needs root; empty: the agent's own user)")
+	f.StringArrayVar(&o.passEnv, "pass-env", nil, "name of a variable of the agent's environment to pass to workers "+
+		"(repeatable; workers get only the protocol's variables and these)")
 	o.sec.flags(f)
 	return cmd
 }
@@ -147,6 +162,21 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 			return badInput(fmt.Errorf("agent: %w; pass --gpus N to emulate N GPUs or --cpu-slots N to run on CPUs", err))
 		}
 	}
+	allow := o.allowCommands
+	if !cmd.Flags().Changed("allow-command") {
+		allow = nil // the default
+	}
+	if _, err := node.ParseAllowCommands(allow); err != nil {
+		return badInput(fmt.Errorf("agent: --allow-command: %w", err))
+	}
+	workerEnv, err := passEnv(o.passEnv)
+	if err != nil {
+		return badInput(err)
+	}
+	runAs, err := lookupRunAs(o.runAs)
+	if err != nil {
+		return badInput(err)
+	}
 	workerExec := o.workerExec
 	if len(workerExec) == 0 {
 		exe, err := os.Executable()
@@ -156,6 +186,9 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 		workerExec = []string{exe}
 	}
 	log = log.With("agent", o.name)
+	if runAs == nil && os.Geteuid() == 0 {
+		log.Warn("agent: WORKERS RUN AS ROOT: pass --run-as USER to run them as an unprivileged user")
+	}
 
 	// The actor library logs every connection at info: keep its warnings.
 	libLog := log
@@ -183,6 +216,16 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 	rem.Start()
 	defer rem.Shutdown(false)
 
+	reportCA := sec.caPath
+	if runAs != nil && reportCA != "" {
+		// The workers' user must read the CA certificate (public).
+		dir, err := workerCA(reportCA)
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		reportCA = filepath.Join(dir, filepath.Base(reportCA))
+	}
 	if o.dataDir != "" {
 		if err := os.MkdirAll(o.dataDir, 0o755); err != nil {
 			return badInput(fmt.Errorf("agent: --data-dir: %w", err))
@@ -190,7 +233,7 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 	}
 	nd, err := node.Start(sys, node.Config{
 		Name: o.name, GPUs: gpus, CPUSlots: slots, Grace: o.grace, ReportListen: net.JoinHostPort(o.bind, "0"), DataDir: o.dataDir, Logger: log,
-		ReportTLS: reportTLS, ReportCA: sec.caPath,
+		ReportTLS: reportTLS, ReportCA: reportCA, AllowCommands: allow, RunAs: runAs, WorkerEnv: workerEnv,
 		Emulator: func(app string) []string {
 			return append(append([]string(nil), workerExec...), "worker", "--emulate", app,
 				"--time-scale", strconv.FormatFloat(o.timeScale, 'g', -1, 64),
@@ -223,7 +266,7 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 		GPUs: gpus, Topology: meta.Topology, GPUType: meta.GPUType, CPUSlots: slots != nil})
 	fmt.Fprintln(cmd.OutOrStdout(), string(ready))
 	log.Info("agent: ready", "gossip", members.Addr(), "actor", sys.Address(), "gpus", gpus, "cpu_slots", slots,
-		"topology", meta.Topology, "gpu_type", meta.GPUType)
+		"topology", meta.Topology, "gpu_type", meta.GPUType, "allow_commands", allow, "run_as", o.runAs, "pass_env", o.passEnv)
 
 	ctx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
@@ -328,4 +371,80 @@ func newLogger(w interface{ Write([]byte) (int, error) }, level string) (*slog.L
 		return nil, fmt.Errorf("bad log level %q: want debug, info, warn or error", level)
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// passEnv is the part of the agent's environment named by --pass-env.
+func passEnv(names []string) ([]string, error) {
+	var env []string
+	for _, name := range names {
+		if name == "" || strings.ContainsAny(name, "=\x00") {
+			return nil, fmt.Errorf("agent: --pass-env %q is not a variable name", name)
+		}
+		if v, ok := os.LookupEnv(name); ok {
+			env = append(env, name+"="+v)
+		}
+	}
+	return env, nil
+}
+
+// lookupRunAs resolves --run-as (a user name or uid) with its groups; ""
+// is nil (the agent's own user).
+func lookupRunAs(name string) (*node.RunAs, error) {
+	if name == "" {
+		return nil, nil
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		var uerr error
+		if u, uerr = user.LookupId(name); uerr != nil {
+			return nil, fmt.Errorf("agent: --run-as %q: %w", name, err)
+		}
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, fmt.Errorf("agent: --run-as %q: %w", name, err)
+	}
+	if os.Geteuid() != 0 && uint64(os.Geteuid()) != uid {
+		return nil, fmt.Errorf("agent: --run-as %q needs the agent to run as root", name)
+	}
+	r := &node.RunAs{User: u.Username, UID: uint32(uid), GID: uint32(gid)}
+	gids, err := u.GroupIds()
+	if err != nil {
+		return nil, fmt.Errorf("agent: --run-as %q: groups: %w", name, err)
+	}
+	for _, g := range gids {
+		v, err := strconv.ParseUint(g, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("agent: --run-as %q: group %q: %w", name, g, err)
+		}
+		r.Groups = append(r.Groups, uint32(v))
+	}
+	return r, nil
+}
+
+// workerCA copies the CA certificate (public) into a new directory every
+// user can read, for workers running as --run-as; the caller removes it.
+func workerCA(ca string) (string, error) {
+	b, err := os.ReadFile(ca)
+	if err != nil {
+		return "", fmt.Errorf("agent: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "pollux-agent-ca-")
+	if err != nil {
+		return "", fmt.Errorf("agent: %w", err)
+	}
+	if err := errors.Join(os.Chmod(dir, 0o755), os.WriteFile(filepath.Join(dir, filepath.Base(ca)), b, 0o644)); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("agent: a CA file for the workers: %w", err)
+	}
+	return dir, nil
+}
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strconv.Quote(s)
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"reflect"
 	"syscall"
 	"testing"
@@ -65,7 +66,8 @@ func TestAgentRunsARealJobOnCPUSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newController(t)
-	agent, ready := startAgent(t, "cpu1", "--cpu-slots", "2", "--grace", "5s", "--join", c.members.Addr())
+	agent, ready := startAgent(t, "cpu1", "--cpu-slots", "2", "--grace", "5s", "--join", c.members.Addr(),
+		"--allow-command", worker.Python+" "+lib.Dir+"/*.py **")
 	if m := c.waitMember("cpu1", cluster.EventJoin); m.Meta.GPUs != 2 || !ready.CPUSlots {
 		t.Fatalf("agent member %+v, ready %+v: want 2 CPU slots", m.Meta, ready)
 	}
@@ -75,11 +77,11 @@ func TestAgentRunsARealJobOnCPUSlots(t *testing.T) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close() // the rendezvous port of rank 0
-	rj := &pb.RunJob{
+	rj := c.withTokens(&pb.RunJob{
 		Job: "digits-mlp", Incarnation: 1, Command: worker.Examples[0].Command(lib, "--report-every", "0.2"),
 		Replicas: 2, WorldSize: 2, NumNodes: 1, MasterAddr: "127.0.0.1", MasterPort: uint32(port),
-		InitBatch: 32, AtomicBatch: 16, Gain: 1, CheckpointDir: t.TempDir(), Owner: c.owner,
-	}
+		InitBatch: 32, AtomicBatch: 16, Gain: 1, CheckpointDir: filepath.Join(c.root, "digits-mlp"), Owner: c.owner,
+	})
 	if ack := c.assign(ready.Actor, &pb.Assign{Generation: 1, Runs: []*pb.RunJob{rj}}); !ack.Ok {
 		t.Fatal(ack.Error)
 	}

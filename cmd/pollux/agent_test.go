@@ -22,6 +22,7 @@ import (
 
 	"pollux/actors/node"
 	"pollux/actors/pb"
+	"pollux/actors/workerproto"
 	"pollux/cluster"
 	"pollux/testbed/emulator"
 	"pollux/testbed/launch"
@@ -54,7 +55,7 @@ func startAgent(t *testing.T, name string, args ...string) (*exec.Cmd, agentRead
 func startAgentTo(t *testing.T, stderr io.Writer, name string, args ...string) (*exec.Cmd, agentReady) {
 	t.Helper()
 	full := append(slices.Clone(selfExec), "agent", "--name", name, "--fast-gossip", "--log-level", "warn",
-		"--worker-exec", strings.Join(selfExec, ","))
+		"--worker-exec", strings.Join(selfExec, ","), "--pass-env", "POLLUX_TEST_PROCESS")
 	full = append(full, testBundle().Flags(name)...)
 	cmd := exec.Command(full[0], append(full[1:], args...)...)
 	cmd.Env = append(os.Environ(), "POLLUX_TEST_PROCESS=1")
@@ -99,6 +100,8 @@ func startAgentTo(t *testing.T, stderr io.Writer, name string, args ...string) (
 // actor system with remote (the only remote node of this process).
 type controller struct {
 	t       *testing.T
+	root    string // the checkpoint root its assignments name
+	key     []byte // the report key its report tokens come from
 	members *cluster.Membership
 	sys     *actor.ActorSystem
 	owner   *pb.Ref
@@ -149,7 +152,7 @@ func newController(t *testing.T) *controller {
 		t.Fatal(err)
 	}
 	sys := testRemote()
-	c := &controller{t: t, members: m, sys: sys, got: make(chan any, 1000)}
+	c := &controller{t: t, members: m, sys: sys, got: make(chan any, 1000), root: t.TempDir(), key: []byte("test report key")}
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &ownerActor{got: c.got} }))
 	c.owner = &pb.Ref{Address: pid.Address, Id: pid.Id}
 	t.Cleanup(func() {
@@ -177,6 +180,9 @@ func (c *controller) waitMember(name string, kind cluster.EventKind) cluster.Mem
 func (c *controller) assign(actorAddr string, a *pb.Assign) *pb.AssignAck {
 	c.t.Helper()
 	a.ClusterId, a.Term = "test-cluster", 1
+	if a.CheckpointRoot == "" {
+		a.CheckpointRoot = c.root
+	}
 	res, err := c.sys.Root.RequestFuture(actor.NewPID(actorAddr, node.ActorName), a, 10*time.Second).Result()
 	if err != nil {
 		c.t.Fatal(err)
@@ -198,12 +204,23 @@ func (c *controller) next() any {
 	}
 }
 
-func emulatedRun(c *controller, job string, replicas uint32, dir string) *pb.RunJob {
-	return &pb.RunJob{
+// emulatedRun is incarnation 1 of an emulated job, checkpointing in
+// c.root/job, with its report tokens.
+func emulatedRun(c *controller, job string, replicas uint32) *pb.RunJob {
+	return c.withTokens(&pb.RunJob{
 		Job: job, Incarnation: 1, Application: "cifar10", Replicas: replicas, WorldSize: replicas, NumNodes: 1,
 		MasterAddr: "127.0.0.1", MasterPort: 29500, InitBatch: 128, AtomicBatch: 128, Gain: 1,
-		CheckpointDir: dir, Owner: c.owner,
+		CheckpointDir: filepath.Join(c.root, job), Owner: c.owner,
+	})
+}
+
+// withTokens gives rj the report tokens of its ranks.
+func (c *controller) withTokens(rj *pb.RunJob) *pb.RunJob {
+	rj.ReportTokens = nil
+	for r := range rj.Replicas {
+		rj.ReportTokens = append(rj.ReportTokens, workerproto.ReportToken(c.key, rj.Job, rj.Incarnation, int(rj.FirstRank+r)))
 	}
+	return rj
 }
 
 func TestAgentRunsEmulatedJobToCompletion(t *testing.T) {
@@ -217,8 +234,9 @@ func TestAgentRunsEmulatedJobToCompletion(t *testing.T) {
 	if m.Meta.GPUs != 2 || m.Meta.Rack != "r9" || m.Meta.ActorAddr != ready.Actor || m.Meta.Role != cluster.RoleAgent {
 		t.Fatalf("agent member %+v, ready %+v", m, ready)
 	}
-	dir := t.TempDir()
-	if ack := c.assign(ready.Actor, &pb.Assign{Generation: 1, Runs: []*pb.RunJob{emulatedRun(c, "cifar-1", 2, dir)}}); !ack.Ok {
+	rj := emulatedRun(c, "cifar-1", 2)
+	dir := rj.CheckpointDir
+	if ack := c.assign(ready.Actor, &pb.Assign{Generation: 1, Runs: []*pb.RunJob{rj}}); !ack.Ok {
 		t.Fatal(ack.Error)
 	}
 	var done bool
@@ -262,7 +280,7 @@ func TestKilledAgentTakesItsWorkersAlong(t *testing.T) {
 	agent, ready := startAgent(t, "a2", "--gpus", "2", "--time-scale", "1", "--restart-cost", "0s", "--join", c.members.Addr())
 	c.waitMember("a2", cluster.EventJoin)
 	job := "orphan-check-" + strconv.Itoa(os.Getpid())
-	if ack := c.assign(ready.Actor, &pb.Assign{Generation: 1, Runs: []*pb.RunJob{emulatedRun(c, job, 2, t.TempDir())}}); !ack.Ok {
+	if ack := c.assign(ready.Actor, &pb.Assign{Generation: 1, Runs: []*pb.RunJob{emulatedRun(c, job, 2)}}); !ack.Ok {
 		t.Fatal(ack.Error)
 	}
 	if _, ok := c.next().(*pb.WorkerReport); !ok {
@@ -321,7 +339,7 @@ func TestRestartedAgentGetsNoStaleAssignment(t *testing.T) {
 	pid := actor.NewPID(ready.Actor, node.ActorName)
 	for gen := uint64(2); gen < 7; gen++ {
 		c.sys.Root.Send(pid, &pb.Assign{ClusterId: "test-cluster", Term: 1, Generation: gen,
-			Runs: []*pb.RunJob{emulatedRun(c, job, 2, t.TempDir())}})
+			Runs: []*pb.RunJob{emulatedRun(c, job, 2)}, CheckpointRoot: c.root})
 		time.Sleep(200 * time.Millisecond)
 	}
 	_, ready = startAgent(t, "a4", args...)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"pollux/testbed/chaos/attack"
 	"pollux/testbed/chaos/driver"
 	"pollux/testbed/chaos/netns"
 	"pollux/testbed/chaos/schedule"
@@ -50,11 +51,35 @@ func newChaosCmd() *cobra.Command {
 			"process, and judges the run from its own client-side history of API operations and the records each worker " +
 			"process wrote itself: every job completed, failed, cancelled, lost or unsubmitted; no GPU used twice at once; " +
 			"no stale checkpoint restored; completions backed by the workers; the API linearizable (porcupine). Prints a " +
-			"table (or, with --json, one object) and exits 1 if anything failed. Scenarios: " + strings.Join(schedule.Names(), ", ") + ".",
+			"table (or, with --json, one object) and exits 1 if anything failed. Scenarios: " + strings.Join(schedule.Names(), ", ") + ". " +
+			"--scenario attack instead attacks a secure cluster (every port with wrong or no credentials, forged gossip, " +
+			"forbidden jobs, forged worker reports, oversized bodies, slow clients), checks from outside that each attack " +
+			"was refused and changed nothing, then that a normal job still completes; with --json it prints " +
+			`{"attacks":N,"refused":N,"succeeded":N,"cases":{...}}, and exits 1 if an attack got through.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if judge != "" {
 				return judgeChaos(judge, jsonOut, cmd.OutOrStdout())
+			}
+			if scenario == "attack" {
+				lvl := slog.LevelInfo
+				if jsonOut {
+					lvl = slog.LevelWarn
+				}
+				if err := lvl.UnmarshalText([]byte(logLevel)); logLevel != "" && err != nil {
+					return badInput(fmt.Errorf("chaos: --log-level %q: %w", logLevel, err))
+				}
+				if len(exec) == 0 {
+					self, err := os.Executable()
+					if err != nil {
+						return fmt.Errorf("chaos: finding own executable: %w", err)
+					}
+					exec = []string{self}
+				}
+				ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+				defer stop()
+				return runAttack(ctx, attack.Options{Exec: exec, Dir: dir, TimeScale: o.TimeScale, LogLevel: o.LogLevel,
+					Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))}, jsonOut, cmd.OutOrStdout())
 			}
 			scs, err := schedule.Lookup(scenario)
 			if err != nil {
@@ -231,4 +256,62 @@ func writeChaosTable(w io.Writer, s *driver.Summary) error {
 		fmt.Fprintln(w, "FAIL:", f)
 	}
 	return nil
+}
+
+// runAttack runs the attack scenario and prints its result; it fails
+// unless every attack was refused and a normal job completed after them.
+func runAttack(ctx context.Context, o attack.Options, jsonOut bool, w io.Writer) error {
+	res, err := attack.Run(ctx, o)
+	if res != nil {
+		if perr := printAttack(res, jsonOut, w); perr != nil && err == nil {
+			err = perr
+		}
+		if res.After != nil {
+			o.Logger.Error("chaos: after the attacks", "err", res.After)
+		}
+		if res.Dir != "" {
+			o.Logger.Warn("chaos: the attack run is kept", "dir", res.Dir)
+		}
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %w", errChaosFailed, err)
+	case !res.Pass():
+		return fmt.Errorf("%w: %d of %d attacks got through or changed the state; normal job after them: %s", errChaosFailed,
+			res.Succeeded, res.Attacks, errOrOK(res.After))
+	}
+	return nil
+}
+
+func errOrOK(err error) string {
+	if err == nil {
+		return "completed"
+	}
+	return err.Error()
+}
+
+// printAttack prints the attack scenario's result: its JSON, or a table.
+func printAttack(res *attack.Result, jsonOut bool, w io.Writer) error {
+	if jsonOut {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(w, string(b))
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "attack\trefused\thow")
+	names := make([]string, 0, len(res.Cases))
+	for name := range res.Cases {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		c := res.Cases[name]
+		fmt.Fprintf(tw, "%s\t%t\t%s\n", name, c.Refused, c.How)
+	}
+	fmt.Fprintf(tw, "\n%d attacks, %d refused, %d succeeded; the normal job after them: %s (%v)\n", res.Attacks, res.Refused,
+		res.Succeeded, errOrOK(res.After), res.Elapsed.Round(time.Second))
+	return tw.Flush()
 }

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"pollux/actors/api"
 	"pollux/cluster/pki"
 	"pollux/testbed/builtin"
+	"pollux/testbed/chaos/attack"
 	"pollux/testbed/chaos/driver"
 	"pollux/testbed/chaos/netns"
 	"pollux/testbed/chaos/schedule"
@@ -359,4 +361,58 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(b), "\n"))
 	return len(b), nil
+}
+
+// TestAttackScenario runs `pollux chaos --scenario attack --json`
+// through the command's code: every
+// attack is refused, nothing changes, a normal job completes after them
+// (exit 0), and the JSON has exactly the fields issue 12 names.
+func TestAttackScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster and attacks it")
+	}
+	var out bytes.Buffer
+	err := runAttack(context.Background(), attack.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Logger: testLogger(t)},
+		true, &out)
+	var res map[string]json.RawMessage
+	if jerr := json.Unmarshal(out.Bytes(), &res); jerr != nil {
+		t.Fatalf("%v; output %q: %v", err, out.String(), jerr)
+	}
+	var r attack.Result
+	_ = json.Unmarshal(out.Bytes(), &r)
+	if err != nil || r.Attacks < 25 || r.Refused != r.Attacks || r.Succeeded != 0 || len(res) != 4 || len(r.Cases) != r.Attacks {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	for _, name := range []string{"raft-plaintext", "api-plaintext", "reports-plaintext", "raft-self-signed-certificate",
+		"raft-expired-certificate", "raft-certificate-of-another-ca", "raft-agent-certificate", "forward-client-certificate",
+		"forged-assign-agent-certificate", "gossip-member-with-the-wrong-key", "forged-agent-registration-without-key",
+		"job-command-not-allowed", "checkpoint-dir-outside-the-root", "report-without-its-token", "done-from-rank-1",
+		"api-100-mib-body", "api-slow-clients-holding-connections", "read-token-submitting", "revoked-token-submitting"} {
+		if c, ok := r.Cases[name]; !ok || !c.Refused || c.How == "" {
+			t.Errorf("case %s: %+v", name, c)
+		}
+	}
+}
+
+// TestAttackScenarioSeesWhatGetsThrough: with agents that allow any
+// shell command, the forbidden job runs, and the scenario says so (the
+// file it wrote, the job not failed) and fails.
+func TestAttackScenarioSeesWhatGetsThrough(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster and attacks it")
+	}
+	res, err := attack.Run(context.Background(), attack.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"},
+		AllowCommands: []string{"emulated:*", "/bin/sh -c **"}, Only: []string{"job-command-not-allowed", "done-from-rank-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Dir != "" {
+		defer os.RemoveAll(res.Dir)
+	}
+	c := res.Cases["job-command-not-allowed"]
+	if res.Pass() || res.Attacks != 2 || res.Succeeded != 1 || c.Refused || !strings.Contains(c.How, "files [shell]") ||
+		!res.Cases["done-from-rank-1"].Refused {
+		t.Fatalf("result %+v", res)
+	}
+	t.Logf("job-command-not-allowed: %s", c.How)
 }

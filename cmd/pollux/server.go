@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -324,17 +322,16 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	return nil
 }
 
-// initCluster sets the cluster's configuration (a random cluster id, the
-// checkpoint root) once a leader can take it; if the cluster already has
-// another checkpoint root it stops the server (fail): the root is the
-// cluster's, set at bootstrap, and jobs' checkpoints are under it.
+// initCluster sets the cluster's configuration (a random cluster id and
+// report key, the checkpoint root, the topology levels) once a leader can
+// take it; if the cluster already has another checkpoint root or other
+// levels it stops the server (fail): they are the cluster's, set at
+// bootstrap, and jobs' checkpoints are under the root.
 func initCluster(ctx context.Context, srv *consensus.Server, root string, levels []string, log *slog.Logger, fail context.CancelCauseFunc) {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	id := hex.EncodeToString(b)
+	init := consensus.NewInitCluster(root, levels...)
 	for {
 		c, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := srv.InitCluster(c, id, root, levels...)
+		err := srv.InitCluster(c, init)
 		cancel()
 		switch {
 		case err == nil:

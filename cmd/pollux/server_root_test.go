@@ -110,6 +110,6 @@ func TestCheckpointRootIsSetOnce(t *testing.T) {
 	}
 	_ = third.Process.Signal(syscall.SIGTERM)
 	if err := <-exited; err != nil {
-		t.Errorf("stopping: %v", err)
+		t.Errorf("stopping: %v\n%s", err, stderr.String())
 	}
 }

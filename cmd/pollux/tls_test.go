@@ -103,7 +103,7 @@ var testBundle = sync.OnceValue(func() *pki.Bundle {
 		panic(err)
 	}
 	testBundleDir = dir
-	b, err := pki.DevBundle(dir, []string{testServer, "ts0"}, []string{"a1", "a2", "a3", "a4", "cpu1"})
+	b, err := pki.DevBundle(dir, []string{testServer, "ts0"}, []string{"a1", "a2", "a3", "a4", "a5", "a6", "cpu1"})
 	if err != nil {
 		panic(err)
 	}

@@ -271,7 +271,9 @@ func (b *bench) start(ctx context.Context) error {
 	// The nodes, registered up front (gossip would, one write each).
 	l := &inproc.Launcher{Catalog: b.cat, TimeScale: 1, Tick: o.ReportEvery, ReportEvery: o.ReportEvery, AllRanks: true, Logger: b.quiet}
 	var setup []consensus.Command
-	setup = append(setup, &consensus.InitCluster{ID: "bench", CheckpointRoot: filepath.Join(b.dir, "checkpoints")})
+	init := consensus.NewInitCluster(filepath.Join(b.dir, "checkpoints"))
+	init.ID = "bench"
+	setup = append(setup, &init)
 	for i := range o.Nodes {
 		name := fmt.Sprintf("n%04d", i)
 		nd, err := node.Start(b.nodeSys, node.Config{Name: name, GPUs: o.GPUs, ReportListen: "none", ActorName: "node-" + name,

@@ -242,7 +242,7 @@ func (w *worker) report(final bool) {
 		Job: e.JobID, Incarnation: e.Incarnation, Rank: e.Rank,
 		StepTime: w.step, SyncTime: w.sync, GradSqr: math.Max(g.GradSqr, 0), GradVar: math.Max(g.GradVar, 0),
 		Epoch: w.st.Epoch, Progress: w.st.Progress, LocalBatch: e.AtomicBatch, AccumSteps: e.AccumSteps,
-		Done: final && w.st.Done && w.lead,
+		Done: final && w.st.Done && w.lead, Token: e.ReportToken,
 	}
 	if w.cfg.Deliver != nil {
 		w.cfg.Deliver(rep)

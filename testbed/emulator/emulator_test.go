@@ -100,7 +100,7 @@ func env(dir, addr string) workerproto.Env {
 		JobID: "toy-1", Incarnation: 2, Rank: 0, WorldSize: 2, NumNodes: 1,
 		MasterAddr: "127.0.0.1", MasterPort: 29500, GPUs: []int{0},
 		InitBatch: 32, AtomicBatch: 16, AccumSteps: 1, Gain: 1.5,
-		CheckpointDir: dir, ReportAddr: addr,
+		CheckpointDir: dir, ReportAddr: addr, ReportToken: "rank-0-token",
 	}
 }
 
@@ -152,6 +152,11 @@ func TestRunToCompletion(t *testing.T) {
 			last := rs[len(rs)-1]
 			if last.Epoch != 2 || last.Progress != 200 || last.Incarnation != 2 || last.LocalBatch != 16 || last.AccumSteps != 1 {
 				t.Errorf("final report %+v", last)
+			}
+			for _, r := range rs {
+				if r.Token != "rank-0-token" {
+					t.Errorf("report without the worker's token: %+v", r)
+				}
 			}
 			if len(rs) < 3 {
 				t.Errorf("only %d reports", len(rs))

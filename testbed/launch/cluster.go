@@ -3,6 +3,7 @@ package launch
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -56,11 +57,20 @@ type Member struct {
 	prefix []string // before it (a namespace)
 	env    []string
 
-	mu     sync.Mutex
-	p      *proc.Proc
-	inc    uint64
-	exit   chan struct{} // closed once the current incarnation's exit is recorded
-	paused bool
+	mu      sync.Mutex
+	p       *proc.Proc
+	inc     uint64
+	reports string        // an agent's report listener, from its ready line
+	exit    chan struct{} // closed once the current incarnation's exit is recorded
+	paused  bool
+}
+
+// Reports is an agent's report listener (its workers report there), as
+// its current incarnation's ready line said.
+func (m *Member) Reports() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reports
 }
 
 // SetFlag sets a flag of m's command line to value, for its next start
@@ -317,6 +327,10 @@ func (c *Cluster) layout(ctx context.Context) error {
 			m.args = append(m.args, "--gpu-type", o.GPUTypes[i%len(o.GPUTypes)])
 		}
 		m.args = append(append(m.args, c.tls.Flags(id)...), o.AgentArgs...)
+		// Workers get a clean environment: what they need is passed on.
+		for _, name := range append(envNames(o.Env), record.EnvDir) {
+			m.args = append(m.args, "--pass-env", name)
+		}
 		if o.Observe {
 			dir := filepath.Join(o.Dir, "records", id)
 			if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -327,6 +341,16 @@ func (c *Cluster) layout(ctx context.Context) error {
 		c.Agents = append(c.Agents, m)
 	}
 	return nil
+}
+
+// envNames are the names of KEY=VALUE variables.
+func envNames(env []string) []string {
+	names := make([]string, 0, len(env))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		names = append(names, name)
+	}
+	return names
 }
 
 func join(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
@@ -412,15 +436,25 @@ func (c *Cluster) Member(id string) *Member {
 	return nil
 }
 
-// readyWriter closes ready at the first newline written to it.
+// readyWriter closes ready at the first newline written to it, keeping
+// the line (the ready line, up to 64 KiB).
 type readyWriter struct {
 	once  sync.Once
 	ready chan struct{}
+	line  []byte // until ready
 }
 
 func (w *readyWriter) Write(b []byte) (int, error) {
-	if bytes.IndexByte(b, '\n') >= 0 {
+	select {
+	case <-w.ready:
+		return len(b), nil
+	default:
+	}
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		w.line = append(w.line, b[:i]...)
 		w.once.Do(func() { close(w.ready) })
+	} else if len(w.line) < 1<<16 {
+		w.line = append(w.line, b...)
 	}
 	return len(b), nil
 }
@@ -482,6 +516,14 @@ func (c *Cluster) Start(ctx context.Context, m *Member, fault string, seq int) e
 	}()
 	select {
 	case <-rw.ready:
+		var ready struct {
+			Reports string `json:"reports"`
+		}
+		if m.Role == history.Agent && json.Unmarshal(rw.line, &ready) == nil {
+			m.mu.Lock()
+			m.reports = ready.Reports
+			m.mu.Unlock()
+		}
 		return nil
 	case <-p.Done():
 		return fmt.Errorf("%w: %s/%s exited before it was ready; see %s", ErrCluster, m.Role, m.ID, m.Log)

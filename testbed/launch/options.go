@@ -38,7 +38,8 @@ const (
 type Options struct {
 	// Exec is the program (and leading arguments) that runs `pollux`.
 	Exec []string
-	// Env is added to every process's environment.
+	// Env is added to every process's environment (workers' too: the
+	// agents pass these names on, with --pass-env).
 	Env []string
 	// Dir holds data directories (a server's Raft state, an agent's
 	// fencing state: Dir/<id>), logs (<id>.log), the cluster's checkpoint
@@ -54,8 +55,10 @@ type Options struct {
 	// GPUs; GPUsPerAgent is then CPUSlots (the scheduler counts slots as
 	// GPUs).
 	CPUSlots int
-	// AgentArgs are added to every agent's command line (e.g. the flags
-	// that allow the programs its workers run).
+	// AgentArgs are added to every agent's command line (e.g. the
+	// --allow-command flags that allow the programs its workers run;
+	// without any, the agents' default allows only the emulated worker
+	// and the worker library's install directory).
 	AgentArgs []string
 	// Interval is the scheduling interval (default 1 s); TimeScale the
 	// emulated seconds per real second (default 100); RestartCost the

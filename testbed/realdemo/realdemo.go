@@ -263,8 +263,11 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 	}
 	progressf(o.Progress, "starting %d servers and %d agents of %d CPU slots on 127.0.0.1, mutual TLS and encrypted gossip (logs in %s)",
 		o.Servers, o.Agents, o.Slots, dir)
+	// The agents run the library's scripts with this interpreter, and
+	// nothing else.
+	allow := []string{"--allow-command", lib.Python + " " + lib.Dir + "/*.py **"}
 	c, err := launch.Start(ctx, launch.Options{Exec: o.Exec, Env: o.Env, Dir: dir, Servers: o.Servers, Agents: o.Agents,
-		CPUSlots: o.Slots, Interval: o.Interval, TimeScale: o.TimeScale, Grace: o.Grace,
+		CPUSlots: o.Slots, Interval: o.Interval, TimeScale: o.TimeScale, Grace: o.Grace, AgentArgs: allow,
 		Observe: true, Scenario: "demo-real", Logger: o.Logger})
 	if err != nil {
 		return Result{}, err

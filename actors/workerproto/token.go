@@ -1,0 +1,40 @@
+package workerproto
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"strconv"
+)
+
+// MaxTokenBytes bounds a report token (ReportToken makes 43 bytes).
+const MaxTokenBytes = 128
+
+// ReportToken is the report token of one rank of one job incarnation:
+// HMAC-SHA256 under the incarnation's secret (itself HMAC-SHA256 under
+// the cluster's report key, of the job and incarnation), base64url
+// without padding. The leader derives the tokens of the ranks a node runs
+// and sends them in the node's assignment; the node hands each worker its
+// own (POLLUX_REPORT_TOKEN) and refuses reports that do not carry the
+// token of their rank. Knowing one rank's token tells nothing about
+// another's, nor about another incarnation's, so a worker cannot pose as
+// another rank (rank 0's done report completes the job) and a token of a
+// replaced incarnation is worthless.
+func ReportToken(key []byte, job string, incarnation uint64, rank int) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("pollux report secret\x00"))
+	m.Write([]byte(job))
+	m.Write([]byte{0})
+	m.Write(strconv.AppendUint(nil, incarnation, 10))
+	secret := m.Sum(nil)
+	m = hmac.New(sha256.New, secret)
+	m.Write([]byte("rank\x00"))
+	m.Write(strconv.AppendInt(nil, int64(rank), 10))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// SameToken compares a report's token with the expected one in constant
+// time; an empty expected token matches nothing.
+func SameToken(want, got string) bool {
+	return want != "" && hmac.Equal([]byte(want), []byte(got))
+}
