@@ -23,6 +23,7 @@ import (
 
 	"pollux/actors/api"
 	"pollux/actors/control"
+	"pollux/actors/dashboard"
 	"pollux/actors/job"
 	"pollux/cluster"
 	"pollux/cluster/pki"
@@ -269,6 +270,12 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	stats := &control.Stats{}
 	httpAPI := api.New(o.id, api.Config{Backend: srv, Apps: catalog.Names(), Members: members.Members, Stats: stats,
 		Insecure: o.sec.insecure, Logger: log})
+	dash, err := dashboard.New(dashboard.Config{ID: o.id, Backend: srv, API: httpAPI, Members: members.Members,
+		LastContact: srv.Raft().LastContact, Logger: log})
+	if err != nil {
+		return err
+	}
+	go dash.Run(ctx)
 	hprops, err := job.NewHost(job.HostConfig{Server: o.id, Store: srv, Logger: log})
 	if err != nil {
 		return err
@@ -283,7 +290,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 		Policy: policy, TypedPolicy: typed, CrossRackRatio: o.crossRackRatio, Levels: consensus.NormalizeLevels(initLevels),
 		Retain: o.retain, TimeScale: o.timeScale, NodeGrace: o.nodeGrace, MaxFailures: o.maxFailures, Stats: stats, Logger: log,
 		Lease: o.agentLease,
-	}, httpAPI.ObserveRound)
+	}, func(ri control.RoundInfo) { httpAPI.ObserveRound(ri); dash.ObserveRound(ri) })
 	if err != nil {
 		return err
 	}
@@ -300,7 +307,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	if ln, err = sec.listen(ln, pki.ChannelAPI, log); err != nil {
 		return err
 	}
-	hs := newHTTPServer(httpAPI, log)
+	hs := newHTTPServer(dash.Handler(httpAPI), log)
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 
