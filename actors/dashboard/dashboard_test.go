@@ -67,12 +67,16 @@ func (f *fakeBackend) Authenticate(secret string) (consensus.Token, bool, error)
 	t, err := f.st.ACL.Authenticate(secret)
 	return t, f.st.ACL.Bootstrapped(), err
 }
-func (f *fakeBackend) Servers() ([]raft.Server, error)          { return f.servers, nil }
-func (f *fakeBackend) Unreachable() map[raft.ServerID]time.Time { return map[raft.ServerID]time.Time{"s3": {}} }
+func (f *fakeBackend) Servers() ([]raft.Server, error) { return f.servers, nil }
+func (f *fakeBackend) Unreachable() map[raft.ServerID]time.Time {
+	return map[raft.ServerID]time.Time{"s3": {}}
+}
 func (f *fakeBackend) AddVoter(context.Context, raft.ServerID, raft.ServerAddress) error {
 	return errors.New("not here")
 }
-func (f *fakeBackend) RemoveServer(context.Context, raft.ServerID) error { return errors.New("not here") }
+func (f *fakeBackend) RemoveServer(context.Context, raft.ServerID) error {
+	return errors.New("not here")
+}
 
 // Secrets of the test tokens.
 const (

@@ -146,7 +146,7 @@ type JobDetail struct {
 	Speedups []SpeedupPoint `json:"speedups"`
 	// GradHistory are the gradient statistics this server saw over time
 	// (its ring, since it started).
-	GradHistory []GradPoint `json:"grad_history"`
+	GradHistory []GradPoint      `json:"grad_history"`
 	Single      []api.ChoiceJSON `json:"single_node"`
 	Multi       []api.ChoiceJSON `json:"multi_node"`
 }
