@@ -116,7 +116,8 @@ func (d *Dashboard) Sample() {
 	defer d.mu.Unlock()
 	d.series.add(s)
 	for id, j := range st.Jobs {
-		if !j.HasGrad {
+		grad, ok := gradOf(j)
+		if !ok {
 			continue
 		}
 		h := d.grads[id]
@@ -124,7 +125,7 @@ func (d *Dashboard) Sample() {
 			h = newRing[GradPoint](d.cfg.GradHistory)
 			d.grads[id] = h
 		}
-		p := gradPoint(now, j.Grad, j.Spec.Limits.InitBatch)
+		p := gradPoint(now, grad, j.Spec.Limits.InitBatch)
 		if last, ok := h.last(); !ok || last.GradSqr != p.GradSqr || last.GradVar != p.GradVar {
 			h.add(p)
 		}

@@ -194,6 +194,15 @@ func gradPoint(t float64, g goodput.GradStats, m0 int) GradPoint {
 	return p
 }
 
+// gradOf is a job's latest gradient statistics: those its workers'
+// profile recorded, else those of its actor's bid.
+func gradOf(j *consensus.Job) (goodput.GradStats, bool) {
+	if j.HasGrad {
+		return j.Grad, true
+	}
+	return j.Bid.Grad, j.Bid.Version > 0 && j.Bid.HasGrad
+}
+
 // finite maps NaN and infinities to 0 (JSON cannot carry them).
 func finite(v float64) float64 {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
@@ -303,8 +312,8 @@ func detailOf(st *consensus.State, id string, hist []GradPoint, now float64) (Jo
 	if d.GradHistory == nil {
 		d.GradHistory = []GradPoint{}
 	}
-	if j.HasGrad {
-		g := gradPoint(now, j.Grad, j.Spec.Limits.InitBatch)
+	if grad, ok := gradOf(j); ok {
+		g := gradPoint(now, grad, j.Spec.Limits.InitBatch)
 		d.Grad = &g
 	}
 	if bj := j.Bid; bj.Version > 0 {

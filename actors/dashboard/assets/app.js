@@ -45,9 +45,9 @@
 
   // colour is a job's colour, the same on every page and server.
   function colour(id) {
-    let h = 0;
-    for (let i = 0; i < id.length; i++) h = (h * 31 + id.charCodeAt(i)) >>> 0;
-    return "hsl(" + (h % 360) + ", 62%, " + (48 + (h >> 9) % 14) + "%)";
+    let h = 2166136261; // FNV-1a, then hues a golden angle apart
+    for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 16777619) >>> 0;
+    return "hsl(" + Math.round((h % 1000) * 137.508) % 360 + ", " + (55 + (h >>> 10) % 25) + "%, " + (42 + (h >>> 20) % 16) + "%)";
   }
 
   function jobLink(id) {
@@ -307,7 +307,7 @@
     });
     if (j.profile.length > 0) {
       chart("fit", document.getElementById("chart-fit"), {title: "Throughput: measured (points) and fitted (lines)",
-        series: ser, scales: {x: {time: false, distr: 3}}, axes: [{label: "local batch"}, {label: "samples/s", size: 60}]}, data);
+        series: ser, scales: {x: {time: false, distr: 3, range: (u, lo, hi) => [lo, hi]}}, axes: [{label: "local batch"}, {label: "samples/s", size: 60}]}, data);
     } else {
       document.getElementById("chart-fit").replaceChildren(el("p", {class: "muted"}, "No measurements yet."));
     }
