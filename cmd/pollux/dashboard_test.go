@@ -1,0 +1,335 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"pollux/actors/api"
+	"pollux/testbed/builtin"
+	"pollux/testbed/launch"
+)
+
+// chromium is Debian's Chromium, which the browser test drives.
+const chromium = "/usr/bin/chromium"
+
+// screenshotsEnv names a directory into which TestDashboardInBrowser
+// also writes the screenshots of docs/ (make screenshots).
+const screenshotsEnv = "POLLUX_SCREENSHOTS_DIR"
+
+// TestDashboardInBrowser starts a secured cluster (3 servers, 2 agents),
+// runs four long jobs on it and drives headless Chromium through the
+// dashboard of a follower, signed in with a read token through the URL
+// `pollux demo --ui` prints: the page shows every node, and every job
+// holding GPUs with the GPU count /v1/jobs gives it (in its list and in
+// the grid); after the leader is SIGKILLed the open page shows the new
+// leader within 5 s; a cancelled job leaves the running list; a killed
+// agent's node is marked dead; an unknown job is a 404 page. It saves a
+// screenshot of each view in its artifact directory (go test -artifacts
+// keeps them), and the cluster view and a job page in $POLLUX_SCREENSHOTS_DIR
+// when set.
+func TestDashboardInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 5-process cluster and a browser")
+	}
+	if _, err := os.Stat(chromium); err != nil {
+		t.Skipf("the browser test needs Chromium at %s (Debian package chromium: apt-get install -y chromium): %v", chromium, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, err := launch.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir,
+		Servers: 3, Agents: 2, GPUsPerAgent: 4, Interval: time.Second, TimeScale: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := c.Stop(); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			for _, m := range append(c.Servers, c.Agents...) {
+				b, _ := os.ReadFile(m.Log)
+				t.Logf("--- %s log (last 2000 bytes)\n%s", m.ID, tail(b, 2000))
+			}
+		}
+	}()
+	cat, err := builtin.Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := c.Client()
+	for _, j := range []launch.Job{{Name: "imagenet-a", App: "imagenet"}, {Name: "yolo-b", App: "yolov3"},
+		{Name: "imagenet-c", App: "imagenet"}, {Name: "speech-d", App: "deepspeech2"}} {
+		spec, err := j.Spec(cat, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := cl.SubmitAny(ctx, j.Name, spec, 200*time.Millisecond, 20*time.Second); !a.OK() {
+			t.Fatalf("submitting %s: %v", j.Name, a)
+		}
+	}
+	// Every job holds GPUs before the browser looks.
+	waitFor(t, ctx, 60*time.Second, "every job holding GPUs", func() (bool, string) {
+		js, _, err := cl.JobsAny(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(holding(js)) == 4, fmt.Sprint(holding(js))
+	})
+	tok, err := c.CreateToken(ctx, "dashboard-test", "read")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader, _, err := c.Leader(ctx, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var follower *launch.Member
+	for _, m := range c.Servers {
+		if m != leader {
+			follower = m
+			break
+		}
+	}
+	pins, err := c.ServerKeyPins()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bctx := browser(t, ctx, pins)
+	shots := t.ArtifactDir()
+	t.Logf("screenshots in %s", shots)
+	shot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		if err := os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if d := os.Getenv(screenshotsEnv); d != "" && (name == "cluster" || name == "job") {
+			if err := os.WriteFile(filepath.Join(d, "dashboard-"+name+".png"), png, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	base := "https://" + follower.HTTP
+
+	// Signed in by the URL's token, which leaves the address bar.
+	if err := chromedp.Do(bctx, chromedp.Navigate(launch.DashboardURL(follower, tok.Secret)), chromedp.WaitVisible(chromedp.CSS("#grid"))); err != nil {
+		t.Fatal(err)
+	}
+	loc, err := chromedp.Run(bctx, chromedp.Location())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loc != base+"/ui/" {
+		t.Errorf("after sign-in the page is at %q, want %q (the token out of the URL)", loc, base+"/ui/")
+	}
+	// Every node of /v1/nodes, and nothing else.
+	nodes, err := cl.Nodes(ctx, leader, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantNodes []string
+	for _, n := range nodes {
+		wantNodes = append(wantNodes, n.ID)
+	}
+	pageNodes, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("[data-node]")).map(e => e.dataset.node).sort()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Sort(wantNodes); !slices.Equal(pageNodes, wantNodes) || len(wantNodes) != 2 {
+		t.Errorf("page shows nodes %v, /v1/nodes %v", pageNodes, wantNodes)
+	}
+	// Every job holding GPUs, with the GPUs /v1/jobs gives it, in the
+	// list and in the grid: compared at a moment when the leader's
+	// answer did not change around the page's.
+	type pageJobs struct {
+		List map[string]int `json:"list"`
+		Grid map[string]int `json:"grid"`
+	}
+	var last string
+	waitFor(t, ctx, 30*time.Second, "the page showing /v1/jobs's GPUs", func() (bool, string) {
+		before, _, err := cl.JobsAny(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		pj, err := chromedp.Run(bctx, chromedp.Evaluate[pageJobs](`({
+			list: Object.fromEntries(Array.from(document.querySelectorAll("#running-jobs tr[data-job]")).map(e => [e.dataset.job, +e.dataset.gpus])),
+			grid: Array.from(document.querySelectorAll(".gpu[data-gpu-job]")).reduce((m, e) => (m[e.dataset.gpuJob] = (m[e.dataset.gpuJob] || 0) + 1, m), {})
+		})`))
+		if err != nil {
+			return false, err.Error()
+		}
+		after, _, err := cl.JobsAny(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		want := holding(before)
+		last = fmt.Sprintf("API %v then %v, page list %v grid %v", want, holding(after), pj.List, pj.Grid)
+		return maps.Equal(want, holding(after)) && maps.Equal(pj.List, want) && maps.Equal(pj.Grid, want), last
+	})
+	t.Log(last)
+	shot("cluster")
+
+	// The other views, and a 404 page for an unknown job.
+	for _, v := range []struct{ path, wait, name string }{
+		{"/ui/jobs", "#jobs-active tr[data-job]", "jobs"},
+		{"/ui/jobs/imagenet-a", "#chart-fit canvas", "job"},
+		{"/ui/control", "#peers tr[data-peer]", "control"},
+		{"/ui/history", "#chart-gpus canvas", "history"},
+		{"/ui/jobs/no-such-job", "#error-title", "not-found"},
+	} {
+		if err := chromedp.Do(bctx, chromedp.Navigate(base+v.path), chromedp.WaitVisible(chromedp.CSS(v.wait))); err != nil {
+			t.Fatalf("%s: %v", v.path, err)
+		}
+		shot(v.name)
+	}
+	if text, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#error-title"))); err != nil || !strings.Contains(text, "404") {
+		t.Errorf("unknown job page says %q (%v)", text, err)
+	}
+
+	// Leader failover: the page, open on a follower, shows the new
+	// leader within 5 s of the old one's SIGKILL.
+	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/control"), chromedp.WaitVisible(chromedp.CSS("#peers"))); err != nil {
+		t.Fatal(err)
+	}
+	pageLeader := func() string {
+		s, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#leader")))
+		return strings.TrimSpace(s)
+	}
+	if got := pageLeader(); got != leader.ID {
+		t.Fatalf("page shows leader %q, the cluster's is %s", got, leader.ID)
+	}
+	if err := c.Signal(leader, syscall.SIGKILL, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	var shown string
+	for time.Since(killed) < 5*time.Second {
+		if shown = pageLeader(); shown != leader.ID && shown != "none" && shown != "" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	took := time.Since(killed)
+	newLeader, _, err := c.Leader(ctx, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shown != newLeader.ID || took > 5*time.Second {
+		t.Errorf("%v after the SIGKILL of %s the page shows leader %q; the new leader is %s", took.Round(time.Millisecond), leader.ID, shown, newLeader.ID)
+	} else {
+		t.Logf("the page showed the new leader %s %v after the SIGKILL of %s", shown, took.Round(time.Millisecond), leader.ID)
+	}
+	shot("control-after-failover")
+
+	// A cancelled job leaves the running list (and the active table).
+	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#running-jobs"))); err != nil {
+		t.Fatal(err)
+	}
+	if a := cl.CancelAny(ctx, "yolo-b", 200*time.Millisecond, 20*time.Second); !a.OK() {
+		t.Fatalf("cancel: %v", a)
+	}
+	waitFor(t, ctx, 10*time.Second, "yolo-b leaving the running list", func() (bool, string) {
+		in, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`!!document.querySelector('#running-jobs tr[data-job="yolo-b"]')`))
+		if err != nil {
+			return false, err.Error()
+		}
+		return !in, fmt.Sprint("listed: ", in)
+	})
+	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/jobs"), chromedp.WaitVisible(chromedp.CSS(`#jobs-finished tr[data-job="yolo-b"][data-state="cancelled"]`))); err != nil {
+		t.Errorf("cancelled job in the finished table: %v", err)
+	}
+	if activeHasIt, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`!!document.querySelector('#jobs-active tr[data-job="yolo-b"]')`)); err != nil || activeHasIt {
+		t.Errorf("cancelled job still among the active ones (%v)", err)
+	}
+
+	// A node whose agent is killed is marked dead.
+	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#grid"))); err != nil {
+		t.Fatal(err)
+	}
+	victim := c.Agents[1]
+	if err := c.Signal(victim, syscall.SIGKILL, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, 20*time.Second, "the killed agent's node marked dead", func() (bool, string) {
+		h, err := chromedp.Run(bctx, chromedp.Evaluate[string](`(document.querySelector('[data-node="`+victim.ID+`"]') || {dataset: {}}).dataset.health || ""`))
+		if err != nil {
+			return false, err.Error()
+		}
+		return h == "dead", "health " + h
+	})
+	shot("cluster-dead-node")
+}
+
+// holding maps the jobs holding GPUs to their GPU counts.
+func holding(js []api.Job) map[string]int {
+	out := map[string]int{}
+	for _, j := range js {
+		if j.GPUs > 0 && j.State != "completed" && j.State != "failed" && j.State != "cancelled" {
+			out[j.ID] = j.GPUs
+		}
+	}
+	return out
+}
+
+// waitFor polls cond until it holds, failing the test with cond's last
+// word after within.
+func waitFor(t *testing.T, ctx context.Context, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("no %s within %v: %s", what, within, why)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// browser starts headless Chromium with a fresh profile, trusting the
+// servers' keys (pins) although it does not know the cluster's CA, and
+// returns its context; the test's end stops it.
+func browser(t *testing.T, ctx context.Context, pins []string) context.Context {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromium),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("ignore-certificate-errors-spki-list", strings.Join(pins, ",")),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1300, 1000),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	t.Cleanup(func() {
+		cancelBrowser()
+		cancelAlloc()
+	})
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("starting %s: %v", chromium, err)
+	}
+	return bctx
+}
