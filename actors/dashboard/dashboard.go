@@ -250,23 +250,27 @@ func (d *Dashboard) refuse(w http.ResponseWriter, r *http.Request, asJSON bool, 
 		"(pollux demo --ui prints such a URL; `pollux acl token create --role read` makes a token)."
 	if leader != "" {
 		if u, err := url.Parse(leader); err == nil && (u.Scheme == "https" || u.Scheme == "http") {
-			hint = "Try again in a moment, or on the leader's dashboard at " + u.Scheme + "://" + u.Host + Prefix + "."
+			d.render(w, code, "error.html.tmpl", errorData{Code: code, Title: http.StatusText(code), Message: msg,
+				Hint: "Try again in a moment, or sign in on the leader's dashboard:", Link: u.Scheme + "://" + u.Host + Prefix})
+			return
 		}
 	}
 	title := http.StatusText(code)
 	d.render(w, code, "error.html.tmpl", errorData{Code: code, Title: title, Message: msg, Hint: hint})
 }
 
+// errorData is what the error page shows: Hint, then a link to Link.
 type errorData struct {
 	Code                 int
 	Title, Message, Hint string
+	Link                 string
 }
 
 func (d *Dashboard) errorPage(w http.ResponseWriter, r *http.Request, code int, title, msg string) {
 	if _, ok := d.authorize(w, r, false); !ok {
 		return
 	}
-	d.render(w, code, "error.html.tmpl", errorData{Code: code, Title: title, Message: msg, Hint: "Back to the cluster: " + Prefix})
+	d.render(w, code, "error.html.tmpl", errorData{Code: code, Title: title, Message: msg, Hint: "Back to the cluster:", Link: Prefix})
 }
 
 func (d *Dashboard) render(w http.ResponseWriter, code int, name string, data any) {
@@ -300,7 +304,7 @@ func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request) {
 	if !found {
 		d.render(w, http.StatusNotFound, "error.html.tmpl", errorData{Code: http.StatusNotFound, Title: "No such job",
 			Message: "This cluster has no job " + strconv.Quote(id) + " (it may never have existed, or finished and been pruned).",
-			Hint:    "The jobs of the cluster: " + Prefix + "jobs"})
+			Hint:    "The jobs of the cluster:", Link: Prefix + "jobs"})
 		return
 	}
 	d.render(w, http.StatusOK, "page.html.tmpl", pageData{View: "job", Title: "Job " + id, Serving: d.cfg.ID,
@@ -385,7 +389,7 @@ func (d *Dashboard) serveStatic(w http.ResponseWriter, r *http.Request) {
 func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, clearCookie(r))
 	d.render(w, http.StatusOK, "error.html.tmpl", errorData{Code: http.StatusOK, Title: "Signed out",
-		Message: "The dashboard's token cookie is removed from this browser.", Hint: "Sign in again with " + Prefix + "?token=SECRET"})
+		Message: "The dashboard's token cookie is removed from this browser.", Hint: "Sign in again with " + Prefix + "?token=SECRET."})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -42,6 +42,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Skip("starts a 5-process cluster and a browser")
 	}
 	if _, err := os.Stat(chromium); err != nil {
+		if os.Getenv("POLLUX_REQUIRE_CHROMIUM") != "" {
+			t.Fatalf("POLLUX_REQUIRE_CHROMIUM is set but Chromium is missing at %s (Debian package chromium): %v", chromium, err)
+		}
 		t.Skipf("the browser test needs Chromium at %s (Debian package chromium: apt-get install -y chromium): %v", chromium, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -78,13 +81,18 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Fatalf("submitting %s: %v", j.Name, a)
 		}
 	}
-	// Every job holds GPUs before the browser looks.
-	waitFor(t, ctx, 60*time.Second, "every job holding GPUs", func() (bool, string) {
+	// Every job holds GPUs, and the cluster has grown them beyond one
+	// each, before the browser looks.
+	waitFor(t, ctx, 90*time.Second, "every job holding GPUs, 6 or more in all", func() (bool, string) {
 		js, _, err := cl.JobsAny(ctx)
 		if err != nil {
 			return false, err.Error()
 		}
-		return len(holding(js)) == 4, fmt.Sprint(holding(js))
+		used := 0
+		for _, g := range holding(js) {
+			used += g
+		}
+		return len(holding(js)) == 4 && used >= 6, fmt.Sprint(holding(js))
 	})
 	tok, err := c.CreateToken(ctx, "dashboard-test", "read")
 	if err != nil {
@@ -186,7 +194,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// The other views, and a 404 page for an unknown job.
 	for _, v := range []struct{ path, wait, name string }{
 		{"/ui/jobs", "#jobs-active tr[data-job]", "jobs"},
-		{"/ui/jobs/imagenet-a", "#chart-fit canvas", "job"},
+		{"/ui/jobs/imagenet-a", "#chart-fit canvas", "job-early"},
 		{"/ui/control", "#peers tr[data-peer]", "control"},
 		{"/ui/history", "#chart-gpus canvas", "history"},
 		{"/ui/jobs/no-such-job", "#error-title", "not-found"},
@@ -272,6 +280,12 @@ func TestDashboardInBrowser(t *testing.T) {
 		return h == "dead", "health " + h
 	})
 	shot("cluster-dead-node")
+
+	// A job's page once it has measured more (the screenshot of docs/).
+	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/jobs/imagenet-a"), chromedp.WaitVisible(chromedp.CSS("#chart-speedup canvas"))); err != nil {
+		t.Fatal(err)
+	}
+	shot("job")
 }
 
 // holding maps the jobs holding GPUs to their GPU counts.
