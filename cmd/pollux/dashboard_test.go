@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"pollux/actors/api"
@@ -113,7 +115,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bctx := browser(t, ctx, pins)
+	bctx, jsErrors := browser(t, ctx, pins)
+	defer func() {
+		// The page's script ran without an uncaught exception.
+		for _, e := range jsErrors() {
+			t.Errorf("the page threw: %s", e)
+		}
+	}()
 	shots := t.ArtifactDir()
 	t.Logf("screenshots in %s", shots)
 	shot := func(name string) {
@@ -264,6 +272,12 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("cancelled job still among the active ones (%v)", err)
 	}
 
+	// A job's page once it has measured more (the screenshot of docs/).
+	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/jobs/imagenet-a"), chromedp.WaitVisible(chromedp.CSS("#chart-speedup canvas"))); err != nil {
+		t.Fatal(err)
+	}
+	shot("job")
+
 	// A node whose agent is killed is marked dead.
 	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#grid"))); err != nil {
 		t.Fatal(err)
@@ -281,11 +295,6 @@ func TestDashboardInBrowser(t *testing.T) {
 	})
 	shot("cluster-dead-node")
 
-	// A job's page once it has measured more (the screenshot of docs/).
-	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/jobs/imagenet-a"), chromedp.WaitVisible(chromedp.CSS("#chart-speedup canvas"))); err != nil {
-		t.Fatal(err)
-	}
-	shot("job")
 }
 
 // holding maps the jobs holding GPUs to their GPU counts.
@@ -318,8 +327,9 @@ func waitFor(t *testing.T, ctx context.Context, within time.Duration, what strin
 
 // browser starts headless Chromium with a fresh profile, trusting the
 // servers' keys (pins) although it does not know the cluster's CA, and
-// returns its context; the test's end stops it.
-func browser(t *testing.T, ctx context.Context, pins []string) context.Context {
+// returns its context and the uncaught exceptions of the page's script
+// so far; the test's end stops it.
+func browser(t *testing.T, ctx context.Context, pins []string) (context.Context, func() []string) {
 	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromium),
@@ -337,7 +347,19 @@ func browser(t *testing.T, ctx context.Context, pins []string) context.Context {
 		chromedp.WindowSize(1300, 1000),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	var mu sync.Mutex
+	var thrown []string
+	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf), chromedp.WithListener(func(ev any) {
+		if e, ok := ev.(*cdpruntime.EventExceptionThrown); ok && e.ExceptionDetails != nil {
+			mu.Lock()
+			defer mu.Unlock()
+			msg := e.ExceptionDetails.Text
+			if e.ExceptionDetails.Exception != nil {
+				msg += " " + e.ExceptionDetails.Exception.Description
+			}
+			thrown = append(thrown, fmt.Sprintf("%s (%s:%d)", msg, e.ExceptionDetails.URL, e.ExceptionDetails.LineNumber))
+		}
+	}))
 	t.Cleanup(func() {
 		cancelBrowser()
 		cancelAlloc()
@@ -345,5 +367,9 @@ func browser(t *testing.T, ctx context.Context, pins []string) context.Context {
 	if err := chromedp.Do(bctx); err != nil {
 		t.Fatalf("starting %s: %v", chromium, err)
 	}
-	return bctx
+	return bctx, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(thrown)
+	}
 }

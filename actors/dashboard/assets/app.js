@@ -191,7 +191,7 @@
   const charts = {};
 
   function chart(key, holder, opts, data) {
-    const width = Math.max(320, Math.min(holder.clientWidth || 900, 1100));
+    const width = Math.max(320, Math.min((holder.clientWidth || 900) - 14, 1400));
     opts.width = width;
     opts.height = opts.height || 260;
     if (charts[key] && charts[key].root.isConnected && charts[key].series.length === opts.series.length) {
@@ -208,7 +208,13 @@
     const data = [series.map(s => s.t)];
     for (const c of cols) data.push(series.map(c));
     chart(key, holder, {title: title, series: [{}].concat(names.map((n, i) => ({label: n, stroke: colours[i], width: 2}))),
-      scales: {x: {time: true}}, axes: [{}, {size: 60}]}, data);
+      scales: {x: {time: true, range: timeRange}}, axes: [{}, {size: 60}]}, data);
+  }
+
+  // timeRange keeps a time axis of one point (or none) a few minutes wide.
+  function timeRange(u, lo, hi) {
+    if (lo === null || hi === null) return [ov.now - 300, ov.now];
+    return hi - lo < 60 ? [lo - 150, hi + 150] : [lo, hi];
   }
 
   // ---- history view --------------------------------------------------------
@@ -323,10 +329,15 @@
     document.getElementById("job-grad").replaceChildren(g ? kv([["|g|² (gradient's squared norm)", fmt(g.grad_sqr, 4)],
       ["σ² (variance)", fmt(g.grad_var, 4)], ["noise scale M0·σ²/|g|² (samples)", fmt(g.noise_scale, 1), "job-noise"]])
       : el("p", {class: "muted"}, "No gradient statistics reported yet."));
-    if (j.grad_history.length > 0) {
-      chart("grad", document.getElementById("chart-grad"), {title: "Gradient noise scale over time (as " + ov.serving + " saw it)",
-        series: [{}, {label: "noise scale", stroke: "#9467bd", width: 2}], scales: {x: {time: true}}, axes: [{}, {size: 60}]},
-        [j.grad_history.map(p => p.t), j.grad_history.map(p => p.noise_scale)]);
+    // The history holds the changes this server saw; the latest value
+    // still holds now.
+    const hist = j.grad_history.slice();
+    if (g && hist.length > 0 && g.t > hist[hist.length - 1].t) hist.push(g);
+    if (hist.length > 0) {
+      chart("grad", document.getElementById("chart-grad"), {title: "Gradient noise scale over time (the changes " + ov.serving + " saw)",
+        series: [{}, {label: "noise scale", stroke: "#9467bd", width: 2, paths: uPlot.paths.stepped({align: 1})}],
+        scales: {x: {time: true, range: timeRange}}, axes: [{}, {size: 60}]},
+        [hist.map(p => p.t), hist.map(p => p.noise_scale)]);
     } else {
       document.getElementById("chart-grad").replaceChildren();
     }
