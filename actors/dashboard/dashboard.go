@@ -95,6 +95,7 @@ type Dashboard struct {
 	series    *ring[Sample]
 	grads     map[string]*ring[GradPoint]
 	lastRound *api.RoundJSON
+	bases     baseCache
 }
 
 //go:embed assets
@@ -453,7 +454,7 @@ func (d *Dashboard) snapshot(ctx context.Context, v Viewer, since float64) (Over
 		ov.JobCount[j.State.String()]++
 	}
 	ov.Racks = racksOf(st)
-	ov.Jobs = jobsOf(st)
+	ov.Jobs = jobsOf(st, &d.bases)
 	ov.Goodput = goodputOf(ov.Jobs)
 	ov.Peers = d.peers(string(leader))
 	d.mu.Lock()
@@ -482,7 +483,7 @@ func (d *Dashboard) detail(st *consensus.State, id string) (JobDetail, bool) {
 		hist = h.items(func(GradPoint) bool { return true })
 	}
 	d.mu.Unlock()
-	return detailOf(st, id, hist, unix(d.cfg.Now()))
+	return detailOf(st, id, hist, unix(d.cfg.Now()), &d.bases)
 }
 
 // peers lists the Raft servers with their racks and whether they are

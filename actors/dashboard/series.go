@@ -111,7 +111,8 @@ func goodputOf(js []Job) float64 {
 func (d *Dashboard) Sample() {
 	st := d.cfg.Backend.LocalState()
 	now := unix(d.cfg.Now())
-	s := sampleOf(now, st, jobsOf(st))
+	s := sampleOf(now, st, jobsOf(st, &d.bases))
+	d.bases.prune(st)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.series.add(s)

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"sync"
 
 	"pollux/actors/api"
 	"pollux/consensus"
@@ -216,17 +217,65 @@ func active(s consensus.JobState) bool { return !s.Terminal() }
 
 // jobsOf builds the jobs table of st: the API's jobs and their batch
 // configuration and goodput on their placement.
-func jobsOf(st *consensus.State) []Job {
+func jobsOf(st *consensus.State, bases *baseCache) []Job {
 	var out []Job
 	for _, aj := range api.JobsOf(st) {
 		j := st.Jobs[aj.ID]
 		aj.Profiled = nil
-		out = append(out, jobOf(j, aj))
+		out = append(out, jobOf(j, aj, bases))
 	}
 	return out
 }
 
-func jobOf(j *consensus.Job, aj api.Job) Job {
+// baseCache memoises each job's best goodput on one GPU, the base of its
+// speedup, per bid: the search is most of a poll's work otherwise.
+type baseCache struct {
+	mu sync.Mutex
+	m  map[string]baseEntry
+}
+
+type baseEntry struct {
+	session, version uint64
+	goodput          float64
+}
+
+// base is the best goodput of j's model md on one GPU (0: none).
+func (c *baseCache) base(j *consensus.Job, md *goodput.Model) float64 {
+	if c != nil {
+		c.mu.Lock()
+		e, ok := c.m[j.ID]
+		c.mu.Unlock()
+		if ok && e.session == j.Bid.Session && e.version == j.Bid.Version {
+			return e.goodput
+		}
+	}
+	g := 0.0
+	if one, err := md.Optimize(1, 1); err == nil && one.Goodput > 0 {
+		g = one.Goodput
+	}
+	if c != nil {
+		c.mu.Lock()
+		if c.m == nil {
+			c.m = map[string]baseEntry{}
+		}
+		c.m[j.ID] = baseEntry{session: j.Bid.Session, version: j.Bid.Version, goodput: g}
+		c.mu.Unlock()
+	}
+	return g
+}
+
+// prune forgets the jobs that st no longer holds.
+func (c *baseCache) prune(st *consensus.State) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id := range c.m {
+		if st.Jobs[id] == nil {
+			delete(c.m, id)
+		}
+	}
+}
+
+func jobOf(j *consensus.Job, aj api.Job, bases *baseCache) Job {
 	out := Job{Job: aj, Active: active(j.State)}
 	if aj.GPUs == 0 {
 		return out
@@ -242,8 +291,8 @@ func jobOf(j *consensus.Job, aj api.Job) Job {
 		return out
 	}
 	out.Goodput = finite(md.Goodput(aj.Nodes, aj.GPUs, c.LocalBatch, c.AccumSteps))
-	if one, err := md.Optimize(1, 1); err == nil && one.Goodput > 0 {
-		out.Speedup = finite(out.Goodput / one.Goodput)
+	if base := bases.base(j, md); base > 0 {
+		out.Speedup = finite(out.Goodput / base)
 	}
 	return out
 }
@@ -295,7 +344,7 @@ func racksOf(st *consensus.State) []Rack {
 const fitPoints = 40
 
 // detailOf builds job id's page from st and its gradient history.
-func detailOf(st *consensus.State, id string, hist []GradPoint, now float64) (JobDetail, bool) {
+func detailOf(st *consensus.State, id string, hist []GradPoint, now float64, bases *baseCache) (JobDetail, bool) {
 	j := st.Jobs[id]
 	if j == nil {
 		return JobDetail{}, false
@@ -307,7 +356,7 @@ func detailOf(st *consensus.State, id string, hist []GradPoint, now float64) (Jo
 		}
 	}
 	aj.Profiled = nil
-	d := JobDetail{Job: jobOf(j, aj), Limits: j.Spec.Limits, Profile: []ProfilePoint{}, Fit: []FitCurve{},
+	d := JobDetail{Job: jobOf(j, aj, bases), Limits: j.Spec.Limits, Profile: []ProfilePoint{}, Fit: []FitCurve{},
 		Speedups: []SpeedupPoint{}, GradHistory: hist}
 	if d.GradHistory == nil {
 		d.GradHistory = []GradPoint{}

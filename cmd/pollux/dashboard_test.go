@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -295,6 +296,23 @@ func TestDashboardInBrowser(t *testing.T) {
 	})
 	shot("cluster-dead-node")
 
+	// Revoking the token signs the open page out.
+	resp, err := c.HTTPClient(10*time.Second).Post("https://"+follower.HTTP+api.PathACLTokens+"/"+tok.Accessor+"/revoke", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("revoking the token: %s", resp.Status)
+	}
+	waitFor(t, ctx, 10*time.Second, "the page signed out after the token's revocation", func() (bool, string) {
+		b, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#banner")))
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(b, "Signed out") && strings.Contains(b, "revoked"), "banner " + b
+	})
+	shot("signed-out")
 }
 
 // holding maps the jobs holding GPUs to their GPU counts.

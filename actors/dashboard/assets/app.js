@@ -18,6 +18,7 @@
   let lastOK = Date.now();
   let failing = null; // why the last poll failed
   let jobGone = false; // the job page's job is not on the cluster (any more)
+  let refused = null; // the server refused the token: polling stops
 
   // el builds an element: el("td", {class: "x"}, "text", child, ...).
   function el(tag, attrs, ...kids) {
@@ -77,7 +78,10 @@
     }
     const b = document.getElementById("banner");
     let msg = "", cls = "banner";
-    if (failing) {
+    if (refused) {
+      msg = "Signed out: " + refused + " — open the dashboard again with a valid token (/ui/?token=...).";
+      cls += " bad";
+    } else if (failing) {
       msg = "Cannot reach " + ov.serving + " since " + new Date(lastOK).toLocaleTimeString() +
         " (" + failing + "): what you see is from then, not current.";
       cls += " bad";
@@ -402,14 +406,15 @@
         }
       }
     } catch (e) {
-      failing = e.message || String(e);
+      if (e.status === 401 || e.status === 403) refused = e.message;
+      else failing = e.message || String(e);
     }
     render();
   }
 
   async function loop() {
     await poll();
-    setTimeout(loop, POLL_MS);
+    if (!refused) setTimeout(loop, POLL_MS);
   }
 
   render();
