@@ -44,12 +44,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 5-process cluster and a browser")
 	}
-	if _, err := os.Stat(chromium); err != nil {
-		if os.Getenv("POLLUX_REQUIRE_CHROMIUM") != "" {
-			t.Fatalf("POLLUX_REQUIRE_CHROMIUM is set but Chromium is missing at %s (Debian package chromium): %v", chromium, err)
-		}
-		t.Skipf("the browser test needs Chromium at %s (Debian package chromium: apt-get install -y chromium): %v", chromium, err)
-	}
+	needChromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -334,6 +329,18 @@ func TestDashboardInBrowser(t *testing.T) {
 		return strings.Contains(b, "Signed out") && strings.Contains(b, "revoked"), "banner " + b
 	})
 	shot("signed-out")
+}
+
+// needChromium skips the test without Chromium (or fails it when
+// POLLUX_REQUIRE_CHROMIUM is set, as in CI).
+func needChromium(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(chromium); err != nil {
+		if os.Getenv("POLLUX_REQUIRE_CHROMIUM") != "" {
+			t.Fatalf("POLLUX_REQUIRE_CHROMIUM is set but Chromium is missing at %s (Debian package chromium): %v", chromium, err)
+		}
+		t.Skipf("this browser test needs Chromium at %s (Debian package chromium: apt-get install -y chromium): %v", chromium, err)
+	}
 }
 
 // holding maps the jobs holding GPUs to their GPU counts.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"pollux/actors/worker"
+	"pollux/testbed"
 	"pollux/testbed/builtin"
 	"pollux/testbed/launch"
 	"pollux/testbed/realdemo"
@@ -109,48 +111,8 @@ busy cores it takes 2 to 3 minutes (docs/worker-library.md).`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			// The signals end everything; the timeout only the workload.
-			runCtx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "starting %d servers and %d agents of %d emulated GPUs on 127.0.0.1 (logs in %s)\n", servers, agents, gpus, dir)
-			c, err := launch.Start(runCtx, launch.Options{
-				Exec: []string{self}, Dir: dir,
-				Servers: servers, Agents: agents, GPUsPerAgent: gpus, TimeScale: scale,
-			})
-			if err != nil {
-				return fmt.Errorf("demo: %w", err)
-			}
-			fmt.Fprintf(out, "mutual TLS and encrypted gossip on (CA, certificates and gossip key in %s)\n", c.TLS().Dir)
-			fmt.Fprintf(out, "API tokens on (the cluster's admin token is in %s)\n", c.TokenFile())
-			// Stop every process on every way out, Ctrl-C included.
-			defer func() {
-				fmt.Fprintln(out, "stopping the cluster")
-				if err := c.Stop(); err != nil {
-					fmt.Fprintln(cmd.ErrOrStderr(), "pollux: demo:", err)
-				}
-			}()
-			dashURL := ""
-			if ui {
-				tok, err := c.CreateToken(runCtx, "dashboard", "read")
-				if err != nil {
-					return fmt.Errorf("demo: %w", err)
-				}
-				dashURL = launch.DashboardURL(c.Servers[0], tok.Secret)
-				fmt.Fprintf(out, "dashboard: %s\n(%s)\n", dashURL, c.BrowserHint())
-			}
-			jobs := launch.DemoWorkload(spread)
-			fmt.Fprintf(out, "submitting %d jobs over %v; time runs %gx\n", len(jobs), spread, scale)
-			res, err := c.Run(runCtx, cat, jobs, launch.RunOptions{TimeScale: scale, Progress: out})
-			if err != nil {
-				return fmt.Errorf("demo: %w", err)
-			}
-			if err := launch.WriteResults(out, res); err != nil || !ui {
-				return err
-			}
-			fmt.Fprintf(out, "the workload is done; the cluster stays up for the dashboard until Ctrl-C or SIGTERM\ndashboard: %s\n", dashURL)
-			<-ctx.Done()
-			return nil
+			return runDemo(ctx, launch.Options{Exec: []string{self}, Dir: dir, Servers: servers, Agents: agents, GPUsPerAgent: gpus, TimeScale: scale},
+				cat, spread, timeout, ui, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
@@ -170,4 +132,50 @@ busy cores it takes 2 to 3 minutes (docs/worker-library.md).`,
 	f.IntVar(&augment, "augment", 16, "with --real: training copies of every digit (a longer epoch)")
 	f.IntVar(&minEpochs, "min-epochs", 60, "with --real: epochs the CNNs train at least (the MLP: 4 times as many)")
 	return cmd
+}
+
+// runDemo runs the emulated demo on the cluster of o through the demo
+// workload, submitted over spread, within timeout; with ui it prints the
+// first server's dashboard URL and keeps the cluster up after the
+// workload until ctx ends (Ctrl-C or SIGTERM in pollux demo). Every
+// process it started is stopped on every way out.
+func runDemo(ctx context.Context, o launch.Options, cat testbed.Catalog, spread, timeout time.Duration, ui bool, out, errOut io.Writer) error {
+	// The signals end everything; the timeout only the workload.
+	runCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	fmt.Fprintf(out, "starting %d servers and %d agents of %d emulated GPUs on 127.0.0.1 (logs in %s)\n", o.Servers, o.Agents, o.GPUsPerAgent, o.Dir)
+	c, err := launch.Start(runCtx, o)
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	fmt.Fprintf(out, "mutual TLS and encrypted gossip on (CA, certificates and gossip key in %s)\n", c.TLS().Dir)
+	fmt.Fprintf(out, "API tokens on (the cluster's admin token is in %s)\n", c.TokenFile())
+	// Stop every process on every way out, Ctrl-C included.
+	defer func() {
+		fmt.Fprintln(out, "stopping the cluster")
+		if err := c.Stop(); err != nil {
+			fmt.Fprintln(errOut, "pollux: demo:", err)
+		}
+	}()
+	dashURL := ""
+	if ui {
+		tok, err := c.CreateToken(runCtx, "dashboard", "read")
+		if err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		dashURL = launch.DashboardURL(c.Servers[0], tok.Secret)
+		fmt.Fprintf(out, "dashboard: %s\n(%s)\n", dashURL, c.BrowserHint())
+	}
+	jobs := launch.DemoWorkload(spread)
+	fmt.Fprintf(out, "submitting %d jobs over %v; time runs %gx\n", len(jobs), spread, o.TimeScale)
+	res, err := c.Run(runCtx, cat, jobs, launch.RunOptions{TimeScale: o.TimeScale, Progress: out})
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	if err := launch.WriteResults(out, res); err != nil || !ui {
+		return err
+	}
+	fmt.Fprintf(out, "the workload is done; the cluster stays up for the dashboard until Ctrl-C or SIGTERM\ndashboard: %s\n", dashURL)
+	<-ctx.Done()
+	return nil
 }
