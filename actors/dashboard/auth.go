@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"pollux/actors/api"
 	"pollux/consensus"
@@ -103,6 +104,13 @@ func clearCookie(r *http.Request) *http.Cookie {
 	return c
 }
 
+// How long whoami waits for a follower to learn a token it does not
+// know: whoamiRetries times whoamiWait.
+const (
+	whoamiRetries = 10
+	whoamiWait    = 100 * time.Millisecond
+)
+
 // refusal is why a request was not let in: an HTTP status and the
 // API's words.
 type refusal struct {
@@ -120,6 +128,18 @@ func (e *refusal) Error() string { return e.msg }
 // exactly the API's authentication. A refusal is a *refusal.
 func (d *Dashboard) whoami(r *http.Request, tok string) (Viewer, error) {
 	rec := d.callAPI(r.Context(), r, http.MethodGet, api.PathACLSelf, tok)
+	// A follower that does not know the token redirects to the leader:
+	// a token made a moment ago (as pollux demo --ui does just before it
+	// prints its URL) reaches it within a few heartbeats, so wait a
+	// little for it rather than refuse at once.
+	for i := 0; i < whoamiRetries && rec.code == http.StatusTemporaryRedirect; i++ {
+		select {
+		case <-r.Context().Done():
+			return Viewer{}, &refusal{code: http.StatusServiceUnavailable, msg: "dashboard: " + r.Context().Err().Error()}
+		case <-time.After(whoamiWait):
+		}
+		rec = d.callAPI(r.Context(), r, http.MethodGet, api.PathACLSelf, tok)
+	}
 	switch rec.code {
 	case http.StatusOK:
 	case http.StatusTemporaryRedirect:

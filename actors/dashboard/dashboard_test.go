@@ -604,3 +604,38 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// A follower that does not know a token yet (made a moment ago through
+// the leader) waits a little for it; one it never learns is refused with
+// a link to the leader's dashboard.
+func TestFollowerWaitsForANewToken(t *testing.T) {
+	fb := &fakeBackend{st: testState(), follower: true, leader: "s2"}
+	log := slog.New(slog.DiscardHandler)
+	members := func() []cluster.Member {
+		return []cluster.Member{{Name: "s2", Meta: cluster.Meta{Role: cluster.RoleServer, HTTPAddr: "127.0.0.1:8082"}}}
+	}
+	a := api.New("s1", api.Config{Backend: fb, Members: members, Logger: log})
+	d, err := New(Config{ID: "s1", Backend: fb, API: a, Members: members, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{fb: fb, dash: d, h: d.Handler(a)}
+	const fresh = "plx_a-token-made-a-moment-ago-through-the-leader"
+	go func() {
+		time.Sleep(250 * time.Millisecond)
+		_ = fb.ApplyCommand(context.Background(), &consensus.CreateToken{Token: consensus.Token{Accessor: "acc-fresh", Name: "fresh",
+			Role: consensus.RoleRead, Hash: consensus.HashSecret(fresh), CreateTime: 9}})
+	}()
+	start := time.Now()
+	if rec := f.do(req{path: "/ui/", cookie: fresh, tls: true}); rec.Code != http.StatusOK {
+		t.Errorf("a token the follower learns 250 ms later: %d %.300s", rec.Code, rec.Body.String())
+	}
+	if waited := time.Since(start); waited < 200*time.Millisecond {
+		t.Errorf("answered after %v, before the token existed here", waited)
+	}
+	rec := f.do(req{path: "/ui/", cookie: "plx_a-token-this-cluster-never-made-0000000", tls: true})
+	if rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "does not know the token") ||
+		!strings.Contains(rec.Body.String(), `href="https://127.0.0.1:8082/ui/"`) {
+		t.Errorf("a token never learnt: %d %s", rec.Code, rec.Body.String())
+	}
+}

@@ -36,7 +36,9 @@ const screenshotsEnv = "POLLUX_SCREENSHOTS_DIR"
 // holding GPUs with the GPU count /v1/jobs gives it (in its list and in
 // the grid); after the leader is SIGKILLed the open page shows the new
 // leader within 5 s; a cancelled job leaves the running list; a killed
-// agent's node is marked dead; an unknown job is a 404 page. It saves a
+// agent's node is marked dead; an unknown job is a 404 page; a revoked
+// token signs the page out; a server left without quorum says its data
+// may be behind. It saves a
 // screenshot of each view in its artifact directory (go test -artifacts
 // keeps them), and the cluster view and a job page in $POLLUX_SCREENSHOTS_DIR
 // when set.
@@ -122,7 +124,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	t.Logf("screenshots in %s", shots)
 	shot := func(name string) {
 		t.Helper()
-		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		png, err := chromedp.Run(within(bctx), chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatalf("screenshot %s: %v", name, err)
 		}
@@ -136,12 +138,19 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	}
 	base := "https://" + follower.HTTP
+	// do runs browser steps, each bounded: a page that never shows what
+	// a step waits for fails the test in time.
+	do := func(steps ...chromedp.Action[chromedp.Void]) error {
+		ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
+		defer cancel()
+		return chromedp.Do(ctx, steps...)
+	}
 
 	// Signed in by the URL's token, which leaves the address bar.
-	if err := chromedp.Do(bctx, chromedp.Navigate(launch.DashboardURL(follower, tok.Secret)), chromedp.WaitVisible(chromedp.CSS("#grid"))); err != nil {
+	if err := do(chromedp.Navigate(launch.DashboardURL(follower, tok.Secret)), chromedp.WaitVisible(chromedp.CSS("#grid"))); err != nil {
 		t.Fatal(err)
 	}
-	loc, err := chromedp.Run(bctx, chromedp.Location())
+	loc, err := chromedp.Run(within(bctx), chromedp.Location())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +166,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	for _, n := range nodes {
 		wantNodes = append(wantNodes, n.ID)
 	}
-	pageNodes, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("[data-node]")).map(e => e.dataset.node).sort()`))
+	pageNodes, err := chromedp.Run(within(bctx), chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("[data-node]")).map(e => e.dataset.node).sort()`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +186,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		pj, err := chromedp.Run(bctx, chromedp.Evaluate[pageJobs](`({
+		pj, err := chromedp.Run(within(bctx), chromedp.Evaluate[pageJobs](`({
 			list: Object.fromEntries(Array.from(document.querySelectorAll("#running-jobs tr[data-job]")).map(e => [e.dataset.job, +e.dataset.gpus])),
 			grid: Array.from(document.querySelectorAll(".gpu[data-gpu-job]")).reduce((m, e) => (m[e.dataset.gpuJob] = (m[e.dataset.gpuJob] || 0) + 1, m), {})
 		})`))
@@ -203,12 +212,12 @@ func TestDashboardInBrowser(t *testing.T) {
 		{"/ui/history", "#chart-gpus canvas", "history"},
 		{"/ui/jobs/no-such-job", "#error-title", "not-found"},
 	} {
-		if err := chromedp.Do(bctx, chromedp.Navigate(base+v.path), chromedp.WaitVisible(chromedp.CSS(v.wait))); err != nil {
+		if err := do(chromedp.Navigate(base+v.path), chromedp.WaitVisible(chromedp.CSS(v.wait))); err != nil {
 			t.Fatalf("%s: %v", v.path, err)
 		}
 		shot(v.name)
 	}
-	if text, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#error-title"))); err != nil || !strings.Contains(text, "404") {
+	if text, err := chromedp.Run(within(bctx), chromedp.Text(chromedp.CSS("#error-title"))); err != nil || !strings.Contains(text, "404") {
 		t.Errorf("unknown job page says %q (%v)", text, err)
 	}
 
@@ -216,11 +225,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	// leader, shows the new leader within 5 s of the old one's SIGKILL.
 	// (Leadership may have moved since the start, under load: the page
 	// then moves to a server that does not lead, signing in there.)
-	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/control"), chromedp.WaitVisible(chromedp.CSS("#peers"))); err != nil {
+	if err := do(chromedp.Navigate(base+"/ui/control"), chromedp.WaitVisible(chromedp.CSS("#peers"))); err != nil {
 		t.Fatal(err)
 	}
 	pageLeader := func() string {
-		s, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#leader")))
+		s, _ := chromedp.Run(within(bctx), chromedp.Text(chromedp.CSS("#leader")))
 		return strings.TrimSpace(s)
 	}
 	waitFor(t, ctx, 30*time.Second, "the page of a follower showing the leader", func() (bool, string) {
@@ -237,7 +246,7 @@ func TestDashboardInBrowser(t *testing.T) {
 				}
 			}
 			base = "https://" + follower.HTTP
-			if err := chromedp.Do(bctx, chromedp.Navigate(launch.DashboardURL(follower, tok.Secret)), chromedp.WaitVisible(chromedp.CSS("#grid")),
+			if err := do(chromedp.Navigate(launch.DashboardURL(follower, tok.Secret)), chromedp.WaitVisible(chromedp.CSS("#grid")),
 				chromedp.Navigate(base+"/ui/control"), chromedp.WaitVisible(chromedp.CSS("#peers"))); err != nil {
 				return false, err.Error()
 			}
@@ -269,34 +278,34 @@ func TestDashboardInBrowser(t *testing.T) {
 	shot("control-after-failover")
 
 	// A cancelled job leaves the running list (and the active table).
-	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#running-jobs"))); err != nil {
+	if err := do(chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#running-jobs"))); err != nil {
 		t.Fatal(err)
 	}
 	if a := cl.CancelAny(ctx, "yolo-b", 200*time.Millisecond, 20*time.Second); !a.OK() {
 		t.Fatalf("cancel: %v", a)
 	}
 	waitFor(t, ctx, 10*time.Second, "yolo-b leaving the running list", func() (bool, string) {
-		in, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`!!document.querySelector('#running-jobs tr[data-job="yolo-b"]')`))
+		in, err := chromedp.Run(within(bctx), chromedp.Evaluate[bool](`!!document.querySelector('#running-jobs tr[data-job="yolo-b"]')`))
 		if err != nil {
 			return false, err.Error()
 		}
 		return !in, fmt.Sprint("listed: ", in)
 	})
-	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/jobs"), chromedp.WaitVisible(chromedp.CSS(`#jobs-finished tr[data-job="yolo-b"][data-state="cancelled"]`))); err != nil {
+	if err := do(chromedp.Navigate(base+"/ui/jobs"), chromedp.WaitVisible(chromedp.CSS(`#jobs-finished tr[data-job="yolo-b"][data-state="cancelled"]`))); err != nil {
 		t.Errorf("cancelled job in the finished table: %v", err)
 	}
-	if activeHasIt, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`!!document.querySelector('#jobs-active tr[data-job="yolo-b"]')`)); err != nil || activeHasIt {
+	if activeHasIt, err := chromedp.Run(within(bctx), chromedp.Evaluate[bool](`!!document.querySelector('#jobs-active tr[data-job="yolo-b"]')`)); err != nil || activeHasIt {
 		t.Errorf("cancelled job still among the active ones (%v)", err)
 	}
 
 	// A job's page once it has measured more (the screenshot of docs/).
-	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/jobs/imagenet-a"), chromedp.WaitVisible(chromedp.CSS("#chart-speedup canvas"))); err != nil {
+	if err := do(chromedp.Navigate(base+"/ui/jobs/imagenet-a"), chromedp.WaitVisible(chromedp.CSS("#chart-speedup canvas"))); err != nil {
 		t.Fatal(err)
 	}
 	shot("job")
 
 	// A node whose agent is killed is marked dead.
-	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#grid"))); err != nil {
+	if err := do(chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#grid"))); err != nil {
 		t.Fatal(err)
 	}
 	victim := c.Agents[1]
@@ -304,7 +313,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, 20*time.Second, "the killed agent's node marked dead", func() (bool, string) {
-		h, err := chromedp.Run(bctx, chromedp.Evaluate[string](`(document.querySelector('[data-node="`+victim.ID+`"]') || {dataset: {}}).dataset.health || ""`))
+		h, err := chromedp.Run(within(bctx), chromedp.Evaluate[string](`(document.querySelector('[data-node="`+victim.ID+`"]') || {dataset: {}}).dataset.health || ""`))
 		if err != nil {
 			return false, err.Error()
 		}
@@ -322,13 +331,39 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("revoking the token: %s", resp.Status)
 	}
 	waitFor(t, ctx, 10*time.Second, "the page signed out after the token's revocation", func() (bool, string) {
-		b, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#banner")))
+		b, err := chromedp.Run(within(bctx), chromedp.Text(chromedp.CSS("#banner")))
 		if err != nil {
 			return false, err.Error()
 		}
 		return strings.Contains(b, "Signed out") && strings.Contains(b, "revoked"), "banner " + b
 	})
 	shot("signed-out")
+
+	// Signed in again with a new token, the page of a server left alone
+	// (the other live server killed: no quorum) says its data is stale
+	// rather than showing it as current.
+	tok2, err := c.CreateToken(ctx, "dashboard-test-2", "read")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := do(chromedp.Navigate(launch.DashboardURL(follower, tok2.Secret)), chromedp.WaitVisible(chromedp.CSS("#grid"))); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range c.Servers {
+		if m != follower && m.Running() {
+			if err := c.Signal(m, syscall.SIGKILL, "", 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitFor(t, ctx, 20*time.Second, "the page saying its server has no quorum", func() (bool, string) {
+		b, err := chromedp.Run(within(bctx), chromedp.Evaluate[[]string](`[document.getElementById("banner").dataset.health || "", document.getElementById("banner").textContent]`))
+		if err != nil || len(b) != 2 {
+			return false, fmt.Sprint(b, err)
+		}
+		return (b[0] == "stale" || b[0] == "no-quorum") && strings.Contains(b[1], "may be behind"), strings.Join(b, ": ")
+	})
+	shot("no-quorum")
 }
 
 // needChromium skips the test without Chromium (or fails it when
@@ -341,6 +376,14 @@ func needChromium(t *testing.T) {
 		}
 		t.Skipf("this browser test needs Chromium at %s (Debian package chromium: apt-get install -y chromium): %v", chromium, err)
 	}
+}
+
+// within bounds one browser query (the context is dropped with the
+// query's end; the tab lives on).
+func within(bctx context.Context) context.Context {
+	ctx, cancel := context.WithTimeout(bctx, 10*time.Second)
+	context.AfterFunc(ctx, cancel)
+	return ctx
 }
 
 // holding maps the jobs holding GPUs to their GPU counts.
