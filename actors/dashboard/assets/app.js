@@ -44,11 +44,18 @@
     return v.toFixed(digits === undefined ? 2 : digits);
   }
 
-  // colour is a job's colour, the same on every page and server.
+  // colour is a job's colour, the same on every page and server: jobs in
+  // submission order (the order every server lists them in) take the
+  // colours of a palette in turn, so jobs submitted near each other
+  // differ; a job not in the list gets one by its name's hash.
+  const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#edc948", "#76b7b2", "#ff9da7",
+    "#9c755f", "#1f77b4", "#bcbd22", "#d62728", "#17becf", "#8c564b", "#2ca02c", "#9467bd"];
   function colour(id) {
-    let h = 2166136261; // FNV-1a, then hues a golden angle apart
-    for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 16777619) >>> 0;
-    return "hsl(" + Math.round((h % 1000) * 137.508) % 360 + ", " + (55 + (h >>> 10) % 25) + "%, " + (42 + (h >>> 20) % 16) + "%)";
+    const i = ov.jobs.findIndex(j => j.id === id);
+    if (i >= 0) return PALETTE[i % PALETTE.length];
+    let h = 2166136261; // FNV-1a
+    for (let k = 0; k < id.length; k++) h = Math.imul(h ^ id.charCodeAt(k), 16777619) >>> 0;
+    return PALETTE[h % PALETTE.length];
   }
 
   function jobLink(id) {
@@ -96,6 +103,8 @@
     b.className = cls;
     b.hidden = msg === "";
     b.dataset.health = failing ? "unreachable" : ov.health;
+    // Data that may be behind is drawn faded, never as current.
+    main.classList.toggle("stale", msg !== "");
   }
 
   // ---- cluster view --------------------------------------------------------
