@@ -9,6 +9,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"path"
@@ -320,7 +321,7 @@ func (d *Dashboard) apiOverview(w http.ResponseWriter, r *http.Request) {
 	since := 0.0
 	if s := r.URL.Query().Get("since"); s != "" {
 		v, err := strconv.ParseFloat(s, 64)
-		if err != nil || v < 0 {
+		if err != nil || !(v >= 0) || math.IsInf(v, 0) {
 			writeJSON(w, http.StatusBadRequest, api.Error{Error: "dashboard: since " + strconv.Quote(s) + " is not a time in Unix seconds"})
 			return
 		}

@@ -520,7 +520,7 @@ func TestSeriesRingIsBoundedAndIncremental(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &inc); err != nil || len(inc.Series) != 2 || inc.Series[0].Time != 1_000_012 {
 		t.Errorf("since: %v %+v", err, inc.Series)
 	}
-	for _, bad := range []string{"x", "-1", "1e999999"} {
+	for _, bad := range []string{"x", "-1", "1e999999", "NaN", "Inf", "-0x1p-2"} {
 		if rec := f.do(req{path: PathOverview + "?since=" + bad, cookie: readSecret}); rec.Code != http.StatusBadRequest {
 			t.Errorf("since=%s: %d", bad, rec.Code)
 		}
