@@ -220,6 +220,26 @@ func TestDashboardInBrowser(t *testing.T) {
 	if text, err := chromedp.Run(within(bctx), chromedp.Text(chromedp.CSS("#error-title"))); err != nil || !strings.Contains(text, "404") {
 		t.Errorf("unknown job page says %q (%v)", text, err)
 	}
+	// A read token is offered nothing that changes state.
+	if err := do(chromedp.Navigate(base+"/ui/jobs"), chromedp.WaitVisible(chromedp.CSS("#jobs-active tr[data-job]"))); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := chromedp.Run(within(bctx), chromedp.Evaluate[int](`document.querySelectorAll("button, form, input").length`)); err != nil || n != 0 {
+		t.Errorf("the jobs page offers a read token %d controls (%v)", n, err)
+	}
+	// An admin token is offered a cancel button per active job; then the
+	// read token signs in again.
+	if err := do(chromedp.Navigate(launch.DashboardURL(follower, c.AdminToken())), chromedp.WaitVisible(chromedp.CSS("#grid")),
+		chromedp.Navigate(base+"/ui/jobs"), chromedp.WaitVisible(chromedp.CSS("#jobs-active button.cancel"))); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := chromedp.Run(within(bctx), chromedp.Evaluate[int](`document.querySelectorAll("#jobs-active tr[data-job] button.cancel").length -
+		document.querySelectorAll("#jobs-active tr[data-job]").length`)); err != nil || n != 0 {
+		t.Errorf("an admin's jobs page: %d more cancel buttons than active jobs (%v)", n, err)
+	}
+	if err := do(chromedp.Navigate(launch.DashboardURL(follower, tok.Secret)), chromedp.WaitVisible(chromedp.CSS("#grid"))); err != nil {
+		t.Fatal(err)
+	}
 
 	// Leader failover: the page, open on a follower and showing the
 	// leader, shows the new leader within 5 s of the old one's SIGKILL.
