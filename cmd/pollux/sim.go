@@ -596,10 +596,6 @@ func writeSimOut(dir string, summary report.Summary, results []*sim.Result) erro
 	if err != nil {
 		return errors.Join(fmt.Errorf("sim: plots"), err)
 	}
-	var plots []report.Plot
-	for _, f := range files {
-		plots = append(plots, report.Plot{File: f, Caption: report.Caption(f)})
-	}
 	var policies, workloads []string
 	for _, r := range summary.Runs {
 		if !slices.Contains(policies, r.Policy) {
@@ -610,7 +606,8 @@ func writeSimOut(dir string, summary report.Summary, results []*sim.Result) erro
 		}
 	}
 	note := fmt.Sprintf("pollux sim: %d runs, policies %s on workloads %s.", len(summary.Runs), strings.Join(policies, ", "), strings.Join(workloads, ", "))
-	if err := report.WriteIndex(dir, "Pollux simulator: policies compared", note, summary, plots); err != nil {
+	page := report.Page{Title: "Pollux simulator: policies compared", Note: note, Tables: report.SummaryTables(summary), Plots: report.Plots(files)}
+	if err := report.WriteIndex(dir, page); err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
 	return nil

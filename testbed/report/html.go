@@ -13,16 +13,27 @@ import (
 // IndexFile is the page WriteIndex writes.
 const IndexFile = "index.html"
 
-// Plot is one image of a report page: its file and caption.
+// Page is a report page: tables, then plots.
+type Page struct {
+	// Title heads the page; Note says what was run.
+	Title, Note string
+	Tables      []Table
+	Plots       []Plot
+}
+
+// Table is one table of a page: cells as text, the first column a name.
+type Table struct {
+	ID, Caption string
+	Header      []string
+	Rows        [][]string
+}
+
+// Plot is one image of a page: its file and caption.
 type Plot struct {
 	File, Caption string
 }
 
-var indexPage = template.Must(template.New("index").Funcs(template.FuncMap{
-	"pct": func(v float64) string { return fmt.Sprintf("%.1f %%", 100*v) },
-	"f0":  func(v float64) string { return fmt.Sprintf("%.0f", v) },
-	"f2":  func(v float64) string { return fmt.Sprintf("%.2f", v) },
-}).Parse(`<!doctype html>
+var indexPage = template.Must(template.New("index").Parse(`<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -41,64 +52,41 @@ figcaption, .muted { color: #6b7280; }
 <body>
 <h1>{{.Title}}</h1>
 <p class="muted">{{.Note}}</p>
-<h2>Mean over workloads, per policy</h2>
-<table id="policies">
-<tr><th>policy</th><th>workloads</th><th>avg JCT s</th><th>p99 JCT s</th><th>makespan s</th><th>restarts/job</th><th>GPU-hours</th><th>worst FTF</th><th>cross-rack GPU time</th><th>Pollux's avg JCT below it</th></tr>
-{{range .Policies}}<tr><td>{{.Name}}</td><td>{{.Summary.Workloads}}</td><td>{{f0 .Summary.MeanAvgJCT}}</td><td>{{f0 .Summary.MeanP99JCT}}</td><td>{{f0 .Summary.MeanMakespan}}</td>
-<td>{{f2 .Summary.MeanRestartsPerJob}}</td><td>{{printf "%.1f" .Summary.MeanGPUHours}}</td><td>{{f2 .Summary.WorstFTF}}</td><td>{{pct .Summary.CrossRackGPUTimeFrac}}</td><td>{{with .Reduction}}{{.}}{{else}}–{{end}}</td></tr>
+{{range .Tables}}<h2>{{.Caption}}</h2>
+<table id="{{.ID}}">
+<tr>{{range .Header}}<th>{{.}}</th>{{end}}</tr>
+{{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
 {{end}}</table>
-<h2>Runs</h2>
-<table id="runs">
-<tr><th>policy</th><th>workload</th><th>jobs</th><th>avg JCT s</th><th>p99 JCT s</th><th>makespan s</th><th>restarts/job</th><th>GPU-hours</th><th>worst FTF</th></tr>
-{{range .Runs}}<tr><td>{{.Policy}}</td><td>{{.Workload}}</td><td>{{.Jobs}}</td><td>{{f0 .AvgJCT}}</td><td>{{f0 .P99JCT}}</td><td>{{f0 .Makespan}}</td><td>{{f2 .RestartsPerJob}}</td><td>{{printf "%.1f" .GPUHours}}</td><td>{{f2 .WorstFTF}}</td></tr>
-{{end}}</table>
-{{range .Images}}<figure><img alt="{{.Caption}}" src="{{.Data}}"><figcaption>{{.Caption}} ({{.File}})</figcaption></figure>
+{{end}}{{range .Images}}<figure><img alt="{{.Caption}}" src="{{.Data}}"><figcaption>{{.Caption}} ({{.File}})</figcaption></figure>
 {{end}}<p class="muted">The same figures are in summary.json and jobs.csv beside this page.</p>
 </body>
 </html>
 `))
-
-type indexPolicy struct {
-	Name      string
-	Summary   PolicySummary
-	Reduction string
-}
 
 type indexImage struct {
 	File, Caption string
 	Data          template.URL
 }
 
-// WriteIndex writes dir/index.html: a page that compares the policies of
-// s (the per-policy means, Pollux's reductions, every run) and shows the
-// plots, each embedded as a data URL, so that the page opens from a file
-// on its own. title heads it; note says what was run.
-func WriteIndex(dir, title, note string, s Summary, plots []Plot) error {
+// WriteIndex writes dir/index.html: p's tables and its plots, each
+// embedded as a data URL, so that the page opens from a file on its own.
+func WriteIndex(dir string, p Page) error {
 	data := struct {
-		Title, Note string
-		Policies    []indexPolicy
-		Runs        []RunSummary
-		Images      []indexImage
-	}{Title: title, Note: note, Runs: s.Runs}
-	pollux := s.Policies["pollux"]
-	for _, name := range s.policyNames() {
-		p := indexPolicy{Name: name, Summary: s.Policies[name]}
-		if r, ok := pollux.ReductionVs[name]; ok {
-			p.Reduction = fmt.Sprintf("%.1f %%", 100*r)
-		}
-		data.Policies = append(data.Policies, p)
-	}
-	for _, p := range plots {
-		b, err := os.ReadFile(p.File)
+		Page
+		Images []indexImage
+	}{Page: p}
+	for _, pl := range p.Plots {
+		b, err := os.ReadFile(pl.File)
 		if err != nil {
 			return fmt.Errorf("report: %w", err)
 		}
 		mime := "image/png"
-		if strings.HasSuffix(p.File, ".svg") {
+		if strings.HasSuffix(pl.File, ".svg") {
 			mime = "image/svg+xml"
 		}
-		data.Images = append(data.Images, indexImage{File: filepath.Base(p.File), Caption: p.Caption,
-			// The bytes are ours, base64-encoded: a data URL of an image.
+		data.Images = append(data.Images, indexImage{File: filepath.Base(pl.File), Caption: pl.Caption,
+			// The bytes are our own plot's, base64-encoded: a data URL
+			// of an image.
 			Data: template.URL("data:" + mime + ";base64," + base64.StdEncoding.EncodeToString(b))})
 	}
 	var buf bytes.Buffer
@@ -111,7 +99,46 @@ func WriteIndex(dir, title, note string, s Summary, plots []Plot) error {
 	return nil
 }
 
-// Captions of the plots WritePlots makes, by file name prefix.
+// SummaryTables are the tables of `pollux sim`'s page: the policies'
+// means over workloads with Pollux's reduction of the average JCT against
+// each (Pollux first), then every run.
+func SummaryTables(s Summary) []Table {
+	pol := Table{ID: "policies", Caption: "Mean over workloads, per policy",
+		Header: []string{"policy", "workloads", "avg JCT s", "p99 JCT s", "makespan s", "restarts/job", "GPU-hours", "worst FTF",
+			"cross-rack GPU time", "Pollux's avg JCT below it"}}
+	pollux := s.Policies["pollux"]
+	for _, name := range s.policyNames() {
+		p := s.Policies[name]
+		red := "–"
+		if r, ok := pollux.ReductionVs[name]; ok {
+			red = fmt.Sprintf("%.1f %%", 100*r)
+		}
+		pol.Rows = append(pol.Rows, []string{name, fmt.Sprint(p.Workloads), f0(p.MeanAvgJCT), f0(p.MeanP99JCT), f0(p.MeanMakespan),
+			f2(p.MeanRestartsPerJob), fmt.Sprintf("%.1f", p.MeanGPUHours), f2(p.WorstFTF), fmt.Sprintf("%.1f %%", 100*p.CrossRackGPUTimeFrac), red})
+	}
+	runs := Table{ID: "runs", Caption: "Runs",
+		Header: []string{"policy", "workload", "jobs", "avg JCT s", "p99 JCT s", "makespan s", "restarts/job", "GPU-hours", "worst FTF"}}
+	for _, r := range s.Runs {
+		runs.Rows = append(runs.Rows, []string{r.Policy, r.Workload, fmt.Sprint(r.Jobs), f0(r.AvgJCT), f0(r.P99JCT), f0(r.Makespan),
+			f2(r.RestartsPerJob), fmt.Sprintf("%.1f", r.GPUHours), f2(r.WorstFTF)})
+	}
+	return []Table{pol, runs}
+}
+
+func f0(v float64) string { return fmt.Sprintf("%.0f", v) }
+func f2(v float64) string { return fmt.Sprintf("%.2f", v) }
+
+// Plots are files with their captions.
+func Plots(files []string) []Plot {
+	var out []Plot
+	for _, f := range files {
+		out = append(out, Plot{File: f, Caption: Caption(f)})
+	}
+	return out
+}
+
+// Caption is the caption of a plot WritePlots or WriteCloudPlots makes,
+// from its file name.
 func Caption(file string) string {
 	base := strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
 	switch {

@@ -25,12 +25,8 @@ func TestWriteIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var plots []Plot
-	for _, f := range files {
-		plots = append(plots, Plot{File: f, Caption: Caption(f)})
-	}
 	s := Summarize(rs)
-	if err := WriteIndex(dir, "Policies <compared>", "a note", s, plots); err != nil {
+	if err := WriteIndex(dir, Page{Title: "Policies <compared>", Note: "a note", Tables: SummaryTables(s), Plots: Plots(files)}); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := os.ReadFile(filepath.Join(dir, IndexFile))
