@@ -39,8 +39,8 @@ var indexPage = template.Must(template.New("index").Parse(`<!doctype html>
 <meta charset="utf-8">
 <title>{{.Title}}</title>
 <style>
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d2330; margin: 24px; max-width: 1200px; }
-table { border-collapse: collapse; margin: 8px 0 22px; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d2330; margin: 24px; }
+table { border-collapse: collapse; margin: 8px 0 22px; font-size: 13px; }
 th, td { border-bottom: 1px solid #e3e6ea; padding: 4px 10px; text-align: right; white-space: nowrap; }
 th:first-child, td:first-child { text-align: left; }
 th { background: #f0f2f5; }
@@ -105,7 +105,7 @@ func WriteIndex(dir string, p Page) error {
 func SummaryTables(s Summary) []Table {
 	pol := Table{ID: "policies", Caption: "Mean over workloads, per policy",
 		Header: []string{"policy", "workloads", "avg JCT s", "p99 JCT s", "makespan s", "restarts/job", "GPU-hours", "worst FTF",
-			"cross-rack GPU time", "Pollux's avg JCT below it"}}
+			"cross-rack GPU time", "Pollux below it (avg JCT)"}}
 	pollux := s.Policies["pollux"]
 	for _, name := range s.policyNames() {
 		p := s.Policies[name]
