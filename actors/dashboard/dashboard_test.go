@@ -639,3 +639,27 @@ func TestFollowerWaitsForANewToken(t *testing.T) {
 		t.Errorf("a token never learnt: %d %s", rec.Code, rec.Body.String())
 	}
 }
+
+// Names from the cluster never become markup: the data embedded in a
+// page is escaped JSON.
+func TestEmbeddedDataIsEscaped(t *testing.T) {
+	f := newFixture(t, false)
+	const evil = `x</script><script>alert(1)</script>`
+	f.fb.mu.Lock()
+	f.fb.st.Jobs[evil] = &consensus.Job{ID: evil, State: consensus.Pending, SubmitTime: 9, SubmitterName: `<img src=x onerror=alert(2)>`,
+		Spec: consensus.JobSpec{Name: evil, Limits: f.fb.st.Jobs["c"].Spec.Limits}}
+	f.fb.mu.Unlock()
+	rec := f.do(req{path: "/ui/jobs", cookie: readSecret})
+	body := rec.Body.String()
+	if rec.Code != http.StatusOK || strings.Contains(body, "</script><script>") || strings.Contains(body, "<img src=x") {
+		t.Fatalf("%d: the page holds a name as markup:\n%s", rec.Code, body)
+	}
+	// The escaped JSON still carries the name.
+	start := strings.Index(body, `<script id="initial" type="application/json">`)
+	end := strings.Index(body[start:], "</script>")
+	var data struct{ Overview Overview }
+	if start < 0 || end < 0 || json.Unmarshal([]byte(body[start+len(`<script id="initial" type="application/json">`):start+end]), &data) != nil ||
+		!slices.ContainsFunc(data.Overview.Jobs, func(j Job) bool { return j.ID == evil }) {
+		t.Errorf("the embedded data lost the job %q", evil)
+	}
+}
