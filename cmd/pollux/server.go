@@ -63,7 +63,8 @@ func newServerCmd() *cobra.Command {
 		Long: "Runs one control-plane server (run 3 or 5): a Raft member of the replicated scheduler state " +
 			"(data in --data-dir), a gossip member, the allocator actor (active on the Raft leader only, every " +
 			"--interval), a job host running the job actors placed on it, and the HTTP JSON API on --http (every " +
-			"server answers; followers forward writes to the leader over the Raft port). Every channel runs over " +
+			"server answers; followers forward writes to the leader over the Raft port), with the web dashboard at /ui/ " +
+			"(docs/dashboard.md). Every channel runs over " +
 			"mutual TLS with the certificates of --ca, --cert and --key and gossip is encrypted with --gossip-key " +
 			"(docs/security.md); --insecure runs plaintext, for development. --peers lists every server as " +
 			"id=raftaddr=httpaddr; --bootstrap forms the cluster from it (safe to repeat on restart) and sets the " +
