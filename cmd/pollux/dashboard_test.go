@@ -34,14 +34,15 @@ const screenshotsEnv = "POLLUX_SCREENSHOTS_DIR"
 // dashboard of a follower, signed in with a read token through the URL
 // `pollux demo --ui` prints: the page shows every node, and every job
 // holding GPUs with the GPU count /v1/jobs gives it (in its list and in
-// the grid); after the leader is SIGKILLed the open page shows the new
-// leader within 5 s; a cancelled job leaves the running list; a killed
-// agent's node is marked dead; an unknown job is a 404 page; a revoked
-// token signs the page out; a server left without quorum says its data
-// may be behind. It saves a
-// screenshot of each view in its artifact directory (go test -artifacts
-// keeps them), and the cluster view and a job page in $POLLUX_SCREENSHOTS_DIR
-// when set.
+// the grid); an unknown job is a 404 page; a read token is offered no
+// control, an admin's cancel button cancels; after the leader is
+// SIGKILLed the open page shows the new leader within 5 s; a job
+// cancelled through the API leaves the running list; a killed agent's
+// node is marked dead; a revoked token signs the page out; a server left
+// without quorum says its data may be behind; the page's script throws
+// nothing. It saves a screenshot of each view in its artifact directory
+// (go test -artifacts keeps them), and the cluster view and a job page
+// in $POLLUX_SCREENSHOTS_DIR when set.
 func TestDashboardInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 5-process cluster and a browser")
@@ -237,6 +238,21 @@ func TestDashboardInBrowser(t *testing.T) {
 		document.querySelectorAll("#jobs-active tr[data-job]").length`)); err != nil || n != 0 {
 		t.Errorf("an admin's jobs page: %d more cancel buttons than active jobs (%v)", n, err)
 	}
+	// Its button cancels the job, through the page's own request (the
+	// confirmation answered yes).
+	if _, err := chromedp.Run(within(bctx), chromedp.Evaluate[chromedp.Void](`window.confirm = () => true`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := do(chromedp.Click(chromedp.CSS(`#jobs-active tr[data-job="speech-d"] button.cancel`))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, 10*time.Second, "speech-d cancelled by the page's button", func() (bool, string) {
+		j, found, err := cl.JobAny(ctx, "speech-d")
+		if err != nil || !found {
+			return false, fmt.Sprint(found, err)
+		}
+		return j.State == "cancelled" && strings.Contains(j.Reason, api.BootstrapName), j.State + " " + j.Reason
+	})
 	if err := do(chromedp.Navigate(launch.DashboardURL(follower, tok.Secret)), chromedp.WaitVisible(chromedp.CSS("#grid"))); err != nil {
 		t.Fatal(err)
 	}
