@@ -6,6 +6,7 @@ import (
 	"embed"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -122,11 +123,11 @@ func New(cfg Config) (*Dashboard, error) {
 	}
 	pages, err := template.ParseFS(assets, "assets/*.tmpl")
 	if err != nil {
-		return nil, errors.Join(errors.New("dashboard: templates"), err)
+		return nil, fmt.Errorf("dashboard: templates: %w", err)
 	}
 	static, err := fs.Sub(assets, "assets")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("dashboard: assets: %w", err)
 	}
 	d := &Dashboard{cfg: cfg, mux: http.NewServeMux(), pages: pages,
 		static: http.StripPrefix(PathStatic, http.FileServerFS(static)),
