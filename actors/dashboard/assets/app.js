@@ -284,7 +284,8 @@
         el("h2", {}, "Throughput model"), el("div", {id: "job-model"}),
         el("div", {class: "chart", id: "chart-fit"}), el("div", {class: "chart", id: "chart-speedup"}),
         el("h2", {}, "Gradient noise"), el("div", {id: "job-grad"}), el("div", {class: "chart", id: "chart-grad"}),
-        el("h2", {}, "Measured configurations"), el("div", {id: "job-profile"}));
+        el("h2", {}, "Measured configurations"), el("div", {id: "job-profile"}),
+        el("h2", {}, "Batch configurations the job's bid runs"), el("div", {id: "job-choices"}));
     }
     document.getElementById("job-summary").replaceChildren(kv([
       ["state", j.state + (j.reason ? " — " + j.reason : ""), "job-state"], ["application", j.application || "–"],
@@ -359,6 +360,17 @@
       el("tbody", {}, ...j.profile.map(p => el("tr", {}, el("td", {class: "num"}, p.nodes), el("td", {class: "num"}, p.replicas),
         el("td", {class: "num"}, p.local_bsz), el("td", {class: "num"}, fmt(p.step_time, 4)), el("td", {class: "num"}, fmt(p.accum_time, 4)),
         el("td", {class: "num"}, fmt(p.throughput, 1)), el("td", {class: "num"}, fmt(p.fitted, 1)), el("td", {class: "num"}, p.count))))));
+    // Per GPU count: local batch × (accumulation + 1) and gain, on one
+    // node and over several.
+    const single = j.single_node || [], multi = j.multi_node || [];
+    const choice = c => c ? c.local_bsz + " × " + (c.accum_steps + 1) + ", gain " + fmt(c.gain) : "–";
+    const rows = [];
+    for (let k = 1; k <= Math.max(single.length, multi.length); k++) {
+      rows.push(el("tr", {}, el("td", {class: "num"}, k), el("td", {}, choice(single[k - 1])), el("td", {}, k > 1 ? choice(multi[k - 1]) : "–")));
+    }
+    document.getElementById("job-choices").replaceChildren(rows.length ? el("table", {class: "table"},
+      el("thead", {}, el("tr", {}, ...["GPUs", "one node", "several nodes"].map(h => el("th", {}, h)))), el("tbody", {}, ...rows))
+      : el("p", {class: "muted"}, "No bid yet."));
   }
 
   // ---- polling -------------------------------------------------------------
