@@ -217,6 +217,14 @@
     return charts[key];
   }
 
+  // Charts follow the window's width.
+  window.addEventListener("resize", () => {
+    for (const c of Object.values(charts)) {
+      const holder = c.root.parentElement;
+      if (holder) c.setSize({width: Math.max(320, Math.min(holder.clientWidth - 14, 1400)), height: c.height});
+    }
+  });
+
   function timeSeriesChart(key, holder, title, names, cols, colours) {
     const data = [series.map(s => s.t)];
     for (const c of cols) data.push(series.map(c));
