@@ -3,7 +3,7 @@ BIN     := bin/pollux
 SHARED  ?= ../shared/pollux-artifact
 PKGS    := ./...
 
-.PHONY: all build test bench demo demo-real sim lint fmt-check vet proto chaos clean
+.PHONY: all build test bench demo demo-real sim lint fmt-check vet proto chaos clean screenshots
 
 all: build
 
@@ -55,6 +55,12 @@ demo: build
 # minutes on two busy cores (docs/worker-library.md).
 demo-real: build
 	./$(BIN) demo --real --json
+
+# Regenerates docs/dashboard-cluster.png and docs/dashboard-job.png: the
+# dashboard's browser test (a secured cluster, headless Chromium; needs
+# `apt-get install -y chromium`) saves them there.
+screenshots:
+	POLLUX_SCREENSHOTS_DIR=$(CURDIR)/docs $(GO) test -count=1 -run '^TestDashboardInBrowser$$' ./cmd/pollux
 
 # The simulator on built-in defaults: Pollux vs Tiresias vs Optimus.
 sim: build

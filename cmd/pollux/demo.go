@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"pollux/actors/worker"
+	"pollux/testbed"
 	"pollux/testbed/builtin"
 	"pollux/testbed/launch"
 	"pollux/testbed/realdemo"
@@ -25,7 +27,7 @@ func newDemoCmd() *cobra.Command {
 		spread, timeout       time.Duration
 		dir                   string
 		keep                  bool
-		real, asJSON          bool
+		real, asJSON, ui      bool
 		realOpts              realdemo.Options
 		augment, minEpochs    int
 	)
@@ -39,6 +41,12 @@ progress once a second (leader, allocation generation, GPUs in use, each
 running job's GPUs and epoch), prints the job completion times and stops
 every process it started, also on Ctrl-C. Emulated time runs --time-scale
 times faster than real time.
+
+With --ui it prints a line "dashboard: URL" once the cluster runs: the
+web dashboard of the first server (docs/dashboard.md), with a read token
+in the URL that the page exchanges for a cookie. After the workload the
+cluster stays up for it (--timeout bounds the workload only) until
+Ctrl-C or SIGTERM, which stop every process.
 
 With --real it runs real PyTorch training instead (Debian's python3-torch
 and python3-sklearn through /usr/bin/python3, or --python): 3 servers and
@@ -57,7 +65,7 @@ busy cores it takes 2 to 3 minutes (docs/worker-library.md).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
 			if real {
-				for _, name := range []string{"gpus"} {
+				for _, name := range []string{"gpus", "ui"} {
 					if f.Changed(name) {
 						return badInput(fmt.Errorf("demo: --%s is for emulated jobs, not --real", name))
 					}
@@ -103,33 +111,8 @@ busy cores it takes 2 to 3 minutes (docs/worker-library.md).`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			ctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "starting %d servers and %d agents of %d emulated GPUs on 127.0.0.1 (logs in %s)\n", servers, agents, gpus, dir)
-			c, err := launch.Start(ctx, launch.Options{
-				Exec: []string{self}, Dir: dir,
-				Servers: servers, Agents: agents, GPUsPerAgent: gpus, TimeScale: scale,
-			})
-			if err != nil {
-				return fmt.Errorf("demo: %w", err)
-			}
-			fmt.Fprintf(out, "mutual TLS and encrypted gossip on (CA, certificates and gossip key in %s)\n", c.TLS().Dir)
-			fmt.Fprintf(out, "API tokens on (the cluster's admin token is in %s)\n", c.TokenFile())
-			// Stop every process on every way out, Ctrl-C included.
-			defer func() {
-				fmt.Fprintln(out, "stopping the cluster")
-				if err := c.Stop(); err != nil {
-					fmt.Fprintln(cmd.ErrOrStderr(), "pollux: demo:", err)
-				}
-			}()
-			jobs := launch.DemoWorkload(spread)
-			fmt.Fprintf(out, "submitting %d jobs over %v; time runs %gx\n", len(jobs), spread, scale)
-			res, err := c.Run(ctx, cat, jobs, launch.RunOptions{TimeScale: scale, Progress: out})
-			if err != nil {
-				return fmt.Errorf("demo: %w", err)
-			}
-			return launch.WriteResults(out, res)
+			return runDemo(ctx, launch.Options{Exec: []string{self}, Dir: dir, Servers: servers, Agents: agents, GPUsPerAgent: gpus, TimeScale: scale},
+				cat, spread, timeout, ui, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
@@ -141,6 +124,7 @@ busy cores it takes 2 to 3 minutes (docs/worker-library.md).`,
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "give up (and stop the cluster) after this long (--real: default 20m)")
 	f.StringVar(&dir, "dir", "", "directory for data and logs (default: a temporary one, removed afterwards)")
 	f.BoolVar(&keep, "keep", false, "keep the temporary directory")
+	f.BoolVar(&ui, "ui", false, "print the dashboard's URL (with a read token) and keep the cluster up after the workload until Ctrl-C or SIGTERM")
 	f.BoolVar(&real, "real", false, "run real PyTorch jobs on CPU slots instead of emulated ones")
 	f.BoolVar(&asJSON, "json", false, "with --real: print the result as one JSON object")
 	f.IntVar(&realOpts.Slots, "cpu-slots", 2, "with --real: CPU slots per agent")
@@ -148,4 +132,50 @@ busy cores it takes 2 to 3 minutes (docs/worker-library.md).`,
 	f.IntVar(&augment, "augment", 16, "with --real: training copies of every digit (a longer epoch)")
 	f.IntVar(&minEpochs, "min-epochs", 60, "with --real: epochs the CNNs train at least (the MLP: 4 times as many)")
 	return cmd
+}
+
+// runDemo runs the emulated demo on the cluster of o through the demo
+// workload, submitted over spread, within timeout; with ui it prints the
+// first server's dashboard URL and keeps the cluster up after the
+// workload until ctx ends (Ctrl-C or SIGTERM in pollux demo). Every
+// process it started is stopped on every way out.
+func runDemo(ctx context.Context, o launch.Options, cat testbed.Catalog, spread, timeout time.Duration, ui bool, out, errOut io.Writer) error {
+	// The signals end everything; the timeout only the workload.
+	runCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	fmt.Fprintf(out, "starting %d servers and %d agents of %d emulated GPUs on 127.0.0.1 (logs in %s)\n", o.Servers, o.Agents, o.GPUsPerAgent, o.Dir)
+	c, err := launch.Start(runCtx, o)
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	fmt.Fprintf(out, "mutual TLS and encrypted gossip on (CA, certificates and gossip key in %s)\n", c.TLS().Dir)
+	fmt.Fprintf(out, "API tokens on (the cluster's admin token is in %s)\n", c.TokenFile())
+	// Stop every process on every way out, Ctrl-C included.
+	defer func() {
+		fmt.Fprintln(out, "stopping the cluster")
+		if err := c.Stop(); err != nil {
+			fmt.Fprintln(errOut, "pollux: demo:", err)
+		}
+	}()
+	dashURL := ""
+	if ui {
+		tok, err := c.CreateToken(runCtx, "dashboard", "read")
+		if err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		dashURL = launch.DashboardURL(c.Servers[0], tok.Secret)
+		fmt.Fprintf(out, "dashboard: %s\n(%s)\n", dashURL, c.BrowserHint())
+	}
+	jobs := launch.DemoWorkload(spread)
+	fmt.Fprintf(out, "submitting %d jobs over %v; time runs %gx\n", len(jobs), spread, o.TimeScale)
+	res, err := c.Run(runCtx, cat, jobs, launch.RunOptions{TimeScale: o.TimeScale, Progress: out})
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	if err := launch.WriteResults(out, res); err != nil || !ui {
+		return err
+	}
+	fmt.Fprintf(out, "the workload is done; the cluster stays up for the dashboard until Ctrl-C or SIGTERM\ndashboard: %s\n", dashURL)
+	<-ctx.Done()
+	return nil
 }

@@ -21,6 +21,7 @@ import (
 
 	"pollux/actors/api"
 	"pollux/actors/control"
+	"pollux/actors/dashboard"
 	"pollux/actors/job"
 	"pollux/cluster"
 	"pollux/cluster/pki"
@@ -60,7 +61,8 @@ func newServerCmd() *cobra.Command {
 		Long: "Runs one control-plane server (run 3 or 5): a Raft member of the replicated scheduler state " +
 			"(data in --data-dir), a gossip member, the allocator actor (active on the Raft leader only, every " +
 			"--interval), a job host running the job actors placed on it, and the HTTP JSON API on --http (every " +
-			"server answers; followers forward writes to the leader over the Raft port). Every channel runs over " +
+			"server answers; followers forward writes to the leader over the Raft port), with the web dashboard at /ui/ " +
+			"(docs/dashboard.md). Every channel runs over " +
 			"mutual TLS with the certificates of --ca, --cert and --key and gossip is encrypted with --gossip-key " +
 			"(docs/security.md); --insecure runs plaintext, for development. --peers lists every server as " +
 			"id=raftaddr=httpaddr; --bootstrap forms the cluster from it (safe to repeat on restart) and sets the " +
@@ -267,6 +269,12 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	stats := &control.Stats{}
 	httpAPI := api.New(o.id, api.Config{Backend: srv, Apps: catalog.Names(), Members: members.Members, Stats: stats,
 		Insecure: o.sec.insecure, Logger: log})
+	dash, err := dashboard.New(dashboard.Config{ID: o.id, Backend: srv, API: httpAPI, Members: members.Members,
+		LastContact: srv.Raft().LastContact, Logger: log})
+	if err != nil {
+		return err
+	}
+	go dash.Run(ctx)
 	hprops, err := job.NewHost(job.HostConfig{Server: o.id, Store: srv, Logger: log})
 	if err != nil {
 		return err
@@ -281,7 +289,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 		Policy: policy, TypedPolicy: typed, CrossRackRatio: o.crossRackRatio, Levels: consensus.NormalizeLevels(initLevels),
 		Retain: o.retain, TimeScale: o.timeScale, NodeGrace: o.nodeGrace, MaxFailures: o.maxFailures, Stats: stats, Logger: log,
 		Lease: o.agentLease,
-	}, httpAPI.ObserveRound)
+	}, func(ri control.RoundInfo) { httpAPI.ObserveRound(ri); dash.ObserveRound(ri) })
 	if err != nil {
 		return err
 	}
@@ -298,7 +306,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	if ln, err = sec.listen(ln, pki.ChannelAPI, log); err != nil {
 		return err
 	}
-	hs := newHTTPServer(httpAPI, log)
+	hs := newHTTPServer(dash.Handler(httpAPI), log)
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 

@@ -586,13 +586,29 @@ func profiledNodes(cats testbed.TypedCatalog) map[string]int {
 	return out
 }
 
-// writeSimOut writes summary.json, jobs.csv and the plots into dir.
+// writeSimOut writes summary.json, jobs.csv, the plots and index.html (a
+// page comparing the policies, the plots embedded) into dir.
 func writeSimOut(dir string, summary report.Summary, results []*sim.Result) error {
 	if err := writeSummaryAndJobs(dir, summary, results); err != nil {
 		return err
 	}
-	if _, err := report.WritePlots(dir, results); err != nil {
+	files, err := report.WritePlots(dir, results)
+	if err != nil {
 		return errors.Join(fmt.Errorf("sim: plots"), err)
+	}
+	var policies, workloads []string
+	for _, r := range summary.Runs {
+		if !slices.Contains(policies, r.Policy) {
+			policies = append(policies, r.Policy)
+		}
+		if !slices.Contains(workloads, r.Workload) {
+			workloads = append(workloads, r.Workload)
+		}
+	}
+	note := fmt.Sprintf("pollux sim: %d runs, policies %s on workloads %s.", len(summary.Runs), strings.Join(policies, ", "), strings.Join(workloads, ", "))
+	page := report.Page{Title: "Pollux simulator: policies compared", Note: note, Tables: report.SummaryTables(summary), Plots: report.Plots(files)}
+	if err := report.WriteIndex(dir, page); err != nil {
+		return fmt.Errorf("sim: %w", err)
 	}
 	return nil
 }

@@ -367,8 +367,9 @@ func printCloudTable(w io.Writer, policies []string, s cloudSummary) error {
 	return nil
 }
 
-// writeCloudOut writes summary.json, jobs.csv, timeline.csv and the
-// node-count and efficiency plots into dir.
+// writeCloudOut writes summary.json, jobs.csv, timeline.csv, the
+// node-count and efficiency plots and index.html (the policies compared,
+// the plots embedded) into dir.
 func writeCloudOut(dir string, summary cloudSummary, results []*sim.Result) error {
 	if err := writeSummaryAndJobs(dir, summary, results); err != nil {
 		return err
@@ -376,8 +377,28 @@ func writeCloudOut(dir string, summary cloudSummary, results []*sim.Result) erro
 	if err := writeTimelineCSV(filepath.Join(dir, "timeline.csv"), results); err != nil {
 		return err
 	}
-	if _, err := report.WriteCloudPlots(dir, results); err != nil {
+	files, err := report.WriteCloudPlots(dir, results)
+	if err != nil {
 		return fmt.Errorf("sim: plots: %w", err)
+	}
+	var policies []string
+	for _, r := range results {
+		if !slices.Contains(policies, r.Policy) {
+			policies = append(policies, r.Policy)
+		}
+	}
+	t := report.Table{ID: "policies", Caption: "Mean over workloads, per policy",
+		Header: []string{"policy", "mean JCT (h)", "node-hours", "cost", "peak nodes", "mean nodes", "restarts/job"}}
+	for _, name := range policies {
+		p := summary.Policies[name]
+		t.Rows = append(t.Rows, []string{name, fmt.Sprintf("%.2f", p.JCT/3600), fmt.Sprintf("%.1f", p.NodeHours), fmt.Sprintf("%.2f", p.Cost),
+			fmt.Sprintf("%.1f", p.PeakNodes), fmt.Sprintf("%.2f", p.MeanNodes), fmt.Sprintf("%.1f", p.Restarts)})
+	}
+	page := report.Page{Title: "Pollux simulator: an elastic cluster, autoscaling policies compared",
+		Note:   fmt.Sprintf("pollux sim --autoscale: %d runs, policies %s.", len(results), strings.Join(policies, ", ")),
+		Tables: []report.Table{t}, Plots: report.Plots(files)}
+	if err := report.WriteIndex(dir, page); err != nil {
+		return fmt.Errorf("sim: %w", err)
 	}
 	return nil
 }

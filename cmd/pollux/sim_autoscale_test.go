@@ -75,9 +75,19 @@ func TestSimAutoscaleJSON(t *testing.T) {
 	if nh, ms := fixed["node_hours"], fixed["makespan_s"]; nh < 4*ms/3600 || nh > 4*(ms+60)/3600 || fixed["peak_nodes"] != 4 {
 		t.Errorf("fixed cluster: %v", fixed)
 	}
-	for _, f := range []string{"summary.json", "jobs.csv", "timeline.csv", "nodes-one.png", "efficiency-one.png"} {
+	for _, f := range []string{"summary.json", "jobs.csv", "timeline.csv", "nodes-one.png", "efficiency-one.png", "index.html"} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
+		}
+	}
+	// index.html: a row per policy, the two plots embedded.
+	page, err := os.ReadFile(filepath.Join(out, "index.html"))
+	if err != nil || strings.Count(string(page), `src="data:image/png;base64,`) != 2 {
+		t.Errorf("index.html: %v\n%.600s", err, page)
+	}
+	for name := range got.Policies {
+		if !strings.Contains(string(page), "<td>"+name+"</td>") {
+			t.Errorf("index.html has no row of %s", name)
 		}
 	}
 }

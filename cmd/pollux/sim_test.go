@@ -138,7 +138,7 @@ func TestSimJSONAndOut(t *testing.T) {
 	if p := got.Policies["pollux"].MeanAvgJCT; p == nil || *p != *got.Runs[0].AvgJCT {
 		t.Errorf("policies: %+v", got.Policies)
 	}
-	for _, f := range []string{"summary.json", "jobs.csv", "jct-cdf.png", "gpus-tiny.png", "batch-tiny.png"} {
+	for _, f := range []string{"summary.json", "jobs.csv", "jct-cdf.png", "gpus-tiny.png", "batch-tiny.png", "index.html"} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
@@ -146,6 +146,11 @@ func TestSimJSONAndOut(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(out, "jobs.csv"))
 	if err != nil || strings.Count(string(data), "\n") != 5 {
 		t.Errorf("jobs.csv: %v\n%s", err, data)
+	}
+	// index.html: the three plots embedded, the run's row.
+	page, err := os.ReadFile(filepath.Join(out, "index.html"))
+	if err != nil || strings.Count(string(page), `src="data:image/png;base64,`) != 3 || !strings.Contains(string(page), "<td>pollux</td><td>tiny</td>") {
+		t.Errorf("index.html: %v\n%.600s", err, page)
 	}
 }
 

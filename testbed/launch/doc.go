@@ -19,7 +19,10 @@
 // bootstraps the cluster's tokens with it once the servers run (POST
 // /v1/acl/bootstrap with the run's client certificate), and sends it with
 // every request of its clients; AdminToken hands it to drivers, which
-// make the narrower tokens they need with it.
+// make the narrower tokens they need with it (CreateToken). DashboardURL
+// is a server's web dashboard signed in with a token, and ServerKeyPins
+// what a browser that does not know the run's CA needs to trust the
+// servers (pollux demo --ui, the dashboard's browser test).
 //
 // With Observe on, the launcher is also the harness's observer: every
 // API operation its Client sends is recorded in the run's client-side

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"pollux/cluster/pki"
+	"pollux/testbed/builtin"
+	"pollux/testbed/launch"
+)
+
+// TestDemoUIKeepsTheDashboardUp runs the emulated demo with --ui (its
+// workload on 3 servers and 2 agents) as `pollux demo --ui` does, with
+// a cancellation for Ctrl-C: it prints "dashboard: URL" with a read
+// token, `chromium --headless --dump-dom URL` (trusting the servers'
+// keys it prints) shows the cluster, the cluster stays up after the
+// workload, and the cancellation stops every process it started.
+func TestDemoUIKeepsTheDashboardUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo's cluster and workload")
+	}
+	needChromium(t)
+	cat, err := builtin.Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pr, pw := io.Pipe()
+	var mu sync.Mutex
+	var lines []string
+	read := make(chan struct{}, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			mu.Lock()
+			lines = append(lines, sc.Text())
+			mu.Unlock()
+			select {
+			case read <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	// waitLine returns the first line with prefix, waiting up to within.
+	waitLine := func(prefix string, within time.Duration) (string, []string) {
+		t.Helper()
+		deadline := time.After(within)
+		for {
+			mu.Lock()
+			for i, l := range lines {
+				if strings.HasPrefix(l, prefix) {
+					rest := append([]string(nil), lines[i:]...)
+					mu.Unlock()
+					return l, rest
+				}
+			}
+			all := strings.Join(lines, "\n")
+			mu.Unlock()
+			select {
+			case <-read:
+			case <-time.After(200 * time.Millisecond):
+			case <-deadline:
+				t.Fatalf("no line %q within %v; the demo printed:\n%s", prefix, within, all)
+			}
+		}
+	}
+	ctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	var stderr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- runDemo(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir, Servers: 3, Agents: 2,
+			GPUsPerAgent: 4, TimeScale: 1000}, cat, 3*time.Second, 3*time.Minute, true, pw, &stderr)
+		pw.Close()
+	}()
+
+	line, rest := waitLine("dashboard: ", 90*time.Second)
+	dash := strings.TrimPrefix(line, "dashboard: ")
+	u, err := url.Parse(dash)
+	if err != nil || u.Scheme != "https" || u.Path != "/ui/" || !strings.HasPrefix(u.Query().Get("token"), "plx_") {
+		t.Fatalf("dashboard URL %q (%v)", dash, err)
+	}
+	if len(rest) < 2 || !strings.Contains(rest[1], "--ignore-certificate-errors-spki-list=") {
+		t.Fatalf("no browser hint after the URL: %q", rest)
+	}
+	pins := strings.Fields(strings.SplitN(rest[1], "--ignore-certificate-errors-spki-list=", 2)[1])[0]
+	dctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(dctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--user-data-dir="+filepath.Join(t.TempDir(), "profile"),
+		"--ignore-certificate-errors-spki-list="+pins, "--dump-dom", dash)
+	dom, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chromium --dump-dom: %v", err)
+	}
+	for _, want := range []string{`data-node="a0"`, `data-node="a1"`, `id="grid"`, `data-health="ok"`} {
+		if !bytes.Contains(dom, []byte(want)) {
+			t.Errorf("the dumped page lacks %s:\n%.3000s", want, dom)
+		}
+	}
+	if bytes.Contains(dom, []byte(u.Query().Get("token"))) {
+		t.Error("the dumped page holds the token")
+	}
+
+	// After the workload the cluster stays up: its dashboard answers.
+	waitLine("the workload is done", 3*time.Minute)
+	client := caClient(t, filepath.Join(dir, "tls", pki.CAFile))
+	resp, err := client.Get("https://" + u.Host + "/ui/")
+	if err != nil {
+		t.Fatalf("the dashboard after the workload: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the dashboard without a token after the workload: %s, want 401", resp.Status)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the demo ended before it was interrupted: %v", err)
+	case <-time.After(2 * time.Second):
+	}
+
+	// Ctrl-C stops every process.
+	interrupt()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("the demo after the interruption: %v (%s)", err, stderr.String())
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatal("the demo did not stop within 90 s of the interruption")
+	}
+	if c, err := net.DialTimeout("tcp", u.Host, time.Second); err == nil {
+		c.Close()
+		t.Errorf("the dashboard's server still listens at %s", u.Host)
+	}
+	if left := processesUnder(t, dir); len(left) > 0 {
+		t.Errorf("processes of the demo still running: %v", left)
+	}
+}
+
+// caClient is an HTTPS client trusting the CA in file.
+func caClient(t *testing.T, file string) *http.Client {
+	t.Helper()
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		t.Fatalf("no certificate in %s", file)
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+}
