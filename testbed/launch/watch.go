@@ -51,6 +51,8 @@ type watcher struct {
 type watched struct {
 	w     Worker
 	ended bool
+	// alive is the last time the watcher saw the process alive (mono).
+	alive int64
 }
 
 // scanEvery is how often the watcher looks; a worker's end is recorded at
@@ -130,9 +132,16 @@ func (w *watcher) look(node, path string) {
 		w.end(k, false)
 		return
 	}
+	// Stamped before looking: a process alive when looked at was alive
+	// then (it had written its start record before).
+	now := mono.Now()
 	if !mono.Alive(k.w.PID, k.w.Boot) {
 		w.end(k, true)
+		return
 	}
+	w.mu.Lock()
+	k.alive = now
+	w.mu.Unlock()
 }
 
 // end closes a worker's life; gone records that the harness saw it gone.
@@ -146,8 +155,11 @@ func (w *watcher) end(k *watched, gone bool) {
 	w.mu.Unlock()
 	w.group.Untrack(k.w.PID)
 	if gone {
+		w.mu.Lock()
+		alive := k.alive
+		w.mu.Unlock()
 		if _, err := w.hist.Event(history.Event{Kind: history.WorkerGone, Node: k.w.Node, Job: k.w.Job, Inc: k.w.Inc,
-			Rank: k.w.Rank, PID: k.w.PID}); err != nil {
+			Rank: k.w.Rank, PID: k.w.PID, Alive: alive}); err != nil {
 			w.log.Error("launch: history", "err", err)
 		}
 	}

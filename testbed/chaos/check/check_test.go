@@ -224,6 +224,12 @@ func TestViolations(t *testing.T) {
 			f.h.lines = slices.DeleteFunc(f.h.lines, func(l history.Line) bool { return l.Ev != nil && l.Ev.Kind == history.WorkerGone })
 			f.h.ev(1700, history.Event{Kind: history.WorkerGone, Node: "n1", Job: "a", Inc: 1, PID: 101})
 		}, GPUExclusive, "until 1.700s (gone)"},
+		{"orphan seen alive after its GPU was reused", func(f *fixture) {
+			f.workers["a2"].w.Node = "n1"
+			f.workers["a2"].w.Records[0].GPUs = []int{0}
+			f.h.lines = slices.DeleteFunc(f.h.lines, func(l history.Line) bool { return l.Ev != nil && l.Ev.Kind == history.WorkerGone })
+			f.h.ev(1700, history.Event{Kind: history.WorkerGone, Node: "n1", Job: "a", Inc: 1, PID: 101, Alive: ms(1690)})
+		}, GPUExclusive, "until 1.700s (gone)"},
 		{"worker never seen ended", func(f *fixture) {
 			f.workers["p1"].w.Records = f.workers["p1"].w.Records[:3]
 		}, WorkerEnded, "job p incarnation 1 rank 0 (pid 203 on n2, GPUs [0]), started at 2.120s, wrote no exit and was never seen gone"},
@@ -505,5 +511,35 @@ func TestRackLossReplacement(t *testing.T) {
 	res = judge(t, f)
 	if len(res.Metrics.ReplacementsMissing) != 1 || !strings.Contains(res.Metrics.ReplacementsMissing[0], "rack-loss") {
 		t.Errorf("rack loss, a never re-placed: missing %v", res.Metrics.ReplacementsMissing)
+	}
+}
+
+// A worker seen gone ended between the last scan that saw it alive and
+// the scan that saw it gone: a successor started on its GPU within that
+// window may have started after it ended, and is not a violation; one
+// started before the harness last saw it alive is.
+func TestGoneWorkerEndsWithinTheScanWindow(t *testing.T) {
+	for _, c := range []struct {
+		alive     int
+		violation bool
+	}{{1490, false}, {1499, false}, {1500, false}, {1501, true}, {0, true}} {
+		f := base()
+		f.workers["a2"].w.Node = "n1"
+		f.workers["a2"].w.Records[0].GPUs = []int{0}
+		f.h.lines = slices.DeleteFunc(f.h.lines, func(l history.Line) bool { return l.Ev != nil && l.Ev.Kind == history.WorkerGone })
+		ev := history.Event{Kind: history.WorkerGone, Node: "n1", Job: "a", Inc: 1, PID: 101}
+		if c.alive != 0 {
+			ev.Alive = ms(c.alive)
+		}
+		f.h.ev(1510, ev)
+		res, err := Check(f.input(), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := slices.ContainsFunc(res.Violations, func(v Violation) bool { return v.Invariant == GPUExclusive })
+		if got != c.violation {
+			t.Errorf("a1 last seen alive at %d ms, gone at 1510 ms, a2 started at 1500 ms on its GPU: violation %v, want %v (%v)",
+				c.alive, got, c.violation, res.Violations)
+		}
 	}
 }

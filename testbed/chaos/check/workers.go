@@ -16,6 +16,20 @@ type life struct {
 	start record.Record
 	end   int64
 	how   string // "exit" or "gone"
+	// alive, for a life seen gone, is when the harness last saw it
+	// alive: it ended in (alive, end] (end itself when not known).
+	alive int64
+}
+
+// aliveAt reports whether the life certainly had not ended by t.
+func (l *life) aliveAt(t int64) bool {
+	switch {
+	case l.end == 0:
+		return true
+	case l.how == "gone":
+		return l.alive > t
+	}
+	return l.end > t
 }
 
 func (l *life) String() string {
@@ -63,7 +77,10 @@ func lives(r *run, ws []record.Worker) ([]*life, error) {
 				ErrHistory, e.PID, e.Job, e.Inc, e.Node)
 		}
 		if l.end == 0 || e.t < l.end {
-			l.end, l.how = e.t, "gone"
+			l.end, l.how, l.alive = e.t, "gone", e.t
+			if e.Alive != 0 {
+				l.alive = min(max(e.Alive, l.start.T), e.t)
+			}
 		}
 	}
 	slices.SortStableFunc(out, func(a, b *life) int { return cmp.Compare(a.start.T, b.start.T) })
@@ -77,7 +94,10 @@ type gpuKey struct {
 
 // checkGPUs reports every pair of workers that used one GPU of one node
 // at overlapping times (intervals are half-open: an exit and a start at
-// the same instant do not overlap).
+// the same instant do not overlap). A worker that wrote no exit ended
+// between the last time the harness saw it alive and the time it saw it
+// gone (its scans are 25 ms apart, longer on a loaded machine): a start
+// within that window is not counted, as the two may not have overlapped.
 func checkGPUs(r *run, ls []*life) []Violation {
 	byGPU := map[gpuKey][]*life{}
 	var keys []gpuKey
@@ -95,7 +115,7 @@ func checkGPUs(r *run, ls []*life) []Violation {
 	for _, k := range keys {
 		var active []*life
 		for _, l := range byGPU[k] { // in start order
-			active = slices.DeleteFunc(active, func(a *life) bool { return a.endsBy(l.start.T) })
+			active = slices.DeleteFunc(active, func(a *life) bool { return !a.aliveAt(l.start.T) })
 			for _, a := range active {
 				until := "never seen ended"
 				if a.end != 0 {

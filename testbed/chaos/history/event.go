@@ -29,6 +29,8 @@ const (
 	// WorkerGone: the harness saw a worker's process gone, or a zombie
 	// (Node, Job, Inc, Rank, PID). Workers write their own records
 	// (package record); this closes the life of one that wrote no exit.
+	// Alive is the last time the harness saw it alive (0: unknown): it
+	// ended between Alive and the event's time.
 	WorkerGone EvKind = "worker_gone"
 	// FaultBegin: the harness begins injecting fault Seq of kind Fault on
 	// Targets (member ids); Leader is the leader it saw before, Deposes
@@ -76,6 +78,9 @@ type Event struct {
 	Node string `json:"node,omitempty"`
 	Job  string `json:"job,omitempty"`
 	Rank int    `json:"rank,omitempty"`
+	// Alive is when the harness last saw a gone worker alive (its clock,
+	// as the event's time).
+	Alive int64 `json:"alive,omitempty"`
 	// Fault is the kind of the fault an event is part of and Seq its
 	// position in the schedule (meaningful when Fault is set).
 	Fault   string   `json:"fault,omitempty"`
@@ -120,7 +125,9 @@ func (e *Event) Validate() error {
 		}
 	}
 	switch {
-	case e.PID < 0 || e.Rank < 0 || e.Seq < 0 || len(e.Detail) > 4096 || len(e.Targets) > 1024 || len(e.Planned) > 1<<16:
+	case e.Kind != WorkerGone && e.Alive != 0:
+		return bad("alive belongs to worker_gone")
+	case e.PID < 0 || e.Rank < 0 || e.Seq < 0 || e.Alive < 0 || len(e.Detail) > 4096 || len(e.Targets) > 1024 || len(e.Planned) > 1<<16:
 		return bad("negative pid, rank or seq, or an over-long detail or list")
 	case proc && (e.Role == "" || e.PID == 0 || e.Inc == 0 || e.ID == ""):
 		return bad("a process event needs role, id, pid and inc")

@@ -69,6 +69,8 @@ func TestValidate(t *testing.T) {
 		"signal without sig":    {T: 1, Ev: &Event{Kind: Signal, Role: Agent, ID: "a0", PID: 1, Inc: 1}},
 		"unknown signal":        {T: 1, Ev: &Event{Kind: Signal, Role: Agent, ID: "a0", PID: 1, Inc: 1, Sig: "SIGKILL"}},
 		"gone without node":     {T: 1, Ev: &Event{Kind: WorkerGone, Job: "j", PID: 3, Inc: 1}},
+		"alive on a start":      {T: 1, Ev: &Event{Kind: ProcStart, Role: Agent, ID: "a0", PID: 3, Inc: 1, Alive: 5}},
+		"negative alive":        {T: 1, Ev: &Event{Kind: WorkerGone, Node: "n", Job: "j", PID: 3, Inc: 1, Alive: -1}},
 		"fault without kind":    {T: 1, Ev: &Event{Kind: FaultBegin, Seq: 2}},
 		"net without detail":    {T: 1, Ev: &Event{Kind: Net, Fault: "x"}},
 		"exit on start":         {T: 1, Ev: &Event{Kind: ProcStart, Role: Agent, ID: "a0", PID: 3, Inc: 1, Exit: 2}},
