@@ -27,6 +27,10 @@ type fakeBackend struct {
 	servers []raft.Server
 	// applied counts the writes that reached the backend.
 	applied int
+	// onRead runs at each linearizable read (a leader catching up);
+	// readErr is its answer.
+	onRead  func()
+	readErr error
 }
 
 func (f *fakeBackend) Leadership() (uint64, bool) { return 3, !f.follower }
@@ -57,8 +61,13 @@ func (f *fakeBackend) RemoveServer(_ context.Context, id raft.ServerID) error {
 func (f *fakeBackend) Leader() (raft.ServerID, raft.ServerAddress) {
 	return "s1", "127.0.0.1:1"
 }
-func (f *fakeBackend) Read(context.Context) (*consensus.State, error) { return f.st, nil }
-func (f *fakeBackend) LocalState() *consensus.State                   { return f.st }
+func (f *fakeBackend) Read(context.Context) (*consensus.State, error) {
+	if f.onRead != nil {
+		f.onRead()
+	}
+	return f.st, f.readErr
+}
+func (f *fakeBackend) LocalState() *consensus.State { return f.st }
 func (f *fakeBackend) LocalJob(id string) (*consensus.Job, consensus.ClusterConfig) {
 	return f.st.Jobs[id], f.st.Config
 }

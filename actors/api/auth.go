@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"pollux/cluster/pki"
 	"pollux/consensus"
@@ -125,7 +126,9 @@ func checkSecret(s string, min int) error {
 // replicated table and checks its role against need. A refusal is a
 // status (401 or 403) and why. A follower that does not know the token
 // (it may not have applied its creation yet) answers a redirect to the
-// leader's API (307 and the URL), whose table is the authority.
+// leader's API (307 and the URL), whose table is the authority once its
+// state is current; a server that cannot tell (a follower that knows no
+// leader, a leader that cannot confirm its state) answers 503: retry.
 func (a *API) authenticate(r *http.Request, need consensus.Role) (principal, int, string) {
 	if a.cfg.Insecure {
 		return principal{anonymous: true}, 0, ""
@@ -135,18 +138,30 @@ func (a *API) authenticate(r *http.Request, need consensus.Role) (principal, int
 		return principal{}, http.StatusUnauthorized, "api: " + err.Error()
 	}
 	tok, bootstrapped, err := a.cfg.Backend.Authenticate(secret)
-	if errors.Is(err, consensus.ErrTokenRevoked) {
-		return principal{token: tok}, http.StatusUnauthorized, fmt.Sprintf("api: token %s (%s) was revoked", tok.Accessor, tok.Name)
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, consensus.ErrTokenRevoked) {
 		if _, leader := a.cfg.Backend.Leadership(); !leader {
 			if _, loc := a.leaderURL(r); loc != "" {
 				return principal{}, http.StatusTemporaryRedirect, loc
 			}
+			return principal{}, http.StatusServiceUnavailable, "api: this server does not know the token and knows no leader to ask (an election is under way, or its state is catching up): retry"
 		}
-		if !bootstrapped {
-			return principal{}, http.StatusUnauthorized, "api: unknown token: this cluster has no tokens yet; make its first admin token with `pollux acl bootstrap` (docs/security.md)"
+		// A leader elected a moment ago may not have applied its
+		// predecessors' entries (a token among them) yet: its table is
+		// the authority once a linearizable read has caught it up.
+		ctx, cancel := context.WithTimeout(r.Context(), authCatchUp)
+		_, rerr := a.cfg.Backend.Read(ctx)
+		cancel()
+		if rerr != nil {
+			return principal{}, http.StatusServiceUnavailable, "api: cannot check the token now (" + rerr.Error() + "): retry"
 		}
+		tok, bootstrapped, err = a.cfg.Backend.Authenticate(secret)
+	}
+	switch {
+	case errors.Is(err, consensus.ErrTokenRevoked):
+		return principal{token: tok}, http.StatusUnauthorized, fmt.Sprintf("api: token %s (%s) was revoked", tok.Accessor, tok.Name)
+	case err != nil && !bootstrapped:
+		return principal{}, http.StatusUnauthorized, "api: unknown token: this cluster has no tokens yet; make its first admin token with `pollux acl bootstrap` (docs/security.md)"
+	case err != nil:
 		return principal{}, http.StatusUnauthorized, "api: unknown token"
 	}
 	p := principal{token: tok}
@@ -155,6 +170,10 @@ func (a *API) authenticate(r *http.Request, need consensus.Role) (principal, int
 	}
 	return p, 0, ""
 }
+
+// authCatchUp bounds the linearizable read a leader makes before it
+// calls a token it does not know unknown.
+const authCatchUp = 2 * time.Second
 
 // refuse answers a refused request and logs it once, naming the peer.
 func (a *API) refuse(w http.ResponseWriter, r *http.Request, code int, p principal, msg string) {
@@ -166,8 +185,11 @@ func (a *API) refuse(w http.ResponseWriter, r *http.Request, code int, p princip
 		attrs = append(attrs, "accessor", p.token.Accessor, "token_name", p.token.Name)
 	}
 	a.cfg.Logger.Warn("api: refused request", attrs...)
-	if code == http.StatusUnauthorized {
+	switch code {
+	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="pollux"`)
+	case http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, code, Error{msg})
 }

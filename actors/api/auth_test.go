@@ -430,7 +430,8 @@ func TestInsecureTakesNoToken(t *testing.T) {
 // TestFollowerRedirectsUnknownTokens: a follower that does not know a
 // token (it may not have applied its creation yet) sends the client to
 // the leader's API, whose table is the authority; a token it knows is
-// checked locally; without a known leader an unknown token is a 401.
+// checked locally; without a known leader an unknown token is a 503
+// (retry), not a 401: the follower cannot tell.
 func TestFollowerRedirectsUnknownTokens(t *testing.T) {
 	_, fb := newTest()
 	fb.follower = true
@@ -447,7 +448,43 @@ func TestFollowerRedirectsUnknownTokens(t *testing.T) {
 		t.Errorf("known token on a follower: %d", code)
 	}
 	members = nil
-	if code, _ := doAs(a, "plx_made-on-the-leader-a-moment-ago-0123456", "GET", PathJobs, ""); code != http.StatusUnauthorized {
-		t.Errorf("unknown token, leader unknown: %d", code)
+	rec = httptest.NewRecorder()
+	a.ServeHTTP(rec, r)
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("unknown token, leader unknown: %d %q", rec.Code, rec.Body.String())
+	}
+}
+
+// TestLeaderCatchesUpBeforeRefusingTokens: a leader elected a moment ago
+// may not have applied its predecessors' entries; a token it does not
+// know is looked up again after a linearizable read has caught it up
+// (found: served), and is a 401 only then; a leader that cannot read
+// (leadership lost meanwhile) answers 503 (retry).
+func TestLeaderCatchesUpBeforeRefusingTokens(t *testing.T) {
+	const late = "plx_created-by-the-previous-leader-0123456789"
+	_, fb := newTest()
+	a := New("s1", Config{Backend: fb, Logger: slog.New(slog.DiscardHandler)})
+	reads := 0
+	fb.onRead = func() {
+		reads++
+		if fb.st.ACL.Bootstrapped() && reads == 1 {
+			c := &consensus.CreateToken{Token: consensus.Token{Accessor: "acc-late", Name: "late", Role: consensus.RoleRead, Hash: consensus.HashSecret(late), CreateTime: 9}}
+			if _, err := consensus.ApplyTo(fb.st, c, 3); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if code, out := doAs(a, late, "GET", PathACLSelf, ""); code != http.StatusOK || reads != 1 {
+		t.Errorf("a token applied by the catch-up read: %d %s (%d reads)", code, out, reads)
+	}
+	if code, _ := doAs(a, readSecret, "GET", PathACLSelf, ""); code != http.StatusOK || reads != 1 {
+		t.Errorf("a known token: %d, %d reads (want no read)", code, reads)
+	}
+	if code, out := doAs(a, "plx_never-made-anywhere-0123456789abcdef", "GET", PathACLSelf, ""); code != http.StatusUnauthorized || reads != 2 {
+		t.Errorf("a token unknown after the read: %d %s (%d reads)", code, out, reads)
+	}
+	fb.readErr = consensus.ErrNotLeader
+	if code, out := doAs(a, "plx_never-made-anywhere-0123456789abcdef", "GET", PathJobs, ""); code != http.StatusServiceUnavailable || !strings.Contains(out, "retry") {
+		t.Errorf("a leader that cannot read: %d %s", code, out)
 	}
 }
