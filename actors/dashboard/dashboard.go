@@ -226,7 +226,9 @@ func (d *Dashboard) authorize(w http.ResponseWriter, r *http.Request, asJSON boo
 	v, err := d.whoami(r, tok)
 	var ref *refusal
 	if errors.As(err, &ref) {
-		if !fromQuery && tok != "" {
+		// Only a token refused as unknown or revoked is signed out: a
+		// server that cannot tell now (503) may know it in a moment.
+		if ref.code == http.StatusUnauthorized && !fromQuery && tok != "" {
 			if _, cerr := r.Cookie(CookieName); cerr == nil {
 				http.SetCookie(w, clearCookie(r))
 			}

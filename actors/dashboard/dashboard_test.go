@@ -293,6 +293,21 @@ func TestAccess(t *testing.T) {
 	}
 }
 
+// A server that cannot tell whether it knows a token (a leader that
+// cannot catch up its state) answers 503 and keeps the cookie: the page
+// signs out only a token refused as unknown or revoked.
+func TestUndecidedTokenKeepsTheCookie(t *testing.T) {
+	f := newFixture(t, false)
+	f.fb.mu.Lock()
+	f.fb.readErr = consensus.ErrNotLeader
+	f.fb.mu.Unlock()
+	rec := f.do(req{path: "/ui/", cookie: "plx_made-a-moment-ago-on-the-old-leader-01"})
+	cleared := slices.ContainsFunc(rec.Result().Cookies(), func(c *http.Cookie) bool { return c.Name == CookieName && c.MaxAge < 0 })
+	if rec.Code != http.StatusServiceUnavailable || cleared {
+		t.Errorf("undecided token: %d (cookie cleared %v) %.300s", rec.Code, cleared, rec.Body.String())
+	}
+}
+
 func TestInsecureClusterNeedsNoToken(t *testing.T) {
 	f := newFixture(t, true)
 	rec := f.do(req{path: PathOverview})
