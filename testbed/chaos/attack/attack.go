@@ -245,25 +245,45 @@ func attackCluster(ctx context.Context, c *launch.Cluster, cat testbed.Catalog, 
 	return res, nil
 }
 
+// victimSettled is how many committed allocations the victim must keep
+// one incarnation through before the attacks begin.
+const victimSettled = 3
+
 // startVictim submits the victim job and waits until both its workers
-// run.
+// run and the scheduler has settled it: a leader's first round places a
+// job greedily and the full search after it may move it (a new
+// incarnation), which the observer would take for an attack's doing. So
+// the attacks begin once the victim has run one incarnation through
+// victimSettled committed allocations.
 func (t *target) startVictim(ctx context.Context) error {
 	spec, err := t.spec("attack-victim", "imagenet", 2, "")
 	if err != nil {
 		return err
 	}
-	if a := t.c.Client().Submit(ctx, t.leader, "attack-victim", spec, 10*time.Second); !a.OK() {
+	cl := t.c.Client()
+	if a := cl.Submit(ctx, t.leader, "attack-victim", spec, 10*time.Second); !a.OK() {
 		return fmt.Errorf("%w: submitting the victim job: %v", ErrRun, a)
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
+	var inc, since uint64
 	for {
+		j, found, jerr := cl.JobAny(ctx, "attack-victim")
+		st, serr := cl.StatusAny(ctx)
+		switch {
+		case jerr != nil || serr != nil || !found || j.State != "running":
+			inc, since = 0, 0
+		case j.Incarnation != inc:
+			inc, since = j.Incarnation, st.Generation
+		}
 		ws := t.findWorkers("attack-victim")
-		if len(ws) == 2 && ws[0].rank == 0 && ws[1].rank == 1 && ws[0].inc == ws[1].inc {
+		if inc != 0 && st.Generation >= since+victimSettled && len(ws) == 2 && ws[0].rank == 0 && ws[1].rank == 1 &&
+			ws[0].inc == inc && ws[1].inc == inc {
 			t.victim = ws
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: the victim job's two workers never ran (found %d)", ErrRun, len(ws))
+			return fmt.Errorf("%w: the victim job's two workers never ran one incarnation through %d allocations (found %d workers, incarnation %d)",
+				ErrRun, victimSettled, len(ws), inc)
 		}
 		select {
 		case <-ctx.Done():
