@@ -374,6 +374,22 @@ func (s *State) UsedGPUs() map[string]int {
 	return used
 }
 
+// GPUCounts are the GPUs of the alive nodes and the GPUs the allocation
+// gives out.
+func (s *State) GPUCounts() (alive, used int) {
+	for _, n := range s.Nodes {
+		if n.Health == Alive {
+			alive += n.GPUs
+		}
+	}
+	for _, slots := range s.Allocation.Jobs {
+		for _, sl := range slots {
+			used += sl.GPUs
+		}
+	}
+	return alive, used
+}
+
 // SlotsFromPlacement converts an allocator placement, whose node indexes
 // refer to nodes, into slots keyed by node id.
 func SlotsFromPlacement(nodes []optimizer.Node, p optimizer.Placement) ([]Slot, error) {

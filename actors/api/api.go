@@ -577,14 +577,7 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 	term, _ := a.cfg.Backend.Leadership()
 	s := Status{Leader: string(leader), Serving: a.id, Stale: stale, Term: term, Generation: st.Allocation.Generation, Jobs: map[string]int{}}
 	w.Header().Set(HeaderStale, strconv.FormatBool(stale))
-	for _, n := range st.Nodes {
-		if n.Health == consensus.Alive {
-			s.GPUs += n.GPUs
-		}
-	}
-	for _, g := range st.UsedGPUs() {
-		s.GPUsUsed += g
-	}
+	s.GPUs, s.GPUsUsed = st.GPUCounts()
 	for _, j := range st.Jobs {
 		s.Jobs[j.State.String()]++
 	}

@@ -446,14 +446,7 @@ func (d *Dashboard) snapshot(ctx context.Context, v Viewer, since float64) (Over
 	}
 	ov.Generation = st.Allocation.Generation
 	ov.JobCount = map[string]int{}
-	for _, n := range st.Nodes {
-		if n.Health == consensus.Alive {
-			ov.GPUs += n.GPUs
-		}
-	}
-	for _, g := range st.UsedGPUs() {
-		ov.GPUsUsed += g
-	}
+	ov.GPUs, ov.GPUsUsed = st.GPUCounts()
 	for _, j := range st.Jobs {
 		ov.JobCount[j.State.String()]++
 	}

@@ -74,14 +74,7 @@ func (r *ring[T]) items(keep func(T) bool) []T {
 // sampleOf computes the sample of st at t, with the jobs table js.
 func sampleOf(t float64, st *consensus.State, js []Job) Sample {
 	s := Sample{Time: t}
-	for _, n := range st.Nodes {
-		if n.Health == consensus.Alive {
-			s.GPUs += n.GPUs
-		}
-	}
-	for _, g := range st.UsedGPUs() {
-		s.GPUsUsed += g
-	}
+	s.GPUs, s.GPUsUsed = st.GPUCounts()
 	for _, j := range st.Jobs {
 		switch j.State {
 		case consensus.Running, consensus.Rescaling:
