@@ -614,7 +614,7 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.a.cfg.Backend.LocalState()
 	byState := map[string]int{}
-	restarts, total := 0, 0
+	restarts := 0
 	for _, j := range st.Jobs {
 		byState[j.State.String()]++
 		restarts += j.Restarts
@@ -622,15 +622,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range []consensus.JobState{consensus.Pending, consensus.Running, consensus.Rescaling, consensus.Completed, consensus.Failed, consensus.Cancelled} {
 		ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(byState[s.String()]), s.String())
 	}
-	used := 0
-	for _, g := range st.UsedGPUs() {
-		used += g
-	}
-	for _, n := range st.Nodes {
-		if n.Health == consensus.Alive {
-			total += n.GPUs
-		}
-	}
+	total, used := st.GPUCounts()
 	ch <- prometheus.MustNewConstMetric(descGPUs, prometheus.GaugeValue, float64(used))
 	ch <- prometheus.MustNewConstMetric(descGPUTotal, prometheus.GaugeValue, float64(total))
 	ch <- prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(restarts))

@@ -515,9 +515,7 @@ func (a *allocator) run(ctx actor.Context) {
 	a.committed(res)
 	st = a.cfg.Store.LocalState()
 	a.forget(st)
-	for _, g := range st.UsedGPUs() {
-		info.GPUsUsed += g
-	}
+	_, info.GPUsUsed = st.GPUCounts()
 	a.host(ctx, st)
 	a.assign(ctx, st, info, begin)
 	if info.FirstOfTerm {
