@@ -54,7 +54,9 @@ func NewExec(e Exec) (*Exec, error) {
 }
 
 // Add implements Provider.
-func (e *Exec) Add(ctx context.Context, name string) error { return e.run(ctx, "add", e.AddCommand, name) }
+func (e *Exec) Add(ctx context.Context, name string) error {
+	return e.run(ctx, "add", e.AddCommand, name)
+}
 
 // Remove implements Provider.
 func (e *Exec) Remove(ctx context.Context, name string) error {
