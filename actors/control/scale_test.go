@@ -1,0 +1,275 @@
+package control_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"pollux/actors/control"
+	"pollux/actors/node"
+	"pollux/cluster"
+	"pollux/consensus"
+	"pollux/optimizer"
+	"pollux/testbed/emulator"
+)
+
+// fakeProvider adds machines as in-process nodes of the test cluster
+// and counts every call, as an observer outside the allocator: a
+// machine asked for twice shows here whatever the allocator believes.
+type fakeProvider struct {
+	c       *tcluster
+	mu      sync.Mutex
+	adds    map[string]int
+	removes map[string]int
+	nodes   map[string]*node.Node
+	hold    chan struct{} // if set, Add waits for it (a slow boot)
+	asked   chan string   // every Add announces itself
+}
+
+func newFakeProvider(c *tcluster) *fakeProvider {
+	return &fakeProvider{c: c, adds: map[string]int{}, removes: map[string]int{}, nodes: map[string]*node.Node{}, asked: make(chan string, 64)}
+}
+
+func (p *fakeProvider) Add(ctx context.Context, name string) error {
+	p.mu.Lock()
+	p.adds[name]++
+	hold := p.hold
+	p.mu.Unlock()
+	p.asked <- name
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	// Idempotent, as providers are: a machine that runs is not started
+	// again (the count above still shows the second call).
+	p.mu.Lock()
+	exists := p.nodes[name] != nil
+	p.mu.Unlock()
+	if exists {
+		return nil
+	}
+	nd, err := p.c.startNode(name)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.nodes[name] = nd
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *fakeProvider) Remove(ctx context.Context, name string) error {
+	p.mu.Lock()
+	p.removes[name]++
+	nd := p.nodes[name]
+	delete(p.nodes, name)
+	p.mu.Unlock()
+	if nd == nil {
+		return nil
+	}
+	p.c.mu.Lock()
+	p.c.agents = slices.DeleteFunc(p.c.agents, func(m cluster.Member) bool { return m.Name == name })
+	p.c.mu.Unlock()
+	return nd.Stop(10 * time.Second)
+}
+
+func (p *fakeProvider) counts() (adds, removes map[string]int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps(p.adds), maps(p.removes)
+}
+
+func maps(m map[string]int) map[string]int {
+	c := make(map[string]int, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+func autoscaleOpts(p **fakeProvider, maxNodes int, join time.Duration) func(c *tcluster) *control.Autoscale {
+	return func(c *tcluster) *control.Autoscale {
+		if *p == nil {
+			*p = newFakeProvider(c)
+		}
+		return &control.Autoscale{Settings: optimizer.Autoscale{Template: optimizer.Node{GPUs: 4}, MinNodes: 1, MaxNodes: maxNodes},
+			Provider: *p, NodeCost: 3.9, JoinTimeout: join}
+	}
+}
+
+// The leader dies while the provider boots the machine it asked for:
+// the new leader finds the request committed, waits for the machine to
+// join instead of asking for it again, and records it up. No machine is
+// ever asked for twice.
+func TestAutoscaleFailoverDuringScaleUpAsksOnce(t *testing.T) {
+	var p *fakeProvider
+	c := newTCluster(t, clusterOpts{servers: 3, nodes: 1, gpus: 4, autoscale: autoscaleOpts(&p, 3, time.Minute)})
+	hold := make(chan struct{})
+	p.mu.Lock()
+	p.hold = hold
+	p.mu.Unlock()
+	for i := range 3 {
+		c.submit(fmt.Sprintf("j%d", i), "cifar10", 8)
+	}
+	var first string
+	select {
+	case first = <-p.asked:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no scale-up within 60 s")
+	}
+	old := c.leader()
+	st := old.srv.LocalState()
+	if m := st.Scale.Nodes[first]; m == nil || m.Phase != consensus.ScaleBooting {
+		t.Fatalf("the provider was asked for %s before the decision was committed: %+v", first, st.Scale)
+	}
+	c.kill(old)
+	next := c.leader()
+	// Let the new leader run rounds while the machine still boots.
+	waitFor(t, "rounds of the new leader", 20*time.Second, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		n := 0
+		for _, r := range c.rounds {
+			if r.Term > st.Allocation.Term && r.Committed {
+				n++
+			}
+		}
+		return n >= 3
+	})
+	close(hold)
+	waitFor(t, first+" up", 30*time.Second, func() bool {
+		m := next.srv.LocalState().Scale.Nodes[first]
+		return m != nil && m.Phase == consensus.ScaleUp
+	})
+	time.Sleep(time.Second) // more rounds, more chances to ask twice
+	adds, _ := p.counts()
+	for name, n := range adds {
+		if n != 1 {
+			t.Errorf("the provider was asked for %s %d times", name, n)
+		}
+	}
+	if adds[first] != 1 {
+		t.Errorf("adds %v", adds)
+	}
+	// Every machine asked for is managed under its own name.
+	sc := next.srv.LocalState().Scale
+	if sc.Seq < uint64(len(adds)) {
+		t.Errorf("state asked for %d machines, the provider saw %d", sc.Seq, len(adds))
+	}
+}
+
+// A machine the autoscaler drains has its jobs moved: they stop with a
+// checkpoint and resume from it elsewhere (the checkpoint files, read
+// from outside, never go back), and the machine is removed only once it
+// runs nothing.
+func TestAutoscaleDrainMovesJobsFromCheckpoints(t *testing.T) {
+	var p *fakeProvider
+	c := newTCluster(t, clusterOpts{servers: 1, nodes: 1, gpus: 4, timeScale: 300, autoscale: autoscaleOpts(&p, 2, time.Minute)})
+	jobs := []string{"a", "b", "c"}
+	for _, id := range jobs {
+		c.submit(id, "cifar10", 8)
+	}
+	// Watch every job's checkpoint file from outside.
+	type sample struct {
+		inc      uint64
+		progress float64
+	}
+	var mu sync.Mutex
+	samples := map[string][]sample{}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			for _, id := range jobs {
+				ck, err := emulator.Restore(filepath.Join(c.root, id), id)
+				if err != nil || ck.Incarnation == 0 {
+					continue
+				}
+				mu.Lock()
+				s := samples[id]
+				if len(s) == 0 || s[len(s)-1] != (sample{ck.Incarnation, ck.Progress}) {
+					samples[id] = append(s, sample{ck.Incarnation, ck.Progress})
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	l := c.leader()
+	var machine string
+	waitFor(t, "a machine up running a job", 60*time.Second, func() bool {
+		st := l.srv.LocalState()
+		for name, m := range st.Scale.Nodes {
+			if m.Phase == consensus.ScaleUp && st.UsedGPUs()[name] > 0 {
+				machine = name
+				return true
+			}
+		}
+		return false
+	})
+	// Which jobs run there, and let them checkpoint at least once.
+	var moved []string
+	st := l.srv.LocalState()
+	for id, slots := range st.Allocation.Jobs {
+		if slices.ContainsFunc(slots, func(s consensus.Slot) bool { return s.Node == machine }) {
+			moved = append(moved, id)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	// Drain it as the leader decides (its term; the decision is what the
+	// policy would commit when the utility falls).
+	term, _ := l.srv.Leadership()
+	if err := l.srv.ApplyCommand(ctxT(t), &consensus.ScaleDecision{Term: term, Time: float64(time.Now().UnixNano()) / 1e9,
+		Desired: 1, Drain: []string{machine}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, machine+" removed", 60*time.Second, func() bool {
+		_, removes := p.counts()
+		return removes[machine] > 0
+	})
+	// When it was removed, nothing of it was placed.
+	for id, slots := range l.srv.LocalState().Allocation.Jobs {
+		if slices.ContainsFunc(slots, func(s consensus.Slot) bool { return s.Node == machine }) {
+			t.Errorf("job %s still placed on removed %s", id, machine)
+		}
+	}
+	final := c.waitAll(120*time.Second, jobs...)
+	for _, id := range jobs {
+		if final.Jobs[id].State != consensus.Completed {
+			t.Errorf("job %s %v", id, final.Jobs[id].State)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range moved {
+		s := samples[id]
+		for i := 1; i < len(s); i++ {
+			if s[i].progress < s[i-1].progress {
+				t.Errorf("job %s went back from %v (incarnation %d) to %v (incarnation %d): not resumed from its checkpoint",
+					id, s[i-1].progress, s[i-1].inc, s[i].progress, s[i].inc)
+			}
+		}
+		// Its checkpoints span incarnations before and after the drain.
+		incs := map[uint64]bool{}
+		for _, x := range s {
+			incs[x.inc] = true
+		}
+		if len(incs) < 2 {
+			t.Errorf("job %s on the drained machine checkpointed in %d incarnations: %v", id, len(incs), s)
+		}
+	}
+	if len(moved) == 0 {
+		t.Fatal("no job ran on the drained machine")
+	}
+}
