@@ -92,6 +92,9 @@ type scaleState struct {
 	// asked are the booting machines of this term this leader has asked
 	// the provider for (once each).
 	asked map[string]bool
+	// removed are machines the provider removed that the node table may
+	// still show alive until gossip notices: not counted.
+	removed map[string]bool
 }
 
 // autoscalePolicy wraps Pollux into the autoscaler when autoscaling is
@@ -113,7 +116,7 @@ func (a *allocator) scale(ctx actor.Context, st *consensus.State, dec *optimizer
 		return
 	}
 	if a.scaling == nil {
-		a.scaling = &scaleState{ops: map[string]scaleOp{}, asked: map[string]bool{}}
+		a.scaling = &scaleState{ops: map[string]scaleOp{}, asked: map[string]bool{}, removed: map[string]bool{}}
 	}
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -122,7 +125,7 @@ func (a *allocator) scale(ctx actor.Context, st *consensus.State, dec *optimizer
 	if st == nil {
 		return
 	}
-	desired, ok := a.desiredSize(st, dec)
+	desired, live, ok := a.desiredSize(st, dec)
 	if !ok {
 		return
 	}
@@ -135,7 +138,10 @@ func (a *allocator) scale(ctx actor.Context, st *consensus.State, dec *optimizer
 	var drainable []string
 	for _, id := range st.NodeIDs() {
 		n := st.Nodes[id]
-		if n.Health != consensus.Alive || n.GPUs == 0 {
+		if n.Health != consensus.Alive {
+			delete(a.scaling.removed, id) // gossip noticed
+		}
+		if n.Health != consensus.Alive || n.GPUs == 0 || a.scaling.removed[id] {
 			continue
 		}
 		m := st.Scale.Nodes[id]
@@ -150,7 +156,7 @@ func (a *allocator) scale(ctx actor.Context, st *consensus.State, dec *optimizer
 	have := up + booting
 	cmd := &consensus.ScaleDecision{Term: a.term, Time: now, Desired: desired}
 	switch {
-	case desired > have:
+	case desired > have && live:
 		for i := range desired - have {
 			cmd.Add = append(cmd.Add, MachineName(s.Prefix, st.Scale.Seq+uint64(i)+1))
 		}
@@ -183,9 +189,11 @@ func utilityOf(dec *optimizer.ScaleDecision) float64 {
 }
 
 // desiredSize is the size to move to: the policy's decision, the minimum
-// when no job is left, at least one node when jobs wait on an empty
-// cluster; false when there is no decision this round.
-func (a *allocator) desiredSize(st *consensus.State, dec *optimizer.ScaleDecision) (int, bool) {
+// when no job is left (an idle cluster only shrinks: its agents may not
+// have registered yet), at least one node when jobs wait on an empty
+// cluster; whether jobs are live; false when there is no decision this
+// round.
+func (a *allocator) desiredSize(st *consensus.State, dec *optimizer.ScaleDecision) (int, bool, bool) {
 	set := a.cfg.Autoscale.Settings
 	live := false
 	for _, j := range st.Jobs {
@@ -196,13 +204,13 @@ func (a *allocator) desiredSize(st *consensus.State, dec *optimizer.ScaleDecisio
 	}
 	switch {
 	case !live:
-		return set.MinNodes, true
+		return set.MinNodes, false, true
 	case len(placeableNodes(st)) == 0:
-		return max(set.MinNodes, 1), true
+		return max(set.MinNodes, 1), true, true
 	case dec != nil:
-		return dec.Nodes, true
+		return dec.Nodes, true, true
 	}
-	return 0, false
+	return 0, live, false
 }
 
 // runsServer reports whether node n is also a control-plane server's
@@ -352,6 +360,7 @@ func (a *allocator) scaleFinished(ctx actor.Context, m scaleDone) {
 			a.cfg.Logger.Warn("control: recording a removed machine", "node", m.name, "err", err)
 			return
 		}
+		a.scaling.removed[m.name] = true
 		a.cfg.Logger.Info("control: machine removed", "node", m.name, "why", m.why)
 	}
 }

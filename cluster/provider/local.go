@@ -101,7 +101,7 @@ func (l *Local) Add(ctx context.Context, name string) error {
 	if err := (pki.Identity{Role: pki.RoleAgent, Name: name}).Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	if pid := l.running(name); pid > 0 {
+	if pid := running(l.Dir, name); pid > 0 {
 		l.Logger.Info("provider: agent already runs", "node", name, "pid", pid)
 		return nil
 	}
@@ -209,17 +209,55 @@ func (l *Local) Remove(ctx context.Context, name string) error {
 	if err := (pki.Identity{Role: pki.RoleAgent, Name: name}).Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	pid := l.running(name)
+	return stop(ctx, l.Dir, name, l.StopTimeout, l.Logger)
+}
+
+// Running lists the machines whose agents run, by name.
+func (l *Local) Running() []string { return Running(l.Dir) }
+
+// StopAll removes every machine that runs (the end of a demo or test).
+func (l *Local) StopAll(ctx context.Context) error { return StopAll(ctx, l.Dir, l.StopTimeout, l.Logger) }
+
+// Running lists the machines of a local provider's directory whose
+// agents run, by name: what runs, seen from outside the cluster.
+func Running(dir string) []string {
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		if e.IsDir() && running(dir, e.Name()) > 0 {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// StopAll stops every agent of a local provider's directory that runs
+// (SIGTERM, SIGKILL after timeout): whoever started a cluster stops its
+// machines with it.
+func StopAll(ctx context.Context, dir string, timeout time.Duration, log *slog.Logger) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	var errs []error
+	for _, name := range Running(dir) {
+		errs = append(errs, stop(ctx, dir, name, timeout, log))
+	}
+	return errors.Join(errs...)
+}
+
+// stop stops name's agent if it runs and waits until it is gone.
+func stop(ctx context.Context, dir, name string, timeout time.Duration, log *slog.Logger) error {
+	pid := running(dir, name)
 	if pid == 0 {
 		return nil
 	}
 	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	deadline := time.Now().Add(l.StopTimeout)
-	for l.running(name) != 0 {
+	deadline := time.Now().Add(timeout)
+	for running(dir, name) != 0 {
 		if time.Now().After(deadline) {
-			l.Logger.Warn("provider: agent still running after SIGTERM: killed", "node", name, "pid", pid)
+			log.Warn("provider: agent still running after SIGTERM: killed", "node", name, "pid", pid)
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			deadline = time.Now().Add(l.StopTimeout)
+			deadline = time.Now().Add(timeout)
 		}
 		select {
 		case <-ctx.Done():
@@ -227,36 +265,15 @@ func (l *Local) Remove(ctx context.Context, name string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	_ = os.Remove(filepath.Join(l.machineDir(name), "pid"))
-	l.Logger.Info("provider: agent stopped", "node", name, "pid", pid)
+	_ = os.Remove(filepath.Join(dir, name, "pid"))
+	log.Info("provider: agent stopped", "node", name, "pid", pid)
 	return nil
-}
-
-// Running lists the machines whose agents run, by name.
-func (l *Local) Running() []string {
-	ents, _ := os.ReadDir(l.Dir)
-	var names []string
-	for _, e := range ents {
-		if e.IsDir() && l.running(e.Name()) > 0 {
-			names = append(names, e.Name())
-		}
-	}
-	return names
-}
-
-// StopAll removes every machine that runs (the end of a demo or test).
-func (l *Local) StopAll(ctx context.Context) error {
-	var errs []error
-	for _, name := range l.Running() {
-		errs = append(errs, l.Remove(ctx, name))
-	}
-	return errors.Join(errs...)
 }
 
 // running is the pid of name's agent if it runs (not a zombie), checked
 // against its command line so that a reused pid is not taken for it.
-func (l *Local) running(name string) int {
-	b, err := os.ReadFile(filepath.Join(l.machineDir(name), "pid"))
+func running(dir, name string) int {
+	b, err := os.ReadFile(filepath.Join(dir, name, "pid"))
 	if err != nil {
 		return 0
 	}

@@ -25,7 +25,7 @@ type scaleOpts struct {
 	cost, lowUtil, highUtil  float64
 	bootDelay, joinTimeout   time.Duration
 	dir, caKey               string
-	agentArgs                []string
+	agentArgs, agentExec     []string
 	upCommand, downCommand   string
 	commandTimeout, backoff  time.Duration
 	attempts                 int
@@ -45,6 +45,8 @@ func (o *scaleOpts) flags(f *pflag.FlagSet) {
 	f.StringVar(&o.dir, "autoscale-dir", "", "with --autoscale local: directory of the agents' certificates, data, logs and pids "+
 		"(shared by every server of the cluster; default: autoscale beside --data-dir)")
 	f.StringVar(&o.caKey, "ca-key", "", "with --autoscale local: the cluster CA's key, to certify every agent it starts (with --ca)")
+	f.StringSliceVar(&o.agentExec, "autoscale-exec", nil, "with --autoscale local: program (and leading arguments) that runs `pollux` "+
+		"for the agents it starts (default: this binary)")
 	f.StringArrayVar(&o.agentArgs, "autoscale-agent-arg", nil, "with --autoscale local: an argument added to every agent's command line (repeatable)")
 	f.StringVar(&o.upCommand, "scale-up-command", "", "with --autoscale exec: command (words split on spaces) run with a node's name to add it")
 	f.StringVar(&o.downCommand, "scale-down-command", "", "with --autoscale exec: command run with a node's name to remove it")
@@ -55,7 +57,7 @@ func (o *scaleOpts) flags(f *pflag.FlagSet) {
 
 // scaleFlags are the flags that need --autoscale.
 var scaleFlags = []string{"min-nodes", "max-nodes", "node-gpus", "node-cost", "low-util", "high-util", "join-timeout", "boot-delay",
-	"autoscale-dir", "ca-key", "autoscale-agent-arg", "scale-up-command", "scale-down-command", "scale-command-timeout",
+	"autoscale-dir", "ca-key", "autoscale-exec", "autoscale-agent-arg", "scale-up-command", "scale-down-command", "scale-command-timeout",
 	"scale-command-attempts", "scale-command-backoff"}
 
 // check refuses bad settings at start-up, before anything starts.
@@ -84,7 +86,7 @@ func (o *scaleOpts) check(f *pflag.FlagSet) error {
 	case o.joinTimeout <= 0 || o.bootDelay < 0:
 		return fmt.Errorf("server: --join-timeout %v must be positive, --boot-delay %v not negative", o.joinTimeout, o.bootDelay)
 	}
-	local := []string{"boot-delay", "autoscale-dir", "ca-key", "autoscale-agent-arg"}
+	local := []string{"boot-delay", "autoscale-dir", "ca-key", "autoscale-exec", "autoscale-agent-arg"}
 	exec := []string{"scale-up-command", "scale-down-command", "scale-command-timeout", "scale-command-attempts", "scale-command-backoff"}
 	other := exec
 	if o.provider == "exec" {
@@ -123,9 +125,13 @@ func (o *scaleOpts) build(e scaleEnv) (*control.Autoscale, error) {
 	var p provider.Provider
 	switch o.provider {
 	case "local":
-		self, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("server: %w", err)
+		prog := o.agentExec
+		if len(prog) == 0 {
+			self, err := os.Executable()
+			if err != nil {
+				return nil, fmt.Errorf("server: %w", err)
+			}
+			prog = []string{self}
 		}
 		dir := o.dir
 		if dir == "" {
@@ -135,7 +141,7 @@ func (o *scaleOpts) build(e scaleEnv) (*control.Autoscale, error) {
 		if e.fast {
 			args = append(args, "--fast-gossip")
 		}
-		l, err := provider.NewLocal(provider.Local{Dir: dir, Exec: []string{self}, GPUs: o.gpus, Join: []string{e.gossip},
+		l, err := provider.NewLocal(provider.Local{Dir: dir, Exec: prog, GPUs: o.gpus, Join: []string{e.gossip},
 			CACert: e.ca, CAKey: o.caKey, GossipKey: e.gossipKey, Insecure: e.insecure, Args: append(args, o.agentArgs...),
 			BootDelay: o.bootDelay, Logger: e.logger})
 		if err != nil {
