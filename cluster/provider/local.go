@@ -216,7 +216,9 @@ func (l *Local) Remove(ctx context.Context, name string) error {
 func (l *Local) Running() []string { return Running(l.Dir) }
 
 // StopAll removes every machine that runs (the end of a demo or test).
-func (l *Local) StopAll(ctx context.Context) error { return StopAll(ctx, l.Dir, l.StopTimeout, l.Logger) }
+func (l *Local) StopAll(ctx context.Context) error {
+	return StopAll(ctx, l.Dir, l.StopTimeout, l.Logger)
+}
 
 // Running lists the machines of a local provider's directory whose
 // agents run, by name: what runs, seen from outside the cluster.
