@@ -122,9 +122,6 @@ func (a *allocator) scale(ctx actor.Context, st *consensus.State, dec *optimizer
 	defer cancel()
 	now := float64(a.cfg.Now().UnixNano()) / 1e9
 	st = a.trackMachines(ctx, c, st, now)
-	if st == nil {
-		return
-	}
 	desired, live, ok := a.desiredSize(st, dec)
 	if !ok {
 		return
@@ -247,7 +244,7 @@ func (a *allocator) runsServer(n *consensus.Node) bool {
 // provider (once); one that did not join in time, or failed to be
 // added, is removed through the provider and forgotten; a drained one
 // that holds nothing is removed; one that died is released. It returns
-// the state after its commits (nil if it could not read it).
+// the state after its commits.
 func (a *allocator) trackMachines(ctx actor.Context, c context.Context, st *consensus.State, now float64) *consensus.State {
 	s := a.cfg.Autoscale
 	changed := false
