@@ -3,8 +3,10 @@ package control_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"pollux/actors/control"
 	"pollux/actors/node"
 	"pollux/cluster"
+	"pollux/cluster/provider"
 	"pollux/consensus"
 	"pollux/optimizer"
 	"pollux/testbed/emulator"
@@ -280,5 +283,62 @@ func TestAutoscaleDrainMovesJobsFromCheckpoints(t *testing.T) {
 	}
 	if len(moved) == 0 {
 		t.Fatal("no job ran on the drained machine")
+	}
+}
+
+// A provider command that hangs is killed at its timeout, retried, and
+// the machine given up: removed through the provider, forgotten by the
+// state, never registered; the cluster stays as it was (its one node
+// runs the jobs) and a later decision asks for a machine of a new name.
+func TestAutoscaleHangingProviderLeavesClusterAsItWas(t *testing.T) {
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "calls")
+	c := newTCluster(t, clusterOpts{servers: 1, nodes: 1, gpus: 4, timeScale: 300, autoscale: func(c *tcluster) *control.Autoscale {
+		x, err := provider.NewExec(provider.Exec{
+			AddCommand:    []string{"/bin/sh", "-c", `echo "add $0" >> ` + calls + `; sleep 30`},
+			RemoveCommand: []string{"/bin/sh", "-c", `echo "remove $0" >> ` + calls},
+			Timeout:       200 * time.Millisecond, Attempts: 2, Backoff: 10 * time.Millisecond, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &control.Autoscale{Settings: optimizer.Autoscale{Template: optimizer.Node{GPUs: 4}, MinNodes: 1, MaxNodes: 3},
+			Provider: x, JoinTimeout: time.Minute}
+	}})
+	for i := range 3 {
+		c.submit(fmt.Sprintf("j%d", i), "cifar10", 8)
+	}
+	l := c.leader()
+	waitFor(t, "a machine given up", 60*time.Second, func() bool {
+		b, _ := os.ReadFile(calls)
+		return strings.Contains(string(b), "remove auto-1")
+	})
+	b, _ := os.ReadFile(calls)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	// Two attempts to add auto-1, both killed at the timeout, then its removal.
+	var first []string
+	for _, line := range lines {
+		if strings.HasSuffix(line, " auto-1") {
+			first = append(first, line)
+		}
+	}
+	if !slices.Equal(first[:min(3, len(first))], []string{"add auto-1", "add auto-1", "remove auto-1"}) {
+		t.Errorf("calls for auto-1: %q", first)
+	}
+	waitFor(t, "auto-1 forgotten", 10*time.Second, func() bool { return l.srv.LocalState().Scale.Nodes["auto-1"] == nil })
+	st := l.srv.LocalState()
+	if st.Nodes["auto-1"] != nil {
+		t.Errorf("auto-1 registered: %+v", st.Nodes["auto-1"])
+	}
+	// The jobs complete on the one node.
+	final := c.waitAll(120*time.Second, "j0", "j1", "j2")
+	for id, j := range final.Jobs {
+		if j.State != consensus.Completed {
+			t.Errorf("job %s %v", id, j.State)
+		}
+	}
+	for _, n := range final.Nodes {
+		if n.ID != "n0" && n.Health == consensus.Alive {
+			t.Errorf("node %s joined", n.ID)
+		}
 	}
 }
