@@ -31,6 +31,7 @@ type fakeProvider struct {
 	nodes   map[string]*node.Node
 	hold    chan struct{} // if set, Add waits for it (a slow boot)
 	asked   chan string   // every Add announces itself
+	ghost   bool          // Add succeeds but the machine never joins
 }
 
 func newFakeProvider(c *tcluster) *fakeProvider {
@@ -40,9 +41,15 @@ func newFakeProvider(c *tcluster) *fakeProvider {
 func (p *fakeProvider) Add(ctx context.Context, name string) error {
 	p.mu.Lock()
 	p.adds[name]++
-	hold := p.hold
+	hold, ghost := p.hold, p.ghost
 	p.mu.Unlock()
-	p.asked <- name
+	select {
+	case p.asked <- name:
+	default:
+	}
+	if ghost {
+		return nil
+	}
 	if hold != nil {
 		select {
 		case <-hold:
@@ -340,5 +347,45 @@ func TestAutoscaleHangingProviderLeavesClusterAsItWas(t *testing.T) {
 		if n.ID != "n0" && n.Health == consensus.Alive {
 			t.Errorf("node %s joined", n.ID)
 		}
+	}
+}
+
+// A machine the provider says it added but that never joins is given up
+// after the join timeout: removed through the provider (not paid for
+// after), forgotten, and never asked for again; the next machines have
+// new names.
+func TestAutoscaleMachineThatNeverJoinsIsGivenUp(t *testing.T) {
+	var p *fakeProvider
+	c := newTCluster(t, clusterOpts{servers: 1, nodes: 1, gpus: 4, timeScale: 100, autoscale: autoscaleOpts(&p, 3, 2*time.Second)})
+	p.mu.Lock()
+	p.ghost = true
+	p.mu.Unlock()
+	for i := range 3 {
+		c.submit(fmt.Sprintf("j%d", i), "cifar10", 8)
+	}
+	l := c.leader()
+	var asked []string
+	waitFor(t, "a machine given up and another asked for", 60*time.Second, func() bool {
+		adds, removes := p.counts()
+		asked = asked[:0]
+		for name := range adds {
+			asked = append(asked, name)
+		}
+		return removes["auto-1"] > 0 && len(adds) > 1
+	})
+	adds, removes := p.counts()
+	for name, n := range adds {
+		if n != 1 {
+			t.Errorf("%s asked for %d times", name, n)
+		}
+	}
+	if removes["auto-1"] != 1 {
+		t.Errorf("auto-1 removed %d times", removes["auto-1"])
+	}
+	waitFor(t, "auto-1 forgotten", 10*time.Second, func() bool { return l.srv.LocalState().Scale.Nodes["auto-1"] == nil })
+	st := l.srv.LocalState()
+	// Seq counts every machine asked for: none is counted twice.
+	if st.Scale.Seq < uint64(len(adds)) || st.Scale.Nodes["auto-1"] != nil {
+		t.Errorf("state %+v after asking for %v", st.Scale, asked)
 	}
 }
