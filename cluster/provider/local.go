@@ -1,12 +1,10 @@
 package provider
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -130,50 +128,52 @@ func (l *Local) Add(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("provider: %w", err)
 	}
-	cmd := exec.Command(l.Exec[0], args...)
-	cmd.Env = append(os.Environ(), l.Env...)
-	cmd.Stderr = logf
-	out, err := cmd.StdoutPipe()
+	// The ready line goes to a file, not a pipe: the agent outlives this
+	// server, and a pipe without a reader would kill it at its next write.
+	readyPath := filepath.Join(dir, "stdout")
+	outf, err := os.Create(readyPath)
 	if err != nil {
 		logf.Close()
 		return fmt.Errorf("provider: %w", err)
 	}
+	cmd := exec.Command(l.Exec[0], args...)
+	cmd.Env = append(os.Environ(), l.Env...)
+	cmd.Stdout, cmd.Stderr = outf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
+	err = cmd.Start()
+	outf.Close()
+	logf.Close()
+	if err != nil {
 		return fmt.Errorf("%w: starting %s: %w", ErrAgent, name, err)
 	}
 	pid := cmd.Process.Pid
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // reaps it whoever stops it
+		close(exited)
+	}()
 	if err := writeFileAtomic(filepath.Join(dir, "pid"), []byte(strconv.Itoa(pid)+"\n")); err != nil {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		return err
 	}
-	ready := make(chan error, 1)
-	go func() {
-		line, err := bufio.NewReader(out).ReadString('\n')
-		if err == nil && strings.HasPrefix(line, "{") {
-			ready <- nil
-		} else {
-			ready <- fmt.Errorf("%w: %s exited before it was ready; see %s", ErrAgent, name, logf.Name())
+	deadline := time.Now().Add(l.ReadyTimeout)
+	for {
+		if b, _ := os.ReadFile(readyPath); bytes.HasPrefix(b, []byte("{")) && bytes.IndexByte(b, '\n') > 0 {
+			l.Logger.Info("provider: agent started", "node", name, "pid", pid, "log", logf.Name())
+			return nil
 		}
-		_, _ = io.Copy(io.Discard, out)
-		_ = cmd.Wait() // reaps it whoever stops it
-		logf.Close()
-	}()
-	timer := time.NewTimer(l.ReadyTimeout)
-	defer timer.Stop()
-	select {
-	case err := <-ready:
-		if err != nil {
-			return err
+		select {
+		case <-exited:
+			return fmt.Errorf("%w: %s exited before it was ready; see %s", ErrAgent, name, logf.Name())
+		case <-ctx.Done():
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
 		}
-		l.Logger.Info("provider: agent started", "node", name, "pid", pid, "log", logf.Name())
-		return nil
-	case <-timer.C:
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		return fmt.Errorf("%w: agent %s not ready after %v (killed); see %s", ErrTimeout, name, l.ReadyTimeout, logf.Name())
-	case <-ctx.Done():
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		return ctx.Err()
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			return fmt.Errorf("%w: agent %s not ready after %v (killed); see %s", ErrTimeout, name, l.ReadyTimeout, logf.Name())
+		}
 	}
 }
 
