@@ -39,3 +39,23 @@ func TestServerAutoscaleBadInput(t *testing.T) {
 		})
 	}
 }
+
+func TestDemoAutoscaleBadInput(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"demo", "--max-nodes", "3"}, "--max-nodes needs --autoscale"},
+		{[]string{"demo", "--autoscale", "--agents", "2"}, "--agents cannot be used with --autoscale"},
+		{[]string{"demo", "--autoscale", "--real"}, "--real cannot be used with --autoscale"},
+		{[]string{"demo", "--autoscale", "--max-nodes", "0"}, "--max-nodes of at least 1"},
+		{[]string{"demo", "--autoscale", "--node-cost", "-2"}, "cost and boot delay not negative"},
+	}
+	for _, tt := range tests {
+		var stderr bytes.Buffer
+		code, _ := runCapture(t, tt.args, &stderr)
+		if code != 2 || !strings.Contains(stderr.String(), tt.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tt.args, code, stderr.String(), tt.want)
+		}
+	}
+}
