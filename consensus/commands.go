@@ -34,6 +34,7 @@ const (
 	typeCreateToken  byte = 17
 	typeRevokeToken  byte = 18
 	typeCancelJob    byte = 19
+	// 28..31: autoscaling (scale.go).
 )
 
 // Command is one state change. The concrete types are the exported
@@ -188,6 +189,10 @@ func Decode(b []byte) (Command, error) {
 		c = &RevokeToken{}
 	case typeCancelJob:
 		c = &CancelJob{}
+	case typeScaleDecision:
+		c = &ScaleDecision{}
+	case typeScaleUpdate:
+		c = &ScaleUpdate{}
 	default:
 		return nil, fmt.Errorf("%w: type %d", ErrUnknownCommand, b[1])
 	}

@@ -184,6 +184,10 @@ func applyOne(s *State, c Command, term uint64) error {
 		return applyCancelJob(s, c)
 	case *FinishJob:
 		return applyFinish(s, c)
+	case *ScaleDecision:
+		return applyScaleDecision(s, c, term)
+	case *ScaleUpdate:
+		return applyScaleUpdate(s, c, term)
 	case *UpdateJob:
 		return applyUpdate(s, c)
 	case *CompleteJob:

@@ -18,10 +18,12 @@ import (
 // Version 3 adds the cluster's topology levels and report key, every
 // node's topology and GPU type, per job its placement constraints and
 // submitter and, at the end, the API token table; versions 1 and 2
-// decode with none of them.
+// decode with none of them. Version 4 adds, at the end, the autoscaler's
+// state (its desired size, how many machines it asked for, and the
+// machines it manages); versions 1 to 3 decode without one.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 3
+	SnapshotVersion = 4
 	// maxSnapshot bounds what Restore reads.
 	maxSnapshot = 1 << 30
 )
@@ -80,6 +82,7 @@ func EncodeState(s *State) []byte {
 	w.uvarint(s.Allocation.Term)
 	encodePlacements(w, s.Allocation.Jobs)
 	encodeACL(w, &s.ACL)
+	encodeScale(w, &s.Scale)
 
 	return binary.LittleEndian.AppendUint32(w.b, crc32.Checksum(w.b, castagnoli))
 }
@@ -206,6 +209,13 @@ func DecodeState(b []byte) (*State, error) {
 			return nil, err
 		}
 		s.ACL = acl
+	}
+	if version >= 4 && r.err == nil {
+		sc, err := decodeScale(r)
+		if err != nil {
+			return nil, err
+		}
+		s.Scale = sc
 	}
 	if err := r.done(); err != nil {
 		return nil, err

@@ -11,15 +11,13 @@ import (
 	"pollux/optimizer"
 )
 
-var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v3.bin from the current encoder")
+var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v4.bin from the current encoder")
 
 // snapshotV3 is a version 3 snapshot holding everything version 3 added:
 // the token table and job submitters (API tokens), the topology levels,
 // node attributes and job placement constraints (node attributes), the
 // cluster's report key (report tokens).
-// go test ./consensus -run TestSnapshotVersion3Golden -update rewrites
-// it; only do so for a change that keeps the version's bytes (a change
-// of the format is a new version, and this file must still decode).
+// It was written by the version 3 encoder and must still decode.
 const snapshotV3 = "testdata/snapshot-v3.bin"
 
 // v3ReportKey is the report key snapshotV3 holds.
@@ -54,12 +52,6 @@ func v3State(t testing.TB) *State {
 
 func TestSnapshotVersion3Golden(t *testing.T) {
 	got := EncodeState(v3State(t))
-	if *updateGolden {
-		if err := os.WriteFile(snapshotV3, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
 	b, err := os.ReadFile(snapshotV3)
 	if err != nil {
 		t.Fatal(err)
@@ -89,8 +81,73 @@ func TestSnapshotVersion3Golden(t *testing.T) {
 	if !s.ACL.Bootstrapped() || s.ACL.Len() != 3 {
 		t.Errorf("token table: bootstrapped %v, %d tokens", s.ACL.Bootstrapped(), s.ACL.Len())
 	}
-	// The current encoder still writes exactly these bytes.
+	// The state decoded from the fixture is the state the commands make:
+	// the current encoder writes the same bytes for both.
+	if again := EncodeState(s); !bytes.Equal(got, again) {
+		t.Fatalf("the version 3 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
+	}
+}
+
+// snapshotV4 is a version 4 snapshot: snapshotV3's state plus the
+// autoscaler's (a machine booting, one up, one draining, one removed).
+// go test ./consensus -run TestSnapshotVersion4Golden -update rewrites
+// it; only do so for a change that keeps the version's bytes (a change
+// of the format is a new version, and this file must still decode).
+const snapshotV4 = "testdata/snapshot-v4.bin"
+
+func v4State(t testing.TB) *State {
+	t.Helper()
+	a := &fsmApplier{f: NewFSM()}
+	a.f.state = v3State(t)
+	a.must(t, 2,
+		&ScaleDecision{Term: 2, Time: 10, Desired: 6, Add: []string{"auto-1", "auto-2", "auto-3", "auto-4"}},
+		&RegisterNode{Node: Node{ID: "auto-1", Addresses: []string{"127.0.0.1:7101"}, GPUs: 4, Health: Alive}},
+		&RegisterNode{Node: Node{ID: "auto-2", Addresses: []string{"127.0.0.1:7102"}, GPUs: 4, Health: Alive}},
+		&ScaleUpdate{Term: 2, Time: 11, Name: "auto-1", Outcome: ScaleJoined},
+		&ScaleUpdate{Term: 2, Time: 11.5, Name: "auto-2", Outcome: ScaleJoined},
+		&ScaleUpdate{Term: 2, Time: 12, Name: "auto-4", Outcome: ScaleRemoved, Reason: "never joined"},
+	)
+	a.must(t, 3, &ScaleDecision{Term: 3, Time: 13, Desired: 5, Drain: []string{"auto-2"}})
+	return a.f.State()
+}
+
+func TestSnapshotVersion4Golden(t *testing.T) {
+	got := EncodeState(v4State(t))
+	if *updateGolden {
+		if err := os.WriteFile(snapshotV4, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	b, err := os.ReadFile(snapshotV4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[len(snapshotMagic)] != 4 {
+		t.Fatalf("fixture is version %d", b[len(snapshotMagic)])
+	}
+	s, err := DecodeState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := s.Scale
+	want := map[string]ScaleNode{
+		"auto-1": {Name: "auto-1", Phase: ScaleUp, Term: 2, Since: 11},
+		"auto-2": {Name: "auto-2", Phase: ScaleDraining, Term: 3, Since: 13},
+		"auto-3": {Name: "auto-3", Phase: ScaleBooting, Term: 2, Since: 10},
+	}
+	if sc.Desired != 5 || sc.Seq != 4 || len(sc.Nodes) != len(want) {
+		t.Fatalf("decoded autoscaler state %+v", sc)
+	}
+	for name, w := range want {
+		if g := sc.Nodes[name]; g == nil || *g != w {
+			t.Errorf("%s: %+v, want %+v", name, g, w)
+		}
+	}
+	if s.Config.ReportKey != v3ReportKey || s.Jobs["typed"].Submitter != "acc-alice" || s.Nodes["auto-1"] == nil {
+		t.Errorf("version 3 content lost: %+v", s.Config)
+	}
 	if !bytes.Equal(got, b) {
-		t.Fatalf("the encoding of version 3 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+		t.Fatalf("the encoding of version 4 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
 	}
 }

@@ -319,6 +319,8 @@ type State struct {
 	LastRound float64
 	// ACL is the API token table.
 	ACL ACL
+	// Scale is the autoscaler's state (scale.go).
+	Scale Scale
 }
 
 // CheckpointDir is where job j checkpoints: its spec's directory or,
@@ -339,6 +341,7 @@ func (s *State) Clone() *State {
 	c := newState()
 	c.Config, c.LastRound = s.Config, s.LastRound
 	c.ACL = s.ACL.clone()
+	c.Scale = s.Scale.clone()
 	c.Config.Levels = slices.Clone(s.Config.Levels)
 	for id, j := range s.Jobs {
 		c.Jobs[id] = j.clone()

@@ -106,6 +106,8 @@ type Config struct {
 	HostPID func(m cluster.Member) *actor.PID
 	// Stats, if set, counts what the allocator drops.
 	Stats *Stats
+	// Autoscale, if set, sizes the cluster (scale.go).
+	Autoscale *Autoscale
 	// Seed starts the sequence of per-round seeds.
 	Seed   uint64
 	Logger *slog.Logger
@@ -223,6 +225,14 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 	if cfg.Stats == nil {
 		cfg.Stats = &Stats{}
 	}
+	if cfg.Autoscale != nil {
+		s := *cfg.Autoscale
+		if err := s.Validate(); err != nil {
+			return nil, err
+		}
+		s.defaults()
+		cfg.Autoscale = &s
+	}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &allocator{cfg: cfg, observe: observe, missing: map[string]time.Time{}, gone: map[string]time.Time{}, refused: map[string]string{}, effort: 1}
 	}), nil
@@ -254,6 +264,7 @@ type allocator struct {
 	gone      map[string]time.Time     // node -> since when it is dead or left (retention)
 	refused   map[string]string        // node -> why its registration is refused (logged once)
 	lease     *leaseState              // the agents' leases and the gate (lease.go)
+	scaling   *scaleState              // provider calls in flight (scale.go)
 
 	leaseTimer *time.Timer
 
@@ -344,6 +355,8 @@ func (a *allocator) Receive(ctx actor.Context) {
 		if a.term != 0 {
 			a.release(ctx)
 		}
+	case scaleDone:
+		a.scaleFinished(ctx, m)
 	case *pb.HostAck:
 	case ackTimeout:
 		if r := a.round; r != nil && r.info.Generation == m.gen {
@@ -384,7 +397,7 @@ func (a *allocator) stepDown() {
 	if a.lease != nil && a.lease.gateTimer != nil {
 		a.lease.gateTimer.Stop()
 	}
-	a.lease = nil
+	a.lease, a.scaling = nil, nil
 	a.term, a.prev, a.round, a.firstDone = 0, nil, nil, false
 	a.bids, a.failed, a.acks, a.cleanExit, a.finishing, a.hosting = nil, nil, nil, nil, nil, nil
 	clear(a.missing)
@@ -466,10 +479,14 @@ func (a *allocator) run(ctx actor.Context) {
 	snap.CrossRackRatio = a.cfg.CrossRackRatio
 	info := RoundInfo{Term: a.term, Jobs: len(snap.Jobs), FirstOfTerm: !a.firstDone, Elected: a.elected, Began: begin}
 	slots := map[string][]consensus.Slot{}
+	var scale *optimizer.ScaleDecision
 	if len(snap.Jobs) > 0 && len(snap.Nodes) > 0 {
-		policy := a.policy(snap, info.FirstOfTerm)
+		policy := a.autoscalePolicy(a.policy(snap, info.FirstOfTerm))
 		info.Policy = policy.Name()
 		px, budgeted := policy.(*optimizer.Pollux)
+		if as, ok := policy.(*optimizer.AutoscalePollux); ok {
+			px, budgeted = as.Pollux, true
+		}
 		if budgeted {
 			px.Effort = a.effort
 		}
@@ -491,7 +508,7 @@ func (a *allocator) run(ctx actor.Context) {
 		for _, j := range held {
 			a.cfg.Logger.Debug("control: the policy placed a job where its constraints forbid; it waits", "job", snap.Jobs[j].ID, "policy", policy.Name())
 		}
-		a.prev, info.Fitness = res.State, res.Diagnostics.Fitness
+		a.prev, info.Fitness, scale = res.State, res.Diagnostics.Fitness, res.Scale
 		if slots, err = Slots(snap, res.Placements); err != nil {
 			a.cfg.Logger.Error("control: converting allocation", "err", err)
 			return
@@ -518,6 +535,7 @@ func (a *allocator) run(ctx actor.Context) {
 	_, info.GPUsUsed = st.GPUCounts()
 	a.host(ctx, st)
 	a.assign(ctx, st, info, begin)
+	a.scale(ctx, st, scale)
 	if info.FirstOfTerm {
 		a.soon(ctx) // the full search, soon
 	}

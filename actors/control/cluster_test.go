@@ -76,6 +76,9 @@ type clusterOpts struct {
 	// before the allocators start, as one made before report tokens, and
 	// the allocators run without a checkpoint root of their own.
 	keyless bool
+	// autoscale, if set, gives every allocator these autoscaling
+	// settings (scale_test.go).
+	autoscale func(c *tcluster) *control.Autoscale
 }
 
 // dropRule drops the first n messages matching match.
@@ -133,21 +136,7 @@ func newTCluster(t *testing.T, o clusterOpts) *tcluster {
 		c.server = append(c.server, &tserver{id: string(p.ID), srv: srv})
 	}
 	for i := range o.nodes {
-		name := fmt.Sprintf("n%d", i)
-		l := &inproc.Launcher{Catalog: cat, TimeScale: o.timeScale, Tick: 10 * time.Millisecond, ReportEvery: 50 * time.Millisecond,
-			Started: func(s node.WorkerSpec) { c.mu.Lock(); c.told = append(c.told, s); c.mu.Unlock() }}
-		nd, err := node.Start(c.sys, node.Config{Name: name, GPUs: o.gpus, Grace: 5 * time.Second, ReportListen: "none",
-			ActorName: "node-" + name, Launch: c.watchLaunch(name, l.Launch), Logger: quiet(), WorkerOutput: io.Discard,
-			Emulator: func(app string) []string { return []string{"inproc", app} },
-			PropsOptions: []actor.PropsOption{
-				actor.WithReceiverMiddleware(c.receiveDrops, c.cutIn(name)),
-				actor.WithSenderMiddleware(c.sendDrops, c.cutOut(name)),
-			}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.nodes = append(c.nodes, nd)
-		c.agents = append(c.agents, cluster.Member{Name: name, Meta: cluster.Meta{Role: cluster.RoleAgent, GPUs: o.gpus, ActorAddr: c.sys.Address()}})
+		c.addNode(fmt.Sprintf("n%d", i))
 	}
 	if o.keyless {
 		if err := c.leader().srv.InitCluster(ctxT(t), consensus.InitCluster{ID: "old", CheckpointRoot: c.root}); err != nil {
@@ -159,6 +148,45 @@ func newTCluster(t *testing.T, o clusterOpts) *tcluster {
 	}
 	t.Cleanup(c.stop)
 	return c
+}
+
+// addNode starts an in-process node (an agent) named name and makes it a
+// member.
+func (c *tcluster) addNode(name string) {
+	c.t.Helper()
+	if _, err := c.startNode(name); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// startNode is addNode for any goroutine.
+func (c *tcluster) startNode(name string) (*node.Node, error) {
+	o := c.opts
+	cat := c.cat
+	l := &inproc.Launcher{Catalog: cat, TimeScale: o.timeScale, Tick: 10 * time.Millisecond, ReportEvery: 50 * time.Millisecond,
+		Started: func(s node.WorkerSpec) { c.mu.Lock(); c.told = append(c.told, s); c.mu.Unlock() }}
+	nd, err := node.Start(c.sys, node.Config{Name: name, GPUs: o.gpus, Grace: 5 * time.Second, ReportListen: "none",
+		ActorName: "node-" + name, Launch: c.watchLaunch(name, l.Launch), Logger: quiet(), WorkerOutput: io.Discard,
+		Emulator: func(app string) []string { return []string{"inproc", app} },
+		PropsOptions: []actor.PropsOption{
+			actor.WithReceiverMiddleware(c.receiveDrops, c.cutIn(name)),
+			actor.WithSenderMiddleware(c.sendDrops, c.cutOut(name)),
+		}})
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nodes = append(c.nodes, nd)
+	c.agents = append(c.agents, cluster.Member{Name: name, Meta: cluster.Meta{Role: cluster.RoleAgent, GPUs: o.gpus, ActorAddr: c.sys.Address()}})
+	return nd, nil
+}
+
+func (c *tcluster) autoscale() *control.Autoscale {
+	if c.opts.autoscale == nil {
+		return nil
+	}
+	return c.opts.autoscale(c)
 }
 
 func (c *tcluster) startActors(s *tserver) {
@@ -180,7 +208,7 @@ func (c *tcluster) startActors(s *tserver) {
 		NodeGrace: c.opts.nodeGrace, Lease: c.opts.lease,
 		NodePID: func(n *consensus.Node) *actor.PID { return actor.NewPID(n.Addresses[0], "node-"+n.ID) },
 		HostPID: func(m cluster.Member) *actor.PID { return actor.NewPID(m.Meta.ActorAddr, "jobhost-"+m.Name) },
-		Stats:   c.stats, Logger: quiet()}, func(ri control.RoundInfo) { c.mu.Lock(); c.rounds = append(c.rounds, ri); c.mu.Unlock() })
+		Stats:   c.stats, Logger: quiet(), Autoscale: c.autoscale()}, func(ri control.RoundInfo) { c.mu.Lock(); c.rounds = append(c.rounds, ri); c.mu.Unlock() })
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -29,6 +29,16 @@ func activeNodes(st *consensus.State) []optimizer.Node {
 	return nodes
 }
 
+// placeableNodes are the active nodes the autoscaler is not draining:
+// what a round places jobs on (a draining node still gets its
+// assignments, which stop its workers, and its lease).
+func placeableNodes(st *consensus.State) []optimizer.Node {
+	return slices.DeleteFunc(activeNodes(st), func(n optimizer.Node) bool {
+		m := st.Scale.Nodes[n.ID]
+		return m != nil && m.Phase == consensus.ScaleDraining
+	})
+}
+
 // BuildSnapshot is the optimizer's input for one round: the alive nodes
 // (with their GPU types and places in the cluster's topology levels) and
 // every unfinished job that has bid, with its constraints (required or
@@ -44,7 +54,7 @@ func activeNodes(st *consensus.State) []optimizer.Node {
 // it is placed once its actor has bid, so that its workers run the
 // configuration it chose.
 func BuildSnapshot(st *consensus.State, bids map[string]*consensus.Bid, now, timeScale float64, seed uint64) (*optimizer.Snapshot, error) {
-	snap := &optimizer.Snapshot{Nodes: activeNodes(st), Levels: slices.Clone(st.Config.Levels), Seed: seed, Now: now}
+	snap := &optimizer.Snapshot{Nodes: placeableNodes(st), Levels: slices.Clone(st.Config.Levels), Seed: seed, Now: now}
 	types := gpuTypes(snap.Nodes)
 	alive := map[string]bool{}
 	for _, n := range snap.Nodes {

@@ -25,6 +25,8 @@ type Store interface {
 	RegisterNode(ctx context.Context, n consensus.Node) error
 	MarkNode(ctx context.Context, id string, h consensus.Health) error
 	Prune(ctx context.Context, p consensus.Prune) ([]consensus.Drop, error)
+	// ApplyCommand commits one command (the autoscaler's).
+	ApplyCommand(ctx context.Context, c consensus.Command) error
 	LeaderChanges() <-chan bool
 	JobsChanged() <-chan struct{}
 	Servers() ([]raft.Server, error)

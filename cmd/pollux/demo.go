@@ -28,6 +28,10 @@ func newDemoCmd() *cobra.Command {
 		dir                   string
 		keep                  bool
 		real, asJSON, ui      bool
+		autoscale             bool
+		maxNodes              int
+		nodeCost              float64
+		bootDelay, settle     time.Duration
 		realOpts              realdemo.Options
 		augment, minEpochs    int
 	)
@@ -60,10 +64,35 @@ accuracy reached, its target, the incarnations, the batch size and
 replicas of each incarnation that trained, the completion time) is a
 table on stdout, or one JSON object with --json. It exits 1 if a job
 failed, fell short of its target or was resized fewer than twice. On two
-busy cores it takes 2 to 3 minutes (docs/worker-library.md).`,
+busy cores it takes 2 to 3 minutes (docs/worker-library.md).
+
+With --autoscale it starts --servers servers and one agent; the servers
+run the Pollux autoscaler with the local provider, which starts more
+agents (up to --max-nodes, each after --boot-delay, each with its own
+certificate from the cluster CA) while the dozen jobs arrive and removes
+them (drained first) as they finish. It prints the job completion times
+and a summary observed from the agent processes (nodes at the start, at
+most, at the end, node-hours and their cost at --node-cost, processes
+left), or one JSON object with --json, and exits 1 if a job did not
+complete, the cluster never grew or did not shrink back to one node
+within --settle, or a process was left running (docs/autoscaling.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
+			if autoscale {
+				for _, name := range []string{"real", "ui", "cpu-slots", "python", "augment", "min-epochs", "agents"} {
+					if f.Changed(name) {
+						return badInput(fmt.Errorf("demo: --%s cannot be used with --autoscale", name))
+					}
+				}
+				return runAutoscaleDemoCmd(cmd, autoscaleDemoOpts{servers: servers, gpus: gpus, maxNodes: maxNodes, scale: scale, cost: nodeCost,
+					spread: spread, timeout: timeout, boot: bootDelay, settle: settle, dir: dir, keep: keep, asJSON: asJSON})
+			}
+			for _, name := range []string{"max-nodes", "node-cost", "boot-delay", "settle"} {
+				if f.Changed(name) {
+					return badInput(fmt.Errorf("demo: --%s needs --autoscale", name))
+				}
+			}
 			if real {
 				for _, name := range []string{"gpus", "ui"} {
 					if f.Changed(name) {
@@ -87,7 +116,7 @@ busy cores it takes 2 to 3 minutes (docs/worker-library.md).`,
 			}
 			for _, name := range []string{"json", "cpu-slots", "python", "augment", "min-epochs"} {
 				if f.Changed(name) {
-					return badInput(fmt.Errorf("demo: --%s needs --real", name))
+					return badInput(fmt.Errorf("demo: --%s needs --real (or --autoscale for --json)", name))
 				}
 			}
 			if servers < 1 || agents < 1 || gpus < 1 || !(scale > 0) || spread < 0 || timeout <= 0 {
@@ -126,7 +155,12 @@ busy cores it takes 2 to 3 minutes (docs/worker-library.md).`,
 	f.BoolVar(&keep, "keep", false, "keep the temporary directory")
 	f.BoolVar(&ui, "ui", false, "print the dashboard's URL (with a read token) and keep the cluster up after the workload until Ctrl-C or SIGTERM")
 	f.BoolVar(&real, "real", false, "run real PyTorch jobs on CPU slots instead of emulated ones")
-	f.BoolVar(&asJSON, "json", false, "with --real: print the result as one JSON object")
+	f.BoolVar(&asJSON, "json", false, "with --real or --autoscale: print the result as one JSON object")
+	f.BoolVar(&autoscale, "autoscale", false, "start with one agent and let the servers' autoscaler add and remove agents")
+	f.IntVar(&maxNodes, "max-nodes", 4, "with --autoscale: the most agents")
+	f.Float64Var(&nodeCost, "node-cost", 3.912, "with --autoscale: price of an (emulated) node-hour")
+	f.DurationVar(&bootDelay, "boot-delay", 2*time.Second, "with --autoscale: real time from asking for an agent to starting it")
+	f.DurationVar(&settle, "settle", 90*time.Second, "with --autoscale: how long to wait, after the last job, for the cluster to shrink to one agent")
 	f.IntVar(&realOpts.Slots, "cpu-slots", 2, "with --real: CPU slots per agent")
 	f.StringVar(&realOpts.Python, "python", worker.Python, "with --real: the interpreter of the workers (it needs torch and sklearn)")
 	f.IntVar(&augment, "augment", 16, "with --real: training copies of every digit (a longer epoch)")

@@ -42,6 +42,7 @@ type serverOpts struct {
 	interval, nodeGrace, retain, agentLease                          time.Duration
 	timeScale                                                        float64
 	sec                                                              securityOpts
+	scale                                                            scaleOpts
 }
 
 // serverReady is the line `pollux server` prints on stdout once it serves.
@@ -110,6 +111,7 @@ func newServerCmd() *cobra.Command {
 		"than within one (>= 1), for jobs that have not measured it")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	o.sec.flags(f)
+	o.scale.flags(f)
 	return cmd
 }
 
@@ -176,6 +178,12 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	policy, typed, err := serverPolicy(o.policy)
 	if err != nil {
 		return badInput(err)
+	}
+	if err := o.scale.check(cmd.Flags()); err != nil {
+		return badInput(err)
+	}
+	if o.scale.provider != "" && o.policy != "auto" && o.policy != "pollux" {
+		return badInput(fmt.Errorf("server: --autoscale decides with the Pollux policy, not --policy %s", o.policy))
 	}
 	if !(o.crossRackRatio >= 1) || math.IsInf(o.crossRackRatio, 0) {
 		return badInput(fmt.Errorf("server: --cross-rack-ratio %v, want a finite ratio of at least 1", o.crossRackRatio))
@@ -266,6 +274,11 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	}
 	go watchLevels(ctx, srv, members, initLevels, log, fail)
 
+	scale, err := o.scale.build(scaleEnv{dataDir: o.dataDir, gossip: members.Addr(), ca: o.sec.ca, gossipKey: o.sec.gossipKey,
+		insecure: o.sec.insecure, fast: o.fast, timeScale: o.timeScale, logger: log})
+	if err != nil {
+		return err
+	}
 	stats := &control.Stats{}
 	httpAPI := api.New(o.id, api.Config{Backend: srv, Apps: catalog.Names(), Members: members.Members, Stats: stats,
 		Insecure: o.sec.insecure, Logger: log})
@@ -288,7 +301,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 		Store: srv, Server: o.id, Members: members.Members, Interval: o.interval, CheckpointRoot: o.ckptRoot,
 		Policy: policy, TypedPolicy: typed, CrossRackRatio: o.crossRackRatio, Levels: consensus.NormalizeLevels(initLevels),
 		Retain: o.retain, TimeScale: o.timeScale, NodeGrace: o.nodeGrace, MaxFailures: o.maxFailures, Stats: stats, Logger: log,
-		Lease: o.agentLease,
+		Lease: o.agentLease, Autoscale: scale,
 	}, func(ri control.RoundInfo) { httpAPI.ObserveRound(ri); dash.ObserveRound(ri) })
 	if err != nil {
 		return err

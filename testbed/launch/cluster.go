@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"pollux/cluster/pki"
+	"pollux/cluster/provider"
 	"pollux/testbed/chaos/history"
 	"pollux/testbed/chaos/netns"
 	"pollux/testbed/chaos/proc"
@@ -306,6 +307,22 @@ func (c *Cluster) layout(ctx context.Context) error {
 		}
 		if o.Policy != "" {
 			c.Servers[i].args = append(c.Servers[i].args, "--policy", o.Policy)
+		}
+		if as := o.Autoscale; as != nil {
+			c.Servers[i].args = append(c.Servers[i].args, "--autoscale", "local", "--autoscale-dir", c.AutoscaleDir(),
+				"--ca-key", filepath.Join(c.tls.Dir, pki.CAKeyFile), "--node-gpus", strconv.Itoa(o.GPUsPerAgent),
+				"--min-nodes", strconv.Itoa(as.MinNodes), "--max-nodes", strconv.Itoa(as.MaxNodes),
+				"--boot-delay", as.BootDelay.String(), "--node-cost", strconv.FormatFloat(as.NodeCost, 'g', -1, 64),
+				// The agents the servers add run like the launcher's own.
+				"--autoscale-agent-arg=--restart-cost="+o.RestartCost.String(), "--autoscale-agent-arg=--grace="+o.Grace.String(),
+				"--autoscale-exec", strings.Join(o.Exec, ","),
+				"--autoscale-agent-arg=--worker-exec="+strings.Join(o.Exec, ","), "--autoscale-agent-arg=--log-level="+o.LogLevel)
+			for _, name := range envNames(o.Env) {
+				c.Servers[i].args = append(c.Servers[i].args, "--autoscale-agent-arg=--pass-env="+name)
+			}
+			if as.JoinTimeout > 0 {
+				c.Servers[i].args = append(c.Servers[i].args, "--join-timeout", as.JoinTimeout.String())
+			}
 		}
 		c.Servers[i].args = append(c.Servers[i].args, c.tls.Flags(id)...)
 	}
@@ -615,13 +632,19 @@ func (c *Cluster) KillWorker(w Worker, fault string, seq int) error {
 	return nil
 }
 
-// Stop ends the run in order: SIGTERM to the agents (they stop their
-// workers), then to the servers, SIGKILL to whatever outlives its grace;
-// then it waits until every worker it saw is gone, closes the history
-// with run_end, and removes the network and mounts. Call it once, after
-// every operation of the run has completed.
+// AutoscaleDir is where the servers' local provider keeps the agents it
+// starts (with Options.Autoscale).
+func (c *Cluster) AutoscaleDir() string { return filepath.Join(c.o.Dir, "autoscale") }
+
+// Stop ends the run in order: SIGTERM to the agents (those the servers
+// added with Options.Autoscale first: they stop their workers), then to
+// the servers, SIGKILL to whatever outlives its grace; then it waits
+// until every worker it saw is gone, closes the history with run_end,
+// and removes the network and mounts. Call it once, after every
+// operation of the run has completed.
 func (c *Cluster) Stop() error {
 	var errs []error
+	errs = append(errs, c.stopAutoscaled())
 	for _, group := range [][]*Member{c.Agents, c.Servers} {
 		for _, m := range group {
 			if m.Running() {
@@ -637,6 +660,8 @@ func (c *Cluster) Stop() error {
 			}
 		}
 	}
+	// An agent a server started while the others stopped.
+	errs = append(errs, c.stopAutoscaled())
 	if c.watch != nil {
 		errs = append(errs, c.watch.finish(5*time.Second))
 	}
@@ -654,6 +679,7 @@ func (c *Cluster) Stop() error {
 func (c *Cluster) Close() error {
 	c.closeOnce.Do(func() {
 		var errs []error
+		errs = append(errs, c.stopAutoscaled())
 		if c.watch != nil {
 			c.watch.stop()
 		}
@@ -675,6 +701,17 @@ func (c *Cluster) Close() error {
 		c.closeErr = errors.Join(errs...)
 	})
 	return c.closeErr
+}
+
+// stopAutoscaled stops the agents the servers added (SIGTERM, SIGKILL
+// after the grace).
+func (c *Cluster) stopAutoscaled() error {
+	if c.o.Autoscale == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*(c.o.Grace+15*time.Second))
+	defer cancel()
+	return provider.StopAll(ctx, c.AutoscaleDir(), c.o.Grace+15*time.Second, c.log)
 }
 
 // FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a

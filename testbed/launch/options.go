@@ -95,8 +95,22 @@ type Options struct {
 	// DataSize, if positive, mounts a tmpfs of that many bytes on each
 	// server's data directory (root only), so that a disk can fill up.
 	DataSize int64
+	// Autoscale, if set, runs the servers with `--autoscale local`: they
+	// add and remove agents (Dir/autoscale/<name>) as their decisions
+	// say; Stop stops those too.
+	Autoscale *Autoscale
 	// Logger receives the launcher's progress (default: discarded).
 	Logger *slog.Logger
+}
+
+// Autoscale are the servers' autoscaling settings (pollux server
+// --min-nodes, --max-nodes, --boot-delay, --node-cost, --join-timeout);
+// the agents they add have GPUsPerAgent GPUs.
+type Autoscale struct {
+	MinNodes, MaxNodes int
+	BootDelay          time.Duration
+	NodeCost           float64
+	JoinTimeout        time.Duration
 }
 
 func (o *Options) defaults() error {
@@ -157,6 +171,8 @@ func (o *Options) defaults() error {
 	case !(o.TimeScale > 0) || o.Interval < 0 || o.Grace < 0 || o.RestartCost < 0 || o.DataSize < 0 || o.Retain < 0:
 		return fmt.Errorf("%w: time scale %v, interval %v, grace %v, restart cost %v, data size %d, retain %v",
 			ErrConfig, o.TimeScale, o.Interval, o.Grace, o.RestartCost, o.DataSize, o.Retain)
+	case o.Autoscale != nil && (o.Network != Loopback || o.CPUSlots > 0):
+		return fmt.Errorf("%w: autoscaling runs on loopback with emulated GPUs", ErrConfig)
 	case o.Network != Loopback && o.Network != Namespaces:
 		return fmt.Errorf("%w: network %q (loopback or netns)", ErrConfig, o.Network)
 	}
