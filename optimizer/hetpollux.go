@@ -80,10 +80,11 @@ const (
 	// HetOptimism is its exploration optimism.
 	HetOptimism = 0.5
 	// HetAgeLevel (s), HetAgeDecay and HetAgeFloor are its age weights:
-	// half an hour at weight 1, then 1/sqrt(2) per doubling, at least 1/2.
+	// half an hour at weight 1, then 1/sqrt(2) per doubling, at least
+	// 0.35 (from 7.5 h on).
 	HetAgeLevel = 1800.0
 	HetAgeDecay = 0.5
-	HetAgeFloor = 0.5
+	HetAgeFloor = 0.35
 	// HetShrinkFactor is its extra discount of a shrink.
 	HetShrinkFactor = 0.8
 )

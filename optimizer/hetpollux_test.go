@@ -27,8 +27,10 @@ func TestHetPolluxAgeWeight(t *testing.T) {
 		{h, 5399, 1 / math.Sqrt2},
 		{h, 5400, 0.5},
 		{h, 12599, 0.5},
-		{h, 12600, 0.5}, // level 3 would be 0.35: the floor
-		{h, 1e6, 0.5},
+		{h, 12600, math.Pow(2, -1.5)},
+		{h, 26999, math.Pow(2, -1.5)},
+		{h, 27000, 0.35}, // level 4 would be 0.25: the floor
+		{h, 1e6, 0.35},
 		{h, math.NaN(), 1},
 		{off, 1e6, 1},
 	} {
