@@ -28,11 +28,17 @@ import (
 // types weighted by their GPUs (the share finish-time fairness measures
 // against). A changed configuration is discounted by
 // max(age - restarts * delay, 0) / (age + delay), delay being the job's
-// measured restart delay. The round is a multiple-choice knapsack over
-// (type, GPU count) per job, solved exactly while small (ExactStates),
-// else by Lagrangian relaxation; placement then keeps every job whose type
-// and count did not change where it was, and packs the others onto as few
-// nodes as possible (whole free nodes first, then the tightest fit).
+// measured restart delay, and by ShrinkFactor more when it gives the job
+// less goodput than it has (a shrink or a move to a slower type that the
+// job pays a restart for). Each job's term of the power mean is weighted
+// by its age level (AgeWeight): like Tiresias's discretised priority
+// queues, jobs young enough to be short weigh more, by levels that change
+// rarely so that the weights cause no churn. The round is a
+// multiple-choice knapsack over (type, GPU count) per job, solved
+// exactly while small (ExactStates), else by Lagrangian relaxation;
+// placement then keeps every job whose type and count did not change
+// where it was, and packs the others onto as few nodes as possible
+// (whole free nodes first, then the tightest fit).
 type HetPollux struct {
 	// PowerMean is the fairness exponent p (negative: fairer).
 	PowerMean float64
@@ -50,8 +56,18 @@ type HetPollux struct {
 	// age, which for a job a few minutes old would forbid growing.
 	Horizon float64
 	// Cache, if set, memoises goodputs from round to round.
-	Cache    *GoodputCache
+	Cache *GoodputCache
+	// Optimism is the exponent of the goodput assumed beyond the GPU
+	// counts a job was measured on (0: none).
 	Optimism float64
+	// AgeLevel, in seconds, is the length of the first age level (0: no
+	// age weights); level l spans ages [(2^l - 1), (2^(l+1) - 1)) times
+	// AgeLevel, and a job's term is weighted by 2^(-AgeDecay * l), at
+	// least AgeFloor.
+	AgeLevel, AgeDecay, AgeFloor float64
+	// ShrinkFactor (in (0, 1]; 0: 1) further discounts an option giving
+	// a running job less goodput than its current configuration.
+	ShrinkFactor float64
 }
 
 // HetPollux defaults.
@@ -63,6 +79,14 @@ const (
 	HetHorizon       = 20.0
 	// HetOptimism is its exploration optimism.
 	HetOptimism = 0.5
+	// HetAgeLevel (s), HetAgeDecay and HetAgeFloor are its age weights:
+	// half an hour at weight 1, then 1/sqrt(2) per doubling, at least
+	// 0.35 (from 7.5 h on).
+	HetAgeLevel = 1800.0
+	HetAgeDecay = 0.5
+	HetAgeFloor = 0.35
+	// HetShrinkFactor is its extra discount of a shrink.
+	HetShrinkFactor = 0.8
 )
 
 // NewHetPollux returns the policy with its defaults.
@@ -70,7 +94,9 @@ func NewHetPollux() *HetPollux {
 	return &HetPollux{
 		PowerMean: HetPowerMean, DefaultRestart: RestartDelay,
 		RestartWeight: HetRestartWeight, Horizon: HetHorizon, Optimism: HetOptimism,
-		Cache: &GoodputCache{},
+		AgeLevel: HetAgeLevel, AgeDecay: HetAgeDecay, AgeFloor: HetAgeFloor,
+		ShrinkFactor: HetShrinkFactor,
+		Cache:        &GoodputCache{},
 	}
 }
 
@@ -93,6 +119,11 @@ func (h *HetPollux) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	}
 	if math.IsNaN(h.PowerMean) || math.IsInf(h.PowerMean, 0) {
 		return Result{}, fmt.Errorf("%w: power-mean exponent %v", ErrBadSnapshot, h.PowerMean)
+	}
+	for _, v := range []float64{h.AgeLevel, h.AgeDecay, h.AgeFloor, h.ShrinkFactor} {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return Result{}, fmt.Errorf("%w: age levels %v, %v, %v or shrink factor %v: want finite values of at least 0", ErrBadSnapshot, h.AgeLevel, h.AgeDecay, h.AgeFloor, h.ShrinkFactor)
+		}
 	}
 	types := roundTypes(snap)
 	caps := make([]int, len(types))
@@ -250,6 +281,18 @@ func (h *HetPollux) jobItem(snap *Snapshot, job *Job, types []typeInfo, kFair in
 		}
 		return math.Pow(x+meanEps, h.PowerMean)
 	}
+	if w := h.AgeWeight(job.Age); w != 1 {
+		inner := term
+		term = func(x float64) float64 { return w * inner(x) }
+	}
+	shrink := 1.0
+	if h.ShrinkFactor > 0 && h.ShrinkFactor < 1 {
+		shrink = h.ShrinkFactor
+	}
+	curV := 0.0
+	if curT >= 0 && curK > 0 {
+		curV = g.at(curT, curK)
+	}
 	it := choiceItem{none: term(0), forced: -1}
 	maxK := max(job.MaxReplicas, 1)
 	for t, ti := range types {
@@ -264,11 +307,26 @@ func (h *HetPollux) jobItem(snap *Snapshot, job *Job, types []typeInfo, kFair in
 			x := v / ref * scale
 			if t != curT || k != curK {
 				x *= factor
+				if v < curV {
+					x *= shrink
+				}
 			}
 			it.opts = append(it.opts, option{typ: t, size: k, cost: term(x)})
 		}
 	}
 	return it
+}
+
+// AgeWeight is the weight of the power-mean term of a job of the given
+// age (seconds): 1 in the first level (AgeLevel seconds), then
+// 2^(-AgeDecay) per level, each level twice as long as the previous one,
+// and never below AgeFloor; 1 without levels.
+func (h *HetPollux) AgeWeight(age float64) float64 {
+	if !(h.AgeLevel > 0) || !(age > 0) {
+		return 1
+	}
+	level := math.Floor(math.Log2(1 + age/h.AgeLevel))
+	return math.Max(math.Pow(2, -h.AgeDecay*level), h.AgeFloor)
 }
 
 // placeType places the jobs that want type t: those whose type and count

@@ -1,0 +1,135 @@
+package optimizer_test
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"pollux/optimizer"
+	"pollux/optimizer/goodput"
+)
+
+// pollux-het's age levels: weight 1 for the first AgeLevel seconds, then
+// 2^-AgeDecay per level, each level twice as long as the one before,
+// never below AgeFloor.
+func TestHetPolluxAgeWeight(t *testing.T) {
+	h := optimizer.NewHetPollux()
+	off := optimizer.NewHetPollux()
+	off.AgeLevel = 0
+	for _, c := range []struct {
+		pol  *optimizer.HetPollux
+		age  float64
+		want float64
+	}{
+		{h, 0, 1},
+		{h, 1799, 1},
+		{h, 1800, 1 / math.Sqrt2},
+		{h, 5399, 1 / math.Sqrt2},
+		{h, 5400, 0.5},
+		{h, 12599, 0.5},
+		{h, 12600, math.Pow(2, -1.5)},
+		{h, 26999, math.Pow(2, -1.5)},
+		{h, 27000, 0.35}, // level 4 would be 0.25: the floor
+		{h, 1e6, 0.35},
+		{h, math.NaN(), 1},
+		{off, 1e6, 1},
+	} {
+		if got := c.pol.AgeWeight(c.age); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("AgeLevel %v: weight at age %v = %v, want %v", c.pol.AgeLevel, c.age, got, c.want)
+		}
+	}
+}
+
+// Two jobs alike but for their age share one 8-GPU node: with age levels
+// the young one (likely short) gets more GPUs than the one running for
+// hours; without them they split evenly.
+func TestHetPolluxAgeLevelsFavourYoung(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		ageLevel float64
+		young    func(young, old int) bool
+	}{
+		{"levels", optimizer.HetAgeLevel, func(y, o int) bool { return y > o }},
+		{"no levels", 0, func(y, o int) bool { return y == o }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			job := func(id string, age float64) optimizer.Job {
+				return optimizer.Job{ID: id, Age: age, MaxReplicas: 8, RestartDelay: 30,
+					TypeModels:   map[string]*goodput.Model{"fast": fittedModel()},
+					TypeReplicas: map[string]int{"fast": 8}}
+			}
+			snap := &optimizer.Snapshot{Nodes: []optimizer.Node{{ID: "f0", GPUs: 8, Type: "fast"}},
+				Jobs: []optimizer.Job{job("young", 120), job("old", 8*3600)}}
+			h := optimizer.NewHetPollux()
+			h.AgeLevel = c.ageLevel
+			res, err := h.Allocate(snap, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkTyped(t, snap, res)
+			y, o := res.Placements[0].Replicas(), res.Placements[1].Replicas()
+			if !c.young(y, o) || y+o != 8 {
+				t.Errorf("young got %d GPUs, old %d", y, o)
+			}
+		})
+	}
+}
+
+// A new job that would run almost as fast on idle GPUs of another type
+// goes there rather than take one GPU from a running job, which would
+// restart to run slower: the shrink factor. Without it the running job
+// is shrunk.
+func TestHetPolluxShrinkFactor(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		factor float64
+		runK   int
+		newTyp string
+	}{
+		{"default", optimizer.HetShrinkFactor, 8, "slow"},
+		{"none", 1, 7, "fast"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			thr := map[string]float64{"slow": 370, "fast": 400}
+			snap := &optimizer.Snapshot{Nodes: hetNodes(), Jobs: []optimizer.Job{
+				{ID: "run", Age: 3600, Restarts: 2, MaxReplicas: 16, Current: pl(1, 8), RestartDelay: 30,
+					TypeModels:     map[string]*goodput.Model{"fast": fittedModel()},
+					TypeReplicas:   map[string]int{"fast": 8},
+					TypeThroughput: thr},
+				{ID: "new", Age: 30, MaxReplicas: 1, TypeThroughput: thr},
+			}}
+			h := optimizer.NewHetPollux()
+			h.ShrinkFactor = c.factor
+			h.AgeLevel = 0
+			res, err := h.Allocate(snap, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkTyped(t, snap, res)
+			if k := res.Placements[0].Replicas(); k != c.runK {
+				t.Errorf("running job got %v, want %d GPUs", res.Placements[0], c.runK)
+			}
+			if typ := snap.TypeOf(res.Placements[1]); typ != c.newTyp || res.Placements[1].Replicas() != 1 {
+				t.Errorf("new job got %v (%s), want one %s GPU", res.Placements[1], typ, c.newTyp)
+			}
+		})
+	}
+}
+
+// Age levels or a shrink factor that are not finite non-negative numbers
+// are refused, not turned into NaN costs.
+func TestHetPolluxBadSettings(t *testing.T) {
+	snap := &optimizer.Snapshot{Nodes: hetNodes(), Jobs: []optimizer.Job{{ID: "a", Age: 60, MaxReplicas: 1}}}
+	for _, set := range []func(*optimizer.HetPollux){
+		func(h *optimizer.HetPollux) { h.AgeFloor = math.NaN() },
+		func(h *optimizer.HetPollux) { h.AgeDecay = -1 },
+		func(h *optimizer.HetPollux) { h.AgeLevel = math.Inf(1) },
+		func(h *optimizer.HetPollux) { h.ShrinkFactor = math.NaN() },
+	} {
+		h := optimizer.NewHetPollux()
+		set(h)
+		if _, err := h.Allocate(snap, nil); !errors.Is(err, optimizer.ErrBadSnapshot) {
+			t.Errorf("settings %+v: error %v, want ErrBadSnapshot", *h, err)
+		}
+	}
+}
