@@ -126,7 +126,7 @@ func (a *allocator) scale(ctx actor.Context, st *consensus.State, dec *optimizer
 	if !ok {
 		return
 	}
-	booting, up := 0, 0
+	booting, up, draining := 0, 0, 0
 	for _, m := range st.Scale.Nodes {
 		if m.Phase == consensus.ScaleBooting {
 			booting++
@@ -143,6 +143,7 @@ func (a *allocator) scale(ctx actor.Context, st *consensus.State, dec *optimizer
 		}
 		m := st.Scale.Nodes[id]
 		if m != nil && m.Phase == consensus.ScaleDraining {
+			draining++
 			continue
 		}
 		up++
@@ -154,7 +155,13 @@ func (a *allocator) scale(ctx actor.Context, st *consensus.State, dec *optimizer
 	cmd := &consensus.ScaleDecision{Term: a.term, Time: now, Desired: desired}
 	switch {
 	case desired > have && live:
-		for i := range desired - have {
+		// A draining machine is still held (and paid for) until it is
+		// removed: the cluster never holds more than MaxNodes.
+		add := desired - have
+		if limit := a.cfg.Autoscale.Settings.MaxNodes; limit > 0 {
+			add = min(add, limit-have-draining)
+		}
+		for i := range add {
 			cmd.Add = append(cmd.Add, MachineName(s.Prefix, st.Scale.Seq+uint64(i)+1))
 		}
 	case desired < have && booting == 0:
