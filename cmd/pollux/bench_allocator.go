@@ -167,7 +167,7 @@ artifact's own figures.`,
 				return err
 			}
 			if o.asJSON {
-				return writeAllocatorJSON(cmd.OutOrStdout(), rep)
+				return writeJSON(cmd.OutOrStdout(), rep)
 			}
 			return printAllocator(cmd.OutOrStdout(), rep)
 		},
@@ -193,7 +193,9 @@ artifact's own figures.`,
 	return cmd
 }
 
-func writeAllocatorJSON(w io.Writer, v any) error {
+// writeJSON writes v as indented JSON, as every --json of the commands
+// prints it.
+func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
@@ -372,7 +374,7 @@ func benchAllocatorSnapshots(w io.Writer, o allocatorOpts) error {
 		}
 	}
 	if o.asJSON {
-		return writeAllocatorJSON(w, map[string]any{"snapshots": out})
+		return writeJSON(w, map[string]any{"snapshots": out})
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "snapshot\tjobs\tcurrent\treference current\treference GA\tours\tour round s\n")

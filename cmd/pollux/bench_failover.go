@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -59,9 +58,7 @@ reports the cost of TLS; --insecure runs the plaintext benchmark only.`,
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				return writeJSON(cmd.OutOrStdout(), rep)
 			}
 			return printFailover(cmd.OutOrStdout(), rep)
 		},

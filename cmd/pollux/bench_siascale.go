@@ -156,7 +156,7 @@ func benchSiaScale(ctx context.Context, stdout, stderr io.Writer, o allocatorOpt
 		reports = append(reports, r)
 	}
 	if o.asJSON {
-		return writeAllocatorJSON(stdout, map[string]any{"sia_scale": reports})
+		return writeJSON(stdout, map[string]any{"sia_scale": reports})
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "policy\tscale\tGPUs\tjobs\tmax active\trounds\tmedian s\tp95 s\tmax s\tinexact rounds\tworst gap\n")

@@ -205,9 +205,7 @@ func runChaos(ctx context.Context, scs []schedule.Scenario, seed uint64, o drive
 // printChaos prints the summary and fails unless every run passed.
 func printChaos(sum *driver.Summary, jsonOut bool, w io.Writer) error {
 	if jsonOut {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(sum); err != nil {
+		if err := writeJSON(w, sum); err != nil {
 			return err
 		}
 	} else if err := writeChaosTable(w, sum); err != nil {

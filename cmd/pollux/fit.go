@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -51,9 +50,7 @@ one placement's rows, predict them).`,
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"apps": apps})
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"apps": apps})
 			}
 			return printFitTable(cmd.OutOrStdout(), apps)
 		},

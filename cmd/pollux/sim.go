@@ -383,9 +383,7 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 		}
 	}
 	if f.asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(summary)
+		return writeJSON(stdout, summary)
 	}
 	return report.PrintTable(stdout, summary)
 }
@@ -683,9 +681,7 @@ func writeTopologyComparison(w io.Writer, f simFlags, runs []simRun, results []*
 		out.AvgJCTReduction = 1 - out.RackAware.MeanAvgJCT/out.RackBlind.MeanAvgJCT
 	}
 	if f.asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return writeJSON(w, out)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%s on %d racks, cross-rack ratio %g\tmean avg JCT s\tcross-rack GPU time\trestarts/job\t\n", out.Policy, out.Racks, out.CrossRackRatio)

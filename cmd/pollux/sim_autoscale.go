@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/csv"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -309,9 +308,7 @@ func runSimAutoscale(ctx context.Context, f simFlags, policyGiven bool, stdout, 
 		}
 	}
 	if f.asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(summary)
+		return writeJSON(stdout, summary)
 	}
 	return printCloudTable(stdout, policies, summary)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -113,9 +112,7 @@ func runSimFederation(ctx context.Context, cmd *cobra.Command, f simFlags, stdou
 	}
 	fmt.Fprintf(stderr, "simulated %d labs in 3 modes in %.1f s\n", len(fed.Labs), time.Since(start).Seconds())
 	if f.asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return writeJSON(stdout, rep)
 	}
 	return printFederation(stdout, fed, rep)
 }
