@@ -180,15 +180,17 @@ type AssignOptions struct {
 // allocation: each job's ranks in node-id order, the batch configuration
 // its bid chose for its shape (one node or several, K replicas), its
 // current incarnation and checkpoint directory, and the report tokens of
-// the node's ranks. Nodes with nothing to run
-// get an empty Assign, which stops whatever they still run. A placed job
+// the node's ranks, and the node's registered GPU type and topology (a
+// node that no longer has them refuses). Nodes with nothing to run get an
+// empty Assign, which stops whatever they still run. A placed job
 // whose bid does not cover its shape is left out (and named in the second
 // result): its configuration must come from its actor.
 func Assignments(st *consensus.State, o AssignOptions) (map[string]*pb.Assign, []string) {
 	out := map[string]*pb.Assign{}
 	for _, n := range activeNodes(st) {
 		out[n.ID] = &pb.Assign{Generation: st.Allocation.Generation, Term: o.Term, ClusterId: st.Config.ID,
-			CheckpointRoot: st.Config.CheckpointRoot}
+			CheckpointRoot: st.Config.CheckpointRoot,
+			Node:           &pb.NodeAttrs{GpuType: n.Type, Levels: st.Config.TopologyLevels(), Domains: n.Topology}}
 	}
 	var uncovered []string
 	ids := make([]string, 0, len(st.Allocation.Jobs))

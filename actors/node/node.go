@@ -18,6 +18,7 @@ import (
 	"pollux/actors/jobspec"
 	"pollux/actors/pb"
 	"pollux/actors/workerproto"
+	"pollux/optimizer"
 )
 
 // ActorName is the name the node actor is spawned under: a remote peer
@@ -41,6 +42,12 @@ type Config struct {
 	// slot, and the worker on slot i is told CPUSlots[i] (POLLUX_CPUS,
 	// OMP_NUM_THREADS) and no GPU.
 	CPUSlots [][]int
+	// GPUType and Topology are what the agent declares in its gossip
+	// metadata (its GPU type, "" untyped; its place, "rack=r0,zone=z1",
+	// "" the default domain): an Assign placed for a node registered
+	// with others is refused (checkAttrs).
+	GPUType  string
+	Topology string
 	// Grace is the time between SIGTERM and SIGKILL (default 30 s).
 	Grace time.Duration
 	// ReportListen is where to listen for worker reports (default
@@ -351,6 +358,29 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 	}
 }
 
+// checkAttrs compares the node the leader placed runs on (its registered
+// GPU type and domains; nil: no check) with this node's own attributes.
+// They differ when the agent restarted with another --gpu-type or
+// --topology and the leader has not seen the new registration yet: the
+// runs were placed for the machine it was.
+func (a *nodeActor) checkAttrs(reg *pb.NodeAttrs) error {
+	if reg == nil {
+		return nil
+	}
+	if reg.GpuType != a.cfg.GPUType {
+		return fmt.Errorf("placed for GPU type %q, node has %q: wait for the node's new registration", reg.GpuType, a.cfg.GPUType)
+	}
+	own, err := optimizer.ParseTopology(a.cfg.Topology, reg.Levels)
+	if err != nil {
+		return fmt.Errorf("node topology under the cluster's levels: %w", err)
+	}
+	if !slices.Equal(own, reg.Domains) {
+		return fmt.Errorf("placed for topology %q, node is in %q: wait for the node's new registration",
+			optimizer.FormatTopology(reg.Domains, reg.Levels), optimizer.FormatTopology(own, reg.Levels))
+	}
+	return nil
+}
+
 // ack is the answer to an assignment: ok or why not, and what the node
 // runs either way.
 func (a *nodeActor) ack(ok bool, err string, refused map[runKey]string) *pb.AssignAck {
@@ -403,6 +433,9 @@ func (a *nodeActor) assign(ctx actor.Context, m *pb.Assign) *pb.AssignAck {
 		return refuse("stale term %d: node has accepted term %d", m.Term, next.Term)
 	case m.Term == next.Term && m.Generation < next.Generation:
 		return refuse("stale generation %d of term %d: node has accepted %d", m.Generation, m.Term, next.Generation)
+	}
+	if err := a.checkAttrs(m.Node); err != nil {
+		return refuse("%v", err)
 	}
 	want := map[string]*pb.RunJob{}
 	total := 0

@@ -440,6 +440,42 @@ func TestRefusesStaleAndBadAssignments(t *testing.T) {
 	}
 }
 
+// TestRefusesAssignmentPlacedForOtherAttributes: an agent restarted as a
+// t4 machine in rack r1 refuses runs placed for the machine it was (an
+// a100, or in rack r0) before the leader saw its new registration, and
+// runs the same incarnation once placed for what it is.
+func TestRefusesAssignmentPlacedForOtherAttributes(t *testing.T) {
+	f := newFixture(t, 4, time.Second)
+	f.restartWith(func(c *Config) { c.GPUType, c.Topology = "t4", "rack=r1" })
+	rack := []string{"rack"}
+	tests := []struct {
+		name    string
+		node    *pb.NodeAttrs
+		mention string
+	}{
+		{"other GPU type", &pb.NodeAttrs{GpuType: "a100", Levels: rack, Domains: []string{"r1"}}, `placed for GPU type "a100", node has "t4"`},
+		{"untyped", &pb.NodeAttrs{Levels: rack, Domains: []string{"r1"}}, `placed for GPU type "", node has "t4"`},
+		{"other rack", &pb.NodeAttrs{GpuType: "t4", Levels: rack, Domains: []string{"r0"}}, `placed for topology "rack=r0", node is in "rack=r1"`},
+		{"default rack", &pb.NodeAttrs{GpuType: "t4", Levels: rack}, `placed for topology "", node is in "rack=r1"`},
+		{"more levels", &pb.NodeAttrs{GpuType: "t4", Levels: []string{"rack", "zone"}, Domains: []string{"r1", "z1"}}, `level "zone" missing`},
+	}
+	for i, tc := range tests {
+		ack := f.send(&pb.Assign{ClusterId: f.cluster, Term: f.term, Generation: uint64(i + 1), Node: tc.node,
+			Runs: []*pb.RunJob{f.run("a", 1, 2, "serve")}})
+		if ack.Ok || !strings.Contains(ack.Error, tc.mention) || len(ack.Runs) != 0 {
+			t.Errorf("%s: ack %v, want a refusal mentioning %q and nothing run", tc.name, ack, tc.mention)
+		}
+	}
+	ack := f.send(&pb.Assign{ClusterId: f.cluster, Term: f.term, Generation: 10,
+		Node: &pb.NodeAttrs{GpuType: "t4", Levels: rack, Domains: []string{"r1"}}, Runs: []*pb.RunJob{f.run("a", 1, 2, "serve")}})
+	if !ack.Ok {
+		t.Fatalf("placed for what the node is: %v", ack)
+	}
+	if got := len(f.reports(2)); got != 2 {
+		t.Errorf("%d workers reported, want 2", got)
+	}
+}
+
 func TestNewJobWaitsForOldWorkersToExit(t *testing.T) {
 	f := newFixture(t, 2, 5*time.Second)
 	f.assign(1, f.run("a", 1, 2, "slowterm"))

@@ -97,8 +97,14 @@ type Assign struct {
 	// checkpoint directory is under it (empty: the cluster has none, and
 	// the node runs no job).
 	CheckpointRoot string `protobuf:"bytes,100,opt,name=checkpoint_root,json=checkpointRoot,proto3" json:"checkpoint_root,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// node is the node as the cluster registered it when the leader placed
+	// the runs (unset: no check). A node whose own GPU type or topology
+	// differs refuses the whole assignment: the placement was made for the
+	// machine before it restarted with other attributes, and the leader
+	// has not seen its new registration yet.
+	Node          *NodeAttrs `protobuf:"bytes,120,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Assign) Reset() {
@@ -166,6 +172,75 @@ func (x *Assign) GetCheckpointRoot() string {
 	return ""
 }
 
+func (x *Assign) GetNode() *NodeAttrs {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+// NodeAttrs are a node's placement attributes as registered in the
+// cluster's state.
+type NodeAttrs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GpuType       string                 `protobuf:"bytes,1,opt,name=gpu_type,json=gpuType,proto3" json:"gpu_type,omitempty"`
+	Levels        []string               `protobuf:"bytes,2,rep,name=levels,proto3" json:"levels,omitempty"`   // the cluster's topology levels, innermost first
+	Domains       []string               `protobuf:"bytes,3,rep,name=domains,proto3" json:"domains,omitempty"` // the node's domain at each level
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeAttrs) Reset() {
+	*x = NodeAttrs{}
+	mi := &file_actors_pb_messages_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeAttrs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeAttrs) ProtoMessage() {}
+
+func (x *NodeAttrs) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_pb_messages_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeAttrs.ProtoReflect.Descriptor instead.
+func (*NodeAttrs) Descriptor() ([]byte, []int) {
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *NodeAttrs) GetGpuType() string {
+	if x != nil {
+		return x.GpuType
+	}
+	return ""
+}
+
+func (x *NodeAttrs) GetLevels() []string {
+	if x != nil {
+		return x.Levels
+	}
+	return nil
+}
+
+func (x *NodeAttrs) GetDomains() []string {
+	if x != nil {
+		return x.Domains
+	}
+	return nil
+}
+
 // AssignAck answers Assign with what the node really runs (also when it
 // refuses): the leader reconciles from it.
 type AssignAck struct {
@@ -183,7 +258,7 @@ type AssignAck struct {
 
 func (x *AssignAck) Reset() {
 	*x = AssignAck{}
-	mi := &file_actors_pb_messages_proto_msgTypes[2]
+	mi := &file_actors_pb_messages_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -195,7 +270,7 @@ func (x *AssignAck) String() string {
 func (*AssignAck) ProtoMessage() {}
 
 func (x *AssignAck) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[2]
+	mi := &file_actors_pb_messages_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -208,7 +283,7 @@ func (x *AssignAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignAck.ProtoReflect.Descriptor instead.
 func (*AssignAck) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{2}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AssignAck) GetOk() bool {
@@ -287,7 +362,7 @@ type RunStatus struct {
 
 func (x *RunStatus) Reset() {
 	*x = RunStatus{}
-	mi := &file_actors_pb_messages_proto_msgTypes[3]
+	mi := &file_actors_pb_messages_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -299,7 +374,7 @@ func (x *RunStatus) String() string {
 func (*RunStatus) ProtoMessage() {}
 
 func (x *RunStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[3]
+	mi := &file_actors_pb_messages_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -312,7 +387,7 @@ func (x *RunStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStatus.ProtoReflect.Descriptor instead.
 func (*RunStatus) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{3}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RunStatus) GetJob() string {
@@ -406,7 +481,7 @@ type WorkerExit struct {
 
 func (x *WorkerExit) Reset() {
 	*x = WorkerExit{}
-	mi := &file_actors_pb_messages_proto_msgTypes[4]
+	mi := &file_actors_pb_messages_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -418,7 +493,7 @@ func (x *WorkerExit) String() string {
 func (*WorkerExit) ProtoMessage() {}
 
 func (x *WorkerExit) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[4]
+	mi := &file_actors_pb_messages_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -431,7 +506,7 @@ func (x *WorkerExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerExit.ProtoReflect.Descriptor instead.
 func (*WorkerExit) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{4}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WorkerExit) GetRank() uint32 {
@@ -505,7 +580,7 @@ type RunJob struct {
 
 func (x *RunJob) Reset() {
 	*x = RunJob{}
-	mi := &file_actors_pb_messages_proto_msgTypes[5]
+	mi := &file_actors_pb_messages_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -517,7 +592,7 @@ func (x *RunJob) String() string {
 func (*RunJob) ProtoMessage() {}
 
 func (x *RunJob) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[5]
+	mi := &file_actors_pb_messages_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -530,7 +605,7 @@ func (x *RunJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunJob.ProtoReflect.Descriptor instead.
 func (*RunJob) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{5}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RunJob) GetJob() string {
@@ -685,7 +760,7 @@ type WorkerReport struct {
 
 func (x *WorkerReport) Reset() {
 	*x = WorkerReport{}
-	mi := &file_actors_pb_messages_proto_msgTypes[6]
+	mi := &file_actors_pb_messages_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +772,7 @@ func (x *WorkerReport) String() string {
 func (*WorkerReport) ProtoMessage() {}
 
 func (x *WorkerReport) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[6]
+	mi := &file_actors_pb_messages_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +785,7 @@ func (x *WorkerReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerReport.ProtoReflect.Descriptor instead.
 func (*WorkerReport) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{6}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WorkerReport) GetNode() string {
@@ -824,7 +899,7 @@ type WorkerReports struct {
 
 func (x *WorkerReports) Reset() {
 	*x = WorkerReports{}
-	mi := &file_actors_pb_messages_proto_msgTypes[7]
+	mi := &file_actors_pb_messages_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +911,7 @@ func (x *WorkerReports) String() string {
 func (*WorkerReports) ProtoMessage() {}
 
 func (x *WorkerReports) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[7]
+	mi := &file_actors_pb_messages_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +924,7 @@ func (x *WorkerReports) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerReports.ProtoReflect.Descriptor instead.
 func (*WorkerReports) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{7}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WorkerReports) GetReports() []*WorkerReport {
@@ -876,7 +951,7 @@ type WorkerExited struct {
 
 func (x *WorkerExited) Reset() {
 	*x = WorkerExited{}
-	mi := &file_actors_pb_messages_proto_msgTypes[8]
+	mi := &file_actors_pb_messages_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +963,7 @@ func (x *WorkerExited) String() string {
 func (*WorkerExited) ProtoMessage() {}
 
 func (x *WorkerExited) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[8]
+	mi := &file_actors_pb_messages_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +976,7 @@ func (x *WorkerExited) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerExited.ProtoReflect.Descriptor instead.
 func (*WorkerExited) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{8}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WorkerExited) GetNode() string {
@@ -969,7 +1044,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_actors_pb_messages_proto_msgTypes[9]
+	mi := &file_actors_pb_messages_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1056,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[9]
+	mi := &file_actors_pb_messages_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1069,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{9}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{10}
 }
 
 // NodeStatus is what a node runs.
@@ -1010,7 +1085,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_actors_pb_messages_proto_msgTypes[10]
+	mi := &file_actors_pb_messages_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1097,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[10]
+	mi := &file_actors_pb_messages_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1110,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{10}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeStatus) GetNode() string {
@@ -1081,7 +1156,7 @@ type RunningJob struct {
 
 func (x *RunningJob) Reset() {
 	*x = RunningJob{}
-	mi := &file_actors_pb_messages_proto_msgTypes[11]
+	mi := &file_actors_pb_messages_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1168,7 @@ func (x *RunningJob) String() string {
 func (*RunningJob) ProtoMessage() {}
 
 func (x *RunningJob) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[11]
+	mi := &file_actors_pb_messages_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1181,7 @@ func (x *RunningJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningJob.ProtoReflect.Descriptor instead.
 func (*RunningJob) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{11}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RunningJob) GetJob() string {
@@ -1188,7 +1263,7 @@ type Bid struct {
 
 func (x *Bid) Reset() {
 	*x = Bid{}
-	mi := &file_actors_pb_messages_proto_msgTypes[12]
+	mi := &file_actors_pb_messages_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1275,7 @@ func (x *Bid) String() string {
 func (*Bid) ProtoMessage() {}
 
 func (x *Bid) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[12]
+	mi := &file_actors_pb_messages_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1288,7 @@ func (x *Bid) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bid.ProtoReflect.Descriptor instead.
 func (*Bid) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{12}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Bid) GetJob() string {
@@ -1355,7 +1430,7 @@ type BatchChoice struct {
 
 func (x *BatchChoice) Reset() {
 	*x = BatchChoice{}
-	mi := &file_actors_pb_messages_proto_msgTypes[13]
+	mi := &file_actors_pb_messages_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1442,7 @@ func (x *BatchChoice) String() string {
 func (*BatchChoice) ProtoMessage() {}
 
 func (x *BatchChoice) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[13]
+	mi := &file_actors_pb_messages_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1455,7 @@ func (x *BatchChoice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchChoice.ProtoReflect.Descriptor instead.
 func (*BatchChoice) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{13}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BatchChoice) GetLocalBsz() uint32 {
@@ -1419,7 +1494,7 @@ type Measurement struct {
 
 func (x *Measurement) Reset() {
 	*x = Measurement{}
-	mi := &file_actors_pb_messages_proto_msgTypes[14]
+	mi := &file_actors_pb_messages_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1431,7 +1506,7 @@ func (x *Measurement) String() string {
 func (*Measurement) ProtoMessage() {}
 
 func (x *Measurement) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[14]
+	mi := &file_actors_pb_messages_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1444,7 +1519,7 @@ func (x *Measurement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Measurement.ProtoReflect.Descriptor instead.
 func (*Measurement) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{14}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Measurement) GetSeq() uint64 {
@@ -1498,7 +1573,7 @@ type ProfilePoint struct {
 
 func (x *ProfilePoint) Reset() {
 	*x = ProfilePoint{}
-	mi := &file_actors_pb_messages_proto_msgTypes[15]
+	mi := &file_actors_pb_messages_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1585,7 @@ func (x *ProfilePoint) String() string {
 func (*ProfilePoint) ProtoMessage() {}
 
 func (x *ProfilePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[15]
+	mi := &file_actors_pb_messages_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1598,7 @@ func (x *ProfilePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfilePoint.ProtoReflect.Descriptor instead.
 func (*ProfilePoint) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{15}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ProfilePoint) GetNodes() uint32 {
@@ -1582,7 +1657,7 @@ type HostJobs struct {
 
 func (x *HostJobs) Reset() {
 	*x = HostJobs{}
-	mi := &file_actors_pb_messages_proto_msgTypes[16]
+	mi := &file_actors_pb_messages_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1669,7 @@ func (x *HostJobs) String() string {
 func (*HostJobs) ProtoMessage() {}
 
 func (x *HostJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[16]
+	mi := &file_actors_pb_messages_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1682,7 @@ func (x *HostJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostJobs.ProtoReflect.Descriptor instead.
 func (*HostJobs) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{16}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HostJobs) GetTerm() uint64 {
@@ -1653,7 +1728,7 @@ type HostedJob struct {
 
 func (x *HostedJob) Reset() {
 	*x = HostedJob{}
-	mi := &file_actors_pb_messages_proto_msgTypes[17]
+	mi := &file_actors_pb_messages_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +1740,7 @@ func (x *HostedJob) String() string {
 func (*HostedJob) ProtoMessage() {}
 
 func (x *HostedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[17]
+	mi := &file_actors_pb_messages_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +1753,7 @@ func (x *HostedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostedJob.ProtoReflect.Descriptor instead.
 func (*HostedJob) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{17}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HostedJob) GetJob() string {
@@ -1727,7 +1802,7 @@ type HostAck struct {
 
 func (x *HostAck) Reset() {
 	*x = HostAck{}
-	mi := &file_actors_pb_messages_proto_msgTypes[18]
+	mi := &file_actors_pb_messages_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1814,7 @@ func (x *HostAck) String() string {
 func (*HostAck) ProtoMessage() {}
 
 func (x *HostAck) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[18]
+	mi := &file_actors_pb_messages_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1827,7 @@ func (x *HostAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostAck.ProtoReflect.Descriptor instead.
 func (*HostAck) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{18}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HostAck) GetServer() string {
@@ -1776,7 +1851,7 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\x18actors/pb/messages.proto\x12\rpollux.actors\"/\n" +
 	"\x03Ref\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"\xaf\x01\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\xdd\x01\n" +
 	"\x06Assign\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -1785,7 +1860,12 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\x04runs\x18\x03 \x03(\v2\x15.pollux.actors.RunJobR\x04runs\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x04 \x01(\tR\tclusterId\x12'\n" +
-	"\x0fcheckpoint_root\x18d \x01(\tR\x0echeckpointRoot\"\xc6\x01\n" +
+	"\x0fcheckpoint_root\x18d \x01(\tR\x0echeckpointRoot\x12,\n" +
+	"\x04node\x18x \x01(\v2\x18.pollux.actors.NodeAttrsR\x04node\"X\n" +
+	"\tNodeAttrs\x12\x19\n" +
+	"\bgpu_type\x18\x01 \x01(\tR\agpuType\x12\x16\n" +
+	"\x06levels\x18\x02 \x03(\tR\x06levels\x12\x18\n" +
+	"\adomains\x18\x03 \x03(\tR\adomains\"\xc6\x01\n" +
 	"\tAssignAck\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1e\n" +
@@ -1957,46 +2037,48 @@ func file_actors_pb_messages_proto_rawDescGZIP() []byte {
 	return file_actors_pb_messages_proto_rawDescData
 }
 
-var file_actors_pb_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_actors_pb_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_actors_pb_messages_proto_goTypes = []any{
 	(*Ref)(nil),           // 0: pollux.actors.Ref
 	(*Assign)(nil),        // 1: pollux.actors.Assign
-	(*AssignAck)(nil),     // 2: pollux.actors.AssignAck
-	(*RunStatus)(nil),     // 3: pollux.actors.RunStatus
-	(*WorkerExit)(nil),    // 4: pollux.actors.WorkerExit
-	(*RunJob)(nil),        // 5: pollux.actors.RunJob
-	(*WorkerReport)(nil),  // 6: pollux.actors.WorkerReport
-	(*WorkerReports)(nil), // 7: pollux.actors.WorkerReports
-	(*WorkerExited)(nil),  // 8: pollux.actors.WorkerExited
-	(*StatusRequest)(nil), // 9: pollux.actors.StatusRequest
-	(*NodeStatus)(nil),    // 10: pollux.actors.NodeStatus
-	(*RunningJob)(nil),    // 11: pollux.actors.RunningJob
-	(*Bid)(nil),           // 12: pollux.actors.Bid
-	(*BatchChoice)(nil),   // 13: pollux.actors.BatchChoice
-	(*Measurement)(nil),   // 14: pollux.actors.Measurement
-	(*ProfilePoint)(nil),  // 15: pollux.actors.ProfilePoint
-	(*HostJobs)(nil),      // 16: pollux.actors.HostJobs
-	(*HostedJob)(nil),     // 17: pollux.actors.HostedJob
-	(*HostAck)(nil),       // 18: pollux.actors.HostAck
+	(*NodeAttrs)(nil),     // 2: pollux.actors.NodeAttrs
+	(*AssignAck)(nil),     // 3: pollux.actors.AssignAck
+	(*RunStatus)(nil),     // 4: pollux.actors.RunStatus
+	(*WorkerExit)(nil),    // 5: pollux.actors.WorkerExit
+	(*RunJob)(nil),        // 6: pollux.actors.RunJob
+	(*WorkerReport)(nil),  // 7: pollux.actors.WorkerReport
+	(*WorkerReports)(nil), // 8: pollux.actors.WorkerReports
+	(*WorkerExited)(nil),  // 9: pollux.actors.WorkerExited
+	(*StatusRequest)(nil), // 10: pollux.actors.StatusRequest
+	(*NodeStatus)(nil),    // 11: pollux.actors.NodeStatus
+	(*RunningJob)(nil),    // 12: pollux.actors.RunningJob
+	(*Bid)(nil),           // 13: pollux.actors.Bid
+	(*BatchChoice)(nil),   // 14: pollux.actors.BatchChoice
+	(*Measurement)(nil),   // 15: pollux.actors.Measurement
+	(*ProfilePoint)(nil),  // 16: pollux.actors.ProfilePoint
+	(*HostJobs)(nil),      // 17: pollux.actors.HostJobs
+	(*HostedJob)(nil),     // 18: pollux.actors.HostedJob
+	(*HostAck)(nil),       // 19: pollux.actors.HostAck
 }
 var file_actors_pb_messages_proto_depIdxs = []int32{
-	5,  // 0: pollux.actors.Assign.runs:type_name -> pollux.actors.RunJob
-	3,  // 1: pollux.actors.AssignAck.runs:type_name -> pollux.actors.RunStatus
-	4,  // 2: pollux.actors.RunStatus.exits:type_name -> pollux.actors.WorkerExit
-	0,  // 3: pollux.actors.RunJob.owner:type_name -> pollux.actors.Ref
-	6,  // 4: pollux.actors.WorkerReports.reports:type_name -> pollux.actors.WorkerReport
-	11, // 5: pollux.actors.NodeStatus.jobs:type_name -> pollux.actors.RunningJob
-	13, // 6: pollux.actors.Bid.single:type_name -> pollux.actors.BatchChoice
-	13, // 7: pollux.actors.Bid.multi:type_name -> pollux.actors.BatchChoice
-	14, // 8: pollux.actors.Bid.unacked:type_name -> pollux.actors.Measurement
-	15, // 9: pollux.actors.Measurement.profile:type_name -> pollux.actors.ProfilePoint
-	0,  // 10: pollux.actors.HostJobs.allocator:type_name -> pollux.actors.Ref
-	17, // 11: pollux.actors.HostJobs.jobs:type_name -> pollux.actors.HostedJob
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	6,  // 0: pollux.actors.Assign.runs:type_name -> pollux.actors.RunJob
+	2,  // 1: pollux.actors.Assign.node:type_name -> pollux.actors.NodeAttrs
+	4,  // 2: pollux.actors.AssignAck.runs:type_name -> pollux.actors.RunStatus
+	5,  // 3: pollux.actors.RunStatus.exits:type_name -> pollux.actors.WorkerExit
+	0,  // 4: pollux.actors.RunJob.owner:type_name -> pollux.actors.Ref
+	7,  // 5: pollux.actors.WorkerReports.reports:type_name -> pollux.actors.WorkerReport
+	12, // 6: pollux.actors.NodeStatus.jobs:type_name -> pollux.actors.RunningJob
+	14, // 7: pollux.actors.Bid.single:type_name -> pollux.actors.BatchChoice
+	14, // 8: pollux.actors.Bid.multi:type_name -> pollux.actors.BatchChoice
+	15, // 9: pollux.actors.Bid.unacked:type_name -> pollux.actors.Measurement
+	16, // 10: pollux.actors.Measurement.profile:type_name -> pollux.actors.ProfilePoint
+	0,  // 11: pollux.actors.HostJobs.allocator:type_name -> pollux.actors.Ref
+	18, // 12: pollux.actors.HostJobs.jobs:type_name -> pollux.actors.HostedJob
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_actors_pb_messages_proto_init() }
@@ -2010,7 +2092,7 @@ func file_actors_pb_messages_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_pb_messages_proto_rawDesc), len(file_actors_pb_messages_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

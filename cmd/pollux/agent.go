@@ -232,7 +232,7 @@ func runAgent(ctx context.Context, o agentOpts, cmd *cobra.Command) error {
 		}
 	}
 	nd, err := node.Start(sys, node.Config{
-		Name: o.name, GPUs: gpus, CPUSlots: slots, Grace: o.grace, ReportListen: net.JoinHostPort(o.bind, "0"), DataDir: o.dataDir, Logger: log,
+		Name: o.name, GPUs: gpus, GPUType: meta.GPUType, Topology: meta.Topology, CPUSlots: slots, Grace: o.grace, ReportListen: net.JoinHostPort(o.bind, "0"), DataDir: o.dataDir, Logger: log,
 		ReportTLS: reportTLS, ReportCA: reportCA, AllowCommands: allow, RunAs: runAs, WorkerEnv: workerEnv,
 		Emulator: func(app string) []string {
 			return append(append([]string(nil), workerExec...), "worker", "--emulate", app,
