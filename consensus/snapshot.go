@@ -20,10 +20,14 @@ import (
 // submitter and, at the end, the API token table; versions 1 and 2
 // decode with none of them. Version 4 adds, at the end, the autoscaler's
 // state (its desired size, how many machines it asked for, and the
-// machines it manages); versions 1 to 3 decode without one.
+// machines it manages); versions 1 to 3 decode without one. Version 5
+// adds every managed machine's request time and the machine-seconds of
+// the machines already removed (what the autoscaler paid for);
+// version 4 decodes with each request time at its phase's start and
+// nothing billed.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 4
+	SnapshotVersion = 5
 	// maxSnapshot bounds what Restore reads.
 	maxSnapshot = 1 << 30
 )
@@ -211,7 +215,7 @@ func DecodeState(b []byte) (*State, error) {
 		s.ACL = acl
 	}
 	if version >= 4 && r.err == nil {
-		sc, err := decodeScale(r)
+		sc, err := decodeScale(r, version)
 		if err != nil {
 			return nil, err
 		}

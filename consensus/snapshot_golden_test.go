@@ -11,7 +11,7 @@ import (
 	"pollux/optimizer"
 )
 
-var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v4.bin from the current encoder")
+var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v5.bin from the current encoder")
 
 // snapshotV3 is a version 3 snapshot holding everything version 3 added:
 // the token table and job submitters (API tokens), the topology levels,
@@ -90,9 +90,7 @@ func TestSnapshotVersion3Golden(t *testing.T) {
 
 // snapshotV4 is a version 4 snapshot: snapshotV3's state plus the
 // autoscaler's (a machine booting, one up, one draining, one removed).
-// go test ./consensus -run TestSnapshotVersion4Golden -update rewrites
-// it; only do so for a change that keeps the version's bytes (a change
-// of the format is a new version, and this file must still decode).
+// It was written by the version 4 encoder and must still decode.
 const snapshotV4 = "testdata/snapshot-v4.bin"
 
 func v4State(t testing.TB) *State {
@@ -112,13 +110,6 @@ func v4State(t testing.TB) *State {
 }
 
 func TestSnapshotVersion4Golden(t *testing.T) {
-	got := EncodeState(v4State(t))
-	if *updateGolden {
-		if err := os.WriteFile(snapshotV4, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
 	b, err := os.ReadFile(snapshotV4)
 	if err != nil {
 		t.Fatal(err)
@@ -131,12 +122,14 @@ func TestSnapshotVersion4Golden(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc := s.Scale
+	// Version 4 kept no request times: each is its phase's start, and
+	// nothing is billed.
 	want := map[string]ScaleNode{
-		"auto-1": {Name: "auto-1", Phase: ScaleUp, Term: 2, Since: 11},
-		"auto-2": {Name: "auto-2", Phase: ScaleDraining, Term: 3, Since: 13},
-		"auto-3": {Name: "auto-3", Phase: ScaleBooting, Term: 2, Since: 10},
+		"auto-1": {Name: "auto-1", Phase: ScaleUp, Term: 2, Since: 11, Asked: 11},
+		"auto-2": {Name: "auto-2", Phase: ScaleDraining, Term: 3, Since: 13, Asked: 13},
+		"auto-3": {Name: "auto-3", Phase: ScaleBooting, Term: 2, Since: 10, Asked: 10},
 	}
-	if sc.Desired != 5 || sc.Seq != 4 || len(sc.Nodes) != len(want) {
+	if sc.Desired != 5 || sc.Seq != 4 || len(sc.Nodes) != len(want) || sc.Billed != 0 {
 		t.Fatalf("decoded autoscaler state %+v", sc)
 	}
 	for name, w := range want {
@@ -147,7 +140,54 @@ func TestSnapshotVersion4Golden(t *testing.T) {
 	if s.Config.ReportKey != v3ReportKey || s.Jobs["typed"].Submitter != "acc-alice" || s.Nodes["auto-1"] == nil {
 		t.Errorf("version 3 content lost: %+v", s.Config)
 	}
+}
+
+// snapshotV5 is a version 5 snapshot: snapshotV4's state, with the
+// machines' request times and the seconds billed for the removed one.
+// go test ./consensus -run TestSnapshotVersion5Golden -update rewrites
+// it; only do so for a change that keeps the version's bytes (a change
+// of the format is a new version, and this file must still decode).
+const snapshotV5 = "testdata/snapshot-v5.bin"
+
+func TestSnapshotVersion5Golden(t *testing.T) {
+	got := EncodeState(v4State(t))
+	if *updateGolden {
+		if err := os.WriteFile(snapshotV5, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	b, err := os.ReadFile(snapshotV5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[len(snapshotMagic)] != 5 {
+		t.Fatalf("fixture is version %d", b[len(snapshotMagic)])
+	}
+	s, err := DecodeState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := s.Scale
+	want := map[string]ScaleNode{
+		"auto-1": {Name: "auto-1", Phase: ScaleUp, Term: 2, Since: 11, Asked: 10},
+		"auto-2": {Name: "auto-2", Phase: ScaleDraining, Term: 3, Since: 13, Asked: 10},
+		"auto-3": {Name: "auto-3", Phase: ScaleBooting, Term: 2, Since: 10, Asked: 10},
+	}
+	// auto-4 was asked for at 10 and removed at 12.
+	if sc.Desired != 5 || sc.Seq != 4 || len(sc.Nodes) != len(want) || sc.Billed != 2 {
+		t.Fatalf("decoded autoscaler state %+v", sc)
+	}
+	for name, w := range want {
+		if g := sc.Nodes[name]; g == nil || *g != w {
+			t.Errorf("%s: %+v, want %+v", name, g, w)
+		}
+	}
+	// At 20: auto-4's 2 s and 10 s for each of the three others.
+	if got := sc.NodeSeconds(20); got != 32 {
+		t.Errorf("node-seconds at 20: %v, want 32", got)
+	}
 	if !bytes.Equal(got, b) {
-		t.Fatalf("the encoding of version 4 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+		t.Fatalf("the encoding of version 5 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
 	}
 }

@@ -75,8 +75,14 @@ type Config struct {
 	// Insecure turns the token check off (pollux server --insecure):
 	// every request acts as an anonymous admin.
 	Insecure bool
-	Now      func() time.Time
-	Logger   *slog.Logger
+	// Autoscaling is set on a server that autoscales (pollux server
+	// --autoscale), and NodeCost is then the price of a node-hour of the
+	// autoscaler's machines (--node-cost): /v1/status shows their cost at
+	// it.
+	Autoscaling bool
+	NodeCost    float64
+	Now         func() time.Time
+	Logger      *slog.Logger
 }
 
 // Job is one job as the API shows it.
@@ -198,6 +204,35 @@ type Status struct {
 	GPUsUsed   int            `json:"gpus_used"`
 	Jobs       map[string]int `json:"jobs"`
 	LastRound  *RoundJSON     `json:"last_round,omitempty"`
+	// Autoscale is the autoscaler's replicated state, once it has
+	// decided anything (or the server autoscales).
+	Autoscale *AutoscaleJSON `json:"autoscale,omitempty"`
+}
+
+// AutoscaleJSON is what the autoscaler decided and what its machines
+// cost so far.
+type AutoscaleJSON struct {
+	// Desired is the last committed desired cluster size; Asked counts
+	// the machines ever asked for.
+	Desired  int           `json:"desired"`
+	Asked    uint64        `json:"machines_asked"`
+	Machines []MachineJSON `json:"machines"`
+	// NodeHours are the hours the autoscaler's machines were paid for,
+	// each from its request to its removal (or now), on the servers'
+	// clocks; Cost is their price at this server's --node-cost (absent
+	// on a server that does not autoscale).
+	NodeHours float64  `json:"node_hours"`
+	Cost      *float64 `json:"cost,omitempty"`
+}
+
+// MachineJSON is one machine the autoscaler manages: its phase
+// (booting, up, draining), since when (Unix seconds), and when it was
+// asked for.
+type MachineJSON struct {
+	Name  string  `json:"name"`
+	Phase string  `json:"phase"`
+	Since float64 `json:"since"`
+	Asked float64 `json:"asked"`
 }
 
 // RoundJSON is the allocator's last round on this server.
@@ -586,7 +621,28 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 		s.LastRound = &RoundJSON{Generation: ri.Generation, Jobs: ri.Jobs, Fitness: ri.Fitness, Seconds: ri.Duration.Seconds(), Policy: ri.Policy}
 	}
 	a.mu.Unlock()
+	s.Autoscale = a.autoscale(st)
 	writeJSON(w, http.StatusOK, s)
+}
+
+// autoscale is the status's autoscaler section: nil when the autoscaler
+// never decided anything and this server does not autoscale.
+func (a *API) autoscale(st *consensus.State) *AutoscaleJSON {
+	sc := st.Scale
+	if sc.Seq == 0 && sc.Desired == 0 && !a.cfg.Autoscaling {
+		return nil
+	}
+	now := float64(a.cfg.Now().UnixNano()) / 1e9
+	out := &AutoscaleJSON{Desired: sc.Desired, Asked: sc.Seq, Machines: []MachineJSON{}, NodeHours: sc.NodeSeconds(now) / 3600}
+	for _, name := range sc.Names() {
+		m := sc.Nodes[name]
+		out.Machines = append(out.Machines, MachineJSON{Name: name, Phase: m.Phase.String(), Since: m.Since, Asked: m.Asked})
+	}
+	if a.cfg.Autoscaling {
+		cost := out.NodeHours * a.cfg.NodeCost
+		out.Cost = &cost
+	}
+	return out
 }
 
 // stateCollector exports gauges computed from the local state at scrape

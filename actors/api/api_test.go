@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -198,6 +199,53 @@ func TestReads(t *testing.T) {
 		if code != 200 || !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// TestStatusShowsTheAutoscalersBill: /v1/status shows the autoscaler's
+// machines and the node-hours they were paid for, each from its request
+// to its removal or now, and their cost at the server's price; a server
+// that does not autoscale, on a cluster that never did, shows nothing.
+func TestStatusShowsTheAutoscalersBill(t *testing.T) {
+	a, fb := newTest()
+	status := func() Status {
+		t.Helper()
+		code, body := do(a, "GET", PathStatus, "")
+		var st Status
+		if err := json.Unmarshal([]byte(body), &st); err != nil || code != 200 {
+			t.Fatalf("status: %d %s", code, body)
+		}
+		return st
+	}
+	if st := status(); st.Autoscale != nil {
+		t.Errorf("a cluster that never autoscaled: %+v", st.Autoscale)
+	}
+	// At 1000 two machines are asked for; one never joins and is removed
+	// at 1900 (0.25 h); the other joins at 1100.
+	for _, c := range []consensus.Command{
+		&consensus.ScaleDecision{Term: 3, Time: 1000, Desired: 3, Add: []string{"auto-1", "auto-2"}},
+		&consensus.ScaleUpdate{Term: 3, Time: 1100, Name: "auto-1", Outcome: consensus.ScaleJoined},
+		&consensus.ScaleUpdate{Term: 3, Time: 1900, Name: "auto-2", Outcome: consensus.ScaleRemoved, Reason: "never joined"},
+	} {
+		if err := fb.ApplyCommand(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.cfg.Now = func() time.Time { return time.Unix(1000+2*3600, 0) } // auto-1 up for 2 h since its request
+	st := status()
+	as := st.Autoscale
+	if as == nil || as.Desired != 3 || as.Asked != 2 || len(as.Machines) != 1 || as.Cost != nil {
+		t.Fatalf("autoscale on a server without --autoscale: %+v", as)
+	}
+	if m := as.Machines[0]; m != (MachineJSON{Name: "auto-1", Phase: "up", Since: 1100, Asked: 1000}) {
+		t.Errorf("machine %+v", m)
+	}
+	if math.Abs(as.NodeHours-2.25) > 1e-9 {
+		t.Errorf("node-hours %v, want 2.25", as.NodeHours)
+	}
+	a.cfg.Autoscaling, a.cfg.NodeCost = true, 4
+	if as := status().Autoscale; as == nil || as.Cost == nil || math.Abs(*as.Cost-9) > 1e-9 {
+		t.Errorf("cost at 4 per node-hour: %+v", as)
 	}
 }
 

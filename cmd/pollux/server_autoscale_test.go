@@ -26,6 +26,8 @@ func TestServerAutoscaleBadInput(t *testing.T) {
 		{"local flag with exec", []string{"--autoscale", "exec", "--boot-delay", "1s", "--scale-up-command", "a", "--scale-down-command", "b"}, "--boot-delay is not for --autoscale exec"},
 		{"exec flag with local", []string{"--autoscale", "local", "--scale-up-command", "a"}, "--scale-up-command is not for --autoscale local"},
 		{"zero template", []string{"--autoscale", "local", "--node-gpus", "0"}, "--node-gpus"},
+		{"negative scale-down delay", []string{"--autoscale", "local", "--scale-down-delay", "-1s"}, "--scale-down-delay -1s"},
+		{"scale-down delay without autoscaling", []string{"--scale-down-delay", "1m"}, "--scale-down-delay needs --autoscale"},
 		{"another policy", []string{"--autoscale", "local", "--policy", "sia"}, "--policy sia"},
 		{"negative boot delay", []string{"--autoscale", "local", "--boot-delay", "-1s"}, "--boot-delay"},
 	}
