@@ -51,7 +51,9 @@ func TestDemoAutoscaleBadInput(t *testing.T) {
 		{[]string{"demo", "--autoscale", "--agents", "2"}, "--agents cannot be used with --autoscale"},
 		{[]string{"demo", "--autoscale", "--real"}, "--real cannot be used with --autoscale"},
 		{[]string{"demo", "--autoscale", "--max-nodes", "0"}, "--max-nodes of at least 1"},
-		{[]string{"demo", "--autoscale", "--node-cost", "-2"}, "cost and boot delay not negative"},
+		{[]string{"demo", "--autoscale", "--node-cost", "-2"}, "a cost, boot delay and scale-down delay not negative"},
+		{[]string{"demo", "--autoscale", "--scale-down-delay", "-1s"}, "a cost, boot delay and scale-down delay not negative"},
+		{[]string{"demo", "--scale-down-delay", "1s"}, "--scale-down-delay needs --autoscale"},
 	}
 	for _, tt := range tests {
 		var stderr bytes.Buffer
