@@ -621,25 +621,27 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 		s.LastRound = &RoundJSON{Generation: ri.Generation, Jobs: ri.Jobs, Fitness: ri.Fitness, Seconds: ri.Duration.Seconds(), Policy: ri.Policy}
 	}
 	a.mu.Unlock()
-	s.Autoscale = a.autoscale(st)
+	s.Autoscale = AutoscaleOf(st, a.cfg.Now(), a.cfg.Autoscaling, a.cfg.NodeCost)
 	writeJSON(w, http.StatusOK, s)
 }
 
-// autoscale is the status's autoscaler section: nil when the autoscaler
-// never decided anything and this server does not autoscale.
-func (a *API) autoscale(st *consensus.State) *AutoscaleJSON {
+// AutoscaleOf is the status's autoscaler section at now, as a server
+// that autoscales (or not) at nodeCost per node-hour shows it: nil when
+// the autoscaler never decided anything and the server does not
+// autoscale; the cost only on a server that does.
+func AutoscaleOf(st *consensus.State, now time.Time, autoscaling bool, nodeCost float64) *AutoscaleJSON {
 	sc := st.Scale
-	if sc.Seq == 0 && sc.Desired == 0 && !a.cfg.Autoscaling {
+	if sc.Seq == 0 && sc.Desired == 0 && !autoscaling {
 		return nil
 	}
-	now := float64(a.cfg.Now().UnixNano()) / 1e9
-	out := &AutoscaleJSON{Desired: sc.Desired, Asked: sc.Seq, Machines: []MachineJSON{}, NodeHours: sc.NodeSeconds(now) / 3600}
+	t := float64(now.UnixNano()) / 1e9
+	out := &AutoscaleJSON{Desired: sc.Desired, Asked: sc.Seq, Machines: []MachineJSON{}, NodeHours: sc.NodeSeconds(t) / 3600}
 	for _, name := range sc.Names() {
 		m := sc.Nodes[name]
 		out.Machines = append(out.Machines, MachineJSON{Name: name, Phase: m.Phase.String(), Since: m.Since, Asked: m.Asked})
 	}
-	if a.cfg.Autoscaling {
-		cost := out.NodeHours * a.cfg.NodeCost
+	if autoscaling {
+		cost := out.NodeHours * nodeCost
 		out.Cost = &cost
 	}
 	return out

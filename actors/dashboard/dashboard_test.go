@@ -417,6 +417,19 @@ func TestOverviewShowsTheState(t *testing.T) {
 	if lr := overviewOf(t, f, readSecret).LastRound; lr == nil || lr.Generation != 13 || lr.Seconds != 0.042 || lr.Policy != "pollux" {
 		t.Errorf("last round %+v", lr)
 	}
+	// The autoscaler: nothing until it decides; then its machine, asked
+	// for an hour before the fixture's clock, and no cost on a server
+	// that does not autoscale.
+	if as := ov.Autoscale; as != nil {
+		t.Errorf("autoscaler before any decision: %+v", as)
+	}
+	if _, err := consensus.ApplyTo(f.fb.st, &consensus.ScaleDecision{Term: 4, Time: 1_000_000 - 3600, Desired: 4, Add: []string{"auto-1"}}, 4); err != nil {
+		t.Fatal(err)
+	}
+	as := overviewOf(t, f, readSecret).Autoscale
+	if as == nil || as.Desired != 4 || len(as.Machines) != 1 || as.Machines[0].Phase != "booting" || as.NodeHours != 1 || as.Cost != nil {
+		t.Errorf("autoscaler %+v", as)
+	}
 }
 
 func TestViewerMayCancelWhatTheTokenMay(t *testing.T) {

@@ -60,6 +60,9 @@ type Overview struct {
 	// LastRound is the last allocation round this server ran (only a
 	// server that has led has one).
 	LastRound *api.RoundJSON `json:"last_round,omitempty"`
+	// Autoscale is the autoscaler's machines and what they cost (as
+	// GET /v1/status shows it; absent when the cluster never autoscaled).
+	Autoscale *api.AutoscaleJSON `json:"autoscale,omitempty"`
 	// Series are the samples of this server's ring newer than the
 	// request's since (all of them without one).
 	Series []Sample `json:"series"`
