@@ -52,17 +52,7 @@ func v3State(t testing.TB) *State {
 
 func TestSnapshotVersion3Golden(t *testing.T) {
 	got := EncodeState(v3State(t))
-	b, err := os.ReadFile(snapshotV3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b[len(snapshotMagic)] != 3 {
-		t.Fatalf("fixture is version %d", b[len(snapshotMagic)])
-	}
-	s, err := DecodeState(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, s := decodeFixture(t, snapshotV3, 3)
 	// Read back by an observer of the state, not by comparing encodings
 	// only: both features' fields are there.
 	typed, plain := s.Jobs["typed"], s.Jobs["plain"]
@@ -109,27 +99,28 @@ func v4State(t testing.TB) *State {
 	return a.f.State()
 }
 
-func TestSnapshotVersion4Golden(t *testing.T) {
-	b, err := os.ReadFile(snapshotV4)
+// decodeFixture reads a snapshot fixture of the given version.
+func decodeFixture(t *testing.T, path string, version byte) ([]byte, *State) {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b[len(snapshotMagic)] != 4 {
+	if b[len(snapshotMagic)] != version {
 		t.Fatalf("fixture is version %d", b[len(snapshotMagic)])
 	}
 	s, err := DecodeState(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := s.Scale
-	// Version 4 kept no request times: each is its phase's start, and
-	// nothing is billed.
-	want := map[string]ScaleNode{
-		"auto-1": {Name: "auto-1", Phase: ScaleUp, Term: 2, Since: 11, Asked: 11},
-		"auto-2": {Name: "auto-2", Phase: ScaleDraining, Term: 3, Since: 13, Asked: 13},
-		"auto-3": {Name: "auto-3", Phase: ScaleBooting, Term: 2, Since: 10, Asked: 10},
-	}
-	if sc.Desired != 5 || sc.Seq != 4 || len(sc.Nodes) != len(want) || sc.Billed != 0 {
+	return b, s
+}
+
+// checkScale compares the autoscaler state v4State makes (desired 5,
+// four machines asked for, three managed) with its decoding.
+func checkScale(t *testing.T, sc Scale, billed float64, want map[string]ScaleNode) {
+	t.Helper()
+	if sc.Desired != 5 || sc.Seq != 4 || len(sc.Nodes) != len(want) || sc.Billed != billed {
 		t.Fatalf("decoded autoscaler state %+v", sc)
 	}
 	for name, w := range want {
@@ -137,6 +128,17 @@ func TestSnapshotVersion4Golden(t *testing.T) {
 			t.Errorf("%s: %+v, want %+v", name, g, w)
 		}
 	}
+}
+
+func TestSnapshotVersion4Golden(t *testing.T) {
+	_, s := decodeFixture(t, snapshotV4, 4)
+	// Version 4 kept no request times: each is its phase's start, and
+	// nothing is billed.
+	checkScale(t, s.Scale, 0, map[string]ScaleNode{
+		"auto-1": {Name: "auto-1", Phase: ScaleUp, Term: 2, Since: 11, Asked: 11},
+		"auto-2": {Name: "auto-2", Phase: ScaleDraining, Term: 3, Since: 13, Asked: 13},
+		"auto-3": {Name: "auto-3", Phase: ScaleBooting, Term: 2, Since: 10, Asked: 10},
+	})
 	if s.Config.ReportKey != v3ReportKey || s.Jobs["typed"].Submitter != "acc-alice" || s.Nodes["auto-1"] == nil {
 		t.Errorf("version 3 content lost: %+v", s.Config)
 	}
@@ -157,32 +159,14 @@ func TestSnapshotVersion5Golden(t *testing.T) {
 		}
 		return
 	}
-	b, err := os.ReadFile(snapshotV5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b[len(snapshotMagic)] != 5 {
-		t.Fatalf("fixture is version %d", b[len(snapshotMagic)])
-	}
-	s, err := DecodeState(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, s := decodeFixture(t, snapshotV5, 5)
 	sc := s.Scale
-	want := map[string]ScaleNode{
+	// auto-4 was asked for at 10 and removed at 12: 2 s billed.
+	checkScale(t, sc, 2, map[string]ScaleNode{
 		"auto-1": {Name: "auto-1", Phase: ScaleUp, Term: 2, Since: 11, Asked: 10},
 		"auto-2": {Name: "auto-2", Phase: ScaleDraining, Term: 3, Since: 13, Asked: 10},
 		"auto-3": {Name: "auto-3", Phase: ScaleBooting, Term: 2, Since: 10, Asked: 10},
-	}
-	// auto-4 was asked for at 10 and removed at 12.
-	if sc.Desired != 5 || sc.Seq != 4 || len(sc.Nodes) != len(want) || sc.Billed != 2 {
-		t.Fatalf("decoded autoscaler state %+v", sc)
-	}
-	for name, w := range want {
-		if g := sc.Nodes[name]; g == nil || *g != w {
-			t.Errorf("%s: %+v, want %+v", name, g, w)
-		}
-	}
+	})
 	// At 20: auto-4's 2 s and 10 s for each of the three others.
 	if got := sc.NodeSeconds(20); got != 32 {
 		t.Errorf("node-seconds at 20: %v, want 32", got)
