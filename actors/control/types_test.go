@@ -1,0 +1,114 @@
+package control
+
+import (
+	"math"
+	"slices"
+	"testing"
+
+	"pollux/consensus"
+	"pollux/optimizer/goodput"
+)
+
+// slowed is p with every time parameter multiplied by f: the same job on
+// a GPU f times slower.
+func slowed(p goodput.Params, f float64) goodput.Params {
+	for _, v := range []*float64{&p.AlphaC, &p.BetaC, &p.AlphaN, &p.BetaN, &p.AlphaR, &p.BetaR} {
+		*v *= f
+	}
+	return p
+}
+
+// typedPart is a bid part on GPU type t with parameters p and tables of k
+// shapes whose local batch is m.
+func typedPart(t string, p goodput.Params, k, m int) consensus.TypeBid {
+	tb := consensus.TypeBid{GPUType: t, Params: p, MostProfiled: 1}
+	for i := 1; i <= k; i++ {
+		tb.Single = append(tb.Single, consensus.BatchChoice{LocalBatch: m, Gain: 1})
+		tb.Multi = append(tb.Multi, consensus.BatchChoice{LocalBatch: m, Gain: 1})
+	}
+	return tb
+}
+
+func TestTypeModelsFromBids(t *testing.T) {
+	tests := []struct {
+		name string
+		// parts of job a's and job b's bids
+		a, b []consensus.TypeBid
+		// want: the types job a has a model on, the t4 model's one-GPU
+		// throughput over the a100 one's (0: not checked), and the
+		// speeds the round gives (nil: none)
+		models []string
+		ratio  float64
+		speeds map[string]float64
+	}{
+		{name: "untyped bids", models: []string{"a100", "t4"}, ratio: 1},
+		{name: "each type its own model",
+			a:      []consensus.TypeBid{typedPart("a100", params, 8, 64), typedPart("t4", slowed(params, 3), 8, 32)},
+			models: []string{"a100", "t4"}, ratio: 1.0 / 3, speeds: map[string]float64{"a100": 1, "t4": 1.0 / 3}},
+		{name: "unseen type left to the projection, speeds from another job",
+			a:      []consensus.TypeBid{typedPart("t4", slowed(params, 2), 8, 32)},
+			b:      []consensus.TypeBid{typedPart("a100", params, 2, 64), typedPart("t4", slowed(params, 4), 2, 32)},
+			models: []string{"t4"}, speeds: map[string]float64{"t4": 1, "a100": 4}},
+		{name: "only a type no node has: projected alike",
+			a:      []consensus.TypeBid{typedPart("v100", params, 8, 64)},
+			models: []string{"a100", "t4"}, ratio: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := typedState()
+			st.Allocation.Jobs["a"] = []consensus.Slot{{Node: "n1", GPUs: 2}} // on the t4 node
+			st.Jobs["a"].Bid.Types = tc.a
+			st.Jobs["b"].Bid.Types = tc.b
+			if tc.b != nil {
+				st.Jobs["b"].Bid.HasModel, st.Jobs["b"].Bid.MostProfiled = true, 1
+			}
+			for _, id := range []string{"a", "b"} {
+				if b := st.Jobs[id].Bid; b.HasModel {
+					if err := b.Validate(); err != nil {
+						t.Fatalf("test bid of %s: %v", id, err)
+					}
+				}
+			}
+			snap, err := BuildSnapshot(st, nil, 200, 10, 42)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := snap.Jobs[0]
+			var got []string
+			for typ := range a.TypeModels {
+				got = append(got, typ)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tc.models) {
+				t.Fatalf("job a has models on %q, want %q", got, tc.models)
+			}
+			if tc.ratio > 0 {
+				r := oneGPU(a.TypeModels["t4"].Params, limits) / oneGPU(a.TypeModels["a100"].Params, limits)
+				if math.Abs(r/tc.ratio-1) > 1e-9 {
+					t.Errorf("t4 over a100 throughput %v, want %v", r, tc.ratio)
+				}
+			}
+			if len(a.TypeThroughput) != len(tc.speeds) {
+				t.Fatalf("speeds %v, want %v", a.TypeThroughput, tc.speeds)
+			}
+			for typ, v := range tc.speeds {
+				if math.Abs(a.TypeThroughput[typ]/v-1) > 1e-9 {
+					t.Errorf("speed of %s %v, want %v", typ, a.TypeThroughput[typ], v)
+				}
+			}
+			// The workers run the batch configuration of the type they
+			// are placed on.
+			as, uncovered := Assignments(st, AssignOptions{Term: 2})
+			if len(uncovered) != 0 || len(as["n1"].Runs) != 1 {
+				t.Fatalf("assignments %v, uncovered %v", as, uncovered)
+			}
+			want, _ := st.Jobs["a"].Bid.Choice(1, 2)
+			if tb := st.Jobs["a"].Bid.OnType("t4"); tb != nil {
+				want = tb.Single[1]
+			}
+			if r := as["n1"].Runs[0]; int(r.AtomicBatch) != want.LocalBatch {
+				t.Errorf("job a on t4 runs local batch %d, want %d", r.AtomicBatch, want.LocalBatch)
+			}
+		})
+	}
+}
