@@ -5,6 +5,9 @@ import (
 	"slices"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
+	"pollux/actors/pb"
 	"pollux/consensus"
 	"pollux/optimizer/goodput"
 )
@@ -111,4 +114,45 @@ func TestTypeModelsFromBids(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzBidOf: a bid message from another process, whatever its bytes,
+// converts to a valid bid or is refused, never panics; a typed bid's
+// parts survive the conversion.
+func FuzzBidOf(f *testing.F) {
+	p := params.Slice()
+	tab := []*pb.BatchChoice{{LocalBsz: 64, Gain: 1}, {LocalBsz: 64, Gain: 1.5}}
+	for _, m := range []*pb.Bid{
+		{Job: "j", Session: 1, Version: 1, HasModel: true, Params: p[:], MostProfiled: 2, Single: tab, Multi: tab},
+		{Job: "j", Session: 1, Version: 2, HasModel: true, Params: p[:], MostProfiled: 2, Single: tab, Multi: tab,
+			Types: []*pb.TypeBid{{GpuType: "a100", Params: p[:], MostProfiled: 2, Single: tab, Multi: tab},
+				{GpuType: "t4", Params: p[:], MostProfiled: 1, Single: tab, Multi: tab}}},
+	} {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m := &pb.Bid{}
+		if proto.Unmarshal(data, m) != nil {
+			return
+		}
+		b, err := bidOf(m)
+		if err != nil {
+			return
+		}
+		if err := b.Validate(); err != nil {
+			t.Fatalf("bidOf accepted an invalid bid: %v", err)
+		}
+		if len(b.Types) != len(m.Types) {
+			t.Fatalf("%d parts, the message has %d", len(b.Types), len(m.Types))
+		}
+		for i, tb := range b.Types {
+			if tb.GPUType != m.Types[i].GpuType || len(tb.Single) != len(m.Types[i].Single) {
+				t.Fatalf("part %d: %+v from %v", i, tb, m.Types[i])
+			}
+		}
+	})
 }
