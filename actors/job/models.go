@@ -108,13 +108,14 @@ func bidOn(spec consensus.JobSpec, profiles map[string]*typeProfile, grad goodpu
 		b.Grad = grad
 	}
 	var top *goodput.Model
-	if t, ok := bestType(profiles); ok {
-		if top = model(profiles[t].params); top != nil {
-			b.HasModel, b.Params = true, profiles[t].params
+	best, ok := bestType(profiles)
+	if ok {
+		if top = model(profiles[best].params); top != nil {
+			b.HasModel, b.Params = true, profiles[best].params
 		}
 	}
-	b.Single, b.Multi = tables(top, spec.Limits, grad, bound)
 	if !b.HasModel {
+		b.Single, b.Multi = tables(nil, spec.Limits, grad, bound)
 		return b
 	}
 	for _, t := range slices.Sorted(maps.Keys(profiles)) {
@@ -125,7 +126,15 @@ func bidOn(spec consensus.JobSpec, profiles map[string]*typeProfile, grad goodpu
 		}
 		tb := consensus.TypeBid{GPUType: t, Params: p.params, MostProfiled: p.mostReplicas()}
 		tb.Single, tb.Multi = tables(md, spec.Limits, grad, bound)
+		if t == best {
+			// The top-level tables are the best-known type's: the same
+			// choices, not computed twice.
+			b.Single, b.Multi = tb.Single, tb.Multi
+		}
 		b.Types = append(b.Types, tb)
+	}
+	if b.Single == nil {
+		b.Single, b.Multi = tables(top, spec.Limits, grad, bound)
 	}
 	return b
 }

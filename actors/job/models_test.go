@@ -2,6 +2,7 @@ package job
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"pollux/consensus"
@@ -78,6 +79,9 @@ func TestBidPerGPUType(t *testing.T) {
 			}
 			if !b.HasModel || b.Params != ps[tc.top].params || b.MostProfiled != tc.most {
 				t.Errorf("top-level model %+v (most %d), want %s's (most %d)", b.Params, b.MostProfiled, tc.top, tc.most)
+			}
+			if tb := b.OnType(tc.top); tb != nil && (!slices.Equal(tb.Single, b.Single) || !slices.Equal(tb.Multi, b.Multi)) {
+				t.Errorf("top-level tables are not %s's", tc.top)
 			}
 			if len(b.Types) != len(tc.parts) {
 				t.Fatalf("parts %+v, want %q", b.Types, tc.parts)
