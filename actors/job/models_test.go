@@ -1,6 +1,7 @@
 package job
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -119,5 +120,34 @@ func TestBidWithoutModel(t *testing.T) {
 	}
 	if err := consensus.CheckBid(&consensus.Job{ID: "j", Spec: spec}, &b); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// BenchmarkBidOn is the cost of building a bid (what a job actor does
+// when its model moved) for a job with a model on 1, 2 and 3 GPU types:
+// batch tables for up to 64 replicas per type.
+func BenchmarkBidOn(b *testing.B) {
+	cat, err := builtin.Catalog()
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec := consensus.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 64, Limits: cat["cifar10"].Limits()}
+	grad := cat["cifar10"].GradStats(float64(spec.Limits.InitBatch), 0)
+	truth := goodput.Params{AlphaC: 0.02, BetaC: 0.0004, AlphaN: 0.2, BetaN: 0.01, AlphaR: 0.05, BetaR: 0.004, Gamma: 1.3}
+	cfgs := []profileKey{{1, 1, 128}, {1, 2, 256}, {1, 4, 256}, {2, 8, 512}, {4, 32, 512}}
+	for _, n := range []int{1, 2, 3} {
+		ps := map[string]*typeProfile{}
+		for i, typ := range []string{"a100", "rtx", "t4"}[:n] {
+			p := truth
+			p.AlphaC, p.BetaC = p.AlphaC*float64(i+1), p.BetaC*float64(i+1)
+			tp := profileFrom(typ, p, 3, cfgs...)
+			tp.params, tp.hasModel = p, true
+			ps[typ] = tp
+		}
+		b.Run(fmt.Sprintf("types=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				bidOn(spec, ps, grad, true)
+			}
+		})
 	}
 }
