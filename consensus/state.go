@@ -147,10 +147,11 @@ type BatchChoice struct {
 // A job measured on nodes of named GPU types also bids per type (Types):
 // the model fitted on that type's measurements alone and the batch
 // configurations it chooses there. The top-level Params and tables are
-// then those of the type it has measured most (its best-known model),
-// what a policy blind to types reads and what a type the job has not run
-// on is bootstrapped from (a model scaled by a constant has the same best
-// batch configurations, so the top-level tables serve there).
+// then those of the type it has measured most (its best-known model: one
+// of the parts, unless that type is the untyped one), what a policy blind
+// to types reads and what a type the job has not run on is bootstrapped
+// from (a model scaled by a constant has the same best batch
+// configurations, so the top-level tables serve there).
 type Bid struct {
 	// Session is the job actor's session (see Job.MeasSession) and
 	// Version counts its bids within it; (Session, Version) only grows.

@@ -22,9 +22,10 @@ import (
 // job has run on both, the types are taken as equally fast.
 
 // typeModels are a bid's models per GPU type among types, and the most
-// replicas each was profiled at. A bid without per-type parts (a job
-// measured on untyped nodes only, or a bid made before bids had them)
-// gives its model to the untyped nodes.
+// replicas each was profiled at. The top-level model of a bid is its
+// best-known type's: one of its parts, unless that type is the untyped
+// one (a job measured on untyped nodes only or most, or a bid made before
+// bids had parts), and then it is the untyped nodes' model.
 func typeModels(bid *consensus.Bid, l goodput.Limits, types []string) (map[string]*goodput.Model, map[string]int) {
 	models, reps := map[string]*goodput.Model{}, map[string]int{}
 	for _, t := range types {
@@ -32,7 +33,8 @@ func typeModels(bid *consensus.Bid, l goodput.Limits, types []string) (map[strin
 			models[t], reps[t] = md, bid.OnType(t).MostProfiled
 		}
 	}
-	if len(bid.Types) == 0 && slices.Contains(types, "") {
+	untyped := !slices.ContainsFunc(bid.Types, func(tb consensus.TypeBid) bool { return tb.Params == bid.Params })
+	if untyped && slices.Contains(types, "") {
 		if md := bid.Model(l); md != nil {
 			models[""], reps[""] = md, bid.MostProfiled
 		}

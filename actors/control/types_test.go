@@ -43,6 +43,9 @@ func TestTypeModelsFromBids(t *testing.T) {
 		models []string
 		ratio  float64
 		speeds map[string]float64
+		// untyped: n2 has no GPU type; topT4: job a's top-level model is
+		// its t4 part's
+		untyped, topT4 bool
 	}{
 		{name: "untyped bids", models: []string{"a100", "t4"}, ratio: 1},
 		{name: "each type its own model",
@@ -52,6 +55,12 @@ func TestTypeModelsFromBids(t *testing.T) {
 			a:      []consensus.TypeBid{typedPart("t4", slowed(params, 2), 8, 32)},
 			b:      []consensus.TypeBid{typedPart("a100", params, 2, 64), typedPart("t4", slowed(params, 4), 2, 32)},
 			models: []string{"t4"}, speeds: map[string]float64{"t4": 1, "a100": 4}},
+		{name: "untyped nodes beside typed ones: the untyped model is the top-level one", untyped: true,
+			a:      []consensus.TypeBid{typedPart("t4", slowed(params, 2), 8, 32)},
+			models: []string{"", "t4"}},
+		{name: "untyped nodes, the top-level model a type's: no untyped model", untyped: true, topT4: true,
+			a:      []consensus.TypeBid{typedPart("t4", slowed(params, 2), 8, 32)},
+			models: []string{"t4"}},
 		{name: "only a type no node has: projected alike",
 			a:      []consensus.TypeBid{typedPart("v100", params, 8, 64)},
 			models: []string{"a100", "t4"}, ratio: 1},
@@ -61,6 +70,12 @@ func TestTypeModelsFromBids(t *testing.T) {
 			st := typedState()
 			st.Allocation.Jobs["a"] = []consensus.Slot{{Node: "n1", GPUs: 2}} // on the t4 node
 			st.Jobs["a"].Bid.Types = tc.a
+			if tc.untyped {
+				st.Nodes["n2"].GPUType = ""
+			}
+			if tc.topT4 {
+				st.Jobs["a"].Bid.Params = tc.a[0].Params
+			}
 			st.Jobs["b"].Bid.Types = tc.b
 			if tc.b != nil {
 				st.Jobs["b"].Bid.HasModel, st.Jobs["b"].Bid.MostProfiled = true, 1
