@@ -171,3 +171,26 @@ func FuzzBidOf(f *testing.F) {
 		}
 	})
 }
+
+// TestMeasurementTaggedWithThePlacementsType: the leader records a job's
+// measurements under the GPU type of its placement; one an actor tagged
+// with another type is consumed without its data, and one an actor made
+// before measurements carried a type is the placement's.
+func TestMeasurementTaggedWithThePlacementsType(t *testing.T) {
+	j := &consensus.Job{ID: "j", Incarnation: 4, MeasSession: 7, MeasSeq: 2}
+	point := func(step float64) []*pb.ProfilePoint {
+		return []*pb.ProfilePoint{{Nodes: 1, Replicas: 2, LocalBsz: 64, AccumTime: step, StepTime: step, Count: 2}}
+	}
+	bs := &bidState{session: 7, msg: &pb.Bid{Unacked: []*pb.Measurement{
+		{Seq: 3, Incarnation: 4, GpuType: "t4", Profile: point(0.5)},
+		{Seq: 4, Incarnation: 4, GpuType: "a100", Profile: point(0.1)}, // not where the state placed it
+		{Seq: 5, Incarnation: 4, Profile: point(0.3)},                  // an actor from before types
+	}}}
+	m, running := measurement(j, bs, "t4")
+	if m == nil || !running || m.From != 2 || m.To != 5 || m.GPUType != "t4" || len(m.Profile) != 1 {
+		t.Fatalf("measurement %+v, running %v", m, running)
+	}
+	if e := m.Profile[0]; e.Count != 4 || math.Abs(e.StepTime-0.4) > 1e-12 {
+		t.Errorf("merged entry %+v, want the mean of the t4 and untagged reports (0.4 over 4)", e)
+	}
+}
