@@ -83,14 +83,17 @@
 // new type bytes (8..15 for the control loop's, 16..23 for tokens,
 // 24..27 for node attributes, 28..31 for autoscaling). Fields added to an existing command (a
 // job's submitter, node attributes, placement constraints, topology
-// levels and report key) are encoded last and only when set, so older
-// entries decode unchanged. Snapshots are a magic, a version byte, the
-// canonical state and a CRC-32C; version 3 holds the token table, job
-// submitters, the topology levels, the report key, node attributes and
-// job placement constraints; version 4 adds the autoscaler's state
-// (scale.go); version 1 snapshots (before bids and the cluster
-// configuration), version 2 (before all of version 3's additions) and
-// version 3 still decode.
+// levels and report key; a measurement's GPU type and a bid's per-type
+// parts, flagged in a Round update's flags byte) are encoded last and
+// only when set, so older entries decode unchanged. Snapshots are a
+// magic, a version byte, the canonical state and a CRC-32C; version 3
+// holds the token table, job submitters, the topology levels, the report
+// key, node attributes and job placement constraints; version 4 adds the
+// autoscaler's state (scale.go); version 5 the autoscaler's request
+// times and billed seconds; version 6 records profiles by GPU type and
+// bids' per-type parts (types.go); version 1 snapshots (before bids and
+// the cluster configuration), version 2 (before all of version 3's
+// additions), and versions 3 to 5 still decode.
 //
 // # Server
 //

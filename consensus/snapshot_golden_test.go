@@ -11,7 +11,7 @@ import (
 	"pollux/optimizer"
 )
 
-var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v5.bin from the current encoder")
+var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v6.bin from the current encoder")
 
 // snapshotV3 is a version 3 snapshot holding everything version 3 added:
 // the token table and job submitters (API tokens), the topology levels,
@@ -146,20 +146,12 @@ func TestSnapshotVersion4Golden(t *testing.T) {
 
 // snapshotV5 is a version 5 snapshot: snapshotV4's state, with the
 // machines' request times and the seconds billed for the removed one.
-// go test ./consensus -run TestSnapshotVersion5Golden -update rewrites
-// it; only do so for a change that keeps the version's bytes (a change
-// of the format is a new version, and this file must still decode).
+// It was written by the version 5 encoder and must still decode.
 const snapshotV5 = "testdata/snapshot-v5.bin"
 
 func TestSnapshotVersion5Golden(t *testing.T) {
 	got := EncodeState(v4State(t))
-	if *updateGolden {
-		if err := os.WriteFile(snapshotV5, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	b, s := decodeFixture(t, snapshotV5, 5)
+	_, s := decodeFixture(t, snapshotV5, 5)
 	sc := s.Scale
 	// auto-4 was asked for at 10 and removed at 12: 2 s billed.
 	checkScale(t, sc, 2, map[string]ScaleNode{
@@ -171,7 +163,74 @@ func TestSnapshotVersion5Golden(t *testing.T) {
 	if got := sc.NodeSeconds(20); got != 32 {
 		t.Errorf("node-seconds at 20: %v, want 32", got)
 	}
+	// The state decoded from the fixture is the state the commands make.
+	if again := EncodeState(s); !bytes.Equal(got, again) {
+		t.Fatalf("the version 5 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
+	}
+}
+
+// snapshotV6 is a version 6 snapshot: snapshotV4's state plus a job
+// measured on two GPU types and on untyped nodes, bidding per type.
+// go test ./consensus -run TestSnapshotVersion6Golden -update rewrites
+// it; only do so for a change that keeps the version's bytes (a change
+// of the format is a new version, and this file must still decode).
+const snapshotV6 = "testdata/snapshot-v6.bin"
+
+func v6State(t testing.TB) *State {
+	t.Helper()
+	a := &fsmApplier{f: NewFSM()}
+	a.f.state = v4State(t)
+	typed := a.f.state.Jobs["typed"]
+	gen := a.f.state.Allocation.Generation
+	place := a.f.state.Allocation.Jobs
+	meas := func(from, to uint64, typ string, step float64) Measurement {
+		m := measurement(1<<32|1, from, to, 1, entry(1, 2, 128, step/2, step, 3), entry(1, 2, 256, step, 1.5*step, 1))
+		m.GPUType = typ
+		return m
+	}
+	a.must(t, 4,
+		// An untyped measurement (as a leader before types made it), then
+		// one on a100 with a bid per type.
+		&Round{Generation: gen + 1, Term: 4, Time: 20, Jobs: place,
+			Updates: []RoundJob{{ID: "typed", Incarnation: typed.Incarnation, HasMeas: true, Meas: meas(0, 1, "", 0.3)}}},
+		&Round{Generation: gen + 2, Term: 4, Time: 21, Jobs: place,
+			Updates: []RoundJob{{ID: "typed", Incarnation: typed.Incarnation, HasMeas: true, Meas: meas(1, 2, "a100", 0.1),
+				HasBid: true, Bid: typedBid(1<<32|1, 1)}}},
+	)
+	return a.f.State()
+}
+
+func TestSnapshotVersion6Golden(t *testing.T) {
+	want := v6State(t)
+	got := EncodeState(want)
+	if *updateGolden {
+		if err := os.WriteFile(snapshotV6, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	b, err := os.ReadFile(snapshotV6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[len(snapshotMagic)] != 6 {
+		t.Fatalf("fixture is version %d", b[len(snapshotMagic)])
+	}
+	s, err := DecodeState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := s.Jobs["typed"]
+	if types := j.ProfiledTypes(); !slices.Equal(types, []string{"", "a100"}) || len(j.Profile) != 4 {
+		t.Fatalf("decoded profile %+v (types %q)", j.Profile, types)
+	}
+	if tb := j.Bid.OnType("t4"); tb == nil || tb.Single[0].LocalBatch != 64 || j.Bid.TypeModel("a100", j.Spec.Limits) == nil {
+		t.Fatalf("decoded bid %+v", j.Bid)
+	}
+	if s.Scale.Desired != 5 || s.Config.ReportKey != v3ReportKey {
+		t.Errorf("version 3 and 4 content lost")
+	}
 	if !bytes.Equal(got, b) {
-		t.Fatalf("the encoding of version 5 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+		t.Fatalf("the encoding of version 6 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
 	}
 }

@@ -105,8 +105,11 @@ type Job struct {
 	// SubmitterAccessor its accessor (empty: submitted without a token).
 	Submitter         string `json:"submitter"`
 	SubmitterAccessor string `json:"submitter_accessor,omitempty"`
-	// Profiled are the configurations the job has run and measured.
-	Profiled []Profiled `json:"profiled,omitempty"`
+	// Profiled are the configurations the job has run and measured, and
+	// ProfiledTypes the GPU types it has been measured on (named types,
+	// sorted; its throughput model is fitted per type).
+	Profiled      []Profiled `json:"profiled,omitempty"`
+	ProfiledTypes []string   `json:"profiled_types,omitempty"`
 	// Crashes counts failed incarnations in a row (without an epoch
 	// finished in between).
 	Crashes int `json:"crashes,omitempty"`
@@ -139,6 +142,19 @@ type BidJSON struct {
 	// on one node and over several nodes.
 	Single []ChoiceJSON `json:"single_node"`
 	Multi  []ChoiceJSON `json:"multi_node"`
+	// Types are the job's models per GPU type it has run on (Model and
+	// the tables above are then those of the type measured most).
+	Types []TypeBidJSON `json:"types,omitempty"`
+}
+
+// TypeBidJSON is a bid's part for one GPU type: the model fitted on that
+// type's measurements and the batch configurations it chooses there.
+type TypeBidJSON struct {
+	GPUType      string         `json:"gpu_type"`
+	Model        goodput.Params `json:"model"`
+	MostProfiled int            `json:"most_profiled"`
+	Single       []ChoiceJSON   `json:"single_node"`
+	Multi        []ChoiceJSON   `json:"multi_node"`
 }
 
 // ChoiceJSON is one batch configuration.
@@ -171,9 +187,10 @@ type AddPeer struct {
 
 // Profiled is one measured configuration of a job.
 type Profiled struct {
-	Nodes      int `json:"nodes"`
-	Replicas   int `json:"replicas"`
-	LocalBatch int `json:"local_bsz"`
+	Nodes      int    `json:"nodes"`
+	Replicas   int    `json:"replicas"`
+	LocalBatch int    `json:"local_bsz"`
+	GPUType    string `json:"gpu_type,omitempty"`
 }
 
 // Node is one node as the API shows it.
@@ -454,7 +471,12 @@ func jobOf(st *consensus.State, id string) Job {
 		SubmitTime: j.SubmitTime, FinishTime: j.FinishTime, InitBatch: j.Spec.Limits.InitBatch, Reason: j.Reason, Crashes: j.Crashes,
 		Submitter: j.SubmitterName, SubmitterAccessor: j.Submitter}
 	for _, e := range j.Profile {
-		out.Profiled = append(out.Profiled, Profiled{Nodes: e.Nodes, Replicas: e.Replicas, LocalBatch: e.LocalBatch})
+		out.Profiled = append(out.Profiled, Profiled{Nodes: e.Nodes, Replicas: e.Replicas, LocalBatch: e.LocalBatch, GPUType: e.GPUType})
+	}
+	for _, t := range j.ProfiledTypes() {
+		if t != "" {
+			out.ProfiledTypes = append(out.ProfiledTypes, t)
+		}
 	}
 	if !j.Spec.Topology.IsZero() {
 		tc := j.Spec.Topology
@@ -484,13 +506,18 @@ func bidOf(b *consensus.Bid) *BidJSON {
 		g := b.Grad
 		out.Grad = &g
 	}
-	for _, t := range []struct {
-		in  []consensus.BatchChoice
-		out *[]ChoiceJSON
-	}{{b.Single, &out.Single}, {b.Multi, &out.Multi}} {
-		for _, c := range t.in {
-			*t.out = append(*t.out, ChoiceJSON{LocalBatch: c.LocalBatch, AccumSteps: c.AccumSteps, Gain: c.Gain})
-		}
+	out.Single, out.Multi = choicesOf(b.Single), choicesOf(b.Multi)
+	for _, tb := range b.Types {
+		out.Types = append(out.Types, TypeBidJSON{GPUType: tb.GPUType, Model: tb.Params, MostProfiled: tb.MostProfiled,
+			Single: choicesOf(tb.Single), Multi: choicesOf(tb.Multi)})
+	}
+	return out
+}
+
+func choicesOf(cs []consensus.BatchChoice) []ChoiceJSON {
+	var out []ChoiceJSON
+	for _, c := range cs {
+		out = append(out, ChoiceJSON{LocalBatch: c.LocalBatch, AccumSteps: c.AccumSteps, Gain: c.Gain})
 	}
 	return out
 }

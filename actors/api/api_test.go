@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"pollux/consensus"
+	"pollux/optimizer/goodput"
 )
 
 // fakeBackend is a leader (unless follower) holding a state in memory.
@@ -410,5 +411,58 @@ func TestCheckRemoval(t *testing.T) {
 		if (tc.mention == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.mention)) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.mention)
 		}
+	}
+}
+
+// TestJobShowsPerTypeModels: a job measured on two GPU types shows them
+// (profiled_types, each profiled configuration's gpu_type) and its bid's
+// model per type, under the JSON names other tools read.
+func TestJobShowsPerTypeModels(t *testing.T) {
+	a, fb := newTest()
+	do(a, "POST", PathJobs, good)
+	j := fb.st.Jobs["j1"]
+	pt := func(typ string, k int, step float64) consensus.ProfileEntry {
+		return consensus.ProfileEntry{ProfilePoint: goodput.ProfilePoint{Nodes: 1, Replicas: k, LocalBatch: 64, AccumTime: step, StepTime: step},
+			Count: 3, GPUType: typ}
+	}
+	j.Profile = []consensus.ProfileEntry{pt("", 1, 0.3), pt("a100", 1, 0.1), pt("a100", 2, 0.12), pt("t4", 1, 0.25)}
+	fast := goodput.Params{AlphaC: 0.01, BetaC: 0.001, AlphaN: 0.1, BetaN: 0.01, AlphaR: 0.05, BetaR: 0.005, Gamma: 1.5}
+	slow := fast
+	slow.AlphaC, slow.BetaC = 0.025, 0.0025
+	tab := []consensus.BatchChoice{{LocalBatch: 64, Gain: 1}, {LocalBatch: 64, Gain: 1.5}}
+	j.Bid = consensus.Bid{Session: 1, Version: 3, HasModel: true, Params: fast, MostProfiled: 2, Single: tab, Multi: tab,
+		Types: []consensus.TypeBid{{GPUType: "a100", Params: fast, MostProfiled: 2, Single: tab, Multi: tab},
+			{GPUType: "t4", Params: slow, MostProfiled: 1, Single: tab, Multi: tab}}}
+	if err := j.Bid.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	code, body := do(a, "GET", PathJobs+"/j1", "")
+	var got struct {
+		ProfiledTypes []string `json:"profiled_types"`
+		Profiled      []struct {
+			Replicas int    `json:"replicas"`
+			GPUType  string `json:"gpu_type"`
+		} `json:"profiled"`
+		Bid struct {
+			Types []struct {
+				GPUType string             `json:"gpu_type"`
+				Model   map[string]float64 `json:"model"`
+				Single  []map[string]any   `json:"single_node"`
+			} `json:"types"`
+		} `json:"bid"`
+	}
+	if err := json.Unmarshal([]byte(body), &got); err != nil || code != 200 {
+		t.Fatalf("job: %d %s", code, body)
+	}
+	if !slices.Equal(got.ProfiledTypes, []string{"a100", "t4"}) || len(got.Profiled) != 4 || got.Profiled[3].GPUType != "t4" || got.Profiled[0].GPUType != "" {
+		t.Errorf("profiled types %q, profiled %+v", got.ProfiledTypes, got.Profiled)
+	}
+	if ts := got.Bid.Types; len(ts) != 2 || ts[0].GPUType != "a100" || ts[1].GPUType != "t4" ||
+		ts[1].Model["alpha_c"] != 0.025 || ts[0].Model["alpha_c"] != 0.01 || len(ts[1].Single) != 2 {
+		t.Errorf("bid types %+v", ts)
+	}
+	// The list shows the types too.
+	if _, body := do(a, "GET", PathJobs, ""); !strings.Contains(body, `"profiled_types":["a100","t4"]`) {
+		t.Errorf("list: %s", body)
 	}
 }
