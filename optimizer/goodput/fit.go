@@ -50,6 +50,10 @@ const (
 
 var fitStart = [nParams]float64{0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1.001, 0.1, 0.01}
 
+// rmseEps smooths the fit's RMSE terms at an exact fit; it moves the
+// loss by at most 2 rmseEps.
+const rmseEps = 1e-4
+
 // gammaStarts are the starting gammas of the fit's restarts.
 var gammaStarts = [...]float64{1.001, 2, 5}
 
@@ -378,7 +382,11 @@ func (pr *fitProblem) objectiveGrad(v [nParams]float64, dv *[nParams]float64) fl
 		// logSync = logS/g with d logS/d g = fa*la + fn*ln.
 		d2[iGamma] += 2 * r2 * ((fa*la+fn*ln)/gamma - logS/(gamma*gamma))
 	}
-	rmse1, rmse2 := math.Sqrt(sse1/n), math.Sqrt(sse2/n)
+	// RMSE smoothed at an exact fit (sqrt(mse + eps^2)): the plain RMSE
+	// has a kink where every residual of a term is 0 (points of one local
+	// batch have a whole line of exact accumulation fits), in whose
+	// valley L-BFGS's line search fails.
+	rmse1, rmse2 := math.Sqrt(sse1/n+rmseEps*rmseEps), math.Sqrt(sse2/n+rmseEps*rmseEps)
 	bn, br := v[iBetaN]/v[iAlphaN], v[iBetaR]/v[iAlphaR]
 	loss := rmse1 + rmse2 + 1e-3*(gamma-1)*(gamma-1) + 1e-2*(bn*bn+br*br)
 	bx := 0.0

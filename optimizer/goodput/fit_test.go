@@ -97,6 +97,35 @@ func TestFitPinning(t *testing.T) {
 	}
 }
 
+// TestFitOneLargeBatch: one local batch much larger than the fixed
+// start's scale (0.01 s per sample against 0.5 ms measured) at 1 and 2
+// replicas. Fit (cold) and Refit (from a fit whose beta_c sank to its
+// bound, as Fit gave before it also started from the data's scale)
+// reproduce the measured accumulation time, not just the pinned alpha_c.
+func TestFitOneLargeBatch(t *testing.T) {
+	pts := []ProfilePoint{
+		{Nodes: 1, Replicas: 1, LocalBatch: 128, AccumTime: 0.0712, StepTime: 0.0712},
+		{Nodes: 1, Replicas: 2, LocalBatch: 128, AccumTime: 0.0712, StepTime: 0.09},
+	}
+	stuck := Params{AlphaC: 0.0356, BetaC: 7.5e-7, AlphaN: 0.061, BetaN: 1.1e-8, AlphaR: 0.055, BetaR: 1e-8, Gamma: 1.00005}
+	cold, err := Fit(pts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm, err := Refit(pts, stuck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range map[string]Params{"fit": cold, "refit": warm} {
+		if got := p.AccumTime(128); math.Abs(got/0.0712-1) > 0.01 {
+			t.Errorf("%s: accumulation time %v at m = 128, measured 0.0712 (%+v)", name, got, p)
+		}
+		if got := p.SyncTime(1, 2, 128); math.Abs(got/0.09-1) > 0.01 {
+			t.Errorf("%s: step time %v at K = 2, measured 0.09", name, got)
+		}
+	}
+}
+
 func TestFitErrors(t *testing.T) {
 	if _, err := Fit(nil); !errors.Is(err, ErrNoPoints) {
 		t.Errorf("empty: %v", err)
