@@ -20,10 +20,12 @@ import (
 // submitter and, at the end, the API token table; versions 1 and 2
 // decode with none of them. Version 4 adds, at the end, the autoscaler's
 // state (its desired size, how many machines it asked for, and the
-// machines it manages); versions 1 to 3 decode without one.
+// machines it manages); versions 1 to 3 decode without one. Version 5
+// adds, at the end, the federation state (the lab's name, CA, quota and
+// peers, and its ledger of leases); versions 1 to 4 decode without one.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 4
+	SnapshotVersion = 5
 	// maxSnapshot bounds what Restore reads.
 	maxSnapshot = 1 << 30
 )
@@ -83,6 +85,7 @@ func EncodeState(s *State) []byte {
 	encodePlacements(w, s.Allocation.Jobs)
 	encodeACL(w, &s.ACL)
 	encodeScale(w, &s.Scale)
+	encodeFederation(w, s.Fed)
 
 	return binary.LittleEndian.AppendUint32(w.b, crc32.Checksum(w.b, castagnoli))
 }
@@ -216,6 +219,13 @@ func DecodeState(b []byte) (*State, error) {
 			return nil, err
 		}
 		s.Scale = sc
+	}
+	if version >= 5 && r.err == nil {
+		fed, err := decodeFederation(r, s)
+		if err != nil {
+			return nil, err
+		}
+		s.Fed = fed
 	}
 	if err := r.done(); err != nil {
 		return nil, err

@@ -8,10 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"pollux/cluster/federation"
 	"pollux/optimizer"
 )
 
-var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v4.bin from the current encoder")
+var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v5.bin from the current encoder")
 
 // snapshotV3 is a version 3 snapshot holding everything version 3 added:
 // the token table and job submitters (API tokens), the topology levels,
@@ -90,9 +91,7 @@ func TestSnapshotVersion3Golden(t *testing.T) {
 
 // snapshotV4 is a version 4 snapshot: snapshotV3's state plus the
 // autoscaler's (a machine booting, one up, one draining, one removed).
-// go test ./consensus -run TestSnapshotVersion4Golden -update rewrites
-// it; only do so for a change that keeps the version's bytes (a change
-// of the format is a new version, and this file must still decode).
+// It was written by the version 4 encoder and must still decode.
 const snapshotV4 = "testdata/snapshot-v4.bin"
 
 func v4State(t testing.TB) *State {
@@ -113,12 +112,6 @@ func v4State(t testing.TB) *State {
 
 func TestSnapshotVersion4Golden(t *testing.T) {
 	got := EncodeState(v4State(t))
-	if *updateGolden {
-		if err := os.WriteFile(snapshotV4, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
 	b, err := os.ReadFile(snapshotV4)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +140,75 @@ func TestSnapshotVersion4Golden(t *testing.T) {
 	if s.Config.ReportKey != v3ReportKey || s.Jobs["typed"].Submitter != "acc-alice" || s.Nodes["auto-1"] == nil {
 		t.Errorf("version 3 content lost: %+v", s.Config)
 	}
+	if again := EncodeState(s); !bytes.Equal(got, again) {
+		t.Fatalf("the version 4 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
+	}
+}
+
+// snapshotV5 is a version 5 snapshot: snapshotV4's state plus the
+// federation's (the lab's identity, quota and peers; a lease it lends,
+// one it borrows, one reclaimed and one expired).
+// go test ./consensus -run TestSnapshotVersion5Golden -update rewrites
+// it; only do so for a change that keeps the version's bytes (a change
+// of the format is a new version, and this file must still decode).
+const snapshotV5 = "testdata/snapshot-v5.bin"
+
+func v5State(t testing.TB) *State {
+	t.Helper()
+	a := &fsmApplier{f: NewFSM()}
+	a.f.state = v4State(t)
+	lab := labA()
+	lab.Quota = federation.Quota{Nominal: 12, LendingLimit: 8, BorrowingLimit: 8}
+	borrow := &Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "lab-b", Lease: "lab-b/m0@20", Lender: "lab-b", Borrower: "lab-a",
+		Nodes: []federation.NodeGPUs{{Node: "m0", GPUs: 2}}, At: 20, TTL: 120}}
+	a.must(t, 3, lab,
+		fedGrant("lab-a/n1@14", "n1", 4, 14),
+		fedGrant("lab-a/n2@15", "n2", 2, 15),
+		fedCmd(federation.OpReclaim, "lab-a", "lab-a/n2@15", 16),
+		fedGrant("lab-a/auto-1@17", "auto-1", 4, 17),
+		fedCmd(federation.OpRenew, "lab-b", "lab-a/n1@14", 18),
+		borrow,
+		&Lease{Cmd: federation.Command{Op: federation.OpExpire, From: "lab-a", At: 317.5}},
+	)
+	return a.f.State()
+}
+
+func TestSnapshotVersion5Golden(t *testing.T) {
+	got := EncodeState(v5State(t))
+	if *updateGolden {
+		if err := os.WriteFile(snapshotV5, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	b, err := os.ReadFile(snapshotV5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[len(snapshotMagic)] != 5 {
+		t.Fatalf("fixture is version %d", b[len(snapshotMagic)])
+	}
+	s, err := DecodeState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fed := s.Fed
+	if fed == nil || fed.Lab.Name != "lab-a" || fed.Lab.CA != "fp-a" || fed.Lab.Quota.Nominal != 12 || len(fed.Lab.Peers) != 1 {
+		t.Fatalf("decoded federation %+v", fed)
+	}
+	st := fed.Ledger.State()
+	// n1 renewed at 18 (expires 318) and m0 borrowed at 20 (expires 140,
+	// gone at 317.5) stay or go by their own expiry; auto-1's expired.
+	if len(st.Leases) != 1 || st.Leases[0].ID != "lab-a/n1@14" || st.Leases[0].Expires != 318 || st.LastReclaim != 16 || len(st.Ended) != 3 {
+		t.Fatalf("decoded ledger %+v", st)
+	}
+	if fed.Ledger.Lent() != 4 || fed.Ledger.Borrowed() != 0 || fed.Ledger.LentOn("n1") != 4 {
+		t.Errorf("ledger counters: lent %d, borrowed %d", fed.Ledger.Lent(), fed.Ledger.Borrowed())
+	}
+	if s.Scale.Desired != 5 || s.Config.ReportKey != v3ReportKey {
+		t.Errorf("version 4 content lost")
+	}
 	if !bytes.Equal(got, b) {
-		t.Fatalf("the encoding of version 4 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+		t.Fatalf("the encoding of version 5 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
 	}
 }
