@@ -41,12 +41,12 @@ func DevBundle(dir string, servers, agents []string) (*Bundle, error) {
 // hosts[name] (IP addresses or DNS names).
 func DevBundleHosts(dir string, servers, agents []string, hosts map[string][]string) (*Bundle, error) {
 	b := &Bundle{Dir: dir, CA: filepath.Join(dir, CAFile), GossipKey: filepath.Join(dir, GossipKeyFile), roles: map[string]Role{}}
-	ids := []Identity{{RoleClient, DevClient}}
+	ids := []Identity{{Role: RoleClient, Name: DevClient}}
 	for _, s := range servers {
-		ids = append(ids, Identity{RoleServer, s})
+		ids = append(ids, Identity{Role: RoleServer, Name: s})
 	}
 	for _, a := range agents {
-		ids = append(ids, Identity{RoleAgent, a})
+		ids = append(ids, Identity{Role: RoleAgent, Name: a})
 	}
 	for _, id := range ids {
 		if _, dup := b.roles[id.Name]; dup {
@@ -93,7 +93,7 @@ func DevBundleHosts(dir string, servers, agents []string, hosts map[string][]str
 // cluster), valid for loopback and hosts. It refuses a name the bundle
 // already holds.
 func (b *Bundle) Add(role Role, name string, hosts []string) error {
-	id := Identity{role, name}
+	id := Identity{Role: role, Name: name}
 	if err := id.Validate(); err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func (b *Bundle) Files(name string) (cert, key string, err error) {
 	if !ok {
 		return "", "", fmt.Errorf("%w: %q is not in the bundle", ErrBadName, name)
 	}
-	c, k := CertFiles(Identity{r, name})
+	c, k := CertFiles(Identity{Role: r, Name: name})
 	return filepath.Join(b.Dir, c), filepath.Join(b.Dir, k), nil
 }
 
