@@ -46,6 +46,10 @@ type Meta struct {
 	RaftAddr string `json:"raft,omitempty"`
 	// HTTPAddr is the host:port of the member's HTTP API (servers).
 	HTTPAddr string `json:"http,omitempty"`
+	// FederationAddr is the host:port of the member's federation
+	// listener (servers of a lab in a federation): where a follower
+	// redirects a peer's bid to the leader.
+	FederationAddr string `json:"federation,omitempty"`
 }
 
 // Validate reports whether m is usable.

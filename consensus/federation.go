@@ -79,11 +79,15 @@ func labOf(s *State, l federation.Lab) federation.Lab {
 // naming another is refused with ErrClusterConfig), the fingerprint of
 // its CA, its quota and its peers (both replaced by every SetLab, so an
 // edited federation file takes effect on restart; leases in force stay).
+// With NameOnly (a server started with a name but no federation file)
+// it only names a lab that has no name yet, with no quota and no peers,
+// and otherwise checks the name and changes nothing.
 type SetLab struct {
-	Name  string
-	CA    string
-	Quota federation.Quota
-	Peers []federation.Peer
+	Name     string
+	CA       string
+	Quota    federation.Quota
+	Peers    []federation.Peer
+	NameOnly bool
 }
 
 // Lease is one lease command (grant, renew, reclaim, release, expire),
@@ -96,12 +100,14 @@ func (c *SetLab) encode(w *writer) {
 	w.str(c.CA)
 	encodeQuota(w, c.Quota)
 	encodePeers(w, c.Peers)
+	w.bool(c.NameOnly)
 }
 func (c *SetLab) decode(r *reader) {
 	c.Name = r.str()
 	c.CA = r.str()
 	c.Quota = decodeQuota(r)
 	c.Peers = decodePeers(r)
+	c.NameOnly = r.bool()
 }
 
 func encodeQuota(w *writer, q federation.Quota) {
@@ -137,6 +143,9 @@ func (c *SetLab) validate() error {
 	l := federation.Lab{Name: c.Name, CA: c.CA, Peers: c.Peers, Quota: federation.Quota{BorrowingLimit: c.Quota.BorrowingLimit}}
 	if err := l.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if c.NameOnly && (c.Quota != (federation.Quota{}) || len(c.Peers) > 0) {
+		return invalid("a SetLab of the name only with a quota or peers")
 	}
 	if q := c.Quota; q.Nominal < 0 || q.Nominal > MaxNodes*1024 || q.LendingLimit < 0 || q.LendingLimit > q.Nominal {
 		return invalid("quota: nominal %d, lending limit %d (want 0 <= lending limit <= nominal)", q.Nominal, q.LendingLimit)
@@ -205,7 +214,10 @@ func applySetLab(s *State, c *SetLab) error {
 		return nil
 	}
 	if s.Fed.Lab.Name != c.Name {
-		return fmtErr(ErrClusterConfig, "this cluster is named %q (set once, when it first joined its federation), not %q", s.Fed.Lab.Name, c.Name)
+		return fmtErr(ErrClusterConfig, "this cluster is named %q (set once, when it was first started with a name), not %q", s.Fed.Lab.Name, c.Name)
+	}
+	if c.NameOnly {
+		return nil
 	}
 	if err := s.Fed.Ledger.Relabel(labOf(s, l)); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)

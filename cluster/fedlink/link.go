@@ -534,3 +534,6 @@ func reply(w http.ResponseWriter, code int, msg string) {
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(answer{Error: strings.TrimSpace(msg)})
 }
+
+// Settings are the federation's terms of lending this link plans with.
+func (l *Link) Settings() federation.Settings { return l.cfg.Federation.Settings }

@@ -40,13 +40,26 @@ func DevBundle(dir string, servers, agents []string) (*Bundle, error) {
 // own): the certificate of each server or agent name in hosts also names
 // hosts[name] (IP addresses or DNS names).
 func DevBundleHosts(dir string, servers, agents []string, hosts map[string][]string) (*Bundle, error) {
+	return devBundle(dir, "", servers, agents, hosts)
+}
+
+// DevLabBundle is DevBundle for a lab of a federation: its servers' and
+// agents' certificates name cluster (spiffe://<cluster>/<role>/<name>).
+func DevLabBundle(dir, cluster string, servers, agents []string) (*Bundle, error) {
+	if err := (Identity{Role: RoleServer, Name: "x", Cluster: cluster}).Validate(); err != nil || cluster == "" {
+		return nil, fmt.Errorf("%w: cluster %q", ErrBadName, cluster)
+	}
+	return devBundle(dir, cluster, servers, agents, nil)
+}
+
+func devBundle(dir, clusterName string, servers, agents []string, hosts map[string][]string) (*Bundle, error) {
 	b := &Bundle{Dir: dir, CA: filepath.Join(dir, CAFile), GossipKey: filepath.Join(dir, GossipKeyFile), roles: map[string]Role{}}
 	ids := []Identity{{Role: RoleClient, Name: DevClient}}
 	for _, s := range servers {
-		ids = append(ids, Identity{Role: RoleServer, Name: s})
+		ids = append(ids, Identity{Role: RoleServer, Name: s, Cluster: clusterName})
 	}
 	for _, a := range agents {
-		ids = append(ids, Identity{Role: RoleAgent, Name: a})
+		ids = append(ids, Identity{Role: RoleAgent, Name: a, Cluster: clusterName})
 	}
 	for _, id := range ids {
 		if _, dup := b.roles[id.Name]; dup {

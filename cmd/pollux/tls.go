@@ -68,7 +68,7 @@ func newTLSCertCreateCmd() *cobra.Command {
 	var (
 		dir, role, name, caPath, caKey, clusterName string
 		hosts                                       []string
-		days                           int
+		days                                        int
 	)
 	cmd := &cobra.Command{
 		Use:   "create --role server|agent|client --name NAME",

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"pollux/cluster/fedlink"
+	"pollux/cluster/pki"
+	"pollux/testbed/launch"
+)
+
+// runPollux runs `pollux ARGS` to its end (within 60 s) and returns its
+// exit status and stderr.
+func runPollux(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	full := append(slices.Clone(selfExec), args...)
+	cmd := exec.CommandContext(ctx, full[0], full[1:]...)
+	cmd.Env = append(os.Environ(), "POLLUX_TEST_PROCESS=1")
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	_ = cmd.Run()
+	return cmd.ProcessState.ExitCode(), stderr.b.String()
+}
+
+// labServer are the flags of a one-server lab named cluster in dir.
+func labServer(t *testing.T, dir string, b *pki.Bundle, extra ...string) []string {
+	t.Helper()
+	ports, err := launch.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raftAddr, httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	args := []string{"server", "--id", "ts0", "--data-dir", filepath.Join(dir, "ts0"), "--raft", raftAddr, "--http", httpAddr,
+		"--peers", "ts0=" + raftAddr + "=" + httpAddr, "--bootstrap", "--checkpoint-root", filepath.Join(dir, "ckpt"), "--log-level", "info"}
+	return append(append(args, b.Flags("ts0")...), extra...)
+}
+
+func TestServerFederationBadInput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts server processes")
+	}
+	dir := t.TempDir()
+	b := testBundle()
+	fedFile := filepath.Join(dir, "fed.json")
+	if err := os.WriteFile(fedFile, []byte(`{"quota": {}, "peers": [{"name": "lab-b", "addresses": ["127.0.0.1:1"], "ca_file": "`+b.CA+`"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		extra []string
+		says  string
+	}{
+		{"federation without a name", []string{"--federation", fedFile, "--federation-addr", "127.0.0.1:0"}, "--federation needs --cluster"},
+		{"federation without an address", []string{"--cluster", "lab-a", "--federation", fedFile}, "--federation needs --federation-addr"},
+		{"a bad name", []string{"--cluster", "lab a"}, "--cluster \"lab a\""},
+		{"the default trust domain", []string{"--cluster", "pollux"}, "trust domain"},
+		{"a missing file", []string{"--cluster", "lab-a", "--federation", filepath.Join(dir, "nope.json"), "--federation-addr", "127.0.0.1:0"}, "bad federation file"},
+		// The test bundle's certificate names no cluster.
+		{"a certificate of no cluster", []string{"--cluster", "lab-a", "--federation", fedFile, "--federation-addr", "127.0.0.1:0"}, "want lab-a/server/ts0"},
+	} {
+		code, stderr := runPollux(t, labServer(t, dir, b, tc.extra...)...)
+		if code != 2 || !strings.Contains(stderr, tc.says) {
+			t.Errorf("%s: exit %d, want 2 saying %q:\n%s", tc.name, code, tc.says, stderr)
+		}
+	}
+}
+
+// A cluster's name is written once: the server started again with
+// another name refuses to run (exit status 2) and says the cluster's.
+func TestServerClusterNameOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts server processes")
+	}
+	dir := t.TempDir()
+	args := labServer(t, dir, testBundle(), "--cluster", "lab-a")
+	var log lockedBuffer
+	first, _ := startProc(t, &log, args...)
+	deadline := time.Now().Add(60 * time.Second)
+	for len(log.linesWith("server: federation identity", "cluster=lab-a")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster was never named:\n%s", log.b.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = first.Process.Signal(syscall.SIGTERM)
+	if err := first.Wait(); err != nil {
+		t.Fatalf("first server: %v\n%s", err, log.b.String())
+	}
+	renamed := slices.Clone(args)
+	renamed[len(renamed)-1] = "lab-z"
+	code, stderr := runPollux(t, renamed...)
+	if code != 2 || !strings.Contains(strings.ReplaceAll(stderr, `"`, ""), "this cluster is named lab-a") {
+		t.Fatalf("restarted as lab-z: exit %d\n%s", code, stderr)
+	}
+	// The same name runs again.
+	var again lockedBuffer
+	second, _ := startProc(t, &again, args...)
+	deadline = time.Now().Add(60 * time.Second)
+	for len(again.linesWith("server: federation identity", "cluster=lab-a")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster's own name refused:\n%s", again.b.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = second.Process.Signal(syscall.SIGTERM)
+	_ = second.Wait()
+}
+
+// Two labs, each one server with its own CA, exchange bids over the
+// federation channel (mutual TLS, each checking the other's CA), and
+// one notices the other's loss (SIGKILL) within three intervals.
+func TestFederatedServers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts server processes")
+	}
+	dir := t.TempDir()
+	names := []string{"lab-a", "lab-b"}
+	bundles := map[string]*pki.Bundle{}
+	addrs := map[string]string{}
+	ports, err := launch.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range names {
+		b, err := pki.DevLabBundle(filepath.Join(dir, n, "tls"), n, []string{"ts0"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bundles[n], addrs[n] = b, fmt.Sprintf("127.0.0.1:%d", ports[i])
+	}
+	const interval = 300 * time.Millisecond
+	procs, logs := map[string]*exec.Cmd{}, map[string]*lockedBuffer{}
+	for _, n := range names {
+		other := names[0]
+		if other == n {
+			other = names[1]
+		}
+		f := fedlink.File{Peers: []fedlink.PeerFile{{Name: other, Addresses: []string{addrs[other]}, CAFile: bundles[other].CA}}}
+		raw, _ := json.Marshal(f)
+		fedFile := filepath.Join(dir, n, "federation.json")
+		if err := os.WriteFile(fedFile, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		logs[n] = &lockedBuffer{}
+		var ready []byte
+		procs[n], ready = startProc(t, logs[n], labServer(t, filepath.Join(dir, n), bundles[n], "--cluster", n, "--federation", fedFile,
+			"--federation-addr", addrs[n], "--federation-interval", interval.String())...)
+		if !strings.Contains(string(ready), `"federation":"`+addrs[n]+`"`) {
+			t.Errorf("%s's ready line %s does not give its federation address", n, ready)
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for len(logs["lab-a"].linesWith("federation: peer up", "peer=lab-b")) == 0 || len(logs["lab-b"].linesWith("federation: peer up", "peer=lab-a")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the labs never heard each other:\nlab-a:\n%s\nlab-b:\n%s", logs["lab-a"].b.String(), logs["lab-b"].b.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if refused := logs["lab-a"].linesWith("refused"); len(refused) > 0 {
+		t.Errorf("lab-a refused: %v", refused)
+	}
+	killed := time.Now()
+	_ = procs["lab-b"].Process.Kill()
+	_ = procs["lab-b"].Wait()
+	for len(logs["lab-a"].linesWith("federation: peer lost", "peer=lab-b")) == 0 {
+		if time.Since(killed) > 30*time.Second {
+			t.Fatalf("lab-a never noticed lab-b's loss:\n%s", logs["lab-a"].b.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Seen from outside, through a loaded machine: the loss is noticed
+	// after two intervals without a bid and a round; allow generous slack
+	// for the processes' scheduling, not for the rule.
+	if took := time.Since(killed); took > 10*time.Second {
+		t.Errorf("lab-a noticed the loss after %v", took)
+	}
+	_ = procs["lab-a"].Process.Signal(syscall.SIGTERM)
+	_ = procs["lab-a"].Wait()
+}
