@@ -167,9 +167,13 @@ func (l *Link) Peers() []PeerStatus {
 
 // Run runs a round every interval while the server leads, until ctx
 // ends.
+// Between rounds it checks the peers four times an interval, so that a
+// peer is noticed lost soon after its last bid is two intervals old.
 func (l *Link) Run(ctx context.Context) {
 	t := time.NewTicker(l.cfg.Interval)
 	defer t.Stop()
+	c := time.NewTicker(l.cfg.Interval / 4)
+	defer c.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -177,6 +181,10 @@ func (l *Link) Run(ctx context.Context) {
 		case <-t.C:
 			if _, leader := l.cfg.Store.Leadership(); leader {
 				l.Round(ctx)
+			}
+		case <-c.C:
+			if _, leader := l.cfg.Store.Leadership(); leader {
+				l.check(l.cfg.Now())
 			}
 		}
 	}

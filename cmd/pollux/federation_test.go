@@ -188,3 +188,42 @@ func TestFederatedServers(t *testing.T) {
 	_ = procs["lab-a"].Process.Signal(syscall.SIGTERM)
 	_ = procs["lab-a"].Wait()
 }
+
+// pollux bench federation --json: every decision committed in both
+// ledgers (checked by the benchmark against every Raft state) and a
+// loss noticed; the figures themselves are docs/benchmarks.md's.
+func TestBenchFederation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts server processes")
+	}
+	full := append(slices.Clone(selfExec), "bench", "federation", "--json", "--labs", "2", "--servers", "1", "--leases", "10", "--trials", "1", "--interval", "300ms",
+		"--exec", strings.Join(selfExec, ","))
+	cmd := exec.Command(full[0], full[1:]...)
+	cmd.Env = append(os.Environ(), "POLLUX_TEST_PROCESS=1")
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.b.String())
+	}
+	var rep struct {
+		Decisions          int                `json:"decisions"`
+		LeaseDecisionsPerS float64            `json:"lease_decisions_per_s"`
+		Verified           bool               `json:"verified"`
+		LossSamplesS       []float64          `json:"loss_samples_s"`
+		LossDetectionS     float64            `json:"loss_detection_s"`
+		Latency            map[string]any     `json:"latency_ms"`
+		Targets            map[string]any     `json:"targets"`
+		Extra              map[string]float64 `json:"-"`
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if rep.Decisions != 30 || !rep.Verified || !(rep.LeaseDecisionsPerS > 0) || len(rep.LossSamplesS) != 1 || !(rep.LossDetectionS > 0) ||
+		len(rep.Latency) != 3 || rep.Targets["met"] == nil {
+		t.Fatalf("report %s", out)
+	}
+	if code, text := runPollux(t, "bench", "federation", "--labs", "9"); code != 2 || !strings.Contains(text, "--labs 9") {
+		t.Errorf("--labs 9: exit %d %s", code, text)
+	}
+}
