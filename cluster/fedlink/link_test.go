@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -225,6 +227,73 @@ func TestTwoClusterCommit(t *testing.T) {
 	if err := a.link.Commit(ctx, renew); !errors.Is(err, consensus.ErrLeaseRefused) {
 		t.Errorf("renewal of a reclaimed lease: %v", err)
 	}
+	// A release: the borrower commits, then tells the lender.
+	g.Lease, g.At = "l3", at+40
+	if err := a.link.Commit(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.link.Commit(ctx, federation.Command{Op: federation.OpRelease, From: "lab-b", Lease: "l3", At: at + 41}); err != nil {
+		t.Fatal(err)
+	}
+	if len(a.ledger().Leases()) != 0 || len(b.ledger().Leases()) != 0 || b.ledger().Borrowed() != 0 {
+		t.Fatalf("after the release: %v and %v", a.ledger().Leases(), b.ledger().Leases())
+	}
+	// A lab issues only its own commands.
+	if err := b.link.Commit(ctx, renew); !errors.Is(err, ErrConfig) {
+		t.Errorf("lab-b carrying out lab-a's renewal: %v", err)
+	}
+}
+
+// follower is a store that is not the leader.
+type follower struct{ Store }
+
+func (follower) Leadership() (uint64, bool) { return 1, false }
+
+// A bid that reaches a follower is redirected to the leader's
+// federation address (which the sender's client follows); a lease
+// command is committed through the leader.
+func TestFollowerRedirectsBids(t *testing.T) {
+	clk, a, b := pair(t)
+	fed := b.link.cfg.Federation
+	f, err := New(Config{Name: "lab-b", Creds: b.creds, Federation: fed, Store: follower{b.srv}, Now: clk.Now,
+		LeaderAddr: func() string { return b.addr }, Logger: slog.New(slog.NewTextHandler(b.logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := &http.Request{Method: http.MethodPost, RemoteAddr: "127.0.0.1:1", TLS: &tls.ConnectionState{PeerCertificates: []*x509.Certificate{a.creds.Cert.Leaf}}}
+	for _, tc := range []struct {
+		path, body string
+		code       int
+	}{
+		{PathBid, `{}`, http.StatusTemporaryRedirect},
+		{PathLease, fmt.Sprintf(`{"op":"grant","from":"lab-a","lease":"z","lender":"lab-a","borrower":"lab-b","nodes":[{"node":"n0","gpus":4}],"at":%v,"ttl_s":60}`, seconds(clk.Now())), http.StatusOK},
+	} {
+		r := peer.Clone(context.Background())
+		r.URL, _ = url.Parse("https://" + b.addr + tc.path)
+		r.Body = io.NopCloser(strings.NewReader(tc.body))
+		w := httptest.NewRecorder()
+		f.ServeHTTP(w, r)
+		if w.Code != tc.code {
+			t.Errorf("%s on a follower: %d %s, want %d", tc.path, w.Code, w.Body, tc.code)
+		}
+		if tc.code == http.StatusTemporaryRedirect && w.Header().Get("Location") != "https://"+b.addr+PathBid {
+			t.Errorf("redirected to %q", w.Header().Get("Location"))
+		}
+	}
+	if _, ok := b.ledger().Lease("z"); !ok {
+		t.Error("the lease command taken by the follower is not in the lab's state")
+	}
+	// Without a known leader, a bid is answered 503 and the sender tries
+	// another address.
+	f.cfg.LeaderAddr = func() string { return "" }
+	r := peer.Clone(context.Background())
+	r.URL, _ = url.Parse("https://" + b.addr + PathBid)
+	r.Body = io.NopCloser(strings.NewReader(`{}`))
+	w := httptest.NewRecorder()
+	f.ServeHTTP(w, r)
+	if w.Code != http.StatusServiceUnavailable {
+		t.Errorf("a bid on a follower without a known leader: %d", w.Code)
+	}
 }
 
 // post sends body to a lab's endpoint as the holder of creds and returns
@@ -357,6 +426,32 @@ func TestRoundLendsRenewsAndNoticesLoss(t *testing.T) {
 	if st := a.link.Peers(); len(st) != 1 || !st[0].Up {
 		t.Fatalf("peers: %+v", st)
 	}
+	// lab-a's own jobs now want every GPU it has: the next round reclaims
+	// the lease (lab-a commits, then tells lab-b), and it is gone from
+	// both ledgers.
+	want := make([]float64, 8)
+	for i := range want {
+		want[i] = 1
+	}
+	a.link.SetBid(LocalBid{Curve: want, Used: map[string]int{"n1": 4}})
+	clk.Add(time.Second)
+	b.link.Round(ctx)
+	done, failed = a.link.Round(ctx)
+	if len(done) != 1 || done[0].Op != federation.OpReclaim || done[0].Lease != id || len(failed) != 0 {
+		t.Fatalf("round after lab-a's jobs grew: done %+v, failed %+v", done, failed)
+	}
+	if _, ok := b.ledger().Lease(id); ok || a.ledger().Lent() != 0 {
+		t.Fatal("the reclaimed lease is still held")
+	}
+	// lab-a idle again, past its lending cooldown: it lends again.
+	a.link.SetBid(LocalBid{Used: map[string]int{}})
+	clk.Add(time.Duration(a.link.Settings().Cooldown+1) * time.Second)
+	b.link.Round(ctx)
+	done, _ = a.link.Round(ctx)
+	if len(done) != 1 || done[0].Op != federation.OpGrant {
+		t.Fatalf("round after the cooldown: %+v", done)
+	}
+	id = done[0].Lease
 	// lab-b is lost.
 	b.hs.Close()
 	lost := clk.Now()
