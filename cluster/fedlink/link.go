@@ -67,8 +67,12 @@ type Link struct {
 	cfg     Config
 	clients map[string]*peerClient
 
-	mu     sync.Mutex
-	local  *LocalBid
+	mu sync.Mutex
+	// local is the allocator's latest bid and localTerm the Raft term in
+	// which it was handed over: a round uses only a bid of the current
+	// leadership.
+	local     *LocalBid
+	localTerm uint64
 	bids   map[string]received
 	status map[string]*peerState
 }
@@ -137,8 +141,9 @@ func (l *Link) Close() {
 func (l *Link) SetBid(b LocalBid) {
 	b.Curve = slices.Clone(b.Curve)
 	b.Used = maps.Clone(b.Used)
+	term, _ := l.cfg.Store.Leadership()
 	l.mu.Lock()
-	l.local = &b
+	l.local, l.localTerm = &b, term
 	l.mu.Unlock()
 }
 
@@ -196,8 +201,11 @@ func seconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 // Round is one federation round of the leader: expire the leases whose
 // time to live ran out, send the lab's bid to every peer, note the peers
 // lost (no bid for two intervals), plan on the bids at hand and carry
-// out this lab's part of the plan. It returns the commands it carried
-// out and those that failed.
+// out this lab's part of the plan. Until the allocator has handed over a
+// bid in the current leadership, it only expires leases: a lab that bid
+// nothing would look idle (and lend everything) and its peers would
+// reclaim what it borrows. It returns the commands it carried out and
+// those that failed.
 func (l *Link) Round(ctx context.Context) (done, failed []federation.Command) {
 	now := l.cfg.Now()
 	at := seconds(now)
@@ -216,17 +224,17 @@ func (l *Link) Round(ctx context.Context) (done, failed []federation.Command) {
 		}
 	}
 	lg := st.Fed.Ledger
+	term, _ := l.cfg.Store.Leadership()
 	l.mu.Lock()
-	local := l.local
+	local, localTerm := l.local, l.localTerm
 	l.mu.Unlock()
-	msg := &BidMessage{From: l.cfg.Name, At: at, Lab: lab, LastReclaim: lg.LastReclaim(), Leases: lg.Leases()}
-	if local != nil {
-		msg.Curve = local.Curve
-		msg.Used = map[string]int{}
-		for id, g := range local.Used {
-			if n, ok := lab.Node(id); ok {
-				msg.Used[id] = min(g, n.GPUs)
-			}
+	if local == nil || localTerm != term {
+		return nil, nil
+	}
+	msg := &BidMessage{From: l.cfg.Name, At: at, Lab: lab, LastReclaim: lg.LastReclaim(), Leases: lg.Leases(), Curve: local.Curve, Used: map[string]int{}}
+	for id, g := range local.Used {
+		if n, ok := lab.Node(id); ok {
+			msg.Used[id] = min(g, n.GPUs)
 		}
 	}
 	body, err := json.Marshal(msg)
@@ -239,7 +247,11 @@ func (l *Link) Round(ctx context.Context) (done, failed []federation.Command) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := l.post(ctx, name, PathBid, body); err != nil {
+			// A bid is worth nothing after the interval: a peer that
+			// does not answer within it does not hold the round up.
+			c, cancel := context.WithTimeout(ctx, l.cfg.Interval)
+			defer cancel()
+			if err := l.post(c, name, PathBid, body); err != nil {
 				l.cfg.Logger.Debug("federation: sending the bid", "peer", name, "err", err)
 			}
 		}()

@@ -477,3 +477,22 @@ func TestRoundLendsRenewsAndNoticesLoss(t *testing.T) {
 		t.Fatalf("the lease outlived its time to live: %v", a.ledger().Leases())
 	}
 }
+
+// Until its allocator has handed over a bid in the current leadership, a
+// leader neither bids nor plans: it would look idle and lend everything.
+func TestNoRoundWithoutABid(t *testing.T) {
+	_, a, b := pair(t)
+	ctx := context.Background()
+	b.link.SetBid(LocalBid{Curve: []float64{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}})
+	b.link.Round(ctx)
+	if done, failed := a.link.Round(ctx); len(done)+len(failed) != 0 {
+		t.Fatalf("a leader without a bid carried out %+v and %+v", done, failed)
+	}
+	if st := b.link.Peers(); st[0].Up {
+		t.Fatal("a leader without a bid sent one")
+	}
+	a.link.SetBid(LocalBid{})
+	if done, _ := a.link.Round(ctx); len(done) != 1 || done[0].Op != federation.OpGrant {
+		t.Fatalf("with its bid: %+v", done)
+	}
+}

@@ -143,7 +143,8 @@ func serveFederation(ctx context.Context, o federationOpts, fed *fedlink.Federat
 		return nil, "", nil, fmt.Errorf("server: federation listener: %w", err)
 	}
 	ln := pki.NewListener(inner, tc, pki.ListenerOptions{Channel: pki.ChannelFederation, Logger: log})
-	hs := &http.Server{Handler: link, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	hs := &http.Server{Handler: link, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: time.Minute,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	go func() { _ = hs.Serve(ln) }()
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
