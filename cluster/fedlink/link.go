@@ -73,8 +73,8 @@ type Link struct {
 	// leadership.
 	local     *LocalBid
 	localTerm uint64
-	bids   map[string]received
-	status map[string]*peerState
+	bids      map[string]received
+	status    map[string]*peerState
 }
 
 type received struct {
