@@ -84,7 +84,7 @@ func (m Meta) Validate() error {
 			return fmt.Errorf("%w: levels: %w", ErrBadMeta, err)
 		}
 	}
-	for _, a := range []struct{ name, addr string }{{"actor", m.ActorAddr}, {"raft", m.RaftAddr}, {"http", m.HTTPAddr}} {
+	for _, a := range []struct{ name, addr string }{{"actor", m.ActorAddr}, {"raft", m.RaftAddr}, {"http", m.HTTPAddr}, {"federation", m.FederationAddr}} {
 		if a.addr == "" {
 			continue
 		}

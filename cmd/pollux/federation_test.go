@@ -227,3 +227,113 @@ func TestBenchFederation(t *testing.T) {
 		t.Errorf("--labs 9: exit %d %s", code, text)
 	}
 }
+
+// A lab of three servers keeps its federation through a leader's death:
+// the peer's bids reach whichever server is leader (a follower redirects
+// them to the leader's federation address from the gossip), and the peer
+// sees the lab up again once the new leader bids.
+func TestFederationSurvivesLeaderFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts server processes")
+	}
+	dir := t.TempDir()
+	const interval = time.Second
+	ba, err := pki.DevLabBundle(filepath.Join(dir, "lab-a", "tls"), "lab-a", []string{"s0", "s1", "s2"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb, err := pki.DevLabBundle(filepath.Join(dir, "lab-b", "tls"), "lab-b", []string{"ts0"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports, err := launch.FreePorts(13)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
+	// lab-a's server i: raft 4i, http 4i+1, gossip 4i+2, federation 4i+3;
+	// lab-b's federation address: 12.
+	var peers, fedAddrs, gossip []string
+	for i := range 3 {
+		peers = append(peers, fmt.Sprintf("s%d=%s=%s", i, addr(4*i), addr(4*i+1)))
+		fedAddrs = append(fedAddrs, addr(4*i+3))
+		gossip = append(gossip, addr(4*i+2))
+	}
+	writeFed := func(path string, f fedlink.File) {
+		raw, _ := json.Marshal(f)
+		if err := os.WriteFile(path, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fedA, fedB := filepath.Join(dir, "lab-a", "federation.json"), filepath.Join(dir, "lab-b", "federation.json")
+	writeFed(fedA, fedlink.File{Peers: []fedlink.PeerFile{{Name: "lab-b", Addresses: []string{addr(12)}, CAFile: bb.CA}}})
+	writeFed(fedB, fedlink.File{Peers: []fedlink.PeerFile{{Name: "lab-a", Addresses: fedAddrs, CAFile: ba.CA}}})
+	logsA := make([]*lockedBuffer, 3)
+	procsA := make([]*exec.Cmd, 3)
+	for i := range 3 {
+		id := fmt.Sprintf("s%d", i)
+		logsA[i] = &lockedBuffer{}
+		args := []string{"server", "--id", id, "--data-dir", filepath.Join(dir, "lab-a", id), "--raft", addr(4 * i), "--http", addr(4*i + 1),
+			"--gossip-port", fmt.Sprint(ports[4*i+2]), "--fast-gossip", "--peers", strings.Join(peers, ","), "--bootstrap",
+			"--join", strings.Join(gossip, ","), "--checkpoint-root", filepath.Join(dir, "ckpt"), "--log-level", "info",
+			"--cluster", "lab-a", "--federation", fedA, "--federation-addr", addr(4*i + 3), "--federation-interval", interval.String()}
+		procsA[i], _ = startProc(t, logsA[i], append(args, ba.Flags(id)...)...)
+	}
+	var logB lockedBuffer
+	procB, _ := startProc(t, &logB, labServer(t, filepath.Join(dir, "lab-b"), bb, "--cluster", "lab-b", "--federation", fedB,
+		"--federation-addr", addr(12), "--federation-interval", interval.String())...)
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never happened\nlab-b:\n%s", what, logB.b.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("lab-b hearing lab-a", func() bool { return len(logB.linesWith("federation: peer up", "peer=lab-a")) > 0 })
+	leader := -1
+	for i := range 3 {
+		if len(logsA[i].linesWith("control: leading")) > 0 {
+			leader = i
+		}
+	}
+	if leader < 0 {
+		t.Fatal("lab-a has no leader that bids")
+	}
+	_ = procsA[leader].Process.Kill()
+	_ = procsA[leader].Wait()
+	waitFor("a new leader in lab-a", func() bool {
+		for i := range 3 {
+			if i != leader && len(logsA[i].linesWith("control: leading")) > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	elected := time.Now()
+	// Whether or not the failover outlasted two intervals, lab-b must
+	// have lab-a up at the end: a loss, if any, followed by a return. (A
+	// new leader that never bid would be logged lost within two and a
+	// quarter intervals of the old leader's last bid, before its own
+	// election plus three intervals.)
+	waitFor("lab-b hearing lab-a's new leader", func() bool {
+		lost, up := logB.linesWith("federation: peer lost", "peer=lab-a"), logB.linesWith("federation: peer up", "peer=lab-a")
+		return len(lost) == 0 && time.Since(elected) > 3*interval || len(lost) > 0 && len(up) > len(lost)
+	})
+	for i := range 3 {
+		if refused := logsA[i].linesWith("federation: refused"); len(refused) > 0 {
+			t.Errorf("lab-a's s%d refused: %v", i, refused)
+		}
+	}
+	if refused := logB.linesWith("refused"); len(refused) > 0 {
+		t.Errorf("lab-b refused: %v", refused)
+	}
+	for _, p := range append(procsA, procB) {
+		if p.ProcessState == nil {
+			_ = p.Process.Signal(syscall.SIGTERM)
+			_ = p.Wait()
+		}
+	}
+}
