@@ -48,9 +48,8 @@ func clonePeers(ps []federation.Peer) []federation.Peer {
 }
 
 // FedLab is the lab as its ledger sees it: its description with the
-// nodes it owns (registered, not left, named as a federation node name
-// must be) and its nominal quota and lending limit capped by the GPUs it
-// owns. ok is false when the cluster has no federation configuration.
+// nodes it can lend (registered, alive, named as a federation node name
+// must be) and its nominal quota and lending limit capped by their GPUs. ok is false when the cluster has no federation configuration.
 func (s *State) FedLab() (federation.Lab, bool) {
 	if s.Fed == nil {
 		return federation.Lab{}, false
@@ -64,7 +63,7 @@ func labOf(s *State, l federation.Lab) federation.Lab {
 	owned := 0
 	for _, id := range s.NodeIDs() {
 		n := s.Nodes[id]
-		if n.Health == Left || n.GPUs < 1 || !federation.ValidName(id) {
+		if n.Health != Alive || n.GPUs < 1 || !federation.ValidName(id) {
 			continue
 		}
 		l.Nodes = append(l.Nodes, federation.Node{ID: id, GPUs: n.GPUs})

@@ -85,6 +85,10 @@ func TestLeaseOwnershipFollowsNodes(t *testing.T) {
 	if err := a.apply(t, 1, fedGrant("l1", "n2", 4, 1)); !errors.Is(err, federation.ErrNotOwner) {
 		t.Errorf("grant of a node that left: %v", err)
 	}
+	a.must(t, 1, &RegisterNode{Node: Node{ID: "n3", GPUs: 4, Health: Dead}})
+	if err := a.apply(t, 1, fedGrant("l1", "n3", 4, 1)); !errors.Is(err, federation.ErrNotOwner) {
+		t.Errorf("grant of a dead node: %v", err)
+	}
 	lab, _ := a.f.State().FedLab()
 	if lab.Quota.Nominal != 4 || lab.GPUs() != 4 {
 		t.Errorf("lab after a node left: %+v", lab)

@@ -3,6 +3,7 @@ package control
 import (
 	"testing"
 
+	"pollux/cluster/federation"
 	"pollux/consensus"
 	"pollux/optimizer"
 )
@@ -33,5 +34,38 @@ func TestFederationBid(t *testing.T) {
 	}
 	if lin := FederationBid(snap, st, 1); lin.Curve[0] != lin.Curve[4] {
 		t.Errorf("utilitarian curve of linear jobs %v is not flat", lin.Curve)
+	}
+}
+
+// GPUs the lab lends are not its own to place on: a node lent whole is
+// left out of the round (its jobs' slots there dropped, so they are
+// placed afresh), a node lent in part offers the rest, and the jobs on it
+// are placed afresh when they no longer fit.
+func TestLentGPUsAreNotPlaced(t *testing.T) {
+	st := testState()
+	lab := &consensus.SetLab{Name: "lab-a", CA: "fp", Quota: federation.Quota{Nominal: 8, LendingLimit: 8},
+		Peers: []federation.Peer{{Name: "lab-b", CAs: []string{"fq"}}}}
+	grant := func(id, node string, gpus int) *consensus.Lease {
+		return &consensus.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "lab-a", Lease: id, Lender: "lab-a", Borrower: "lab-b",
+			Nodes: []federation.NodeGPUs{{Node: node, GPUs: gpus}}, At: 1, TTL: 300}}
+	}
+	for _, c := range []consensus.Command{lab, grant("l1", "n2", 4), grant("l2", "n1", 3)} {
+		if _, err := consensus.ApplyTo(st, c, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap, err := BuildSnapshot(st, nil, 200, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Nodes) != 1 || snap.Nodes[0].ID != "n1" || snap.Nodes[0].GPUs != 1 {
+		t.Fatalf("nodes %+v, want n1 with the 1 GPU not lent", snap.Nodes)
+	}
+	// Job a held 2 GPUs on n1 (now 1 left) and 1 on n2 (lent whole).
+	if a := snap.Jobs[0]; a.ID != "a" || len(a.Current) != 0 {
+		t.Errorf("job a's current placement %+v, want none", a.Current)
+	}
+	if bid := FederationBid(snap, st, -1); bid.Used["n1"] != 2 || bid.Used["n2"] != 1 {
+		t.Errorf("the bid's use %v is the committed allocation's", bid.Used)
 	}
 }
