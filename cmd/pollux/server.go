@@ -309,8 +309,12 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 		return err
 	}
 	stats := &control.Stats{}
+	var fedPeers func() []fedlink.PeerStatus
+	if link != nil {
+		fedPeers = link.Peers
+	}
 	httpAPI := api.New(o.id, api.Config{Backend: srv, Apps: catalog.Names(), Members: members.Members, Stats: stats,
-		Insecure: o.sec.insecure, Logger: log})
+		Insecure: o.sec.insecure, Logger: log, FederationPeers: fedPeers})
 	dash, err := dashboard.New(dashboard.Config{ID: o.id, Backend: srv, API: httpAPI, Members: members.Members,
 		LastContact: srv.Raft().LastContact, Logger: log})
 	if err != nil {
