@@ -35,16 +35,22 @@ type File struct {
 // (host:port) and the file of the CA certificates it is trusted with (a
 // bundle: several during a CA rotation), relative to the federation
 // file's directory unless absolute.
+//
+// Gossip, optional, are addresses (host:port) of the peer's servers in
+// the federation's gossip pool (pollux server --federation-gossip-port),
+// to join it by.
 type PeerFile struct {
 	Name      string   `json:"name"`
 	Addresses []string `json:"addresses"`
 	CAFile    string   `json:"ca_file"`
+	Gossip    []string `json:"gossip,omitempty"`
 }
 
 // Peer is a peer cluster as a link uses it.
 type Peer struct {
 	Name      string
 	Addresses []string
+	Gossip    []string
 	// Pool holds the CA certificates of CAFile; CAs are their
 	// fingerprints (pki.Fingerprint), what federation.Peer carries.
 	Pool *x509.CertPool
@@ -63,6 +69,15 @@ func (f *Federation) LabPeers() []federation.Peer {
 	out := make([]federation.Peer, len(f.Peers))
 	for i, p := range f.Peers {
 		out[i] = federation.Peer{Name: p.Name, CAs: append([]string(nil), p.CAs...)}
+	}
+	return out
+}
+
+// GossipSeeds are the peers' addresses in the federation's gossip pool.
+func (f *Federation) GossipSeeds() []string {
+	var out []string
+	for _, p := range f.Peers {
+		out = append(out, p.Gossip...)
 	}
 	return out
 }
@@ -130,7 +145,10 @@ func Load(path, self string) (*Federation, error) {
 		if _, dup := fed.Pools(p.Name); dup {
 			return nil, fmt.Errorf("%w: %s lists peer %s twice", ErrBadFile, path, p.Name)
 		}
-		for _, a := range p.Addresses {
+		if len(p.Gossip) > 16 {
+			return nil, fmt.Errorf("%w: %s: peer %s has %d gossip addresses, at most 16", ErrBadFile, path, p.Name, len(p.Gossip))
+		}
+		for _, a := range append(append([]string(nil), p.Addresses...), p.Gossip...) {
 			if _, _, err := net.SplitHostPort(a); err != nil {
 				return nil, fmt.Errorf("%w: %s: peer %s: address %q is not host:port", ErrBadFile, path, p.Name, a)
 			}
@@ -143,7 +161,7 @@ func Load(path, self string) (*Federation, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: peer %s: %w", ErrBadFile, path, p.Name, err)
 		}
-		fed.Peers = append(fed.Peers, Peer{Name: p.Name, Addresses: append([]string(nil), p.Addresses...), Pool: pool, CAs: cas})
+		fed.Peers = append(fed.Peers, Peer{Name: p.Name, Addresses: append([]string(nil), p.Addresses...), Gossip: append([]string(nil), p.Gossip...), Pool: pool, CAs: cas})
 	}
 	if len(fed.Peers) > federation.MaxPeers {
 		return nil, fmt.Errorf("%w: %s lists %d peers, at most %d", ErrBadFile, path, len(fed.Peers), federation.MaxPeers)

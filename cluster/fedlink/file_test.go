@@ -54,6 +54,7 @@ func TestLoad(t *testing.T) {
 		"trailing":           good + " {}",
 		"bad peer name":      strings.Replace(good, `"lab-b"`, `"lab b"`, 1),
 		"no address of peer": strings.Replace(good, `["127.0.0.1:7400"]`, `[]`, 1),
+		"bad gossip address": strings.Replace(good, `"ca_file"`, `"gossip": ["nowhere"], "ca_file"`, 1),
 	}
 	for name, body := range bad {
 		if _, err := Load(write(body), "lab-a"); !errors.Is(err, ErrBadFile) || !strings.Contains(err.Error(), "fed.json") {

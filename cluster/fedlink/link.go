@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"pollux/cluster"
 	"pollux/cluster/federation"
 	"pollux/cluster/pki"
 	"pollux/consensus"
@@ -57,6 +58,13 @@ type Config struct {
 	// leader ("" when unknown): a bid reaching a follower is redirected
 	// there.
 	LeaderAddr func() string
+	// Gossip, if set, lists the alive members of the federation's gossip
+	// pool (cluster.Membership.Members of a WAN pool), named
+	// <cluster>/<server> with their federation addresses: a peer's
+	// servers found there are reached too, and a peer seen there whose
+	// servers are all gone from it (and whose last bid is over an
+	// interval old) is lost without waiting for two intervals.
+	Gossip func() []cluster.Member
 	Logger     *slog.Logger
 }
 
@@ -86,6 +94,8 @@ type peerState struct {
 	up      bool
 	lastBid time.Time
 	since   time.Time
+	// gossiped: a server of the peer is alive in the gossip pool.
+	gossiped bool
 }
 
 type peerClient struct {
@@ -306,14 +316,35 @@ func (l *Link) Round(ctx context.Context) (done, failed []federation.Command) {
 }
 
 // check marks lost the peers whose last bid is older than two
-// intervals, logging each change once.
+// intervals, or that are gone from the gossip pool, logging each change
+// once.
 func (l *Link) check(now time.Time) {
+	var alive map[string]bool
+	if l.cfg.Gossip != nil {
+		alive = map[string]bool{}
+		for _, m := range l.cfg.Gossip() {
+			if c, _, ok := strings.Cut(m.Name, "/"); ok {
+				alive[c] = true
+			}
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for name, s := range l.status {
-		if s.up && now.Sub(s.lastBid) > 2*l.cfg.Interval {
+		gone := false
+		if alive != nil {
+			gone = s.gossiped && !alive[name]
+			s.gossiped = alive[name]
+		}
+		switch {
+		case !s.up:
+		case now.Sub(s.lastBid) > 2*l.cfg.Interval:
 			s.up, s.since = false, now
 			l.cfg.Logger.Warn("federation: peer lost: no bid for two intervals; its leases will run out", "peer", name,
+				"last_bid", s.lastBid.UTC().Format(time.RFC3339Nano))
+		case gone && now.Sub(s.lastBid) > l.cfg.Interval:
+			s.up, s.since = false, now
+			l.cfg.Logger.Warn("federation: peer lost: its servers left the federation's gossip; its leases will run out", "peer", name,
 				"last_bid", s.lastBid.UTC().Format(time.RFC3339Nano))
 		}
 	}
@@ -410,13 +441,14 @@ func (l *Link) post(ctx context.Context, peer, path string, body []byte) error {
 	if pc == nil {
 		return fmt.Errorf("%w: %s is not a peer", ErrConfig, peer)
 	}
+	addrs := l.addresses(peer, pc)
 	pc.mu.Lock()
 	first := pc.next
 	pc.mu.Unlock()
 	var errs []error
-	for i := range pc.addrs {
-		idx := (first + i) % len(pc.addrs)
-		addr := pc.addrs[idx]
+	for i := range addrs {
+		idx := (first + i) % len(addrs)
+		addr := addrs[idx]
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+addr+path, bytes.NewReader(body))
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrConfig, err)
@@ -441,6 +473,21 @@ func (l *Link) post(ctx context.Context, peer, path string, body []byte) error {
 		errs = append(errs, fmt.Errorf("%s: %s", addr, answerText(text, resp.Status)))
 	}
 	return fmt.Errorf("%w: %s: %w", ErrUnreachable, peer, errors.Join(errs...))
+}
+
+// addresses are a peer's federation addresses: the file's, then those
+// its servers advertise in the gossip pool.
+func (l *Link) addresses(peer string, pc *peerClient) []string {
+	addrs := pc.addrs
+	if l.cfg.Gossip == nil {
+		return addrs
+	}
+	for _, m := range l.cfg.Gossip() {
+		if c, _, ok := strings.Cut(m.Name, "/"); ok && c == peer && m.Meta.FederationAddr != "" && !slices.Contains(addrs, m.Meta.FederationAddr) {
+			addrs = append(slices.Clone(addrs), m.Meta.FederationAddr)
+		}
+	}
+	return addrs
 }
 
 // answer is the body of every answer of the federation listener.

@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"pollux/cluster"
 	"pollux/cluster/federation"
 	"pollux/cluster/pki"
 	"pollux/consensus"
@@ -494,5 +496,46 @@ func TestNoRoundWithoutABid(t *testing.T) {
 	a.link.SetBid(LocalBid{})
 	if done, _ := a.link.Round(ctx); len(done) != 1 || done[0].Op != federation.OpGrant {
 		t.Fatalf("with its bid: %+v", done)
+	}
+}
+
+// With the federation's gossip pool: a peer's servers found there are
+// reached even when the file's addresses are stale, and a peer whose
+// servers all left the pool is lost as soon as its last bid is an
+// interval old, not two.
+func TestGossip(t *testing.T) {
+	clk, a, b := pair(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	members := []cluster.Member{{Name: "lab-b/s0", Meta: cluster.Meta{Role: cluster.RoleServer, FederationAddr: b.addr}}}
+	a.link.cfg.Gossip = func() []cluster.Member {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(members)
+	}
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := dead.Addr().String()
+	dead.Close()
+	a.link.clients["lab-b"].addrs = []string{stale}
+	a.link.SetBid(LocalBid{})
+	b.link.SetBid(LocalBid{Curve: []float64{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}})
+	b.link.Round(ctx)
+	if done, failed := a.link.Round(ctx); len(done) != 1 || len(failed) != 0 {
+		t.Fatalf("through the gossip's address: done %+v, failed %+v", done, failed)
+	}
+	a.link.check(clk.Now())
+	mu.Lock()
+	members = nil
+	mu.Unlock()
+	clk.Add(1100 * time.Millisecond)
+	a.link.check(clk.Now())
+	if a.link.Peers()[0].Up {
+		t.Fatal("a peer gone from the gossip is still up")
+	}
+	if !strings.Contains(a.logs.String(), "left the federation's gossip") {
+		t.Errorf("the loss is not logged with its reason:\n%s", a.logs.String())
 	}
 }
