@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -22,8 +23,9 @@ import (
 // federationOpts are the federation flags of `pollux server`
 // (docs/federation.md).
 type federationOpts struct {
-	cluster, file, addr string
-	interval            time.Duration
+	cluster, file, addr, gossipKey string
+	gossipPort                     int
+	interval                       time.Duration
 }
 
 func (o *federationOpts) flags(f *pflag.FlagSet) {
@@ -35,6 +37,11 @@ func (o *federationOpts) flags(f *pflag.FlagSet) {
 		"reach this one over mutual TLS (required with --federation)")
 	f.DurationVar(&o.interval, "federation-interval", fedlink.DefaultInterval, "how often the leader exchanges bids with the peers "+
 		"and plans leases; a peer is noticed lost after two to three of them")
+	f.StringVar(&o.gossipKey, "federation-gossip-key", "", "key file of the federation's gossip pool (pollux keygen; shared by the "+
+		"federation, distinct from the lab's --gossip-key): every server joins the pool, where labs find each other's servers and "+
+		"notice a lost lab within seconds (without it, only the bid exchange notices)")
+	f.IntVar(&o.gossipPort, "federation-gossip-port", 0, "port of the federation's gossip pool (0: any free port; peers list it as "+
+		"\"gossip\" in their federation files)")
 }
 
 // check validates the flags; it returns the loaded federation file (nil
@@ -47,10 +54,16 @@ func (o *federationOpts) check(insecure bool) (*fedlink.Federation, error) {
 		return nil, fmt.Errorf("server: --cluster %q is the trust domain of certificates that name no cluster; choose another name", o.cluster)
 	}
 	if o.file == "" {
-		if o.addr != "" {
-			return nil, errors.New("server: --federation-addr needs --federation")
+		if o.addr != "" || o.gossipKey != "" || o.gossipPort != 0 {
+			return nil, errors.New("server: --federation-addr, --federation-gossip-key and --federation-gossip-port need --federation")
 		}
 		return nil, nil
+	}
+	if o.gossipPort != 0 && o.gossipKey == "" {
+		return nil, errors.New("server: --federation-gossip-port needs --federation-gossip-key (the federation's gossip is encrypted)")
+	}
+	if o.gossipPort < 0 || o.gossipPort > 65535 {
+		return nil, fmt.Errorf("server: --federation-gossip-port %d", o.gossipPort)
 	}
 	switch {
 	case o.cluster == "":
@@ -65,7 +78,50 @@ func (o *federationOpts) check(insecure bool) (*fedlink.Federation, error) {
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
 		return nil, fmt.Errorf("server: --federation-addr %q: %w", o.addr, err)
 	}
-	return fedlink.Load(o.file, o.cluster)
+	fed, err := fedlink.Load(o.file, o.cluster)
+	if err != nil {
+		return nil, err
+	}
+	if o.gossipKey == "" && len(fed.GossipSeeds()) > 0 {
+		return nil, fmt.Errorf("server: %s lists peers' gossip addresses: --federation-gossip-key is needed to join their pool", o.file)
+	}
+	return fed, nil
+}
+
+// joinFederationGossip starts this server's member of the federation's
+// gossip pool, <cluster>/<id>, advertising its federation address, and
+// keeps it joined to the peers' seeds. lanKeys are the lab's own gossip
+// keys, which the federation's may not share.
+func joinFederationGossip(ctx context.Context, o federationOpts, id, bind, fedAddr string, fed *fedlink.Federation, lanKeys [][]byte,
+	log, libLog *slog.Logger) (*cluster.Membership, error) {
+	keys, err := cluster.ReadKeyFile(o.gossipKey)
+	if err != nil {
+		return nil, badInput(fmt.Errorf("server: --federation-gossip-key: %w", err))
+	}
+	for _, k := range keys {
+		for _, l := range lanKeys {
+			if bytes.Equal(k, l) {
+				return nil, badInput(errors.New("server: --federation-gossip-key shares a key with --gossip-key: the federation's pool needs a key of its own, or every peer lab could join this lab's gossip"))
+			}
+		}
+	}
+	wan, err := cluster.Start(cluster.Config{Name: o.cluster + "/" + id, BindAddr: bind, BindPort: o.gossipPort, WAN: true, Label: cluster.WANLabel,
+		Keys: keys, Logger: libLog, Meta: cluster.Meta{Role: cluster.RoleServer, FederationAddr: fedAddr}})
+	if err != nil {
+		return nil, fmt.Errorf("server: federation gossip: %w", err)
+	}
+	go func() {
+		for ev := range wan.Events() {
+			log.Info("federation gossip: "+ev.Kind.String(), "member", ev.Member.Name, "federation_addr", ev.Member.Meta.FederationAddr)
+		}
+	}()
+	if seeds := fed.GossipSeeds(); len(seeds) > 0 {
+		if _, err := wan.Join(seeds); err != nil {
+			log.Info("server: no peer of the federation's gossip answered yet; retrying", "seeds", seeds, "err", err)
+		}
+		go wan.KeepJoined(ctx, seeds, 5*time.Second)
+	}
+	return wan, nil
 }
 
 // setLab writes the lab's identity (its name once, its CA, and with a
@@ -121,16 +177,26 @@ func caOf(creds *pki.Credentials) *x509.Certificate {
 
 // serveFederation starts the federation listener and the link's rounds;
 // it returns a function that stops them.
-// members is read once gossip has started (*members nil before).
+// members and wan (the lab's gossip and the federation's) are read once
+// they have started (nil before; wan stays nil without a gossip key).
 func serveFederation(ctx context.Context, o federationOpts, fed *fedlink.Federation, creds *pki.Credentials, srv *consensus.Server,
-	members **cluster.Membership, log *slog.Logger) (*fedlink.Link, string, func(), error) {
-	link, err := fedlink.New(fedlink.Config{Name: o.cluster, Creds: creds, Federation: fed, Store: srv, Interval: o.interval, Logger: log,
+	members, wan **cluster.Membership, log *slog.Logger) (*fedlink.Link, string, func(), error) {
+	cfg := fedlink.Config{Name: o.cluster, Creds: creds, Federation: fed, Store: srv, Interval: o.interval, Logger: log,
 		LeaderAddr: func() string {
 			if *members == nil {
 				return ""
 			}
 			return leaderFederationAddr(srv, *members)
-		}})
+		}}
+	if o.gossipKey != "" {
+		cfg.Gossip = func() []cluster.Member {
+			if *wan == nil {
+				return nil
+			}
+			return (*wan).Members()
+		}
+	}
+	link, err := fedlink.New(cfg)
 	if err != nil {
 		return nil, "", nil, err
 	}

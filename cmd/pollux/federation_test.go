@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"pollux/cluster"
 	"pollux/cluster/fedlink"
 	"pollux/cluster/pki"
 	"pollux/testbed/launch"
@@ -68,11 +69,23 @@ func TestServerFederationBadInput(t *testing.T) {
 		{"a missing file", []string{"--cluster", "lab-a", "--federation", filepath.Join(dir, "nope.json"), "--federation-addr", "127.0.0.1:0"}, "bad federation file"},
 		// The test bundle's certificate names no cluster.
 		{"a certificate of no cluster", []string{"--cluster", "lab-a", "--federation", fedFile, "--federation-addr", "127.0.0.1:0"}, "want lab-a/server/ts0"},
+		{"a gossip port without a key", []string{"--cluster", "lab-a", "--federation", fedFile, "--federation-addr", "127.0.0.1:0", "--federation-gossip-port", "7999"},
+			"--federation-gossip-port needs --federation-gossip-key"},
 	} {
 		code, stderr := runPollux(t, labServer(t, dir, b, tc.extra...)...)
 		if code != 2 || !strings.Contains(stderr, tc.says) {
 			t.Errorf("%s: exit %d, want 2 saying %q:\n%s", tc.name, code, tc.says, stderr)
 		}
+	}
+	// The federation's gossip key must not be the lab's.
+	lab, err := pki.DevLabBundle(filepath.Join(dir, "lab"), "lab-a", []string{"ts0"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, stderr := runPollux(t, labServer(t, filepath.Join(dir, "lab"), lab, "--cluster", "lab-a", "--federation", fedFile,
+		"--federation-addr", "127.0.0.1:0", "--federation-gossip-key", lab.GossipKey)...)
+	if code != 2 || !strings.Contains(stderr, "shares a key with --gossip-key") {
+		t.Errorf("the lab's gossip key as the federation's: exit %d\n%s", code, stderr)
 	}
 }
 
@@ -120,16 +133,34 @@ func TestServerClusterNameOnce(t *testing.T) {
 // Two labs, each one server with its own CA, exchange bids over the
 // federation channel (mutual TLS, each checking the other's CA), and
 // one notices the other's loss (SIGKILL) within three intervals.
+//
+// With the federation's gossip pool (a key of its own), the labs also
+// meet there, and the loss is noticed by either detector.
 func TestFederatedServers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts server processes")
 	}
+	for _, gossip := range []bool{false, true} {
+		t.Run(fmt.Sprintf("gossip=%v", gossip), func(t *testing.T) { federatedServers(t, gossip) })
+	}
+}
+
+func federatedServers(t *testing.T, gossip bool) {
 	dir := t.TempDir()
 	names := []string{"lab-a", "lab-b"}
 	bundles := map[string]*pki.Bundle{}
 	addrs := map[string]string{}
-	ports, err := launch.FreePorts(2)
+	ports, err := launch.FreePorts(4)
 	if err != nil {
+		t.Fatal(err)
+	}
+	gossipAddr := map[string]string{"lab-a": fmt.Sprintf("127.0.0.1:%d", ports[2]), "lab-b": fmt.Sprintf("127.0.0.1:%d", ports[3])}
+	wanKey := filepath.Join(dir, "federation-gossip.key")
+	key, err := cluster.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(wanKey, []byte(key+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for i, n := range names {
@@ -147,6 +178,11 @@ func TestFederatedServers(t *testing.T) {
 			other = names[1]
 		}
 		f := fedlink.File{Peers: []fedlink.PeerFile{{Name: other, Addresses: []string{addrs[other]}, CAFile: bundles[other].CA}}}
+		extra := []string{"--cluster", n, "--federation-addr", addrs[n], "--federation-interval", interval.String()}
+		if gossip {
+			f.Peers[0].Gossip = []string{gossipAddr[other]}
+			extra = append(extra, "--federation-gossip-key", wanKey, "--federation-gossip-port", strings.TrimPrefix(gossipAddr[n], "127.0.0.1:"))
+		}
 		raw, _ := json.Marshal(f)
 		fedFile := filepath.Join(dir, n, "federation.json")
 		if err := os.WriteFile(fedFile, raw, 0o644); err != nil {
@@ -154,8 +190,10 @@ func TestFederatedServers(t *testing.T) {
 		}
 		logs[n] = &lockedBuffer{}
 		var ready []byte
-		procs[n], ready = startProc(t, logs[n], labServer(t, filepath.Join(dir, n), bundles[n], "--cluster", n, "--federation", fedFile,
-			"--federation-addr", addrs[n], "--federation-interval", interval.String())...)
+		procs[n], ready = startProc(t, logs[n], labServer(t, filepath.Join(dir, n), bundles[n], append(extra, "--federation", fedFile)...)...)
+		if gossip && !strings.Contains(string(ready), `"federation_gossip":"`+gossipAddr[n]+`"`) {
+			t.Errorf("%s's ready line %s does not give its federation gossip address", n, ready)
+		}
 		if !strings.Contains(string(ready), `"federation":"`+addrs[n]+`"`) {
 			t.Errorf("%s's ready line %s does not give its federation address", n, ready)
 		}
@@ -167,8 +205,17 @@ func TestFederatedServers(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if refused := logs["lab-a"].linesWith("refused"); len(refused) > 0 {
+	if refused := append(logs["lab-a"].linesWith("federation: refused"), logs["lab-a"].linesWith("pki: refused")...); len(refused) > 0 {
 		t.Errorf("lab-a refused: %v", refused)
+	}
+	if gossip {
+		deadline := time.Now().Add(30 * time.Second)
+		for len(logs["lab-a"].linesWith("federation gossip: join", "member=lab-b/ts0", "federation_addr="+addrs["lab-b"])) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("lab-a never met lab-b in the federation's gossip:\n%s", logs["lab-a"].b.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 	killed := time.Now()
 	_ = procs["lab-b"].Process.Kill()
@@ -327,7 +374,7 @@ func TestFederationSurvivesLeaderFailover(t *testing.T) {
 			t.Errorf("lab-a's s%d refused: %v", i, refused)
 		}
 	}
-	if refused := logB.linesWith("refused"); len(refused) > 0 {
+	if refused := append(logB.linesWith("federation: refused"), logB.linesWith("pki: refused")...); len(refused) > 0 {
 		t.Errorf("lab-b refused: %v", refused)
 	}
 	for _, p := range append(procsA, procB) {

@@ -55,8 +55,10 @@ type serverReady struct {
 	Gossip string `json:"gossip"`
 	Actor  string `json:"actor"`
 	// Federation is the federation listener's address (with
-	// --federation).
-	Federation string `json:"federation,omitempty"`
+	// --federation); FederationGossip its address in the federation's
+	// gossip pool (with --federation-gossip-key).
+	Federation       string `json:"federation,omitempty"`
+	FederationGossip string `json:"federation_gossip,omitempty"`
 }
 
 func newServerCmd() *cobra.Command {
@@ -264,16 +266,24 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	rem.Start()
 	defer rem.Shutdown(false)
 
-	var members *cluster.Membership
+	var members, wan *cluster.Membership
 	var link *fedlink.Link
-	fedAddr := ""
+	fedAddr, wanAddr := "", ""
 	if fed != nil {
 		var stopFed func()
-		link, fedAddr, stopFed, err = serveFederation(ctx, o.fed, fed, sec.creds, srv, &members, log)
+		link, fedAddr, stopFed, err = serveFederation(ctx, o.fed, fed, sec.creds, srv, &members, &wan, log)
 		if err != nil {
 			return err
 		}
 		defer stopFed()
+		if o.fed.gossipKey != "" {
+			if wan, err = joinFederationGossip(ctx, o.fed, o.id, o.bind, fedAddr, fed, sec.gossipKeys, log, libLog.With("lib", "memberlist-wan")); err != nil {
+				return err
+			}
+			defer wan.Shutdown()
+			defer wan.Leave(time.Second)
+			wanAddr = wan.Addr()
+		}
 	}
 	members, err = cluster.Start(cluster.Config{
 		Name: o.id, BindAddr: o.bind, BindPort: o.gossipPort, Fast: o.fast, Logger: libLog.With("lib", "memberlist"),
@@ -357,7 +367,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	defer hs.Close()
 
 	ready, _ := json.Marshal(serverReady{ID: o.id, HTTP: ln.Addr().String(), Raft: string(trans.LocalAddr()), Gossip: members.Addr(), Actor: sys.Address(),
-		Federation: fedAddr})
+		Federation: fedAddr, FederationGossip: wanAddr})
 	fmt.Fprintln(cmd.OutOrStdout(), string(ready))
 	log.Info("server: ready", "http", ln.Addr().String(), "raft", string(trans.LocalAddr()), "gossip", members.Addr(),
 		"topology", place.Topology, "policy", o.policy)
