@@ -65,7 +65,7 @@ type Config struct {
 	// servers are all gone from it (and whose last bid is over an
 	// interval old) is lost without waiting for two intervals.
 	Gossip func() []cluster.Member
-	Logger     *slog.Logger
+	Logger *slog.Logger
 }
 
 // Link is one server's side of the federation. Its handler serves the
