@@ -32,10 +32,12 @@ docs/federation.md; then every lab's ledger is read from its Raft state and
 every lease must have ended as reclaimed on both sides.
 
 Loss detection: --labs ` + "`pollux server`" + ` processes (one server per lab, its own
-CA and federation file) exchange bids every --interval; one at a time is
-SIGKILLed, and the time until the first lab logs it lost is measured
---trials times (the lab restarted in between). The detector is the failed
-bid exchange (no bid for two intervals), not WAN gossip (not built yet).
+CA and federation file, all in the federation's WAN gossip pool unless
+--no-gossip) exchange bids every --interval; one at a time is SIGKILLed,
+and the time until the first lab logs it lost is measured --trials times
+(the lab restarted in between), with what noticed it first: the gossip
+pool (the lab's servers gone from it) or the bid exchange (no bid for two
+intervals).
 
 Targets (issue 17): at least 50 lease decisions/s, detection within 10 s.`,
 		Args: noArgs,
@@ -70,6 +72,7 @@ Targets (issue 17): at least 50 lease decisions/s, detection within 10 s.`,
 	f.IntVar(&o.Concurrency, "concurrency", 4, "leases in flight at once (each on a node of its own)")
 	f.IntVar(&o.Trials, "trials", 3, "lab kills of the loss detection (0: skip it)")
 	f.DurationVar(&o.Interval, "interval", time.Second, "the labs' bid exchange interval in the loss detection (--federation-interval)")
+	f.BoolVar(&o.NoGossip, "no-gossip", false, "run the loss detection's labs without the federation's gossip pool (bid exchange only)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object on stdout")
 	f.StringSliceVar(&self, "exec", nil, "the command (comma-separated argv) that runs pollux for the lab processes (default: this binary)")
 	return cmd
@@ -88,7 +91,7 @@ func printFederationBench(w io.Writer, r *fedbench.Report) error {
 	if len(r.LossSamplesS) > 0 {
 		fmt.Fprintf(tw, "loss detection\tmedian %.2f s, max %.2f s over %d kills (target <= %.0f s)\n", r.LossDetectionS, r.LossDetectionMaxS,
 			len(r.LossSamplesS), r.Targets.LossDetectionS)
-		fmt.Fprintf(tw, "detector\t%s, interval %.2f s\n", r.LossDetector, r.IntervalS)
+		fmt.Fprintf(tw, "detector\t%s, interval %.2f s; first noticed by %v\n", r.LossDetector, r.IntervalS, r.LossDetectedBy)
 	}
 	fmt.Fprintf(tw, "targets met\t%v\n", r.Targets.Met)
 	return tw.Flush()

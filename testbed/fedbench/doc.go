@@ -15,9 +15,10 @@
 // lender's and the borrower's, and none be left.
 //
 // Loss detection: Labs `pollux server` processes (one server per lab,
-// each with its own CA and federation file) exchange bids every
-// Interval; one is SIGKILLed and the time until the first lab logs the
-// peer lost is measured, Trials times (the lab restarted in between).
-// The detector is the failed bid exchange (a peer with no bid for two
-// intervals), not WAN gossip, which is not built yet.
+// each with its own CA and federation file, and unless NoGossip in the
+// federation's WAN gossip pool) exchange bids every Interval; one is
+// SIGKILLed and the time until the first lab logs the peer lost is
+// measured, Trials times (the lab restarted in between), with what
+// noticed it first: the gossip pool (the peer's servers gone from it) or
+// the bid exchange (no bid for two intervals).
 package fedbench

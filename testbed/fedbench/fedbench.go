@@ -22,6 +22,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"pollux/cluster"
 	"pollux/cluster/federation"
 	"pollux/cluster/fedlink"
 	"pollux/cluster/pki"
@@ -47,6 +48,9 @@ type Options struct {
 	// Interval the labs' bid exchange interval there (default 1 s).
 	Trials   int
 	Interval time.Duration
+	// NoGossip runs the loss detection's labs without the federation's
+	// gossip pool (bid exchange only).
+	NoGossip bool
 	// Exec starts `pollux ARGS` (the loss detection's labs).
 	Exec func(args []string) *exec.Cmd
 	// Dir holds the labs' files (default a temporary directory, removed).
@@ -111,8 +115,11 @@ type Report struct {
 	LossSamplesS      []float64 `json:"loss_samples_s"`
 	IntervalS         float64   `json:"interval_s"`
 	LossDetector      string    `json:"loss_detector"`
-	TLS               bool      `json:"tls"`
-	Targets           Targets   `json:"targets"`
+	// LossDetectedBy counts the kills by what noticed them first, as the
+	// observing lab logged it: "gossip" or "bids".
+	LossDetectedBy map[string]int `json:"loss_detected_by,omitempty"`
+	TLS            bool           `json:"tls"`
+	Targets        Targets        `json:"targets"`
 }
 
 // Latency is a distribution of commit times.
@@ -143,8 +150,11 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Report, error) {
 	}
 	rep := &Report{Labs: o.Labs, ServersPerLab: o.Servers, Leases: o.Leases, Concurrency: o.Concurrency, TLS: true,
 		IntervalS: o.Interval.Seconds(), Latency: map[string]Latency{},
-		LossDetector: "failed bid exchange: a peer with no bid for two intervals (WAN gossip is not built yet)",
+		LossDetector: "the federation's WAN gossip pool (its servers gone from it) or the bid exchange (no bid for two intervals), whichever first",
 		Targets:      Targets{DecisionsPerS: 50, LossDetectionS: 10}}
+	if o.NoGossip {
+		rep.LossDetector = "the bid exchange alone: no bid for two intervals (no gossip pool)"
+	}
 	if err := decisions(ctx, o, rep, progress); err != nil {
 		return nil, err
 	}
@@ -492,6 +502,25 @@ func lossDetection(ctx context.Context, o Options, rep *Report, progress io.Writ
 		addrs[i] = ln.Addr().String()
 		ln.Close()
 	}
+	gossip := make([]string, o.Labs)
+	wanKey := filepath.Join(dir, "federation-gossip.key")
+	if !o.NoGossip {
+		key, err := cluster.NewKey()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(wanKey, []byte(key+"\n"), 0o600); err != nil {
+			return err
+		}
+		for i := range gossip {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			gossip[i] = ln.Addr().String()
+			ln.Close()
+		}
+	}
 	events := newEventLog()
 	procs := make([]*proc, o.Labs)
 	defer func() {
@@ -506,7 +535,11 @@ func lossDetection(ctx context.Context, o Options, rep *Report, progress io.Writ
 		var f fedlink.File
 		for j := range procs {
 			if j != i {
-				f.Peers = append(f.Peers, fedlink.PeerFile{Name: labName(j), Addresses: []string{addrs[j]}, CAFile: bundles[j].CA})
+				p := fedlink.PeerFile{Name: labName(j), Addresses: []string{addrs[j]}, CAFile: bundles[j].CA}
+				if !o.NoGossip {
+					p.Gossip = []string{gossip[j]}
+				}
+				f.Peers = append(f.Peers, p)
 			}
 		}
 		raw, _ := json.Marshal(f)
@@ -527,6 +560,10 @@ func lossDetection(ctx context.Context, o Options, rep *Report, progress io.Writ
 			"--peers", "s0=" + ports[0] + "=" + ports[1], "--bootstrap", "--log-level", "info",
 			"--cluster", labName(i), "--federation", fedFile, "--federation-addr", addrs[i], "--federation-interval", o.Interval.String()}
 		args = append(args, bundles[i].Flags("s0")...)
+		if !o.NoGossip {
+			_, port, _ := net.SplitHostPort(gossip[i])
+			args = append(args, "--federation-gossip-key", wanKey, "--federation-gossip-port", port)
+		}
 		procs[i] = &proc{args: args}
 		if err := start(o, procs[i], i, events); err != nil {
 			return err
@@ -545,13 +582,17 @@ func lossDetection(ctx context.Context, o Options, rep *Report, progress io.Writ
 		killed := time.Now()
 		_ = procs[victim].cmd.Process.Signal(syscall.SIGKILL)
 		_ = procs[victim].cmd.Wait()
-		at, err := events.wait(ctx, observer, "peer lost", labName(victim), killed, 60*time.Second)
+		ev, err := events.wait(ctx, observer, "peer lost", labName(victim), killed, 60*time.Second)
 		if err != nil {
 			return err
 		}
-		d := at.Sub(killed).Seconds()
+		d := ev.at.Sub(killed).Seconds()
 		rep.LossSamplesS = append(rep.LossSamplesS, d)
-		fmt.Fprintf(progress, "trial %d: %s killed, %s noticed after %.2f s\n", t+1, labName(victim), observer, d)
+		if rep.LossDetectedBy == nil {
+			rep.LossDetectedBy = map[string]int{}
+		}
+		rep.LossDetectedBy[ev.by]++
+		fmt.Fprintf(progress, "trial %d: %s killed, %s noticed after %.2f s (%s)\n", t+1, labName(victim), observer, d, ev.by)
 		restarted := time.Now()
 		if err := start(o, procs[victim], victim, events); err != nil {
 			return err
@@ -593,7 +634,9 @@ type eventLog struct {
 
 type event struct {
 	lab, kind, peer string
-	at              time.Time
+	// by is what noticed a loss: "gossip" or "bids".
+	by string
+	at time.Time
 }
 
 func newEventLog() *eventLog {
@@ -617,16 +660,20 @@ func (e *eventLog) read(labName string, r io.Reader) {
 				continue
 			}
 			peer, _, _ := strings.Cut(line[i+len(" peer="):], " ")
+			by := "bids"
+			if strings.Contains(line, "gossip") {
+				by = "gossip"
+			}
 			e.mu.Lock()
-			e.events = append(e.events, event{lab: labName, kind: kind, peer: peer, at: now})
+			e.events = append(e.events, event{lab: labName, kind: kind, peer: peer, by: by, at: now})
 			e.cond.Broadcast()
 			e.mu.Unlock()
 		}
 	}
 }
 
-// wait returns when lab logged kind about peer after since.
-func (e *eventLog) wait(ctx context.Context, lab, kind, peer string, since time.Time, limit time.Duration) (time.Time, error) {
+// wait returns the event of lab logging kind about peer after since.
+func (e *eventLog) wait(ctx context.Context, lab, kind, peer string, since time.Time, limit time.Duration) (event, error) {
 	deadline := time.Now().Add(limit)
 	stop := time.AfterFunc(limit, func() { e.mu.Lock(); e.cond.Broadcast(); e.mu.Unlock() })
 	defer stop.Stop()
@@ -635,11 +682,11 @@ func (e *eventLog) wait(ctx context.Context, lab, kind, peer string, since time.
 	for {
 		for _, ev := range e.events {
 			if ev.lab == lab && ev.kind == kind && ev.peer == peer && ev.at.After(since) {
-				return ev.at, nil
+				return ev, nil
 			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return time.Time{}, fmt.Errorf("%w: %s did not log %s %q within %v", ErrFailed, lab, peer, kind, limit)
+			return event{}, fmt.Errorf("%w: %s did not log %s %q within %v", ErrFailed, lab, peer, kind, limit)
 		}
 		e.cond.Wait()
 	}
