@@ -594,6 +594,9 @@ func (c *RecordProfile) validate() error {
 		if err := c.Entries[i].validate(); err != nil {
 			return err
 		}
+		if c.Entries[i].GPUType != "" {
+			return invalid("profile record entry of GPU type %q (typed measurements go through a Round)", c.Entries[i].GPUType)
+		}
 	}
 	if c.HasGrad {
 		if err := checkNonNeg("grad_sqr", c.Grad.GradSqr); err != nil {

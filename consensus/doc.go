@@ -84,15 +84,19 @@
 // 24..27 for node attributes, 28..31 for autoscaling, 36..39 for the
 // federation). Fields added to an existing command (a
 // job's submitter, node attributes, placement constraints, topology
-// levels and report key) are encoded last and only when set, so older
-// entries decode unchanged. Snapshots are a magic, a version byte, the
-// canonical state and a CRC-32C; version 3 holds the token table, job
-// submitters, the topology levels, the report key, node attributes and
-// job placement constraints; version 4 adds the autoscaler's state
-// (scale.go); version 5 the federation state (federation.go: the lab's
-// name, CA, quota, peers and lease ledger); version 1 snapshots (before
-// bids and the cluster configuration), version 2 (before all of version
-// 3's additions), version 3 and version 4 still decode.
+// levels and report key; a measurement's GPU type and a bid's per-type
+// parts, flagged in a Round update's flags byte) are encoded last and
+// only when set, so older entries decode unchanged. Snapshots are a
+// magic, a version byte, the canonical state and a CRC-32C; version 3
+// holds the token table, job submitters, the topology levels, the report
+// key, node attributes and job placement constraints; version 4 adds the
+// autoscaler's state (scale.go); version 5 the autoscaler's request
+// times and billed seconds; version 6 records profiles by GPU type and
+// bids' per-type parts (types.go); version 7 adds the federation state
+// (federation.go: the lab's name, CA, quota, peers and lease ledger);
+// version 1 snapshots (before bids and the cluster configuration),
+// version 2 (before all of version 3's additions), and versions 3 to 6
+// still decode.
 //
 // # Federation
 //
@@ -100,10 +104,10 @@
 // ledger of leases here: SetLab writes its name once (a server started
 // with another name is refused, ErrClusterConfig) and its quota and
 // peers; a Lease command wraps one federation.Command and is applied
-// through federation.Ledger.Apply, against the lab's registered nodes as
-// they are when it applies. A refused lease command is the Result's
-// error (ErrLeaseRefused, wrapping the federation package's reason) and
-// changes nothing.
+// through federation.Ledger.Apply, against the lab's alive registered
+// nodes as they are when it applies. A refused lease command is the
+// Result's error (ErrLeaseRefused, wrapping the federation package's
+// reason) and changes nothing.
 //
 // # Server
 //

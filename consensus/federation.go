@@ -242,7 +242,7 @@ func applyLease(s *State, c *Lease) error {
 	return nil
 }
 
-// encodeFederation writes the federation state (snapshots of version 5):
+// encodeFederation writes the federation state (snapshots of version 7):
 // a presence flag, the lab, then the ledger (leases in ID order, ended
 // leases oldest first, the last reclaim).
 func encodeFederation(w *writer, f *Federation) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -308,10 +309,13 @@ func applyUpdate(s *State, c *UpdateJob) error {
 	return nil
 }
 
-func compareKey(a, b [3]int) int {
-	for i := range a {
-		if a[i] != b[i] {
-			return a[i] - b[i]
+func compareKey(a, b entryKey) int {
+	if c := strings.Compare(a.typ, b.typ); c != 0 {
+		return c
+	}
+	for i := range a.cfg {
+		if a.cfg[i] != b.cfg[i] {
+			return a.cfg[i] - b.cfg[i]
 		}
 	}
 	return 0
@@ -339,7 +343,7 @@ func applyProfile(s *State, c *RecordProfile) error {
 func mergeProfile(j *Job, entries []ProfileEntry) ([]ProfileEntry, error) {
 	prof := slices.Clone(j.Profile)
 	for _, e := range entries {
-		i, found := slices.BinarySearchFunc(prof, e.key(), func(p ProfileEntry, k [3]int) int { return compareKey(p.key(), k) })
+		i, found := slices.BinarySearchFunc(prof, e.key(), func(p ProfileEntry, k entryKey) int { return compareKey(p.key(), k) })
 		if !found {
 			prof = slices.Insert(prof, i, e)
 			continue

@@ -71,11 +71,16 @@ type RoundJob struct {
 // not a measurement resent after a leader change, nor one of a job actor
 // that has since been replaced. Once merged, MeasSession and MeasSeq
 // acknowledge it.
+//
+// GPUType is the GPU type of the nodes the measured incarnation ran on
+// (one type: a job runs on one type at a time); the merged entries are
+// recorded under it, and the entries of Profile carry none themselves.
 type Measurement struct {
 	Session, From, To uint64
 	Profile           []ProfileEntry
 	Epoch             int
 	Progress          float64
+	GPUType           string
 }
 
 // Drop names an entry of a Round or Prune that was not applied, and why.
@@ -133,7 +138,8 @@ func encodeRoundJob(w *writer, u *RoundJob) {
 	w.str(u.ID)
 	w.uvarint(u.Incarnation)
 	var flags byte
-	for i, b := range []bool{u.Restart, u.Running, u.HasBid, u.HasMeas} {
+	typedBid, typedMeas := u.HasBid && len(u.Bid.Types) > 0, u.HasMeas && u.Meas.GPUType != ""
+	for i, b := range []bool{u.Restart, u.Running, u.HasBid, u.HasMeas, typedMeas, typedBid} {
 		if b {
 			flags |= 1 << i
 		}
@@ -141,6 +147,9 @@ func encodeRoundJob(w *writer, u *RoundJob) {
 	w.byte(flags)
 	if u.HasBid {
 		encodeBid(w, &u.Bid)
+		if typedBid {
+			encodeTypeBids(w, u.Bid.Types)
+		}
 	}
 	if u.HasMeas {
 		m := &u.Meas
@@ -150,6 +159,9 @@ func encodeRoundJob(w *writer, u *RoundJob) {
 		encodeProfile(w, m.Profile)
 		w.int(m.Epoch)
 		w.f64(m.Progress)
+		if typedMeas {
+			w.str(m.GPUType)
+		}
 	}
 }
 
@@ -157,12 +169,19 @@ func decodeRoundJob(r *reader, u *RoundJob) {
 	u.ID = r.str()
 	u.Incarnation = r.uvarint()
 	flags := r.byte()
-	if flags&^0xf != 0 {
+	// Bits 16 (a typed measurement) and 32 (a bid with per-type parts)
+	// came later: an update without them encodes as it always did.
+	if flags&^0x3f != 0 || (flags&0x10 != 0 && flags&8 == 0) || (flags&0x20 != 0 && flags&4 == 0) {
 		r.fail("round update flags %#x", flags)
 	}
 	u.Restart, u.Running, u.HasBid, u.HasMeas = flags&1 != 0, flags&2 != 0, flags&4 != 0, flags&8 != 0
 	if u.HasBid {
 		decodeBid(r, &u.Bid)
+		if flags&0x20 != 0 {
+			if u.Bid.Types = decodeTypeBids(r); len(u.Bid.Types) == 0 {
+				r.fail("bid per-type parts encoded empty (they are left out instead)")
+			}
+		}
 	}
 	if u.HasMeas {
 		m := &u.Meas
@@ -170,6 +189,11 @@ func decodeRoundJob(r *reader, u *RoundJob) {
 		m.Profile = decodeProfile(r)
 		m.Epoch = r.int()
 		m.Progress = r.f64()
+		if flags&0x10 != 0 {
+			if m.GPUType = r.str(); m.GPUType == "" {
+				r.fail("measurement GPU type encoded empty (it is left out instead)")
+			}
+		}
 	}
 }
 
@@ -184,7 +208,11 @@ func encodeBid(w *writer, b *Bid) {
 	w.f64(b.Grad.GradSqr)
 	w.f64(b.Grad.GradVar)
 	w.int(b.MostProfiled)
-	for _, t := range [][]BatchChoice{b.Single, b.Multi} {
+	encodeTables(w, b.Single, b.Multi)
+}
+
+func encodeTables(w *writer, single, multi []BatchChoice) {
+	for _, t := range [][]BatchChoice{single, multi} {
 		w.uvarint(uint64(len(t)))
 		for _, c := range t {
 			w.int(c.LocalBatch)
@@ -198,19 +226,26 @@ func decodeBid(r *reader, b *Bid) {
 	b.Session = r.uvarint()
 	b.Version = r.uvarint()
 	b.HasModel = r.bool()
-	var v [7]float64
-	for i := range v {
-		v[i] = r.f64()
-	}
-	b.Params = goodput.ParamsFrom(v)
+	b.Params = decodeParams(r)
 	b.HasGrad = r.bool()
 	b.Grad.GradSqr = r.f64()
 	b.Grad.GradVar = r.f64()
 	b.MostProfiled = r.int()
-	for _, t := range []*[]BatchChoice{&b.Single, &b.Multi} {
+	b.Single, b.Multi = decodeTables(r)
+}
+
+func decodeParams(r *reader) goodput.Params {
+	var v [7]float64
+	for i := range v {
+		v[i] = r.f64()
+	}
+	return goodput.ParamsFrom(v)
+}
+
+func decodeTables(r *reader) (single, multi []BatchChoice) {
+	for _, t := range []*[]BatchChoice{&single, &multi} {
 		n := r.length(MaxBidReplicas)
 		if n == 0 {
-			*t = nil
 			continue
 		}
 		*t = make([]BatchChoice, 0, n)
@@ -218,6 +253,7 @@ func decodeBid(r *reader, b *Bid) {
 			*t = append(*t, BatchChoice{LocalBatch: r.int(), AccumSteps: r.int(), Gain: r.f64()})
 		}
 	}
+	return single, multi
 }
 
 func (c *Round) validate() error {
@@ -262,7 +298,7 @@ func (u *RoundJob) validate() error {
 		if err := u.Bid.Validate(); err != nil {
 			return fmt.Errorf("job %q: %w", u.ID, err)
 		}
-	} else if u.Bid.Version != 0 || u.Bid.Single != nil || u.Bid.Multi != nil {
+	} else if u.Bid.Version != 0 || u.Bid.Single != nil || u.Bid.Multi != nil || u.Bid.Types != nil {
 		return invalid("job %q: a bid without HasBid", u.ID)
 	}
 	if u.HasMeas {
@@ -273,9 +309,15 @@ func (u *RoundJob) validate() error {
 		if len(m.Profile) > maxProfile {
 			return invalid("%d profile entries (limit %d)", len(m.Profile), maxProfile)
 		}
+		if err := checkGPUType(m.GPUType); err != nil {
+			return invalid("job %q measurement: %v", u.ID, err)
+		}
 		for i := range m.Profile {
 			if err := m.Profile[i].validate(); err != nil {
 				return err
+			}
+			if m.Profile[i].GPUType != "" {
+				return invalid("job %q measurement entry of GPU type %q (the measurement's type applies)", u.ID, m.Profile[i].GPUType)
 			}
 			if i > 0 && compareKey(m.Profile[i-1].key(), m.Profile[i].key()) >= 0 {
 				return invalid("job %q measurement profile not sorted by configuration", u.ID)
@@ -287,7 +329,7 @@ func (u *RoundJob) validate() error {
 		if err := checkNonNeg("progress", m.Progress); err != nil {
 			return err
 		}
-	} else if m := u.Meas; m.Session != 0 || m.From != 0 || m.To != 0 || m.Profile != nil || m.Epoch != 0 || m.Progress != 0 {
+	} else if m := u.Meas; m.Session != 0 || m.From != 0 || m.To != 0 || m.Profile != nil || m.Epoch != 0 || m.Progress != 0 || m.GPUType != "" {
 		return invalid("job %q: a measurement without HasMeas", u.ID)
 	}
 	return nil
@@ -301,14 +343,8 @@ func (b *Bid) Validate() error {
 		return invalid("bid session %d, version %d (want both > 0)", b.Session, b.Version)
 	}
 	if b.HasModel {
-		if err := b.Params.Validate(); err != nil {
-			return fmt.Errorf("%w: bid model: %w", ErrInvalid, err)
-		}
-		p := b.Params.Slice()
-		for i, v := range p[:6] {
-			if v > maxBidTime {
-				return invalid("bid model parameter %d is %v s", i, v)
-			}
+		if err := checkParams(b.Params); err != nil {
+			return err
 		}
 	} else if b.Params != (goodput.Params{}) {
 		return invalid("bid parameters without HasModel")
@@ -329,7 +365,15 @@ func (b *Bid) Validate() error {
 	if len(b.Single) == 0 || len(b.Single) > MaxBidReplicas || len(b.Multi) > len(b.Single) {
 		return invalid("bid tables of %d single-node and %d multi-node shapes", len(b.Single), len(b.Multi))
 	}
-	for _, t := range [][]BatchChoice{b.Single, b.Multi} {
+	if err := checkTables(b.Single, b.Multi); err != nil {
+		return err
+	}
+	return b.validateTypes()
+}
+
+// checkTables checks the choices of a bid's tables.
+func checkTables(single, multi []BatchChoice) error {
+	for _, t := range [][]BatchChoice{single, multi} {
 		for i, c := range t {
 			if c.LocalBatch < 1 || c.AccumSteps < 0 || !finite(c.Gain) || c.Gain <= 0 {
 				return invalid("bid choice for %d replicas: local batch %d, %d accumulation steps, gain %v", i+1, c.LocalBatch, c.AccumSteps, c.Gain)
@@ -343,10 +387,28 @@ func (b *Bid) Validate() error {
 	return nil
 }
 
+// checkParams checks fitted throughput parameters.
+func checkParams(p goodput.Params) error {
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("%w: bid model: %w", ErrInvalid, err)
+	}
+	v := p.Slice()
+	for i, x := range v[:6] {
+		if x > maxBidTime {
+			return invalid("bid model parameter %d is %v s", i, x)
+		}
+	}
+	return nil
+}
+
 // checkLimits checks a bid's choices against the job's batch limits: the
 // allocator must not tell workers to run what the job does not allow.
 func (b *Bid) checkLimits(l goodput.Limits) error {
-	for _, t := range [][]BatchChoice{b.Single, b.Multi} {
+	tabs := [][]BatchChoice{b.Single, b.Multi}
+	for _, tb := range b.Types {
+		tabs = append(tabs, tb.Single, tb.Multi)
+	}
+	for _, t := range tabs {
 		for i, c := range t {
 			k := i + 1
 			total := k * c.LocalBatch * (c.AccumSteps + 1)
@@ -512,7 +574,14 @@ func mergeMeasurement(j *Job, m *Measurement) error {
 	case m.Session > j.MeasSession && m.From != 0:
 		return fmtErr(ErrStaleSession, "job %q opens session %d at measurement %d", j.ID, m.Session, m.From+1)
 	}
-	prof, err := mergeProfile(j, m.Profile)
+	entries := m.Profile
+	if m.GPUType != "" {
+		entries = slices.Clone(entries)
+		for i := range entries {
+			entries[i].GPUType = m.GPUType
+		}
+	}
+	prof, err := mergeProfile(j, entries)
 	if err != nil {
 		return err
 	}

@@ -60,6 +60,11 @@ type ScaleNode struct {
 	Term uint64
 	// Since is the proposer's clock (seconds) when it entered its phase.
 	Since float64
+	// Asked is the proposer's clock (seconds) when the machine was asked
+	// for: it is paid for from then until it is removed. (A snapshot of
+	// version 4 did not keep it: there it is Since, when the machine
+	// entered its present phase.)
+	Asked float64
 }
 
 // Scale is the autoscaler's replicated state.
@@ -71,10 +76,13 @@ type Scale struct {
 	Seq uint64
 	// Nodes are the machines being added, up, or being drained, by name.
 	Nodes map[string]*ScaleNode
+	// Billed is the machine-seconds of the machines already removed,
+	// each from its request to its removal (on the proposers' clocks).
+	Billed float64
 }
 
 func (s Scale) clone() Scale {
-	c := Scale{Desired: s.Desired, Seq: s.Seq}
+	c := Scale{Desired: s.Desired, Seq: s.Seq, Billed: s.Billed}
 	if len(s.Nodes) > 0 {
 		c.Nodes = make(map[string]*ScaleNode, len(s.Nodes))
 		for id, n := range s.Nodes {
@@ -87,6 +95,17 @@ func (s Scale) clone() Scale {
 
 // Names returns the managed machines' names, sorted.
 func (s Scale) Names() []string { return slices.Sorted(maps.Keys(s.Nodes)) }
+
+// NodeSeconds is the machine-seconds the autoscaler's machines were paid
+// for up to now (seconds on the proposers' clocks): the removed ones
+// (Billed) and those still managed, each from its request.
+func (s Scale) NodeSeconds(now float64) float64 {
+	total := s.Billed
+	for _, m := range s.Nodes {
+		total += max(0, now-m.Asked)
+	}
+	return total
+}
 
 // ScaleDecision commits an autoscaling decision: the desired size, the
 // machines to ask the provider for (Add, new names, booting) and the
@@ -218,7 +237,7 @@ func applyScaleDecision(s *State, c *ScaleDecision, term uint64) error {
 		s.Scale.Nodes = map[string]*ScaleNode{}
 	}
 	for _, n := range c.Add {
-		s.Scale.Nodes[n] = &ScaleNode{Name: n, Phase: ScaleBooting, Term: c.Term, Since: c.Time}
+		s.Scale.Nodes[n] = &ScaleNode{Name: n, Phase: ScaleBooting, Term: c.Term, Since: c.Time, Asked: c.Time}
 	}
 	for _, n := range c.Drain {
 		m := s.Scale.Nodes[n]
@@ -244,6 +263,7 @@ func applyScaleUpdate(s *State, c *ScaleUpdate, term uint64) error {
 		}
 		m.Phase, m.Since = ScaleUp, c.Time
 	case ScaleRemoved:
+		s.Scale.Billed += max(0, c.Time-m.Asked)
 		delete(s.Scale.Nodes, c.Name)
 		if len(s.Scale.Nodes) == 0 {
 			s.Scale.Nodes = nil
@@ -252,7 +272,8 @@ func applyScaleUpdate(s *State, c *ScaleUpdate, term uint64) error {
 	return nil
 }
 
-// encodeScale writes the autoscaler's state (snapshots of version 4).
+// encodeScale writes the autoscaler's state (snapshots of version 4;
+// version 5 adds every machine's request time and the billed seconds).
 func encodeScale(w *writer, s *Scale) {
 	w.int(s.Desired)
 	w.uvarint(s.Seq)
@@ -264,15 +285,21 @@ func encodeScale(w *writer, s *Scale) {
 		w.byte(byte(m.Phase))
 		w.uvarint(m.Term)
 		w.f64(m.Since)
+		w.f64(m.Asked)
 	}
+	w.f64(s.Billed)
 }
 
-func decodeScale(r *reader) (Scale, error) {
+func decodeScale(r *reader, version byte) (Scale, error) {
 	s := Scale{Desired: r.int(), Seq: r.uvarint()}
 	n := r.length(maxScaleNodes)
 	prev := ""
 	for i := 0; i < n && r.err == nil; i++ {
 		m := &ScaleNode{Name: r.str(), Phase: ScalePhase(r.byte()), Term: r.uvarint(), Since: r.f64()}
+		m.Asked = m.Since
+		if version >= 5 {
+			m.Asked = r.f64()
+		}
 		if r.err != nil {
 			break
 		}
@@ -285,6 +312,9 @@ func decodeScale(r *reader) (Scale, error) {
 		if err := checkNonNeg("managed machine time", m.Since); err != nil {
 			return Scale{}, err
 		}
+		if err := checkNonNeg("managed machine request time", m.Asked); err != nil {
+			return Scale{}, err
+		}
 		if i > 0 && m.Name <= prev {
 			r.fail("managed machine %q out of order", m.Name)
 			break
@@ -295,8 +325,16 @@ func decodeScale(r *reader) (Scale, error) {
 		}
 		s.Nodes[m.Name] = m
 	}
+	if version >= 5 {
+		s.Billed = r.f64()
+	}
 	if r.err == nil && (s.Desired < 0 || s.Desired > MaxNodes || s.Seq < uint64(len(s.Nodes))) {
 		return Scale{}, invalid("autoscaler state: desired %d, %d machines asked for, %d managed", s.Desired, s.Seq, len(s.Nodes))
+	}
+	if r.err == nil {
+		if err := checkNonNeg("billed machine-seconds", s.Billed); err != nil {
+			return Scale{}, err
+		}
 	}
 	return s, nil
 }

@@ -21,11 +21,18 @@ import (
 // decode with none of them. Version 4 adds, at the end, the autoscaler's
 // state (its desired size, how many machines it asked for, and the
 // machines it manages); versions 1 to 3 decode without one. Version 5
-// adds, at the end, the federation state (the lab's name, CA, quota and
-// peers, and its ledger of leases); versions 1 to 4 decode without one.
+// adds every managed machine's request time and the machine-seconds of
+// the machines already removed (what the autoscaler paid for);
+// version 4 decodes with each request time at its phase's start and
+// nothing billed. Version 6 records every job's profile by GPU type
+// (groups of entries, one per type) and adds, after the bid, its
+// per-type parts; versions 1 to 5 decode with every entry untyped and
+// bids without per-type parts. Version 7 adds, at the end, the
+// federation state (the lab's name, CA, quota and peers, and its ledger
+// of leases); versions 1 to 6 decode without one.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 5
+	SnapshotVersion = 7
 	// maxSnapshot bounds what Restore reads.
 	maxSnapshot = 1 << 30
 )
@@ -66,12 +73,13 @@ func EncodeState(s *State) []byte {
 		w.int(j.Restarts)
 		w.int(j.Epoch)
 		w.f64(j.Progress)
-		encodeProfile(w, j.Profile)
+		encodeTypedProfile(w, j.Profile)
 		w.bool(j.HasGrad)
 		w.f64(j.Grad.GradSqr)
 		w.f64(j.Grad.GradVar)
 		w.uvarint(j.Incarnation)
 		encodeBid(w, &j.Bid)
+		encodeTypeBids(w, j.Bid.Types)
 		w.int(j.Crashes)
 		w.int(j.CrashEpoch)
 		w.uvarint(j.MeasSession)
@@ -171,13 +179,20 @@ func DecodeState(b []byte) (*State, error) {
 		j.Restarts = r.int()
 		j.Epoch = r.int()
 		j.Progress = r.f64()
-		j.Profile = decodeProfile(r)
+		if version >= 6 {
+			j.Profile = decodeTypedProfile(r)
+		} else {
+			j.Profile = decodeProfile(r)
+		}
 		j.HasGrad = r.bool()
 		j.Grad.GradSqr = r.f64()
 		j.Grad.GradVar = r.f64()
 		j.Incarnation = r.uvarint()
 		if version >= 2 {
 			decodeBid(r, &j.Bid)
+			if version >= 6 {
+				j.Bid.Types = decodeTypeBids(r)
+			}
 			j.Crashes = r.int()
 			j.CrashEpoch = r.int()
 			j.MeasSession = r.uvarint()
@@ -214,13 +229,13 @@ func DecodeState(b []byte) (*State, error) {
 		s.ACL = acl
 	}
 	if version >= 4 && r.err == nil {
-		sc, err := decodeScale(r)
+		sc, err := decodeScale(r, version)
 		if err != nil {
 			return nil, err
 		}
 		s.Scale = sc
 	}
-	if version >= 5 && r.err == nil {
+	if version >= 7 && r.err == nil {
 		fed, err := decodeFederation(r, s)
 		if err != nil {
 			return nil, err
@@ -261,7 +276,7 @@ func validateJob(j *Job) error {
 			return fmt.Errorf("job %q: %w", j.ID, err)
 		}
 	} else if j.Bid.Session != 0 || j.Bid.HasModel || j.Bid.HasGrad || j.Bid.Params != (goodput.Params{}) ||
-		j.Bid.Grad != (goodput.GradStats{}) || j.Bid.MostProfiled != 0 || j.Bid.Single != nil || j.Bid.Multi != nil {
+		j.Bid.Grad != (goodput.GradStats{}) || j.Bid.MostProfiled != 0 || j.Bid.Single != nil || j.Bid.Multi != nil || j.Bid.Types != nil {
 		return invalid("job %q has a bid of version 0", j.ID)
 	}
 	if (j.Submitter == "") != (j.SubmitterName == "") {
@@ -281,6 +296,9 @@ func validateJob(j *Job) error {
 	for i := range j.Profile {
 		if err := j.Profile[i].validate(); err != nil {
 			return err
+		}
+		if err := checkGPUType(j.Profile[i].GPUType); err != nil {
+			return invalid("job %q profile: %v", j.ID, err)
 		}
 		if i > 0 && compareKey(j.Profile[i-1].key(), j.Profile[i].key()) >= 0 {
 			return fmt.Errorf("%w: job %q profile out of order", ErrMalformed, j.ID)

@@ -12,7 +12,7 @@ import (
 	"pollux/optimizer"
 )
 
-var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v5.bin from the current encoder")
+var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v7.bin from the current encoder")
 
 // snapshotV3 is a version 3 snapshot holding everything version 3 added:
 // the token table and job submitters (API tokens), the topology levels,
@@ -53,17 +53,7 @@ func v3State(t testing.TB) *State {
 
 func TestSnapshotVersion3Golden(t *testing.T) {
 	got := EncodeState(v3State(t))
-	b, err := os.ReadFile(snapshotV3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b[len(snapshotMagic)] != 3 {
-		t.Fatalf("fixture is version %d", b[len(snapshotMagic)])
-	}
-	s, err := DecodeState(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, s := decodeFixture(t, snapshotV3, 3)
 	// Read back by an observer of the state, not by comparing encodings
 	// only: both features' fields are there.
 	typed, plain := s.Jobs["typed"], s.Jobs["plain"]
@@ -110,26 +100,28 @@ func v4State(t testing.TB) *State {
 	return a.f.State()
 }
 
-func TestSnapshotVersion4Golden(t *testing.T) {
-	got := EncodeState(v4State(t))
-	b, err := os.ReadFile(snapshotV4)
+// decodeFixture reads a snapshot fixture of the given version.
+func decodeFixture(t *testing.T, path string, version byte) ([]byte, *State) {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b[len(snapshotMagic)] != 4 {
+	if b[len(snapshotMagic)] != version {
 		t.Fatalf("fixture is version %d", b[len(snapshotMagic)])
 	}
 	s, err := DecodeState(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := s.Scale
-	want := map[string]ScaleNode{
-		"auto-1": {Name: "auto-1", Phase: ScaleUp, Term: 2, Since: 11},
-		"auto-2": {Name: "auto-2", Phase: ScaleDraining, Term: 3, Since: 13},
-		"auto-3": {Name: "auto-3", Phase: ScaleBooting, Term: 2, Since: 10},
-	}
-	if sc.Desired != 5 || sc.Seq != 4 || len(sc.Nodes) != len(want) {
+	return b, s
+}
+
+// checkScale compares the autoscaler state v4State makes (desired 5,
+// four machines asked for, three managed) with its decoding.
+func checkScale(t *testing.T, sc Scale, billed float64, want map[string]ScaleNode) {
+	t.Helper()
+	if sc.Desired != 5 || sc.Seq != 4 || len(sc.Nodes) != len(want) || sc.Billed != billed {
 		t.Fatalf("decoded autoscaler state %+v", sc)
 	}
 	for name, w := range want {
@@ -137,31 +129,122 @@ func TestSnapshotVersion4Golden(t *testing.T) {
 			t.Errorf("%s: %+v, want %+v", name, g, w)
 		}
 	}
+}
+
+func TestSnapshotVersion4Golden(t *testing.T) {
+	_, s := decodeFixture(t, snapshotV4, 4)
+	// Version 4 kept no request times: each is its phase's start, and
+	// nothing is billed.
+	checkScale(t, s.Scale, 0, map[string]ScaleNode{
+		"auto-1": {Name: "auto-1", Phase: ScaleUp, Term: 2, Since: 11, Asked: 11},
+		"auto-2": {Name: "auto-2", Phase: ScaleDraining, Term: 3, Since: 13, Asked: 13},
+		"auto-3": {Name: "auto-3", Phase: ScaleBooting, Term: 2, Since: 10, Asked: 10},
+	})
 	if s.Config.ReportKey != v3ReportKey || s.Jobs["typed"].Submitter != "acc-alice" || s.Nodes["auto-1"] == nil {
 		t.Errorf("version 3 content lost: %+v", s.Config)
 	}
+}
+
+// snapshotV5 is a version 5 snapshot: snapshotV4's state, with the
+// machines' request times and the seconds billed for the removed one.
+// It was written by the version 5 encoder and must still decode.
+const snapshotV5 = "testdata/snapshot-v5.bin"
+
+func TestSnapshotVersion5Golden(t *testing.T) {
+	got := EncodeState(v4State(t))
+	_, s := decodeFixture(t, snapshotV5, 5)
+	sc := s.Scale
+	// auto-4 was asked for at 10 and removed at 12: 2 s billed.
+	checkScale(t, sc, 2, map[string]ScaleNode{
+		"auto-1": {Name: "auto-1", Phase: ScaleUp, Term: 2, Since: 11, Asked: 10},
+		"auto-2": {Name: "auto-2", Phase: ScaleDraining, Term: 3, Since: 13, Asked: 10},
+		"auto-3": {Name: "auto-3", Phase: ScaleBooting, Term: 2, Since: 10, Asked: 10},
+	})
+	// At 20: auto-4's 2 s and 10 s for each of the three others.
+	if got := sc.NodeSeconds(20); got != 32 {
+		t.Errorf("node-seconds at 20: %v, want 32", got)
+	}
+	// The state decoded from the fixture is the state the commands make.
 	if again := EncodeState(s); !bytes.Equal(got, again) {
-		t.Fatalf("the version 4 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
+		t.Fatalf("the version 5 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
 	}
 }
 
-// snapshotV5 is a version 5 snapshot: snapshotV4's state plus the
-// federation's (the lab's identity, quota and peers; a lease it lends,
-// one it borrows, one reclaimed and one expired).
-// go test ./consensus -run TestSnapshotVersion5Golden -update rewrites
-// it; only do so for a change that keeps the version's bytes (a change
-// of the format is a new version, and this file must still decode).
-const snapshotV5 = "testdata/snapshot-v5.bin"
+// snapshotV6 is a version 6 snapshot: snapshotV4's state plus a job
+// measured on two GPU types and on untyped nodes, bidding per type. It
+// was written by the version 6 encoder and must still decode.
+const snapshotV6 = "testdata/snapshot-v6.bin"
 
-func v5State(t testing.TB) *State {
+func v6State(t testing.TB) *State {
 	t.Helper()
 	a := &fsmApplier{f: NewFSM()}
 	a.f.state = v4State(t)
+	typed := a.f.state.Jobs["typed"]
+	gen := a.f.state.Allocation.Generation
+	place := a.f.state.Allocation.Jobs
+	meas := func(from, to uint64, typ string, step float64) Measurement {
+		m := measurement(1<<32|1, from, to, 1, entry(1, 2, 128, step/2, step, 3), entry(1, 2, 256, step, 1.5*step, 1))
+		m.GPUType = typ
+		return m
+	}
+	a.must(t, 4,
+		// An untyped measurement (as a leader before types made it), then
+		// one on a100 with a bid per type.
+		&Round{Generation: gen + 1, Term: 4, Time: 20, Jobs: place,
+			Updates: []RoundJob{{ID: "typed", Incarnation: typed.Incarnation, HasMeas: true, Meas: meas(0, 1, "", 0.3)}}},
+		&Round{Generation: gen + 2, Term: 4, Time: 21, Jobs: place,
+			Updates: []RoundJob{{ID: "typed", Incarnation: typed.Incarnation, HasMeas: true, Meas: meas(1, 2, "a100", 0.1),
+				HasBid: true, Bid: typedBid(1<<32|1, 1)}}},
+	)
+	return a.f.State()
+}
+
+func TestSnapshotVersion6Golden(t *testing.T) {
+	want := v6State(t)
+	got := EncodeState(want)
+	b, err := os.ReadFile(snapshotV6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[len(snapshotMagic)] != 6 {
+		t.Fatalf("fixture is version %d", b[len(snapshotMagic)])
+	}
+	s, err := DecodeState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := s.Jobs["typed"]
+	if types := j.ProfiledTypes(); !slices.Equal(types, []string{"", "a100"}) || len(j.Profile) != 4 {
+		t.Fatalf("decoded profile %+v (types %q)", j.Profile, types)
+	}
+	if tb := j.Bid.OnType("t4"); tb == nil || tb.Single[0].LocalBatch != 64 || j.Bid.TypeModel("a100", j.Spec.Limits) == nil {
+		t.Fatalf("decoded bid %+v", j.Bid)
+	}
+	if s.Scale.Desired != 5 || s.Config.ReportKey != v3ReportKey {
+		t.Errorf("version 3 and 4 content lost")
+	}
+	if again := EncodeState(s); !bytes.Equal(got, again) {
+		t.Fatalf("the version 6 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
+	}
+}
+
+// snapshotV7 is a version 7 snapshot: snapshotV6's state plus the
+// federation's (the lab's identity, quota and peers; a lease it lends,
+// one it borrows, one reclaimed and two expired).
+// go test ./consensus -run TestSnapshotVersion7Golden -update rewrites
+// it; only do so for a change that keeps the version's bytes (a change
+// of the format is a new version, and this file must still decode).
+const snapshotV7 = "testdata/snapshot-v7.bin"
+
+func v7State(t testing.TB) *State {
+	t.Helper()
+	a := &fsmApplier{f: NewFSM()}
+	a.f.state = v6State(t)
 	lab := labA()
 	lab.Quota = federation.Quota{Nominal: 12, LendingLimit: 8, BorrowingLimit: 8}
 	borrow := &Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "lab-b", Lease: "lab-b/m0@20", Lender: "lab-b", Borrower: "lab-a",
 		Nodes: []federation.NodeGPUs{{Node: "m0", GPUs: 2}}, At: 20, TTL: 120}}
-	a.must(t, 3, lab,
+	a.must(t, 5, lab,
 		fedGrant("lab-a/n1@14", "n1", 4, 14),
 		fedGrant("lab-a/n2@15", "n2", 2, 15),
 		fedCmd(federation.OpReclaim, "lab-a", "lab-a/n2@15", 16),
@@ -173,42 +256,32 @@ func v5State(t testing.TB) *State {
 	return a.f.State()
 }
 
-func TestSnapshotVersion5Golden(t *testing.T) {
-	got := EncodeState(v5State(t))
+func TestSnapshotVersion7Golden(t *testing.T) {
+	got := EncodeState(v7State(t))
 	if *updateGolden {
-		if err := os.WriteFile(snapshotV5, got, 0o644); err != nil {
+		if err := os.WriteFile(snapshotV7, got, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	b, err := os.ReadFile(snapshotV5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b[len(snapshotMagic)] != 5 {
-		t.Fatalf("fixture is version %d", b[len(snapshotMagic)])
-	}
-	s, err := DecodeState(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, s := decodeFixture(t, snapshotV7, 7)
 	fed := s.Fed
 	if fed == nil || fed.Lab.Name != "lab-a" || fed.Lab.CA != "fp-a" || fed.Lab.Quota.Nominal != 12 || len(fed.Lab.Peers) != 1 {
 		t.Fatalf("decoded federation %+v", fed)
 	}
 	st := fed.Ledger.State()
-	// n1 renewed at 18 (expires 318) and m0 borrowed at 20 (expires 140,
-	// gone at 317.5) stay or go by their own expiry; auto-1's expired.
+	// n1 renewed at 18 (expires 318) stays; auto-1's (expired at 317) and
+	// the borrowed m0 (at 140) ended at 317.5; n2's was reclaimed.
 	if len(st.Leases) != 1 || st.Leases[0].ID != "lab-a/n1@14" || st.Leases[0].Expires != 318 || st.LastReclaim != 16 || len(st.Ended) != 3 {
 		t.Fatalf("decoded ledger %+v", st)
 	}
 	if fed.Ledger.Lent() != 4 || fed.Ledger.Borrowed() != 0 || fed.Ledger.LentOn("n1") != 4 {
 		t.Errorf("ledger counters: lent %d, borrowed %d", fed.Ledger.Lent(), fed.Ledger.Borrowed())
 	}
-	if s.Scale.Desired != 5 || s.Config.ReportKey != v3ReportKey {
-		t.Errorf("version 4 content lost")
+	if s.Scale.Desired != 5 || s.Config.ReportKey != v3ReportKey || len(s.Jobs["typed"].ProfiledTypes()) != 2 {
+		t.Errorf("versions 3 to 6 content lost")
 	}
 	if !bytes.Equal(got, b) {
-		t.Fatalf("the encoding of version 5 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+		t.Fatalf("the encoding of version 7 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
 	}
 }

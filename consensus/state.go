@@ -91,15 +91,40 @@ type JobSpec struct {
 }
 
 // ProfileEntry is a profiled configuration (Nodes, Replicas, LocalBatch)
-// with the running mean of its measured times, what the job's throughput
-// model is fitted on. Count is how many measurements the mean covers;
-// when recording, it weighs the new entry against the stored mean.
+// on one GPU type with the running mean of its measured times, what the
+// job's throughput model on that type is fitted on. Count is how many
+// measurements the mean covers; when recording, it weighs the new entry
+// against the stored mean.
 type ProfileEntry struct {
 	goodput.ProfilePoint
 	Count uint64
+	// GPUType is the GPU type of the nodes the configuration was measured
+	// on: "" for untyped nodes, and for every entry measured before
+	// measurements carried their type (Measurement.GPUType).
+	GPUType string
 }
 
-func (p ProfileEntry) key() [3]int { return [3]int{p.Nodes, p.Replicas, p.LocalBatch} }
+// entryKey orders profile entries: by GPU type, then configuration.
+type entryKey struct {
+	typ string
+	cfg [3]int
+}
+
+func (p ProfileEntry) key() entryKey {
+	return entryKey{p.GPUType, [3]int{p.Nodes, p.Replicas, p.LocalBatch}}
+}
+
+// ProfiledTypes are the GPU types j has been measured on, sorted ("" for
+// untyped nodes).
+func (j *Job) ProfiledTypes() []string {
+	var out []string
+	for _, e := range j.Profile { // sorted by type first
+		if len(out) == 0 || out[len(out)-1] != e.GPUType {
+			out = append(out, e.GPUType)
+		}
+	}
+	return out
+}
 
 // BatchChoice is the batch configuration a job's actor chose for one
 // allocation shape: atomic batch m, accumulation steps s and the AdaScale
@@ -118,6 +143,15 @@ type BatchChoice struct {
 // replicas on one node, Multi[k-1] on k replicas spread over several
 // nodes (the throughput model only distinguishes one node from many).
 // Version 0 means no bid yet.
+//
+// A job measured on nodes of named GPU types also bids per type (Types):
+// the model fitted on that type's measurements alone and the batch
+// configurations it chooses there. The top-level Params and tables are
+// then those of the type it has measured most (its best-known model: one
+// of the parts, unless that type is the untyped one), what a policy blind
+// to types reads and what a type the job has not run on is bootstrapped
+// from (a model scaled by a constant has the same best batch
+// configurations, so the top-level tables serve there).
 type Bid struct {
 	// Session is the job actor's session (see Job.MeasSession) and
 	// Version counts its bids within it; (Session, Version) only grows.
@@ -132,6 +166,53 @@ type Bid struct {
 	MostProfiled int
 	Single       []BatchChoice
 	Multi        []BatchChoice
+	// Types are the per-type parts, sorted by GPU type (named types
+	// only; nil for a job measured on untyped nodes only, and in every
+	// bid made before bids carried them).
+	Types []TypeBid
+}
+
+// TypeBid is a bid's part for one GPU type the job has a model on: the
+// parameters fitted on that type's measurements, the most replicas it
+// has been profiled at there, and its batch configurations there (tables
+// as long as the bid's top-level ones).
+type TypeBid struct {
+	GPUType      string
+	Params       goodput.Params
+	MostProfiled int
+	Single       []BatchChoice
+	Multi        []BatchChoice
+}
+
+// OnType returns the bid's part for GPU type t, or nil if it has none.
+func (b *Bid) OnType(t string) *TypeBid {
+	if t == "" {
+		return nil
+	}
+	i, ok := slices.BinarySearchFunc(b.Types, t, func(x TypeBid, t string) int { return strings.Compare(x.GPUType, t) })
+	if !ok {
+		return nil
+	}
+	return &b.Types[i]
+}
+
+// ChoiceOn is Choice on nodes of GPU type t: the type's tables if the bid
+// has a part for it, the top-level ones otherwise.
+func (b *Bid) ChoiceOn(t string, nodes, k int) (BatchChoice, bool) {
+	if tb := b.OnType(t); tb != nil {
+		return (&Bid{Single: tb.Single, Multi: tb.Multi}).Choice(nodes, k)
+	}
+	return b.Choice(nodes, k)
+}
+
+// TypeModel returns the goodput model the bid fitted on GPU type t, or
+// nil if it has none there.
+func (b *Bid) TypeModel(t string, l goodput.Limits) *goodput.Model {
+	tb := b.OnType(t)
+	if b.Version == 0 || !b.HasModel || tb == nil {
+		return nil
+	}
+	return (&Bid{Version: b.Version, HasModel: true, Params: tb.Params, HasGrad: b.HasGrad, Grad: b.Grad}).Model(l)
 }
 
 // Choice returns the bid's batch configuration for k replicas on nodes
@@ -165,6 +246,13 @@ func (b *Bid) Model(l goodput.Limits) *goodput.Model {
 
 func (b Bid) clone() Bid {
 	b.Single, b.Multi = slices.Clone(b.Single), slices.Clone(b.Multi)
+	if b.Types != nil {
+		b.Types = slices.Clone(b.Types)
+		for i := range b.Types {
+			t := &b.Types[i]
+			t.Single, t.Multi = slices.Clone(t.Single), slices.Clone(t.Multi)
+		}
+	}
 	return b
 }
 
@@ -188,8 +276,8 @@ type Job struct {
 	// Epoch and Progress are as last reported by the job.
 	Epoch    int
 	Progress float64
-	// Profile holds the profiled configurations, sorted by (Nodes,
-	// Replicas, LocalBatch).
+	// Profile holds the profiled configurations, sorted by (GPUType,
+	// Nodes, Replicas, LocalBatch).
 	Profile []ProfileEntry
 	// Grad are the latest gradient statistics; HasGrad is false until the
 	// first report.

@@ -80,8 +80,14 @@ type Config struct {
 	// Insecure turns the token check off (pollux server --insecure):
 	// every request acts as an anonymous admin.
 	Insecure bool
-	Now      func() time.Time
-	Logger   *slog.Logger
+	// Autoscaling is set on a server that autoscales (pollux server
+	// --autoscale), and NodeCost is then the price of a node-hour of the
+	// autoscaler's machines (--node-cost): /v1/status shows their cost at
+	// it.
+	Autoscaling bool
+	NodeCost    float64
+	Now         func() time.Time
+	Logger      *slog.Logger
 }
 
 // Job is one job as the API shows it.
@@ -104,8 +110,11 @@ type Job struct {
 	// SubmitterAccessor its accessor (empty: submitted without a token).
 	Submitter         string `json:"submitter"`
 	SubmitterAccessor string `json:"submitter_accessor,omitempty"`
-	// Profiled are the configurations the job has run and measured.
-	Profiled []Profiled `json:"profiled,omitempty"`
+	// Profiled are the configurations the job has run and measured, and
+	// ProfiledTypes the GPU types it has been measured on (named types,
+	// sorted; its throughput model is fitted per type).
+	Profiled      []Profiled `json:"profiled,omitempty"`
+	ProfiledTypes []string   `json:"profiled_types,omitempty"`
 	// Crashes counts failed incarnations in a row (without an epoch
 	// finished in between).
 	Crashes int `json:"crashes,omitempty"`
@@ -138,6 +147,19 @@ type BidJSON struct {
 	// on one node and over several nodes.
 	Single []ChoiceJSON `json:"single_node"`
 	Multi  []ChoiceJSON `json:"multi_node"`
+	// Types are the job's models per GPU type it has run on (Model and
+	// the tables above are then those of the type measured most).
+	Types []TypeBidJSON `json:"types,omitempty"`
+}
+
+// TypeBidJSON is a bid's part for one GPU type: the model fitted on that
+// type's measurements and the batch configurations it chooses there.
+type TypeBidJSON struct {
+	GPUType      string         `json:"gpu_type"`
+	Model        goodput.Params `json:"model"`
+	MostProfiled int            `json:"most_profiled"`
+	Single       []ChoiceJSON   `json:"single_node"`
+	Multi        []ChoiceJSON   `json:"multi_node"`
 }
 
 // ChoiceJSON is one batch configuration.
@@ -170,9 +192,10 @@ type AddPeer struct {
 
 // Profiled is one measured configuration of a job.
 type Profiled struct {
-	Nodes      int `json:"nodes"`
-	Replicas   int `json:"replicas"`
-	LocalBatch int `json:"local_bsz"`
+	Nodes      int    `json:"nodes"`
+	Replicas   int    `json:"replicas"`
+	LocalBatch int    `json:"local_bsz"`
+	GPUType    string `json:"gpu_type,omitempty"`
 }
 
 // Node is one node as the API shows it.
@@ -203,6 +226,9 @@ type Status struct {
 	GPUsUsed   int            `json:"gpus_used"`
 	Jobs       map[string]int `json:"jobs"`
 	LastRound  *RoundJSON     `json:"last_round,omitempty"`
+	// Autoscale is the autoscaler's replicated state, once it has
+	// decided anything (or the server autoscales).
+	Autoscale *AutoscaleJSON `json:"autoscale,omitempty"`
 	// Federation is the lab's federation state (docs/federation.md), when
 	// the cluster is named.
 	Federation *FederationJSON `json:"federation,omitempty"`
@@ -217,6 +243,32 @@ type FederationJSON struct {
 	Borrowed int                  `json:"gpus_borrowed"`
 	Leases   []federation.Lease   `json:"leases"`
 	Peers    []fedlink.PeerStatus `json:"peers,omitempty"`
+}
+
+// AutoscaleJSON is what the autoscaler decided and what its machines
+// cost so far.
+type AutoscaleJSON struct {
+	// Desired is the last committed desired cluster size; Asked counts
+	// the machines ever asked for.
+	Desired  int           `json:"desired"`
+	Asked    uint64        `json:"machines_asked"`
+	Machines []MachineJSON `json:"machines"`
+	// NodeHours are the hours the autoscaler's machines were paid for,
+	// each from its request to its removal (or now), on the servers'
+	// clocks; Cost is their price at this server's --node-cost (absent
+	// on a server that does not autoscale).
+	NodeHours float64  `json:"node_hours"`
+	Cost      *float64 `json:"cost,omitempty"`
+}
+
+// MachineJSON is one machine the autoscaler manages: its phase
+// (booting, up, draining), since when (Unix seconds), and when it was
+// asked for.
+type MachineJSON struct {
+	Name  string  `json:"name"`
+	Phase string  `json:"phase"`
+	Since float64 `json:"since"`
+	Asked float64 `json:"asked"`
 }
 
 // RoundJSON is the allocator's last round on this server.
@@ -438,7 +490,12 @@ func jobOf(st *consensus.State, id string) Job {
 		SubmitTime: j.SubmitTime, FinishTime: j.FinishTime, InitBatch: j.Spec.Limits.InitBatch, Reason: j.Reason, Crashes: j.Crashes,
 		Submitter: j.SubmitterName, SubmitterAccessor: j.Submitter}
 	for _, e := range j.Profile {
-		out.Profiled = append(out.Profiled, Profiled{Nodes: e.Nodes, Replicas: e.Replicas, LocalBatch: e.LocalBatch})
+		out.Profiled = append(out.Profiled, Profiled{Nodes: e.Nodes, Replicas: e.Replicas, LocalBatch: e.LocalBatch, GPUType: e.GPUType})
+	}
+	for _, t := range j.ProfiledTypes() {
+		if t != "" {
+			out.ProfiledTypes = append(out.ProfiledTypes, t)
+		}
 	}
 	if !j.Spec.Topology.IsZero() {
 		tc := j.Spec.Topology
@@ -468,13 +525,18 @@ func bidOf(b *consensus.Bid) *BidJSON {
 		g := b.Grad
 		out.Grad = &g
 	}
-	for _, t := range []struct {
-		in  []consensus.BatchChoice
-		out *[]ChoiceJSON
-	}{{b.Single, &out.Single}, {b.Multi, &out.Multi}} {
-		for _, c := range t.in {
-			*t.out = append(*t.out, ChoiceJSON{LocalBatch: c.LocalBatch, AccumSteps: c.AccumSteps, Gain: c.Gain})
-		}
+	out.Single, out.Multi = choicesOf(b.Single), choicesOf(b.Multi)
+	for _, tb := range b.Types {
+		out.Types = append(out.Types, TypeBidJSON{GPUType: tb.GPUType, Model: tb.Params, MostProfiled: tb.MostProfiled,
+			Single: choicesOf(tb.Single), Multi: choicesOf(tb.Multi)})
+	}
+	return out
+}
+
+func choicesOf(cs []consensus.BatchChoice) []ChoiceJSON {
+	var out []ChoiceJSON
+	for _, c := range cs {
+		out = append(out, ChoiceJSON{LocalBatch: c.LocalBatch, AccumSteps: c.AccumSteps, Gain: c.Gain})
 	}
 	return out
 }
@@ -605,6 +667,7 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 		s.LastRound = &RoundJSON{Generation: ri.Generation, Jobs: ri.Jobs, Fitness: ri.Fitness, Seconds: ri.Duration.Seconds(), Policy: ri.Policy}
 	}
 	a.mu.Unlock()
+	s.Autoscale = AutoscaleOf(st, a.cfg.Now(), a.cfg.Autoscaling, a.cfg.NodeCost)
 	if st.Fed != nil {
 		lg := st.Fed.Ledger
 		s.Federation = &FederationJSON{Cluster: st.Fed.Lab.Name, Lent: lg.Lent(), Borrowed: lg.Borrowed(), Leases: lg.Leases()}
@@ -613,6 +676,28 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, s)
+}
+
+// AutoscaleOf is the status's autoscaler section at now, as a server
+// that autoscales (or not) at nodeCost per node-hour shows it: nil when
+// the autoscaler never decided anything and the server does not
+// autoscale; the cost only on a server that does.
+func AutoscaleOf(st *consensus.State, now time.Time, autoscaling bool, nodeCost float64) *AutoscaleJSON {
+	sc := st.Scale
+	if sc.Seq == 0 && sc.Desired == 0 && !autoscaling {
+		return nil
+	}
+	t := float64(now.UnixNano()) / 1e9
+	out := &AutoscaleJSON{Desired: sc.Desired, Asked: sc.Seq, Machines: []MachineJSON{}, NodeHours: sc.NodeSeconds(t) / 3600}
+	for _, name := range sc.Names() {
+		m := sc.Nodes[name]
+		out.Machines = append(out.Machines, MachineJSON{Name: name, Phase: m.Phase.String(), Since: m.Since, Asked: m.Asked})
+	}
+	if autoscaling {
+		cost := out.NodeHours * nodeCost
+		out.Cost = &cost
+	}
+	return out
 }
 
 // stateCollector exports gauges computed from the local state at scrape

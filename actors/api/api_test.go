@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"pollux/cluster/federation"
 	"pollux/cluster/fedlink"
 	"pollux/consensus"
+	"pollux/optimizer/goodput"
 )
 
 // fakeBackend is a leader (unless follower) holding a state in memory.
@@ -200,6 +202,53 @@ func TestReads(t *testing.T) {
 		if code != 200 || !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// TestStatusShowsTheAutoscalersBill: /v1/status shows the autoscaler's
+// machines and the node-hours they were paid for, each from its request
+// to its removal or now, and their cost at the server's price; a server
+// that does not autoscale, on a cluster that never did, shows nothing.
+func TestStatusShowsTheAutoscalersBill(t *testing.T) {
+	a, fb := newTest()
+	status := func() Status {
+		t.Helper()
+		code, body := do(a, "GET", PathStatus, "")
+		var st Status
+		if err := json.Unmarshal([]byte(body), &st); err != nil || code != 200 {
+			t.Fatalf("status: %d %s", code, body)
+		}
+		return st
+	}
+	if st := status(); st.Autoscale != nil {
+		t.Errorf("a cluster that never autoscaled: %+v", st.Autoscale)
+	}
+	// At 1000 two machines are asked for; one never joins and is removed
+	// at 1900 (0.25 h); the other joins at 1100.
+	for _, c := range []consensus.Command{
+		&consensus.ScaleDecision{Term: 3, Time: 1000, Desired: 3, Add: []string{"auto-1", "auto-2"}},
+		&consensus.ScaleUpdate{Term: 3, Time: 1100, Name: "auto-1", Outcome: consensus.ScaleJoined},
+		&consensus.ScaleUpdate{Term: 3, Time: 1900, Name: "auto-2", Outcome: consensus.ScaleRemoved, Reason: "never joined"},
+	} {
+		if err := fb.ApplyCommand(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.cfg.Now = func() time.Time { return time.Unix(1000+2*3600, 0) } // auto-1 up for 2 h since its request
+	st := status()
+	as := st.Autoscale
+	if as == nil || as.Desired != 3 || as.Asked != 2 || len(as.Machines) != 1 || as.Cost != nil {
+		t.Fatalf("autoscale on a server without --autoscale: %+v", as)
+	}
+	if m := as.Machines[0]; m != (MachineJSON{Name: "auto-1", Phase: "up", Since: 1100, Asked: 1000}) {
+		t.Errorf("machine %+v", m)
+	}
+	if math.Abs(as.NodeHours-2.25) > 1e-9 {
+		t.Errorf("node-hours %v, want 2.25", as.NodeHours)
+	}
+	a.cfg.Autoscaling, a.cfg.NodeCost = true, 4
+	if as := status().Autoscale; as == nil || as.Cost == nil || math.Abs(*as.Cost-9) > 1e-9 {
+		t.Errorf("cost at 4 per node-hour: %+v", as)
 	}
 }
 
@@ -397,5 +446,58 @@ func TestStatusFederation(t *testing.T) {
 	fb.follower = true
 	if _, body := do(a, "GET", PathStatus, ""); strings.Contains(body, `"peers"`) {
 		t.Errorf("a follower shows peers it does not exchange bids with: %s", body)
+	}
+}
+
+// TestJobShowsPerTypeModels: a job measured on two GPU types shows them
+// (profiled_types, each profiled configuration's gpu_type) and its bid's
+// model per type, under the JSON names other tools read.
+func TestJobShowsPerTypeModels(t *testing.T) {
+	a, fb := newTest()
+	do(a, "POST", PathJobs, good)
+	j := fb.st.Jobs["j1"]
+	pt := func(typ string, k int, step float64) consensus.ProfileEntry {
+		return consensus.ProfileEntry{ProfilePoint: goodput.ProfilePoint{Nodes: 1, Replicas: k, LocalBatch: 64, AccumTime: step, StepTime: step},
+			Count: 3, GPUType: typ}
+	}
+	j.Profile = []consensus.ProfileEntry{pt("", 1, 0.3), pt("a100", 1, 0.1), pt("a100", 2, 0.12), pt("t4", 1, 0.25)}
+	fast := goodput.Params{AlphaC: 0.01, BetaC: 0.001, AlphaN: 0.1, BetaN: 0.01, AlphaR: 0.05, BetaR: 0.005, Gamma: 1.5}
+	slow := fast
+	slow.AlphaC, slow.BetaC = 0.025, 0.0025
+	tab := []consensus.BatchChoice{{LocalBatch: 64, Gain: 1}, {LocalBatch: 64, Gain: 1.5}}
+	j.Bid = consensus.Bid{Session: 1, Version: 3, HasModel: true, Params: fast, MostProfiled: 2, Single: tab, Multi: tab,
+		Types: []consensus.TypeBid{{GPUType: "a100", Params: fast, MostProfiled: 2, Single: tab, Multi: tab},
+			{GPUType: "t4", Params: slow, MostProfiled: 1, Single: tab, Multi: tab}}}
+	if err := j.Bid.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	code, body := do(a, "GET", PathJobs+"/j1", "")
+	var got struct {
+		ProfiledTypes []string `json:"profiled_types"`
+		Profiled      []struct {
+			Replicas int    `json:"replicas"`
+			GPUType  string `json:"gpu_type"`
+		} `json:"profiled"`
+		Bid struct {
+			Types []struct {
+				GPUType string             `json:"gpu_type"`
+				Model   map[string]float64 `json:"model"`
+				Single  []map[string]any   `json:"single_node"`
+			} `json:"types"`
+		} `json:"bid"`
+	}
+	if err := json.Unmarshal([]byte(body), &got); err != nil || code != 200 {
+		t.Fatalf("job: %d %s", code, body)
+	}
+	if !slices.Equal(got.ProfiledTypes, []string{"a100", "t4"}) || len(got.Profiled) != 4 || got.Profiled[3].GPUType != "t4" || got.Profiled[0].GPUType != "" {
+		t.Errorf("profiled types %q, profiled %+v", got.ProfiledTypes, got.Profiled)
+	}
+	if ts := got.Bid.Types; len(ts) != 2 || ts[0].GPUType != "a100" || ts[1].GPUType != "t4" ||
+		ts[1].Model["alpha_c"] != 0.025 || ts[0].Model["alpha_c"] != 0.01 || len(ts[1].Single) != 2 {
+		t.Errorf("bid types %+v", ts)
+	}
+	// The list shows the types too.
+	if _, body := do(a, "GET", PathJobs, ""); !strings.Contains(body, `"profiled_types":["a100","t4"]`) {
+		t.Errorf("list: %s", body)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"pollux/actors/pb"
 	"pollux/consensus"
+	"pollux/optimizer"
 	"pollux/optimizer/goodput"
 )
 
@@ -109,21 +110,43 @@ func bidOf(m *pb.Bid) (*consensus.Bid, error) {
 		}
 		b.Params = goodput.ParamsFrom([7]float64(m.Params))
 	}
-	if len(m.Single) > consensus.MaxBidReplicas || len(m.Multi) > consensus.MaxBidReplicas {
-		return nil, fmt.Errorf("%w: tables of %d and %d shapes", consensus.ErrInvalid, len(m.Single), len(m.Multi))
+	var err error
+	if b.Single, b.Multi, err = tablesOf(m.Single, m.Multi); err != nil {
+		return nil, err
+	}
+	if len(m.Types) > 0 {
+		b.Types = make([]consensus.TypeBid, 0, len(m.Types))
+	}
+	for _, t := range m.Types {
+		if len(t.Params) != 7 {
+			return nil, fmt.Errorf("%w: GPU type %q: %d model parameters", consensus.ErrInvalid, t.GpuType, len(t.Params))
+		}
+		tb := consensus.TypeBid{GPUType: t.GpuType, Params: goodput.ParamsFrom([7]float64(t.Params)), MostProfiled: int(t.MostProfiled)}
+		if tb.Single, tb.Multi, err = tablesOf(t.Single, t.Multi); err != nil {
+			return nil, err
+		}
+		b.Types = append(b.Types, tb)
+	}
+	return b, b.Validate()
+}
+
+// tablesOf converts a bid message's tables.
+func tablesOf(single, multi []*pb.BatchChoice) (s, m []consensus.BatchChoice, err error) {
+	if len(single) > consensus.MaxBidReplicas || len(multi) > consensus.MaxBidReplicas {
+		return nil, nil, fmt.Errorf("%w: tables of %d and %d shapes", consensus.ErrInvalid, len(single), len(multi))
 	}
 	for _, t := range []struct {
 		in  []*pb.BatchChoice
 		out *[]consensus.BatchChoice
-	}{{m.Single, &b.Single}, {m.Multi, &b.Multi}} {
+	}{{single, &s}, {multi, &m}} {
 		for _, c := range t.in {
 			if c.LocalBsz > math.MaxInt32 || c.AccumSteps > math.MaxInt32 {
-				return nil, fmt.Errorf("%w: batch choice %v", consensus.ErrInvalid, c)
+				return nil, nil, fmt.Errorf("%w: batch choice %v", consensus.ErrInvalid, c)
 			}
 			*t.out = append(*t.out, consensus.BatchChoice{LocalBatch: int(c.LocalBsz), AccumSteps: int(c.AccumSteps), Gain: c.Gain})
 		}
 	}
-	return b, b.Validate()
+	return s, m, nil
 }
 
 // checkMeasurements checks the numbers of a bid's measurements.
@@ -137,6 +160,11 @@ func checkMeasurements(ms []*pb.Measurement) error {
 		}
 		if len(m.Profile) > 256 {
 			return fmt.Errorf("%w: %d profile points in one measurement", consensus.ErrInvalid, len(m.Profile))
+		}
+		if m.GpuType != "" {
+			if err := optimizer.CheckName("GPU type", m.GpuType); err != nil {
+				return fmt.Errorf("%w: measurement %d: %w", consensus.ErrInvalid, m.Seq, err)
+			}
 		}
 		for _, p := range m.Profile {
 			e := profileEntry(p)
@@ -211,7 +239,7 @@ func (a *allocator) updates(st *consensus.State) ([]consensus.RoundJob, map[stri
 				u.HasBid, u.Bid = true, *bs.bid
 				bids[id] = bs.bid
 			}
-			if m, running := measurement(j, bs); m != nil {
+			if m, running := measurement(j, bs, placementType(st, st.Allocation.Jobs[id])); m != nil {
 				u.HasMeas, u.Meas = true, *m
 				u.Running = running
 			}
@@ -229,10 +257,11 @@ func (a *allocator) updates(st *consensus.State) ([]consensus.RoundJob, map[stri
 }
 
 // measurement sums the measurements of bs that continue j's acknowledged
-// sequence (contiguously); only those of j's current incarnation carry
-// data, the others are merely consumed. running is set when some carry
-// data.
-func measurement(j *consensus.Job, bs *bidState) (*consensus.Measurement, bool) {
+// sequence (contiguously); only those of j's current incarnation on GPU
+// type typ (the type of its placement, which the incarnation's number
+// fixes) carry data, the others are merely consumed. The sum is recorded
+// under typ. running is set when some carry data.
+func measurement(j *consensus.Job, bs *bidState, typ string) (*consensus.Measurement, bool) {
 	base := uint64(0)
 	switch {
 	case bs.session == j.MeasSession:
@@ -240,7 +269,7 @@ func measurement(j *consensus.Job, bs *bidState) (*consensus.Measurement, bool) 
 	case bs.session < j.MeasSession:
 		return nil, false
 	}
-	m := &consensus.Measurement{Session: bs.session, From: base, To: base}
+	m := &consensus.Measurement{Session: bs.session, From: base, To: base, GPUType: typ}
 	sums := map[[3]int]*consensus.ProfileEntry{}
 	running := false
 	for _, d := range bs.msg.Unacked {
@@ -251,7 +280,9 @@ func measurement(j *consensus.Job, bs *bidState) (*consensus.Measurement, bool) 
 			break // a gap: wait for the actor to resend
 		}
 		m.To = d.Seq
-		if d.Incarnation != j.Incarnation {
+		// (an actor that names no type predates typed measurements: the
+		// placement's type is the incarnation's all the same)
+		if d.Incarnation != j.Incarnation || (d.GpuType != "" && d.GpuType != typ) {
 			continue
 		}
 		running = true

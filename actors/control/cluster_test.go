@@ -79,6 +79,11 @@ type clusterOpts struct {
 	// autoscale, if set, gives every allocator these autoscaling
 	// settings (scale_test.go).
 	autoscale func(c *tcluster) *control.Autoscale
+	// gpuTypes are the nodes' GPU types by name (none: untyped), and
+	// slower how many times longer every step takes on a type than the
+	// catalog says (types_cluster_test.go).
+	gpuTypes map[string]string
+	slower   map[string]float64
 }
 
 // dropRule drops the first n messages matching match.
@@ -163,9 +168,13 @@ func (c *tcluster) addNode(name string) {
 func (c *tcluster) startNode(name string) (*node.Node, error) {
 	o := c.opts
 	cat := c.cat
+	typ := o.gpuTypes[name]
+	if f, ok := o.slower[typ]; ok {
+		cat = slowCatalog(cat, f)
+	}
 	l := &inproc.Launcher{Catalog: cat, TimeScale: o.timeScale, Tick: 10 * time.Millisecond, ReportEvery: 50 * time.Millisecond,
 		Started: func(s node.WorkerSpec) { c.mu.Lock(); c.told = append(c.told, s); c.mu.Unlock() }}
-	nd, err := node.Start(c.sys, node.Config{Name: name, GPUs: o.gpus, Grace: 5 * time.Second, ReportListen: "none",
+	nd, err := node.Start(c.sys, node.Config{Name: name, GPUs: o.gpus, GPUType: typ, Grace: 5 * time.Second, ReportListen: "none",
 		ActorName: "node-" + name, Launch: c.watchLaunch(name, l.Launch), Logger: quiet(), WorkerOutput: io.Discard,
 		Emulator: func(app string) []string { return []string{"inproc", app} },
 		PropsOptions: []actor.PropsOption{
@@ -178,7 +187,7 @@ func (c *tcluster) startNode(name string) (*node.Node, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.nodes = append(c.nodes, nd)
-	c.agents = append(c.agents, cluster.Member{Name: name, Meta: cluster.Meta{Role: cluster.RoleAgent, GPUs: o.gpus, ActorAddr: c.sys.Address()}})
+	c.agents = append(c.agents, cluster.Member{Name: name, Meta: cluster.Meta{Role: cluster.RoleAgent, GPUs: o.gpus, GPUType: typ, ActorAddr: c.sys.Address()}})
 	return nd, nil
 }
 

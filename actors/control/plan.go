@@ -3,6 +3,7 @@ package control
 import (
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	"net"
 	"slices"
@@ -11,7 +12,6 @@ import (
 	"pollux/actors/workerproto"
 	"pollux/consensus"
 	"pollux/optimizer"
-	"pollux/optimizer/goodput"
 )
 
 // maxAdaptiveReplicas caps an adaptive job's replicas (spec section 4).
@@ -64,14 +64,18 @@ func ownNodes(st *consensus.State) []optimizer.Node {
 // restarted with another rack or type: the job is placed afresh), its age at now
 // (seconds on the state's clock, multiplied by timeScale so that an
 // emulated cluster's restart penalty is weighed in emulated time), its
-// attained service, and the goodput model built from its bid. bids
-// overrides a job's replicated bid with a newer one (received since the
-// last round, committed by this round). A job without a bid is left out:
-// it is placed once its actor has bid, so that its workers run the
+// attained service, and the goodput models built from its bid (typeModels).
+// bids overrides a job's replicated bid with a newer one (received since
+// the last round, committed by this round). A job without a bid is left
+// out: it is placed once its actor has bid, so that its workers run the
 // configuration it chose.
 func BuildSnapshot(st *consensus.State, bids map[string]*consensus.Bid, now, timeScale float64, seed uint64) (*optimizer.Snapshot, error) {
 	snap := &optimizer.Snapshot{Nodes: ownNodes(st), Levels: slices.Clone(st.Config.Levels), Seed: seed, Now: now}
 	types := gpuTypes(snap.Nodes)
+	var speeds map[string]float64
+	if len(types) > 1 {
+		speeds = typeSpeeds(st, bids, types)
+	}
 	alive := map[string]bool{}
 	for _, n := range snap.Nodes {
 		alive[n.ID] = true
@@ -111,12 +115,15 @@ func BuildSnapshot(st *consensus.State, bids map[string]*consensus.Bid, now, tim
 			Current: cur, Model: bid.Model(j.Spec.Limits), App: j.Spec.App,
 			Topology: j.Spec.Topology, GPUType: j.Spec.GPUType,
 		}
-		if len(types) > 1 && job.Model != nil {
-			// The job's model is fitted on all its measurements, whatever
-			// the type: type-aware policies take it as every type's.
-			job.TypeModels = make(map[string]*goodput.Model, len(types))
-			for _, t := range types {
-				job.TypeModels[t] = job.Model
+		switch {
+		case len(types) == 1 && job.Model != nil:
+			if md := bid.TypeModel(types[0], j.Spec.Limits); md != nil {
+				job.Model = md
+			}
+		case len(types) > 1 && job.Model != nil:
+			job.TypeModels, job.TypeReplicas = typeModels(bid, j.Spec.Limits, types)
+			if len(speeds) > 1 {
+				job.TypeThroughput = maps.Clone(speeds)
 			}
 		}
 		snap.Jobs = append(snap.Jobs, job)
@@ -140,6 +147,17 @@ func BuildSnapshot(st *consensus.State, bids map[string]*consensus.Bid, now, tim
 		}
 	}
 	return snap, nil
+}
+
+// placementType is the GPU type of a placement's nodes ("" untyped or
+// none): a job runs on one type at a time.
+func placementType(st *consensus.State, slots []consensus.Slot) string {
+	for _, sl := range slots {
+		if n := st.Nodes[sl.Node]; n != nil {
+			return n.GPUType
+		}
+	}
+	return ""
 }
 
 // gpuTypes lists the GPU types of nodes, sorted ("" for untyped nodes).
@@ -231,7 +249,7 @@ func Assignments(st *consensus.State, o AssignOptions) (map[string]*pb.Assign, [
 		for _, sl := range slots {
 			k += sl.GPUs
 		}
-		choice, ok := j.Bid.Choice(len(slots), k)
+		choice, ok := j.Bid.ChoiceOn(placementType(st, slots), len(slots), k)
 		if !ok {
 			uncovered = append(uncovered, id)
 			continue

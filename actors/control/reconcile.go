@@ -175,7 +175,7 @@ func (a *allocator) host(ctx actor.Context, st *consensus.State) bool {
 			k += sl.GPUs
 		}
 		jobs[server] = append(jobs[server], &pb.HostedJob{Job: id, Incarnation: j.Incarnation, Session: h.session,
-			Nodes: uint32(len(slots)), Replicas: uint32(k)})
+			Nodes: uint32(len(slots)), Replicas: uint32(k), GpuType: placementType(st, slots)})
 	}
 	for id := range a.hosting {
 		if st.Jobs[id] == nil {

@@ -37,6 +37,12 @@ type Autoscale struct {
 	// OpTimeout bounds one provider call (default 10 min; the exec
 	// provider's own timeout and retries fit within it).
 	OpTimeout time.Duration
+	// ScaleDownDelay is how long the desired size must stay below the
+	// cluster's before machines are drained (0: at the first round that
+	// wants fewer, the artifact's rule alone); what is drained then is
+	// down to the largest size wanted over that time. The leader keeps
+	// the clock: a new leader starts it again.
+	ScaleDownDelay time.Duration
 }
 
 // Validate checks the settings, as a server does at start-up.
@@ -49,8 +55,8 @@ func (s *Autoscale) Validate() error {
 		return fmt.Errorf("%w: autoscaling without a provider", ErrConfig)
 	case !(s.NodeCost >= 0) || s.NodeCost > 1e12:
 		return fmt.Errorf("%w: node cost %v per hour, want a finite price of at least 0", ErrConfig, s.NodeCost)
-	case s.JoinTimeout < 0 || s.OpTimeout < 0:
-		return fmt.Errorf("%w: join timeout %v, provider timeout %v", ErrConfig, s.JoinTimeout, s.OpTimeout)
+	case s.JoinTimeout < 0 || s.OpTimeout < 0 || s.ScaleDownDelay < 0:
+		return fmt.Errorf("%w: join timeout %v, provider timeout %v, scale-down delay %v", ErrConfig, s.JoinTimeout, s.OpTimeout, s.ScaleDownDelay)
 	}
 	return nil
 }
@@ -95,6 +101,28 @@ type scaleState struct {
 	// removed are machines the provider removed that the node table may
 	// still show alive until gossip notices: not counted.
 	removed map[string]bool
+	// lowSince is when the desired size fell below the cluster's (zero:
+	// it is not below), and lowMax the largest size wanted since.
+	lowSince time.Time
+	lowMax   int
+}
+
+// shrinkTo is the size a shrink may go down to this round, given the
+// desired size and the machines held (have > desired): have itself
+// until the desired size has stayed below it for ScaleDownDelay, then
+// the largest size wanted over that time.
+func (s *scaleState) shrinkTo(desired, have int, now time.Time, delay time.Duration) int {
+	if delay <= 0 {
+		return desired
+	}
+	if s.lowSince.IsZero() {
+		s.lowSince, s.lowMax = now, desired
+	}
+	s.lowMax = max(s.lowMax, desired)
+	if now.Sub(s.lowSince) < delay {
+		return have
+	}
+	return s.lowMax
 }
 
 // autoscalePolicy wraps Pollux into the autoscaler when autoscaling is
@@ -152,6 +180,9 @@ func (a *allocator) scale(ctx actor.Context, st *consensus.State, dec *optimizer
 		}
 	}
 	have := up + booting
+	if desired >= have || booting > 0 {
+		a.scaling.lowSince = time.Time{}
+	}
 	cmd := &consensus.ScaleDecision{Term: a.term, Time: now, Desired: desired}
 	switch {
 	case desired > have && live:
@@ -167,10 +198,11 @@ func (a *allocator) scale(ctx actor.Context, st *consensus.State, dec *optimizer
 	case desired < have && booting == 0:
 		// The last machines first: the autoscaler's allocation vacates
 		// the nodes beyond the size it wants; of those, the emptiest.
+		to := a.scaling.shrinkTo(desired, have, a.cfg.Now(), s.ScaleDownDelay)
 		used := st.UsedGPUs()
 		slices.Reverse(drainable)
 		slices.SortStableFunc(drainable, func(x, y string) int { return used[x] - used[y] })
-		cmd.Drain = drainable[:min(have-desired, len(drainable))]
+		cmd.Drain = drainable[:min(have-to, len(drainable))]
 	}
 	if len(cmd.Add) == 0 && len(cmd.Drain) == 0 {
 		return
@@ -178,6 +210,9 @@ func (a *allocator) scale(ctx actor.Context, st *consensus.State, dec *optimizer
 	if err := a.cfg.Store.ApplyCommand(c, cmd); err != nil {
 		a.cfg.Logger.Warn("control: committing the scale decision", "desired", desired, "err", err)
 		return
+	}
+	if len(cmd.Drain) > 0 {
+		a.scaling.lowSince = time.Time{} // a new window for what is left
 	}
 	a.cfg.Logger.Info("control: cluster size decided", "desired", desired, "nodes", up, "booting", booting, "add", cmd.Add,
 		"drain", cmd.Drain, "cost_per_hour", float64(desired)*s.NodeCost, "utility", utilityOf(dec))

@@ -2,6 +2,7 @@ package control
 
 import (
 	"testing"
+	"time"
 
 	"pollux/cluster"
 	"pollux/consensus"
@@ -29,6 +30,35 @@ func TestRunsServer(t *testing.T) {
 	} {
 		if got := a.runsServer(&tc.node); got != tc.want {
 			t.Errorf("%s at %v: runs a server %v, want %v", tc.node.ID, tc.node.Addresses, got, tc.want)
+		}
+	}
+}
+
+// The scale-down window: a shrink waits until the desired size has been
+// below the cluster's for the delay, then goes down to the largest size
+// wanted meanwhile; without a delay it goes to the size wanted now.
+func TestShrinkToWaitsForTheDelay(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	type step struct {
+		at            time.Duration
+		desired, have int
+		want          int
+	}
+	tests := []struct {
+		name  string
+		delay time.Duration
+		steps []step
+	}{
+		{"no delay", 0, []step{{0, 2, 4, 2}, {time.Second, 1, 4, 1}}},
+		{"held until the delay", time.Minute, []step{{0, 2, 4, 4}, {30 * time.Second, 1, 4, 4}, {time.Minute, 1, 4, 2}}},
+		{"the largest size wanted in the window", time.Minute, []step{{0, 1, 4, 4}, {20 * time.Second, 3, 4, 4}, {70 * time.Second, 1, 4, 3}}},
+	}
+	for _, tc := range tests {
+		var s scaleState
+		for i, st := range tc.steps {
+			if got := s.shrinkTo(st.desired, st.have, t0.Add(st.at), tc.delay); got != st.want {
+				t.Errorf("%s, step %d: shrink to %d, want %d", tc.name, i, got, st.want)
+			}
 		}
 	}
 }

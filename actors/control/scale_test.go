@@ -389,3 +389,44 @@ func TestAutoscaleMachineThatNeverJoinsIsGivenUp(t *testing.T) {
 		t.Errorf("state %+v after asking for %v", st.Scale, asked)
 	}
 }
+
+// With a scale-down delay, the machines the jobs needed stay after the
+// jobs are gone until the desired size has been lower for that long:
+// the provider is asked to remove nothing meanwhile. (Without one, the
+// tests above see machines removed at the next rounds.)
+func TestAutoscaleScaleDownDelayHoldsMachines(t *testing.T) {
+	var p *fakeProvider
+	c := newTCluster(t, clusterOpts{servers: 1, nodes: 1, gpus: 4, timeScale: 300, autoscale: func(c *tcluster) *control.Autoscale {
+		as := autoscaleOpts(&p, 3, time.Minute)(c)
+		as.ScaleDownDelay = time.Hour
+		return as
+	}})
+	jobs := []string{"a", "b", "c"}
+	for _, id := range jobs {
+		c.submit(id, "cifar10", 8)
+	}
+	l := c.leader()
+	waitFor(t, "a machine up", 60*time.Second, func() bool {
+		for _, m := range l.srv.LocalState().Scale.Nodes {
+			if m.Phase == consensus.ScaleUp {
+				return true
+			}
+		}
+		return false
+	})
+	c.waitAll(120*time.Second, jobs...)
+	time.Sleep(3 * time.Second) // 15 rounds of 200 ms with nothing to run
+	adds, removes := p.counts()
+	if len(removes) != 0 {
+		t.Errorf("machines removed within the delay: %v (added %v)", removes, adds)
+	}
+	up := 0
+	for _, m := range l.srv.LocalState().Scale.Nodes {
+		if m.Phase == consensus.ScaleUp {
+			up++
+		}
+	}
+	if up == 0 {
+		t.Errorf("no machine up after the jobs: %+v", l.srv.LocalState().Scale)
+	}
+}

@@ -81,6 +81,11 @@ type Config struct {
 	SampleEvery time.Duration
 	Retention   time.Duration
 	GradHistory int
+	// Autoscaling and NodeCost are the server's autoscaling settings
+	// (api.Config's): the control-plane view shows the autoscaler's
+	// machines, node-hours and, on a server that autoscales, their cost.
+	Autoscaling bool
+	NodeCost    float64
 	Now         func() time.Time
 	Logger      *slog.Logger
 }
@@ -458,6 +463,7 @@ func (d *Dashboard) snapshot(ctx context.Context, v Viewer, since float64) (Over
 	ov.LastRound = d.lastRound
 	ov.Series = d.series.items(func(s Sample) bool { return s.Time > since })
 	d.mu.Unlock()
+	ov.Autoscale = api.AutoscaleOf(st, now, d.cfg.Autoscaling, d.cfg.NodeCost)
 	if ov.Racks == nil {
 		ov.Racks = []Rack{}
 	}

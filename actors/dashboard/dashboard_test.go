@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -417,6 +418,19 @@ func TestOverviewShowsTheState(t *testing.T) {
 	if lr := overviewOf(t, f, readSecret).LastRound; lr == nil || lr.Generation != 13 || lr.Seconds != 0.042 || lr.Policy != "pollux" {
 		t.Errorf("last round %+v", lr)
 	}
+	// The autoscaler: nothing until it decides; then its machine, asked
+	// for an hour before the fixture's clock, and no cost on a server
+	// that does not autoscale.
+	if as := ov.Autoscale; as != nil {
+		t.Errorf("autoscaler before any decision: %+v", as)
+	}
+	if _, err := consensus.ApplyTo(f.fb.st, &consensus.ScaleDecision{Term: 4, Time: 1_000_000 - 3600, Desired: 4, Add: []string{"auto-1"}}, 4); err != nil {
+		t.Fatal(err)
+	}
+	as := overviewOf(t, f, readSecret).Autoscale
+	if as == nil || as.Desired != 4 || len(as.Machines) != 1 || as.Machines[0].Phase != "booting" || as.NodeHours != 1 || as.Cost != nil {
+		t.Errorf("autoscaler %+v", as)
+	}
 }
 
 func TestViewerMayCancelWhatTheTokenMay(t *testing.T) {
@@ -676,5 +690,47 @@ func TestEmbeddedDataIsEscaped(t *testing.T) {
 	if start < 0 || end < 0 || json.Unmarshal([]byte(body[start+len(`<script id="initial" type="application/json">`):start+end]), &data) != nil ||
 		!slices.ContainsFunc(data.Overview.Jobs, func(j Job) bool { return j.ID == evil }) {
 		t.Errorf("the embedded data lost the job %q", evil)
+	}
+}
+
+// TestRunningJobUsesItsTypesModel: a job whose bid has a part for the
+// GPU type it is placed on (v100) shows that part's batch configuration
+// and its goodput by that type's model, and each measurement of the
+// detail view is set against the model of its own type.
+func TestRunningJobUsesItsTypesModel(t *testing.T) {
+	st := testState()
+	a := st.Jobs["a"]
+	slow := model
+	slow.AlphaC, slow.BetaC = 3*model.AlphaC, 3*model.BetaC
+	tb := consensus.TypeBid{GPUType: "v100", Params: slow, MostProfiled: 2,
+		Single: slices.Clone(a.Bid.Single), Multi: slices.Clone(a.Bid.Multi)}
+	tb.Multi[4] = consensus.BatchChoice{LocalBatch: 32, AccumSteps: 2, Gain: 1.2}
+	a.Bid.Types = []consensus.TypeBid{tb}
+	a.Profile[1].GPUType = "v100" // measured on v100; the other entry untyped
+	if err := a.Bid.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var got Job
+	for _, j := range jobsOf(st, nil) {
+		if j.ID == "a" {
+			got = j
+		}
+	}
+	md := goodput.Model{Params: slow, Grad: a.Bid.Grad, Limits: a.Spec.Limits}
+	if got.LocalBatch != 32 || got.AccumSteps != 2 || got.Gain != 1.2 || got.Goodput != md.Goodput(2, 5, 32, 2) {
+		t.Errorf("job a on v100: %+v, want the v100 choice and goodput %v", got, md.Goodput(2, 5, 32, 2))
+	}
+	d, ok := detailOf(st, "a", nil, 0, nil)
+	if !ok || len(d.Profile) != 2 {
+		t.Fatalf("detail %+v", d)
+	}
+	for _, pp := range d.Profile {
+		p := model
+		if pp.GPUType == "v100" {
+			p = slow
+		}
+		if want := p.Throughput(pp.Nodes, pp.Replicas, float64(pp.LocalBatch), 0); math.Abs(pp.Fitted-want) > 1e-9*want {
+			t.Errorf("%+v: fitted %v, want %v by its type's model", pp, pp.Fitted, want)
+		}
 	}
 }

@@ -60,6 +60,9 @@ type Overview struct {
 	// LastRound is the last allocation round this server ran (only a
 	// server that has led has one).
 	LastRound *api.RoundJSON `json:"last_round,omitempty"`
+	// Autoscale is the autoscaler's machines and what they cost (as
+	// GET /v1/status shows it; absent when the cluster never autoscaled).
+	Autoscale *api.AutoscaleJSON `json:"autoscale,omitempty"`
 	// Series are the samples of this server's ring newer than the
 	// request's since (all of them without one).
 	Series []Sample `json:"series"`
@@ -160,6 +163,8 @@ type ProfilePoint struct {
 	// Replicas*LocalBatch/StepTime; Fitted what the model predicts.
 	Throughput float64 `json:"throughput"`
 	Fitted     float64 `json:"fitted,omitempty"`
+	// GPUType is the type of the nodes it was measured on ("" untyped).
+	GPUType string `json:"gpu_type,omitempty"`
 }
 
 // FitCurve is the fitted throughput of one shape: points (local batch,
@@ -236,16 +241,18 @@ type baseCache struct {
 
 type baseEntry struct {
 	session, version uint64
+	gpuType          string
 	goodput          float64
 }
 
-// base is the best goodput of j's model md on one GPU (0: none).
-func (c *baseCache) base(j *consensus.Job, md *goodput.Model) float64 {
+// base is the best goodput of j's model md (its model on GPU type typ) on
+// one GPU (0: none).
+func (c *baseCache) base(j *consensus.Job, typ string, md *goodput.Model) float64 {
 	if c != nil {
 		c.mu.Lock()
 		e, ok := c.m[j.ID]
 		c.mu.Unlock()
-		if ok && e.session == j.Bid.Session && e.version == j.Bid.Version {
+		if ok && e.session == j.Bid.Session && e.version == j.Bid.Version && e.gpuType == typ {
 			return e.goodput
 		}
 	}
@@ -258,7 +265,7 @@ func (c *baseCache) base(j *consensus.Job, md *goodput.Model) float64 {
 		if c.m == nil {
 			c.m = map[string]baseEntry{}
 		}
-		c.m[j.ID] = baseEntry{session: j.Bid.Session, version: j.Bid.Version, goodput: g}
+		c.m[j.ID] = baseEntry{session: j.Bid.Session, version: j.Bid.Version, gpuType: typ, goodput: g}
 		c.mu.Unlock()
 	}
 	return g
@@ -280,18 +287,28 @@ func jobOf(j *consensus.Job, aj api.Job, bases *baseCache) Job {
 	if aj.GPUs == 0 {
 		return out
 	}
-	c, ok := j.Bid.Choice(aj.Nodes, aj.GPUs)
+	// The job runs what its bid chose for the type it is placed on, and
+	// its goodput there is by that type's model (the best-known one on a
+	// type it has no model on yet).
+	typ := ""
+	if len(aj.Placement) > 0 {
+		typ = aj.Placement[0].GPUType
+	}
+	c, ok := j.Bid.ChoiceOn(typ, aj.Nodes, aj.GPUs)
 	if !ok {
 		return out
 	}
 	out.LocalBatch, out.AccumSteps, out.Gain = c.LocalBatch, c.AccumSteps, finite(c.Gain)
 	out.BatchSize = aj.GPUs * c.LocalBatch * (c.AccumSteps + 1)
-	md := j.Bid.Model(j.Spec.Limits)
+	md := j.Bid.TypeModel(typ, j.Spec.Limits)
+	if md == nil {
+		md = j.Bid.Model(j.Spec.Limits)
+	}
 	if md == nil {
 		return out
 	}
 	out.Goodput = finite(md.Goodput(aj.Nodes, aj.GPUs, c.LocalBatch, c.AccumSteps))
-	if base := bases.base(j, md); base > 0 {
+	if base := bases.base(j, typ, md); base > 0 {
 		out.Speedup = finite(out.Goodput / base)
 	}
 	return out
@@ -381,12 +398,17 @@ func detailOf(st *consensus.State, id string, hist []GradPoint, now float64, bas
 	type shape struct{ n, k int }
 	var shapes []shape
 	for _, e := range j.Profile {
-		pp := ProfilePoint{ProfilePoint: e.ProfilePoint, Count: e.Count}
+		pp := ProfilePoint{ProfilePoint: e.ProfilePoint, Count: e.Count, GPUType: e.GPUType}
 		if e.StepTime > 0 {
 			pp.Throughput = finite(float64(e.Replicas*e.LocalBatch) / e.StepTime)
 		}
 		if md != nil {
-			pp.Fitted = finite(md.Params.ThroughputRacks(max(e.Racks, 1), e.Nodes, e.Replicas, float64(e.LocalBatch), 0))
+			// Each measurement against the model of its own GPU type.
+			p := md.Params
+			if tm := j.Bid.TypeModel(e.GPUType, j.Spec.Limits); tm != nil {
+				p = tm.Params
+			}
+			pp.Fitted = finite(p.ThroughputRacks(max(e.Racks, 1), e.Nodes, e.Replicas, float64(e.LocalBatch), 0))
 		}
 		d.Profile = append(d.Profile, pp)
 		if s := (shape{e.Nodes, e.Replicas}); !slices.Contains(shapes, s) {

@@ -1,7 +1,6 @@
 package job
 
 import (
-	"cmp"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -31,6 +30,7 @@ type (
 	plan struct {
 		incarnation uint64
 		nodes, reps int
+		gpuType     string // of the incarnation's nodes
 		allocator   *actor.PID
 	}
 	bidTick struct{}
@@ -44,9 +44,10 @@ type sum struct {
 }
 
 // delta is what the actor aggregated from one incarnation's reports
-// between two bids: one numbered measurement.
+// between two bids: one numbered measurement, of one GPU type.
 type delta struct {
 	seq, incarnation uint64
+	gpuType          string
 	sums             map[profileKey]*sum
 	epoch            int
 	progress         float64
@@ -66,15 +67,10 @@ type jobActor struct {
 	timer  *time.Timer
 	closed bool // the state has a newer session: another actor took over
 
-	profile   map[profileKey]consensus.ProfileEntry
-	hasModel  bool
-	params    goodput.Params
-	grad      goodput.GradStats // the latest measured
-	bidGrad   goodput.GradStats // the one the current bid was built with
-	hasGrad   bool
-	fitted    time.Time
-	newConfig bool // a configuration was profiled for the first time since the last fit
-	newCounts bool // measurements were added since the last fit
+	profiles map[string]*typeProfile // by GPU type
+	grad     goodput.GradStats       // the latest measured
+	bidGrad  goodput.GradStats       // the one the current bid was built with
+	hasGrad  bool
 
 	version uint64 // of the bid below, within the session
 	bid     consensus.Bid
@@ -93,7 +89,7 @@ type jobActor struct {
 
 func newJobActor(id string, session uint64, cfg *HostConfig) *jobActor {
 	return &jobActor{id: id, session: session, cfg: cfg, log: cfg.Logger.With("job", id, "session", session),
-		profile: map[profileKey]consensus.ProfileEntry{}}
+		profiles: map[string]*typeProfile{}}
 }
 
 func (j *jobActor) Receive(ctx actor.Context) {
@@ -132,18 +128,40 @@ func (j *jobActor) load() {
 	spec := st.Spec
 	j.spec = &spec
 	for _, e := range st.Profile {
-		j.profile[profileKey{e.Nodes, e.Replicas, e.LocalBatch}] = e
+		j.profileOf(e.GPUType).entries[profileKey{e.Nodes, e.Replicas, e.LocalBatch}] = e
 	}
 	j.epoch, j.prog = st.Epoch, st.Progress
 	if b := st.Bid; b.Version > 0 {
-		j.hasModel, j.params = b.HasModel, b.Params
+		// Each type's model starts from its part of the bid; a bid
+		// without parts (only untyped measurements, or made before bids
+		// had them) holds the untyped model.
+		for t, p := range j.profiles {
+			switch tb := b.OnType(t); {
+			case tb != nil:
+				p.params, p.hasModel = tb.Params, true
+			case len(b.Types) == 0 && t == "" && b.HasModel:
+				p.params, p.hasModel = b.Params, true
+			}
+		}
 		if b.HasGrad {
 			j.grad, j.hasGrad = b.Grad, true
 		}
 	} else if st.HasGrad {
 		j.grad, j.hasGrad = st.Grad, true
 	}
-	j.newConfig = len(st.Profile) > 0 && !j.hasModel
+	for _, p := range j.profiles {
+		p.newConfig = !p.hasModel
+	}
+}
+
+// profileOf is the job's profile on GPU type t, made if new.
+func (j *jobActor) profileOf(t string) *typeProfile {
+	p := j.profiles[t]
+	if p == nil {
+		p = newTypeProfile()
+		j.profiles[t] = p
+	}
+	return p
 }
 
 func (j *jobActor) setPlan(ctx actor.Context, p plan) {
@@ -166,7 +184,7 @@ func (j *jobActor) report(ctx actor.Context, r *pb.WorkerReport) {
 	j.reports++
 	j.cfg.Reports.Add(1)
 	if j.cur.sums == nil {
-		j.cur = delta{incarnation: r.Incarnation, sums: map[profileKey]*sum{}}
+		j.cur = delta{incarnation: r.Incarnation, gpuType: j.plan.gpuType, sums: map[profileKey]*sum{}}
 	}
 	if r.Rank == 0 && r.LocalBsz > 0 {
 		key := profileKey{j.plan.nodes, j.plan.reps, int(r.LocalBsz)}
@@ -219,19 +237,23 @@ func (j *jobActor) closeDelta() {
 	}
 	j.seq++
 	j.cur.seq = j.seq
-	for key, s := range j.cur.sums {
-		e, ok := j.profile[key]
-		if !ok {
-			j.newConfig = true
-			e = consensus.ProfileEntry{ProfilePoint: goodput.ProfilePoint{Nodes: key[0], Replicas: key[1], LocalBatch: key[2]}}
+	if len(j.cur.sums) > 0 {
+		p := j.profileOf(j.cur.gpuType)
+		for key, s := range j.cur.sums {
+			e, ok := p.entries[key]
+			if !ok {
+				p.newConfig = true
+				e = consensus.ProfileEntry{ProfilePoint: goodput.ProfilePoint{Nodes: key[0], Replicas: key[1], LocalBatch: key[2]},
+					GPUType: j.cur.gpuType}
+			}
+			total := e.Count + s.count
+			w := float64(s.count) / float64(total)
+			e.AccumTime += (s.accum/float64(s.count) - e.AccumTime) * w
+			e.StepTime += (s.step/float64(s.count) - e.StepTime) * w
+			e.Count = total
+			p.entries[key] = e
+			p.newCounts = true
 		}
-		total := e.Count + s.count
-		w := float64(s.count) / float64(total)
-		e.AccumTime += (s.accum/float64(s.count) - e.AccumTime) * w
-		e.StepTime += (s.step/float64(s.count) - e.StepTime) * w
-		e.Count = total
-		j.profile[key] = e
-		j.newCounts = true
 	}
 	j.epoch, j.prog = max(j.epoch, j.cur.epoch), max(j.prog, j.cur.progress)
 	j.unacked = append(j.unacked, j.cur)
@@ -265,33 +287,27 @@ func (j *jobActor) acknowledge() bool {
 	return true
 }
 
-// refit fits the model when there is new data: at once for a new
-// configuration, otherwise at most every RefitEvery. It reports whether
-// the model changed enough to bid again.
+// refit fits each GPU type's model when there is new data of that type:
+// at once for a new configuration, otherwise at most every RefitEvery.
+// It reports whether some model changed enough to bid again.
 func (j *jobActor) refit() bool {
 	now := j.cfg.Now()
-	if len(j.profile) == 0 || !(j.newConfig || (j.newCounts && now.Sub(j.fitted) >= j.cfg.RefitEvery)) {
-		return false
+	changed := false
+	for _, t := range slices.Sorted(maps.Keys(j.profiles)) {
+		p := j.profiles[t]
+		if len(p.entries) == 0 || !(p.newConfig || (p.newCounts && now.Sub(p.fitted) >= j.cfg.RefitEvery)) {
+			continue
+		}
+		params, err := p.fit()
+		p.fitted, p.newConfig, p.newCounts = now, false, false
+		if err != nil {
+			j.log.Warn("job: fitting the throughput model", "gpu_type", t, "points", len(p.entries), "err", err)
+			continue
+		}
+		j.cfg.Fits.Add(1)
+		changed = changed || !p.hasModel || paramsMoved(p.params, params) > modelChange
+		p.params, p.hasModel = params, true
 	}
-	pts := make([]goodput.ProfilePoint, 0, len(j.profile))
-	for _, key := range slices.SortedFunc(maps.Keys(j.profile), compareKeys) {
-		pts = append(pts, j.profile[key].ProfilePoint)
-	}
-	var p goodput.Params
-	var err error
-	if j.hasModel {
-		p, err = goodput.Refit(pts, j.params)
-	} else {
-		p, err = goodput.Fit(pts)
-	}
-	j.fitted, j.newConfig, j.newCounts = now, false, false
-	if err != nil {
-		j.log.Warn("job: fitting the throughput model", "points", len(pts), "err", err)
-		return false
-	}
-	j.cfg.Fits.Add(1)
-	changed := !j.hasModel || paramsMoved(j.params, p) > modelChange
-	j.params, j.hasModel = p, true
 	return changed
 }
 
@@ -312,36 +328,20 @@ func paramsMoved(a, b goodput.Params) float64 {
 // replica bound moved; it reports whether it did.
 func (j *jobActor) rebid(modelChanged bool) bool {
 	most := 0
-	for key := range j.profile {
-		most = max(most, key[1])
+	for _, p := range j.profiles {
+		most = max(most, p.mostReplicas())
 	}
 	gradMoved := j.hasGrad && (j.bid.Version == 0 || !j.bid.HasGrad || relChange(j.grad, j.bidGrad) > gradChange)
 	if j.bid.Version > 0 && !modelChanged && !gradMoved && most == j.bid.MostProfiled {
 		return false
 	}
-	var model *goodput.Model
-	if j.hasModel {
-		model = &goodput.Model{Params: j.params, Limits: j.spec.Limits}
-		if j.hasGrad {
-			model.Grad = j.grad
-		}
-		if model.Validate() != nil {
-			model = nil
-		}
-	}
 	grad := goodput.GradStats{}
 	if j.hasGrad {
 		grad = j.grad
 	}
+	b := bidOn(*j.spec, j.profiles, grad, j.hasGrad)
 	j.version++
-	b := consensus.Bid{Session: j.session, Version: j.version, HasModel: model != nil, HasGrad: j.hasGrad, MostProfiled: most}
-	if model != nil {
-		b.Params = j.params
-	}
-	if j.hasGrad {
-		b.Grad = j.grad
-	}
-	b.Single, b.Multi = tables(model, j.spec.Limits, grad, replicaBound(*j.spec, most))
+	b.Session, b.Version = j.session, j.version
 	j.bid, j.bidGrad = b, j.grad
 	return true
 }
@@ -377,9 +377,14 @@ func (j *jobActor) tick(ctx actor.Context, urgent bool) {
 		}
 		msg.GradSqr, msg.GradVar, msg.MostProfiled = b.Grad.GradSqr, b.Grad.GradVar, uint32(b.MostProfiled)
 		msg.Single, msg.Multi = choices(b.Single), choices(b.Multi)
+		for _, tb := range b.Types {
+			p := tb.Params.Slice()
+			msg.Types = append(msg.Types, &pb.TypeBid{GpuType: tb.GPUType, Params: p[:], MostProfiled: uint32(tb.MostProfiled),
+				Single: choices(tb.Single), Multi: choices(tb.Multi)})
+		}
 	}
 	for _, d := range j.unacked {
-		m := &pb.Measurement{Seq: d.seq, Incarnation: d.incarnation, Epoch: uint32(d.epoch), Progress: d.progress}
+		m := &pb.Measurement{Seq: d.seq, Incarnation: d.incarnation, Epoch: uint32(d.epoch), Progress: d.progress, GpuType: d.gpuType}
 		for _, key := range slices.SortedFunc(maps.Keys(d.sums), compareKeys) {
 			s := d.sums[key]
 			n := float64(s.count)
@@ -404,13 +409,4 @@ func relChange(a, b goodput.GradStats) float64 {
 	d := math.Abs(a.GradSqr-b.GradSqr)/math.Max(math.Abs(b.GradSqr), 1e-12) +
 		math.Abs(a.GradVar-b.GradVar)/math.Max(math.Abs(b.GradVar), 1e-12)
 	return d
-}
-
-func compareKeys(a, b profileKey) int {
-	for i := range a {
-		if c := cmp.Compare(a[i], b[i]); c != 0 {
-			return c
-		}
-	}
-	return 0
 }

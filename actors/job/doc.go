@@ -3,16 +3,21 @@
 //
 // A job actor owns one job's model. It receives its workers' reports
 // (forwarded by the node actors to the owner named in each assignment),
-// keeps the job's profile, fits the throughput model incrementally (only
-// when there is new data: at once when a configuration is profiled for
-// the first time, otherwise at most every RefitEvery, each fit
-// warm-started from the last with goodput.Refit), tracks the gradient
+// keeps the job's profile per GPU type (the type of the nodes each
+// incarnation ran on, which the leader sends with its shape), fits a
+// throughput model per type from that type's measurements alone,
+// incrementally (only when there is new data: at once when a
+// configuration is profiled for the first time, otherwise at most every
+// RefitEvery, each fit warm-started from the type's last with
+// goodput.Refit), tracks the gradient
 // statistics, chooses the batch size, accumulation steps and gain it will
 // run on every allocation shape it may be offered (one node or several,
 // 1..K replicas up to its replica bound) and bids all that to the
-// leader's allocator (pb.Bid). The allocator builds the job's goodput
-// model from the bid alone and tells the workers the configuration the
-// bid chose; the bid goes into the replicated state with the next round,
+// leader's allocator (pb.Bid): the top-level model and tables of the type
+// it has measured most, and a part per type it has a model on (models.go).
+// The allocator builds the job's goodput models from the bid alone and
+// tells the workers the configuration the bid chose for the type they
+// run on; the bid goes into the replicated state with the next round,
 // so a new leader has it at once.
 //
 // Measurements reach the replicated state exactly once: an actor numbers

@@ -124,6 +124,6 @@ func (h *host) apply(ctx actor.Context, m *pb.HostJobs) {
 			}
 			h.jobs[hj.Job] = pid
 		}
-		ctx.Send(pid, plan{incarnation: hj.Incarnation, nodes: int(hj.Nodes), reps: int(hj.Replicas), allocator: alloc})
+		ctx.Send(pid, plan{incarnation: hj.Incarnation, nodes: int(hj.Nodes), reps: int(hj.Replicas), gpuType: hj.GpuType, allocator: alloc})
 	}
 }

@@ -168,3 +168,90 @@ func TestJobActorBidsAndRepeatsUntilAcknowledged(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 }
+
+// TestJobActorResumesPerTypeModels: an actor started on a server whose
+// state holds the job's profile on two GPU types and a bid with a part
+// per type (as after its previous server died) bids both types' models
+// at once, as they were, without mixing them.
+func TestJobActorResumesPerTypeModels(t *testing.T) {
+	cat, _ := builtin.Catalog()
+	spec := consensus.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 8, Limits: cat["cifar10"].Limits()}
+	truth := goodput.Params{AlphaC: 0.02, BetaC: 0.0004, AlphaN: 0.2, BetaN: 0.01, AlphaR: 0.05, BetaR: 0.004, Gamma: 1.3}
+	slow := truth
+	slow.AlphaC, slow.BetaC = 2*truth.AlphaC, 2*truth.BetaC
+	profiles := map[string]*typeProfile{
+		"a100": profileFrom("a100", truth, 4, profileKey{1, 1, 128}, profileKey{1, 2, 256}),
+		"t4":   profileFrom("t4", slow, 9, profileKey{1, 1, 128}, profileKey{1, 2, 256}),
+	}
+	fitted(t, profiles)
+	grad := goodput.GradStats{GradSqr: 1, GradVar: 10}
+	bid := bidOn(spec, profiles, grad, true)
+	bid.Session, bid.Version = 3, 5
+	var prof []consensus.ProfileEntry
+	for _, typ := range []string{"a100", "t4"} {
+		for _, key := range []profileKey{{1, 1, 128}, {1, 2, 256}} {
+			prof = append(prof, profiles[typ].entries[key])
+		}
+	}
+	store := &fakeStore{job: &consensus.Job{ID: "j", Spec: spec, State: consensus.Running, Incarnation: 4, Profile: prof,
+		Bid: bid, MeasSession: 3, MeasSeq: 2}}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
+	defer sys.Shutdown()
+	sink := &bidSink{got: make(chan *pb.Bid, 100)}
+	alloc := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink }))
+	var fits atomic.Int64
+	props, err := NewHost(HostConfig{Server: "s1", Store: store, BidEvery: 50 * time.Millisecond, Fits: &fits, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := sys.Root.Spawn(props)
+	sys.Root.Send(host, &pb.HostJobs{Term: 2, Generation: 9, Allocator: &pb.Ref{Address: alloc.Address, Id: alloc.Id},
+		Jobs: []*pb.HostedJob{{Job: "j", Incarnation: 4, Session: 8, Nodes: 1, Replicas: 2, GpuType: "t4"}}})
+	var first *pb.Bid
+	select {
+	case first = <-sink.got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no bid")
+	}
+	if len(first.Types) != 2 || first.Types[0].GpuType != "a100" || first.Types[1].GpuType != "t4" {
+		t.Fatalf("first bid's parts %v", first.Types)
+	}
+	for i, typ := range []string{"a100", "t4"} {
+		if got := goodput.ParamsFrom([7]float64(first.Types[i].Params)); got != profiles[typ].params {
+			t.Errorf("%s model %+v, the state's is %+v", typ, got, profiles[typ].params)
+		}
+	}
+	// The top-level model is the type measured most (t4), and nothing
+	// was refitted: the state's models were whole.
+	if got := goodput.ParamsFrom([7]float64(first.Params)); got != profiles["t4"].params || fits.Load() != 0 {
+		t.Errorf("top-level model %+v (t4's %+v), %d fits", got, profiles["t4"].params, fits.Load())
+	}
+	// A report of the incarnation, on t4, at a new local batch: measured
+	// and refitted under t4 only.
+	owner := actor.NewPID(host.Address, host.Id+"/job-j")
+	sys.Root.Send(owner, &pb.WorkerReports{Reports: []*pb.WorkerReport{{Job: "j", Incarnation: 4, Rank: 0, StepTime: 0.5, SyncTime: 0.05,
+		GradSqr: 1, GradVar: 10, Epoch: 1, Progress: 3, LocalBsz: 64}}})
+	deadline := time.After(5 * time.Second)
+	for {
+		var b *pb.Bid
+		select {
+		case b = <-sink.got:
+		case <-deadline:
+			t.Fatal("no bid with the new measurement and a refitted t4 model")
+		}
+		if len(b.Unacked) == 0 || len(b.Types) != 2 {
+			continue
+		}
+		if m := b.Unacked[0]; m.GpuType != "t4" || m.Incarnation != 4 || m.Profile[0].LocalBsz != 64 {
+			t.Fatalf("measurement %v", m)
+		}
+		a100, t4 := goodput.ParamsFrom([7]float64(b.Types[0].Params)), goodput.ParamsFrom([7]float64(b.Types[1].Params))
+		if a100 != profiles["a100"].params {
+			t.Fatalf("a t4 measurement changed the a100 model: %+v", a100)
+		}
+		if t4 != profiles["t4"].params {
+			return // refitted with the new point
+		}
+	}
+}

@@ -1251,12 +1251,16 @@ type Bid struct {
 	Multi  []*BatchChoice `protobuf:"bytes,12,rep,name=multi,proto3" json:"multi,omitempty"`
 	// Measurements not yet acknowledged by the replicated state, by
 	// increasing sequence number.
-	Unacked       []*Measurement `protobuf:"bytes,13,rep,name=unacked,proto3" json:"unacked,omitempty"`
-	Done          bool           `protobuf:"varint,14,opt,name=done,proto3" json:"done,omitempty"`                            // rank 0 of the incarnation reported done
-	Failed        bool           `protobuf:"varint,15,opt,name=failed,proto3" json:"failed,omitempty"`                        // a worker of the incarnation failed
-	Failure       string         `protobuf:"bytes,16,opt,name=failure,proto3" json:"failure,omitempty"`                       // how
-	Reports       uint64         `protobuf:"varint,17,opt,name=reports,proto3" json:"reports,omitempty"`                      // worker reports accepted by this actor so far
-	DoneToken     string         `protobuf:"bytes,105,opt,name=done_token,json=doneToken,proto3" json:"done_token,omitempty"` // the token of rank 0's done report
+	Unacked   []*Measurement `protobuf:"bytes,13,rep,name=unacked,proto3" json:"unacked,omitempty"`
+	Done      bool           `protobuf:"varint,14,opt,name=done,proto3" json:"done,omitempty"`                            // rank 0 of the incarnation reported done
+	Failed    bool           `protobuf:"varint,15,opt,name=failed,proto3" json:"failed,omitempty"`                        // a worker of the incarnation failed
+	Failure   string         `protobuf:"bytes,16,opt,name=failure,proto3" json:"failure,omitempty"`                       // how
+	Reports   uint64         `protobuf:"varint,17,opt,name=reports,proto3" json:"reports,omitempty"`                      // worker reports accepted by this actor so far
+	DoneToken string         `protobuf:"bytes,105,opt,name=done_token,json=doneToken,proto3" json:"done_token,omitempty"` // the token of rank 0's done report
+	// Per GPU type the job has a model on (sorted by type): that type's
+	// model and batch choices. params, single and multi above are then
+	// those of the type measured most.
+	Types         []*TypeBid `protobuf:"bytes,130,rep,name=types,proto3" json:"types,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1417,6 +1421,90 @@ func (x *Bid) GetDoneToken() string {
 	return ""
 }
 
+func (x *Bid) GetTypes() []*TypeBid {
+	if x != nil {
+		return x.Types
+	}
+	return nil
+}
+
+// TypeBid is a bid's part for one GPU type.
+type TypeBid struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GpuType       string                 `protobuf:"bytes,1,opt,name=gpu_type,json=gpuType,proto3" json:"gpu_type,omitempty"`
+	Params        []float64              `protobuf:"fixed64,2,rep,packed,name=params,proto3" json:"params,omitempty"` // as Bid.params, fitted on this type only
+	MostProfiled  uint32                 `protobuf:"varint,3,opt,name=most_profiled,json=mostProfiled,proto3" json:"most_profiled,omitempty"`
+	Single        []*BatchChoice         `protobuf:"bytes,4,rep,name=single,proto3" json:"single,omitempty"`
+	Multi         []*BatchChoice         `protobuf:"bytes,5,rep,name=multi,proto3" json:"multi,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TypeBid) Reset() {
+	*x = TypeBid{}
+	mi := &file_actors_pb_messages_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TypeBid) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TypeBid) ProtoMessage() {}
+
+func (x *TypeBid) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_pb_messages_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TypeBid.ProtoReflect.Descriptor instead.
+func (*TypeBid) Descriptor() ([]byte, []int) {
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *TypeBid) GetGpuType() string {
+	if x != nil {
+		return x.GpuType
+	}
+	return ""
+}
+
+func (x *TypeBid) GetParams() []float64 {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+func (x *TypeBid) GetMostProfiled() uint32 {
+	if x != nil {
+		return x.MostProfiled
+	}
+	return 0
+}
+
+func (x *TypeBid) GetSingle() []*BatchChoice {
+	if x != nil {
+		return x.Single
+	}
+	return nil
+}
+
+func (x *TypeBid) GetMulti() []*BatchChoice {
+	if x != nil {
+		return x.Multi
+	}
+	return nil
+}
+
 // BatchChoice is one batch configuration: atomic batch, accumulation
 // steps and AdaScale gain.
 type BatchChoice struct {
@@ -1430,7 +1518,7 @@ type BatchChoice struct {
 
 func (x *BatchChoice) Reset() {
 	*x = BatchChoice{}
-	mi := &file_actors_pb_messages_proto_msgTypes[14]
+	mi := &file_actors_pb_messages_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1530,7 @@ func (x *BatchChoice) String() string {
 func (*BatchChoice) ProtoMessage() {}
 
 func (x *BatchChoice) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[14]
+	mi := &file_actors_pb_messages_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1543,7 @@ func (x *BatchChoice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchChoice.ProtoReflect.Descriptor instead.
 func (*BatchChoice) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{14}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BatchChoice) GetLocalBsz() uint32 {
@@ -1488,13 +1576,14 @@ type Measurement struct {
 	Profile       []*ProfilePoint        `protobuf:"bytes,3,rep,name=profile,proto3" json:"profile,omitempty"`
 	Epoch         uint32                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	Progress      float64                `protobuf:"fixed64,5,opt,name=progress,proto3" json:"progress,omitempty"`
+	GpuType       string                 `protobuf:"bytes,130,opt,name=gpu_type,json=gpuType,proto3" json:"gpu_type,omitempty"` // of the nodes the incarnation ran on
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Measurement) Reset() {
 	*x = Measurement{}
-	mi := &file_actors_pb_messages_proto_msgTypes[15]
+	mi := &file_actors_pb_messages_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1506,7 +1595,7 @@ func (x *Measurement) String() string {
 func (*Measurement) ProtoMessage() {}
 
 func (x *Measurement) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[15]
+	mi := &file_actors_pb_messages_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1519,7 +1608,7 @@ func (x *Measurement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Measurement.ProtoReflect.Descriptor instead.
 func (*Measurement) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{15}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Measurement) GetSeq() uint64 {
@@ -1557,6 +1646,13 @@ func (x *Measurement) GetProgress() float64 {
 	return 0
 }
 
+func (x *Measurement) GetGpuType() string {
+	if x != nil {
+		return x.GpuType
+	}
+	return ""
+}
+
 // ProfilePoint is a profiled configuration and the mean of its measured
 // times over count reports.
 type ProfilePoint struct {
@@ -1573,7 +1669,7 @@ type ProfilePoint struct {
 
 func (x *ProfilePoint) Reset() {
 	*x = ProfilePoint{}
-	mi := &file_actors_pb_messages_proto_msgTypes[16]
+	mi := &file_actors_pb_messages_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1681,7 @@ func (x *ProfilePoint) String() string {
 func (*ProfilePoint) ProtoMessage() {}
 
 func (x *ProfilePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[16]
+	mi := &file_actors_pb_messages_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1694,7 @@ func (x *ProfilePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfilePoint.ProtoReflect.Descriptor instead.
 func (*ProfilePoint) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{16}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ProfilePoint) GetNodes() uint32 {
@@ -1657,7 +1753,7 @@ type HostJobs struct {
 
 func (x *HostJobs) Reset() {
 	*x = HostJobs{}
-	mi := &file_actors_pb_messages_proto_msgTypes[17]
+	mi := &file_actors_pb_messages_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1765,7 @@ func (x *HostJobs) String() string {
 func (*HostJobs) ProtoMessage() {}
 
 func (x *HostJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[17]
+	mi := &file_actors_pb_messages_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1778,7 @@ func (x *HostJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostJobs.ProtoReflect.Descriptor instead.
 func (*HostJobs) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{17}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HostJobs) GetTerm() uint64 {
@@ -1719,16 +1815,17 @@ type HostedJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	Incarnation   uint64                 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
-	Session       uint64                 `protobuf:"varint,3,opt,name=session,proto3" json:"session,omitempty"`   // the session of the actor if it is spawned now
-	Nodes         uint32                 `protobuf:"varint,4,opt,name=nodes,proto3" json:"nodes,omitempty"`       // N of the incarnation (0: not placed)
-	Replicas      uint32                 `protobuf:"varint,5,opt,name=replicas,proto3" json:"replicas,omitempty"` // K of the incarnation
+	Session       uint64                 `protobuf:"varint,3,opt,name=session,proto3" json:"session,omitempty"`                 // the session of the actor if it is spawned now
+	Nodes         uint32                 `protobuf:"varint,4,opt,name=nodes,proto3" json:"nodes,omitempty"`                     // N of the incarnation (0: not placed)
+	Replicas      uint32                 `protobuf:"varint,5,opt,name=replicas,proto3" json:"replicas,omitempty"`               // K of the incarnation
+	GpuType       string                 `protobuf:"bytes,130,opt,name=gpu_type,json=gpuType,proto3" json:"gpu_type,omitempty"` // of the incarnation's nodes ("" untyped)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HostedJob) Reset() {
 	*x = HostedJob{}
-	mi := &file_actors_pb_messages_proto_msgTypes[18]
+	mi := &file_actors_pb_messages_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +1837,7 @@ func (x *HostedJob) String() string {
 func (*HostedJob) ProtoMessage() {}
 
 func (x *HostedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[18]
+	mi := &file_actors_pb_messages_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +1850,7 @@ func (x *HostedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostedJob.ProtoReflect.Descriptor instead.
 func (*HostedJob) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{18}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HostedJob) GetJob() string {
@@ -1791,6 +1888,13 @@ func (x *HostedJob) GetReplicas() uint32 {
 	return 0
 }
 
+func (x *HostedJob) GetGpuType() string {
+	if x != nil {
+		return x.GpuType
+	}
+	return ""
+}
+
 // HostAck answers HostJobs.
 type HostAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1802,7 +1906,7 @@ type HostAck struct {
 
 func (x *HostAck) Reset() {
 	*x = HostAck{}
-	mi := &file_actors_pb_messages_proto_msgTypes[19]
+	mi := &file_actors_pb_messages_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +1918,7 @@ func (x *HostAck) String() string {
 func (*HostAck) ProtoMessage() {}
 
 func (x *HostAck) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_pb_messages_proto_msgTypes[19]
+	mi := &file_actors_pb_messages_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +1931,7 @@ func (x *HostAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostAck.ProtoReflect.Descriptor instead.
 func (*HostAck) Descriptor() ([]byte, []int) {
-	return file_actors_pb_messages_proto_rawDescGZIP(), []int{19}
+	return file_actors_pb_messages_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HostAck) GetServer() string {
@@ -1967,7 +2071,7 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\x04gpus\x18\x03 \x03(\rR\x04gpus\x12\x14\n" +
 	"\x05alive\x18\x04 \x01(\rR\x05alive\x12\x1a\n" +
 	"\bstopping\x18\x05 \x01(\bR\bstopping\x12\x18\n" +
-	"\apending\x18\x06 \x01(\bR\apending\"\xb3\x04\n" +
+	"\apending\x18\x06 \x01(\bR\apending\"\xe2\x04\n" +
 	"\x03Bid\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x18\n" +
@@ -1988,18 +2092,26 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\afailure\x18\x10 \x01(\tR\afailure\x12\x18\n" +
 	"\areports\x18\x11 \x01(\x04R\areports\x12\x1d\n" +
 	"\n" +
-	"done_token\x18i \x01(\tR\tdoneToken\"_\n" +
+	"done_token\x18i \x01(\tR\tdoneToken\x12-\n" +
+	"\x05types\x18\x82\x01 \x03(\v2\x16.pollux.actors.TypeBidR\x05types\"\xc7\x01\n" +
+	"\aTypeBid\x12\x19\n" +
+	"\bgpu_type\x18\x01 \x01(\tR\agpuType\x12\x16\n" +
+	"\x06params\x18\x02 \x03(\x01R\x06params\x12#\n" +
+	"\rmost_profiled\x18\x03 \x01(\rR\fmostProfiled\x122\n" +
+	"\x06single\x18\x04 \x03(\v2\x1a.pollux.actors.BatchChoiceR\x06single\x120\n" +
+	"\x05multi\x18\x05 \x03(\v2\x1a.pollux.actors.BatchChoiceR\x05multi\"_\n" +
 	"\vBatchChoice\x12\x1b\n" +
 	"\tlocal_bsz\x18\x01 \x01(\rR\blocalBsz\x12\x1f\n" +
 	"\vaccum_steps\x18\x02 \x01(\rR\n" +
 	"accumSteps\x12\x12\n" +
-	"\x04gain\x18\x03 \x01(\x01R\x04gain\"\xaa\x01\n" +
+	"\x04gain\x18\x03 \x01(\x01R\x04gain\"\xc6\x01\n" +
 	"\vMeasurement\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x125\n" +
 	"\aprofile\x18\x03 \x03(\v2\x1b.pollux.actors.ProfilePointR\aprofile\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\rR\x05epoch\x12\x1a\n" +
-	"\bprogress\x18\x05 \x01(\x01R\bprogress\"\xaf\x01\n" +
+	"\bprogress\x18\x05 \x01(\x01R\bprogress\x12\x1a\n" +
+	"\bgpu_type\x18\x82\x01 \x01(\tR\agpuType\"\xaf\x01\n" +
 	"\fProfilePoint\x12\x14\n" +
 	"\x05nodes\x18\x01 \x01(\rR\x05nodes\x12\x1a\n" +
 	"\breplicas\x18\x02 \x01(\rR\breplicas\x12\x1b\n" +
@@ -2014,13 +2126,14 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x120\n" +
 	"\tallocator\x18\x03 \x01(\v2\x12.pollux.actors.RefR\tallocator\x12,\n" +
-	"\x04jobs\x18\x04 \x03(\v2\x18.pollux.actors.HostedJobR\x04jobs\"\x8b\x01\n" +
+	"\x04jobs\x18\x04 \x03(\v2\x18.pollux.actors.HostedJobR\x04jobs\"\xa7\x01\n" +
 	"\tHostedJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x18\n" +
 	"\asession\x18\x03 \x01(\x04R\asession\x12\x14\n" +
 	"\x05nodes\x18\x04 \x01(\rR\x05nodes\x12\x1a\n" +
-	"\breplicas\x18\x05 \x01(\rR\breplicas\"5\n" +
+	"\breplicas\x18\x05 \x01(\rR\breplicas\x12\x1a\n" +
+	"\bgpu_type\x18\x82\x01 \x01(\tR\agpuType\"5\n" +
 	"\aHostAck\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\x12\x12\n" +
 	"\x04jobs\x18\x02 \x01(\rR\x04jobsB\x12Z\x10pollux/actors/pbb\x06proto3"
@@ -2037,7 +2150,7 @@ func file_actors_pb_messages_proto_rawDescGZIP() []byte {
 	return file_actors_pb_messages_proto_rawDescData
 }
 
-var file_actors_pb_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_actors_pb_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_actors_pb_messages_proto_goTypes = []any{
 	(*Ref)(nil),           // 0: pollux.actors.Ref
 	(*Assign)(nil),        // 1: pollux.actors.Assign
@@ -2053,12 +2166,13 @@ var file_actors_pb_messages_proto_goTypes = []any{
 	(*NodeStatus)(nil),    // 11: pollux.actors.NodeStatus
 	(*RunningJob)(nil),    // 12: pollux.actors.RunningJob
 	(*Bid)(nil),           // 13: pollux.actors.Bid
-	(*BatchChoice)(nil),   // 14: pollux.actors.BatchChoice
-	(*Measurement)(nil),   // 15: pollux.actors.Measurement
-	(*ProfilePoint)(nil),  // 16: pollux.actors.ProfilePoint
-	(*HostJobs)(nil),      // 17: pollux.actors.HostJobs
-	(*HostedJob)(nil),     // 18: pollux.actors.HostedJob
-	(*HostAck)(nil),       // 19: pollux.actors.HostAck
+	(*TypeBid)(nil),       // 14: pollux.actors.TypeBid
+	(*BatchChoice)(nil),   // 15: pollux.actors.BatchChoice
+	(*Measurement)(nil),   // 16: pollux.actors.Measurement
+	(*ProfilePoint)(nil),  // 17: pollux.actors.ProfilePoint
+	(*HostJobs)(nil),      // 18: pollux.actors.HostJobs
+	(*HostedJob)(nil),     // 19: pollux.actors.HostedJob
+	(*HostAck)(nil),       // 20: pollux.actors.HostAck
 }
 var file_actors_pb_messages_proto_depIdxs = []int32{
 	6,  // 0: pollux.actors.Assign.runs:type_name -> pollux.actors.RunJob
@@ -2068,17 +2182,20 @@ var file_actors_pb_messages_proto_depIdxs = []int32{
 	0,  // 4: pollux.actors.RunJob.owner:type_name -> pollux.actors.Ref
 	7,  // 5: pollux.actors.WorkerReports.reports:type_name -> pollux.actors.WorkerReport
 	12, // 6: pollux.actors.NodeStatus.jobs:type_name -> pollux.actors.RunningJob
-	14, // 7: pollux.actors.Bid.single:type_name -> pollux.actors.BatchChoice
-	14, // 8: pollux.actors.Bid.multi:type_name -> pollux.actors.BatchChoice
-	15, // 9: pollux.actors.Bid.unacked:type_name -> pollux.actors.Measurement
-	16, // 10: pollux.actors.Measurement.profile:type_name -> pollux.actors.ProfilePoint
-	0,  // 11: pollux.actors.HostJobs.allocator:type_name -> pollux.actors.Ref
-	18, // 12: pollux.actors.HostJobs.jobs:type_name -> pollux.actors.HostedJob
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	15, // 7: pollux.actors.Bid.single:type_name -> pollux.actors.BatchChoice
+	15, // 8: pollux.actors.Bid.multi:type_name -> pollux.actors.BatchChoice
+	16, // 9: pollux.actors.Bid.unacked:type_name -> pollux.actors.Measurement
+	14, // 10: pollux.actors.Bid.types:type_name -> pollux.actors.TypeBid
+	15, // 11: pollux.actors.TypeBid.single:type_name -> pollux.actors.BatchChoice
+	15, // 12: pollux.actors.TypeBid.multi:type_name -> pollux.actors.BatchChoice
+	17, // 13: pollux.actors.Measurement.profile:type_name -> pollux.actors.ProfilePoint
+	0,  // 14: pollux.actors.HostJobs.allocator:type_name -> pollux.actors.Ref
+	19, // 15: pollux.actors.HostJobs.jobs:type_name -> pollux.actors.HostedJob
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_actors_pb_messages_proto_init() }
@@ -2092,7 +2209,7 @@ func file_actors_pb_messages_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_pb_messages_proto_rawDesc), len(file_actors_pb_messages_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -24,6 +24,7 @@ type scaleOpts struct {
 	minNodes, maxNodes, gpus int
 	cost, lowUtil, highUtil  float64
 	bootDelay, joinTimeout   time.Duration
+	scaleDownDelay           time.Duration
 	dir, caKey               string
 	agentArgs, agentExec     []string
 	upCommand, downCommand   string
@@ -41,6 +42,8 @@ func (o *scaleOpts) flags(f *pflag.FlagSet) {
 	f.Float64Var(&o.lowUtil, "low-util", optimizer.DefaultLowUtil, "with --autoscale: the utility band's low end")
 	f.Float64Var(&o.highUtil, "high-util", optimizer.DefaultHighUtil, "with --autoscale: the utility band's high end")
 	f.DurationVar(&o.joinTimeout, "join-timeout", 5*time.Minute, "with --autoscale: a node asked for that has not joined after this long is given up (removed)")
+	f.DurationVar(&o.scaleDownDelay, "scale-down-delay", 10*time.Minute, "with --autoscale: how long the desired size must stay below the "+
+		"cluster's before machines are drained (then down to the largest size wanted meanwhile; 0: at once, the artifact's rule alone)")
 	f.DurationVar(&o.bootDelay, "boot-delay", 0, "with --autoscale local: wait this long before starting an agent (a cloud machine's boot)")
 	f.StringVar(&o.dir, "autoscale-dir", "", "with --autoscale local: directory of the agents' certificates, data, logs and pids "+
 		"(shared by every server of the cluster; default: autoscale beside --data-dir)")
@@ -56,7 +59,7 @@ func (o *scaleOpts) flags(f *pflag.FlagSet) {
 }
 
 // scaleFlags are the flags that need --autoscale.
-var scaleFlags = []string{"min-nodes", "max-nodes", "node-gpus", "node-cost", "low-util", "high-util", "join-timeout", "boot-delay",
+var scaleFlags = []string{"min-nodes", "max-nodes", "node-gpus", "node-cost", "low-util", "high-util", "join-timeout", "scale-down-delay", "boot-delay",
 	"autoscale-dir", "ca-key", "autoscale-exec", "autoscale-agent-arg", "scale-up-command", "scale-down-command", "scale-command-timeout",
 	"scale-command-attempts", "scale-command-backoff"}
 
@@ -85,6 +88,8 @@ func (o *scaleOpts) check(f *pflag.FlagSet) error {
 		return fmt.Errorf("server: --low-util %v and --high-util %v, want 0 < low <= high <= 1", o.lowUtil, o.highUtil)
 	case o.joinTimeout <= 0 || o.bootDelay < 0:
 		return fmt.Errorf("server: --join-timeout %v must be positive, --boot-delay %v not negative", o.joinTimeout, o.bootDelay)
+	case o.scaleDownDelay < 0:
+		return fmt.Errorf("server: --scale-down-delay %v, want at least 0", o.scaleDownDelay)
 	}
 	local := []string{"boot-delay", "autoscale-dir", "ca-key", "autoscale-exec", "autoscale-agent-arg"}
 	exec := []string{"scale-up-command", "scale-down-command", "scale-command-timeout", "scale-command-attempts", "scale-command-backoff"}
@@ -157,5 +162,5 @@ func (o *scaleOpts) build(e scaleEnv) (*control.Autoscale, error) {
 		p = x
 	}
 	return &control.Autoscale{Settings: optimizer.Autoscale{Template: optimizer.Node{GPUs: o.gpus}, MinNodes: o.minNodes, MaxNodes: o.maxNodes,
-		LowUtil: o.lowUtil, HighUtil: o.highUtil}, Provider: p, NodeCost: o.cost, JoinTimeout: o.joinTimeout}, nil
+		LowUtil: o.lowUtil, HighUtil: o.highUtil}, Provider: p, NodeCost: o.cost, JoinTimeout: o.joinTimeout, ScaleDownDelay: o.scaleDownDelay}, nil
 }

@@ -32,6 +32,7 @@ func newDemoCmd() *cobra.Command {
 		maxNodes              int
 		nodeCost              float64
 		bootDelay, settle     time.Duration
+		scaleDownDelay        time.Duration
 		realOpts              realdemo.Options
 		augment, minEpochs    int
 	)
@@ -86,9 +87,9 @@ within --settle, or a process was left running (docs/autoscaling.md).`,
 					}
 				}
 				return runAutoscaleDemoCmd(cmd, autoscaleDemoOpts{servers: servers, gpus: gpus, maxNodes: maxNodes, scale: scale, cost: nodeCost,
-					spread: spread, timeout: timeout, boot: bootDelay, settle: settle, dir: dir, keep: keep, asJSON: asJSON})
+					spread: spread, timeout: timeout, boot: bootDelay, scaleDownDelay: scaleDownDelay, settle: settle, dir: dir, keep: keep, asJSON: asJSON})
 			}
-			for _, name := range []string{"max-nodes", "node-cost", "boot-delay", "settle"} {
+			for _, name := range []string{"max-nodes", "node-cost", "boot-delay", "scale-down-delay", "settle"} {
 				if f.Changed(name) {
 					return badInput(fmt.Errorf("demo: --%s needs --autoscale", name))
 				}
@@ -160,6 +161,8 @@ within --settle, or a process was left running (docs/autoscaling.md).`,
 	f.IntVar(&maxNodes, "max-nodes", 4, "with --autoscale: the most agents")
 	f.Float64Var(&nodeCost, "node-cost", 3.912, "with --autoscale: price of an (emulated) node-hour")
 	f.DurationVar(&bootDelay, "boot-delay", 2*time.Second, "with --autoscale: real time from asking for an agent to starting it")
+	f.DurationVar(&scaleDownDelay, "scale-down-delay", 3*time.Second, "with --autoscale: real time the servers wait, once fewer agents are wanted, "+
+		"before removing any (the servers' --scale-down-delay)")
 	f.DurationVar(&settle, "settle", 90*time.Second, "with --autoscale: how long to wait, after the last job, for the cluster to shrink to one agent")
 	f.IntVar(&realOpts.Slots, "cpu-slots", 2, "with --real: CPU slots per agent")
 	f.StringVar(&realOpts.Python, "python", worker.Python, "with --real: the interpreter of the workers (it needs torch and sklearn)")

@@ -25,7 +25,7 @@ type autoscaleDemoOpts struct {
 	servers, gpus, maxNodes int
 	scale, cost             float64
 	spread, timeout, boot   time.Duration
-	settle                  time.Duration
+	scaleDownDelay, settle  time.Duration
 	dir                     string
 	keep, asJSON            bool
 	// exec runs `pollux` (default: this binary) with env added.
@@ -132,8 +132,10 @@ func runAutoscaleDemoCmd(cmd *cobra.Command, o autoscaleDemoOpts) error {
 // runAutoscaleDemo runs `pollux demo --autoscale`: the result on out,
 // progress on errOut with --json (else on out).
 func runAutoscaleDemo(ctx context.Context, out, errOut io.Writer, o autoscaleDemoOpts) error {
-	if o.servers < 1 || o.gpus < 1 || o.maxNodes < 1 || !(o.scale > 0) || o.spread < 0 || o.timeout <= 0 || o.boot < 0 || !(o.cost >= 0) || o.settle <= 0 {
-		return badInput(errors.New("demo: --autoscale needs a server, GPUs, --max-nodes of at least 1, a positive time scale, timeout and settle time, and a cost and boot delay not negative"))
+	if o.servers < 1 || o.gpus < 1 || o.maxNodes < 1 || !(o.scale > 0) || o.spread < 0 || o.timeout <= 0 || o.boot < 0 || !(o.cost >= 0) || o.settle <= 0 ||
+		o.scaleDownDelay < 0 {
+		return badInput(errors.New("demo: --autoscale needs a server, GPUs, --max-nodes of at least 1, a positive time scale, timeout and settle time, " +
+			"and a cost, boot delay and scale-down delay not negative"))
 	}
 	cat, err := builtin.Catalog()
 	if err != nil {
@@ -165,7 +167,7 @@ func runAutoscaleDemo(ctx context.Context, out, errOut io.Writer, o autoscaleDem
 		"and remove them (logs in %s)\n", o.servers, o.gpus, o.maxNodes, o.boot, dir)
 	c, err := launch.Start(ctx, launch.Options{Exec: o.exec, Env: o.env, Dir: dir, Servers: o.servers, Agents: 1, GPUsPerAgent: o.gpus,
 		TimeScale: o.scale, Autoscale: &launch.Autoscale{MinNodes: 1, MaxNodes: o.maxNodes, BootDelay: o.boot, NodeCost: o.cost,
-			JoinTimeout: 2 * time.Minute}})
+			JoinTimeout: 2 * time.Minute, ScaleDownDelay: o.scaleDownDelay}})
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}

@@ -324,9 +324,9 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 		fedPeers = link.Peers
 	}
 	httpAPI := api.New(o.id, api.Config{Backend: srv, Apps: catalog.Names(), Members: members.Members, Stats: stats,
-		Insecure: o.sec.insecure, Logger: log, FederationPeers: fedPeers})
+		Insecure: o.sec.insecure, Autoscaling: o.scale.provider != "", NodeCost: o.scale.cost, Logger: log, FederationPeers: fedPeers})
 	dash, err := dashboard.New(dashboard.Config{ID: o.id, Backend: srv, API: httpAPI, Members: members.Members,
-		LastContact: srv.Raft().LastContact, Logger: log})
+		LastContact: srv.Raft().LastContact, Autoscaling: o.scale.provider != "", NodeCost: o.scale.cost, Logger: log})
 	if err != nil {
 		return err
 	}

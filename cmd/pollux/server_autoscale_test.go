@@ -26,6 +26,8 @@ func TestServerAutoscaleBadInput(t *testing.T) {
 		{"local flag with exec", []string{"--autoscale", "exec", "--boot-delay", "1s", "--scale-up-command", "a", "--scale-down-command", "b"}, "--boot-delay is not for --autoscale exec"},
 		{"exec flag with local", []string{"--autoscale", "local", "--scale-up-command", "a"}, "--scale-up-command is not for --autoscale local"},
 		{"zero template", []string{"--autoscale", "local", "--node-gpus", "0"}, "--node-gpus"},
+		{"negative scale-down delay", []string{"--autoscale", "local", "--scale-down-delay", "-1s"}, "--scale-down-delay -1s"},
+		{"scale-down delay without autoscaling", []string{"--scale-down-delay", "1m"}, "--scale-down-delay needs --autoscale"},
 		{"another policy", []string{"--autoscale", "local", "--policy", "sia"}, "--policy sia"},
 		{"negative boot delay", []string{"--autoscale", "local", "--boot-delay", "-1s"}, "--boot-delay"},
 	}
@@ -49,7 +51,9 @@ func TestDemoAutoscaleBadInput(t *testing.T) {
 		{[]string{"demo", "--autoscale", "--agents", "2"}, "--agents cannot be used with --autoscale"},
 		{[]string{"demo", "--autoscale", "--real"}, "--real cannot be used with --autoscale"},
 		{[]string{"demo", "--autoscale", "--max-nodes", "0"}, "--max-nodes of at least 1"},
-		{[]string{"demo", "--autoscale", "--node-cost", "-2"}, "cost and boot delay not negative"},
+		{[]string{"demo", "--autoscale", "--node-cost", "-2"}, "a cost, boot delay and scale-down delay not negative"},
+		{[]string{"demo", "--autoscale", "--scale-down-delay", "-1s"}, "a cost, boot delay and scale-down delay not negative"},
+		{[]string{"demo", "--scale-down-delay", "1s"}, "--scale-down-delay needs --autoscale"},
 	}
 	for _, tt := range tests {
 		var stderr bytes.Buffer

@@ -289,6 +289,18 @@ func newStatusCmd() *cobra.Command {
 				fmt.Fprintf(w, "GPUs %d used of %d\n", s.GPUsUsed, s.GPUs)
 				fmt.Fprintf(w, "jobs: %d pending, %d running, %d rescaling, %d completed, %d failed\n",
 					s.Jobs["pending"], s.Jobs["running"], s.Jobs["rescaling"], s.Jobs["completed"], s.Jobs["failed"])
+				if as := s.Autoscale; as != nil {
+					phases := map[string]int{}
+					for _, m := range as.Machines {
+						phases[m.Phase]++
+					}
+					fmt.Fprintf(w, "autoscaler: desired %d nodes; machines %d booting, %d up, %d draining; %d asked for so far; %.2f node-hours",
+						as.Desired, phases["booting"], phases["up"], phases["draining"], as.Asked, as.NodeHours)
+					if as.Cost != nil {
+						fmt.Fprintf(w, ", cost %.2f", *as.Cost)
+					}
+					fmt.Fprintln(w)
+				}
 				if f := s.Federation; f != nil {
 					fmt.Fprintf(w, "lab %s: lends %d GPUs, borrows %d\n", f.Cluster, f.Lent, f.Borrowed)
 					for _, l := range f.Leases {

@@ -313,6 +313,7 @@ func (c *Cluster) layout(ctx context.Context) error {
 				"--ca-key", filepath.Join(c.tls.Dir, pki.CAKeyFile), "--node-gpus", strconv.Itoa(o.GPUsPerAgent),
 				"--min-nodes", strconv.Itoa(as.MinNodes), "--max-nodes", strconv.Itoa(as.MaxNodes),
 				"--boot-delay", as.BootDelay.String(), "--node-cost", strconv.FormatFloat(as.NodeCost, 'g', -1, 64),
+				"--scale-down-delay", as.ScaleDownDelay.String(),
 				// The agents the servers add run like the launcher's own.
 				"--autoscale-agent-arg=--restart-cost="+o.RestartCost.String(), "--autoscale-agent-arg=--grace="+o.Grace.String(),
 				"--autoscale-exec", strings.Join(o.Exec, ","),

@@ -111,6 +111,8 @@ type Autoscale struct {
 	BootDelay          time.Duration
 	NodeCost           float64
 	JoinTimeout        time.Duration
+	// ScaleDownDelay is the servers' --scale-down-delay (0: none).
+	ScaleDownDelay time.Duration
 }
 
 func (o *Options) defaults() error {

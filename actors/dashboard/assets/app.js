@@ -277,7 +277,22 @@
       el("h2", {}, "Last allocation round on " + ov.serving),
       lr ? kv([["generation", lr.generation], ["duration", (lr.seconds * 1000).toFixed(1) + " ms", "cp-round"], ["jobs", lr.jobs],
         ["fitness", fmt(lr.fitness, 3)], ["policy", lr.policy || "–"]])
-        : el("p", {class: "muted", id: "cp-round"}, "This server has run no round: rounds run on the leader (" + (ov.leader || "none") + ")."));
+        : el("p", {class: "muted", id: "cp-round"}, "This server has run no round: rounds run on the leader (" + (ov.leader || "none") + ")."),
+      ...autoscaleSection(ov.autoscale));
+  }
+
+  // The autoscaler's machines and bill (absent: the cluster never autoscaled).
+  function autoscaleSection(as) {
+    if (!as) return [];
+    const bill = as.node_hours.toFixed(2) + " node-hours" + (as.cost === undefined ? "" : ", cost " + as.cost.toFixed(2));
+    return [
+      el("h2", {}, "Autoscaler"),
+      kv([["desired nodes", as.desired, "cp-desired"], ["machines asked for", as.machines_asked], ["paid for so far", bill, "cp-bill"]]),
+      el("table", {class: "table", id: "machines"},
+        el("thead", {}, el("tr", {}, ...["machine", "phase", "since", "asked for"].map(h => el("th", {}, h)))),
+        el("tbody", {}, ...as.machines.map(m => el("tr", {"data-machine": m.name},
+          el("td", {}, el("b", {}, m.name)), el("td", {}, m.phase),
+          el("td", {}, new Date(m.since * 1000).toLocaleTimeString()), el("td", {}, new Date(m.asked * 1000).toLocaleTimeString())))))];
   }
 
   // ---- job view ------------------------------------------------------------
