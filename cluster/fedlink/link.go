@@ -285,12 +285,35 @@ func (l *Link) Round(ctx context.Context) (done, failed []federation.Command) {
 		bidders[name] = true
 		round.Bids = append(round.Bids, federation.Bid{Lab: &r.msg.Lab, Curve: r.msg.Curve, Used: r.msg.Used, LastReclaim: r.msg.LastReclaim})
 		for _, le := range r.msg.Leases {
-			if _, ok := leases[le.ID]; !ok {
+			// The lab's own ledger is the authority on its own leases: a
+			// lease only the peer holds (half committed) runs out there.
+			if _, ok := leases[le.ID]; !ok && le.Lender != l.cfg.Name && le.Borrower != l.cfg.Name {
 				leases[le.ID] = le
 			}
 		}
 	}
+	// A lease this lab borrows that its lender's bid, made after the
+	// grant, does not list was never committed by the lender (or ended
+	// there): it has no effect, and is released here at once rather than
+	// left to run out.
+	var halves []string
+	for _, le := range msg.Leases {
+		if r, ok := l.bids[le.Lender]; ok && le.Borrower == l.cfg.Name && now.Sub(r.at) <= 2*l.cfg.Interval && r.msg.At > le.Granted &&
+			!slices.ContainsFunc(r.msg.Leases, func(o federation.Lease) bool { return o.ID == le.ID }) {
+			halves = append(halves, le.ID)
+		}
+	}
 	l.mu.Unlock()
+	for _, id := range halves {
+		delete(leases, id)
+		c := federation.Command{Op: federation.OpRelease, From: l.cfg.Name, Lease: id, At: at}
+		if err := l.apply(ctx, c); err != nil {
+			l.cfg.Logger.Warn("federation: releasing a lease its lender does not hold", "lease", id, "err", err)
+			continue
+		}
+		l.cfg.Logger.Info("federation: released a lease its lender does not hold", "lease", id)
+		done = append(done, c)
+	}
 	for _, id := range slices.Sorted(maps.Keys(leases)) {
 		if le := leases[id]; bidders[le.Lender] && bidders[le.Borrower] {
 			round.Leases = append(round.Leases, le)

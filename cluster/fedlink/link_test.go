@@ -539,3 +539,39 @@ func TestGossip(t *testing.T) {
 		t.Errorf("the loss is not logged with its reason:\n%s", a.logs.String())
 	}
 }
+
+// A lease only the borrower holds (its lender never committed it) is
+// released by the borrower once a bid of the lender made after the grant
+// does not list it, and the lender's own plan never counts it: then the
+// node is lent for real.
+func TestHalfCommittedLease(t *testing.T) {
+	clk, a, b := pair(t)
+	ctx := context.Background()
+	half := fmt.Sprintf(`{"op":"grant","from":"lab-a","lease":"half","lender":"lab-a","borrower":"lab-b","nodes":[{"node":"n0","gpus":4}],"at":%v,"ttl_s":60}`, seconds(clk.Now()))
+	if code, text := post(t, b, a.creds, PathLease, half); code != http.StatusOK {
+		t.Fatalf("the borrower's half: %d %s", code, text)
+	}
+	a.link.SetBid(LocalBid{})
+	b.link.SetBid(LocalBid{Curve: []float64{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}})
+	clk.Add(time.Second)
+	a.link.Round(ctx) // a bid after the grant, without it (lab-b has not bid yet: no plan)
+	done, failed := b.link.Round(ctx)
+	if len(done) != 1 || done[0].Op != federation.OpRelease || done[0].Lease != "half" || len(failed) != 0 {
+		t.Fatalf("borrower's round: done %+v, failed %+v", done, failed)
+	}
+	if len(b.ledger().Leases()) != 0 {
+		t.Fatalf("the half lease is still held: %v", b.ledger().Leases())
+	}
+	done, failed = a.link.Round(ctx)
+	if len(failed) != 0 || len(done) != 1 || done[0].Op != federation.OpGrant {
+		t.Fatalf("lender's round: done %+v, failed %+v", done, failed)
+	}
+	clk.Add(time.Second)
+	a.link.Round(ctx)
+	if done, _ := b.link.Round(ctx); len(done) != 0 {
+		t.Errorf("the borrower released a lease its lender holds: %+v", done)
+	}
+	if len(b.ledger().Leases()) != 1 {
+		t.Errorf("borrower's leases %v", b.ledger().Leases())
+	}
+}
