@@ -542,7 +542,16 @@ func (a *allocator) run(ctx actor.Context) {
 	a.assign(ctx, st, info, begin)
 	a.scale(ctx, st, scale)
 	if l := a.cfg.Federation; l != nil {
-		l.SetBid(FederationBid(snap, st, l.Settings().PowerMean))
+		bid := FederationBid(snap, st, l.Settings().PowerMean)
+		// The what-if round runs the first-round policy (the committed
+		// allocation hill-climbed): a fraction of the search's time.
+		reclaim, err := Reclaimable(st, bids, nowS, a.cfg.TimeScale, a.seed, a.cfg.FirstPolicy)
+		if err != nil {
+			a.cfg.Logger.Warn("control: what-if round of the federation", "err", err)
+			reclaim = map[string]bool{} // no reclaim on a round that failed
+		}
+		bid.Reclaimable = reclaim
+		l.SetBid(bid)
 	}
 	if info.FirstOfTerm {
 		a.soon(ctx) // the full search, soon

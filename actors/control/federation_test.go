@@ -69,3 +69,41 @@ func TestLentGPUsAreNotPlaced(t *testing.T) {
 		t.Errorf("the bid's use %v is the committed allocation's", bid.Used)
 	}
 }
+
+// The what-if round of a reclaim: a lent node the lab's jobs would use
+// if it were back is reclaimable; none is while the jobs have all they
+// want, and nothing is asked of a lab that lends nothing.
+func TestReclaimable(t *testing.T) {
+	st := testState()
+	lab := &consensus.SetLab{Name: "lab-a", CA: "fp", Quota: federation.Quota{Nominal: 8, LendingLimit: 8},
+		Peers: []federation.Peer{{Name: "lab-b", CAs: []string{"fq"}}}}
+	if got, err := Reclaimable(st, nil, 200, 1, 1, optimizer.NewGreedy()); got != nil || err != nil {
+		t.Fatalf("a lab in no federation: %v, %v", got, err)
+	}
+	if _, err := consensus.ApplyTo(st, lab, 2); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Reclaimable(st, nil, 200, 1, 1, optimizer.NewGreedy()); got != nil || err != nil {
+		t.Fatalf("a lab that lends nothing: %v, %v", got, err)
+	}
+	grant := &consensus.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "lab-a", Lease: "l1", Lender: "lab-a", Borrower: "lab-b",
+		Nodes: []federation.NodeGPUs{{Node: "n2", GPUs: 4}}, At: 1, TTL: 300}}
+	if _, err := consensus.ApplyTo(st, grant, 2); err != nil {
+		t.Fatal(err)
+	}
+	// Jobs a (2 GPUs of n1 now, up to 4) and b (pending, up to 1) want
+	// more than n1's 4 GPUs: with n2 back, the what-if round uses it.
+	st.Allocation.Jobs["a"] = []consensus.Slot{{Node: "n1", GPUs: 2}}
+	got, err := Reclaimable(st, nil, 200, 1, 1, optimizer.NewGreedy())
+	if err != nil || !got["n2"] || len(got) != 1 {
+		t.Fatalf("with jobs wanting more: %v, %v", got, err)
+	}
+	// With no job left that wants a GPU, nothing is reclaimable.
+	for _, id := range []string{"a", "b"} {
+		st.Jobs[id].State = consensus.Completed
+		delete(st.Allocation.Jobs, id)
+	}
+	if got, err := Reclaimable(st, nil, 200, 1, 1, optimizer.NewGreedy()); err != nil || len(got) != 0 || got == nil {
+		t.Fatalf("without jobs: %v, %v", got, err)
+	}
+}

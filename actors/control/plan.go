@@ -70,7 +70,12 @@ func ownNodes(st *consensus.State) []optimizer.Node {
 // out: it is placed once its actor has bid, so that its workers run the
 // configuration it chose.
 func BuildSnapshot(st *consensus.State, bids map[string]*consensus.Bid, now, timeScale float64, seed uint64) (*optimizer.Snapshot, error) {
-	snap := &optimizer.Snapshot{Nodes: ownNodes(st), Levels: slices.Clone(st.Config.Levels), Seed: seed, Now: now}
+	return buildSnapshot(st, ownNodes(st), bids, now, timeScale, seed)
+}
+
+// buildSnapshot is BuildSnapshot on the given nodes.
+func buildSnapshot(st *consensus.State, nodes []optimizer.Node, bids map[string]*consensus.Bid, now, timeScale float64, seed uint64) (*optimizer.Snapshot, error) {
+	snap := &optimizer.Snapshot{Nodes: nodes, Levels: slices.Clone(st.Config.Levels), Seed: seed, Now: now}
 	types := gpuTypes(snap.Nodes)
 	var speeds map[string]float64
 	if len(types) > 1 {

@@ -39,6 +39,10 @@ type Store interface {
 type LocalBid struct {
 	Curve []float64
 	Used  map[string]int
+	// Reclaimable are the lent nodes the allocator's what-if round
+	// would use now (federation.Bid.Reclaimable): only their leases are
+	// reclaimed. Nil: every lent node.
+	Reclaimable map[string]bool
 }
 
 // Config configures a link.
@@ -151,6 +155,7 @@ func (l *Link) Close() {
 func (l *Link) SetBid(b LocalBid) {
 	b.Curve = slices.Clone(b.Curve)
 	b.Used = maps.Clone(b.Used)
+	b.Reclaimable = maps.Clone(b.Reclaimable)
 	term, _ := l.cfg.Store.Leadership()
 	l.mu.Lock()
 	l.local, l.localTerm = &b, term
@@ -270,7 +275,7 @@ func (l *Link) Round(ctx context.Context) (done, failed []federation.Command) {
 	l.check(now)
 
 	round := federation.Round{At: at, Settings: l.cfg.Federation.Settings, Decider: l.cfg.Name,
-		Bids: []federation.Bid{{Lab: &msg.Lab, Curve: msg.Curve, Used: msg.Used, LastReclaim: msg.LastReclaim}}}
+		Bids: []federation.Bid{{Lab: &msg.Lab, Curve: msg.Curve, Used: msg.Used, LastReclaim: msg.LastReclaim, Reclaimable: local.Reclaimable}}}
 	bidders := map[string]bool{l.cfg.Name: true}
 	leases := map[string]federation.Lease{}
 	for _, le := range msg.Leases {

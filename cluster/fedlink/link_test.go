@@ -435,7 +435,21 @@ func TestRoundLendsRenewsAndNoticesLoss(t *testing.T) {
 	for i := range want {
 		want[i] = 1
 	}
-	a.link.SetBid(LocalBid{Curve: want, Used: map[string]int{"n1": 4}})
+	// Not while its what-if round would not use the lent node...
+	a.link.SetBid(LocalBid{Curve: want, Used: map[string]int{"n1": 4}, Reclaimable: map[string]bool{}})
+	clk.Add(time.Second)
+	b.link.Round(ctx)
+	if done, _ = a.link.Round(ctx); len(done) != 1 || done[0].Op != federation.OpRenew {
+		t.Fatalf("round with no node reclaimable: %+v", done)
+	}
+	// ...and at once when it would.
+	lent := ""
+	for _, n := range []string{"n0", "n1"} {
+		if a.ledger().LentOn(n) > 0 {
+			lent = n
+		}
+	}
+	a.link.SetBid(LocalBid{Curve: want, Used: map[string]int{"n1": 4}, Reclaimable: map[string]bool{lent: true}})
 	clk.Add(time.Second)
 	b.link.Round(ctx)
 	done, failed = a.link.Round(ctx)
