@@ -242,3 +242,39 @@ func TestUpdateMetaWhileReading(t *testing.T) {
 		t.Errorf("members %v", got)
 	}
 }
+
+// The federation's pool: WAN members with their own label and key see
+// each other and notice one that dies (no leave); a member of a lab's
+// own pool cannot join it.
+func TestWANPool(t *testing.T) {
+	key, err := NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := ParseKeys([]byte(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wan := func(name string) *Membership {
+		m, err := Start(Config{Name: name, Meta: Meta{Role: RoleServer, FederationAddr: "127.0.0.1:7400"}, WAN: true, Label: WANLabel, Keys: keys, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Shutdown() })
+		return m
+	}
+	a, b := wan("lab-a/s0"), wan("lab-b/s0")
+	if _, err := b.Join([]string{a.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	ev := waitEvent(t, a, EventJoin, "lab-b/s0", 5*time.Second)
+	if ev.Member.Meta.FederationAddr != "127.0.0.1:7400" {
+		t.Errorf("join carries %+v", ev.Member.Meta)
+	}
+	lan := start(t, "s9", Meta{Role: RoleServer})
+	if _, err := lan.Join([]string{a.Addr()}); err == nil {
+		t.Error("a lab's own gossip member joined the federation's pool")
+	}
+	b.Shutdown()
+	waitEvent(t, a, EventLeave, "lab-b/s0", 30*time.Second)
+}

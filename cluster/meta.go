@@ -46,6 +46,10 @@ type Meta struct {
 	RaftAddr string `json:"raft,omitempty"`
 	// HTTPAddr is the host:port of the member's HTTP API (servers).
 	HTTPAddr string `json:"http,omitempty"`
+	// FederationAddr is the host:port of the member's federation
+	// listener (servers of a lab in a federation): where a follower
+	// redirects a peer's bid to the leader.
+	FederationAddr string `json:"federation,omitempty"`
 }
 
 // Validate reports whether m is usable.
@@ -80,7 +84,7 @@ func (m Meta) Validate() error {
 			return fmt.Errorf("%w: levels: %w", ErrBadMeta, err)
 		}
 	}
-	for _, a := range []struct{ name, addr string }{{"actor", m.ActorAddr}, {"raft", m.RaftAddr}, {"http", m.HTTPAddr}} {
+	for _, a := range []struct{ name, addr string }{{"actor", m.ActorAddr}, {"raft", m.RaftAddr}, {"http", m.HTTPAddr}, {"federation", m.FederationAddr}} {
 		if a.addr == "" {
 			continue
 		}

@@ -35,6 +35,7 @@ const (
 	typeRevokeToken  byte = 18
 	typeCancelJob    byte = 19
 	// 28..31: autoscaling (scale.go).
+	// 36..39: federation (federation.go).
 )
 
 // Command is one state change. The concrete types are the exported
@@ -193,6 +194,10 @@ func Decode(b []byte) (Command, error) {
 		c = &ScaleDecision{}
 	case typeScaleUpdate:
 		c = &ScaleUpdate{}
+	case typeLease:
+		c = &Lease{}
+	case typeSetLab:
+		c = &SetLab{}
 	default:
 		return nil, fmt.Errorf("%w: type %d", ErrUnknownCommand, b[1])
 	}

@@ -81,7 +81,8 @@
 // binaries that know a new version on every server before any leader
 // writes it (Encode writes CommandVersion only); new command types take
 // new type bytes (8..15 for the control loop's, 16..23 for tokens,
-// 24..27 for node attributes, 28..31 for autoscaling). Fields added to an existing command (a
+// 24..27 for node attributes, 28..31 for autoscaling, 36..39 for the
+// federation). Fields added to an existing command (a
 // job's submitter, node attributes, placement constraints, topology
 // levels and report key; a measurement's GPU type and a bid's per-type
 // parts, flagged in a Round update's flags byte) are encoded last and
@@ -91,9 +92,22 @@
 // key, node attributes and job placement constraints; version 4 adds the
 // autoscaler's state (scale.go); version 5 the autoscaler's request
 // times and billed seconds; version 6 records profiles by GPU type and
-// bids' per-type parts (types.go); version 1 snapshots (before bids and
-// the cluster configuration), version 2 (before all of version 3's
-// additions), and versions 3 to 5 still decode.
+// bids' per-type parts (types.go); version 7 adds the federation state
+// (federation.go: the lab's name, CA, quota, peers and lease ledger);
+// version 1 snapshots (before bids and the cluster configuration),
+// version 2 (before all of version 3's additions), and versions 3 to 6
+// still decode.
+//
+// # Federation
+//
+// A lab of a federation (docs/federation.md) holds its identity and its
+// ledger of leases here: SetLab writes its name once (a server started
+// with another name is refused, ErrClusterConfig) and its quota and
+// peers; a Lease command wraps one federation.Command and is applied
+// through federation.Ledger.Apply, against the lab's alive registered
+// nodes as they are when it applies. A refused lease command is the
+// Result's error (ErrLeaseRefused, wrapping the federation package's
+// reason) and changes nothing.
 //
 // # Server
 //

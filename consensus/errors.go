@@ -90,4 +90,13 @@ var (
 	// ErrTokenExists is returned when a new token's accessor or secret
 	// is already in the table.
 	ErrTokenExists = errors.New("consensus: token already exists")
+
+	// ErrNoFederation is returned for a lease command to a cluster that
+	// has no federation configuration (SetLab).
+	ErrNoFederation = errors.New("consensus: the cluster is in no federation")
+	// ErrLeaseRefused is returned for a lease command the lab's ledger
+	// refuses; it also wraps the cluster/federation sentinel that says
+	// why (on the server that applied it; a forwarded refusal keeps the
+	// text).
+	ErrLeaseRefused = errors.New("consensus: lease command refused")
 )

@@ -80,6 +80,7 @@ var wireErrors = []error{
 	ErrStaleGeneration, ErrStaleTerm, ErrStaleIncarnation, ErrLeadershipLost,
 	ErrNoSpace, ErrClusterConfig, ErrLimit, ErrStaleSession,
 	ErrACLBootstrapped, ErrUnknownToken, ErrTokenRevoked, ErrPermission, ErrTokenExists,
+	ErrNoFederation, ErrLeaseRefused,
 }
 
 // otherError is the code of an error that wraps no sentinel.

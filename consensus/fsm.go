@@ -189,6 +189,10 @@ func applyOne(s *State, c Command, term uint64) error {
 		return applyScaleDecision(s, c, term)
 	case *ScaleUpdate:
 		return applyScaleUpdate(s, c, term)
+	case *Lease:
+		return applyLease(s, c)
+	case *SetLab:
+		return applySetLab(s, c)
 	case *UpdateJob:
 		return applyUpdate(s, c)
 	case *CompleteJob:

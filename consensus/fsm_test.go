@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"pollux/cluster/federation"
 	"pollux/optimizer"
 	"pollux/optimizer/goodput"
 )
@@ -418,6 +419,10 @@ func FuzzDecodeCommand(f *testing.F) {
 		&ScaleDecision{Term: 1, Time: 2, Desired: 3, Add: []string{"auto-1", "auto-2"}, Drain: []string{"auto-0"}},
 		&ScaleUpdate{Term: 1, Time: 3, Name: "auto-1", Outcome: ScaleJoined},
 		&ScaleUpdate{Term: 1, Time: 3, Name: "auto-2", Outcome: ScaleRemoved, Reason: "never joined"},
+		labA(),
+		fedGrant("l1", "n1", 2, 3),
+		fedCmd(federation.OpReclaim, "lab-a", "l1", 4),
+		&Lease{Cmd: federation.Command{Op: federation.OpExpire, From: "lab-a", At: 5}},
 	} {
 		b, err := Encode(c)
 		if err != nil {
@@ -468,7 +473,7 @@ func FuzzDecodeState(f *testing.F) {
 		&RegisterNode{Node: Node{ID: "n1", GPUs: 2, Health: Alive, Rack: "r1", Topology: []string{"r1", "z1"}, GPUType: "t4"}},
 		&SubmitJob{ID: "j", Spec: spec})
 	f.Add(EncodeState(typed.f.State()))
-	for _, old := range []string{"testdata/snapshot-v1.bin", "testdata/snapshot-v2.bin", "testdata/snapshot-v2-bid.bin", snapshotV3, snapshotV4, snapshotV5, snapshotV6} {
+	for _, old := range []string{"testdata/snapshot-v1.bin", "testdata/snapshot-v2.bin", "testdata/snapshot-v2-bid.bin", snapshotV3, snapshotV4, snapshotV5, snapshotV6, snapshotV7} {
 		if b, err := os.ReadFile(old); err == nil {
 			f.Add(b)
 		}

@@ -27,10 +27,12 @@ import (
 // nothing billed. Version 6 records every job's profile by GPU type
 // (groups of entries, one per type) and adds, after the bid, its
 // per-type parts; versions 1 to 5 decode with every entry untyped and
-// bids without per-type parts.
+// bids without per-type parts. Version 7 adds, at the end, the
+// federation state (the lab's name, CA, quota and peers, and its ledger
+// of leases); versions 1 to 6 decode without one.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 6
+	SnapshotVersion = 7
 	// maxSnapshot bounds what Restore reads.
 	maxSnapshot = 1 << 30
 )
@@ -91,6 +93,7 @@ func EncodeState(s *State) []byte {
 	encodePlacements(w, s.Allocation.Jobs)
 	encodeACL(w, &s.ACL)
 	encodeScale(w, &s.Scale)
+	encodeFederation(w, s.Fed)
 
 	return binary.LittleEndian.AppendUint32(w.b, crc32.Checksum(w.b, castagnoli))
 }
@@ -231,6 +234,13 @@ func DecodeState(b []byte) (*State, error) {
 			return nil, err
 		}
 		s.Scale = sc
+	}
+	if version >= 7 && r.err == nil {
+		fed, err := decodeFederation(r, s)
+		if err != nil {
+			return nil, err
+		}
+		s.Fed = fed
 	}
 	if err := r.done(); err != nil {
 		return nil, err

@@ -8,10 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"pollux/cluster/federation"
 	"pollux/optimizer"
 )
 
-var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v6.bin from the current encoder")
+var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v7.bin from the current encoder")
 
 // snapshotV3 is a version 3 snapshot holding everything version 3 added:
 // the token table and job submitters (API tokens), the topology levels,
@@ -170,10 +171,8 @@ func TestSnapshotVersion5Golden(t *testing.T) {
 }
 
 // snapshotV6 is a version 6 snapshot: snapshotV4's state plus a job
-// measured on two GPU types and on untyped nodes, bidding per type.
-// go test ./consensus -run TestSnapshotVersion6Golden -update rewrites
-// it; only do so for a change that keeps the version's bytes (a change
-// of the format is a new version, and this file must still decode).
+// measured on two GPU types and on untyped nodes, bidding per type. It
+// was written by the version 6 encoder and must still decode.
 const snapshotV6 = "testdata/snapshot-v6.bin"
 
 func v6State(t testing.TB) *State {
@@ -203,12 +202,6 @@ func v6State(t testing.TB) *State {
 func TestSnapshotVersion6Golden(t *testing.T) {
 	want := v6State(t)
 	got := EncodeState(want)
-	if *updateGolden {
-		if err := os.WriteFile(snapshotV6, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
 	b, err := os.ReadFile(snapshotV6)
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +223,65 @@ func TestSnapshotVersion6Golden(t *testing.T) {
 	if s.Scale.Desired != 5 || s.Config.ReportKey != v3ReportKey {
 		t.Errorf("version 3 and 4 content lost")
 	}
+	if again := EncodeState(s); !bytes.Equal(got, again) {
+		t.Fatalf("the version 6 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
+	}
+}
+
+// snapshotV7 is a version 7 snapshot: snapshotV6's state plus the
+// federation's (the lab's identity, quota and peers; a lease it lends,
+// one it borrows, one reclaimed and two expired).
+// go test ./consensus -run TestSnapshotVersion7Golden -update rewrites
+// it; only do so for a change that keeps the version's bytes (a change
+// of the format is a new version, and this file must still decode).
+const snapshotV7 = "testdata/snapshot-v7.bin"
+
+func v7State(t testing.TB) *State {
+	t.Helper()
+	a := &fsmApplier{f: NewFSM()}
+	a.f.state = v6State(t)
+	lab := labA()
+	lab.Quota = federation.Quota{Nominal: 12, LendingLimit: 8, BorrowingLimit: 8}
+	borrow := &Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "lab-b", Lease: "lab-b/m0@20", Lender: "lab-b", Borrower: "lab-a",
+		Nodes: []federation.NodeGPUs{{Node: "m0", GPUs: 2}}, At: 20, TTL: 120}}
+	a.must(t, 5, lab,
+		fedGrant("lab-a/n1@14", "n1", 4, 14),
+		fedGrant("lab-a/n2@15", "n2", 2, 15),
+		fedCmd(federation.OpReclaim, "lab-a", "lab-a/n2@15", 16),
+		fedGrant("lab-a/auto-1@17", "auto-1", 4, 17),
+		fedCmd(federation.OpRenew, "lab-b", "lab-a/n1@14", 18),
+		borrow,
+		&Lease{Cmd: federation.Command{Op: federation.OpExpire, From: "lab-a", At: 317.5}},
+	)
+	return a.f.State()
+}
+
+func TestSnapshotVersion7Golden(t *testing.T) {
+	got := EncodeState(v7State(t))
+	if *updateGolden {
+		if err := os.WriteFile(snapshotV7, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	b, s := decodeFixture(t, snapshotV7, 7)
+	fed := s.Fed
+	if fed == nil || fed.Lab.Name != "lab-a" || fed.Lab.CA != "fp-a" || fed.Lab.Quota.Nominal != 12 || len(fed.Lab.Peers) != 1 {
+		t.Fatalf("decoded federation %+v", fed)
+	}
+	st := fed.Ledger.State()
+	// n1 renewed at 18 (expires 318) stays; auto-1's (expired at 317) and
+	// the borrowed m0 (at 140) ended at 317.5; n2's was reclaimed.
+	if len(st.Leases) != 1 || st.Leases[0].ID != "lab-a/n1@14" || st.Leases[0].Expires != 318 || st.LastReclaim != 16 || len(st.Ended) != 3 {
+		t.Fatalf("decoded ledger %+v", st)
+	}
+	if fed.Ledger.Lent() != 4 || fed.Ledger.Borrowed() != 0 || fed.Ledger.LentOn("n1") != 4 {
+		t.Errorf("ledger counters: lent %d, borrowed %d", fed.Ledger.Lent(), fed.Ledger.Borrowed())
+	}
+	if s.Scale.Desired != 5 || s.Config.ReportKey != v3ReportKey || len(s.Jobs["typed"].ProfiledTypes()) != 2 {
+		t.Errorf("versions 3 to 6 content lost")
+	}
 	if !bytes.Equal(got, b) {
-		t.Fatalf("the encoding of version 6 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+		t.Fatalf("the encoding of version 7 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
 	}
 }

@@ -409,6 +409,9 @@ type State struct {
 	ACL ACL
 	// Scale is the autoscaler's state (scale.go).
 	Scale Scale
+	// Fed is the lab's federation identity and lease ledger
+	// (federation.go); nil until the cluster joins a federation.
+	Fed *Federation
 }
 
 // CheckpointDir is where job j checkpoints: its spec's directory or,
@@ -430,6 +433,7 @@ func (s *State) Clone() *State {
 	c.Config, c.LastRound = s.Config, s.LastRound
 	c.ACL = s.ACL.clone()
 	c.Scale = s.Scale.clone()
+	c.Fed = s.Fed.clone()
 	c.Config.Levels = slices.Clone(s.Config.Levels)
 	for id, j := range s.Jobs {
 		c.Jobs[id] = j.clone()

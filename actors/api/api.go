@@ -20,6 +20,8 @@ import (
 	"pollux/actors/control"
 	"pollux/actors/jobspec"
 	"pollux/cluster"
+	"pollux/cluster/federation"
+	"pollux/cluster/fedlink"
 	"pollux/consensus"
 	"pollux/optimizer"
 	"pollux/optimizer/goodput"
@@ -65,6 +67,9 @@ type Config struct {
 	Backend Backend
 	// Apps are the emulated applications a spec may name.
 	Apps []string
+	// FederationPeers, if set, is what the federation link knows of the
+	// peer labs (fedlink.Link.Peers), shown by the leader's status.
+	FederationPeers func() []fedlink.PeerStatus
 	// Members lists the cluster's gossip members: which servers are
 	// alive (operator raft) and where the leader's API is (operator
 	// writes on a follower are redirected there). Nil: only this server
@@ -224,6 +229,20 @@ type Status struct {
 	// Autoscale is the autoscaler's replicated state, once it has
 	// decided anything (or the server autoscales).
 	Autoscale *AutoscaleJSON `json:"autoscale,omitempty"`
+	// Federation is the lab's federation state (docs/federation.md), when
+	// the cluster is named.
+	Federation *FederationJSON `json:"federation,omitempty"`
+}
+
+// FederationJSON is a lab's federation state: its name, the GPUs it
+// lends and borrows, its leases and, on the leader, what it knows of its
+// peers.
+type FederationJSON struct {
+	Cluster  string               `json:"cluster"`
+	Lent     int                  `json:"gpus_lent"`
+	Borrowed int                  `json:"gpus_borrowed"`
+	Leases   []federation.Lease   `json:"leases"`
+	Peers    []fedlink.PeerStatus `json:"peers,omitempty"`
 }
 
 // AutoscaleJSON is what the autoscaler decided and what its machines
@@ -649,6 +668,13 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 	}
 	a.mu.Unlock()
 	s.Autoscale = AutoscaleOf(st, a.cfg.Now(), a.cfg.Autoscaling, a.cfg.NodeCost)
+	if st.Fed != nil {
+		lg := st.Fed.Ledger
+		s.Federation = &FederationJSON{Cluster: st.Fed.Lab.Name, Lent: lg.Lent(), Borrowed: lg.Borrowed(), Leases: lg.Leases()}
+		if _, leader := a.cfg.Backend.Leadership(); leader && a.cfg.FederationPeers != nil {
+			s.Federation.Peers = a.cfg.FederationPeers()
+		}
+	}
 	writeJSON(w, http.StatusOK, s)
 }
 

@@ -16,6 +16,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"pollux/cluster/federation"
+	"pollux/cluster/fedlink"
 	"pollux/consensus"
 	"pollux/optimizer/goodput"
 )
@@ -411,6 +413,39 @@ func TestCheckRemoval(t *testing.T) {
 		if (tc.mention == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.mention)) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.mention)
 		}
+	}
+}
+
+// The status of a lab of a federation shows its name, what it lends and
+// borrows, its leases and, on the leader, its peers.
+func TestStatusFederation(t *testing.T) {
+	a, fb := newTest()
+	if _, body := do(a, "GET", PathStatus, ""); strings.Contains(body, "federation") {
+		t.Errorf("a cluster in no federation: %s", body)
+	}
+	for _, c := range []consensus.Command{
+		&consensus.SetLab{Name: "lab-a", CA: "fp", Quota: federation.Quota{Nominal: 4, LendingLimit: 4},
+			Peers: []federation.Peer{{Name: "lab-b", CAs: []string{"fq"}}}},
+		&consensus.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "lab-a", Lease: "l1", Lender: "lab-a", Borrower: "lab-b",
+			Nodes: []federation.NodeGPUs{{Node: "n1", GPUs: 4}}, At: 10, TTL: 300}},
+	} {
+		if err := fb.ApplyCommand(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.cfg.FederationPeers = func() []fedlink.PeerStatus { return []fedlink.PeerStatus{{Name: "lab-b", Up: true}} }
+	code, body := do(a, "GET", PathStatus, "")
+	var st Status
+	if err := json.Unmarshal([]byte(body), &st); err != nil || code != 200 {
+		t.Fatalf("status: %d %s", code, body)
+	}
+	f := st.Federation
+	if f == nil || f.Cluster != "lab-a" || f.Lent != 4 || f.Borrowed != 0 || len(f.Leases) != 1 || f.Leases[0].Expires != 310 || len(f.Peers) != 1 || !f.Peers[0].Up {
+		t.Fatalf("federation status %s", body)
+	}
+	fb.follower = true
+	if _, body := do(a, "GET", PathStatus, ""); strings.Contains(body, `"peers"`) {
+		t.Errorf("a follower shows peers it does not exchange bids with: %s", body)
 	}
 }
 

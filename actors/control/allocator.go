@@ -13,6 +13,7 @@ import (
 	"pollux/actors/node"
 	"pollux/actors/pb"
 	"pollux/cluster"
+	"pollux/cluster/fedlink"
 	"pollux/consensus"
 	"pollux/optimizer"
 )
@@ -108,6 +109,10 @@ type Config struct {
 	Stats *Stats
 	// Autoscale, if set, sizes the cluster (scale.go).
 	Autoscale *Autoscale
+	// Federation, if set, is the lab's link to its federation: it is
+	// given the lab's bid (FederationBid) after every round this server
+	// leads.
+	Federation *fedlink.Link
 	// Seed starts the sequence of per-round seeds.
 	Seed   uint64
 	Logger *slog.Logger
@@ -536,6 +541,18 @@ func (a *allocator) run(ctx actor.Context) {
 	a.host(ctx, st)
 	a.assign(ctx, st, info, begin)
 	a.scale(ctx, st, scale)
+	if l := a.cfg.Federation; l != nil {
+		bid := FederationBid(snap, st, l.Settings().PowerMean)
+		// The what-if round runs the first-round policy (the committed
+		// allocation hill-climbed): a fraction of the search's time.
+		reclaim, err := Reclaimable(st, bids, nowS, a.cfg.TimeScale, a.seed, a.cfg.FirstPolicy)
+		if err != nil {
+			a.cfg.Logger.Warn("control: what-if round of the federation", "err", err)
+			reclaim = map[string]bool{} // no reclaim on a round that failed
+		}
+		bid.Reclaimable = reclaim
+		l.SetBid(bid)
+	}
 	if info.FirstOfTerm {
 		a.soon(ctx) // the full search, soon
 	}

@@ -30,6 +30,13 @@
 // SearchBudget so rounds stay short on a loaded leader. docs/control-
 // plane.md draws the whole message flow.
 //
-// The planning functions (BuildSnapshot, Assignments, Place) are pure and
-// tested on their own.
+// In a lab of a federation (Config.Federation), a round places the lab's
+// jobs only on GPUs it does not lend, and hands the lab's bid
+// (FederationBid: the value of each GPU to the round's jobs, the GPUs
+// used per node; Reclaimable: the lent nodes a what-if round with them
+// back would use) to the federation link (cluster/fedlink), which
+// exchanges bids and commits leases on its own goroutine.
+//
+// The planning functions (BuildSnapshot, Assignments, Place,
+// FederationBid, Reclaimable) are pure and tested on their own.
 package control

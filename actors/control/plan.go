@@ -29,9 +29,11 @@ func activeNodes(st *consensus.State) []optimizer.Node {
 	return nodes
 }
 
-// placeableNodes are the active nodes the autoscaler is not draining:
-// what a round places jobs on (a draining node still gets its
-// assignments, which stop its workers, and its lease).
+// placeableNodes are the active nodes the autoscaler is not draining,
+// less the GPUs the lab lends to peer labs (docs/federation.md: lent
+// GPUs are the borrower's until the lease ends): what a round places
+// jobs on (a draining node still gets its assignments, which stop its
+// workers, and its lease).
 func placeableNodes(st *consensus.State) []optimizer.Node {
 	return slices.DeleteFunc(activeNodes(st), func(n optimizer.Node) bool {
 		m := st.Scale.Nodes[n.ID]
@@ -39,8 +41,22 @@ func placeableNodes(st *consensus.State) []optimizer.Node {
 	})
 }
 
+// ownNodes are the placeable nodes with the GPUs the lab lends taken
+// out (a node lent whole left out).
+func ownNodes(st *consensus.State) []optimizer.Node {
+	nodes := placeableNodes(st)
+	if st.Fed == nil {
+		return nodes
+	}
+	for i := range nodes {
+		nodes[i].GPUs -= st.Fed.Ledger.LentOn(nodes[i].ID)
+	}
+	return slices.DeleteFunc(nodes, func(n optimizer.Node) bool { return n.GPUs <= 0 })
+}
+
 // BuildSnapshot is the optimizer's input for one round: the alive nodes
-// (with their GPU types and places in the cluster's topology levels) and
+// (with their GPU types and places in the cluster's topology levels,
+// less the GPUs the lab lends to peer labs) and
 // every unfinished job that has bid, with its constraints (required or
 // preferred topology, GPU type), its current placement
 // (slots on nodes that are no longer alive dropped; none at all if it
@@ -54,7 +70,12 @@ func placeableNodes(st *consensus.State) []optimizer.Node {
 // out: it is placed once its actor has bid, so that its workers run the
 // configuration it chose.
 func BuildSnapshot(st *consensus.State, bids map[string]*consensus.Bid, now, timeScale float64, seed uint64) (*optimizer.Snapshot, error) {
-	snap := &optimizer.Snapshot{Nodes: placeableNodes(st), Levels: slices.Clone(st.Config.Levels), Seed: seed, Now: now}
+	return buildSnapshot(st, ownNodes(st), bids, now, timeScale, seed)
+}
+
+// buildSnapshot is BuildSnapshot on the given nodes.
+func buildSnapshot(st *consensus.State, nodes []optimizer.Node, bids map[string]*consensus.Bid, now, timeScale float64, seed uint64) (*optimizer.Snapshot, error) {
+	snap := &optimizer.Snapshot{Nodes: nodes, Levels: slices.Clone(st.Config.Levels), Seed: seed, Now: now}
 	types := gpuTypes(snap.Nodes)
 	var speeds map[string]float64
 	if len(types) > 1 {
@@ -63,6 +84,13 @@ func BuildSnapshot(st *consensus.State, bids map[string]*consensus.Bid, now, tim
 	alive := map[string]bool{}
 	for _, n := range snap.Nodes {
 		alive[n.ID] = true
+	}
+	// A node whose jobs hold more GPUs than are left to the lab (some
+	// were lent since) keeps none of them: its jobs are placed afresh.
+	for id, used := range st.UsedGPUs() {
+		if i := slices.IndexFunc(snap.Nodes, func(n optimizer.Node) bool { return n.ID == id }); i >= 0 && used > snap.Nodes[i].GPUs {
+			delete(alive, id)
+		}
 	}
 	for _, id := range st.JobIDs() {
 		j := st.Jobs[id]

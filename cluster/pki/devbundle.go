@@ -40,13 +40,26 @@ func DevBundle(dir string, servers, agents []string) (*Bundle, error) {
 // own): the certificate of each server or agent name in hosts also names
 // hosts[name] (IP addresses or DNS names).
 func DevBundleHosts(dir string, servers, agents []string, hosts map[string][]string) (*Bundle, error) {
+	return devBundle(dir, "", servers, agents, hosts)
+}
+
+// DevLabBundle is DevBundle for a lab of a federation: its servers' and
+// agents' certificates name cluster (spiffe://<cluster>/<role>/<name>).
+func DevLabBundle(dir, cluster string, servers, agents []string) (*Bundle, error) {
+	if err := (Identity{Role: RoleServer, Name: "x", Cluster: cluster}).Validate(); err != nil || cluster == "" {
+		return nil, fmt.Errorf("%w: cluster %q", ErrBadName, cluster)
+	}
+	return devBundle(dir, cluster, servers, agents, nil)
+}
+
+func devBundle(dir, clusterName string, servers, agents []string, hosts map[string][]string) (*Bundle, error) {
 	b := &Bundle{Dir: dir, CA: filepath.Join(dir, CAFile), GossipKey: filepath.Join(dir, GossipKeyFile), roles: map[string]Role{}}
-	ids := []Identity{{RoleClient, DevClient}}
+	ids := []Identity{{Role: RoleClient, Name: DevClient}}
 	for _, s := range servers {
-		ids = append(ids, Identity{RoleServer, s})
+		ids = append(ids, Identity{Role: RoleServer, Name: s, Cluster: clusterName})
 	}
 	for _, a := range agents {
-		ids = append(ids, Identity{RoleAgent, a})
+		ids = append(ids, Identity{Role: RoleAgent, Name: a, Cluster: clusterName})
 	}
 	for _, id := range ids {
 		if _, dup := b.roles[id.Name]; dup {
@@ -93,7 +106,7 @@ func DevBundleHosts(dir string, servers, agents []string, hosts map[string][]str
 // cluster), valid for loopback and hosts. It refuses a name the bundle
 // already holds.
 func (b *Bundle) Add(role Role, name string, hosts []string) error {
-	id := Identity{role, name}
+	id := Identity{Role: role, Name: name}
 	if err := id.Validate(); err != nil {
 		return err
 	}
@@ -121,7 +134,7 @@ func (b *Bundle) Files(name string) (cert, key string, err error) {
 	if !ok {
 		return "", "", fmt.Errorf("%w: %q is not in the bundle", ErrBadName, name)
 	}
-	c, k := CertFiles(Identity{r, name})
+	c, k := CertFiles(Identity{Role: r, Name: name})
 	return filepath.Join(b.Dir, c), filepath.Join(b.Dir, k), nil
 }
 

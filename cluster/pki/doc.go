@@ -13,7 +13,11 @@
 // Certificates are ECDSA P-256, PEM files, with the identity in a URI
 // subject alternative name spiffe://pollux/<role>/<name> (and repeated in
 // the subject: CN is the name, OU the role), plus the IP addresses and
-// DNS names the holder serves on. Only the standard library's crypto is
+// DNS names the holder serves on. A cluster of a federation names itself
+// in the trust domain, spiffe://<cluster>/<role>/<name>: the federation
+// channel between clusters checks a peer against the CA of the cluster
+// its certificate claims (FederationServerConfig, FederationPeer), since
+// every cluster has its own CA. Only the standard library's crypto is
 // used.
 //
 // Listener completes every TLS handshake in its own goroutine, bounded in

@@ -131,7 +131,7 @@ func selfSigned(t *testing.T, id Identity) *tls.Certificate {
 
 func TestIdentityRoundTrip(t *testing.T) {
 	f := newFixture(t)
-	for _, id := range []Identity{{RoleServer, "s0"}, {RoleAgent, "gpu-17.rack2"}, {RoleClient, "alice"}} {
+	for _, id := range []Identity{{Role: RoleServer, Name: "s0"}, {Role: RoleAgent, Name: "gpu-17.rack2"}, {Role: RoleClient, Name: "alice"}} {
 		is, err := f.ca.Issue(CertRequest{Identity: id, Hosts: map[bool][]string{true: nil, false: {"10.1.2.3", "node.example"}}[id.Role == RoleClient]})
 		if err != nil {
 			t.Fatal(err)
@@ -163,13 +163,13 @@ func TestIdentityRoundTrip(t *testing.T) {
 func TestIssueRefusesBadInput(t *testing.T) {
 	f := newFixture(t)
 	for _, req := range []CertRequest{
-		{Identity: Identity{"admin", "x"}},
-		{Identity: Identity{RoleServer, ""}},
-		{Identity: Identity{RoleServer, "a/b"}},
-		{Identity: Identity{RoleServer, strings.Repeat("x", 64)}},
-		{Identity: Identity{RoleServer, "s0"}, Hosts: []string{"not a host!"}},
-		{Identity: Identity{RoleClient, "c"}, Hosts: []string{"10.0.0.1"}},
-		{Identity: Identity{RoleServer, "s0"}, Validity: -time.Hour},
+		{Identity: Identity{Role: "admin", Name: "x"}},
+		{Identity: Identity{Role: RoleServer, Name: ""}},
+		{Identity: Identity{Role: RoleServer, Name: "a/b"}},
+		{Identity: Identity{Role: RoleServer, Name: strings.Repeat("x", 64)}},
+		{Identity: Identity{Role: RoleServer, Name: "s0"}, Hosts: []string{"not a host!"}},
+		{Identity: Identity{Role: RoleClient, Name: "c"}, Hosts: []string{"10.0.0.1"}},
+		{Identity: Identity{Role: RoleServer, Name: "s0"}, Validity: -time.Hour},
 	} {
 		if _, err := f.ca.Issue(req); !errors.Is(err, ErrBadName) {
 			t.Errorf("Issue(%+v) = %v, want ErrBadName", req, err)
@@ -189,19 +189,19 @@ func TestFilesRefuseOverwriteAndMismatch(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(f.dir, CAKeyFile)); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("CA key mode %v, %v", st.Mode(), err)
 	}
-	s0 := f.creds(Identity{RoleServer, "s0"})
-	if s0.Identity != (Identity{RoleServer, "s0"}) {
+	s0 := f.creds(Identity{Role: RoleServer, Name: "s0"})
+	if s0.Identity != (Identity{Role: RoleServer, Name: "s0"}) {
 		t.Errorf("identity %v", s0.Identity)
 	}
 	s0c, s0k := CertFiles(s0.Identity)
-	a0 := f.creds(Identity{RoleAgent, "a0"})
+	a0 := f.creds(Identity{Role: RoleAgent, Name: "a0"})
 	_, a0k := CertFiles(a0.Identity)
 	ca2 := t.TempDir()
 	if _, _, err := WriteCA(ca2, f.other); err != nil {
 		t.Fatal(err)
 	}
-	exp, _ := f.ca.Issue(CertRequest{Identity: Identity{RoleServer, "old"}, NotBefore: time.Now().Add(-48 * time.Hour), Validity: 24 * time.Hour})
-	expc, expk, _ := WriteIssued(f.dir, Identity{RoleServer, "old"}, exp)
+	exp, _ := f.ca.Issue(CertRequest{Identity: Identity{Role: RoleServer, Name: "old"}, NotBefore: time.Now().Add(-48 * time.Hour), Validity: 24 * time.Hour})
+	expc, expk, _ := WriteIssued(f.dir, Identity{Role: RoleServer, Name: "old"}, exp)
 	cases := []struct{ name, ca, cert, key string }{
 		{"key of another certificate", filepath.Join(f.dir, CAFile), filepath.Join(f.dir, s0c), filepath.Join(f.dir, a0k)},
 		{"another CA", filepath.Join(ca2, CAFile), filepath.Join(f.dir, s0c), filepath.Join(f.dir, s0k)},
@@ -329,11 +329,11 @@ func dial(addr string, cfg *tls.Config) (bool, error) {
 // peer.
 func TestHandshakeMatrix(t *testing.T) {
 	f := newFixture(t)
-	server := f.creds(Identity{RoleServer, "s0"})
-	agent := f.creds(Identity{RoleAgent, "a0"})
-	client := f.creds(Identity{RoleClient, "c0"})
-	otherIs, _ := f.other.Issue(CertRequest{Identity: Identity{RoleServer, "s0"}})
-	expIs, _ := f.ca.Issue(CertRequest{Identity: Identity{RoleServer, "s9"}, NotBefore: time.Now().Add(-48 * time.Hour), Validity: 24 * time.Hour})
+	server := f.creds(Identity{Role: RoleServer, Name: "s0"})
+	agent := f.creds(Identity{Role: RoleAgent, Name: "a0"})
+	client := f.creds(Identity{Role: RoleClient, Name: "c0"})
+	otherIs, _ := f.other.Issue(CertRequest{Identity: Identity{Role: RoleServer, Name: "s0"}})
+	expIs, _ := f.ca.Issue(CertRequest{Identity: Identity{Role: RoleServer, Name: "s9"}, NotBefore: time.Now().Add(-48 * time.Hour), Validity: 24 * time.Hour})
 	peers := []struct {
 		name string
 		cert *tls.Certificate // nil: none
@@ -344,7 +344,7 @@ func TestHandshakeMatrix(t *testing.T) {
 		{"client", &client.Cert, false},
 		{"no certificate", nil, false},
 		{"plaintext", nil, true},
-		{"self-signed server", selfSigned(t, Identity{RoleServer, "s0"}), false},
+		{"self-signed server", selfSigned(t, Identity{Role: RoleServer, Name: "s0"}), false},
 		{"expired server", tlsCert(t, expIs), false},
 		{"another CA's server", tlsCert(t, otherIs), false},
 	}
@@ -411,9 +411,9 @@ func TestHandshakeMatrix(t *testing.T) {
 // signed.
 func TestDialersCheckThePeer(t *testing.T) {
 	f := newFixture(t)
-	server := f.creds(Identity{RoleServer, "s0"})
-	agent := f.creds(Identity{RoleAgent, "a0"})
-	client := f.creds(Identity{RoleClient, "c0"})
+	server := f.creds(Identity{Role: RoleServer, Name: "s0"})
+	agent := f.creds(Identity{Role: RoleAgent, Name: "a0"})
+	client := f.creds(Identity{Role: RoleClient, Name: "c0"})
 	// Listeners that hold the wrong certificate but accept anyone.
 	fake := func(c *Credentials) string {
 		addr, _ := serve(t, "fake", &tls.Config{Certificates: []tls.Certificate{c.Cert}}, time.Second)
@@ -458,7 +458,7 @@ func TestDialersCheckThePeer(t *testing.T) {
 
 func TestListenerAnswersPlainHTTPAndTimesOutSilentPeers(t *testing.T) {
 	f := newFixture(t)
-	server := f.creds(Identity{RoleServer, "s0"})
+	server := f.creds(Identity{Role: RoleServer, Name: "s0"})
 	cfg, _ := server.ServerConfig(ChannelAPI)
 	addr, logs := serve(t, ChannelAPI, cfg, 200*time.Millisecond)
 	_, err := dial(addr, nil)
@@ -488,7 +488,7 @@ func TestListenerAnswersPlainHTTPAndTimesOutSilentPeers(t *testing.T) {
 
 func TestListenerCapsHandshakes(t *testing.T) {
 	f := newFixture(t)
-	server := f.creds(Identity{RoleServer, "s0"})
+	server := f.creds(Identity{Role: RoleServer, Name: "s0"})
 	cfg, _ := server.ServerConfig(ChannelRaft)
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -636,7 +636,7 @@ func TestBundleAdd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Identity != (Identity{RoleServer, "s9"}) || c.Cert.Leaf.VerifyHostname("10.77.0.9") != nil {
+	if c.Identity != (Identity{Role: RoleServer, Name: "s9"}) || c.Cert.Leaf.VerifyHostname("10.77.0.9") != nil {
 		t.Errorf("added certificate: %v", c.Identity)
 	}
 	if _, err := c.Cert.Leaf.Verify(x509.VerifyOptions{Roots: c.Pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {

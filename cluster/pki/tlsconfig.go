@@ -34,8 +34,9 @@ const (
 // dialer of role d accepts a peer of role r if d is in acceptFrom[ch][r]:
 // a dialer only reaches peers that would accept it.
 var acceptFrom = map[Channel]map[Role][]Role{
-	ChannelRaft:  {RoleServer: {RoleServer}},
-	ChannelActor: {RoleServer: {RoleServer, RoleAgent}, RoleAgent: {RoleServer}},
+	ChannelRaft:       {RoleServer: {RoleServer}},
+	ChannelActor:      {RoleServer: {RoleServer, RoleAgent}, RoleAgent: {RoleServer}},
+	ChannelFederation: {RoleServer: {RoleServer}},
 }
 
 // Accepts returns the roles a holder of role me accepts as the peer on
@@ -92,6 +93,9 @@ func Accepts(ch Channel, me Role, dialer bool) ([]Role, error) {
 // certificate, and the check of the connecting peer's certificate (its
 // chain to the cluster CA, its validity, its role).
 func (c *Credentials) ServerConfig(ch Channel) (*tls.Config, error) {
+	if ch == ChannelFederation {
+		return nil, fmt.Errorf("%w: the federation channel checks peers against their own clusters' CAs (FederationServerConfig)", ErrChannel)
+	}
 	roles, err := Accepts(ch, c.Identity.Role, false)
 	if err != nil {
 		return nil, err
@@ -136,8 +140,11 @@ func (c *Credentials) ClientConfig(ch Channel) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ch == ChannelReport {
+	switch ch {
+	case ChannelReport:
 		return nil, fmt.Errorf("%w: workers dial the report channel without a certificate (ReportClient)", ErrChannel)
+	case ChannelFederation:
+		return nil, fmt.Errorf("%w: the federation channel checks peers against their own clusters' CAs (FederationClientConfig)", ErrChannel)
 	}
 	cfg := clientConfig(c.Pool, ch, roles)
 	cfg.Certificates = []tls.Certificate{c.Cert}

@@ -28,6 +28,9 @@ import (
 type securityOpts struct {
 	ca, cert, key, gossipKey string
 	insecure                 bool
+	// cluster, when set (pollux server --cluster), is the cluster the
+	// certificate must name.
+	cluster string
 }
 
 func (o *securityOpts) flags(f *pflag.FlagSet) {
@@ -90,9 +93,13 @@ func (o securityOpts) load(role pki.Role, name string, hosts []string, log *slog
 	if err != nil {
 		return nil, badInput(fmt.Errorf("%s: %w", cmd, err))
 	}
-	if want := (pki.Identity{Role: role, Name: name}); creds.Identity != want {
-		return nil, badInput(fmt.Errorf("%s: --cert is the certificate of %s, want %s (pollux tls cert create --role %s --name %s)",
-			cmd, creds.Identity, want, role, name))
+	if got := creds.Identity; got.Role != role || got.Name != name || (o.cluster != "" && got.Cluster != o.cluster) {
+		want, how := pki.Identity{Role: role, Name: name, Cluster: o.cluster}, ""
+		if o.cluster != "" {
+			how = " --cluster " + o.cluster
+		}
+		return nil, badInput(fmt.Errorf("%s: --cert is the certificate of %s, want %s (pollux tls cert create --role %s --name %s%s)",
+			cmd, got, want, role, name, how))
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {

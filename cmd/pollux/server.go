@@ -24,6 +24,7 @@ import (
 	"pollux/actors/dashboard"
 	"pollux/actors/job"
 	"pollux/cluster"
+	"pollux/cluster/fedlink"
 	"pollux/cluster/pki"
 	"pollux/consensus"
 	"pollux/optimizer"
@@ -43,6 +44,7 @@ type serverOpts struct {
 	timeScale                                                        float64
 	sec                                                              securityOpts
 	scale                                                            scaleOpts
+	fed                                                              federationOpts
 }
 
 // serverReady is the line `pollux server` prints on stdout once it serves.
@@ -52,6 +54,11 @@ type serverReady struct {
 	Raft   string `json:"raft"`
 	Gossip string `json:"gossip"`
 	Actor  string `json:"actor"`
+	// Federation is the federation listener's address (with
+	// --federation); FederationGossip its address in the federation's
+	// gossip pool (with --federation-gossip-key).
+	Federation       string `json:"federation,omitempty"`
+	FederationGossip string `json:"federation_gossip,omitempty"`
 }
 
 func newServerCmd() *cobra.Command {
@@ -71,8 +78,9 @@ func newServerCmd() *cobra.Command {
 			"starts without --bootstrap (and --peers), joins the gossip with --join, and is made a voter with " +
 			"`pollux operator raft add-server`. --topology-levels names the cluster's topology levels (set at bootstrap, like " +
 			"the checkpoint root), --topology where this server sits (a server warns when a majority of the voters share a rack), " +
-			"--policy the allocation policy (auto: pollux on one GPU type, pollux-het on several). Prints one JSON line with its " +
-			"addresses on stdout when ready.",
+			"--policy the allocation policy (auto: pollux on one GPU type, pollux-het on several). --cluster names the cluster (once in its life) " +
+			"and --federation with --federation-addr makes it a lab of a federation that lends and borrows GPUs (docs/federation.md). " +
+			"Prints one JSON line with its addresses on stdout when ready.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -112,6 +120,7 @@ func newServerCmd() *cobra.Command {
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	o.sec.flags(f)
 	o.scale.flags(f)
+	o.fed.flags(f)
 	return cmd
 }
 
@@ -188,6 +197,14 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	if !(o.crossRackRatio >= 1) || math.IsInf(o.crossRackRatio, 0) {
 		return badInput(fmt.Errorf("server: --cross-rack-ratio %v, want a finite ratio of at least 1", o.crossRackRatio))
 	}
+	fed, err := o.fed.check(o.sec.insecure)
+	if err != nil {
+		return badInput(err)
+	}
+	if fed != nil {
+		// The federation channel needs a certificate naming the cluster.
+		o.sec.cluster = o.fed.cluster
+	}
 	var servers []raft.Server
 	httpPeers := map[raft.ServerID]string{}
 	if o.peers != "" {
@@ -249,11 +266,30 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	rem.Start()
 	defer rem.Shutdown(false)
 
-	members, err := cluster.Start(cluster.Config{
+	var members, wan *cluster.Membership
+	var link *fedlink.Link
+	fedAddr, wanAddr := "", ""
+	if fed != nil {
+		var stopFed func()
+		link, fedAddr, stopFed, err = serveFederation(ctx, o.fed, fed, sec.creds, srv, &members, &wan, log)
+		if err != nil {
+			return err
+		}
+		defer stopFed()
+		if o.fed.gossipKey != "" {
+			if wan, err = joinFederationGossip(ctx, o.fed, o.id, o.bind, fedAddr, fed, sec.gossipKeys, log, libLog.With("lib", "memberlist-wan")); err != nil {
+				return err
+			}
+			defer wan.Shutdown()
+			defer wan.Leave(time.Second)
+			wanAddr = wan.Addr()
+		}
+	}
+	members, err = cluster.Start(cluster.Config{
 		Name: o.id, BindAddr: o.bind, BindPort: o.gossipPort, Fast: o.fast, Logger: libLog.With("lib", "memberlist"),
 		Keys: sec.gossipKeys,
 		Meta: cluster.Meta{Role: cluster.RoleServer, Rack: place.Rack, Topology: place.Topology, ActorAddr: sys.Address(),
-			RaftAddr: string(trans.LocalAddr()), HTTPAddr: o.httpAddr},
+			RaftAddr: string(trans.LocalAddr()), HTTPAddr: o.httpAddr, FederationAddr: fedAddr},
 	})
 	if err != nil {
 		return err
@@ -273,6 +309,9 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 		go initCluster(ctx, srv, o.ckptRoot, initLevels, log, fail)
 	}
 	go watchLevels(ctx, srv, members, initLevels, log, fail)
+	if o.fed.cluster != "" {
+		go setLab(ctx, srv, labOf(o.fed, fed, sec.creds), log, fail)
+	}
 
 	scale, err := o.scale.build(scaleEnv{dataDir: o.dataDir, gossip: members.Addr(), ca: o.sec.ca, gossipKey: o.sec.gossipKey,
 		insecure: o.sec.insecure, fast: o.fast, timeScale: o.timeScale, logger: log})
@@ -280,8 +319,12 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 		return err
 	}
 	stats := &control.Stats{}
+	var fedPeers func() []fedlink.PeerStatus
+	if link != nil {
+		fedPeers = link.Peers
+	}
 	httpAPI := api.New(o.id, api.Config{Backend: srv, Apps: catalog.Names(), Members: members.Members, Stats: stats,
-		Insecure: o.sec.insecure, Autoscaling: o.scale.provider != "", NodeCost: o.scale.cost, Logger: log})
+		Insecure: o.sec.insecure, Autoscaling: o.scale.provider != "", NodeCost: o.scale.cost, Logger: log, FederationPeers: fedPeers})
 	dash, err := dashboard.New(dashboard.Config{ID: o.id, Backend: srv, API: httpAPI, Members: members.Members,
 		LastContact: srv.Raft().LastContact, Autoscaling: o.scale.provider != "", NodeCost: o.scale.cost, Logger: log})
 	if err != nil {
@@ -301,7 +344,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 		Store: srv, Server: o.id, Members: members.Members, Interval: o.interval, CheckpointRoot: o.ckptRoot,
 		Policy: policy, TypedPolicy: typed, CrossRackRatio: o.crossRackRatio, Levels: consensus.NormalizeLevels(initLevels),
 		Retain: o.retain, TimeScale: o.timeScale, NodeGrace: o.nodeGrace, MaxFailures: o.maxFailures, Stats: stats, Logger: log,
-		Lease: o.agentLease, Autoscale: scale,
+		Lease: o.agentLease, Autoscale: scale, Federation: link,
 	}, func(ri control.RoundInfo) { httpAPI.ObserveRound(ri); dash.ObserveRound(ri) })
 	if err != nil {
 		return err
@@ -323,7 +366,8 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 
-	ready, _ := json.Marshal(serverReady{ID: o.id, HTTP: ln.Addr().String(), Raft: string(trans.LocalAddr()), Gossip: members.Addr(), Actor: sys.Address()})
+	ready, _ := json.Marshal(serverReady{ID: o.id, HTTP: ln.Addr().String(), Raft: string(trans.LocalAddr()), Gossip: members.Addr(), Actor: sys.Address(),
+		Federation: fedAddr, FederationGossip: wanAddr})
 	fmt.Fprintln(cmd.OutOrStdout(), string(ready))
 	log.Info("server: ready", "http", ln.Addr().String(), "raft", string(trans.LocalAddr()), "gossip", members.Addr(),
 		"topology", place.Topology, "policy", o.policy)

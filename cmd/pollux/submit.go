@@ -301,6 +301,20 @@ func newStatusCmd() *cobra.Command {
 					}
 					fmt.Fprintln(w)
 				}
+				if f := s.Federation; f != nil {
+					fmt.Fprintf(w, "lab %s: lends %d GPUs, borrows %d\n", f.Cluster, f.Lent, f.Borrowed)
+					for _, l := range f.Leases {
+						fmt.Fprintf(w, "  lease %s: %s -> %s %v, expires %s\n", l.ID, l.Lender, l.Borrower, l.Nodes,
+							time.Unix(0, int64(l.Expires*1e9)).UTC().Format(time.RFC3339))
+					}
+					for _, p := range f.Peers {
+						state := "lost"
+						if p.Up {
+							state = "up"
+						}
+						fmt.Fprintf(w, "  peer %s: %s since %s\n", p.Name, state, p.Since.UTC().Format(time.RFC3339))
+					}
+				}
 				return nil
 			})
 		},

@@ -66,16 +66,17 @@ func newTLSCACreateCmd() *cobra.Command {
 
 func newTLSCertCreateCmd() *cobra.Command {
 	var (
-		dir, role, name, caPath, caKey string
-		hosts                          []string
-		days                           int
+		dir, role, name, caPath, caKey, clusterName string
+		hosts                                       []string
+		days                                        int
 	)
 	cmd := &cobra.Command{
 		Use:   "create --role server|agent|client --name NAME",
 		Short: "Create a certificate signed by the cluster CA for one server, agent or client",
 		Long: "Creates a certificate and key (ECDSA P-256, valid --days days, at most as long as the CA) for --role and " +
 			"--name, signed by the CA in --dir (or --ca and --ca-key), and writes ROLE-NAME.pem and ROLE-NAME-key.pem " +
-			"(mode 0600) into --dir. The certificate says its role and name (URI spiffe://pollux/ROLE/NAME): a server's " +
+			"(mode 0600) into --dir. The certificate says its role and name (URI spiffe://pollux/ROLE/NAME, or " +
+			"spiffe://CLUSTER/ROLE/NAME with --cluster, which a server of a federation needs: docs/federation.md): a server's " +
 			"name must be its --id, an agent's its --name. Servers and agents get 127.0.0.1, ::1 and localhost " +
 			"plus every --host (IP address or DNS name) they are reached at; clients get none. Existing files are never replaced.",
 		Args: noArgs,
@@ -100,7 +101,10 @@ func newTLSCertCreateCmd() *cobra.Command {
 			if err != nil {
 				return badInput(fmt.Errorf("tls cert create: %w (make a CA with pollux tls ca create)", err))
 			}
-			id := pki.Identity{Role: r, Name: name}
+			id := pki.Identity{Role: r, Name: name, Cluster: clusterName}
+			if err := id.Validate(); err != nil {
+				return badInput(fmt.Errorf("tls cert create: %w", err))
+			}
 			is, err := ca.Issue(pki.CertRequest{Identity: id, Hosts: hosts, Validity: time.Duration(days) * 24 * time.Hour})
 			if err != nil {
 				return badInput(err)
@@ -123,6 +127,7 @@ func newTLSCertCreateCmd() *cobra.Command {
 	f.StringVar(&dir, "dir", ".", "directory of the CA and of the new files")
 	f.StringVar(&role, "role", "", "server, agent or client (required)")
 	f.StringVar(&name, "name", "", "the holder's name: a server's --id, an agent's --name, a user's name (required)")
+	f.StringVar(&clusterName, "cluster", "", "the holder's cluster, for a server of a federation (its pollux server --cluster; empty: none)")
 	f.StringArrayVar(&hosts, "host", nil, "IP address or DNS name the server or agent is reached at (repeatable)")
 	f.IntVar(&days, "days", int(pki.DefaultCertValidity/(24*time.Hour)), "days the certificate is valid")
 	f.StringVar(&caPath, "ca", "", "CA certificate (default DIR/"+pki.CAFile+")")

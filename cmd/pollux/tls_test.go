@@ -64,7 +64,17 @@ func TestTLSCommands(t *testing.T) {
 	if err != nil || c.Identity != (pki.Identity{Role: pki.RoleServer, Name: "s0"}) || c.Cert.Leaf.VerifyHostname("s0.lab") != nil {
 		t.Errorf("created credentials: %+v, %v", c, err)
 	}
+	// A server of a lab in a federation: its cluster in the identity.
+	if code, out := runOut("tls", "cert", "create", "--role", "server", "--name", "s1", "--cluster", "lab-a", "--dir", dir); code != 0 || !strings.Contains(out, "spiffe://lab-a/server/s1") {
+		t.Fatalf("cert create --cluster: %d %s", code, out)
+	}
+	if c, err := pki.LoadCredentials(filepath.Join(dir, pki.CAFile), filepath.Join(dir, "server-s1.pem"), filepath.Join(dir, "server-s1-key.pem")); err != nil ||
+		c.Identity != (pki.Identity{Role: pki.RoleServer, Name: "s1", Cluster: "lab-a"}) {
+		t.Errorf("created credentials of lab-a: %+v, %v", c, err)
+	}
 	for _, bad := range [][]string{
+		{"--role", "server", "--name", "s2", "--cluster", "pollux"},
+		{"--role", "server", "--name", "s2", "--cluster", "lab a"},
 		{"--role", "admin", "--name", "x"},
 		{"--role", "agent", "--name", "a/b"},
 		{"--role", "client", "--name", "c", "--host", "1.2.3.4"},

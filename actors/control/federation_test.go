@@ -1,0 +1,109 @@
+package control
+
+import (
+	"testing"
+
+	"pollux/cluster/federation"
+	"pollux/consensus"
+	"pollux/optimizer"
+)
+
+// The bid counts every GPU each job of the snapshot could use, the
+// first GPU of each job worth the most under Pollux's power mean, and
+// reports what the allocation uses per node.
+func TestFederationBid(t *testing.T) {
+	snap := &optimizer.Snapshot{
+		Nodes: []optimizer.Node{{ID: "n0", GPUs: 4}, {ID: "n1", GPUs: 4}},
+		Jobs:  []optimizer.Job{{ID: "a", MinReplicas: 1, MaxReplicas: 2}, {ID: "b", MinReplicas: 1, MaxReplicas: 3}},
+	}
+	st := &consensus.State{Allocation: consensus.Allocation{Jobs: map[string][]consensus.Slot{"a": {{Node: "n0", GPUs: 2}}, "b": {{Node: "n0", GPUs: 1}, {Node: "n1", GPUs: 2}}}}}
+	bid := FederationBid(snap, st, -1)
+	if len(bid.Curve) != 5 {
+		t.Fatalf("curve %v, want 5 GPUs' worth", bid.Curve)
+	}
+	for i := 1; i < len(bid.Curve); i++ {
+		if bid.Curve[i] > bid.Curve[i-1] {
+			t.Fatalf("curve %v increases", bid.Curve)
+		}
+	}
+	if bid.Curve[0] != bid.Curve[1] || bid.Curve[1] < 100*bid.Curve[2] {
+		t.Errorf("curve %v: the first GPU of each job should be worth far more than the next", bid.Curve)
+	}
+	if bid.Used["n0"] != 3 || bid.Used["n1"] != 2 {
+		t.Errorf("used %v", bid.Used)
+	}
+	if lin := FederationBid(snap, st, 1); lin.Curve[0] != lin.Curve[4] {
+		t.Errorf("utilitarian curve of linear jobs %v is not flat", lin.Curve)
+	}
+}
+
+// GPUs the lab lends are not its own to place on: a node lent whole is
+// left out of the round (its jobs' slots there dropped, so they are
+// placed afresh), a node lent in part offers the rest, and the jobs on it
+// are placed afresh when they no longer fit.
+func TestLentGPUsAreNotPlaced(t *testing.T) {
+	st := testState()
+	lab := &consensus.SetLab{Name: "lab-a", CA: "fp", Quota: federation.Quota{Nominal: 8, LendingLimit: 8},
+		Peers: []federation.Peer{{Name: "lab-b", CAs: []string{"fq"}}}}
+	grant := func(id, node string, gpus int) *consensus.Lease {
+		return &consensus.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "lab-a", Lease: id, Lender: "lab-a", Borrower: "lab-b",
+			Nodes: []federation.NodeGPUs{{Node: node, GPUs: gpus}}, At: 1, TTL: 300}}
+	}
+	for _, c := range []consensus.Command{lab, grant("l1", "n2", 4), grant("l2", "n1", 3)} {
+		if _, err := consensus.ApplyTo(st, c, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap, err := BuildSnapshot(st, nil, 200, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Nodes) != 1 || snap.Nodes[0].ID != "n1" || snap.Nodes[0].GPUs != 1 {
+		t.Fatalf("nodes %+v, want n1 with the 1 GPU not lent", snap.Nodes)
+	}
+	// Job a held 2 GPUs on n1 (now 1 left) and 1 on n2 (lent whole).
+	if a := snap.Jobs[0]; a.ID != "a" || len(a.Current) != 0 {
+		t.Errorf("job a's current placement %+v, want none", a.Current)
+	}
+	if bid := FederationBid(snap, st, -1); bid.Used["n1"] != 2 || bid.Used["n2"] != 1 {
+		t.Errorf("the bid's use %v is the committed allocation's", bid.Used)
+	}
+}
+
+// The what-if round of a reclaim: a lent node the lab's jobs would use
+// if it were back is reclaimable; none is while the jobs have all they
+// want, and nothing is asked of a lab that lends nothing.
+func TestReclaimable(t *testing.T) {
+	st := testState()
+	lab := &consensus.SetLab{Name: "lab-a", CA: "fp", Quota: federation.Quota{Nominal: 8, LendingLimit: 8},
+		Peers: []federation.Peer{{Name: "lab-b", CAs: []string{"fq"}}}}
+	if got, err := Reclaimable(st, nil, 200, 1, 1, optimizer.NewGreedy()); got != nil || err != nil {
+		t.Fatalf("a lab in no federation: %v, %v", got, err)
+	}
+	if _, err := consensus.ApplyTo(st, lab, 2); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Reclaimable(st, nil, 200, 1, 1, optimizer.NewGreedy()); got != nil || err != nil {
+		t.Fatalf("a lab that lends nothing: %v, %v", got, err)
+	}
+	grant := &consensus.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "lab-a", Lease: "l1", Lender: "lab-a", Borrower: "lab-b",
+		Nodes: []federation.NodeGPUs{{Node: "n2", GPUs: 4}}, At: 1, TTL: 300}}
+	if _, err := consensus.ApplyTo(st, grant, 2); err != nil {
+		t.Fatal(err)
+	}
+	// Jobs a (2 GPUs of n1 now, up to 4) and b (pending, up to 1) want
+	// more than n1's 4 GPUs: with n2 back, the what-if round uses it.
+	st.Allocation.Jobs["a"] = []consensus.Slot{{Node: "n1", GPUs: 2}}
+	got, err := Reclaimable(st, nil, 200, 1, 1, optimizer.NewGreedy())
+	if err != nil || !got["n2"] || len(got) != 1 {
+		t.Fatalf("with jobs wanting more: %v, %v", got, err)
+	}
+	// With no job left that wants a GPU, nothing is reclaimable.
+	for _, id := range []string{"a", "b"} {
+		st.Jobs[id].State = consensus.Completed
+		delete(st.Allocation.Jobs, id)
+	}
+	if got, err := Reclaimable(st, nil, 200, 1, 1, optimizer.NewGreedy()); err != nil || len(got) != 0 || got == nil {
+		t.Fatalf("without jobs: %v, %v", got, err)
+	}
+}
