@@ -476,7 +476,8 @@ func (a *allocator) run(ctx actor.Context) {
 	nowS := float64(now.UnixNano()) / 1e9
 	updates, bids := a.updates(st)
 	a.seed++
-	snap, err := BuildSnapshot(st, bids, nowS, a.cfg.TimeScale, a.seed)
+	// A borrower stops placing on a lease one interval before it expires.
+	snap, err := buildSnapshot(st, roundNodes(st, nowS+a.cfg.Interval.Seconds()), bids, nowS, a.cfg.TimeScale, a.seed)
 	if err != nil {
 		a.cfg.Logger.Error("control: building snapshot", "err", err)
 		return

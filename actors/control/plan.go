@@ -10,6 +10,7 @@ import (
 
 	"pollux/actors/pb"
 	"pollux/actors/workerproto"
+	"pollux/cluster/federation"
 	"pollux/consensus"
 	"pollux/optimizer"
 )
@@ -69,8 +70,49 @@ func ownNodes(st *consensus.State) []optimizer.Node {
 // the last round, committed by this round). A job without a bid is left
 // out: it is placed once its actor has bid, so that its workers run the
 // configuration it chose.
+//
+// The GPUs the lab borrows of peers' nodes are nodes too
+// (borrowedNodes), here those of the leases in force at now; the
+// allocator's rounds keep only leases in force an interval later.
 func BuildSnapshot(st *consensus.State, bids map[string]*consensus.Bid, now, timeScale float64, seed uint64) (*optimizer.Snapshot, error) {
-	return buildSnapshot(st, ownNodes(st), bids, now, timeScale, seed)
+	return buildSnapshot(st, roundNodes(st, now), bids, now, timeScale, seed)
+}
+
+// roundNodes are the nodes a round places the lab's jobs on: its own
+// (ownNodes) and the GPUs it borrows in leases in force after until.
+func roundNodes(st *consensus.State, until float64) []optimizer.Node {
+	return append(ownNodes(st), borrowedNodes(st, until)...)
+}
+
+// borrowedNodes are the GPUs the lab leases of peers' nodes in leases
+// still in force after until, one node each, named
+// federation.BorrowedID ("<lender>/<node>"), sorted by id. A federation
+// has one GPU type (docs/federation.md): a borrowed node has the type
+// of the lab's own nodes when they have one, and each lender is its own
+// domain at every topology level (a job spanning labs crosses racks).
+func borrowedNodes(st *consensus.State, until float64) []optimizer.Node {
+	if st.Fed == nil {
+		return nil
+	}
+	gpus := st.Fed.Ledger.BorrowedNodes(until)
+	if len(gpus) == 0 {
+		return nil
+	}
+	typ := ""
+	if ts := gpuTypes(activeNodes(st)); len(ts) == 1 {
+		typ = ts[0]
+	}
+	levels := max(len(st.Config.TopologyLevels()), 1)
+	var out []optimizer.Node
+	for _, id := range slices.Sorted(maps.Keys(gpus)) {
+		lender, _, _ := federation.SplitBorrowed(id)
+		topo := make([]string, levels)
+		for i := range topo {
+			topo[i] = "federation:" + lender
+		}
+		out = append(out, optimizer.Node{ID: id, GPUs: gpus[id], Type: typ, Topology: topo})
+	}
+	return out
 }
 
 // buildSnapshot is BuildSnapshot on the given nodes.
