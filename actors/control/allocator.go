@@ -13,6 +13,7 @@ import (
 	"pollux/actors/node"
 	"pollux/actors/pb"
 	"pollux/cluster"
+	"pollux/cluster/federation"
 	"pollux/cluster/fedlink"
 	"pollux/consensus"
 	"pollux/optimizer"
@@ -349,7 +350,18 @@ func (a *allocator) Receive(ctx actor.Context) {
 	case *pb.Bid:
 		a.bid(ctx, m)
 	case *pb.AssignAck:
+		if l := a.cfg.Federation; l != nil {
+			m = l.SplitAck(m) // the runs of borrowers go back to them
+		}
 		a.acked(ctx, m)
+	case *pb.WorkerReports:
+		if l := a.cfg.Federation; l != nil {
+			l.Relay(m) // borrowed workers' reports, sent here by this lab's nodes
+		}
+	case *pb.WorkerExited:
+		if l := a.cfg.Federation; l != nil {
+			l.Relay(m)
+		}
 	case *pb.LeaseAck:
 		a.leaseAcked(ctx, m)
 	case leaseTick:
@@ -608,8 +620,16 @@ func (a *allocator) assign(ctx actor.Context, st *consensus.State, info RoundInf
 	l := a.lease
 	l.gen, l.cluster, l.targets, l.sentAt = info.Generation, st.Config.ID, map[string]*actor.PID{}, a.cfg.Now()
 	rs := &roundState{info: info, begin: begin, waiting: map[string]bool{}}
+	a.merge(st, assign)
 	for _, id := range slices.Sorted(maps.Keys(assign)) {
 		n := st.Nodes[id]
+		if n == nil && a.cfg.Federation != nil {
+			if _, _, ok := federation.SplitBorrowed(id); ok {
+				rs.waiting[id] = true
+				a.order(ctx, id, assign[id])
+			}
+			continue
+		}
 		if n == nil || len(n.Addresses) == 0 {
 			continue
 		}

@@ -270,7 +270,9 @@ type AssignOptions struct {
 // current incarnation and checkpoint directory, and the report tokens of
 // the node's ranks, and the node's registered GPU type and topology (a
 // node that no longer has them refuses). Nodes with nothing to run get an
-// empty Assign, which stops whatever they still run. A placed job
+// empty Assign, which stops whatever they still run; so do the nodes the
+// lab borrows GPUs of (federation.BorrowedID), whose Assigns go to their
+// lenders as orders. A placed job
 // whose bid does not cover its shape is left out (and named in the second
 // result): its configuration must come from its actor.
 func Assignments(st *consensus.State, o AssignOptions) (map[string]*pb.Assign, []string) {
@@ -279,6 +281,13 @@ func Assignments(st *consensus.State, o AssignOptions) (map[string]*pb.Assign, [
 		out[n.ID] = &pb.Assign{Generation: st.Allocation.Generation, Term: o.Term, ClusterId: st.Config.ID,
 			CheckpointRoot: st.Config.CheckpointRoot,
 			Node:           &pb.NodeAttrs{GpuType: n.Type, Levels: st.Config.TopologyLevels(), Domains: n.Topology}}
+	}
+	// A node the lab borrows GPUs of gets its Assign too (no attributes:
+	// the lender checks its own node), sent as an order to the lender
+	// while the lab holds a lease there.
+	for _, n := range borrowedNodes(st, 0) {
+		out[n.ID] = &pb.Assign{Generation: st.Allocation.Generation, Term: o.Term, ClusterId: st.Config.ID,
+			CheckpointRoot: st.Config.CheckpointRoot}
 	}
 	var uncovered []string
 	ids := make([]string, 0, len(st.Allocation.Jobs))
