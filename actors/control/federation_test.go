@@ -153,3 +153,29 @@ func TestBorrowedGPUsAreNodes(t *testing.T) {
 		t.Errorf("the bid's use %v, want n1's alone", bid.Used)
 	}
 }
+
+// A borrowed node's domains are valid topology domains, whatever the
+// case of the lender's name, so the policy accepts the snapshot.
+func TestBorrowedNodesPassThePolicy(t *testing.T) {
+	st := testState()
+	lab := &consensus.SetLab{Name: "lab-b", CA: "fq", Quota: federation.Quota{Nominal: 8, LendingLimit: 8, BorrowingLimit: 8},
+		Peers: []federation.Peer{{Name: "Lab.A", CAs: []string{"fp"}}}}
+	grant := &consensus.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "Lab.A", Lease: "l1", Lender: "Lab.A", Borrower: "lab-b",
+		Nodes: []federation.NodeGPUs{{Node: "n0", GPUs: 4}}, At: 100, TTL: 300}}
+	for _, c := range []consensus.Command{lab, grant} {
+		if _, err := consensus.ApplyTo(st, c, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap, err := BuildSnapshot(st, nil, 200, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := optimizer.NewGreedy().Allocate(snap, nil)
+	if err != nil {
+		t.Fatalf("the policy refuses a snapshot with a borrowed node: %v", err)
+	}
+	if _, err := Slots(snap, res.Placements); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"slices"
+	"strings"
 
 	"pollux/actors/pb"
 	"pollux/actors/workerproto"
@@ -108,7 +109,7 @@ func borrowedNodes(st *consensus.State, until float64) []optimizer.Node {
 		lender, _, _ := federation.SplitBorrowed(id)
 		topo := make([]string, levels)
 		for i := range topo {
-			topo[i] = "federation:" + lender
+			topo[i] = "fed-" + strings.ToLower(lender) // a domain name is lower-case
 		}
 		out = append(out, optimizer.Node{ID: id, GPUs: gpus[id], Type: typ, Topology: topo})
 	}

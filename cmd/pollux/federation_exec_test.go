@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"pollux/actors/api"
+	"pollux/cluster/federation"
+	"pollux/cluster/fedlink"
+	"pollux/cluster/pki"
+	"pollux/testbed/builtin"
+	"pollux/testbed/launch"
+)
+
+// logLines are the lines of the log file at path that contain every one
+// of subs.
+func logLines(path string, subs ...string) []string {
+	b, _ := os.ReadFile(path)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		ok := true
+		for _, s := range subs {
+			ok = ok && strings.Contains(line, s)
+		}
+		if ok && line != "" {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// Two labs of one server and one agent of 2 GPUs each: lab-a's jobs want
+// more than its GPUs while lab-b is idle, so lab-b lends its node; a job
+// of lab-a runs workers on lab-b's agent (seen in that agent's log,
+// started by lab-b's control plane) and completes in lab-a; then a job
+// of lab-b makes lab-b reclaim its node: lab-a's workers there are asked
+// to stop, and lab-b's job runs there and completes.
+func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two labs of processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	names := []string{"lab-a", "lab-b"}
+	ports, err := launch.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := map[string]string{"lab-a": fmt.Sprintf("127.0.0.1:%d", ports[0]), "lab-b": fmt.Sprintf("127.0.0.1:%d", ports[1])}
+	bundles := map[string]*pki.Bundle{}
+	for _, n := range names {
+		if bundles[n], err = pki.DevLabBundle(filepath.Join(dir, n, "tls"), n, []string{"s0"}, []string{"a0"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	terms := federation.DefaultSettings()
+	labs := map[string]*launch.Cluster{}
+	defer func() {
+		for _, n := range names {
+			if c := labs[n]; c != nil {
+				if t.Failed() {
+					for _, m := range append(c.Servers, c.Agents...) {
+						b, _ := os.ReadFile(m.Log)
+						t.Logf("--- %s %s log (last 4000 bytes)\n%s", n, m.ID, tail(b, 4000))
+					}
+				}
+				if err := c.Stop(); err != nil {
+					t.Errorf("stopping %s: %v", n, err)
+				}
+			}
+		}
+	}()
+	ckpt := filepath.Join(dir, "checkpoints") // shared by the labs (docs/federation.md, "Checkpoints")
+	for i, n := range names {
+		other := names[1-i]
+		f := fedlink.File{Quota: federation.Quota{Nominal: 2, LendingLimit: 2, BorrowingLimit: 2}, Terms: &terms,
+			Peers: []fedlink.PeerFile{{Name: other, Addresses: []string{addrs[other]}, CAFile: bundles[other].CA}}}
+		raw, _ := json.Marshal(f)
+		fedFile := filepath.Join(dir, n, "federation.json")
+		if err := os.WriteFile(fedFile, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c, err := launch.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: filepath.Join(dir, n),
+			Servers: 1, Agents: 1, GPUsPerAgent: 2, Interval: time.Second, TimeScale: 200, Bundle: bundles[n], CheckpointRoot: ckpt,
+			ServerArgs: []string{"--cluster", n, "--federation", fedFile, "--federation-addr", addrs[n], "--federation-interval", "500ms"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		labs[n] = c
+	}
+	cat, err := builtin.Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	submit := func(lab, name string) {
+		spec, err := launch.Job{Name: name, App: "cifar10"}.Spec(cat, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := labs[lab].Client().SubmitAny(ctx, name, spec, 250*time.Millisecond, 30*time.Second); !a.OK() {
+			t.Fatalf("submitting %s to %s: %s", name, lab, a.Error())
+		}
+	}
+	jobs := func(lab string) map[string]api.Job {
+		js, _, err := labs[lab].Client().JobsAny(ctx)
+		if err != nil {
+			return nil
+		}
+		out := map[string]api.Job{}
+		for _, j := range js {
+			out[j.ID] = j
+		}
+		return out
+	}
+	aJobs := []string{"a-1", "a-2", "a-3", "a-4", "a-5", "a-6"}
+	for _, j := range aJobs {
+		submit("lab-a", j)
+	}
+	agentB, serverB := labs["lab-b"].Agents[0].Log, labs["lab-b"].Servers[0].Log
+	// A job of lab-a runs on lab-b's agent and completes in lab-a.
+	ranThere := map[string]bool{}
+	var completedThere string
+	for completedThere == "" {
+		if ctx.Err() != nil {
+			t.Fatalf("no job of lab-a ran on lab-b's agent and completed (ran there: %v)", ranThere)
+		}
+		for _, j := range aJobs {
+			if len(logLines(agentB, "node: worker started", "job="+j+" ")) > 0 {
+				ranThere[j] = true
+			}
+		}
+		js := jobs("lab-a")
+		for j := range ranThere {
+			if js[j].State == "failed" {
+				t.Fatalf("job %s failed: %s", j, js[j].Reason)
+			}
+			if js[j].State == "completed" {
+				completedThere = j
+			}
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("lab-a's job %s ran on lab-b's agent and completed; ran there: %v", completedThere, ranThere)
+	if refused := logLines(labs["lab-a"].Servers[0].Log, "federation: refused"); len(refused) > 0 {
+		t.Errorf("lab-a refused: %v", refused)
+	}
+	if refused := logLines(serverB, "federation: refused"); len(refused) > 0 {
+		t.Errorf("lab-b refused: %v", refused)
+	}
+	// lab-b's own job: lab-b reclaims its node and its job runs there.
+	submit("lab-b", "b-1")
+	for len(logLines(agentB, "node: worker started", "job=b-1 ")) == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("lab-b's job never started on its own agent")
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if len(logLines(serverB, "federation: lease", "op=reclaim")) == 0 {
+		t.Errorf("lab-b's job started without a reclaim (lab-a's jobs had left already?)")
+	}
+	for _, want := range []struct {
+		lab string
+		ids []string
+	}{{"lab-b", []string{"b-1"}}, {"lab-a", aJobs}} {
+		for {
+			js, done := jobs(want.lab), 0
+			for _, id := range want.ids {
+				switch js[id].State {
+				case "completed":
+					done++
+				case "failed":
+					t.Fatalf("%s's job %s failed: %s", want.lab, id, js[id].Reason)
+				}
+			}
+			if done == len(want.ids) {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s's jobs did not all complete: %v", want.lab, js)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	// Only lab-b's control plane started processes on lab-b's agent: the
+	// workers of lab-a there were started by the agent lab-b's server
+	// assigns (its log), and each of lab-a's jobs completed once.
+	for _, j := range aJobs {
+		if js := jobs("lab-a"); js[j].State != "completed" {
+			t.Errorf("lab-a's job %s is %s", j, js[j].State)
+		}
+	}
+}
