@@ -35,6 +35,18 @@ func logLines(path string, subs ...string) []string {
 	return out
 }
 
+// logTime is the time= field of a log line.
+func logTime(t *testing.T, line string) time.Time {
+	t.Helper()
+	_, rest, _ := strings.Cut(line, "time=")
+	ts, _, _ := strings.Cut(rest, " ")
+	at, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		t.Fatalf("log line without a time: %s", line)
+	}
+	return at
+}
+
 // Two labs of one server and one agent of 2 GPUs each: lab-a's jobs want
 // more than its GPUs while lab-b is idle, so lab-b lends its node; a job
 // of lab-a runs workers on lab-b's agent (seen in that agent's log,
@@ -119,17 +131,18 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 		}
 		return out
 	}
-	aJobs := []string{"a-1", "a-2", "a-3", "a-4", "a-5", "a-6"}
+	aJobs := []string{"a-1", "a-2", "a-3", "a-4", "a-5", "a-6", "a-7", "a-8"}
 	for _, j := range aJobs {
 		submit("lab-a", j)
 	}
 	agentB, serverB := labs["lab-b"].Agents[0].Log, labs["lab-b"].Servers[0].Log
-	// A job of lab-a runs on lab-b's agent and completes in lab-a.
+	// A job of lab-a runs on lab-b's agent and completes in lab-a, while
+	// another runs there.
 	ranThere := map[string]bool{}
-	var completedThere string
-	for completedThere == "" {
+	var completedThere, runningThere string
+	for completedThere == "" || runningThere == "" {
 		if ctx.Err() != nil {
-			t.Fatalf("no job of lab-a ran on lab-b's agent and completed (ran there: %v)", ranThere)
+			t.Fatalf("no job of lab-a ran on lab-b's agent and completed while another ran there (ran there: %v, completed %q)", ranThere, completedThere)
 		}
 		for _, j := range aJobs {
 			if len(logLines(agentB, "node: worker started", "job="+j+" ")) > 0 {
@@ -137,6 +150,12 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 			}
 		}
 		js := jobs("lab-a")
+		runningThere = ""
+		for _, j := range aJobs {
+			if len(logLines(agentB, "node: worker started", "job="+j+" ")) > len(logLines(agentB, "node: worker exited", "job="+j+" ")) {
+				runningThere = j
+			}
+		}
 		for j := range ranThere {
 			if js[j].State == "failed" {
 				t.Fatalf("job %s failed: %s", j, js[j].Reason)
@@ -147,7 +166,7 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	t.Logf("lab-a's job %s ran on lab-b's agent and completed; ran there: %v", completedThere, ranThere)
+	t.Logf("lab-a's job %s ran on lab-b's agent and completed; %s runs there; ran there: %v", completedThere, runningThere, ranThere)
 	if refused := logLines(labs["lab-a"].Servers[0].Log, "federation: refused"); len(refused) > 0 {
 		t.Errorf("lab-a refused: %v", refused)
 	}
@@ -162,8 +181,26 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	if len(logLines(serverB, "federation: lease", "op=reclaim")) == 0 {
-		t.Errorf("lab-b's job started without a reclaim (lab-a's jobs had left already?)")
+	reclaims := logLines(serverB, "federation: lease", "op=reclaim")
+	if len(reclaims) == 0 {
+		t.Fatalf("lab-b's job started without a reclaim (lab-a's jobs had left already?)")
+	}
+	// After the reclaim no worker of lab-a starts on lab-b's agent (the
+	// lease is not granted again within the cooldown), and those running
+	// there were asked to stop.
+	reclaimAt := logTime(t, reclaims[0])
+	for _, line := range logLines(agentB, "node: worker started", "job=a-") {
+		if logTime(t, line).After(reclaimAt) {
+			t.Errorf("a worker of lab-a started on lab-b's agent after the reclaim at %v: %s", reclaimAt, line)
+		}
+	}
+	t.Logf("reclaim: %s", reclaims[0])
+	stopped := logLines(agentB, "node: worker exited", "job=a-", "requested=true")
+	for _, line := range stopped {
+		t.Logf("stopped on lab-b's agent: %s", line)
+	}
+	if len(stopped) == 0 {
+		t.Errorf("no worker of lab-a on lab-b's agent was asked to stop (%s ran there before lab-b's job)", runningThere)
 	}
 	for _, want := range []struct {
 		lab string
