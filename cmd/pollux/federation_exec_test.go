@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,30 +17,11 @@ import (
 	"pollux/testbed/launch"
 )
 
-// logLines are the lines of the log file at path that contain every one
-// of subs.
-func logLines(path string, subs ...string) []string {
-	b, _ := os.ReadFile(path)
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		ok := true
-		for _, s := range subs {
-			ok = ok && strings.Contains(line, s)
-		}
-		if ok && line != "" {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
 // logTime is the time= field of a log line.
 func logTime(t *testing.T, line string) time.Time {
 	t.Helper()
-	_, rest, _ := strings.Cut(line, "time=")
-	ts, _, _ := strings.Cut(rest, " ")
-	at, err := time.Parse(time.RFC3339Nano, ts)
-	if err != nil {
+	at, ok := lineTime(line)
+	if !ok {
 		t.Fatalf("log line without a time: %s", line)
 	}
 	return at
