@@ -2,17 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"pollux/actors/api"
 	"pollux/cluster/federation"
-	"pollux/cluster/fedlink"
-	"pollux/cluster/pki"
 	"pollux/testbed/builtin"
 	"pollux/testbed/launch"
 )
@@ -39,54 +34,33 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
 	defer cancel()
-	dir := t.TempDir()
-	names := []string{"lab-a", "lab-b"}
-	ports, err := launch.FreePorts(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addrs := map[string]string{"lab-a": fmt.Sprintf("127.0.0.1:%d", ports[0]), "lab-b": fmt.Sprintf("127.0.0.1:%d", ports[1])}
-	bundles := map[string]*pki.Bundle{}
-	for _, n := range names {
-		if bundles[n], err = pki.DevLabBundle(filepath.Join(dir, n, "tls"), n, []string{"s0"}, []string{"a0"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	terms := federation.DefaultSettings()
-	labs := map[string]*launch.Cluster{}
+	names, dir := []string{"lab-a", "lab-b"}, t.TempDir()
+	ls, err := startLabs(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir,
+		Servers: 1, Agents: 1, GPUsPerAgent: 2, Interval: time.Second, TimeScale: 200},
+		names, federation.Quota{Nominal: 2, LendingLimit: 2, BorrowingLimit: 2}, 500*time.Millisecond)
+	labsStopped := false
 	defer func() {
-		for _, n := range names {
-			if c := labs[n]; c != nil {
-				if t.Failed() {
+		if labsStopped {
+			return
+		}
+		if t.Failed() {
+			for _, n := range names {
+				if c := ls.labs[n]; c != nil {
 					for _, m := range append(c.Servers, c.Agents...) {
 						b, _ := os.ReadFile(m.Log)
 						t.Logf("--- %s %s log (last 4000 bytes)\n%s", n, m.ID, tail(b, 4000))
 					}
 				}
-				if err := c.Stop(); err != nil {
-					t.Errorf("stopping %s: %v", n, err)
-				}
 			}
 		}
+		if err := ls.stop(); err != nil {
+			t.Errorf("stopping the labs: %v", err)
+		}
 	}()
-	ckpt := filepath.Join(dir, "checkpoints") // shared by the labs (docs/federation.md, "Checkpoints")
-	for i, n := range names {
-		other := names[1-i]
-		f := fedlink.File{Quota: federation.Quota{Nominal: 2, LendingLimit: 2, BorrowingLimit: 2}, Terms: &terms,
-			Peers: []fedlink.PeerFile{{Name: other, Addresses: []string{addrs[other]}, CAFile: bundles[other].CA}}}
-		raw, _ := json.Marshal(f)
-		fedFile := filepath.Join(dir, n, "federation.json")
-		if err := os.WriteFile(fedFile, raw, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		c, err := launch.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: filepath.Join(dir, n),
-			Servers: 1, Agents: 1, GPUsPerAgent: 2, Interval: time.Second, TimeScale: 200, Bundle: bundles[n], CheckpointRoot: ckpt,
-			ServerArgs: []string{"--cluster", n, "--federation", fedFile, "--federation-addr", addrs[n], "--federation-interval", "500ms"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		labs[n] = c
+	if err != nil {
+		t.Fatal(err)
 	}
+	labs := ls.labs
 	cat, err := builtin.Catalog()
 	if err != nil {
 		t.Fatal(err)
@@ -205,12 +179,15 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 			time.Sleep(250 * time.Millisecond)
 		}
 	}
-	// Only lab-b's control plane started processes on lab-b's agent: the
-	// workers of lab-a there were started by the agent lab-b's server
-	// assigns (its log), and each of lab-a's jobs completed once.
-	for _, j := range aJobs {
-		if js := jobs("lab-a"); js[j].State != "completed" {
-			t.Errorf("lab-a's job %s is %s", j, js[j].State)
+	// Every process stopped: the labs' servers and agents, and every
+	// worker of either lab's jobs.
+	labsStopped = true
+	if err := ls.stop(); err != nil {
+		t.Errorf("stopping the labs: %v", err)
+	}
+	for _, j := range append(aJobs, "b-1") {
+		if pids := workersIn(dir, "POLLUX_JOB_ID="+j); len(pids) > 0 {
+			t.Errorf("workers of %s still running: %v", j, pids)
 		}
 	}
 }
