@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -188,6 +189,16 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 	for _, j := range append(aJobs, "b-1") {
 		if pids := workersIn(dir, "POLLUX_JOB_ID="+j); len(pids) > 0 {
 			t.Errorf("workers of %s still running: %v", j, pids)
+		}
+	}
+}
+
+// pollux demo --federation refuses the flags of the other demos.
+func TestDemoFederationBadFlags(t *testing.T) {
+	for _, flag := range []string{"--real", "--ui", "--autoscale", "--json"} {
+		code, stderr := runPollux(t, "demo", "--federation", flag)
+		if code != 2 || !strings.Contains(stderr, flag+" cannot be used with --federation") {
+			t.Errorf("demo --federation %s: exit %d:\n%s", flag, code, stderr)
 		}
 	}
 }
