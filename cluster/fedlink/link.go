@@ -355,7 +355,15 @@ func (l *Link) Round(ctx context.Context) (done, failed []federation.Command) {
 			failed = append(failed, c)
 			continue
 		}
-		if c.Op != federation.OpRenew {
+		switch c.Op {
+		case federation.OpRenew:
+		case federation.OpReclaim:
+			why := "need" // the lab's own jobs need the GPUs
+			if c.Reason == federation.ReasonRebalance {
+				why = string(c.Reason)
+			}
+			l.cfg.Logger.Info("federation: lease", "op", c.Op, "lease", c.Lease, "reason", why)
+		default:
 			l.cfg.Logger.Info("federation: lease", "op", c.Op, "lease", c.Lease, "lender", c.Lender, "borrower", c.Borrower, "nodes", c.Nodes)
 		}
 		done = append(done, c)

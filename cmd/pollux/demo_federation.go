@@ -103,7 +103,9 @@ type labOutcome struct {
 	AvgJCT           float64 // emulated seconds
 	GPUHoursLent     float64 // emulated GPU-hours
 	GPUHoursBorrowed float64
-	Reclaims         int
+	// Reclaims are the lab's reclaims for its own jobs' need; Rebalances
+	// those that moved a lease to another peer.
+	Reclaims, Rebalances int
 	// ReclaimToStartMax is the longest real time from a reclaim (the
 	// lender's log) to the next start of one of its own jobs' workers on
 	// its agents (their logs), over the Followed reclaims that such a
@@ -239,7 +241,8 @@ func runFederationDemo(ctx context.Context, tmpl launch.Options, cat testbed.Cat
 func observeLogs(o *labOutcome, c *launch.Cluster, jobs map[string][]string) {
 	var reclaims []time.Time
 	for _, s := range c.Servers {
-		for _, line := range logLines(s.Log, "federation: lease", "op=reclaim") {
+		o.Rebalances += len(logLines(s.Log, "federation: lease", "op=reclaim", "reason=rebalance"))
+		for _, line := range logLines(s.Log, "federation: lease", "op=reclaim", "reason=need") {
 			if at, ok := lineTime(line); ok {
 				reclaims = append(reclaims, at)
 			}
@@ -300,15 +303,15 @@ func lineTime(line string) (time.Time, bool) {
 
 func writeFederationTable(w io.Writer, names []string, outcome map[string]*labOutcome) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "lab\tjobs\tcompleted\tavg JCT (emulated s)\tGPU-h lent\tGPU-h borrowed\treclaims\treclaim to own start, max real s (of)\tother labs' workers run\t")
+	fmt.Fprintln(tw, "lab\tjobs\tcompleted\tavg JCT (emulated s)\tGPU-h lent\tGPU-h borrowed\treclaims (need)\trebalances\treclaim to own start, max real s (of)\tother labs' workers run\t")
 	for _, n := range names {
 		o := outcome[n]
 		latency := "-" // no own worker started after a reclaim
 		if o.Followed > 0 {
 			latency = fmt.Sprintf("%.1f (%d)", o.ReclaimToStartMax.Seconds(), o.Followed)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.2f\t%.2f\t%d\t%s\t%d\t\n", o.Lab, o.Jobs, o.Completed, o.AvgJCT, o.GPUHoursLent,
-			o.GPUHoursBorrowed, o.Reclaims, latency, o.ForeignWorkers)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.2f\t%.2f\t%d\t%d\t%s\t%d\t\n", o.Lab, o.Jobs, o.Completed, o.AvgJCT, o.GPUHoursLent,
+			o.GPUHoursBorrowed, o.Reclaims, o.Rebalances, latency, o.ForeignWorkers)
 	}
 	return tw.Flush()
 }

@@ -136,7 +136,7 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	reclaims := logLines(serverB, "federation: lease", "op=reclaim")
+	reclaims := logLines(serverB, "federation: lease", "op=reclaim", "reason=need")
 	if len(reclaims) == 0 {
 		t.Fatalf("lab-b's job started without a reclaim (lab-a's jobs had left already?)")
 	}
