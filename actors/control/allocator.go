@@ -354,6 +354,12 @@ func (a *allocator) Receive(ctx actor.Context) {
 			m = l.SplitAck(m) // the runs of borrowers go back to them
 		}
 		a.acked(ctx, m)
+	case OrdersChanged:
+		// A borrower ordered other runs on this lab's nodes: assign them
+		// soon rather than at the next round.
+		if a.term != 0 {
+			a.soon(ctx)
+		}
 	case *pb.WorkerReports:
 		if l := a.cfg.Federation; l != nil {
 			l.Relay(m) // borrowed workers' reports, sent here by this lab's nodes

@@ -17,6 +17,11 @@ import (
 // of its own node (merge), and hands its nodes' acks and the borrowed
 // workers' reports to the link, which relays them to the borrower.
 
+// OrdersChanged tells the allocator that a borrower ordered other runs
+// on the lab's nodes (fedlink.Config.OnOrder): it runs a round soon, so
+// that they start (or stop) without waiting for the next one.
+type OrdersChanged struct{}
+
 // orderTimeout bounds the sending of one order.
 const orderTimeout = 5 * time.Second
 

@@ -252,12 +252,20 @@ func (l *Link) serveOrder(w http.ResponseWriter, r *http.Request, peer string, b
 		}
 	}
 	l.fences[peer] = nf
+	var before []*pb.RunJob
+	if cur := l.orders[k]; cur != nil {
+		before = cur.runs
+	}
+	changed := !slices.EqualFunc(before, o.Assign.Runs, func(a, b *pb.RunJob) bool { return proto.Equal(a, b) })
 	if len(o.Assign.Runs) == 0 {
 		delete(l.orders, k)
 	} else if cur := l.orders[k]; cur != nil {
 		cur.fence, cur.runs = nf, o.Assign.Runs
 	} else {
 		l.orders[k] = &ordered{fence: nf, runs: o.Assign.Runs}
+	}
+	if changed && l.cfg.OnOrder != nil {
+		l.cfg.OnOrder()
 	}
 	reply(w, http.StatusOK, "")
 }

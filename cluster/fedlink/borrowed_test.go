@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,6 +39,8 @@ func TestOrdersAndRelays(t *testing.T) {
 	relay := &pb.Ref{Address: "lab-a-s0", Id: "fedrelay"}
 	a.link.cfg.RelayOwner = func() *pb.Ref { return relay }
 	acks, got := make(chan *pb.AssignAck, 4), make(chan delivered, 4)
+	var changes atomic.Int32
+	a.link.cfg.OnOrder = func() { changes.Add(1) }
 	b.link.cfg.OnAck = func(ack *pb.AssignAck) { acks <- ack }
 	b.link.cfg.Deliver = func(to *pb.Ref, msg proto.Message) { got <- delivered{to, msg} }
 	if err := a.link.Commit(ctx, federation.Command{Op: federation.OpGrant, From: "lab-a", Lease: "l1", Lender: "lab-a", Borrower: "lab-b",
@@ -50,6 +53,13 @@ func TestOrdersAndRelays(t *testing.T) {
 	}
 	if err := order("n0", 5, run("j1", 2, owner)); err != nil {
 		t.Fatal(err)
+	}
+	// The same runs again (a later round) change nothing to wake for.
+	if err := order("n0", 5, run("j1", 2, owner)); err != nil {
+		t.Fatal(err)
+	}
+	if n := changes.Load(); n != 1 {
+		t.Errorf("the lender's allocator was woken %d times for one change of orders", n)
 	}
 	merged := a.link.Borrowed("n0")
 	if len(merged) != 1 || merged[0].Job != "j1" || !proto.Equal(merged[0].Owner, relay) {

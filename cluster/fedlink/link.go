@@ -79,6 +79,10 @@ type Config struct {
 	// OnAck, if set, is given a lender node's ack of this lab's runs
 	// there (its node named federation.BorrowedID), for the allocator.
 	OnAck func(*pb.AssignAck)
+	// OnOrder, if set, is called when a borrower's order changes the
+	// runs it wants on one of the lab's nodes, so that the allocator
+	// assigns them soon rather than at its next round.
+	OnOrder func()
 	// Deliver, if set, delivers a lender's relayed worker reports or
 	// exit to the job actor that owns them.
 	Deliver func(owner *pb.Ref, msg proto.Message)

@@ -200,6 +200,7 @@ func serveFederation(ctx context.Context, o federationOpts, fed *fedlink.Federat
 		},
 		RelayOwner: func() *pb.Ref { return &pb.Ref{Address: alloc.Address, Id: alloc.Id} },
 		OnAck:      func(ack *pb.AssignAck) { sys.Root.Send(alloc, ack) },
+		OnOrder:    func() { sys.Root.Send(alloc, control.OrdersChanged{}) },
 		Deliver: func(to *pb.Ref, msg proto.Message) {
 			sys.Root.Send(actor.NewPID(to.Address, to.Id), msg)
 		}}
