@@ -92,7 +92,7 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 	}
 	agentB, serverB := labs["lab-b"].Agents[0].Log, labs["lab-b"].Servers[0].Log
 	// A job of lab-a runs on lab-b's agent and completes in lab-a, while
-	// another runs there.
+	// another, not completed, runs there.
 	ranThere := map[string]bool{}
 	var completedThere, runningThere string
 	for completedThere == "" || runningThere == "" {
@@ -107,7 +107,7 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 		js := jobs("lab-a")
 		runningThere = ""
 		for _, j := range aJobs {
-			if len(logLines(agentB, "node: worker started", "job="+j+" ")) > len(logLines(agentB, "node: worker exited", "job="+j+" ")) {
+			if js[j].State != "completed" && len(logLines(agentB, "node: worker started", "job="+j+" ")) > len(logLines(agentB, "node: worker exited", "job="+j+" ")) {
 				runningThere = j
 			}
 		}
@@ -189,6 +189,15 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 	for _, j := range append(aJobs, "b-1") {
 		if pids := workersIn(dir, "POLLUX_JOB_ID="+j); len(pids) > 0 {
 			t.Errorf("workers of %s still running: %v", j, pids)
+		}
+	}
+	// Under go test -race the processes are race-enabled too.
+	for _, n := range names {
+		for _, m := range append(ls.labs[n].Servers, ls.labs[n].Agents...) {
+			if races := logLines(m.Log, "DATA RACE"); len(races) > 0 {
+				b, _ := os.ReadFile(m.Log)
+				t.Errorf("%s %s: a data race:\n%s", n, m.ID, tail(b, 6000))
+			}
 		}
 	}
 }
