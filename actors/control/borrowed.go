@@ -2,6 +2,9 @@ package control
 
 import (
 	"context"
+	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -39,18 +42,23 @@ func (a *allocator) order(ctx actor.Context, id string, as *pb.Assign) {
 }
 
 // merge adds to the Assign of each of the lab's nodes the runs its
-// borrowers ordered there and its ledger authorises now, after the
-// gate (a borrower's run keeps the hold its own leader gave it). A
-// borrowed run is left out, with a warning, when the node's own runs
-// have a job of the same name or leave too few GPUs (the lab's jobs
-// still hold GPUs it lent, until its next round moves them).
+// borrowers ordered there and its ledger authorises now (MergeBorrowed),
+// after the gate: a borrower's run keeps the hold its own leader gave it.
 func (a *allocator) merge(st *consensus.State, assign map[string]*pb.Assign) {
-	l := a.cfg.Federation
-	if l == nil {
-		return
+	if l := a.cfg.Federation; l != nil {
+		MergeBorrowed(st, assign, l.Borrowed, a.cfg.Logger)
 	}
-	for id, as := range assign {
-		n := st.Nodes[id]
+}
+
+// MergeBorrowed adds to the Assign of each of the lab's own nodes the
+// runs borrowed(node) returns. A borrowed run is left out, with a
+// warning, when the node's own runs have a job of the same name or
+// leave too few GPUs for it (the lab's jobs still hold GPUs it lent,
+// until its next round moves them): a node must never refuse its whole
+// assignment because of a borrower.
+func MergeBorrowed(st *consensus.State, assign map[string]*pb.Assign, borrowed func(node string) []*pb.RunJob, log *slog.Logger) {
+	for _, id := range slices.Sorted(maps.Keys(assign)) {
+		as, n := assign[id], st.Nodes[id]
 		if n == nil {
 			continue
 		}
@@ -59,9 +67,9 @@ func (a *allocator) merge(st *consensus.State, assign map[string]*pb.Assign) {
 			used += int(rj.Replicas)
 			names[rj.Job] = true
 		}
-		for _, rj := range l.Borrowed(id) {
+		for _, rj := range borrowed(id) {
 			if names[rj.Job] || used+int(rj.Replicas) > n.GPUs {
-				a.cfg.Logger.Warn("control: a borrower's run does not fit its node this round", "node", id, "job", rj.Job,
+				log.Warn("control: a borrower's run does not fit its node this round", "node", id, "job", rj.Job,
 					"gpus", rj.Replicas, "used", used, "name_taken", names[rj.Job])
 				continue
 			}

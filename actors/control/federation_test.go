@@ -1,8 +1,12 @@
 package control
 
 import (
+	"bytes"
+	"log/slog"
+	"strings"
 	"testing"
 
+	"pollux/actors/pb"
 	"pollux/cluster/federation"
 	"pollux/consensus"
 	"pollux/optimizer"
@@ -177,5 +181,39 @@ func TestBorrowedNodesPassThePolicy(t *testing.T) {
 	}
 	if _, err := Slots(snap, res.Placements); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A lender merges its borrowers' runs into its nodes' Assigns, except a
+// run whose job name the node already runs or that does not fit beside
+// the lab's own runs.
+func TestMergeBorrowed(t *testing.T) {
+	st := testState()
+	assign, _ := Assignments(st, AssignOptions{Term: 2})
+	own := map[string]int{}
+	for id, as := range assign {
+		own[id] = len(as.Runs)
+	}
+	borrowed := map[string][]*pb.RunJob{
+		"n1":   {{Job: "x", Replicas: 2}, {Job: "a", Replicas: 1}}, // n1 runs 2 GPUs of job a: x fits, a's name is taken
+		"n2":   {{Job: "y", Replicas: 4}},                          // n2 runs 1 GPU of job a: y does not fit
+	}
+	var logs bytes.Buffer
+	MergeBorrowed(st, assign, func(node string) []*pb.RunJob { return borrowed[node] }, slog.New(slog.NewTextHandler(&logs, nil)))
+	jobsOn := func(id string) []string {
+		var out []string
+		for _, rj := range assign[id].Runs[own[id]:] {
+			out = append(out, rj.Job)
+		}
+		return out
+	}
+	if got := jobsOn("n1"); len(got) != 1 || got[0] != "x" {
+		t.Errorf("n1 got borrowed runs %v, want x", got)
+	}
+	if got := jobsOn("n2"); len(got) != 0 {
+		t.Errorf("n2 got borrowed runs %v beyond its GPUs", got)
+	}
+	if n := strings.Count(logs.String(), "does not fit"); n != 2 {
+		t.Errorf("%d warnings, want 2:\n%s", n, logs.String())
 	}
 }
