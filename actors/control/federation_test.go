@@ -195,8 +195,8 @@ func TestMergeBorrowed(t *testing.T) {
 		own[id] = len(as.Runs)
 	}
 	borrowed := map[string][]*pb.RunJob{
-		"n1":   {{Job: "x", Replicas: 2}, {Job: "a", Replicas: 1}}, // n1 runs 2 GPUs of job a: x fits, a's name is taken
-		"n2":   {{Job: "y", Replicas: 4}},                          // n2 runs 1 GPU of job a: y does not fit
+		"n1": {{Job: "x", Replicas: 2}, {Job: "a", Replicas: 1}}, // n1 runs 2 GPUs of job a: x fits, a's name is taken
+		"n2": {{Job: "y", Replicas: 4}},                          // n2 runs 1 GPU of job a: y does not fit
 	}
 	var logs bytes.Buffer
 	MergeBorrowed(st, assign, func(node string) []*pb.RunJob { return borrowed[node] }, slog.New(slog.NewTextHandler(&logs, nil)))
