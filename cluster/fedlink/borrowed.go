@@ -95,13 +95,25 @@ func (l *Link) Borrowed(node string) []*pb.RunJob {
 			continue
 		}
 		o.merged = o.fence
+		root := l.checkpointRoot(k.borrower)
 		for _, rj := range o.runs {
 			c := proto.Clone(rj).(*pb.RunJob)
-			c.Owner = relay
+			c.Owner, c.CheckpointRoot = relay, root
 			out = append(out, c)
 		}
 	}
 	return out
+}
+
+// checkpointRoot is the checkpoint root the federation file declares
+// for peer's jobs ("" none: the lab's own root applies).
+func (l *Link) checkpointRoot(peer string) string {
+	for _, p := range l.cfg.Federation.Peers {
+		if p.Name == peer {
+			return p.CheckpointRoot
+		}
+	}
+	return ""
 }
 
 // borrowerOf is the borrower whose order on node lists job ("" none).

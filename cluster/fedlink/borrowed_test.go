@@ -51,6 +51,14 @@ func TestOrdersAndRelays(t *testing.T) {
 	order := func(node string, gen uint64, runs ...*pb.RunJob) error {
 		return b.link.SendOrder(ctx, federation.BorrowedID("lab-a", node), &pb.Assign{ClusterId: "cluster-b", Term: 2, Generation: gen, Runs: runs})
 	}
+	sneaky := run("j1", 2, owner)
+	sneaky.CheckpointRoot = "/" // a borrower does not choose where its workers may write
+	if err := order("n0", 5, sneaky); err != nil {
+		t.Fatal(err)
+	}
+	if m := a.link.Borrowed("n0"); len(m) != 1 || m[0].CheckpointRoot != "" {
+		t.Fatalf("merged %v: the borrower set its checkpoint root", m)
+	}
 	if err := order("n0", 5, run("j1", 2, owner)); err != nil {
 		t.Fatal(err)
 	}
@@ -58,11 +66,13 @@ func TestOrdersAndRelays(t *testing.T) {
 	if err := order("n0", 5, run("j1", 2, owner)); err != nil {
 		t.Fatal(err)
 	}
-	if n := changes.Load(); n != 1 {
+	if n := changes.Load(); n != 2 {
 		t.Errorf("the lender's allocator was woken %d times for one change of orders", n)
 	}
+	// lab-a's federation file declares where lab-b's jobs checkpoint.
+	a.link.cfg.Federation.Peers[0].CheckpointRoot = "/shared/lab-b"
 	merged := a.link.Borrowed("n0")
-	if len(merged) != 1 || merged[0].Job != "j1" || !proto.Equal(merged[0].Owner, relay) {
+	if len(merged) != 1 || merged[0].Job != "j1" || !proto.Equal(merged[0].Owner, relay) || merged[0].CheckpointRoot != "/shared/lab-b" {
 		t.Fatalf("merged into n0's Assign: %v", merged)
 	}
 	// Refused, logged, and nothing changes: a node not leased, more GPUs

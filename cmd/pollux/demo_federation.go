@@ -28,10 +28,11 @@ type labSet struct {
 // startLabs starts one lab per name (each with its own CA from
 // pki.DevLabBundle, a federation file naming every other lab as a peer
 // with its CA, and a federation listener on loopback), every lab with
-// the servers, agents and clocks of tmpl, in tmpl.Dir/<name>, sharing
-// one checkpoint root (tmpl.Dir/checkpoints: docs/federation.md,
-// "Checkpoints"). The labs started are returned also on error, to be
-// stopped.
+// the servers, agents and clocks of tmpl, in tmpl.Dir/<name>, each with
+// its own checkpoint root (tmpl.Dir/<name>/checkpoints), which every
+// peer's federation file declares as that lab's (docs/federation.md,
+// "Checkpoints": on one machine every agent reaches every root). The
+// labs started are returned also on error, to be stopped.
 func startLabs(ctx context.Context, tmpl launch.Options, names []string, quota federation.Quota, interval time.Duration) (*labSet, error) {
 	ls := &labSet{names: names, labs: map[string]*launch.Cluster{}}
 	ports, err := launch.FreePorts(len(names))
@@ -57,7 +58,8 @@ func startLabs(ctx context.Context, tmpl launch.Options, names []string, quota f
 		f := fedlink.File{Quota: quota, Terms: &terms}
 		for _, p := range names {
 			if p != n {
-				f.Peers = append(f.Peers, fedlink.PeerFile{Name: p, Addresses: []string{addrs[p]}, CAFile: bundles[p].CA})
+				f.Peers = append(f.Peers, fedlink.PeerFile{Name: p, Addresses: []string{addrs[p]}, CAFile: bundles[p].CA,
+					CheckpointRoot: filepath.Join(tmpl.Dir, p, "checkpoints")})
 			}
 		}
 		raw, err := json.Marshal(f)
@@ -69,7 +71,7 @@ func startLabs(ctx context.Context, tmpl launch.Options, names []string, quota f
 			return ls, err
 		}
 		o := tmpl
-		o.Dir, o.Bundle, o.CheckpointRoot = filepath.Join(tmpl.Dir, n), bundles[n], filepath.Join(tmpl.Dir, "checkpoints")
+		o.Dir, o.Bundle, o.CheckpointRoot = filepath.Join(tmpl.Dir, n), bundles[n], filepath.Join(tmpl.Dir, n, "checkpoints")
 		o.ServerArgs = append(append([]string(nil), tmpl.ServerArgs...), "--cluster", n, "--federation", fedFile,
 			"--federation-addr", addrs[n], "--federation-interval", interval.String())
 		c, err := launch.Start(ctx, o)
