@@ -3,7 +3,7 @@ BIN     := bin/pollux
 SHARED  ?= ../shared/pollux-artifact
 PKGS    := ./...
 
-.PHONY: all build test bench demo demo-real sim lint fmt-check vet proto chaos clean screenshots
+.PHONY: all build test bench demo demo-real demo-federation sim lint fmt-check vet proto chaos clean screenshots
 
 all: build
 
@@ -55,6 +55,11 @@ demo: build
 # minutes on two busy cores (docs/worker-library.md).
 demo-real: build
 	./$(BIN) demo --real --json
+
+# Three federated labs on this machine lending each other GPUs
+# (docs/federation.md).
+demo-federation: build
+	./$(BIN) demo --federation
 
 # Regenerates docs/dashboard-cluster.png and docs/dashboard-job.png: the
 # dashboard's browser test (a secured cluster, headless Chromium; needs

@@ -305,3 +305,10 @@ func decodeFederation(r *reader, s *State) (*Federation, error) {
 	}
 	return &Federation{Lab: l, Ledger: lg}, nil
 }
+
+// borrowedID reports whether id names a peer lab's node
+// (federation.BorrowedID), as slots on GPUs the lab borrows do.
+func borrowedID(id string) bool {
+	_, _, ok := federation.SplitBorrowed(id)
+	return ok
+}

@@ -3,6 +3,7 @@ package consensus
 import (
 	"bytes"
 	"errors"
+	"io"
 	"testing"
 
 	"pollux/cluster/federation"
@@ -164,4 +165,43 @@ func FuzzDecodeFederation(f *testing.F) {
 			t.Fatalf("decoded federation state re-encodes differently")
 		}
 	})
+}
+
+// A borrower's round places jobs on the GPUs it leases of a peer's node
+// (federation.BorrowedID) while the lease is in force at the round's
+// time, never beyond them; the allocation then survives a snapshot.
+func TestRoundOnBorrowedNodes(t *testing.T) {
+	a := &fsmApplier{f: NewFSM()}
+	a.must(t, 1,
+		&RegisterNode{Node: Node{ID: "m1", GPUs: 4, Health: Alive}},
+		&SetLab{Name: "lab-b", CA: "fp-b", Quota: federation.Quota{Nominal: 4, LendingLimit: 4, BorrowingLimit: 8},
+			Peers: []federation.Peer{{Name: "lab-a", CAs: []string{"fp-a"}}}},
+		fedGrant("l1", "n1", 2, 10),
+		&SubmitJob{ID: "j1", Spec: testSpec(), SubmitTime: 10},
+		&SubmitJob{ID: "j2", Spec: testSpec(), SubmitTime: 10},
+		&SubmitJob{ID: "j3", Spec: testSpec(), SubmitTime: 10},
+	)
+	upd := []RoundJob{{ID: "j1", HasBid: true, Bid: testBid(1, 1)}, {ID: "j2", HasBid: true, Bid: testBid(1, 1)}, {ID: "j3", HasBid: true, Bid: testBid(1, 1)}}
+	ds := drops(t, a, 1, &Round{Generation: 1, Term: 1, Time: 100,
+		Jobs: map[string][]Slot{
+			"j1": {{"lab-a/n1", 2}, {"m1", 2}},
+			"j2": {{"lab-a/n1", 1}}, // beyond the 2 GPUs leased
+			"j3": {{"lab-a/n2", 1}}, // a node not leased
+		}, Updates: upd})
+	if got := dropped(ds); got != "j2/true,j3/true" {
+		t.Fatalf("dropped %q, want j2's and j3's placements", got)
+	}
+	s := a.f.State()
+	if got := s.Allocation.Jobs["j1"]; len(got) != 2 {
+		t.Fatalf("j1 placed on %v", got)
+	}
+	restored := NewFSM()
+	if err := restored.Restore(io.NopCloser(bytes.NewReader(EncodeState(s)))); err != nil {
+		t.Fatalf("restoring a borrower's allocation: %v", err)
+	}
+	// At the lease's expiry (310) nothing is placed on it.
+	ds = drops(t, a, 1, &Round{Generation: 2, Term: 1, Time: 310, Jobs: map[string][]Slot{"j1": {{"lab-a/n1", 2}}}})
+	if got := dropped(ds); got != "j1/true" {
+		t.Fatalf("dropped %q after the lease's expiry, want j1's placement", got)
+	}
 }

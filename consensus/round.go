@@ -482,7 +482,7 @@ func applyRound(s *State, c *Round, term uint64) ([]Drop, error) {
 			restart[u.ID] = true
 		}
 	}
-	next, pdrops := admitPlacements(s, c.Jobs)
+	next, pdrops := admitPlacements(s, c.Jobs, c.Time)
 	drops = append(drops, pdrops...)
 	for _, id := range s.JobIDs() {
 		j := s.Jobs[id]
@@ -594,15 +594,21 @@ func mergeMeasurement(j *Job, m *Measurement) error {
 // admitPlacements returns the placements of want that can be applied, in
 // job id order: a job unknown or finished, outside its replica bounds, on
 // an unknown, dead or departed node, or beyond a node's capacity (after
-// the jobs before it) is dropped.
-func admitPlacements(s *State, want map[string][]Slot) (map[string][]Slot, []Drop) {
+// the jobs before it) is dropped. A node the state does not hold may be
+// a peer lab's node the lab borrows GPUs of (federation.BorrowedID): its
+// capacity is what the ledger's leases in force at now lend.
+func admitPlacements(s *State, want map[string][]Slot, now float64) (map[string][]Slot, []Drop) {
 	next := make(map[string][]Slot, len(want))
 	var drops []Drop
 	used := map[string]int{}
+	var borrowed map[string]int
+	if s.Fed != nil {
+		borrowed = s.Fed.Ledger.BorrowedNodes(now)
+	}
 	for _, id := range slices.Sorted(maps.Keys(want)) {
 		slots := slices.Clone(want[id])
 		sortSlots(slots)
-		if err := admit(s, id, slots, used); err != nil {
+		if err := admit(s, id, slots, used, borrowed); err != nil {
 			drops = append(drops, Drop{Job: id, Placement: true, Err: err})
 			continue
 		}
@@ -614,7 +620,7 @@ func admitPlacements(s *State, want map[string][]Slot) (map[string][]Slot, []Dro
 	return next, drops
 }
 
-func admit(s *State, id string, slots []Slot, used map[string]int) error {
+func admit(s *State, id string, slots []Slot, used, borrowed map[string]int) error {
 	j, err := liveJob(s, id, 0)
 	if err != nil {
 		return err
@@ -622,6 +628,13 @@ func admit(s *State, id string, slots []Slot, used map[string]int) error {
 	k := 0
 	for _, sl := range slots {
 		n, ok := s.Nodes[sl.Node]
+		if g, lent := borrowed[sl.Node]; !ok && lent {
+			if used[sl.Node]+sl.GPUs > g {
+				return invalid("job %q would bring borrowed node %q to %d GPUs, the lab leases %d", id, sl.Node, used[sl.Node]+sl.GPUs, g)
+			}
+			k += sl.GPUs
+			continue
+		}
 		switch {
 		case !ok:
 			return fmtErr(ErrUnknownNode, "job %q placed on %q", id, sl.Node)

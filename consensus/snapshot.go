@@ -322,7 +322,7 @@ func validateAllocation(s *State) error {
 			return invalid("allocation places job %q, which is unknown or finished", id)
 		}
 		for _, sl := range slots {
-			if _, ok := s.Nodes[sl.Node]; !ok {
+			if _, ok := s.Nodes[sl.Node]; !ok && !borrowedID(sl.Node) {
 				return invalid("allocation places job %q on unknown node %q", id, sl.Node)
 			}
 		}

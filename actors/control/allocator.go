@@ -13,6 +13,7 @@ import (
 	"pollux/actors/node"
 	"pollux/actors/pb"
 	"pollux/cluster"
+	"pollux/cluster/federation"
 	"pollux/cluster/fedlink"
 	"pollux/consensus"
 	"pollux/optimizer"
@@ -349,7 +350,24 @@ func (a *allocator) Receive(ctx actor.Context) {
 	case *pb.Bid:
 		a.bid(ctx, m)
 	case *pb.AssignAck:
+		if l := a.cfg.Federation; l != nil {
+			m = l.SplitAck(m) // the runs of borrowers go back to them
+		}
 		a.acked(ctx, m)
+	case OrdersChanged:
+		// A borrower ordered other runs on this lab's nodes: assign them
+		// soon rather than at the next round.
+		if a.term != 0 {
+			a.soon(ctx)
+		}
+	case *pb.WorkerReports:
+		if l := a.cfg.Federation; l != nil {
+			l.Relay(m) // borrowed workers' reports, sent here by this lab's nodes
+		}
+	case *pb.WorkerExited:
+		if l := a.cfg.Federation; l != nil {
+			l.Relay(m)
+		}
 	case *pb.LeaseAck:
 		a.leaseAcked(ctx, m)
 	case leaseTick:
@@ -476,7 +494,8 @@ func (a *allocator) run(ctx actor.Context) {
 	nowS := float64(now.UnixNano()) / 1e9
 	updates, bids := a.updates(st)
 	a.seed++
-	snap, err := BuildSnapshot(st, bids, nowS, a.cfg.TimeScale, a.seed)
+	// A borrower stops placing on a lease one interval before it expires.
+	snap, err := buildSnapshot(st, roundNodes(st, nowS+a.cfg.Interval.Seconds()), bids, nowS, a.cfg.TimeScale, a.seed)
 	if err != nil {
 		a.cfg.Logger.Error("control: building snapshot", "err", err)
 		return
@@ -607,8 +626,16 @@ func (a *allocator) assign(ctx actor.Context, st *consensus.State, info RoundInf
 	l := a.lease
 	l.gen, l.cluster, l.targets, l.sentAt = info.Generation, st.Config.ID, map[string]*actor.PID{}, a.cfg.Now()
 	rs := &roundState{info: info, begin: begin, waiting: map[string]bool{}}
+	a.merge(st, assign)
 	for _, id := range slices.Sorted(maps.Keys(assign)) {
 		n := st.Nodes[id]
+		if n == nil && a.cfg.Federation != nil {
+			if _, _, ok := federation.SplitBorrowed(id); ok {
+				rs.waiting[id] = true
+				a.order(ctx, id, assign[id])
+			}
+			continue
+		}
 		if n == nil || len(n.Addresses) == 0 {
 			continue
 		}

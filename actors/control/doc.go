@@ -35,7 +35,11 @@
 // (FederationBid: the value of each GPU to the round's jobs, the GPUs
 // used per node; Reclaimable: the lent nodes a what-if round with them
 // back would use) to the federation link (cluster/fedlink), which
-// exchanges bids and commits leases on its own goroutine.
+// exchanges bids and commits leases on its own goroutine. The GPUs the
+// lab borrows are nodes <lender>/<node> of its rounds, whose Assigns go
+// to the lender as orders; as a lender, it merges the runs its borrowers
+// ordered (and its ledger authorises) into its nodes' Assigns and relays
+// their acks and reports back (borrowed.go).
 //
 // The planning functions (BuildSnapshot, Assignments, Place,
 // FederationBid, Reclaimable) are pure and tested on their own.

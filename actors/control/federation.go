@@ -14,7 +14,8 @@ import (
 // jobs of the round's snapshot (each job's speedup curve from the
 // goodput model of its bid, linear while it has none, capped at the
 // replicas the policy may give it), measured by the power mean with
-// exponent p, and the GPUs the committed allocation uses on each node.
+// exponent p, and the GPUs the committed allocation uses on each of the
+// lab's own nodes.
 func FederationBid(snap *optimizer.Snapshot, st *consensus.State, p float64) fedlink.LocalBid {
 	perNode := 0
 	for _, n := range snap.Nodes {
@@ -24,7 +25,13 @@ func FederationBid(snap *optimizer.Snapshot, st *consensus.State, p float64) fed
 	for _, j := range snap.Jobs {
 		ds = append(ds, federation.DemandOf(j, perNode))
 	}
-	return fedlink.LocalBid{Curve: federation.Curve(ds, p, -1), Used: st.UsedGPUs()}
+	used := st.UsedGPUs()
+	for id := range used {
+		if _, _, borrowed := federation.SplitBorrowed(id); borrowed && st.Nodes[id] == nil {
+			delete(used, id) // GPUs the lab borrows: not its nodes
+		}
+	}
+	return fedlink.LocalBid{Curve: federation.Curve(ds, p, -1), Used: used}
 }
 
 // Reclaimable is the what-if round of a lender before it reclaims

@@ -1,8 +1,12 @@
 package control
 
 import (
+	"bytes"
+	"log/slog"
+	"strings"
 	"testing"
 
+	"pollux/actors/pb"
 	"pollux/cluster/federation"
 	"pollux/consensus"
 	"pollux/optimizer"
@@ -105,5 +109,111 @@ func TestReclaimable(t *testing.T) {
 	}
 	if got, err := Reclaimable(st, nil, 200, 1, 1, optimizer.NewGreedy()); err != nil || len(got) != 0 || got == nil {
 		t.Fatalf("without jobs: %v, %v", got, err)
+	}
+}
+
+// A borrower's rounds see the GPUs it leases as nodes <lender>/<node>
+// (until one interval before the lease expires), a job placed there
+// gets its runs in that node's Assign (the order to the lender), and
+// the bid's use counts only the lab's own nodes.
+func TestBorrowedGPUsAreNodes(t *testing.T) {
+	st := testState()
+	lab := &consensus.SetLab{Name: "lab-b", CA: "fq", Quota: federation.Quota{Nominal: 8, LendingLimit: 8, BorrowingLimit: 8},
+		Peers: []federation.Peer{{Name: "lab-a", CAs: []string{"fp"}}}}
+	grant := &consensus.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "lab-a", Lease: "l1", Lender: "lab-a", Borrower: "lab-b",
+		Nodes: []federation.NodeGPUs{{Node: "n0", GPUs: 4}}, At: 100, TTL: 300}}
+	for _, c := range []consensus.Command{lab, grant} {
+		if _, err := consensus.ApplyTo(st, c, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap, err := BuildSnapshot(st, nil, 200, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{}
+	for _, n := range snap.Nodes {
+		ids = append(ids, n.ID)
+	}
+	if len(ids) != 3 || ids[2] != "lab-a/n0" || snap.Nodes[2].GPUs != 4 {
+		t.Fatalf("nodes %v, want n1, n2 and lab-a/n0 with 4 GPUs", snap.Nodes)
+	}
+	if nodes := roundNodes(st, 400); len(nodes) != 2 {
+		t.Errorf("at the lease's expiry the round still places on %v", nodes)
+	}
+	st.Allocation.Jobs = map[string][]consensus.Slot{"a": {{Node: "n1", GPUs: 2}, {Node: "lab-a/n0", GPUs: 2}}}
+	assign, uncovered := Assignments(st, AssignOptions{Term: 2})
+	if len(uncovered) != 0 {
+		t.Fatalf("uncovered %v", uncovered)
+	}
+	order := assign["lab-a/n0"]
+	if order == nil || order.ClusterId != "c1" || order.Term != 2 || order.Generation != 7 || len(order.Runs) != 1 {
+		t.Fatalf("order %v", order)
+	}
+	if rj := order.Runs[0]; rj.Job != "a" || rj.Replicas != 2 || rj.WorldSize != 4 || len(rj.ReportTokens) != 2 {
+		t.Errorf("borrowed run %v", rj)
+	}
+	if bid := FederationBid(snap, st, -1); len(bid.Used) != 1 || bid.Used["n1"] != 2 {
+		t.Errorf("the bid's use %v, want n1's alone", bid.Used)
+	}
+}
+
+// A borrowed node's domains are valid topology domains, whatever the
+// case of the lender's name, so the policy accepts the snapshot.
+func TestBorrowedNodesPassThePolicy(t *testing.T) {
+	st := testState()
+	lab := &consensus.SetLab{Name: "lab-b", CA: "fq", Quota: federation.Quota{Nominal: 8, LendingLimit: 8, BorrowingLimit: 8},
+		Peers: []federation.Peer{{Name: "Lab.A", CAs: []string{"fp"}}}}
+	grant := &consensus.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "Lab.A", Lease: "l1", Lender: "Lab.A", Borrower: "lab-b",
+		Nodes: []federation.NodeGPUs{{Node: "n0", GPUs: 4}}, At: 100, TTL: 300}}
+	for _, c := range []consensus.Command{lab, grant} {
+		if _, err := consensus.ApplyTo(st, c, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap, err := BuildSnapshot(st, nil, 200, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := optimizer.NewGreedy().Allocate(snap, nil)
+	if err != nil {
+		t.Fatalf("the policy refuses a snapshot with a borrowed node: %v", err)
+	}
+	if _, err := Slots(snap, res.Placements); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A lender merges its borrowers' runs into its nodes' Assigns, except a
+// run whose job name the node already runs or that does not fit beside
+// the lab's own runs.
+func TestMergeBorrowed(t *testing.T) {
+	st := testState()
+	assign, _ := Assignments(st, AssignOptions{Term: 2})
+	own := map[string]int{}
+	for id, as := range assign {
+		own[id] = len(as.Runs)
+	}
+	borrowed := map[string][]*pb.RunJob{
+		"n1": {{Job: "x", Replicas: 2}, {Job: "a", Replicas: 1}}, // n1 runs 2 GPUs of job a: x fits, a's name is taken
+		"n2": {{Job: "y", Replicas: 4}},                          // n2 runs 1 GPU of job a: y does not fit
+	}
+	var logs bytes.Buffer
+	MergeBorrowed(st, assign, func(node string) []*pb.RunJob { return borrowed[node] }, slog.New(slog.NewTextHandler(&logs, nil)))
+	jobsOn := func(id string) []string {
+		var out []string
+		for _, rj := range assign[id].Runs[own[id]:] {
+			out = append(out, rj.Job)
+		}
+		return out
+	}
+	if got := jobsOn("n1"); len(got) != 1 || got[0] != "x" {
+		t.Errorf("n1 got borrowed runs %v, want x", got)
+	}
+	if got := jobsOn("n2"); len(got) != 0 {
+		t.Errorf("n2 got borrowed runs %v beyond its GPUs", got)
+	}
+	if n := strings.Count(logs.String(), "does not fit"); n != 2 {
+		t.Errorf("%d warnings, want 2:\n%s", n, logs.String())
 	}
 }

@@ -398,6 +398,7 @@ func (a *allocator) release(ctx actor.Context) {
 	}
 	assign, _ := Assignments(st, AssignOptions{Term: a.term, Owner: a.owner})
 	a.gate(st, assign)
+	a.merge(st, assign)
 	for _, id := range slices.Sorted(maps.Keys(assign)) {
 		pid, ok := l.targets[id]
 		if !ok {
@@ -419,6 +420,7 @@ func (a *allocator) resend(ctx actor.Context, id string, pid *actor.PID) {
 	assign, _ := Assignments(st, AssignOptions{Term: a.term, Owner: a.owner})
 	if as := assign[id]; as != nil {
 		a.gate(st, assign)
+		a.merge(st, assign)
 		a.cfg.Logger.Info("control: node missed the newest assignment: sent again", "node", id, "generation", as.Generation)
 		a.send(ctx, id, pid, as)
 	}

@@ -7,9 +7,11 @@ import (
 	"math"
 	"net"
 	"slices"
+	"strings"
 
 	"pollux/actors/pb"
 	"pollux/actors/workerproto"
+	"pollux/cluster/federation"
 	"pollux/consensus"
 	"pollux/optimizer"
 )
@@ -69,8 +71,49 @@ func ownNodes(st *consensus.State) []optimizer.Node {
 // the last round, committed by this round). A job without a bid is left
 // out: it is placed once its actor has bid, so that its workers run the
 // configuration it chose.
+//
+// The GPUs the lab borrows of peers' nodes are nodes too
+// (borrowedNodes), here those of the leases in force at now; the
+// allocator's rounds keep only leases in force an interval later.
 func BuildSnapshot(st *consensus.State, bids map[string]*consensus.Bid, now, timeScale float64, seed uint64) (*optimizer.Snapshot, error) {
-	return buildSnapshot(st, ownNodes(st), bids, now, timeScale, seed)
+	return buildSnapshot(st, roundNodes(st, now), bids, now, timeScale, seed)
+}
+
+// roundNodes are the nodes a round places the lab's jobs on: its own
+// (ownNodes) and the GPUs it borrows in leases in force after until.
+func roundNodes(st *consensus.State, until float64) []optimizer.Node {
+	return append(ownNodes(st), borrowedNodes(st, until)...)
+}
+
+// borrowedNodes are the GPUs the lab leases of peers' nodes in leases
+// still in force after until, one node each, named
+// federation.BorrowedID ("<lender>/<node>"), sorted by id. A federation
+// has one GPU type (docs/federation.md): a borrowed node has the type
+// of the lab's own nodes when they have one, and each lender is its own
+// domain at every topology level (a job spanning labs crosses racks).
+func borrowedNodes(st *consensus.State, until float64) []optimizer.Node {
+	if st.Fed == nil {
+		return nil
+	}
+	gpus := st.Fed.Ledger.BorrowedNodes(until)
+	if len(gpus) == 0 {
+		return nil
+	}
+	typ := ""
+	if ts := gpuTypes(activeNodes(st)); len(ts) == 1 {
+		typ = ts[0]
+	}
+	levels := max(len(st.Config.TopologyLevels()), 1)
+	var out []optimizer.Node
+	for _, id := range slices.Sorted(maps.Keys(gpus)) {
+		lender, _, _ := federation.SplitBorrowed(id)
+		topo := make([]string, levels)
+		for i := range topo {
+			topo[i] = "fed-" + strings.ToLower(lender) // a domain name is lower-case
+		}
+		out = append(out, optimizer.Node{ID: id, GPUs: gpus[id], Type: typ, Topology: topo})
+	}
+	return out
 }
 
 // buildSnapshot is BuildSnapshot on the given nodes.
@@ -228,7 +271,9 @@ type AssignOptions struct {
 // current incarnation and checkpoint directory, and the report tokens of
 // the node's ranks, and the node's registered GPU type and topology (a
 // node that no longer has them refuses). Nodes with nothing to run get an
-// empty Assign, which stops whatever they still run. A placed job
+// empty Assign, which stops whatever they still run; so do the nodes the
+// lab borrows GPUs of (federation.BorrowedID), whose Assigns go to their
+// lenders as orders. A placed job
 // whose bid does not cover its shape is left out (and named in the second
 // result): its configuration must come from its actor.
 func Assignments(st *consensus.State, o AssignOptions) (map[string]*pb.Assign, []string) {
@@ -237,6 +282,13 @@ func Assignments(st *consensus.State, o AssignOptions) (map[string]*pb.Assign, [
 		out[n.ID] = &pb.Assign{Generation: st.Allocation.Generation, Term: o.Term, ClusterId: st.Config.ID,
 			CheckpointRoot: st.Config.CheckpointRoot,
 			Node:           &pb.NodeAttrs{GpuType: n.Type, Levels: st.Config.TopologyLevels(), Domains: n.Topology}}
+	}
+	// A node the lab borrows GPUs of gets its Assign too (no attributes:
+	// the lender checks its own node), sent as an order to the lender
+	// while the lab holds a lease there.
+	for _, n := range borrowedNodes(st, 0) {
+		out[n.ID] = &pb.Assign{Generation: st.Allocation.Generation, Term: o.Term, ClusterId: st.Config.ID,
+			CheckpointRoot: st.Config.CheckpointRoot}
 	}
 	var uncovered []string
 	ids := make([]string, 0, len(st.Allocation.Jobs))

@@ -474,7 +474,11 @@ func (a *nodeActor) assign(ctx actor.Context, m *pb.Assign) *pb.AssignAck {
 			// job under a new incarnation.
 			refused[key] = fmt.Sprintf("incarnation %d already ran on this node (newest %d)", rj.Incarnation, last)
 		default:
-			if err := a.admit(rj, m.CheckpointRoot); err != nil {
+			root := m.CheckpointRoot
+			if rj.CheckpointRoot != "" {
+				root = rj.CheckpointRoot // a borrower's run: the root its lender declared for it
+			}
+			if err := a.admit(rj, root); err != nil {
 				// Not run, and not recorded as run: the leader fails the
 				// job (denied) or restarts it (refused).
 				if errors.Is(err, errDenied) {

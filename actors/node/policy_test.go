@@ -300,3 +300,34 @@ func FuzzCheckpointDir(f *testing.F) {
 		}
 	})
 }
+
+// A run that names its own checkpoint root (a borrower's, set by the
+// lender's leader) is admitted under that root, not the Assign's, and
+// refused outside it.
+func TestRunCheckpointRootOverridesTheAssigns(t *testing.T) {
+	f := newFixture(t, 2, time.Second)
+	borrowerRoot := t.TempDir()
+	in := f.run("borrowed", 1, 1, "serve")
+	in.CheckpointDir, in.CheckpointRoot = filepath.Join(borrowerRoot, "borrowed"), borrowerRoot
+	out := f.run("escaped", 1, 1, "serve")
+	out.CheckpointRoot = borrowerRoot // its directory is under the Assign's root only
+	ack := f.assign(1, in, out)
+	if !ack.Ok || len(ack.Runs) != 2 {
+		t.Fatalf("ack %v\n%s", ack, f.log)
+	}
+	for _, rs := range ack.Runs {
+		switch rs.Job {
+		case "borrowed":
+			if rs.Denied != "" {
+				t.Errorf("a run under its own root refused: %s", rs.Denied)
+			}
+		case "escaped":
+			if !strings.Contains(rs.Denied, "outside the cluster's checkpoint root "+borrowerRoot) {
+				t.Errorf("a run outside its own root: %v", rs)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(borrowerRoot, "borrowed")); err != nil {
+		t.Errorf("the borrowed run's checkpoint directory was not prepared: %v", err)
+	}
+}

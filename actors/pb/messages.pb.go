@@ -573,9 +573,14 @@ type RunJob struct {
 	// hold: keep running this incarnation if it runs already, but do not
 	// start it yet: the leader's gate holds it until no older incarnation
 	// of the job can still run (docs/control-plane.md, Fencing).
-	Hold          bool `protobuf:"varint,180,opt,name=hold,proto3" json:"hold,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Hold bool `protobuf:"varint,180,opt,name=hold,proto3" json:"hold,omitempty"`
+	// checkpoint_root, if set, is the root this run's checkpoint directory
+	// must be under instead of the Assign's: a lender's leader sets it on a
+	// borrower's run to the root its federation file declares for that
+	// peer (docs/federation.md, "Checkpoints"), whatever the borrower sent.
+	CheckpointRoot string `protobuf:"bytes,190,opt,name=checkpoint_root,json=checkpointRoot,proto3" json:"checkpoint_root,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RunJob) Reset() {
@@ -732,6 +737,13 @@ func (x *RunJob) GetHold() bool {
 		return x.Hold
 	}
 	return false
+}
+
+func (x *RunJob) GetCheckpointRoot() string {
+	if x != nil {
+		return x.CheckpointRoot
+	}
+	return ""
 }
 
 // WorkerReport is one validated worker report (see docs/worker-protocol.md),
@@ -2000,7 +2012,7 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x03 \x01(\tR\x06signal\x12\x1c\n" +
 	"\trequested\x18\x04 \x01(\bR\trequested\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"\xb9\x04\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"\xe3\x04\n" +
 	"\x06RunJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12 \n" +
@@ -2026,7 +2038,8 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\x0echeckpoint_dir\x18\x10 \x01(\tR\rcheckpointDir\x12(\n" +
 	"\x05owner\x18\x11 \x01(\v2\x12.pollux.actors.RefR\x05owner\x12#\n" +
 	"\rreport_tokens\x18e \x03(\tR\freportTokens\x12\x13\n" +
-	"\x04hold\x18\xb4\x01 \x01(\bR\x04holdJ\x04\b\x03\x10\x04\"\xf4\x02\n" +
+	"\x04hold\x18\xb4\x01 \x01(\bR\x04hold\x12(\n" +
+	"\x0fcheckpoint_root\x18\xbe\x01 \x01(\tR\x0echeckpointRootJ\x04\b\x03\x10\x04\"\xf4\x02\n" +
 	"\fWorkerReport\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12 \n" +

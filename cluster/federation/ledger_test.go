@@ -239,3 +239,34 @@ func TestLabValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestBorrowedNodes(t *testing.T) {
+	la, lb, _ := testLabs()
+	lender, borrower := mustLedger(t, la), mustLedger(t, lb)
+	g := grant("l1", 100, NodeGPUs{"n0", 2})
+	g.TTL = 60
+	for _, lg := range []*Ledger{lender, borrower} {
+		if _, err := lg.Apply(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := borrower.BorrowedNodes(100); len(got) != 1 || got["lab-a/n0"] != 2 {
+		t.Fatalf("borrower sees %v, want lab-a/n0: 2", got)
+	}
+	// At the expiry (160) the lease is no longer placed on.
+	if got := borrower.BorrowedNodes(160); len(got) != 0 {
+		t.Fatalf("borrower sees %v at expiry", got)
+	}
+	if got := lender.BorrowedNodes(100); len(got) != 0 {
+		t.Fatalf("lender sees %v borrowed", got)
+	}
+	l, n, ok := SplitBorrowed("lab-a/n0")
+	if !ok || l != "lab-a" || n != "n0" {
+		t.Fatalf("SplitBorrowed = %q %q %v", l, n, ok)
+	}
+	for _, bad := range []string{"n0", "/n0", "lab-a/", "lab-a/n0/x", "lab a/n0"} {
+		if _, _, ok := SplitBorrowed(bad); ok {
+			t.Errorf("SplitBorrowed(%q) ok", bad)
+		}
+	}
+}

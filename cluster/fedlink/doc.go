@@ -29,4 +29,13 @@
 // A peer counts as lost when no bid came from it for two intervals: its
 // bid is then left out of the plan, so its leases are not renewed and
 // run out by their time to live.
+//
+// Workers on borrowed GPUs (borrowed.go): the borrower's allocator sends
+// the Assign of each node it borrows as an order (SendOrder); the
+// lender's leader keeps each borrower's newest order per node, fenced
+// like an Assign and authorised by its ledger when it arrives and again
+// whenever its allocator merges it into its node's Assign (Borrowed), so
+// a lease that ended stops its workers at the lender's next round. The
+// node's acks (SplitAck) and the workers' reports (Relay) go back to the
+// borrower's leader, which hands them to its allocator and job actors.
 package fedlink

@@ -14,6 +14,9 @@ var (
 	ErrRefused = errors.New("fedlink: refused by the peer")
 	// ErrUnreachable is returned when no address of a peer answered.
 	ErrUnreachable = errors.New("fedlink: peer unreachable")
+	// ErrStaleOrder is returned for a borrower's order older (by its
+	// cluster's term and generation) than one already accepted.
+	ErrStaleOrder = errors.New("fedlink: stale order")
 	// ErrConfig is returned for an unusable link configuration.
 	ErrConfig = errors.New("fedlink: bad configuration")
 )

@@ -44,6 +44,12 @@ type PeerFile struct {
 	Addresses []string `json:"addresses"`
 	CAFile    string   `json:"ca_file"`
 	Gossip    []string `json:"gossip,omitempty"`
+	// CheckpointRoot, if set, is where the peer's jobs checkpoint when
+	// they run on this lab's machines (its shared storage as mounted
+	// here, an absolute path): the agents run a borrowed job only with
+	// its checkpoint directory under it. Without it, under this lab's
+	// own checkpoint root (docs/federation.md, "Checkpoints").
+	CheckpointRoot string `json:"checkpoint_root,omitempty"`
 }
 
 // Peer is a peer cluster as a link uses it.
@@ -55,6 +61,8 @@ type Peer struct {
 	// fingerprints (pki.Fingerprint), what federation.Peer carries.
 	Pool *x509.CertPool
 	CAs  []string
+	// CheckpointRoot is PeerFile.CheckpointRoot, cleaned ("" none).
+	CheckpointRoot string
 }
 
 // Federation is a loaded federation file.
@@ -141,6 +149,8 @@ func Load(path, self string) (*Federation, error) {
 			return nil, fmt.Errorf("%w: %s: peer %s has %d addresses, want 1-16", ErrBadFile, path, p.Name, len(p.Addresses))
 		case p.CAFile == "":
 			return nil, fmt.Errorf("%w: %s: peer %s has no ca_file", ErrBadFile, path, p.Name)
+		case p.CheckpointRoot != "" && (!filepath.IsAbs(p.CheckpointRoot) || filepath.Clean(p.CheckpointRoot) == "/"):
+			return nil, fmt.Errorf("%w: %s: peer %s: checkpoint_root %q, want an absolute path below /", ErrBadFile, path, p.Name, p.CheckpointRoot)
 		}
 		if _, dup := fed.Pools(p.Name); dup {
 			return nil, fmt.Errorf("%w: %s lists peer %s twice", ErrBadFile, path, p.Name)
@@ -161,7 +171,12 @@ func Load(path, self string) (*Federation, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: peer %s: %w", ErrBadFile, path, p.Name, err)
 		}
-		fed.Peers = append(fed.Peers, Peer{Name: p.Name, Addresses: append([]string(nil), p.Addresses...), Gossip: append([]string(nil), p.Gossip...), Pool: pool, CAs: cas})
+		root := ""
+		if p.CheckpointRoot != "" {
+			root = filepath.Clean(p.CheckpointRoot)
+		}
+		fed.Peers = append(fed.Peers, Peer{Name: p.Name, Addresses: append([]string(nil), p.Addresses...), Gossip: append([]string(nil), p.Gossip...),
+			Pool: pool, CAs: cas, CheckpointRoot: root})
 	}
 	if len(fed.Peers) > federation.MaxPeers {
 		return nil, fmt.Errorf("%w: %s lists %d peers, at most %d", ErrBadFile, path, len(fed.Peers), federation.MaxPeers)

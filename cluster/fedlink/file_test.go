@@ -40,6 +40,10 @@ func TestLoad(t *testing.T) {
 	if _, ok := fed.Pools("lab-b"); !ok {
 		t.Error("no pool for lab-b")
 	}
+	rooted, err := Load(write(strings.Replace(good, `"ca_file"`, `"checkpoint_root": "/shared/lab-b/", "ca_file"`, 1)), "lab-a")
+	if err != nil || rooted.Peers[0].CheckpointRoot != "/shared/lab-b" {
+		t.Errorf("a peer's checkpoint root: %v, %v", err, rooted)
+	}
 	bad := map[string]string{
 		"syntax":             "{\n  \"quota\": ,\n}",
 		"unknown field":      `{"quota": {}, "peers": [], "extra": 1}`,
@@ -55,6 +59,8 @@ func TestLoad(t *testing.T) {
 		"bad peer name":      strings.Replace(good, `"lab-b"`, `"lab b"`, 1),
 		"no address of peer": strings.Replace(good, `["127.0.0.1:7400"]`, `[]`, 1),
 		"bad gossip address": strings.Replace(good, `"ca_file"`, `"gossip": ["nowhere"], "ca_file"`, 1),
+		"relative ckpt root": strings.Replace(good, `"ca_file"`, `"checkpoint_root": "ckpt", "ca_file"`, 1),
+		"ckpt root /":        strings.Replace(good, `"ca_file"`, `"checkpoint_root": "/", "ca_file"`, 1),
 	}
 	for name, body := range bad {
 		if _, err := Load(write(body), "lab-a"); !errors.Is(err, ErrBadFile) || !strings.Contains(err.Error(), "fed.json") {

@@ -16,6 +16,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"pollux/actors/pb"
 	"pollux/cluster"
 	"pollux/cluster/federation"
 	"pollux/cluster/pki"
@@ -69,7 +72,21 @@ type Config struct {
 	// servers are all gone from it (and whose last bid is over an
 	// interval old) is lost without waiting for two intervals.
 	Gossip func() []cluster.Member
-	Logger *slog.Logger
+	// RelayOwner, if set, is the actor on this server that the lab's
+	// node actors send the reports and exits of borrowers' workers to
+	// (it hands them to Relay).
+	RelayOwner func() *pb.Ref
+	// OnAck, if set, is given a lender node's ack of this lab's runs
+	// there (its node named federation.BorrowedID), for the allocator.
+	OnAck func(*pb.AssignAck)
+	// OnOrder, if set, is called when a borrower's order changes the
+	// runs it wants on one of the lab's nodes, so that the allocator
+	// assigns them soon rather than at its next round.
+	OnOrder func()
+	// Deliver, if set, delivers a lender's relayed worker reports or
+	// exit to the job actor that owns them.
+	Deliver func(owner *pb.Ref, msg proto.Message)
+	Logger  *slog.Logger
 }
 
 // Link is one server's side of the federation. Its handler serves the
@@ -87,6 +104,12 @@ type Link struct {
 	localTerm uint64
 	bids      map[string]received
 	status    map[string]*peerState
+	// As a lender: each borrower's newest order per node and the fence
+	// of its newest order. As a borrower: the jobs (and their owners)
+	// of the newest order sent for each borrowed node.
+	orders map[orderKey]*ordered
+	fences map[string]fence
+	sent   map[string]map[string]*pb.Ref
 }
 
 type received struct {
@@ -129,7 +152,8 @@ func New(cfg Config) (*Link, error) {
 	if cfg.LeaderAddr == nil {
 		cfg.LeaderAddr = func() string { return "" }
 	}
-	l := &Link{cfg: cfg, clients: map[string]*peerClient{}, bids: map[string]received{}, status: map[string]*peerState{}}
+	l := &Link{cfg: cfg, clients: map[string]*peerClient{}, bids: map[string]received{}, status: map[string]*peerState{},
+		orders: map[orderKey]*ordered{}, fences: map[string]fence{}, sent: map[string]map[string]*pb.Ref{}}
 	for _, p := range cfg.Federation.Peers {
 		tc, err := cfg.Creds.FederationClientConfig(p.Name, p.Pool)
 		if err != nil {
@@ -335,7 +359,15 @@ func (l *Link) Round(ctx context.Context) (done, failed []federation.Command) {
 			failed = append(failed, c)
 			continue
 		}
-		if c.Op != federation.OpRenew {
+		switch c.Op {
+		case federation.OpRenew:
+		case federation.OpReclaim:
+			why := "need" // the lab's own jobs need the GPUs
+			if c.Reason == federation.ReasonRebalance {
+				why = string(c.Reason)
+			}
+			l.cfg.Logger.Info("federation: lease", "op", c.Op, "lease", c.Lease, "reason", why)
+		default:
 			l.cfg.Logger.Info("federation: lease", "op", c.Op, "lease", c.Lease, "lender", c.Lender, "borrower", c.Borrower, "nodes", c.Nodes)
 		}
 		done = append(done, c)
@@ -537,8 +569,14 @@ func answerText(b []byte, status string) string {
 // commits a lease command or records a bid. Every refusal is logged
 // once at WARN, naming the peer.
 func (l *Link) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || (r.URL.Path != PathLease && r.URL.Path != PathBid) {
-		reply(w, http.StatusNotFound, "no such federation endpoint; POST "+PathBid+" or "+PathLease)
+	switch r.URL.Path {
+	case PathLease, PathBid, PathOrder, PathAck, PathReport:
+	default:
+		reply(w, http.StatusNotFound, "no such federation endpoint; POST "+PathBid+", "+PathLease+", "+PathOrder+", "+PathAck+" or "+PathReport)
+		return
+	}
+	if r.Method != http.MethodPost {
+		reply(w, http.StatusMethodNotAllowed, "POST only")
 		return
 	}
 	peer := r.RemoteAddr
@@ -564,16 +602,35 @@ func (l *Link) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	limit := int64(federation.MaxCommandBytes)
-	if r.URL.Path == PathBid {
+	switch r.URL.Path {
+	case PathBid:
 		limit = maxBidBytes
+	case PathOrder, PathAck, PathReport:
+		limit = maxOrderBytes
 	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
 		reply(w, http.StatusBadRequest, "fedlink: reading the request: "+err.Error())
 		return
 	}
-	if r.URL.Path == PathBid {
+	switch r.URL.Path {
+	case PathBid:
+		if l.redirect(w, r) {
+			return
+		}
 		l.serveBid(w, r, peer, b)
+		return
+	case PathOrder:
+		if l.redirect(w, r) {
+			return
+		}
+		l.serveOrder(w, r, peer, b)
+		return
+	case PathAck, PathReport:
+		if l.redirect(w, r) {
+			return
+		}
+		l.serveRelay(w, r, peer, b)
 		return
 	}
 	c, err := federation.DecodeCommand(b)
@@ -596,16 +653,22 @@ func (l *Link) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (l *Link) serveBid(w http.ResponseWriter, r *http.Request, peer string, b []byte) {
-	if _, leader := l.cfg.Store.Leadership(); !leader {
-		if addr := l.cfg.LeaderAddr(); addr != "" {
-			w.Header().Set("Location", "https://"+addr+PathBid)
-			reply(w, http.StatusTemporaryRedirect, "fedlink: the leader's federation address is "+addr)
-			return
-		}
-		reply(w, http.StatusServiceUnavailable, "fedlink: not the leader, and the leader is not known")
-		return
+// redirect answers a request that only the leader serves when this
+// server does not lead: to the leader's federation address, or 503.
+func (l *Link) redirect(w http.ResponseWriter, r *http.Request) bool {
+	if _, leader := l.cfg.Store.Leadership(); leader {
+		return false
 	}
+	if addr := l.cfg.LeaderAddr(); addr != "" {
+		w.Header().Set("Location", "https://"+addr+r.URL.Path)
+		reply(w, http.StatusTemporaryRedirect, "fedlink: the leader's federation address is "+addr)
+		return true
+	}
+	reply(w, http.StatusServiceUnavailable, "fedlink: not the leader, and the leader is not known")
+	return true
+}
+
+func (l *Link) serveBid(w http.ResponseWriter, r *http.Request, peer string, b []byte) {
 	m, err := DecodeBid(b)
 	switch {
 	case err != nil:

@@ -28,7 +28,7 @@ func newDemoCmd() *cobra.Command {
 		dir                   string
 		keep                  bool
 		real, asJSON, ui      bool
-		autoscale             bool
+		autoscale, federated  bool
 		maxNodes              int
 		nodeCost              float64
 		bootDelay, settle     time.Duration
@@ -76,10 +76,46 @@ and a summary observed from the agent processes (nodes at the start, at
 most, at the end, node-hours and their cost at --node-cost, processes
 left), or one JSON object with --json, and exits 1 if a job did not
 complete, the cluster never grew or did not shrink back to one node
-within --settle, or a process was left running (docs/autoscaling.md).`,
+within --settle, or a process was left running (docs/autoscaling.md).
+
+With --federation it starts three labs (lab-a, lab-b, lab-c), each with
+its own CA, --servers servers (default 1) and --agents agents (default
+2) of --gpus emulated GPUs (default 2), federated over mutual TLS on
+loopback, and submits four jobs to each lab in turn over --spread
+(default 45s), so that their busy periods differ: an idle lab lends its
+nodes to a busy one, whose jobs then run on the lender's agents, and
+takes them back (a reclaim) when its own jobs arrive. It prints each
+lab's GPUs, leases and jobs once every half second and, at the end, a
+table per lab observed from outside (the labs' APIs and logs): jobs,
+average JCT, GPU-hours lent and borrowed, reclaims, the longest time from
+a reclaim to the start of one of the lender's own workers, and the
+workers of other labs its agents ran (docs/federation.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
+			if federated {
+				for _, name := range []string{"real", "ui", "json", "autoscale", "cpu-slots", "python", "augment", "min-epochs",
+					"max-nodes", "node-cost", "boot-delay", "scale-down-delay", "settle"} {
+					if f.Changed(name) {
+						return badInput(fmt.Errorf("demo: --%s cannot be used with --federation", name))
+					}
+				}
+				if !f.Changed("servers") {
+					servers = 1
+				}
+				if !f.Changed("agents") {
+					agents = 2
+				}
+				if !f.Changed("gpus") {
+					gpus = 2
+				}
+				if !f.Changed("spread") {
+					spread = 45 * time.Second
+				}
+				if !f.Changed("timeout") {
+					timeout = 10 * time.Minute
+				}
+			}
 			if autoscale {
 				for _, name := range []string{"real", "ui", "cpu-slots", "python", "augment", "min-epochs", "agents"} {
 					if f.Changed(name) {
@@ -141,8 +177,11 @@ within --settle, or a process was left running (docs/autoscaling.md).`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runDemo(ctx, launch.Options{Exec: []string{self}, Dir: dir, Servers: servers, Agents: agents, GPUsPerAgent: gpus, TimeScale: scale},
-				cat, spread, timeout, ui, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			o := launch.Options{Exec: []string{self}, Dir: dir, Servers: servers, Agents: agents, GPUsPerAgent: gpus, TimeScale: scale}
+			if federated {
+				return runFederationDemo(ctx, o, cat, spread, timeout, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
+			return runDemo(ctx, o, cat, spread, timeout, ui, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
@@ -157,6 +196,8 @@ within --settle, or a process was left running (docs/autoscaling.md).`,
 	f.BoolVar(&ui, "ui", false, "print the dashboard's URL (with a read token) and keep the cluster up after the workload until Ctrl-C or SIGTERM")
 	f.BoolVar(&real, "real", false, "run real PyTorch jobs on CPU slots instead of emulated ones")
 	f.BoolVar(&asJSON, "json", false, "with --real or --autoscale: print the result as one JSON object")
+	f.BoolVar(&federated, "federation", false, "run three federated labs (lab-a, lab-b, lab-c: each one server and two agents of 2 GPUs by default, "+
+		"its own CA) whose jobs arrive in turn, so that they lend each other idle GPUs and reclaim them; a table per lab at the end (docs/federation.md)")
 	f.BoolVar(&autoscale, "autoscale", false, "start with one agent and let the servers' autoscaler add and remove agents")
 	f.IntVar(&maxNodes, "max-nodes", 4, "with --autoscale: the most agents")
 	f.Float64Var(&nodeCost, "node-cost", 3.912, "with --autoscale: price of an (emulated) node-hour")

@@ -11,8 +11,12 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/spf13/pflag"
+	"google.golang.org/protobuf/proto"
 
+	"pollux/actors/control"
+	"pollux/actors/pb"
 	"pollux/cluster"
 	"pollux/cluster/federation"
 	"pollux/cluster/fedlink"
@@ -179,14 +183,26 @@ func caOf(creds *pki.Credentials) *x509.Certificate {
 // it returns a function that stops them.
 // members and wan (the lab's gossip and the federation's) are read once
 // they have started (nil before; wan stays nil without a gossip key).
+//
+// Workers on borrowed GPUs: this lab's node actors send the reports and
+// exits of borrowers' workers to the allocator on sys (which relays
+// them), and what lenders relay about this lab's own runs goes to the
+// allocator (acks) and the jobs' actors (reports, exits).
 func serveFederation(ctx context.Context, o federationOpts, fed *fedlink.Federation, creds *pki.Credentials, srv *consensus.Server,
-	members, wan **cluster.Membership, log *slog.Logger) (*fedlink.Link, string, func(), error) {
+	sys *actor.ActorSystem, members, wan **cluster.Membership, log *slog.Logger) (*fedlink.Link, string, func(), error) {
+	alloc := actor.NewPID(sys.Address(), control.AllocatorName)
 	cfg := fedlink.Config{Name: o.cluster, Creds: creds, Federation: fed, Store: srv, Interval: o.interval, Logger: log,
 		LeaderAddr: func() string {
 			if *members == nil {
 				return ""
 			}
 			return leaderFederationAddr(srv, *members)
+		},
+		RelayOwner: func() *pb.Ref { return &pb.Ref{Address: alloc.Address, Id: alloc.Id} },
+		OnAck:      func(ack *pb.AssignAck) { sys.Root.Send(alloc, ack) },
+		OnOrder:    func() { sys.Root.Send(alloc, control.OrdersChanged{}) },
+		Deliver: func(to *pb.Ref, msg proto.Message) {
+			sys.Root.Send(actor.NewPID(to.Address, to.Id), msg)
 		}}
 	if o.gossipKey != "" {
 		cfg.Gossip = func() []cluster.Member {

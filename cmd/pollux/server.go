@@ -271,7 +271,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	fedAddr, wanAddr := "", ""
 	if fed != nil {
 		var stopFed func()
-		link, fedAddr, stopFed, err = serveFederation(ctx, o.fed, fed, sec.creds, srv, &members, &wan, log)
+		link, fedAddr, stopFed, err = serveFederation(ctx, o.fed, fed, sec.creds, srv, sys, &members, &wan, log)
 		if err != nil {
 			return err
 		}

@@ -256,8 +256,15 @@ func (c *Cluster) layout(ctx context.Context) error {
 		}
 	}
 	var err error
-	if c.tls, err = pki.DevBundleHosts(filepath.Join(o.Dir, "tls"), servers, agents, hosts); err != nil {
-		return fmt.Errorf("launch: %w", err)
+	switch {
+	case o.Bundle != nil && o.Network == Namespaces:
+		return fmt.Errorf("%w: a bundle made beforehand is for loopback clusters", ErrCluster)
+	case o.Bundle != nil:
+		c.tls = o.Bundle
+	default:
+		if c.tls, err = pki.DevBundleHosts(filepath.Join(o.Dir, "tls"), servers, agents, hosts); err != nil {
+			return fmt.Errorf("launch: %w", err)
+		}
 	}
 	if err := c.makeToken(); err != nil {
 		return err
@@ -272,6 +279,9 @@ func (c *Cluster) layout(ctx context.Context) error {
 	}
 	ts := strconv.FormatFloat(o.TimeScale, 'g', -1, 64)
 	ckpt := filepath.Join(o.Dir, "checkpoints")
+	if o.CheckpointRoot != "" {
+		ckpt = o.CheckpointRoot
+	}
 	gpuFlag := "--gpus"
 	if o.CPUSlots > 0 {
 		gpuFlag = "--cpu-slots"
@@ -325,7 +335,7 @@ func (c *Cluster) layout(ctx context.Context) error {
 				c.Servers[i].args = append(c.Servers[i].args, "--join-timeout", as.JoinTimeout.String())
 			}
 		}
-		c.Servers[i].args = append(c.Servers[i].args, c.tls.Flags(id)...)
+		c.Servers[i].args = append(append(c.Servers[i].args, c.tls.Flags(id)...), o.ServerArgs...)
 	}
 	for i := range o.Agents {
 		id := fmt.Sprintf("a%d", i)

@@ -1,6 +1,8 @@
 package launch
 
 import (
+	"pollux/cluster/pki"
+
 	"errors"
 	"fmt"
 	"log/slog"
@@ -99,6 +101,18 @@ type Options struct {
 	// add and remove agents (Dir/autoscale/<name>) as their decisions
 	// say; Stop stops those too.
 	Autoscale *Autoscale
+	// Bundle, if set, is the cluster's TLS material (made beforehand, e.g.
+	// pki.DevLabBundle for a lab of a federation, whose peers' federation
+	// files name its CA); it must hold a certificate for every server
+	// s<i> and agent a<i>. Loopback only.
+	Bundle *pki.Bundle
+	// ServerArgs are added to every server's command line (e.g. a lab's
+	// --cluster and --federation flags).
+	ServerArgs []string
+	// CheckpointRoot, if set, is the cluster's checkpoint root instead of
+	// Dir/checkpoints (labs of a federation share one: a borrower's jobs
+	// checkpoint where the lender's agents may write).
+	CheckpointRoot string
 	// Logger receives the launcher's progress (default: discarded).
 	Logger *slog.Logger
 }
