@@ -205,3 +205,20 @@ func TestRoundOnBorrowedNodes(t *testing.T) {
 		t.Fatalf("dropped %q after the lease's expiry, want j1's placement", got)
 	}
 }
+
+// A borrowing lab's counts: its own GPUs and what its jobs use of them,
+// and apart what they use on nodes borrowed from other labs.
+func TestGPUCountsLeaveBorrowedNodesOut(t *testing.T) {
+	s := &State{
+		Nodes: map[string]*Node{"n1": {ID: "n1", GPUs: 4, Health: Alive}, "n2": {ID: "n2", GPUs: 2, Health: Dead}},
+		Allocation: Allocation{Jobs: map[string][]Slot{
+			"a": {{Node: "n1", GPUs: 2}, {Node: "lab-b/m1", GPUs: 3}},
+			"b": {{Node: "n1", GPUs: 2}},
+			"c": {{Node: "lab-c/m7", GPUs: 1}},
+		}},
+	}
+	alive, used := s.GPUCounts()
+	if alive != 4 || used != 4 || s.BorrowedInUse() != 4 {
+		t.Errorf("alive %d, used %d, borrowed in use %d; want 4, 4, 4", alive, used, s.BorrowedInUse())
+	}
+}

@@ -470,7 +470,7 @@ func (s *State) UsedGPUs() map[string]int {
 }
 
 // GPUCounts are the GPUs of the alive nodes and the GPUs the allocation
-// gives out.
+// gives out on the cluster's own nodes.
 func (s *State) GPUCounts() (alive, used int) {
 	for _, n := range s.Nodes {
 		if n.Health == Alive {
@@ -479,10 +479,26 @@ func (s *State) GPUCounts() (alive, used int) {
 	}
 	for _, slots := range s.Allocation.Jobs {
 		for _, sl := range slots {
-			used += sl.GPUs
+			if s.Nodes[sl.Node] != nil {
+				used += sl.GPUs
+			}
 		}
 	}
 	return alive, used
+}
+
+// BorrowedInUse is how many GPUs the allocation uses on nodes borrowed
+// from other labs (<lender>/<node>), which GPUCounts leaves out.
+func (s *State) BorrowedInUse() int {
+	n := 0
+	for _, slots := range s.Allocation.Jobs {
+		for _, sl := range slots {
+			if borrowedID(sl.Node) {
+				n += sl.GPUs
+			}
+		}
+	}
+	return n
 }
 
 // SlotsFromPlacement converts an allocator placement, whose node indexes

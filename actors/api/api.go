@@ -217,15 +217,18 @@ type Node struct {
 type Status struct {
 	// Leader is the leader's id; Serving is this server; Stale is set
 	// when the answer comes from a follower's local copy.
-	Leader     string         `json:"leader"`
-	Serving    string         `json:"serving"`
-	Stale      bool           `json:"stale"`
-	Term       uint64         `json:"term"`
-	Generation uint64         `json:"generation"`
-	GPUs       int            `json:"gpus"`
-	GPUsUsed   int            `json:"gpus_used"`
-	Jobs       map[string]int `json:"jobs"`
-	LastRound  *RoundJSON     `json:"last_round,omitempty"`
+	Leader     string `json:"leader"`
+	Serving    string `json:"serving"`
+	Stale      bool   `json:"stale"`
+	Term       uint64 `json:"term"`
+	Generation uint64 `json:"generation"`
+	GPUs       int    `json:"gpus"`
+	GPUsUsed   int    `json:"gpus_used"`
+	// GPUsBorrowed are the GPUs the allocation uses on nodes borrowed
+	// from other labs (federation), which GPUs and GPUsUsed leave out.
+	GPUsBorrowed int            `json:"gpus_borrowed,omitempty"`
+	Jobs         map[string]int `json:"jobs"`
+	LastRound    *RoundJSON     `json:"last_round,omitempty"`
 	// Autoscale is the autoscaler's replicated state, once it has
 	// decided anything (or the server autoscales).
 	Autoscale *AutoscaleJSON `json:"autoscale,omitempty"`
@@ -659,6 +662,7 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 	s := Status{Leader: string(leader), Serving: a.id, Stale: stale, Term: term, Generation: st.Allocation.Generation, Jobs: map[string]int{}}
 	w.Header().Set(HeaderStale, strconv.FormatBool(stale))
 	s.GPUs, s.GPUsUsed = st.GPUCounts()
+	s.GPUsBorrowed = st.BorrowedInUse()
 	for _, j := range st.Jobs {
 		s.Jobs[j.State.String()]++
 	}

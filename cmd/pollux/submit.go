@@ -286,7 +286,11 @@ func newStatusCmd() *cobra.Command {
 					stale = " (a follower's local view)"
 				}
 				fmt.Fprintf(w, "leader %s, term %d, generation %d%s\n", s.Leader, s.Term, s.Generation, stale)
-				fmt.Fprintf(w, "GPUs %d used of %d\n", s.GPUsUsed, s.GPUs)
+				borrowed := ""
+				if s.GPUsBorrowed > 0 {
+					borrowed = fmt.Sprintf(", and %d on borrowed nodes", s.GPUsBorrowed)
+				}
+				fmt.Fprintf(w, "GPUs %d used of %d%s\n", s.GPUsUsed, s.GPUs, borrowed)
 				fmt.Fprintf(w, "jobs: %d pending, %d running, %d rescaling, %d completed, %d failed\n",
 					s.Jobs["pending"], s.Jobs["running"], s.Jobs["rescaling"], s.Jobs["completed"], s.Jobs["failed"])
 				if as := s.Autoscale; as != nil {
