@@ -140,10 +140,7 @@ func buildSnapshot(st *consensus.State, nodes []optimizer.Node, bids map[string]
 		if j.State.Terminal() {
 			continue
 		}
-		bid := &j.Bid
-		if b := bids[id]; b != nil {
-			bid = b
-		}
+		bid := roundBid(j, bids)
 		if bid.Version == 0 {
 			continue
 		}

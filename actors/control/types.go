@@ -72,10 +72,7 @@ func typeSpeeds(st *consensus.State, bids map[string]*consensus.Bid, types []str
 		if j.State.Terminal() {
 			continue
 		}
-		bid := &j.Bid
-		if b := bids[id]; b != nil {
-			bid = b
-		}
+		bid := roundBid(j, bids)
 		for _, t := range types {
 			if tb := bid.OnType(t); tb != nil && bid.HasModel {
 				if v := oneGPU(tb.Params, j.Spec.Limits); v > 0 && !math.IsInf(v, 0) {
@@ -122,4 +119,13 @@ func median(v []float64) float64 {
 		return v[n/2]
 	}
 	return (v[n/2-1] + v[n/2]) / 2
+}
+
+// roundBid is the job's bid as a round sees it: the one its actor sent
+// this round (bids) over the replicated one.
+func roundBid(j *consensus.Job, bids map[string]*consensus.Bid) *consensus.Bid {
+	if b := bids[j.ID]; b != nil {
+		return b
+	}
+	return &j.Bid
 }
