@@ -38,6 +38,7 @@ func newChaosCmd() *cobra.Command {
 		jsonOut                                 bool
 		exec                                    []string
 		o                                       driver.Options
+		leaseTTL                                time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "chaos",
@@ -55,11 +56,22 @@ func newChaosCmd() *cobra.Command {
 			"--scenario attack instead attacks a secure cluster (every port with wrong or no credentials, forged gossip, " +
 			"forbidden jobs, forged worker reports, oversized bodies, slow clients), checks from outside that each attack " +
 			"was refused and changed nothing, then that a normal job still completes; with --json it prints " +
-			`{"attacks":N,"refused":N,"succeeded":N,"cases":{...}}, and exits 1 if an attack got through.`,
+			`{"attacks":N,"refused":N,"succeeded":N,"cases":{...}}, and exits 1 if an attack got through. ` +
+			"--scenario lab-loss (not part of all) starts three federated labs (one server and two agents of 2 emulated GPUs each, " +
+			"each its own CA), makes one lab (lab-a, lab-b or lab-c by --seed mod 3) borrow, then kills every process of it " +
+			"(servers, agents, the workers on its agents) while its peers hold leases with it, measures from the peers' " +
+			"/v1/status how long their leases with it lived on (lease_expiry_max_s, bounded by --lease-ttl), restarts it on its " +
+			"data directories, and judges from the labs' APIs and the workers' records: every job of the other labs completed " +
+			"(lost_jobs), the lost lab's running jobs resumed from their checkpoints and completed, no worker on a GPU its lab " +
+			"did not lease then and no restore behind a written checkpoint (violations).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if judge != "" {
 				return judgeChaos(judge, jsonOut, cmd.OutOrStdout())
+			}
+			if scenario == "lab-loss" {
+				return runLabLossCmd(cmd, labLossOpts{Exec: exec, Dir: dir, Seed: seed, TimeScale: o.TimeScale, TTL: leaseTTL,
+					Converge: o.Converge, LogLevel: o.LogLevel}, logLevel, jsonOut)
 			}
 			if scenario == "attack" {
 				lvl := slog.LevelInfo
@@ -131,6 +143,7 @@ func newChaosCmd() *cobra.Command {
 	f.StringVar(&o.LogLevel, "process-log-level", "warn", "log level of the servers and agents (their logs are kept with --dir)")
 	f.Float64Var(&o.TimeScale, "time-scale", 400, "emulated seconds per real second")
 	f.DurationVar(&o.Converge, "converge", 120*time.Second, "bound on the wait, after the last fault, until every job has finished")
+	f.DurationVar(&leaseTTL, "lease-ttl", 10*time.Second, "lab-loss: the leases' time to live (federation terms lease_ttl_s)")
 	f.StringSliceVar(&exec, "exec", nil, "program (and leading arguments) that runs `pollux` (default: this binary)")
 	_ = f.MarkHidden("exec")
 	return cmd
