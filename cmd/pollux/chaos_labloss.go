@@ -508,7 +508,11 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 	stopPoll()
 	<-polled
 	stop()
-	judgeLabLossRecords(res, ls, lw, names, lost, states, killAt, restartAt)
+	roots := map[string]string{}
+	for _, n := range names {
+		roots[n] = filepath.Join(ls.labs[n].Options().Dir, "records")
+	}
+	judgeLabLossRecords(res, roots, lw.seen, ls.labs[lost].Options().Grace, names, lost, states, killAt, restartAt)
 	for _, n := range names {
 		for _, m := range append(slices.Clone(ls.labs[n].Servers), ls.labs[n].Agents...) {
 			if m.Running() {
@@ -519,20 +523,20 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 	return res, nil
 }
 
-// judgeLabLossRecords judges the workers' own records (every lab's
-// agents'): a worker of a job of lab X on an agent of another lab L must
+// judgeLabLossRecords judges the workers' own records (roots: every
+// lab's, by lab) against the leases seen: a worker of a job of lab X on an agent of another lab L must
 // have run while the poller saw a lease of that node from L to X (from
 // its start to its last record, give or take the polling, the federation
 // interval and the workers' SIGTERM grace); the lost lab's jobs that
 // were running with a checkpoint at the loss must restore it after the
 // restart; no restore goes back before a checkpoint already written.
-func judgeLabLossRecords(res *labLossResult, ls *labSet, lw *leaseWatch, names []string, lost string, states map[string]string,
-	killAt, restartAt int64) {
+func judgeLabLossRecords(res *labLossResult, roots map[string]string, seen map[string]*leaseSeen, workerGrace time.Duration,
+	names []string, lost string, states map[string]string, killAt, restartAt int64) {
 	const slack = int64(3 * time.Second)
-	grace := int64(ls.labs[names[0]].Options().Grace)
+	grace := int64(workerGrace)
 	byJob := map[string][]record.Record{}
 	for _, n := range names {
-		ws, err := record.ReadRoot(filepath.Join(ls.labs[n].Options().Dir, "records"))
+		ws, err := record.ReadRoot(roots[n])
 		if err != nil {
 			res.fail("reading %s's worker records: %v", n, err)
 			continue
@@ -550,7 +554,7 @@ func judgeLabLossRecords(res *labLossResult, ls *labSet, lw *leaseWatch, names [
 			}
 			start, end := w.Start().T, w.Records[len(w.Records)-1].T
 			ok := false
-			for _, s := range lw.seen {
+			for _, s := range seen {
 				if s.lease.Lender != n || s.lease.Borrower != owner || !slices.ContainsFunc(s.lease.Nodes, func(g federation.NodeGPUs) bool {
 					return g.Node == w.Node && g.GPUs >= len(w.Start().GPUs)
 				}) {
