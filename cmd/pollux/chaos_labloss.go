@@ -20,6 +20,7 @@ import (
 
 	"pollux/cluster/federation"
 	"pollux/testbed/builtin"
+	"pollux/testbed/chaos/driver"
 	"pollux/testbed/chaos/mono"
 	"pollux/testbed/chaos/record"
 	"pollux/testbed/launch"
@@ -87,6 +88,19 @@ func (r *labLossResult) fail(format string, a ...any) {
 func (r *labLossResult) violation(format string, a ...any) {
 	r.Violations++
 	r.fail("violation: "+format, a...)
+}
+
+// summary is the run's line in the figures of `pollux chaos --scenario
+// all`: its jobs are those of every lab, the lost lab's that did not
+// complete counted lost too.
+func (r *labLossResult) summary() driver.ScenarioSummary {
+	sc := driver.ScenarioSummary{Name: r.Scenario, FaultsByKind: map[string]int{}, JobsSubmitted: r.JobsSubmitted + r.LostLabJobs,
+		JobsCompleted: r.JobsCompleted + r.LostLabCompleted, JobsFailed: r.JobsFailed, LostJobs: r.LostJobs + r.LostLabJobs - r.LostLabCompleted,
+		Violations: r.Violations, Failures: r.Failures, ElapsedS: r.ElapsedS, Dir: r.Dir, LostLab: r.LostLab, LeaseExpiryMaxS: r.LeaseExpiryMaxS}
+	if r.ProcessesKilled > 0 {
+		sc.Faults, sc.FaultsByKind["lab-kill"] = 1, 1
+	}
+	return sc
 }
 
 // Pass says the run lost nothing and broke nothing.
