@@ -401,35 +401,7 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 		killAt = mono.Now()
 	})
 	log.Info("chaos: lab-loss: killing every process of the lab", "lab", lost, "members", len(members), "workers", len(workers))
-	var killErrs []error
-	for _, m := range members {
-		killErrs = append(killErrs, c.Signal(m, syscall.SIGKILL, "lab-loss", 1))
-	}
-	for _, w := range workers {
-		killErrs = append(killErrs, c.KillWorker(w, "lab-loss", 1))
-	}
-	if err := errors.Join(killErrs...); err != nil {
-		res.fail("killing %s: %v", lost, err)
-	}
-	res.ProcessesKilled = len(members) + len(workers)
-	// The process table: nothing of the lab may outlive the kill.
-	deadline := time.Now().Add(10 * time.Second)
-	for _, w := range workers {
-		for mono.Alive(w.PID, w.Boot) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if mono.Alive(w.PID, w.Boot) {
-			res.fail("worker %s (pid %d) on %s's agent %s still runs after SIGKILL", w.Job, w.PID, lost, w.Node)
-		}
-	}
-	for _, m := range members {
-		for m.Running() && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if m.Running() {
-			res.fail("%s of %s still runs after SIGKILL", m.ID, lost)
-		}
-	}
+	killLab(res, c, lost, members, workers)
 	// Lost lab's leases out of the peers' ledgers.
 	expiryBound := o.TTL + 2*interval + 2*time.Second
 	for _, n := range names {
@@ -462,36 +434,9 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 	}
 	log.Info("chaos: lab-loss: restarted", "lab", lost)
 	// Every job, in every lab, until done or the bound.
-	final := map[string]map[string]string{}
-	reasons := map[string]string{}
-	convergeBy := time.Now().Add(o.Converge)
-	for {
-		open := 0
-		for _, n := range names {
-			js, _, err := ls.labs[n].Client().JobsAny(ctx)
-			if err != nil {
-				open++
-				continue
-			}
-			final[n] = map[string]string{}
-			for _, j := range js {
-				final[n][j.ID] = j.State
-				reasons[j.ID] = j.Reason
-			}
-			for _, j := range accepted[n] {
-				if s := final[n][j]; s != "completed" && s != "failed" {
-					open++
-				}
-			}
-		}
-		if open == 0 || time.Now().After(convergeBy) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return res, ctx.Err()
-		case <-time.After(time.Second):
-		}
+	final, reasons, err := awaitJobs(ctx, ls, accepted, o.Converge)
+	if err != nil {
+		return res, err
 	}
 	for _, n := range names {
 		for _, j := range accepted[n] {
@@ -535,6 +480,80 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 		}
 	}
 	return res, nil
+}
+
+// killLab is kill -9 of every member of the lab and of the workers on
+// its agents, all at once; then the process table: none of them may
+// outlive the kill by 10 s.
+func killLab(res *labLossResult, c *launch.Cluster, lost string, members []*launch.Member, workers []launch.Worker) {
+	var killErrs []error
+	for _, m := range members {
+		killErrs = append(killErrs, c.Signal(m, syscall.SIGKILL, "lab-loss", 1))
+	}
+	for _, w := range workers {
+		killErrs = append(killErrs, c.KillWorker(w, "lab-loss", 1))
+	}
+	if err := errors.Join(killErrs...); err != nil {
+		res.fail("killing %s: %v", lost, err)
+	}
+	res.ProcessesKilled = len(members) + len(workers)
+	// The process table: nothing of the lab may outlive the kill.
+	deadline := time.Now().Add(10 * time.Second)
+	for _, w := range workers {
+		for mono.Alive(w.PID, w.Boot) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if mono.Alive(w.PID, w.Boot) {
+			res.fail("worker %s (pid %d) on %s's agent %s still runs after SIGKILL", w.Job, w.PID, lost, w.Node)
+		}
+	}
+	for _, m := range members {
+		for m.Running() && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if m.Running() {
+			res.fail("%s of %s still runs after SIGKILL", m.ID, lost)
+		}
+	}
+}
+
+// awaitJobs polls every lab's jobs until each job a lab accepted has
+// completed or failed, or converge has passed; it returns the jobs'
+// last states and reasons seen, by lab and job.
+func awaitJobs(ctx context.Context, ls *labSet, accepted map[string][]string, converge time.Duration) (map[string]map[string]string,
+	map[string]string, error) {
+	final := map[string]map[string]string{}
+	reasons := map[string]string{}
+	convergeBy := time.Now().Add(converge)
+	for {
+		open := 0
+		for _, n := range ls.names {
+			js, _, err := ls.labs[n].Client().JobsAny(ctx)
+			if err != nil {
+				open++
+				continue
+			}
+			final[n] = map[string]string{}
+			for _, j := range js {
+				final[n][j.ID] = j.State
+				reasons[j.ID] = j.Reason
+			}
+			for _, j := range accepted[n] {
+				if s := final[n][j]; s != "completed" && s != "failed" {
+					open++
+				}
+			}
+		}
+		if open == 0 || time.Now().After(convergeBy) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return final, reasons, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	return final, reasons, nil
 }
 
 // judgeLabLossRecords judges the workers' own records (roots: every
