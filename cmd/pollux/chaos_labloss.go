@@ -556,11 +556,20 @@ func awaitJobs(ctx context.Context, ls *labSet, accepted map[string][]string, co
 	return final, reasons, nil
 }
 
+// borrowedRun is a worker of one lab's job on another lab's agent, as
+// its record shows it (mono ns).
+type borrowedRun struct {
+	lender, node, owner, job string
+	start, end               int64
+	gpus                     int
+}
+
 // judgeLabLossRecords judges the workers' own records (roots: every
 // lab's, by lab) against the leases seen: a worker of a job of lab X on an agent of another lab L must
 // have run while the poller saw a lease of that node from L to X (from
 // its start to its last record, give or take the polling, the federation
-// interval and the workers' SIGTERM grace); the lost lab's jobs that
+// interval and the workers' SIGTERM grace), X's workers on that node
+// together on no more GPUs than its leases of it give; the lost lab's jobs that
 // were running with a checkpoint at the loss must restore it after the
 // restart; no restore goes back before a checkpoint already written.
 func judgeLabLossRecords(res *labLossResult, roots map[string]string, seen map[string]*leaseSeen, workerGrace time.Duration,
@@ -568,6 +577,7 @@ func judgeLabLossRecords(res *labLossResult, roots map[string]string, seen map[s
 	const slack = int64(3 * time.Second)
 	grace := int64(workerGrace)
 	byJob := map[string][]record.Record{}
+	var borrowed []borrowedRun
 	for _, n := range names {
 		ws, err := record.ReadRoot(roots[n])
 		if err != nil {
@@ -602,6 +612,31 @@ func judgeLabLossRecords(res *labLossResult, roots map[string]string, seen map[s
 				res.violation("worker of %s's job %s (inc %d, rank %d) ran on %s's node %s from %s to %s s after the loss, outside any lease seen of that node to %s",
 					owner, job, w.Start().Inc, w.Start().Rank, n, w.Node, secs(start-killAt), secs(end-killAt), owner)
 			}
+			borrowed = append(borrowed, borrowedRun{lender: n, node: w.Node, owner: owner, job: job, start: start, end: end, gpus: len(w.Start().GPUs)})
+		}
+	}
+	// At each borrowed worker's start, its lab's workers on that node
+	// together within the GPUs of that node its leases seen then give.
+	for _, b := range borrowed {
+		used, leased := 0, 0
+		for _, o := range borrowed {
+			if o.lender == b.lender && o.node == b.node && o.owner == b.owner && o.start <= b.start && o.end > b.start {
+				used += o.gpus
+			}
+		}
+		for _, s := range seen {
+			if s.lease.Lender != b.lender || s.lease.Borrower != b.owner || b.start < s.first-slack || b.start > max(s.last, s.exps)+slack {
+				continue
+			}
+			for _, g := range s.lease.Nodes {
+				if g.Node == b.node {
+					leased += g.GPUs
+				}
+			}
+		}
+		if used > leased {
+			res.violation("%s's workers used %d GPUs of %s's node %s when a worker of %s started there %s s after the loss; its leases of that node gave %d",
+				b.owner, used, b.lender, b.node, b.job, secs(b.start-killAt), leased)
 		}
 	}
 	for job, rs := range byJob {

@@ -57,7 +57,8 @@ func recRestore(t int64, from uint64, progress float64) record.Record {
 }
 
 // The judge of a lab-loss run, on worker records and leases made up
-// here: lab-b is lost at 50 s and restarted at 70 s; lab-a lends node a0
+// here (a worker off its lease breaks both the per-worker and the
+// per-node check): lab-b is lost at 50 s and restarted at 70 s; lab-a lends node a0
 // to lab-b, seen from 9 s to 60 s, expiring at 60 s.
 func TestJudgeLabLossRecords(t *testing.T) {
 	names := []string{"lab-a", "lab-b", "lab-c"}
@@ -85,11 +86,21 @@ func TestJudgeLabLossRecords(t *testing.T) {
 		{name: "borrowed worker on a node not leased", node: "a1", records: func(t *testing.T, roots map[string]string) {
 			own(t, roots)
 			writeWorker(t, roots["lab-a"], "a0", recStart("b-y", 1, 20, 10*sec, 0), recExit(20*sec))
-		}, violations: 1, fails: 1, resumed: 1, toResume: 1},
+		}, violations: 2, fails: 2, resumed: 1, toResume: 1},
 		{name: "borrowed worker on more GPUs than leased", node: "a0", records: func(t *testing.T, roots map[string]string) {
 			own(t, roots)
 			writeWorker(t, roots["lab-a"], "a0", recStart("b-y", 1, 20, 10*sec, 0, 1, 2), recExit(20*sec))
+		}, violations: 2, fails: 2, resumed: 1, toResume: 1},
+		{name: "borrowed workers together beyond the lease", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			own(t, roots)
+			writeWorker(t, roots["lab-a"], "a0", recStart("b-y", 1, 20, 10*sec, 0, 1), recExit(30*sec))
+			writeWorker(t, roots["lab-a"], "a0", recStart("b-z", 1, 21, 20*sec, 2), recExit(30*sec))
 		}, violations: 1, fails: 1, resumed: 1, toResume: 1},
+		{name: "borrowed workers one after the other", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			own(t, roots)
+			writeWorker(t, roots["lab-a"], "a0", recStart("b-y", 1, 20, 10*sec, 0, 1), recExit(20*sec))
+			writeWorker(t, roots["lab-a"], "a0", recStart("b-z", 1, 21, 20*sec, 0, 1), recExit(30*sec))
+		}, resumed: 1, toResume: 1},
 		{name: "borrowed worker outliving the lease", node: "a0", records: func(t *testing.T, roots map[string]string) {
 			own(t, roots)
 			writeWorker(t, roots["lab-a"], "a0", recStart("b-y", 1, 20, 10*sec, 0), recExit(75*sec))
@@ -97,7 +108,7 @@ func TestJudgeLabLossRecords(t *testing.T) {
 		{name: "borrowed worker started before the lease", node: "a0", records: func(t *testing.T, roots map[string]string) {
 			own(t, roots)
 			writeWorker(t, roots["lab-a"], "a0", recStart("b-y", 1, 20, 2*sec, 0), recExit(20*sec))
-		}, violations: 1, fails: 1, resumed: 1, toResume: 1},
+		}, violations: 2, fails: 2, resumed: 1, toResume: 1},
 		{name: "restore behind a checkpoint written", node: "a0", records: func(t *testing.T, roots map[string]string) {
 			writeWorker(t, roots["lab-b"], "a0", recStart("b-x", 1, 10, 1*sec, 0), recRestore(2*sec, 0, 0), recCheckpoint(30*sec, 10))
 			writeWorker(t, roots["lab-b"], "a0", recStart("b-x", 2, 11, 72*sec, 0), recRestore(73*sec, 1, 8), recExit(81*sec))
