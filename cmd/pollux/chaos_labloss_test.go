@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"pollux/cluster/federation"
+	"pollux/testbed/chaos/driver"
 	"pollux/testbed/chaos/record"
 )
 
@@ -167,5 +169,26 @@ func TestChaosLabLoss(t *testing.T) {
 	}
 	if res.LeaseExpiryMaxS <= 0 || res.LeaseExpiryMaxS > 5+3 {
 		t.Errorf("leases with the lost lab lived %.1f s after the loss, time to live 5 s", res.LeaseExpiryMaxS)
+	}
+	// Its line in the summary of --scenario all.
+	sum := driver.NewSummary(1)
+	sum.AddJudged(res.summary())
+	var out bytes.Buffer
+	if err := printChaos(sum, true, &out); err != nil {
+		t.Fatalf("the summary with the lab-loss run fails: %v\n%s", err, out.String())
+	}
+	var got struct {
+		LostJobs  int `json:"lost_jobs"`
+		Scenarios []struct {
+			Name            string  `json:"name"`
+			LostLab         string  `json:"lost_lab"`
+			LeaseExpiryMaxS float64 `json:"lease_expiry_max_s"`
+			JobsSubmitted   int     `json:"jobs_submitted"`
+		} `json:"scenarios"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got.Scenarios) != 1 || got.Scenarios[0].Name != "lab-loss" ||
+		got.Scenarios[0].LostLab != "lab-b" || got.Scenarios[0].LeaseExpiryMaxS != res.LeaseExpiryMaxS ||
+		got.Scenarios[0].JobsSubmitted != res.JobsSubmitted+res.LostLabJobs || got.LostJobs != 0 {
+		t.Errorf("summary JSON (%v): %s", err, out.String())
 	}
 }
