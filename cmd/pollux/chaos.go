@@ -38,6 +38,7 @@ func newChaosCmd() *cobra.Command {
 		jsonOut                                 bool
 		exec                                    []string
 		o                                       driver.Options
+		leaseTTL                                time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "chaos",
@@ -55,9 +56,20 @@ func newChaosCmd() *cobra.Command {
 			"--scenario attack instead attacks a secure cluster (every port with wrong or no credentials, forged gossip, " +
 			"forbidden jobs, forged worker reports, oversized bodies, slow clients), checks from outside that each attack " +
 			"was refused and changed nothing, then that a normal job still completes; with --json it prints " +
-			`{"attacks":N,"refused":N,"succeeded":N,"cases":{...}}, and exits 1 if an attack got through.`,
+			`{"attacks":N,"refused":N,"succeeded":N,"cases":{...}}, and exits 1 if an attack got through. ` +
+			"--scenario lab-loss (also run last by all) starts three federated labs (one server and two agents of 2 emulated GPUs each, " +
+			"each its own CA), makes one lab (lab-a, lab-b or lab-c by --seed mod 3) borrow, then kills every process of it " +
+			"(servers, agents, the workers on its agents) while its peers hold leases with it, measures from the peers' " +
+			"/v1/status how long their leases with it lived on (lease_expiry_max_s, bounded by --lease-ttl), restarts it on its " +
+			"data directories, and judges from the labs' APIs and the workers' records: every job of the other labs completed " +
+			"(lost_jobs), the lost lab's running jobs resumed from their checkpoints and completed, no worker on a GPU its lab " +
+			"did not lease then and no restore behind a written checkpoint (violations).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if scenario == "lab-loss" {
+				return runLabLossCmd(cmd, labLossOpts{Exec: exec, Dir: dir, Seed: seed, TimeScale: o.TimeScale, TTL: leaseTTL,
+					Converge: o.Converge, LogLevel: o.LogLevel}, logLevel, jsonOut)
+			}
 			if judge != "" {
 				return judgeChaos(judge, jsonOut, cmd.OutOrStdout())
 			}
@@ -117,7 +129,18 @@ func newChaosCmd() *cobra.Command {
 			o.Dir = dir
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return runChaos(ctx, scs, seed, o, jsonOut, cmd.OutOrStdout())
+			var labLoss *labLossOpts
+			if scenario == schedule.All {
+				labLoss = &labLossOpts{Exec: o.Exec, Seed: seed, TimeScale: 100, TTL: leaseTTL, Converge: o.Converge, LogLevel: o.LogLevel,
+					Logger: o.Logger}
+				if cmd.Flags().Changed("time-scale") {
+					labLoss.TimeScale = o.TimeScale
+				}
+				if dir != "" {
+					labLoss.Dir = filepath.Join(dir, fmt.Sprintf("lab-loss-seed%d", seed))
+				}
+			}
+			return runChaos(ctx, scs, labLoss, seed, o, jsonOut, cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
@@ -131,6 +154,7 @@ func newChaosCmd() *cobra.Command {
 	f.StringVar(&o.LogLevel, "process-log-level", "warn", "log level of the servers and agents (their logs are kept with --dir)")
 	f.Float64Var(&o.TimeScale, "time-scale", 400, "emulated seconds per real second")
 	f.DurationVar(&o.Converge, "converge", 120*time.Second, "bound on the wait, after the last fault, until every job has finished")
+	f.DurationVar(&leaseTTL, "lease-ttl", 10*time.Second, "lab-loss: the leases' time to live (federation terms lease_ttl_s)")
 	f.StringSliceVar(&exec, "exec", nil, "program (and leading arguments) that runs `pollux` (default: this binary)")
 	_ = f.MarkHidden("exec")
 	return cmd
@@ -171,7 +195,7 @@ func judgeChaos(dir string, jsonOut bool, w io.Writer) error {
 
 // runChaos runs the scenarios one after another, each on a fresh
 // cluster, and prints the summary.
-func runChaos(ctx context.Context, scs []schedule.Scenario, seed uint64, o driver.Options, jsonOut bool, w io.Writer) error {
+func runChaos(ctx context.Context, scs []schedule.Scenario, labLoss *labLossOpts, seed uint64, o driver.Options, jsonOut bool, w io.Writer) error {
 	sum := driver.NewSummary(seed)
 	for _, sc := range scs {
 		if sc.Network() && o.Network != launch.Namespaces {
@@ -197,6 +221,22 @@ func runChaos(ctx context.Context, scs []schedule.Scenario, seed uint64, o drive
 			"took", res.Elapsed.Round(time.Second), "dir", res.Dir)
 		for _, f := range res.Failures() {
 			o.Logger.Warn("chaos: failure", "scenario", sc.Name, "failure", f)
+		}
+	}
+	if labLoss != nil {
+		res, err := runLabLoss(ctx, *labLoss)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return fmt.Errorf("chaos: interrupted: %w", ctx.Err())
+		case err != nil:
+			sum.Fail("lab-loss", err)
+			o.Logger.Error("chaos: scenario not judged", "scenario", "lab-loss", "err", err)
+		default:
+			sum.AddJudged(res.summary())
+			o.Logger.Info("chaos: scenario done", "scenario", "lab-loss", "failures", len(res.Failures), "took", time.Duration(res.ElapsedS*float64(time.Second)).Round(time.Second), "dir", res.Dir)
+			for _, f := range res.Failures {
+				o.Logger.Warn("chaos: failure", "scenario", "lab-loss", "failure", f)
+			}
 		}
 	}
 	return printChaos(sum, jsonOut, w)

@@ -43,7 +43,7 @@ func runShort(t *testing.T, sc schedule.Scenario, network launch.Network) map[st
 	ctx, cancel := context.WithTimeout(context.Background(), 170*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	err := runChaos(ctx, []schedule.Scenario{sc}, 7, chaosOptions(t, network), true, &out)
+	err := runChaos(ctx, []schedule.Scenario{sc}, nil, 7, chaosOptions(t, network), true, &out)
 	var rep map[string]any
 	if jerr := json.Unmarshal(out.Bytes(), &rep); jerr != nil {
 		t.Fatalf("run: %v; output is not JSON (%v): %s", err, jerr, out.String())
@@ -112,6 +112,12 @@ func TestChaosUnknownScenario(t *testing.T) {
 	}
 	if code := run([]string{"chaos", "--network", "carrier-pigeon"}); code != 2 {
 		t.Errorf("exit code %d, want 2", code)
+	}
+	for _, args := range [][]string{{"--lease-ttl", "0s"}, {"--lease-ttl", "25h"}, {"--time-scale", "0"}, {"--converge", "-1s"},
+		{"--judge", t.TempDir()}, {"--network", "loopback"}, {"--log-level", "loud"}} {
+		if code := run(append([]string{"chaos", "--scenario", "lab-loss"}, args...)); code != 2 {
+			t.Errorf("chaos --scenario lab-loss %v: exit code %d, want 2", args, code)
+		}
 	}
 }
 

@@ -34,6 +34,13 @@ type labSet struct {
 // "Checkpoints": on one machine every agent reaches every root). The
 // labs started are returned also on error, to be stopped.
 func startLabs(ctx context.Context, tmpl launch.Options, names []string, quota federation.Quota, interval time.Duration) (*labSet, error) {
+	return startLabsWith(ctx, tmpl, names, quota, interval, federation.DefaultSettings())
+}
+
+// startLabsWith is startLabs with the federation's terms (lease time to
+// live, ...) given.
+func startLabsWith(ctx context.Context, tmpl launch.Options, names []string, quota federation.Quota, interval time.Duration,
+	terms federation.Settings) (*labSet, error) {
 	ls := &labSet{names: names, labs: map[string]*launch.Cluster{}}
 	ports, err := launch.FreePorts(len(names))
 	if err != nil {
@@ -53,7 +60,6 @@ func startLabs(ctx context.Context, tmpl launch.Options, names []string, quota f
 			return ls, err
 		}
 	}
-	terms := federation.DefaultSettings()
 	for _, n := range names {
 		f := fedlink.File{Quota: quota, Terms: &terms}
 		for _, p := range names {

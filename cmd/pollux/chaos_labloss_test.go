@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"pollux/cluster/federation"
+	"pollux/testbed/chaos/driver"
+	"pollux/testbed/chaos/record"
+)
+
+const sec = int64(time.Second)
+
+// writeWorker writes one worker's record file under root/node.
+func writeWorker(t *testing.T, root, node string, rs ...record.Record) {
+	t.Helper()
+	var b strings.Builder
+	for i := range rs {
+		r := rs[i]
+		r.Job, r.Inc, r.Rank, r.PID = rs[0].Job, rs[0].Inc, rs[0].Rank, rs[0].PID
+		if err := r.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(append(line, '\n'))
+	}
+	dir := filepath.Join(root, node)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("%s.%d.%d.%d.jsonl", rs[0].Job, rs[0].Inc, rs[0].Rank, rs[0].PID)
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func recStart(job string, inc uint64, pid int, t int64, gpus ...int) record.Record {
+	return record.Record{T: t, Kind: record.Start, Job: job, Inc: inc, PID: pid, Boot: 1, GPUs: gpus}
+}
+
+func recExit(t int64) record.Record { return record.Record{T: t, Kind: record.Exit} }
+
+func recCheckpoint(t int64, progress float64) record.Record {
+	return record.Record{T: t, T0: t - 1, Kind: record.Checkpoint, Epoch: 1, Progress: progress}
+}
+
+func recRestore(t int64, from uint64, progress float64) record.Record {
+	return record.Record{T: t, T0: t - 1, Kind: record.Restore, From: from, Fresh: from == 0, Progress: progress}
+}
+
+// The judge of a lab-loss run, on worker records and leases made up
+// here (a worker off its lease breaks both the per-worker and the
+// per-node check): lab-b is lost at 50 s and restarted at 70 s; lab-a lends node a0
+// to lab-b, seen from 9 s to 60 s, expiring at 60 s.
+func TestJudgeLabLossRecords(t *testing.T) {
+	names := []string{"lab-a", "lab-b", "lab-c"}
+	lease := func(node string) map[string]*leaseSeen {
+		return map[string]*leaseSeen{"l1": {lease: federation.Lease{ID: "l1", Lender: "lab-a", Borrower: "lab-b",
+			Nodes: []federation.NodeGPUs{{Node: node, GPUs: 2}}}, first: 9 * sec, last: 60 * sec, exps: 60 * sec}}
+	}
+	// own: lab-b's job b-x on its own node, checkpointed before the loss
+	// and resumed after the restart.
+	own := func(t *testing.T, roots map[string]string) {
+		writeWorker(t, roots["lab-b"], "a0", recStart("b-x", 1, 10, 1*sec, 0), recRestore(2*sec, 0, 0), recCheckpoint(30*sec, 10))
+		writeWorker(t, roots["lab-b"], "a0", recStart("b-x", 2, 11, 72*sec, 0), recRestore(73*sec, 1, 10), recCheckpoint(80*sec, 12), recExit(81*sec))
+	}
+	cases := []struct {
+		name              string
+		node              string // the node leased
+		records           func(t *testing.T, roots map[string]string)
+		violations, fails int
+		resumed, toResume int
+	}{
+		{name: "borrowed worker within the lease", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			own(t, roots)
+			writeWorker(t, roots["lab-a"], "a0", recStart("b-y", 1, 20, 10*sec, 0, 1), recExit(62*sec))
+		}, resumed: 1, toResume: 1},
+		{name: "borrowed worker on a node not leased", node: "a1", records: func(t *testing.T, roots map[string]string) {
+			own(t, roots)
+			writeWorker(t, roots["lab-a"], "a0", recStart("b-y", 1, 20, 10*sec, 0), recExit(20*sec))
+		}, violations: 2, fails: 2, resumed: 1, toResume: 1},
+		{name: "borrowed worker on more GPUs than leased", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			own(t, roots)
+			writeWorker(t, roots["lab-a"], "a0", recStart("b-y", 1, 20, 10*sec, 0, 1, 2), recExit(20*sec))
+		}, violations: 2, fails: 2, resumed: 1, toResume: 1},
+		{name: "borrowed workers together beyond the lease", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			own(t, roots)
+			writeWorker(t, roots["lab-a"], "a0", recStart("b-y", 1, 20, 10*sec, 0, 1), recExit(30*sec))
+			writeWorker(t, roots["lab-a"], "a0", recStart("b-z", 1, 21, 20*sec, 2), recExit(30*sec))
+		}, violations: 1, fails: 1, resumed: 1, toResume: 1},
+		{name: "borrowed workers one after the other", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			own(t, roots)
+			writeWorker(t, roots["lab-a"], "a0", recStart("b-y", 1, 20, 10*sec, 0, 1), recExit(20*sec))
+			writeWorker(t, roots["lab-a"], "a0", recStart("b-z", 1, 21, 20*sec, 0, 1), recExit(30*sec))
+		}, resumed: 1, toResume: 1},
+		{name: "borrowed worker outliving the lease", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			own(t, roots)
+			writeWorker(t, roots["lab-a"], "a0", recStart("b-y", 1, 20, 10*sec, 0), recExit(75*sec))
+		}, violations: 1, fails: 1, resumed: 1, toResume: 1},
+		{name: "borrowed worker started before the lease", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			own(t, roots)
+			writeWorker(t, roots["lab-a"], "a0", recStart("b-y", 1, 20, 2*sec, 0), recExit(20*sec))
+		}, violations: 2, fails: 2, resumed: 1, toResume: 1},
+		{name: "restore behind a checkpoint written", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			writeWorker(t, roots["lab-b"], "a0", recStart("b-x", 1, 10, 1*sec, 0), recRestore(2*sec, 0, 0), recCheckpoint(30*sec, 10))
+			writeWorker(t, roots["lab-b"], "a0", recStart("b-x", 2, 11, 72*sec, 0), recRestore(73*sec, 1, 8), recExit(81*sec))
+		}, violations: 1, fails: 2, resumed: 0, toResume: 1},
+		{name: "lost lab's job started afresh after the restart", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			writeWorker(t, roots["lab-b"], "a0", recStart("b-x", 1, 10, 1*sec, 0), recRestore(2*sec, 0, 0), recCheckpoint(30*sec, 10))
+			writeWorker(t, roots["lab-b"], "a0", recStart("b-x", 2, 11, 72*sec, 0), recRestore(73*sec, 0, 0), recExit(81*sec))
+		}, violations: 1, fails: 2, resumed: 0, toResume: 1},
+		{name: "other labs' own workers", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			writeWorker(t, roots["lab-a"], "a1", recStart("a-x", 1, 30, 1*sec, 0, 1), recExit(90*sec))
+			writeWorker(t, roots["lab-c"], "a0", recStart("c-x", 1, 31, 1*sec, 0, 1), recExit(90*sec))
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			roots := map[string]string{}
+			for _, n := range names {
+				roots[n] = filepath.Join(dir, n)
+				if err := os.MkdirAll(roots[n], 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tc.records(t, roots)
+			res := &labLossResult{}
+			judgeLabLossRecords(res, roots, lease(tc.node), 5*time.Second, names, "lab-b", map[string]string{"b-x": "running"}, 50*sec, 70*sec)
+			if res.Violations != tc.violations || len(res.Failures) != tc.fails || res.LostLabResumed != tc.resumed || res.LostLabToResume != tc.toResume {
+				t.Errorf("violations %d, failures %d (%q), resumed %d of %d; want %d, %d, %d of %d", res.Violations, len(res.Failures),
+					res.Failures, res.LostLabResumed, res.LostLabToResume, tc.violations, tc.fails, tc.resumed, tc.toResume)
+			}
+		})
+	}
+}
+
+// The whole scenario on this machine, with a short lease: three labs,
+// the loss of lab-b while it borrows, its restart; it must pass.
+func TestChaosLabLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three labs of processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	res, err := runLabLoss(ctx, labLossOpts{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: t.TempDir(), Seed: 1,
+		TimeScale: 100, TTL: 5 * time.Second, Converge: 2 * time.Minute, LogLevel: "warn", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(res)
+	t.Logf("%s", b)
+	if !res.Pass() {
+		t.Fatalf("lab-loss failed: %q", res.Failures)
+	}
+	if res.LostLab != "lab-b" || res.BorrowedWorkersAtLoss == 0 || res.LeasesAtLoss == 0 || res.LostLabToResume == 0 ||
+		res.JobsSubmitted == 0 || res.JobsCompleted != res.JobsSubmitted || res.LostLabCompleted != res.LostLabJobs {
+		t.Errorf("the run did not exercise the loss of a borrowing lab with jobs to resume: %s", b)
+	}
+	if res.LeaseExpiryMaxS <= 0 || res.LeaseExpiryMaxS > 5+3 {
+		t.Errorf("leases with the lost lab lived %.1f s after the loss, time to live 5 s", res.LeaseExpiryMaxS)
+	}
+	// Its line in the summary of --scenario all.
+	sum := driver.NewSummary(1)
+	sum.AddJudged(res.summary())
+	var out bytes.Buffer
+	if err := printChaos(sum, true, &out); err != nil {
+		t.Fatalf("the summary with the lab-loss run fails: %v\n%s", err, out.String())
+	}
+	var got struct {
+		LostJobs  int `json:"lost_jobs"`
+		Scenarios []struct {
+			Name            string  `json:"name"`
+			LostLab         string  `json:"lost_lab"`
+			LeaseExpiryMaxS float64 `json:"lease_expiry_max_s"`
+			JobsSubmitted   int     `json:"jobs_submitted"`
+		} `json:"scenarios"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got.Scenarios) != 1 || got.Scenarios[0].Name != "lab-loss" ||
+		got.Scenarios[0].LostLab != "lab-b" || got.Scenarios[0].LeaseExpiryMaxS != res.LeaseExpiryMaxS ||
+		got.Scenarios[0].JobsSubmitted != res.JobsSubmitted+res.LostLabJobs || got.LostJobs != 0 {
+		t.Errorf("summary JSON (%v): %s", err, out.String())
+	}
+}
