@@ -117,16 +117,7 @@ func TestReclaimable(t *testing.T) {
 // gets its runs in that node's Assign (the order to the lender), and
 // the bid's use counts only the lab's own nodes.
 func TestBorrowedGPUsAreNodes(t *testing.T) {
-	st := testState()
-	lab := &consensus.SetLab{Name: "lab-b", CA: "fq", Quota: federation.Quota{Nominal: 8, LendingLimit: 8, BorrowingLimit: 8},
-		Peers: []federation.Peer{{Name: "lab-a", CAs: []string{"fp"}}}}
-	grant := &consensus.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "lab-a", Lease: "l1", Lender: "lab-a", Borrower: "lab-b",
-		Nodes: []federation.NodeGPUs{{Node: "n0", GPUs: 4}}, At: 100, TTL: 300}}
-	for _, c := range []consensus.Command{lab, grant} {
-		if _, err := consensus.ApplyTo(st, c, 2); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st := borrowerState(t, "lab-a")
 	snap, err := BuildSnapshot(st, nil, 200, 1, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -161,16 +152,7 @@ func TestBorrowedGPUsAreNodes(t *testing.T) {
 // A borrowed node's domains are valid topology domains, whatever the
 // case of the lender's name, so the policy accepts the snapshot.
 func TestBorrowedNodesPassThePolicy(t *testing.T) {
-	st := testState()
-	lab := &consensus.SetLab{Name: "lab-b", CA: "fq", Quota: federation.Quota{Nominal: 8, LendingLimit: 8, BorrowingLimit: 8},
-		Peers: []federation.Peer{{Name: "Lab.A", CAs: []string{"fp"}}}}
-	grant := &consensus.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "Lab.A", Lease: "l1", Lender: "Lab.A", Borrower: "lab-b",
-		Nodes: []federation.NodeGPUs{{Node: "n0", GPUs: 4}}, At: 100, TTL: 300}}
-	for _, c := range []consensus.Command{lab, grant} {
-		if _, err := consensus.ApplyTo(st, c, 2); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st := borrowerState(t, "Lab.A")
 	snap, err := BuildSnapshot(st, nil, 200, 1, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -216,4 +198,21 @@ func TestMergeBorrowed(t *testing.T) {
 	if n := strings.Count(logs.String(), "does not fit"); n != 2 {
 		t.Errorf("%d warnings, want 2:\n%s", n, logs.String())
 	}
+}
+
+// borrowerState is testState as lab-b, which leases all 4 GPUs of
+// lender's node n0 from time 100 for 300 s.
+func borrowerState(t *testing.T, lender string) *consensus.State {
+	t.Helper()
+	st := testState()
+	lab := &consensus.SetLab{Name: "lab-b", CA: "fq", Quota: federation.Quota{Nominal: 8, LendingLimit: 8, BorrowingLimit: 8},
+		Peers: []federation.Peer{{Name: lender, CAs: []string{"fp"}}}}
+	grant := &consensus.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: lender, Lease: "l1", Lender: lender, Borrower: "lab-b",
+		Nodes: []federation.NodeGPUs{{Node: "n0", GPUs: 4}}, At: 100, TTL: 300}}
+	for _, c := range []consensus.Command{lab, grant} {
+		if _, err := consensus.ApplyTo(st, c, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
 }
