@@ -8,50 +8,21 @@ import (
 	"log/slog"
 	"net"
 	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
 
 	"pollux/cluster/pki"
+	"pollux/internal/logbuf"
 )
-
-// logSink is a concurrent-safe log buffer.
-type logSink struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *logSink) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *logSink) count(sub ...string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, l := range strings.Split(s.b.String(), "\n") {
-		all := true
-		for _, x := range sub {
-			all = all && strings.Contains(l, x)
-		}
-		if all && l != "" {
-			n++
-		}
-	}
-	return n
-}
 
 // tlsCluster is three servers over real Raft ports with mutual TLS, in
 // memory otherwise.
 type tlsCluster struct {
 	*cluster
 	bundle *pki.Bundle
-	logs   *logSink
+	logs   *logbuf.Buffer
 	ports  map[raft.ServerID]*Transport
 	tls    bool
 }
@@ -68,7 +39,7 @@ func newPortCluster(t testing.TB, withTLS bool, base func(raft.ServerID) Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &logSink{}
+	logs := &logbuf.Buffer{}
 	cfgOf := func(id raft.ServerID) Config {
 		c := base(id)
 		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -203,21 +174,21 @@ func TestRaftPortTLS(t *testing.T) {
 		{"oversized forward frame", server, false, connForward, []byte{0xff, 0xff, 0xff, 0xff}, "frame of"},
 	}
 	for _, c := range cases {
-		n := tc.logs.count("refused connection", "peer=127.0.0.1:")
+		n := len(tc.logs.Lines("refused connection", "peer=127.0.0.1:"))
 		got, err := dialAs(t, tc, addr, c.cert, c.plain, c.typ, c.payload)
 		if c.typ == connForward && len(got) > 5 && got[4] == forwardOK {
 			t.Errorf("%s: the leader answered OK: %q", c.name, got)
 		}
 		waitFor(t, 3*time.Second, c.name+" logged", func() bool {
-			return tc.logs.count("refused connection", "peer=127.0.0.1:") > n
+			return len(tc.logs.Lines("refused connection", "peer=127.0.0.1:")) > n
 		})
-		if k := tc.logs.count("refused connection", c.log); k == 0 {
+		if k := len(tc.logs.Lines("refused connection", c.log)); k == 0 {
 			t.Errorf("%s: no refusal line saying %q (client saw %q, %v)", c.name, c.log, got, err)
 		}
 		t.Logf("%s: client saw %q, %v", c.name, truncate(string(got), 80), err)
 	}
-	if tc.logs.count("refused connection") != len(cases) {
-		t.Errorf("%d refusal lines for %d refused connections", tc.logs.count("refused connection"), len(cases))
+	if len(tc.logs.Lines("refused connection")) != len(cases) {
+		t.Errorf("%d refusal lines for %d refused connections", len(tc.logs.Lines("refused connection")), len(cases))
 	}
 	if after := encodingOf(t, l.srv); !bytes.Equal(after, before) {
 		t.Error("a refused connection changed the state")

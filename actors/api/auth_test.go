@@ -9,42 +9,18 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"pollux/cluster"
 	"pollux/cluster/pki"
 	"pollux/consensus"
+	"pollux/internal/logbuf"
 )
 
-// syncBuffer is a log sink the tests read.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines(sub string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for _, l := range strings.Split(s.b.String(), "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 // logged returns newTest's API logging to a buffer.
-func logged() (*API, *fakeBackend, *syncBuffer) {
+func logged() (*API, *fakeBackend, *logbuf.Buffer) {
 	_, fb := newTest()
-	var buf syncBuffer
+	var buf logbuf.Buffer
 	a := New("s1", Config{Backend: fb, Apps: []string{"cifar10"}, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	return a, fb, &buf
 }
@@ -160,7 +136,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 				if fb.applied != applied || !bytes.Equal(before, consensus.EncodeState(fb.st)) {
 					t.Errorf("a refused request wrote (%d writes) or changed the state", fb.applied-applied)
 				}
-				if lines := logs.lines("api: refused request"); len(lines) != 1 || !strings.Contains(lines[0], "peer=192.0.2.1:1234") {
+				if lines := logs.Lines("api: refused request"); len(lines) != 1 || !strings.Contains(lines[0], "peer=192.0.2.1:1234") {
 					t.Errorf("log lines of the refusal: %q", lines)
 				}
 			})
@@ -208,7 +184,7 @@ func TestBadAuthorizationHeaders(t *testing.T) {
 			if fb.applied != 0 || !bytes.Equal(before, consensus.EncodeState(fb.st)) {
 				t.Error("a refused request changed the state")
 			}
-			if lines := logs.lines("api: refused request"); len(lines) != 1 || len(lines[0]) > 2048 {
+			if lines := logs.Lines("api: refused request"); len(lines) != 1 || len(lines[0]) > 2048 {
 				t.Errorf("log lines: %d (%d bytes)", len(lines), len(strings.Join(lines, "")))
 			}
 		})
@@ -262,7 +238,7 @@ func TestCancelOwnJobsOnly(t *testing.T) {
 	if j := fb.st.Jobs["j1"]; j.State != consensus.Cancelled || j.Reason != "cancelled by token alice" {
 		t.Errorf("j1 %v %q", j.State, j.Reason)
 	}
-	if n := len(logs.lines("api: refused request")); n != 3 {
+	if n := len(logs.Lines("api: refused request")); n != 3 {
 		t.Errorf("%d refusals logged, want 3", n)
 	}
 }
@@ -347,7 +323,7 @@ func clientTLS(t *testing.T, role pki.Role) *tls.ConnectionState {
 
 func TestBootstrap(t *testing.T) {
 	fb := &fakeBackend{st: &consensus.State{Jobs: map[string]*consensus.Job{}, Nodes: map[string]*consensus.Node{}}}
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	a := New("s1", Config{Backend: fb, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	post := func(cs *tls.ConnectionState, body string) (int, string) {
 		rec := httptest.NewRecorder()
@@ -388,7 +364,7 @@ func TestBootstrap(t *testing.T) {
 	if code, _ := post(clientTLS(t, pki.RoleServer), `{"secret":"`+strings.Repeat("z", 40)+`"}`); code != http.StatusConflict {
 		t.Errorf("second bootstrap with a secret of its own: %d", code)
 	}
-	if lines := logs.lines("api: tokens bootstrapped"); len(lines) != 1 {
+	if lines := logs.Lines("api: tokens bootstrapped"); len(lines) != 1 {
 		t.Errorf("bootstrap log lines %q", lines)
 	}
 
@@ -411,10 +387,10 @@ func TestBootstrap(t *testing.T) {
 // request is an anonymous admin) and says so in the log.
 func TestInsecureTakesNoToken(t *testing.T) {
 	_, fb := newTest()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	a := New("s1", Config{Backend: fb, Apps: []string{"cifar10"}, Insecure: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if len(logs.lines("INSECURE MODE: API tokens are NOT checked")) != 1 {
-		t.Errorf("no warning: %q", logs.lines(""))
+	if len(logs.Lines("INSECURE MODE: API tokens are NOT checked")) != 1 {
+		t.Errorf("no warning: %q", logs.Lines(""))
 	}
 	if code, out := doAs(a, "", "POST", PathJobs, good); code != http.StatusCreated {
 		t.Errorf("insecure submit: %d %s", code, out)

@@ -12,6 +12,7 @@ import (
 
 	"pollux/actors/pb"
 	"pollux/actors/workerproto"
+	"pollux/internal/logbuf"
 )
 
 // sendLine opens a connection to addr, writes line and returns the
@@ -203,7 +204,7 @@ func TestPolicyDeniesRunsInTheAck(t *testing.T) {
 // report yet is closed after ReportFirst, at its first bad line, and
 // first when the cap is reached; workers' connections are not.
 func TestReportPortProbation(t *testing.T) {
-	logs := &lockedBuf{}
+	logs := &logbuf.Buffer{}
 	got := make(chan workerproto.Report, 10)
 	l, err := listenReports(Config{ReportListen: "127.0.0.1:0", MaxReportConns: 2, ReportFirst: 500 * time.Millisecond,
 		ReportIdle: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil))},

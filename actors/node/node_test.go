@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 
 	"pollux/actors/pb"
 	"pollux/actors/workerproto"
+	"pollux/internal/logbuf"
 )
 
 // TestMain doubles as a fake worker: the node under test starts this test
@@ -120,7 +120,7 @@ type fixture struct {
 	gpus    int
 	slots   [][]int
 	grace   time.Duration
-	log     *logBuffer
+	log     *logbuf.Buffer
 	root    string   // the cluster's checkpoint root
 	key     []byte   // the cluster's report key
 	allow   []string // the node's allow-list (nil: the default)
@@ -128,24 +128,6 @@ type fixture struct {
 	nonce   uint64   // of the node's last lease ack
 	launch  Launcher
 	now     func() time.Time
-}
-
-// logBuffer collects a node's log lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // newFixture starts a node of gpus GPUs (CPU slots, if given).
@@ -195,7 +177,7 @@ func (f *fixture) startNode() { f.startNodeWith(nil) }
 // configuration.
 func (f *fixture) startNodeWith(edit func(*Config)) {
 	f.t.Helper()
-	f.log = &logBuffer{}
+	f.log = &logbuf.Buffer{}
 	cfg := Config{Name: "n1", GPUs: f.gpus, CPUSlots: f.slots, Grace: f.grace, WorkerOutput: io.Discard, DataDir: f.dataDir,
 		Logger: slog.New(slog.NewTextHandler(f.log, nil)), Launch: f.launch, Now: f.now, AllowCommands: f.allow, WorkerEnv: f.env,
 		Emulator: func(app string) []string { return []string{os.Args[0], "fakeworker", app} }}

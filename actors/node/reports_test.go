@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -9,30 +8,13 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"pollux/actors/workerproto"
 	"pollux/cluster/pki"
+	"pollux/internal/logbuf"
 )
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // waitCount waits for the log to hold n lines with s.
 func waitCount(t *testing.T, l fmt.Stringer, s string, n int) {
@@ -63,7 +45,7 @@ func TestReportPortTLSAndLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuf{}
+	logs := &logbuf.Buffer{}
 	got := make(chan workerproto.Report, 10)
 	l, err := listenReports(Config{ReportListen: "127.0.0.1:0", ReportTLS: srvCfg, ReportCA: b.CA, MaxReportConns: 2,
 		ReportFirst: 5 * time.Second, ReportIdle: 400 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))},

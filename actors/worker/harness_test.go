@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"pollux/actors/workerproto"
+	"pollux/internal/logbuf"
 )
 
 // EnvRequireTorch set to 1 (CI does) turns the skip of the torch tests on
@@ -184,27 +184,10 @@ type run struct {
 type worker struct {
 	rank   int
 	cmd    *exec.Cmd
-	out    *lockedBuffer
+	out    *logbuf.Buffer
 	done   chan struct{}
 	err    error
 	killed bool
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // start launches the replicas of r (see envOf). Every process is stopped
@@ -224,7 +207,7 @@ func start(t *testing.T, l Layout, r run) []*worker {
 		}
 		cmd := exec.Command(Python, append([]string{l.Digits}, r.args...)...)
 		cmd.Env = append(append(cleanEnv(), e.Environ()...), r.extraEnv...)
-		w := &worker{rank: rank, cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
+		w := &worker{rank: rank, cmd: cmd, out: &logbuf.Buffer{}, done: make(chan struct{})}
 		cmd.Stdout, cmd.Stderr = w.out, w.out
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {

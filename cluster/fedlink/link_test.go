@@ -28,25 +28,8 @@ import (
 	"pollux/cluster/federation"
 	"pollux/cluster/pki"
 	"pollux/consensus"
+	"pollux/internal/logbuf"
 )
-
-// logBuf collects log lines.
-type logBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // clock is an injected clock.
 type clock struct {
@@ -72,13 +55,13 @@ type testLab struct {
 	addr  string
 	ln    net.Listener
 	link  *Link
-	logs  *logBuf
+	logs  *logbuf.Buffer
 	hs    *http.Server
 }
 
 func newTestLab(t *testing.T, name string) *testLab {
 	t.Helper()
-	l := &testLab{name: name, dir: t.TempDir(), logs: &logBuf{}}
+	l := &testLab{name: name, dir: t.TempDir(), logs: &logbuf.Buffer{}}
 	var err error
 	if l.ca, err = pki.NewCA(pki.CAOptions{CommonName: name + " CA"}); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package pki
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -17,38 +16,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"pollux/internal/logbuf"
 )
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) lines(sub string) []string {
-	var out []string
-	for _, l := range strings.Split(s.String(), "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
 
 // fixture is a CA with issued credentials, and a second CA.
 type fixture struct {
@@ -266,13 +238,13 @@ func equalRoles(a, b []Role) bool {
 
 // serve runs a NewListener with cfg that writes "ok" on every accepted
 // connection; it returns the address and the log.
-func serve(t *testing.T, ch Channel, cfg *tls.Config, timeout time.Duration) (string, *syncBuffer) {
+func serve(t *testing.T, ch Channel, cfg *tls.Config, timeout time.Duration) (string, *logbuf.Buffer) {
 	t.Helper()
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	ln := NewListener(inner, cfg, ListenerOptions{Channel: ch, Logger: slog.New(slog.NewTextHandler(logs, nil)), HandshakeTimeout: timeout})
 	t.Cleanup(func() { ln.Close() })
 	go func() {
@@ -377,7 +349,7 @@ func TestHandshakeMatrix(t *testing.T) {
 					ccfg.Certificates = []tls.Certificate{*p.cert}
 				}
 			}
-			before := len(logs.lines("refused connection"))
+			before := len(logs.Lines("refused connection"))
 			ok, err := dial(addr, ccfg)
 			want := false
 			for _, a := range l.accept {
@@ -392,10 +364,10 @@ func TestHandshakeMatrix(t *testing.T) {
 			}
 			// The refusal is logged once, naming the peer.
 			deadline := time.Now().Add(2 * time.Second)
-			for len(logs.lines("refused connection")) == before && time.Now().Before(deadline) {
+			for len(logs.Lines("refused connection")) == before && time.Now().Before(deadline) {
 				time.Sleep(5 * time.Millisecond)
 			}
-			lines := logs.lines("refused connection")[before:]
+			lines := logs.Lines("refused connection")[before:]
 			if len(lines) != 1 || !strings.Contains(lines[0], "peer=127.0.0.1:") || !strings.Contains(lines[0], "channel="+string(l.ch)) {
 				t.Errorf("%s, %s: refusal log lines %q", l.name, p.name, lines)
 			}
@@ -478,10 +450,10 @@ func TestListenerAnswersPlainHTTPAndTimesOutSilentPeers(t *testing.T) {
 		t.Errorf("silent peer: read %v after %v, want a close after about 200ms", err, time.Since(start))
 	}
 	deadline := time.Now().Add(2 * time.Second)
-	for len(logs.lines("refused connection")) < 2 && time.Now().Before(deadline) {
+	for len(logs.Lines("refused connection")) < 2 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if n := len(logs.lines("refused connection")); n != 2 {
+	if n := len(logs.Lines("refused connection")); n != 2 {
 		t.Errorf("%d refusal lines, want 2:\n%s", n, logs.String())
 	}
 }
@@ -494,7 +466,7 @@ func TestListenerCapsHandshakes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	ln := NewListener(inner, cfg, ListenerOptions{Channel: ChannelRaft, Logger: slog.New(slog.NewTextHandler(logs, nil)), MaxHandshakes: 2, HandshakeTimeout: 5 * time.Second})
 	defer ln.Close()
 	var held []net.Conn
@@ -529,10 +501,10 @@ func TestListenerCapsHandshakes(t *testing.T) {
 		}
 	}
 	deadline = time.Now().Add(2 * time.Second)
-	for len(logs.lines("too many TLS handshakes")) == 0 && time.Now().Before(deadline) {
+	for len(logs.Lines("too many TLS handshakes")) == 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if l := logs.lines("too many TLS handshakes"); len(l) == 0 {
+	if l := logs.Lines("too many TLS handshakes"); len(l) == 0 {
 		t.Errorf("no log line for the overload:\n%s", logs.String())
 	}
 	// The real server still gets in once a slot frees.

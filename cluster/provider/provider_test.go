@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -9,33 +8,15 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"pollux/cluster/pki"
+	"pollux/internal/logbuf"
 )
 
-// syncBuffer is a log sink tests read while commands write to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func testLogger() (*slog.Logger, *syncBuffer) {
-	var b syncBuffer
+func testLogger() (*slog.Logger, *logbuf.Buffer) {
+	var b logbuf.Buffer
 	return slog.New(slog.NewTextHandler(&b, nil)), &b
 }
 

@@ -17,6 +17,7 @@ import (
 	"pollux/actors/workerproto"
 	"pollux/cluster"
 	"pollux/cluster/pki"
+	"pollux/internal/logbuf"
 )
 
 // TestAgentRefusesForgedReportsAndForbiddenJobs drives a real agent
@@ -31,7 +32,7 @@ func TestAgentRefusesForgedReportsAndForbiddenJobs(t *testing.T) {
 		t.Skip("starts agent and worker processes")
 	}
 	c := newController(t)
-	var log lockedBuffer
+	var log logbuf.Buffer
 	_, ready := startAgentTo(t, &log, "a5", "--gpus", "4", "--time-scale", "1", "--restart-cost", "0s", "--join", c.members.Addr())
 	c.waitMember("a5", cluster.EventJoin)
 	rj := emulatedRun(c, "long-a5", 2)
@@ -72,9 +73,9 @@ func TestAgentRefusesForgedReportsAndForbiddenJobs(t *testing.T) {
 		peer := conn.LocalAddr().String()
 		conn.Close()
 		deadline := time.Now().Add(5 * time.Second)
-		for len(log.linesWith("refused worker report", "peer="+peer)) != 1 {
+		for len(log.Lines("refused worker report", "peer="+peer)) != 1 {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: no refusal naming %s in the agent's log:\n%s", name, peer, log.b.String())
+				t.Fatalf("%s: no refusal naming %s in the agent's log:\n%s", name, peer, log.String())
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -109,7 +110,7 @@ func TestAgentRefusesForgedReportsAndForbiddenJobs(t *testing.T) {
 		t.Error("the forbidden command ran")
 	}
 	for _, job := range []string{"sh-a5", "out-a5"} {
-		if n := len(log.linesWith("refusing to run a job", "job="+job)); n != 1 {
+		if n := len(log.Lines("refusing to run a job", "job="+job)); n != 1 {
 			t.Errorf("%d log lines for the denial of %s", n, job)
 		}
 		if pids := processesWithEnv("POLLUX_JOB_ID=" + job); len(pids) > 0 {

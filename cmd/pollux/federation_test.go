@@ -16,6 +16,7 @@ import (
 	"pollux/cluster"
 	"pollux/cluster/fedlink"
 	"pollux/cluster/pki"
+	"pollux/internal/logbuf"
 	"pollux/testbed/launch"
 )
 
@@ -28,10 +29,10 @@ func runPollux(t *testing.T, args ...string) (int, string) {
 	full := append(slices.Clone(selfExec), args...)
 	cmd := exec.CommandContext(ctx, full[0], full[1:]...)
 	cmd.Env = append(os.Environ(), "POLLUX_TEST_PROCESS=1")
-	var stderr lockedBuffer
+	var stderr logbuf.Buffer
 	cmd.Stderr = &stderr
 	_ = cmd.Run()
-	return cmd.ProcessState.ExitCode(), stderr.b.String()
+	return cmd.ProcessState.ExitCode(), stderr.String()
 }
 
 // labServer are the flags of a one-server lab named cluster in dir.
@@ -97,18 +98,18 @@ func TestServerClusterNameOnce(t *testing.T) {
 	}
 	dir := t.TempDir()
 	args := labServer(t, dir, testBundle(), "--cluster", "lab-a")
-	var log lockedBuffer
+	var log logbuf.Buffer
 	first, _ := startProc(t, &log, args...)
 	deadline := time.Now().Add(60 * time.Second)
-	for len(log.linesWith("server: federation identity", "cluster=lab-a")) == 0 {
+	for len(log.Lines("server: federation identity", "cluster=lab-a")) == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the cluster was never named:\n%s", log.b.String())
+			t.Fatalf("the cluster was never named:\n%s", log.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	_ = first.Process.Signal(syscall.SIGTERM)
 	if err := first.Wait(); err != nil {
-		t.Fatalf("first server: %v\n%s", err, log.b.String())
+		t.Fatalf("first server: %v\n%s", err, log.String())
 	}
 	renamed := slices.Clone(args)
 	renamed[len(renamed)-1] = "lab-z"
@@ -117,12 +118,12 @@ func TestServerClusterNameOnce(t *testing.T) {
 		t.Fatalf("restarted as lab-z: exit %d\n%s", code, stderr)
 	}
 	// The same name runs again.
-	var again lockedBuffer
+	var again logbuf.Buffer
 	second, _ := startProc(t, &again, args...)
 	deadline = time.Now().Add(60 * time.Second)
-	for len(again.linesWith("server: federation identity", "cluster=lab-a")) == 0 {
+	for len(again.Lines("server: federation identity", "cluster=lab-a")) == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the cluster's own name refused:\n%s", again.b.String())
+			t.Fatalf("the cluster's own name refused:\n%s", again.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -171,7 +172,7 @@ func federatedServers(t *testing.T, gossip bool) {
 		bundles[n], addrs[n] = b, fmt.Sprintf("127.0.0.1:%d", ports[i])
 	}
 	const interval = 300 * time.Millisecond
-	procs, logs := map[string]*exec.Cmd{}, map[string]*lockedBuffer{}
+	procs, logs := map[string]*exec.Cmd{}, map[string]*logbuf.Buffer{}
 	for _, n := range names {
 		other := names[0]
 		if other == n {
@@ -188,7 +189,7 @@ func federatedServers(t *testing.T, gossip bool) {
 		if err := os.WriteFile(fedFile, raw, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		logs[n] = &lockedBuffer{}
+		logs[n] = &logbuf.Buffer{}
 		var ready []byte
 		procs[n], ready = startProc(t, logs[n], labServer(t, filepath.Join(dir, n), bundles[n], append(extra, "--federation", fedFile)...)...)
 		if gossip && !strings.Contains(string(ready), `"federation_gossip":"`+gossipAddr[n]+`"`) {
@@ -199,20 +200,20 @@ func federatedServers(t *testing.T, gossip bool) {
 		}
 	}
 	deadline := time.Now().Add(60 * time.Second)
-	for len(logs["lab-a"].linesWith("federation: peer up", "peer=lab-b")) == 0 || len(logs["lab-b"].linesWith("federation: peer up", "peer=lab-a")) == 0 {
+	for len(logs["lab-a"].Lines("federation: peer up", "peer=lab-b")) == 0 || len(logs["lab-b"].Lines("federation: peer up", "peer=lab-a")) == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the labs never heard each other:\nlab-a:\n%s\nlab-b:\n%s", logs["lab-a"].b.String(), logs["lab-b"].b.String())
+			t.Fatalf("the labs never heard each other:\nlab-a:\n%s\nlab-b:\n%s", logs["lab-a"].String(), logs["lab-b"].String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if refused := append(logs["lab-a"].linesWith("federation: refused"), logs["lab-a"].linesWith("pki: refused")...); len(refused) > 0 {
+	if refused := append(logs["lab-a"].Lines("federation: refused"), logs["lab-a"].Lines("pki: refused")...); len(refused) > 0 {
 		t.Errorf("lab-a refused: %v", refused)
 	}
 	if gossip {
 		deadline := time.Now().Add(30 * time.Second)
-		for len(logs["lab-a"].linesWith("federation gossip: join", "member=lab-b/ts0", "federation_addr="+addrs["lab-b"])) == 0 {
+		for len(logs["lab-a"].Lines("federation gossip: join", "member=lab-b/ts0", "federation_addr="+addrs["lab-b"])) == 0 {
 			if time.Now().After(deadline) {
-				t.Fatalf("lab-a never met lab-b in the federation's gossip:\n%s", logs["lab-a"].b.String())
+				t.Fatalf("lab-a never met lab-b in the federation's gossip:\n%s", logs["lab-a"].String())
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -220,9 +221,9 @@ func federatedServers(t *testing.T, gossip bool) {
 	killed := time.Now()
 	_ = procs["lab-b"].Process.Kill()
 	_ = procs["lab-b"].Wait()
-	for len(logs["lab-a"].linesWith("federation: peer lost", "peer=lab-b")) == 0 {
+	for len(logs["lab-a"].Lines("federation: peer lost", "peer=lab-b")) == 0 {
 		if time.Since(killed) > 30*time.Second {
-			t.Fatalf("lab-a never noticed lab-b's loss:\n%s", logs["lab-a"].b.String())
+			t.Fatalf("lab-a never noticed lab-b's loss:\n%s", logs["lab-a"].String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -247,11 +248,11 @@ func TestBenchFederation(t *testing.T) {
 		"--exec", strings.Join(selfExec, ","))
 	cmd := exec.Command(full[0], full[1:]...)
 	cmd.Env = append(os.Environ(), "POLLUX_TEST_PROCESS=1")
-	var stderr lockedBuffer
+	var stderr logbuf.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("%v\n%s", err, stderr.b.String())
+		t.Fatalf("%v\n%s", err, stderr.String())
 	}
 	var rep struct {
 		Decisions          int                `json:"decisions"`
@@ -315,18 +316,18 @@ func TestFederationSurvivesLeaderFailover(t *testing.T) {
 	fedA, fedB := filepath.Join(dir, "lab-a", "federation.json"), filepath.Join(dir, "lab-b", "federation.json")
 	writeFed(fedA, fedlink.File{Peers: []fedlink.PeerFile{{Name: "lab-b", Addresses: []string{addr(12)}, CAFile: bb.CA}}})
 	writeFed(fedB, fedlink.File{Peers: []fedlink.PeerFile{{Name: "lab-a", Addresses: fedAddrs, CAFile: ba.CA}}})
-	logsA := make([]*lockedBuffer, 3)
+	logsA := make([]*logbuf.Buffer, 3)
 	procsA := make([]*exec.Cmd, 3)
 	for i := range 3 {
 		id := fmt.Sprintf("s%d", i)
-		logsA[i] = &lockedBuffer{}
+		logsA[i] = &logbuf.Buffer{}
 		args := []string{"server", "--id", id, "--data-dir", filepath.Join(dir, "lab-a", id), "--raft", addr(4 * i), "--http", addr(4*i + 1),
 			"--gossip-port", fmt.Sprint(ports[4*i+2]), "--fast-gossip", "--peers", strings.Join(peers, ","), "--bootstrap",
 			"--join", strings.Join(gossip, ","), "--checkpoint-root", filepath.Join(dir, "ckpt"), "--log-level", "info",
 			"--cluster", "lab-a", "--federation", fedA, "--federation-addr", addr(4*i + 3), "--federation-interval", interval.String()}
 		procsA[i], _ = startProc(t, logsA[i], append(args, ba.Flags(id)...)...)
 	}
-	var logB lockedBuffer
+	var logB logbuf.Buffer
 	procB, _ := startProc(t, &logB, labServer(t, filepath.Join(dir, "lab-b"), bb, "--cluster", "lab-b", "--federation", fedB,
 		"--federation-addr", addr(12), "--federation-interval", interval.String())...)
 	waitFor := func(what string, ok func() bool) {
@@ -334,15 +335,15 @@ func TestFederationSurvivesLeaderFailover(t *testing.T) {
 		deadline := time.Now().Add(60 * time.Second)
 		for !ok() {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s never happened\nlab-b:\n%s", what, logB.b.String())
+				t.Fatalf("%s never happened\nlab-b:\n%s", what, logB.String())
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	waitFor("lab-b hearing lab-a", func() bool { return len(logB.linesWith("federation: peer up", "peer=lab-a")) > 0 })
+	waitFor("lab-b hearing lab-a", func() bool { return len(logB.Lines("federation: peer up", "peer=lab-a")) > 0 })
 	leader := -1
 	for i := range 3 {
-		if len(logsA[i].linesWith("control: leading")) > 0 {
+		if len(logsA[i].Lines("control: leading")) > 0 {
 			leader = i
 		}
 	}
@@ -353,7 +354,7 @@ func TestFederationSurvivesLeaderFailover(t *testing.T) {
 	_ = procsA[leader].Wait()
 	waitFor("a new leader in lab-a", func() bool {
 		for i := range 3 {
-			if i != leader && len(logsA[i].linesWith("control: leading")) > 0 {
+			if i != leader && len(logsA[i].Lines("control: leading")) > 0 {
 				return true
 			}
 		}
@@ -366,15 +367,15 @@ func TestFederationSurvivesLeaderFailover(t *testing.T) {
 	// quarter intervals of the old leader's last bid, before its own
 	// election plus three intervals.)
 	waitFor("lab-b hearing lab-a's new leader", func() bool {
-		lost, up := logB.linesWith("federation: peer lost", "peer=lab-a"), logB.linesWith("federation: peer up", "peer=lab-a")
+		lost, up := logB.Lines("federation: peer lost", "peer=lab-a"), logB.Lines("federation: peer up", "peer=lab-a")
 		return len(lost) == 0 && time.Since(elected) > 3*interval || len(lost) > 0 && len(up) > len(lost)
 	})
 	for i := range 3 {
-		if refused := logsA[i].linesWith("federation: refused"); len(refused) > 0 {
+		if refused := logsA[i].Lines("federation: refused"); len(refused) > 0 {
 			t.Errorf("lab-a's s%d refused: %v", i, refused)
 		}
 	}
-	if refused := append(logB.linesWith("federation: refused"), logB.linesWith("pki: refused")...); len(refused) > 0 {
+	if refused := append(logB.Lines("federation: refused"), logB.Lines("pki: refused")...); len(refused) > 0 {
 		t.Errorf("lab-b refused: %v", refused)
 	}
 	for _, p := range append(procsA, procB) {

@@ -30,6 +30,7 @@ import (
 	"pollux/actors/api"
 	"pollux/cluster"
 	"pollux/cluster/pki"
+	"pollux/internal/logbuf"
 	"pollux/testbed/launch"
 )
 
@@ -126,35 +127,6 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(testBundleDir)
 	}
 	os.Exit(code)
-}
-
-// lockedBuffer collects a process's log.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// linesWith returns the log lines containing every one of subs.
-func (l *lockedBuffer) linesWith(subs ...string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, line := range strings.Split(l.b.String(), "\n") {
-		ok := line != ""
-		for _, s := range subs {
-			ok = ok && strings.Contains(line, s)
-		}
-		if ok {
-			out = append(out, line)
-		}
-	}
-	return out
 }
 
 // startProc runs `pollux ARGS` as a subprocess with its log in stderr and
@@ -303,7 +275,7 @@ func TestSecurePortsRefuseStrangers(t *testing.T) {
 		t.Fatal(err)
 	}
 	raftAddr, httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
-	var srvLog, agentLog lockedBuffer
+	var srvLog, agentLog logbuf.Buffer
 	srv, line := startProc(t, &srvLog, append([]string{"server", "--id", "ts0", "--data-dir", t.TempDir(), "--raft", raftAddr,
 		"--http", httpAddr, "--peers", "ts0=" + raftAddr + "=" + httpAddr, "--bootstrap", "--fast-gossip", "--interval", "500ms", "--log-level", "warn"},
 		b.Flags("ts0")...)...)
@@ -329,7 +301,7 @@ func TestSecurePortsRefuseStrangers(t *testing.T) {
 				return st
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: last status %d %s\nserver log:\n%s\nagent log:\n%s", what, code, out, srvLog.b.String(), agentLog.b.String())
+				t.Fatalf("%s: last status %d %s\nserver log:\n%s\nagent log:\n%s", what, code, out, srvLog.String(), agentLog.String())
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
@@ -341,7 +313,7 @@ func TestSecurePortsRefuseStrangers(t *testing.T) {
 	forward := []byte{2, 0, 0, 0, 5, 1, 1, 4, 1, 7} // a forwarded write (type byte 2, one frame)
 	type attempt struct {
 		name    string
-		log     *lockedBuffer
+		log     *logbuf.Buffer
 		addr    string
 		cert    *tls.Certificate
 		plain   bool
@@ -386,10 +358,10 @@ func TestSecurePortsRefuseStrangers(t *testing.T) {
 			continue
 		}
 		deadline := time.Now().Add(5 * time.Second)
-		for len(a.log.linesWith("peer="+local)) == 0 && time.Now().Before(deadline) {
+		for len(a.log.Lines("peer="+local)) == 0 && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
-		if lines := a.log.linesWith("peer=" + local); len(lines) != 1 || !strings.Contains(lines[0], "refused") {
+		if lines := a.log.Lines("peer=" + local); len(lines) != 1 || !strings.Contains(lines[0], "refused") {
 			t.Errorf("%s: log lines naming the peer %s: %q", a.name, local, lines)
 		} else {
 			t.Logf("%s: client: %v; log: %s", a.name, err, lines[0])
@@ -449,7 +421,7 @@ func TestGossipKeyReloadOnSIGHUP(t *testing.T) {
 	}
 	flags := b.Flags("a2")
 	flags[len(flags)-1] = keyFile
-	var log lockedBuffer
+	var log logbuf.Buffer
 	agent, line := startProc(t, &log, append([]string{"agent", "--name", "a2", "--gpus", "1", "--fast-gossip", "--log-level", "info",
 		"--worker-exec", strings.Join(selfExec, ",")}, flags...)...)
 	var ar agentReady
@@ -480,14 +452,14 @@ func TestGossipKeyReloadOnSIGHUP(t *testing.T) {
 		if err := os.WriteFile(keyFile, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		n := len(log.linesWith(wantLog))
+		n := len(log.Lines(wantLog))
 		if err := agent.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(5 * time.Second)
-		for len(log.linesWith(wantLog)) == n {
+		for len(log.Lines(wantLog)) == n {
 			if time.Now().After(deadline) {
-				t.Fatalf("no %q in the log after SIGHUP:\n%s", wantLog, log.b.String())
+				t.Fatalf("no %q in the log after SIGHUP:\n%s", wantLog, log.String())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"pollux/actors/api"
 	"pollux/cluster/pki"
+	"pollux/internal/logbuf"
 	"pollux/optimizer"
 	"pollux/testbed/builtin"
 	"pollux/testbed/chaos/mono"
@@ -358,24 +359,24 @@ func TestServerLevelsAreTheClusters(t *testing.T) {
 	args = append(args, testBundle().Flags("ts0")...)
 	first := exec.Command(args[0], args[1:]...)
 	first.Env = append(os.Environ(), "POLLUX_TEST_PROCESS=1")
-	var log lockedBuffer
+	var log logbuf.Buffer
 	first.Stderr = &log
 	if err := first.Start(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(60 * time.Second)
-	for len(log.linesWith("server: cluster configuration")) == 0 {
+	for len(log.Lines("server: cluster configuration")) == 0 {
 		if time.Now().After(deadline) {
 			_ = first.Process.Kill()
 			_ = first.Wait()
-			t.Fatalf("the bootstrapped server never configured the cluster:\n%s", log.b.String())
+			t.Fatalf("the bootstrapped server never configured the cluster:\n%s", log.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(time.Second) // it checks and advertises its levels within 250 ms
 	_ = first.Process.Signal(syscall.SIGTERM)
 	if err := first.Wait(); err != nil {
-		t.Fatalf("the server with fitting levels and topology: %v\n%s", err, log.b.String())
+		t.Fatalf("the server with fitting levels and topology: %v\n%s", err, log.String())
 	}
 	for _, tt := range []struct {
 		name  string
