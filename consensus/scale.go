@@ -155,11 +155,16 @@ func (c *ScaleDecision) decode(r *reader) {
 	c.Drain = r.strs(maxScaleNodes)
 }
 
-func (c *ScaleDecision) validate() error {
-	if c.Term == 0 {
-		return invalid("scale decision of term 0")
+// checkStamp checks the term and time every scale command carries.
+func checkStamp(what string, term uint64, t float64) error {
+	if term == 0 {
+		return invalid("%s of term 0", what)
 	}
-	if err := checkNonNeg("scale decision time", c.Time); err != nil {
+	return checkNonNeg(what+" time", t)
+}
+
+func (c *ScaleDecision) validate() error {
+	if err := checkStamp("scale decision", c.Term, c.Time); err != nil {
 		return err
 	}
 	if c.Desired < 0 || c.Desired > MaxNodes {
@@ -198,10 +203,7 @@ func (c *ScaleUpdate) decode(r *reader) {
 }
 
 func (c *ScaleUpdate) validate() error {
-	if c.Term == 0 {
-		return invalid("scale update of term 0")
-	}
-	if err := checkNonNeg("scale update time", c.Time); err != nil {
+	if err := checkStamp("scale update", c.Term, c.Time); err != nil {
 		return err
 	}
 	if err := checkID("node", c.Name); err != nil {
