@@ -733,4 +733,31 @@ func TestRunningJobUsesItsTypesModel(t *testing.T) {
 			t.Errorf("%+v: fitted %v, want %v by its type's model", pp, pp.Fitted, want)
 		}
 	}
+	// The fitted curves: one per (type, shape) measured, each by its
+	// type's model.
+	if len(d.Fit) != 2 {
+		t.Fatalf("fit curves %+v, want one per measured (type, shape)", d.Fit)
+	}
+	for _, c := range d.Fit {
+		p := model
+		if c.GPUType == "v100" {
+			p = slow
+		}
+		m, got := c.Points[fitPoints/2][0], c.Points[fitPoints/2][1]
+		if want := p.Throughput(c.Nodes, c.Replicas, m, 0); math.Abs(got-want) > 1e-9*want {
+			t.Errorf("curve %q %d/%d at batch %v: %v, want %v by its type's model", c.GPUType, c.Nodes, c.Replicas, m, got, want)
+		}
+	}
+	// The v100 speedups: its choices by its model over its own one-GPU best.
+	one, err := md.Optimize(1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.TypeSpeedups) != 1 || d.TypeSpeedups[0].GPUType != "v100" || d.TypeSpeedups[0].OneGPU != one.Goodput {
+		t.Fatalf("type speedups %+v, want v100's with one-GPU goodput %v", d.TypeSpeedups, one.Goodput)
+	}
+	pts := d.TypeSpeedups[0].Points
+	if want := md.Goodput(2, 5, 32, 2) / one.Goodput; len(pts) < 5 || pts[4].Replicas != 5 || math.Abs(pts[4].Multi-want) > 1e-9*want {
+		t.Errorf("v100 speedups %+v, want %v on 5 GPUs over several nodes", pts, want)
+	}
 }

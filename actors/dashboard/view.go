@@ -143,11 +143,16 @@ type JobDetail struct {
 	// Profile are the measured configurations with their times.
 	Profile []ProfilePoint `json:"profile"`
 	// Fit is the fitted throughput over the local batch, one curve per
-	// measured (nodes, replicas) shape.
+	// measured (GPU type, nodes, replicas) shape, each by the model of its
+	// type (the top-level model for untyped measurements).
 	Fit []FitCurve `json:"fit"`
 	// Speedups is the goodput speedup over one GPU of the job's
 	// configuration for 1..K replicas, on one node and on several.
 	Speedups []SpeedupPoint `json:"speedups"`
+	// TypeSpeedups are the same curves per GPU type the bid has a model
+	// for, by that type's model and batch choices (none for a job
+	// measured on untyped nodes only).
+	TypeSpeedups []TypeSpeedups `json:"type_speedups,omitempty"`
 	// GradHistory are the gradient statistics this server saw over time
 	// (its ring, since it started).
 	GradHistory []GradPoint      `json:"grad_history"`
@@ -170,6 +175,7 @@ type ProfilePoint struct {
 // FitCurve is the fitted throughput of one shape: points (local batch,
 // samples per second).
 type FitCurve struct {
+	GPUType  string       `json:"gpu_type,omitempty"`
 	Nodes    int          `json:"nodes"`
 	Replicas int          `json:"replicas"`
 	Points   [][2]float64 `json:"points"`
@@ -180,6 +186,15 @@ type SpeedupPoint struct {
 	Replicas int     `json:"replicas"`
 	Single   float64 `json:"single_node,omitempty"`
 	Multi    float64 `json:"multi_node,omitempty"`
+}
+
+// TypeSpeedups is a job's speedup curve on one GPU type: OneGPU is the
+// best goodput of that type's model on one GPU of it (samples per second
+// at the initial batch's statistical efficiency), the base of Points.
+type TypeSpeedups struct {
+	GPUType string         `json:"gpu_type"`
+	OneGPU  float64        `json:"one_gpu_goodput"`
+	Points  []SpeedupPoint `json:"points"`
 }
 
 // GradPoint is a job's gradient statistics at a time: NoiseScale is
@@ -395,7 +410,10 @@ func detailOf(st *consensus.State, id string, hist []GradPoint, now float64, bas
 		p := md.Params
 		d.Model = &p
 	}
-	type shape struct{ n, k int }
+	type shape struct {
+		typ  string
+		n, k int
+	}
 	var shapes []shape
 	for _, e := range j.Profile {
 		pp := ProfilePoint{ProfilePoint: e.ProfilePoint, Count: e.Count, GPUType: e.GPUType}
@@ -404,14 +422,10 @@ func detailOf(st *consensus.State, id string, hist []GradPoint, now float64, bas
 		}
 		if md != nil {
 			// Each measurement against the model of its own GPU type.
-			p := md.Params
-			if tm := j.Bid.TypeModel(e.GPUType, j.Spec.Limits); tm != nil {
-				p = tm.Params
-			}
-			pp.Fitted = finite(p.ThroughputRacks(max(e.Racks, 1), e.Nodes, e.Replicas, float64(e.LocalBatch), 0))
+			pp.Fitted = finite(modelOn(j, e.GPUType, md).Params.ThroughputRacks(max(e.Racks, 1), e.Nodes, e.Replicas, float64(e.LocalBatch), 0))
 		}
 		d.Profile = append(d.Profile, pp)
-		if s := (shape{e.Nodes, e.Replicas}); !slices.Contains(shapes, s) {
+		if s := (shape{e.GPUType, e.Nodes, e.Replicas}); !slices.Contains(shapes, s) {
 			shapes = append(shapes, s)
 		}
 	}
@@ -423,31 +437,60 @@ func detailOf(st *consensus.State, id string, hist []GradPoint, now float64, bas
 		lo, hi = min(lo, e.LocalBatch), max(hi, e.LocalBatch)
 	}
 	for _, s := range shapes {
-		c := FitCurve{Nodes: s.n, Replicas: s.k}
+		c := FitCurve{GPUType: s.typ, Nodes: s.n, Replicas: s.k}
+		p := modelOn(j, s.typ, md).Params
 		for i := range fitPoints {
 			m := float64(lo) * math.Pow(float64(hi)/float64(lo), float64(i)/float64(fitPoints-1))
-			c.Points = append(c.Points, [2]float64{m, finite(md.Params.Throughput(s.n, s.k, m, 0))})
+			c.Points = append(c.Points, [2]float64{m, finite(p.Throughput(s.n, s.k, m, 0))})
 		}
 		d.Fit = append(d.Fit, c)
 	}
+	d.Speedups, _ = speedupsOf(j, &j.Bid, md)
+	for i := range j.Bid.Types {
+		tb := &j.Bid.Types[i]
+		tm := j.Bid.TypeModel(tb.GPUType, j.Spec.Limits)
+		if tm == nil {
+			continue
+		}
+		if pts, one := speedupsOf(j, &consensus.Bid{Single: tb.Single, Multi: tb.Multi}, tm); one > 0 {
+			d.TypeSpeedups = append(d.TypeSpeedups, TypeSpeedups{GPUType: tb.GPUType, OneGPU: finite(one), Points: pts})
+		}
+	}
+	return d, true
+}
+
+// modelOn is j's model on GPU type typ: the one its bid fitted there, or
+// md (its top-level model) when it has none.
+func modelOn(j *consensus.Job, typ string, md *goodput.Model) *goodput.Model {
+	if tm := j.Bid.TypeModel(typ, j.Spec.Limits); tm != nil {
+		return tm
+	}
+	return md
+}
+
+// speedupsOf is the goodput speedup by md of the batch choices of b for
+// 1..K replicas over md's best on one GPU, and that best (0: none, and
+// no points).
+func speedupsOf(j *consensus.Job, b *consensus.Bid, md *goodput.Model) ([]SpeedupPoint, float64) {
+	pts := []SpeedupPoint{}
 	one, err := md.Optimize(1, 1)
 	if err != nil || !(one.Goodput > 0) {
-		return d, true
+		return pts, 0
 	}
-	most := max(len(j.Bid.Single), len(j.Bid.Multi), j.Spec.MaxReplicas)
+	most := max(len(b.Single), len(b.Multi), j.Spec.MaxReplicas)
 	for k := 1; k <= min(most, 64); k++ {
 		sp := SpeedupPoint{Replicas: k}
-		if c, ok := j.Bid.Choice(1, k); ok {
+		if c, ok := b.Choice(1, k); ok {
 			sp.Single = finite(md.Goodput(1, k, c.LocalBatch, c.AccumSteps) / one.Goodput)
 		}
 		if k > 1 {
-			if c, ok := j.Bid.Choice(2, k); ok {
+			if c, ok := b.Choice(2, k); ok {
 				sp.Multi = finite(md.Goodput(2, k, c.LocalBatch, c.AccumSteps) / one.Goodput)
 			}
 		}
 		if sp.Single > 0 || sp.Multi > 0 {
-			d.Speedups = append(d.Speedups, sp)
+			pts = append(pts, sp)
 		}
 	}
-	return d, true
+	return pts, one.Goodput
 }

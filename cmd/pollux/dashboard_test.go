@@ -52,7 +52,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	c, err := launch.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir,
-		Servers: 3, Agents: 2, GPUsPerAgent: 4, Interval: time.Second, TimeScale: 20})
+		Servers: 3, Agents: 2, GPUsPerAgent: 4, GPUTypes: []string{"a100", "t4"}, Interval: time.Second, TimeScale: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,6 +221,30 @@ func TestDashboardInBrowser(t *testing.T) {
 	if text, err := chromedp.Run(within(bctx), chromedp.Text(chromedp.CSS("#error-title"))); err != nil || !strings.Contains(text, "404") {
 		t.Errorf("unknown job page says %q (%v)", text, err)
 	}
+	// The agents have two GPU types: a job page draws a speedup curve per
+	// type the job's bid has a model for, named after the type, among
+	// them the type the API says it runs on.
+	if err := do(chromedp.Navigate(base+"/ui/jobs/imagenet-a"), chromedp.WaitVisible(chromedp.CSS("#chart-speedup canvas"))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, 30*time.Second, "imagenet-a's page with a speedup curve of the GPU type it runs on", func() (bool, string) {
+		js, _, err := cl.JobsAny(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		typ := ""
+		for _, j := range js {
+			if j.ID == "imagenet-a" && len(j.Placement) > 0 {
+				typ = j.Placement[0].GPUType
+			}
+		}
+		legend, err := chromedp.Run(within(bctx), chromedp.Text(chromedp.CSS("#chart-speedup")))
+		if err != nil {
+			return false, err.Error()
+		}
+		return typ != "" && strings.Contains(legend, typ+" (one GPU "), fmt.Sprintf("placed on %q; legend %q", typ, legend)
+	})
+	shot("job-types")
 	// A read token is offered nothing that changes state.
 	if err := do(chromedp.Navigate(base+"/ui/jobs"), chromedp.WaitVisible(chromedp.CSS("#jobs-active tr[data-job]"))); err != nil {
 		t.Fatal(err)
@@ -357,15 +381,24 @@ func TestDashboardInBrowser(t *testing.T) {
 	})
 	shot("cluster-dead-node")
 
-	// Revoking the token signs the open page out.
-	resp, err := c.HTTPClient(10*time.Second).Post("https://"+follower.HTTP+api.PathACLTokens+"/"+tok.Accessor+"/revoke", "application/json", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	// Revoking the token signs the open page out. A 503 (the two servers
+	// left lost their quorum for a moment: the write may or may not have
+	// committed) is retried; 409 then says an earlier attempt committed.
+	waitFor(t, ctx, 20*time.Second, "the token revoked", func() (bool, string) {
+		resp, err := c.HTTPClient(10*time.Second).Post("https://"+follower.HTTP+api.PathACLTokens+"/"+tok.Accessor+"/revoke", "application/json", nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusOK, http.StatusConflict:
+			return true, resp.Status
+		case http.StatusServiceUnavailable:
+			return false, resp.Status
+		}
 		t.Fatalf("revoking the token: %s", resp.Status)
-	}
+		return false, ""
+	})
 	waitFor(t, ctx, 10*time.Second, "the page signed out after the token's revocation", func() (bool, string) {
 		b, err := chromedp.Run(within(bctx), chromedp.Text(chromedp.CSS("#banner")))
 		if err != nil {

@@ -329,24 +329,30 @@
         j.limits.min_local_bsz + "–" + j.limits.max_local_bsz + (j.limits.accumulation ? ", accumulation" : "")]])
       : el("p", {class: "muted"}, "No model fitted yet: the job's actor fits one from its workers' first measurements."));
     // Measured throughput (points) against the fitted curve (lines), one
-    // colour per (nodes, replicas) shape.
+    // colour per (GPU type, nodes, replicas) shape, each curve by its
+    // type's model.
+    const key = f => (f.gpu_type || "") + "/" + f.nodes + "/" + f.replicas;
+    const shapeLabel = s => {
+      const [t, n, k] = s.split("/");
+      return (t ? t + ", " : "") + n + " node(s), " + k + " GPUs";
+    };
     const shapes = [];
-    for (const f of j.fit) shapes.push(f.nodes + "/" + f.replicas);
-    for (const p of j.profile) if (!shapes.includes(p.nodes + "/" + p.replicas)) shapes.push(p.nodes + "/" + p.replicas);
+    for (const f of j.fit) shapes.push(key(f));
+    for (const p of j.profile) if (!shapes.includes(key(p))) shapes.push(key(p));
     const xs = [...new Set(j.fit.flatMap(f => f.points.map(p => p[0])).concat(j.profile.map(p => p.local_bsz)))].sort((a, b) => a - b);
     const data = [xs], ser = [{label: "local batch"}];
     const palette = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
     shapes.forEach((s, i) => {
       const c = palette[i % palette.length];
-      const f = j.fit.find(f => f.nodes + "/" + f.replicas === s);
+      const f = j.fit.find(f => key(f) === s);
       if (f) {
         const at = new Map(f.points.map(p => [p[0], p[1]]));
         data.push(xs.map(x => at.has(x) ? at.get(x) : null));
-        ser.push({label: "fit " + s.replace("/", " node(s), ") + " GPUs", stroke: c, width: 1.5, spanGaps: true, points: {show: false}});
+        ser.push({label: "fit " + shapeLabel(s), stroke: c, width: 1.5, spanGaps: true, points: {show: false}});
       }
-      const at = new Map(j.profile.filter(p => p.nodes + "/" + p.replicas === s).map(p => [p.local_bsz, p.throughput]));
+      const at = new Map(j.profile.filter(p => key(p) === s).map(p => [p.local_bsz, p.throughput]));
       data.push(xs.map(x => at.has(x) ? at.get(x) : null));
-      ser.push({label: "measured " + s.replace("/", " node(s), ") + " GPUs", stroke: c, paths: () => null, points: {show: true, size: 8, fill: c}});
+      ser.push({label: "measured " + shapeLabel(s), stroke: c, paths: () => null, points: {show: true, size: 8, fill: c}});
     });
     if (j.profile.length > 0) {
       chart("fit", document.getElementById("chart-fit"), {title: "Throughput: measured (points) and fitted (lines)",
@@ -354,7 +360,25 @@
     } else {
       document.getElementById("chart-fit").replaceChildren(el("p", {class: "muted"}, "No measurements yet."));
     }
-    if (j.speedups.length > 0) {
+    // The bid's speedup curve; with per-type models, one line per GPU type
+    // and shape (each over one GPU of its type; the legend gives that
+    // one-GPU goodput, which compares the types).
+    const ts = j.type_speedups || [];
+    if (ts.length > 0) {
+      const ks = [...new Set(ts.flatMap(t => t.points.map(p => p.replicas)))].sort((a, b) => a - b);
+      const sdata = [ks], sser = [{label: "GPUs"}];
+      ts.forEach((t, i) => {
+        const c = palette[i % palette.length];
+        const at = new Map(t.points.map(p => [p.replicas, p]));
+        const lbl = t.gpu_type + " (one GPU " + fmt(t.one_gpu_goodput, 1) + " samples/s)";
+        sdata.push(ks.map(k => (at.get(k) || {}).single_node || null));
+        sser.push({label: lbl + ", one node", stroke: c, width: 2, spanGaps: true});
+        sdata.push(ks.map(k => (at.get(k) || {}).multi_node || null));
+        sser.push({label: lbl + ", several nodes", stroke: c, width: 2, dash: [6, 4], spanGaps: true});
+      });
+      chart("speedup", document.getElementById("chart-speedup"), {title: "Goodput speedup over one GPU of each type (the job's bid)",
+        series: sser, scales: {x: {time: false}}, axes: [{label: "GPUs"}, {label: "speedup", size: 50}]}, sdata);
+    } else if (j.speedups.length > 0) {
       chart("speedup", document.getElementById("chart-speedup"), {title: "Goodput speedup over one GPU (the job's bid)",
         series: [{label: "GPUs"}, {label: "one node", stroke: "#1f77b4", width: 2}, {label: "several nodes", stroke: "#d62728", width: 2, dash: [6, 4]}],
         scales: {x: {time: false}}, axes: [{label: "GPUs"}, {label: "speedup", size: 50}]},
@@ -378,9 +402,11 @@
     } else {
       document.getElementById("chart-grad").replaceChildren();
     }
+    // The GPU type column only when some measurement has a type.
+    const typed = j.profile.some(p => p.gpu_type);
     document.getElementById("job-profile").replaceChildren(el("table", {class: "table"},
-      el("thead", {}, el("tr", {}, ...["nodes", "GPUs", "local batch", "step s", "accum step s", "samples/s", "fitted", "reports"].map(h => el("th", {}, h)))),
-      el("tbody", {}, ...j.profile.map(p => el("tr", {}, el("td", {class: "num"}, p.nodes), el("td", {class: "num"}, p.replicas),
+      el("thead", {}, el("tr", {}, ...(typed ? ["GPU type"] : []).concat(["nodes", "GPUs", "local batch", "step s", "accum step s", "samples/s", "fitted", "reports"]).map(h => el("th", {}, h)))),
+      el("tbody", {}, ...j.profile.map(p => el("tr", {}, ...(typed ? [el("td", {}, p.gpu_type || "–")] : []), el("td", {class: "num"}, p.nodes), el("td", {class: "num"}, p.replicas),
         el("td", {class: "num"}, p.local_bsz), el("td", {class: "num"}, fmt(p.step_time, 4)), el("td", {class: "num"}, fmt(p.accum_time, 4)),
         el("td", {class: "num"}, fmt(p.throughput, 1)), el("td", {class: "num"}, fmt(p.fitted, 1)), el("td", {class: "num"}, p.count))))));
     // Per GPU count: local batch × (accumulation + 1) and gain, on one
