@@ -13,13 +13,13 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/term"
 
 	"pollux/optimizer"
@@ -312,57 +312,37 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 		progressbar.OptionThrottle(200*time.Millisecond),
 		progressbar.OptionClearOnFinish(),
 	)
-	var (
-		doneJobs atomic.Int64
-		mu       sync.Mutex
-		firstErr error
-		wg       sync.WaitGroup
-		next     atomic.Int64
-	)
+	var doneJobs atomic.Int64
 	results := make([]*sim.Result, len(runs))
 	start := time.Now()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(runs) {
-					return
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	for i, r := range runs {
+		g.Go(func() error {
+			last := 0
+			progress := func(_ float64, done, _ int) {
+				if done > last {
+					bar.Set64(doneJobs.Add(int64(done - last)))
+					last = done
 				}
-				r := runs[i]
-				last := 0
-				progress := func(_ float64, done, _ int) {
-					if done > last {
-						bar.Set64(doneJobs.Add(int64(done - last)))
-						last = done
-					}
-				}
-				o := opts
-				o.workers = perRun
-				pol := simPolicies[r.policy](o)
-				rcfg := cfg
-				rcfg.RackBlind = r.blind
-				res, err := sim.RunTyped(ctx, rcfg, cats, r.wl, pol, sim.ModeFor(r.policy), progress)
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("sim: %s on %s: %w", r.policy, r.wl.Name, err)
-					}
-					mu.Unlock()
-					cancel()
-					return
-				}
-				results[i] = res
 			}
-		}()
+			o := opts
+			o.workers = perRun
+			pol := simPolicies[r.policy](o)
+			rcfg := cfg
+			rcfg.RackBlind = r.blind
+			res, err := sim.RunTyped(gctx, rcfg, cats, r.wl, pol, sim.ModeFor(r.policy), progress)
+			if err != nil {
+				return fmt.Errorf("sim: %s on %s: %w", r.policy, r.wl.Name, err)
+			}
+			results[i] = res
+			return nil
+		})
 	}
-	wg.Wait()
+	err = g.Wait()
 	_ = bar.Finish()
-	if firstErr != nil {
-		return firstErr
+	if err != nil {
+		return err
 	}
 	elapsed := time.Since(start)
 	rounds := 0

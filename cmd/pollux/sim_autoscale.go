@@ -16,6 +16,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"pollux/optimizer"
 	"pollux/testbed"
 	"pollux/testbed/builtin"
@@ -250,56 +252,33 @@ func runSimAutoscale(ctx context.Context, f simFlags, policyGiven bool, stdout, 
 	workers := min(f.parallel, len(runs))
 	perRun := max(1, min(2, f.parallel/workers))
 	results := make([]*sim.Result, len(runs))
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		next     int
-		firstErr error
-	)
+	var mu sync.Mutex // the progress lines
 	start := time.Now()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= len(runs) {
-					return
-				}
-				r := runs[i]
-				cfg := base
-				cloud := *base.Cloud
-				if r.policy == "fixed" {
-					cloud.InitialNodes = cloud.MaxNodes
-				}
-				cfg.Cloud = &cloud
-				res, err := sim.Run(ctx, cfg, cat, r.wl, cloudPolicy(r.policy, f, perRun), sim.ModeFor(r.policy), nil)
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("sim: %s on %s: %w", r.policy, r.wl.Name, err)
-					}
-					mu.Unlock()
-					cancel()
-					return
-				}
-				res.Policy = r.policy
-				results[i] = res
-				mu.Lock()
-				fmt.Fprintf(stderr, "%s on %s: mean JCT %.2f h, %.1f node-hours, cost %.2f (%.1f s)\n",
-					r.policy, r.wl.Name, res.Metrics.AvgJCT/3600, res.Cloud.NodeHours, res.Cloud.Cost, time.Since(start).Seconds())
-				mu.Unlock()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	for i, r := range runs {
+		g.Go(func() error {
+			cfg := base
+			cloud := *base.Cloud
+			if r.policy == "fixed" {
+				cloud.InitialNodes = cloud.MaxNodes
 			}
-		}()
+			cfg.Cloud = &cloud
+			res, err := sim.Run(gctx, cfg, cat, r.wl, cloudPolicy(r.policy, f, perRun), sim.ModeFor(r.policy), nil)
+			if err != nil {
+				return fmt.Errorf("sim: %s on %s: %w", r.policy, r.wl.Name, err)
+			}
+			res.Policy = r.policy
+			results[i] = res
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprintf(stderr, "%s on %s: mean JCT %.2f h, %.1f node-hours, cost %.2f (%.1f s)\n",
+				r.policy, r.wl.Name, res.Metrics.AvgJCT/3600, res.Cloud.NodeHours, res.Cloud.Cost, time.Since(start).Seconds())
+			return nil
+		})
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	summary := summarizeCloud(results)
 	if f.out != "" {
