@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -33,8 +34,9 @@ import (
 func main() {
 	traces := flag.String("traces", "", "trace directory in the artifact layout (default: the built-in profiles)")
 	maxJCT := flag.Float64("max-jct", 0.10, "the JCT increase over the baseline a schedule may have")
+	steps := flag.Int("refine", 12, "steepest-descent steps from the grid's best schedule")
 	flag.Parse()
-	if err := run(os.Stdout, *traces, *maxJCT); err != nil {
+	if err := run(os.Stdout, *traces, *maxJCT, *steps); err != nil {
 		fmt.Fprintln(os.Stderr, "schedsweep:", err)
 		os.Exit(1)
 	}
@@ -79,13 +81,24 @@ type scheduled struct {
 func (p *scheduled) Name() string { return "scheduled" }
 
 func (p *scheduled) Allocate(snap *optimizer.Snapshot, prev *optimizer.State) (optimizer.Result, error) {
-	res, err := p.pollux.Allocate(snap, prev)
-	if err != nil {
-		return res, err
-	}
 	n := p.sched.size(snap.Now)
 	if len(snap.Jobs) == 0 {
 		n = p.min
+	}
+	on := snap
+	if n < len(snap.Nodes) {
+		// Shrinking: allocate on the first n nodes only, so that the
+		// last ones are left idle and the cluster can release them.
+		cp := *snap
+		cp.Nodes = append([]optimizer.Node(nil), snap.Nodes...)
+		for i := n; i < len(cp.Nodes); i++ {
+			cp.Nodes[i].GPUs = 0
+		}
+		on = &cp
+	}
+	res, err := p.pollux.Allocate(on, prev)
+	if err != nil {
+		return res, err
 	}
 	res.Scale = &optimizer.ScaleDecision{Nodes: n, Current: len(snap.Nodes)}
 	return res, nil
@@ -120,7 +133,7 @@ func grid(maxNodes int) []schedule {
 	return append(out, schedule{[]int{maxNodes}, []float64{0}})
 }
 
-func run(w io.Writer, traces string, maxJCT float64) error {
+func run(w io.Writer, traces string, maxJCT float64, steps int) error {
 	var (
 		cat testbed.Catalog
 		err error
@@ -145,31 +158,120 @@ func run(w io.Writer, traces string, maxJCT float64) error {
 	}
 	bj, bc := base.Metrics.AvgJCT, base.Cloud.Cost
 	fmt.Fprintf(w, "throughput-autoscale: JCT %.2f h, %.1f node-hours, cost %.2f\n", bj/3600, base.Cloud.NodeHours, bc)
-	type row struct {
-		s      schedule
-		dj, dc float64
-	}
-	var rows []row
-	for _, s := range grid(cloud.MaxNodes) {
+	eval := func(sc schedule) (row, error) {
 		pol := optimizer.NewPollux()
 		pol.Workers = 1
-		res, err := sim.Run(context.Background(), cfg, cat, wl, &scheduled{pollux: pol, sched: s, min: max(cloud.MinNodes, 1)}, sim.ModeFor("pollux"), nil)
+		res, err := sim.Run(context.Background(), cfg, cat, wl, &scheduled{pollux: pol, sched: sc, min: max(cloud.MinNodes, 1)}, sim.ModeFor("pollux"), nil)
 		if err != nil {
-			return fmt.Errorf("schedule %v: %w", s, err)
+			return row{}, fmt.Errorf("schedule %v: %w", sc, err)
 		}
-		r := row{s, res.Metrics.AvgJCT/bj - 1, res.Cloud.Cost/bc - 1}
-		rows = append(rows, r)
-		fmt.Fprintf(w, "%-36s JCT %.2f h (%+.1f %%), %.1f node-hours, cost %.2f (%+.1f %%)\n",
-			s, res.Metrics.AvgJCT/3600, 100*r.dj, res.Cloud.NodeHours, res.Cloud.Cost, 100*r.dc)
+		r := row{sc, res.Metrics.AvgJCT/bj - 1, res.Cloud.Cost/bc - 1}
+		fmt.Fprintf(w, "%-48s JCT %.2f h (%+.1f %%), %.1f node-hours, cost %.2f (%+.1f %%)\n",
+			sc, res.Metrics.AvgJCT/3600, 100*r.dj, res.Cloud.NodeHours, res.Cloud.Cost, 100*r.dc)
+		return r, nil
 	}
-	sort.SliceStable(rows, func(a, b int) bool { return rows[a].dc < rows[b].dc })
-	for _, r := range rows {
-		if r.dj <= maxJCT {
-			fmt.Fprintf(w, "best of %d schedules at a JCT at most %+.0f %%: %s, cost %+.1f %% at JCT %+.1f %%\n",
-				len(rows), 100*maxJCT, r.s, 100*r.dc, 100*r.dj)
-			return nil
+	var (
+		best  row
+		found bool
+		n     int
+	)
+	consider := func(r row) bool {
+		n++
+		if r.dj <= maxJCT && (!found || r.dc < best.dc) {
+			best, found = r, true
+			return true
 		}
+		return false
 	}
-	fmt.Fprintf(w, "none of %d schedules has a JCT at most %+.0f %%\n", len(rows), 100*maxJCT)
+	for _, sc := range grid(cloud.MaxNodes) {
+		r, err := eval(sc)
+		if err != nil {
+			return err
+		}
+		consider(r)
+	}
+	if !found {
+		fmt.Fprintf(w, "none of %d schedules has a JCT at most %+.0f %%\n", n, 100*maxJCT)
+		return nil
+	}
+	fmt.Fprintf(w, "grid: best at a JCT at most %+.0f %%: %s, cost %+.1f %% at JCT %+.1f %%\n", 100*maxJCT, best.s, 100*best.dc, 100*best.dj)
+	for i := 0; i < steps; i++ {
+		improved := false
+		for _, sc := range neighbours(best.s, cloud.MaxNodes) {
+			r, err := eval(sc)
+			if err != nil {
+				return err
+			}
+			if consider(r) {
+				improved = true
+			}
+		}
+		if !improved {
+			break
+		}
+		fmt.Fprintf(w, "step %d: %s, cost %+.1f %% at JCT %+.1f %%\n", i+1, best.s, 100*best.dc, 100*best.dj)
+	}
+	fmt.Fprintf(w, "best of %d schedules at a JCT at most %+.0f %%: %s, cost %+.1f %% at JCT %+.1f %%\n",
+		n, 100*maxJCT, best.s, 100*best.dc, 100*best.dj)
 	return nil
+}
+
+// row is a schedule's JCT and cost relative to the baseline's.
+type row struct {
+	s      schedule
+	dj, dc float64
+}
+
+// sizes are the cluster sizes the refinement moves between.
+var sizes = []int{1, 2, 3, 4, 6, 8, 10, 12, 14, 16}
+
+// neighbours are the schedules one move from s: one phase's size to the
+// next size up or down, one phase's start a quarter of an hour earlier or
+// later, or a phase split in two at its midpoint with the second half one
+// size up.
+func neighbours(s schedule, maxNodes int) []schedule {
+	var out []schedule
+	idx := func(n int) int {
+		i := sort.SearchInts(sizes, n)
+		return min(i, len(sizes)-1)
+	}
+	with := func(f func(c *schedule)) {
+		c := schedule{append([]int(nil), s.nodes...), append([]float64(nil), s.hours...)}
+		f(&c)
+		out = append(out, c)
+	}
+	for i := range s.nodes {
+		k := idx(s.nodes[i])
+		if k > 0 {
+			with(func(c *schedule) { c.nodes[i] = sizes[k-1] })
+		}
+		if k+1 < len(sizes) && sizes[k+1] <= maxNodes {
+			with(func(c *schedule) { c.nodes[i] = sizes[k+1] })
+		}
+		if i == 0 {
+			continue
+		}
+		if h := s.hours[i] - 0.25; h > s.hours[i-1] {
+			with(func(c *schedule) { c.hours[i] = h })
+		}
+		if h := s.hours[i] + 0.25; i+1 == len(s.hours) || h < s.hours[i+1] {
+			with(func(c *schedule) { c.hours[i] = h })
+		}
+	}
+	for i := range s.nodes {
+		end := s.hours[i] + 2
+		if i+1 < len(s.hours) {
+			end = s.hours[i+1]
+		}
+		mid := math.Round((s.hours[i]+end)*2) / 4 // the midpoint, to a quarter of an hour
+		k := idx(s.nodes[i])
+		if mid <= s.hours[i] || mid >= end || k+1 >= len(sizes) || sizes[k+1] > maxNodes {
+			continue
+		}
+		with(func(c *schedule) {
+			c.nodes = append(c.nodes[:i+1], append([]int{sizes[k+1]}, c.nodes[i+1:]...)...)
+			c.hours = append(c.hours[:i+1], append([]float64{mid}, c.hours[i+1:]...)...)
+		})
+	}
+	return out
 }
