@@ -96,8 +96,10 @@ type Round struct {
 // to it), renewals (both sides still want the lease), then grants (a lab's idle or low-value GPUs to
 // the peer that gains most, while it beats the lender's loss). Labs are
 // taken in name order and leases in ID order, so the same round gives the
-// same commands. Grants lend whole nodes that no lease holds; a lab never
-// lends while it borrows, nor borrows while it lends.
+// same commands. Grants lend whole nodes that no lease holds; a lab may
+// lend while it borrows (its own jobs gain less from a node than a
+// peer's), but never to a lab it borrows from: a lease runs one way
+// between two labs.
 func Plan(r Round) ([]Command, error) {
 	if err := r.Settings.Validate(); err != nil {
 		return nil, err
@@ -168,7 +170,7 @@ func Plan(r Round) ([]Command, error) {
 		var to *labState
 		for _, cn := range st.names {
 			c := st.labs[cn]
-			if cn == l.Lender || cn == l.Borrower || c.lent > 0 || !lender.lab.peer(cn) || !c.lab.peer(l.Lender) || c.borrowed+g > c.lab.Quota.BorrowingLimit {
+			if cn == l.Lender || cn == l.Borrower || c.lentTo[l.Lender] > 0 || !lender.lab.peer(cn) || !c.lab.peer(l.Lender) || c.borrowed+g > c.lab.Quota.BorrowingLimit {
 				continue
 			}
 			if bid := c.next(g) * (1 - 2*r.Settings.Margin); bid > best {
@@ -180,10 +182,7 @@ func Plan(r Round) ([]Command, error) {
 		}
 		st.drop(i)
 		emit(Command{Op: OpReclaim, From: l.Lender, Lease: l.ID, At: at, Reason: ReasonRebalance})
-		lender.lent += g
-		lender.held -= g
-		to.borrowed += g
-		to.held += g
+		st.lend(lender, to, g)
 		emit(Command{
 			Op: OpGrant, From: l.Lender, At: at, TTL: r.Settings.TTL,
 			Lease:  leaseID(l.Lender, l.Nodes[0].Node, at),
@@ -204,12 +203,9 @@ func Plan(r Round) ([]Command, error) {
 		}
 		for _, bn := range st.names {
 			b := st.labs[bn]
-			if b.lent > 0 {
-				continue
-			}
 			for _, ln := range st.names {
 				l := st.labs[ln]
-				if ln == bn || l.borrowed > 0 || !l.lab.peer(bn) || !b.lab.peer(ln) {
+				if ln == bn || b.lentTo[ln] > 0 || !l.lab.peer(bn) || !b.lab.peer(ln) {
 					continue
 				}
 				if l.reclaimedAt > 0 && at-l.reclaimedAt < r.Settings.Cooldown {
@@ -233,11 +229,8 @@ func Plan(r Round) ([]Command, error) {
 			break
 		}
 		g := best.node.GPUs
-		best.l.lent += g
-		best.l.held -= g
+		st.lend(best.l, best.b, g)
 		best.l.lentOn[best.node.ID] = g
-		best.b.borrowed += g
-		best.b.held += g
 		emit(Command{
 			Op: OpGrant, From: best.l.lab.Name, At: at, TTL: r.Settings.TTL,
 			Lease:  leaseID(best.l.lab.Name, best.node.ID, at),
@@ -262,6 +255,9 @@ type labState struct {
 	wanted               map[string]bool
 	reclaimedAt          float64
 	held, lent, borrowed int
+	// lentTo is the GPUs the lab lends to each peer (a lab does not
+	// borrow from a peer it lends to).
+	lentTo map[string]int
 	// lentOn is the GPUs of each node that are lent or were freed in this
 	// round (not lent again before the next).
 	lentOn map[string]int
@@ -342,7 +338,7 @@ func newPlanState(r Round) (*planState, error) {
 				return nil, fmt.Errorf("%w: lab %s bids %v for a GPU", ErrBadConfig, b.Lab.Name, v)
 			}
 		}
-		st.labs[b.Lab.Name] = &labState{lab: b.Lab, curve: b.Curve, used: b.Used, wanted: b.Reclaimable, reclaimedAt: b.LastReclaim, held: b.Lab.GPUs(), lentOn: map[string]int{}}
+		st.labs[b.Lab.Name] = &labState{lab: b.Lab, curve: b.Curve, used: b.Used, wanted: b.Reclaimable, reclaimedAt: b.LastReclaim, held: b.Lab.GPUs(), lentTo: map[string]int{}, lentOn: map[string]int{}}
 		st.names = append(st.names, b.Lab.Name)
 	}
 	sort.Strings(st.names)
@@ -354,11 +350,7 @@ func newPlanState(r Round) (*planState, error) {
 		if lender == nil || borrower == nil {
 			return nil, fmt.Errorf("%w: lease %s between %s and %s, and not both bid", ErrUnknownPeer, l.ID, l.Lender, l.Borrower)
 		}
-		g := l.GPUs()
-		lender.lent += g
-		lender.held -= g
-		borrower.borrowed += g
-		borrower.held += g
+		st.lend(lender, borrower, l.GPUs())
 		for _, n := range l.Nodes {
 			lender.lentOn[n.Node] += n.GPUs
 		}
@@ -371,10 +363,14 @@ func newPlanState(r Round) (*planState, error) {
 func (st *planState) drop(i int) {
 	st.gone[i] = true
 	l := st.leases[i]
-	g := l.GPUs()
-	lender, borrower := st.labs[l.Lender], st.labs[l.Borrower]
-	lender.lent -= g
-	lender.held += g
-	borrower.borrowed -= g
-	borrower.held -= g
+	st.lend(st.labs[l.Lender], st.labs[l.Borrower], -l.GPUs())
+}
+
+// lend moves g GPUs (g < 0: back) from lender to borrower in the plan.
+func (st *planState) lend(lender, borrower *labState, g int) {
+	lender.lent += g
+	lender.held -= g
+	lender.lentTo[borrower.lab.Name] += g
+	borrower.borrowed += g
+	borrower.held += g
 }

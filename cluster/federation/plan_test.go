@@ -121,10 +121,28 @@ func TestPlan(t *testing.T) {
 			want:    []string{"renew L1"},
 		},
 		{
-			name:   "a borrower does not lend",
+			name:   "a borrower whose jobs use its GPUs does not lend them",
 			bids:   []Bid{{Lab: &a, Curve: nil}, {Lab: &bc, Curve: ones(16)}, {Lab: &c, Curve: ones(8)}},
 			leases: []Lease{lease("L1", "n3", 0)},
 			want:   []string{"renew L1", "grant lab-a/n0@60 lab-a>lab-b"},
+		},
+		{
+			// lab-b's last 4 GPUs are worth 0.01 each to it, 1 each to
+			// lab-c, which trusts only lab-b: lab-b lends while it
+			// borrows, and borrows another node of idle lab-a for them.
+			name:   "a borrower lends what a third lab gains more from",
+			bids:   []Bid{{Lab: &a, Curve: nil}, {Lab: &bc, Curve: append(ones(8), 0.01, 0.01, 0.01, 0.01)}, {Lab: &c, Curve: ones(8)}},
+			leases: []Lease{lease("L1", "n3", 0)},
+			want:   []string{"renew L1", "grant lab-b/m0@60 lab-b>lab-c", "grant lab-a/n0@60 lab-a>lab-b"},
+		},
+		{
+			// lab-a would gain from lab-b's GPUs, but lab-b borrows from
+			// it (and lab-a's allocator would not use n3 now, so no
+			// reclaim): no lease back the other way.
+			name:   "a lender does not borrow from its borrower",
+			bids:   []Bid{{Lab: &a, Curve: ones(16), Reclaimable: map[string]bool{}}, {Lab: &b, Curve: append(ones(8), 0.01, 0.01, 0.01, 0.01)}},
+			leases: []Lease{lease("L1", "n3", 0)},
+			want:   []string{"renew L1"},
 		},
 	}
 	for _, tt := range tests {
