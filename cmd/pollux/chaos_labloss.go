@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"pollux/cluster/federation"
+	"pollux/cluster/fedlink"
 	"pollux/testbed/builtin"
 	"pollux/testbed/chaos/driver"
 	"pollux/testbed/chaos/mono"
@@ -45,6 +46,9 @@ type labLossResult struct {
 	Scenario string `json:"scenario"`
 	Seed     uint64 `json:"seed"`
 	LostLab  string `json:"lost_lab"`
+	// LenderLab lends to the lost lab, BorrowerLab borrows from it.
+	LenderLab   string `json:"lender_lab"`
+	BorrowerLab string `json:"borrower_lab"`
 	// Jobs of the other labs: submitted (accepted), completed, failed;
 	// lost is every accepted job that did not complete.
 	JobsSubmitted int `json:"jobs_submitted"`
@@ -66,6 +70,18 @@ type labLossResult struct {
 	// BorrowedWorkersAtLoss are the lost lab's workers running on its
 	// peers' agents at the loss (their worker records).
 	BorrowedWorkersAtLoss int `json:"borrowed_workers_at_loss"`
+	// PeerWorkersAtLoss are the borrower's workers running on the lost
+	// lab's agents at the loss (killed with it). PeerJobsToResume are the
+	// borrower's jobs among them with a checkpoint written before the
+	// loss; PeerJobsResumed those whose first worker after the loss
+	// restored at least that checkpoint; PeerResumeMaxS the longest time
+	// from the loss to such a worker's start, and PeerResumedOn the labs
+	// whose agents ran them.
+	PeerWorkersAtLoss int      `json:"peer_workers_at_loss"`
+	PeerJobsToResume  int      `json:"peer_jobs_to_resume"`
+	PeerJobsResumed   int      `json:"peer_jobs_resumed"`
+	PeerResumeMaxS    float64  `json:"peer_resume_max_s"`
+	PeerResumedOn     []string `json:"peer_resumed_on"`
 	// LeaseTTLS is the leases' time to live; LeaseExpiryMaxS the longest
 	// time from the loss until a peer's ledger no longer held a lease
 	// with the lost lab.
@@ -161,11 +177,14 @@ func (lw *leaseWatch) withLab(n, peer string) []federation.Lease {
 	return out
 }
 
+// labShort is the prefix of a lab's job names: lab-a's jobs are a-...
+func labShort(lab string) string { return strings.TrimPrefix(lab, "lab-") }
+
 // jobLab is the lab a job belongs to, by its name's prefix (lab-a's jobs
 // are a-...).
 func jobLab(job string, names []string) string {
 	for _, n := range names {
-		if strings.HasPrefix(job, strings.TrimPrefix(n, "lab-")+"-") {
+		if strings.HasPrefix(job, labShort(n)+"-") {
 			return n
 		}
 	}
@@ -183,7 +202,10 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 	begin := time.Now()
 	names := []string{"lab-a", "lab-b", "lab-c"}
 	lost := names[o.Seed%uint64(len(names))]
-	res = &labLossResult{Scenario: "lab-loss", Seed: o.Seed, LostLab: lost, LeaseTTLS: o.TTL.Seconds(), Failures: []string{}}
+	// The lost lab lends to one peer and borrows from the other.
+	borrower, lender := names[(o.Seed+1)%uint64(len(names))], names[(o.Seed+2)%uint64(len(names))]
+	res = &labLossResult{Scenario: "lab-loss", Seed: o.Seed, LostLab: lost, LenderLab: lender, BorrowerLab: borrower, LeaseTTLS: o.TTL.Seconds(),
+		Failures: []string{}}
 	log := o.Logger
 	temp := o.Dir == ""
 	dir := o.Dir
@@ -207,7 +229,23 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 	tmpl := launch.Options{Exec: o.Exec, Env: o.Env, Dir: dir, Servers: 1, Agents: agents, GPUsPerAgent: gpusPerAgent,
 		Interval: time.Second, TimeScale: o.TimeScale, LogLevel: o.LogLevel, Observe: true, Scenario: "lab-loss", Seed: o.Seed}
 	log.Info("chaos: lab-loss: starting three labs", "lost", lost, "dir", dir)
-	ls, err := startLabsWith(ctx, tmpl, names, federation.Quota{Nominal: gpus, LendingLimit: gpus, BorrowingLimit: 2 * gpus}, interval, terms)
+	// A star around the lost lab: each peer trusts only it; the lender
+	// lends one node and borrows nothing, the borrower borrows one node
+	// and lends nothing, the lost lab lends and borrows one node each.
+	shape := func(lab string, f *fedlink.File) {
+		node := gpusPerAgent
+		switch lab {
+		case lost:
+			f.Quota = federation.Quota{Nominal: gpus, LendingLimit: node, BorrowingLimit: node}
+			return
+		case lender:
+			f.Quota = federation.Quota{Nominal: gpus, LendingLimit: node}
+		case borrower:
+			f.Quota = federation.Quota{Nominal: gpus, BorrowingLimit: node}
+		}
+		f.Peers = slices.DeleteFunc(f.Peers, func(p fedlink.PeerFile) bool { return p.Name != lost })
+	}
+	ls, err := startLabsWith(ctx, tmpl, names, federation.Quota{Nominal: gpus, LendingLimit: gpus, BorrowingLimit: 2 * gpus}, interval, terms, shape)
 	stopped := false
 	stop := func() {
 		if stopped {
@@ -275,13 +313,13 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 		accepted[lab] = append(accepted[lab], job)
 		return nil
 	}
-	short := strings.TrimPrefix(lost, "lab-")
-	for k, app := range []string{"cifar10", "cifar10", "ncf", "cifar10", "deepspeech2", "cifar10"} {
-		if err := submit(lost, fmt.Sprintf("%s-%s-%d", short, app, k+1), app); err != nil {
+	// The lost lab's four jobs, more than its GPUs hold once it lends a
+	// node: it borrows the lender's node for them.
+	for k, app := range []string{"cifar10", "ncf", "cifar10", "deepspeech2"} {
+		if err := submit(lost, fmt.Sprintf("%s-%s-%d", labShort(lost), app, k+1), app); err != nil {
 			return res, fmt.Errorf("chaos: %w", err)
 		}
 	}
-	// The lost lab borrows.
 	waitFor := func(what string, within time.Duration, cond func(*leaseWatch) bool) error {
 		deadline := time.Now().Add(within)
 		for {
@@ -300,62 +338,65 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 			}
 		}
 	}
-	partyToLease := func(l *leaseWatch) bool {
-		for _, n := range names {
-			if n != lost && len(l.withLab(n, lost)) > 0 {
-				return true
-			}
-		}
-		return false
-	}
-	// The lost lab borrows: a worker of one of its jobs runs on a peer's
-	// agent (the peer's worker records), and one of its jobs has written a
-	// checkpoint, so that there is something to resume.
-	borrowedRuns := func(l *leaseWatch) bool {
-		if !partyToLease(l) {
-			return false
-		}
-		running := false
-		for _, n := range names {
-			if n == lost {
-				continue
-			}
-			for _, w := range ls.labs[n].Workers() {
-				running = running || jobLab(w.Job, names) == lost
-			}
-		}
-		if !running {
-			return false
-		}
-		for _, n := range names {
-			ws, _ := record.ReadRoot(filepath.Join(ls.labs[n].Options().Dir, "records"))
-			for _, w := range ws {
-				if _, ok := w.Find(record.Checkpoint); ok && jobLab(w.Start().Job, names) == lost {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	if err := waitFor(lost+" running workers on borrowed GPUs with a checkpoint written", 90*time.Second, borrowedRuns); err != nil {
+	if err := waitFor(lost+" borrowing from "+lender, 60*time.Second, func(l *leaseWatch) bool {
+		return slices.ContainsFunc(l.withLab(lender, lost), func(le federation.Lease) bool { return le.Borrower == lost })
+	}); err != nil {
 		res.fail("%v", err)
 		return res, nil
 	}
-	// The other labs' jobs, accepted while the lost lab holds its leases.
-	for _, n := range names {
-		if n == lost {
-			continue
-		}
-		s := strings.TrimPrefix(n, "lab-")
-		for k, app := range []string{"cifar10", "ncf"} {
-			if err := submit(n, fmt.Sprintf("%s-%s-%d", s, app, k+1), app); err != nil {
-				return res, fmt.Errorf("chaos: %w", err)
-			}
+	// The borrower's six jobs, more than its 4 GPUs: it borrows a node of
+	// the lost lab, whose last GPUs are worth less to its own jobs.
+	for k, app := range []string{"cifar10", "ncf", "cifar10", "cifar10", "ncf", "cifar10"} {
+		if err := submit(borrower, fmt.Sprintf("%s-%s-%d", labShort(borrower), app, k+1), app); err != nil {
+			return res, fmt.Errorf("chaos: %w", err)
 		}
 	}
-	// The loss: at a moment the peers' ledgers hold leases with the lab
-	// and its workers run on them.
-	if err := waitFor(lost+" running workers on borrowed GPUs after the other labs' submissions", 30*time.Second, borrowedRuns); err != nil {
+	// The moment of the loss: the lost lab lends and borrows, with
+	// workers on both sides (the agents' worker records): its own on the
+	// lender's agent, the borrower's on its agent, one of its jobs and
+	// one of the borrower's workers on its agent with a checkpoint
+	// written, so that both have something to resume.
+	lendsAndBorrows := func(l *leaseWatch) bool {
+		leased := func(from, to string) bool {
+			return slices.ContainsFunc(l.withLab(from, to), func(le federation.Lease) bool { return le.Lender == from && le.Borrower == to }) ||
+				slices.ContainsFunc(l.withLab(to, from), func(le federation.Lease) bool { return le.Lender == from && le.Borrower == to })
+		}
+		if !leased(lender, lost) || !leased(lost, borrower) {
+			return false
+		}
+		on := func(agentLab, owner string) []launch.Worker {
+			return slices.DeleteFunc(ls.labs[agentLab].Workers(), func(w launch.Worker) bool { return jobLab(w.Job, names) != owner })
+		}
+		mine, theirs := on(lender, lost), on(lost, borrower)
+		if len(mine) == 0 || len(theirs) == 0 {
+			return false
+		}
+		lostCkpt, theirCkpt := false, false
+		for _, n := range names {
+			ws, _ := record.ReadRoot(filepath.Join(ls.labs[n].Options().Dir, "records"))
+			for _, w := range ws {
+				_, ck := w.Find(record.Checkpoint)
+				st := w.Start()
+				lostCkpt = lostCkpt || ck && jobLab(st.Job, names) == lost
+				theirCkpt = theirCkpt || ck && n == lost && slices.ContainsFunc(theirs, func(r launch.Worker) bool {
+					return r.Job == st.Job && r.Inc == st.Inc && r.Rank == st.Rank && r.PID == st.PID
+				})
+			}
+		}
+		return lostCkpt && theirCkpt
+	}
+	if err := waitFor(lost+" lending to "+borrower+" and borrowing from "+lender+" with workers and checkpoints on both sides", 90*time.Second, lendsAndBorrows); err != nil {
+		res.fail("%v", err)
+		return res, nil
+	}
+	// The lender's jobs, accepted while it lends to the lost lab (on its
+	// node that it keeps).
+	for k, app := range []string{"cifar10", "ncf"} {
+		if err := submit(lender, fmt.Sprintf("%s-%s-%d", labShort(lender), app, k+1), app); err != nil {
+			return res, fmt.Errorf("chaos: %w", err)
+		}
+	}
+	if err := waitFor(lost+" still lending and borrowing after the lender's submissions", 30*time.Second, lendsAndBorrows); err != nil {
 		res.fail("%v", err)
 		return res, nil
 	}
@@ -375,6 +416,11 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 					res.BorrowedWorkersAtLoss++
 				}
 			}
+		}
+	}
+	for _, w := range workers {
+		if jobLab(w.Job, names) != lost {
+			res.PeerWorkersAtLoss++
 		}
 	}
 	var killAt int64
@@ -472,6 +518,10 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 		roots[n] = filepath.Join(ls.labs[n].Options().Dir, "records")
 	}
 	judgeLabLossRecords(res, roots, lw.seen, ls.labs[lost].Options().Grace, names, lost, states, killAt, restartAt)
+	if res.BorrowedWorkersAtLoss == 0 || res.PeerWorkersAtLoss == 0 || res.PeerJobsToResume == 0 {
+		res.fail("the loss did not find %s lending and borrowing: its workers on %s's agents %d, %s's workers on its agents %d (jobs with a checkpoint %d)",
+			lost, lender, res.BorrowedWorkersAtLoss, borrower, res.PeerWorkersAtLoss, res.PeerJobsToResume)
+	}
 	for _, n := range names {
 		for _, m := range append(slices.Clone(ls.labs[n].Servers), ls.labs[n].Agents...) {
 			if m.Running() {
@@ -578,6 +628,11 @@ func judgeLabLossRecords(res *labLossResult, roots map[string]string, seen map[s
 	grace := int64(workerGrace)
 	byJob := map[string][]record.Record{}
 	var borrowed []borrowedRun
+	type labWorker struct {
+		lab string // whose agent ran it
+		w   record.Worker
+	}
+	workersOf := map[string][]labWorker{} // by job
 	for _, n := range names {
 		ws, err := record.ReadRoot(roots[n])
 		if err != nil {
@@ -587,6 +642,7 @@ func judgeLabLossRecords(res *labLossResult, roots map[string]string, seen map[s
 		for _, w := range ws {
 			job := w.Start().Job
 			byJob[job] = append(byJob[job], w.Records...)
+			workersOf[job] = append(workersOf[job], labWorker{n, w})
 			owner := jobLab(job, names)
 			if owner == "" {
 				res.fail("worker record of an unknown job %s on %s/%s", job, n, w.Node)
@@ -652,7 +708,50 @@ func judgeLabLossRecords(res *labLossResult, roots map[string]string, seen map[s
 				}
 			}
 		}
-		if jobLab(job, names) != lost || states[job] != "running" {
+		if jobLab(job, names) != lost {
+			// A peer's job running on the lost lab's agents at the loss,
+			// with a checkpoint written before it: its owner runs it
+			// again (on its own nodes or another lender's) from that
+			// checkpoint.
+			onLost, before, checkpointed := false, 0.0, false
+			for _, lw := range workersOf[job] {
+				_, exited := lw.w.Find(record.Exit)
+				onLost = onLost || lw.lab == lost && lw.w.Start().T < killAt && !exited
+			}
+			for _, r := range rs {
+				if r.Kind == record.Checkpoint && r.T < killAt {
+					before, checkpointed = max(before, r.Progress), true
+				}
+			}
+			if !onLost || !checkpointed {
+				continue
+			}
+			res.PeerJobsToResume++
+			var next *labWorker
+			for i, lw := range workersOf[job] {
+				if t := lw.w.Start().T; t > killAt && (next == nil || t < next.w.Start().T) {
+					next = &workersOf[job][i]
+				}
+			}
+			if next == nil {
+				res.fail("%s's job %s ran on %s's agent at the loss, and no worker of it started after", jobLab(job, names), job, lost)
+				continue
+			}
+			rst, ok := next.w.Find(record.Restore)
+			if !ok || rst.Fresh || rst.Progress < before-1e-9 {
+				res.fail("%s's job %s checkpointed progress %.4f before the loss of %s, where it ran; its first worker after (on %s's %s) did not restore it",
+					jobLab(job, names), job, before, lost, next.lab, next.w.Node)
+				continue
+			}
+			res.PeerJobsResumed++
+			res.PeerResumeMaxS = max(res.PeerResumeMaxS, float64(next.w.Start().T-killAt)/1e9)
+			if !slices.Contains(res.PeerResumedOn, next.lab) {
+				res.PeerResumedOn = append(res.PeerResumedOn, next.lab)
+				slices.Sort(res.PeerResumedOn)
+			}
+			continue
+		}
+		if states[job] != "running" {
 			continue
 		}
 		before := 0.0
@@ -692,10 +791,11 @@ func printLabLoss(res *labLossResult, jsonOut bool, w io.Writer) error {
 		}
 	} else {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "scenario\tlost lab\tleases at loss\tlent/borrowed at loss\tlease expiry max (s)\tTTL (s)\tother labs' jobs\tcompleted\tlost\tlost lab's jobs\tcompleted\tresumed (of)\tviolations\ttook (s)\t")
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%.1f\t%.0f\t%d\t%d\t%d\t%d\t%d\t%d (%d)\t%d\t%.0f\t\n", res.Scenario, res.LostLab, res.LeasesAtLoss,
+		fmt.Fprintln(tw, "scenario\tlost lab\tleases at loss\tlent/borrowed at loss\tlease expiry max (s)\tTTL (s)\tother labs' jobs\tcompleted\tlost\tpeer jobs resumed (of)\tlost lab's jobs\tcompleted\tresumed (of)\tviolations\ttook (s)\t")
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%.1f\t%.0f\t%d\t%d\t%d\t%d (%d)\t%d\t%d\t%d (%d)\t%d\t%.0f\t\n", res.Scenario, res.LostLab, res.LeasesAtLoss,
 			res.LostLabLentAtLoss, res.LostLabBorrowedAtLoss, res.LeaseExpiryMaxS, res.LeaseTTLS, res.JobsSubmitted, res.JobsCompleted,
-			res.LostJobs, res.LostLabJobs, res.LostLabCompleted, res.LostLabResumed, res.LostLabToResume, res.Violations, res.ElapsedS)
+			res.LostJobs, res.PeerJobsResumed, res.PeerJobsToResume, res.LostLabJobs, res.LostLabCompleted, res.LostLabResumed, res.LostLabToResume,
+			res.Violations, res.ElapsedS)
 		if err := tw.Flush(); err != nil {
 			return err
 		}

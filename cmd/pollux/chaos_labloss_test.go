@@ -146,7 +146,8 @@ func TestJudgeLabLossRecords(t *testing.T) {
 }
 
 // The whole scenario on this machine, with a short lease: three labs,
-// the loss of lab-b while it borrows, its restart; it must pass.
+// the loss of lab-b while it borrows from lab-a and lends to lab-c, its
+// restart; it must pass.
 func TestChaosLabLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three labs of processes")
@@ -163,9 +164,11 @@ func TestChaosLabLoss(t *testing.T) {
 	if !res.Pass() {
 		t.Fatalf("lab-loss failed: %q", res.Failures)
 	}
-	if res.LostLab != "lab-b" || res.BorrowedWorkersAtLoss == 0 || res.LeasesAtLoss == 0 || res.LostLabToResume == 0 ||
+	if res.LostLab != "lab-b" || res.BorrowedWorkersAtLoss == 0 || res.LeasesAtLoss < 2 || res.LostLabToResume == 0 ||
+		res.LostLabLentAtLoss == 0 || res.LostLabBorrowedAtLoss == 0 || res.PeerWorkersAtLoss == 0 || res.PeerJobsResumed == 0 ||
+		res.PeerJobsResumed != res.PeerJobsToResume ||
 		res.JobsSubmitted == 0 || res.JobsCompleted != res.JobsSubmitted || res.LostLabCompleted != res.LostLabJobs {
-		t.Errorf("the run did not exercise the loss of a borrowing lab with jobs to resume: %s", b)
+		t.Errorf("the run did not exercise the loss of a lab that lends and borrows, with jobs to resume on both sides: %s", b)
 	}
 	if res.LeaseExpiryMaxS <= 0 || res.LeaseExpiryMaxS > 5+3 {
 		t.Errorf("leases with the lost lab lived %.1f s after the loss, time to live 5 s", res.LeaseExpiryMaxS)
