@@ -33,11 +33,20 @@ type Settings struct {
 	// period, and lending again at the first lull would make both sides
 	// restart back and forth.
 	Cooldown float64 `json:"lend_cooldown_s"`
+	// MinHold is how long, in seconds from its grant, a borrower keeps a
+	// lease its jobs no longer use before it releases it: a borrower's
+	// bid goes up and down with its jobs round to round, and releasing
+	// at the first dip only to be granted again at the next rise makes
+	// both sides restart workers back and forth. Reclaims for the
+	// owner's need are never held back (the owner's jobs start within a
+	// round), nor are rebalances (they need a peer's clearly larger bid).
+	// 0: release at once.
+	MinHold float64 `json:"min_hold_s"`
 }
 
 // DefaultSettings are the terms the built-in example uses.
 func DefaultSettings() Settings {
-	return Settings{TTL: 300, OwnerWeight: 2, Margin: 0.1, Cooldown: 300, PowerMean: -1}
+	return Settings{TTL: 300, OwnerWeight: 2, Margin: 0.1, Cooldown: 300, PowerMean: -1, MinHold: 120}
 }
 
 // Validate reports whether the terms are usable.
@@ -53,6 +62,8 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("%w: power mean exponent %v, want [-10, 1]", ErrBadConfig, s.PowerMean)
 	case !(s.Cooldown >= 0 && s.Cooldown <= MaxTTL):
 		return fmt.Errorf("%w: lending cooldown %v s, want [0, %d]", ErrBadConfig, s.Cooldown, MaxTTL)
+	case !(s.MinHold >= 0 && s.MinHold <= MaxTTL):
+		return fmt.Errorf("%w: minimum hold %v s, want [0, %d]", ErrBadConfig, s.MinHold, MaxTTL)
 	}
 	return nil
 }
@@ -91,7 +102,8 @@ type Round struct {
 }
 
 // Plan decides one round: reclaims (an owner's jobs need its GPUs back),
-// releases (a borrower's jobs no longer use them), rebalances (another
+// releases (a borrower's jobs no longer use them, after the minimum
+// hold), rebalances (another
 // peer gains clearly more from a lease than its borrower: the lease moves
 // to it), renewals (both sides still want the lease), then grants (a lab's idle or low-value GPUs to
 // the peer that gains most, while it beats the lender's loss). Labs are
@@ -144,12 +156,13 @@ func Plan(r Round) ([]Command, error) {
 			emit(Command{Op: OpReclaim, From: l.Lender, Lease: l.ID, At: at})
 		}
 	}
-	// Releases: a borrower gives back leases its jobs would not use.
+	// Releases: a borrower gives back leases its jobs would not use,
+	// once it has held them for the minimum hold.
 	for _, name := range st.names {
 		b := st.labs[name]
 		for i := len(st.leases) - 1; i >= 0; i-- {
 			l := st.leases[i]
-			if st.gone[i] || l.Borrower != name || b.top(l.GPUs()) > 0 {
+			if st.gone[i] || l.Borrower != name || b.top(l.GPUs()) > 0 || at-l.Granted < r.Settings.MinHold {
 				continue
 			}
 			st.drop(i)
@@ -216,6 +229,12 @@ func Plan(r Round) ([]Command, error) {
 					continue
 				}
 				g := node.GPUs
+				if l.borrowed > 0 && !(l.top(g) > 0) {
+					// Its idle GPUs are GPUs it borrows and keeps for the
+					// minimum hold: it does not pass them on by lending
+					// its own node.
+					continue
+				}
 				if l.lent+g > l.lab.Quota.LendingLimit || b.borrowed+g > b.lab.Quota.BorrowingLimit {
 					continue
 				}

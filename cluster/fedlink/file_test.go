@@ -40,6 +40,13 @@ func TestLoad(t *testing.T) {
 	if _, ok := fed.Pools("lab-b"); !ok {
 		t.Error("no pool for lab-b")
 	}
+	// Terms given in part keep the defaults of the others.
+	want := federation.DefaultSettings()
+	want.TTL, want.MinHold = 30, 0
+	part, err := Load(write(strings.Replace(good, `"peers"`, `"terms": {"lease_ttl_s": 30, "min_hold_s": 0}, "peers"`, 1)), "lab-a")
+	if err != nil || part.Settings != want {
+		t.Errorf("terms in part: %v, %+v, want %+v", err, part, want)
+	}
 	rooted, err := Load(write(strings.Replace(good, `"ca_file"`, `"checkpoint_root": "/shared/lab-b/", "ca_file"`, 1)), "lab-a")
 	if err != nil || rooted.Peers[0].CheckpointRoot != "/shared/lab-b" {
 		t.Errorf("a peer's checkpoint root: %v, %v", err, rooted)
@@ -54,6 +61,7 @@ func TestLoad(t *testing.T) {
 		"not a CA":           strings.Replace(good, "pollux-ca.pem", "pollux-ca-key.pem", 1),
 		"bad address":        strings.Replace(good, "127.0.0.1:7400", "nowhere", 1),
 		"bad terms":          strings.Replace(good, `"peers"`, `"terms": {"lease_ttl_s": -1}, "peers"`, 1),
+		"bad hold":           strings.Replace(good, `"peers"`, `"terms": {"min_hold_s": -1}, "peers"`, 1),
 		"peer listed twice":  strings.Replace(good, `}]}`, `}, {"name": "lab-b", "addresses": ["127.0.0.1:1"], "ca_file": "pollux-ca.pem"}]}`, 1),
 		"trailing":           good + " {}",
 		"bad peer name":      strings.Replace(good, `"lab-b"`, `"lab b"`, 1),
