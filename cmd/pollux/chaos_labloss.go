@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -507,6 +508,17 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 	judgeLeaseExpiry(res, tracks, o.TTL, interval, killAt, killSent)
 	log.Info("chaos: lab-loss: leases gone from the peers' ledgers", "after_s", res.LeaseExpiryMaxS, "expires_max_s", res.LeaseExpiresMaxS,
 		"bound_s", res.LeaseExpiryBoundS)
+	// The peers carry on without the lost lab: the borrower's jobs that
+	// ran on it run again from their checkpoints, on its own nodes (or
+	// another lender's), before the lost lab returns.
+	roots := map[string]string{}
+	for _, n := range names {
+		roots[n] = filepath.Join(ls.labs[n].Options().Dir, "records")
+	}
+	if err := awaitPeersResumed(ctx, res, roots, names, lost, killAt, o.Converge); err != nil {
+		return res, err
+	}
+	log.Info("chaos: lab-loss: the peers' jobs that ran on the lost lab run again", "lab", lost)
 	// The restart, on the same data directories.
 	restartAt := mono.Now()
 	for _, m := range members {
@@ -550,10 +562,6 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 	stopPoll()
 	<-polled
 	stop()
-	roots := map[string]string{}
-	for _, n := range names {
-		roots[n] = filepath.Join(ls.labs[n].Options().Dir, "records")
-	}
 	judgeLabLossRecords(res, roots, lw.seen, ls.labs[lost].Options().Grace, names, lost, states, killAt, restartAt)
 	if res.BorrowedWorkersAtLoss == 0 || res.PeerWorkersAtLoss == 0 || res.PeerJobsToResume == 0 || res.LostLabToResume == 0 {
 		res.fail("the loss did not find %s lending and borrowing: its workers on %s's agents %d, %s's workers on its agents %d (jobs with a checkpoint %d), its own unfinished jobs with a checkpoint %d",
@@ -700,6 +708,108 @@ func awaitJobs(ctx context.Context, ls *labSet, accepted map[string][]string, co
 	return final, reasons, nil
 }
 
+// labWorker is a worker's records and the lab whose agent ran it.
+type labWorker struct {
+	lab string
+	w   record.Worker
+}
+
+// workersByJob reads every lab's worker records (roots, by lab), by job.
+func workersByJob(roots map[string]string, names []string) (map[string][]labWorker, error) {
+	out := map[string][]labWorker{}
+	for _, n := range names {
+		ws, err := record.ReadRoot(roots[n])
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range ws {
+			out[w.Start().Job] = append(out[w.Start().Job], labWorker{n, w})
+		}
+	}
+	return out, nil
+}
+
+// checkpointedAtLoss is the progress of the latest checkpoint of a job
+// (rs, its workers' records) written before the loss, and whether there
+// is one to resume from: not when the job had finished training before
+// the loss (a done record, or a checkpoint of the end of training): it
+// needs no worker again, only its completion.
+func checkpointedAtLoss(rs []record.Record, killAt int64) (float64, bool) {
+	before, checkpointed := 0.0, false
+	for _, r := range rs {
+		if r.T >= killAt {
+			continue
+		}
+		if r.Kind == record.Done || r.Kind == record.Checkpoint && r.Finished {
+			return 0, false
+		}
+		if r.Kind == record.Checkpoint {
+			before, checkpointed = max(before, r.Progress), true
+		}
+	}
+	return before, checkpointed
+}
+
+// onLostAtLoss reports whether a job (ws, its workers) had a worker on
+// the lost lab's agents at the loss (started before it, no exit written)
+// and a checkpoint to resume from (checkpointedAtLoss), with that
+// checkpoint's progress.
+func onLostAtLoss(ws []labWorker, lost string, killAt int64) (float64, bool) {
+	onLost := false
+	var rs []record.Record
+	for _, lw := range ws {
+		_, exited := lw.w.Find(record.Exit)
+		onLost = onLost || lw.lab == lost && lw.w.Start().T < killAt && !exited
+		rs = append(rs, lw.w.Records...)
+	}
+	before, checkpointed := checkpointedAtLoss(rs, killAt)
+	return before, onLost && checkpointed
+}
+
+// firstAfter is the first of ws to start after t (nil: none).
+func firstAfter(ws []labWorker, t int64) *labWorker {
+	var next *labWorker
+	for i, lw := range ws {
+		if st := lw.w.Start().T; st > t && (next == nil || st < next.w.Start().T) {
+			next = &ws[i]
+		}
+	}
+	return next
+}
+
+// awaitPeersResumed waits, the lost lab still down, until every job of
+// another lab that ran on the lost lab's agents at the loss with a
+// checkpoint written has a worker started since (every lab's worker
+// records), or until the bound; it fails the run then.
+func awaitPeersResumed(ctx context.Context, res *labLossResult, roots map[string]string, names []string, lost string, killAt int64,
+	within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		var waiting []string
+		if byJob, err := workersByJob(roots, names); err == nil {
+			for _, job := range slices.Sorted(maps.Keys(byJob)) {
+				if _, ok := onLostAtLoss(byJob[job], lost, killAt); ok && jobLab(job, names) != lost && firstAfter(byJob[job], killAt) == nil {
+					waiting = append(waiting, job)
+				}
+			}
+		} else {
+			waiting = append(waiting, err.Error())
+		}
+		if len(waiting) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			res.fail("jobs of %s's peers that ran on it were not run again within %v of the loss, before its return: %v", lost, within, waiting)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
 // borrowedRun is a worker of one lab's job on another lab's agent, as
 // its record shows it (mono ns).
 type borrowedRun struct {
@@ -722,10 +832,6 @@ func judgeLabLossRecords(res *labLossResult, roots map[string]string, seen map[s
 	grace := int64(workerGrace)
 	byJob := map[string][]record.Record{}
 	var borrowed []borrowedRun
-	type labWorker struct {
-		lab string // whose agent ran it
-		w   record.Worker
-	}
 	workersOf := map[string][]labWorker{} // by job
 	for _, n := range names {
 		ws, err := record.ReadRoot(roots[n])
@@ -806,29 +912,15 @@ func judgeLabLossRecords(res *labLossResult, roots map[string]string, seen map[s
 			// A peer's job running on the lost lab's agents at the loss,
 			// with a checkpoint written before it: its owner runs it
 			// again (on its own nodes or another lender's) from that
-			// checkpoint.
-			onLost, before, checkpointed := false, 0.0, false
-			for _, lw := range workersOf[job] {
-				_, exited := lw.w.Find(record.Exit)
-				onLost = onLost || lw.lab == lost && lw.w.Start().T < killAt && !exited
-			}
-			for _, r := range rs {
-				if r.Kind == record.Checkpoint && r.T < killAt {
-					before, checkpointed = max(before, r.Progress), true
-				}
-			}
-			if !onLost || !checkpointed {
+			// checkpoint, before the lost lab returns.
+			before, ok := onLostAtLoss(workersOf[job], lost, killAt)
+			if !ok {
 				continue
 			}
 			res.PeerJobsToResume++
-			var next *labWorker
-			for i, lw := range workersOf[job] {
-				if t := lw.w.Start().T; t > killAt && (next == nil || t < next.w.Start().T) {
-					next = &workersOf[job][i]
-				}
-			}
-			if next == nil {
-				res.fail("%s's job %s ran on %s's agent at the loss, and no worker of it started after", jobLab(job, names), job, lost)
+			next := firstAfter(workersOf[job], killAt)
+			if next == nil || next.w.Start().T > restartAt {
+				res.fail("%s's job %s ran on %s's agent at the loss, and no worker of it started after before %s returned", jobLab(job, names), job, lost, lost)
 				continue
 			}
 			rst, ok := next.w.Find(record.Restore)
@@ -848,13 +940,7 @@ func judgeLabLossRecords(res *labLossResult, roots map[string]string, seen map[s
 		if st := states[job]; st == "" || st == "completed" || st == "failed" || st == "cancelled" {
 			continue
 		}
-		before := 0.0
-		checkpointed := false
-		for _, r := range rs {
-			if r.Kind == record.Checkpoint && r.T < killAt {
-				before, checkpointed = max(before, r.Progress), true
-			}
-		}
+		before, checkpointed := checkpointedAtLoss(rs, killAt)
 		if !checkpointed {
 			continue
 		}

@@ -120,6 +120,11 @@ func TestJudgeLabLossRecords(t *testing.T) {
 			writeWorker(t, roots["lab-b"], "a0", recStart("b-x", 1, 10, 1*sec, 0), recRestore(2*sec, 0, 0), recCheckpoint(30*sec, 10))
 			writeWorker(t, roots["lab-b"], "a0", recStart("b-x", 2, 11, 72*sec, 0), recRestore(73*sec, 1, 8), recExit(81*sec))
 		}, violations: 1, fails: 2, resumed: 0, toResume: 1},
+		{name: "lost lab's job that finished training before the loss", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			writeWorker(t, roots["lab-a"], "a0", recStart("b-x", 1, 10, 10*sec, 0), recRestore(11*sec, 0, 0), recCheckpoint(30*sec, 10),
+				record.Record{T: 40 * sec, Kind: record.Done, Epoch: 2, Progress: 20},
+				record.Record{T: 41 * sec, T0: 40 * sec, Kind: record.Checkpoint, Epoch: 2, Progress: 20, Finished: true}, recExit(42*sec))
+		}},
 		{name: "lost lab's job started afresh after the restart", node: "a0", records: func(t *testing.T, roots map[string]string) {
 			writeWorker(t, roots["lab-b"], "a0", recStart("b-x", 1, 10, 1*sec, 0), recRestore(2*sec, 0, 0), recCheckpoint(30*sec, 10))
 			writeWorker(t, roots["lab-b"], "a0", recStart("b-x", 2, 11, 72*sec, 0), recRestore(73*sec, 0, 0), recExit(81*sec))
@@ -132,6 +137,10 @@ func TestJudgeLabLossRecords(t *testing.T) {
 			writeWorker(t, roots["lab-b"], "b0", recStart("c-y", 1, 40, 10*sec, 0), recRestore(11*sec, 0, 0), recCheckpoint(40*sec, 5))
 			writeWorker(t, roots["lab-c"], "c0", recStart("c-y", 2, 41, 62*sec, 0), recRestore(63*sec, 0, 0), recExit(80*sec))
 		}, violations: 1, fails: 2, peerToResume: 1},
+		{name: "a peer's job on the lost lab run again only after its return", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			writeWorker(t, roots["lab-b"], "b0", recStart("c-y", 1, 40, 10*sec, 0), recRestore(11*sec, 0, 0), recCheckpoint(40*sec, 5))
+			writeWorker(t, roots["lab-c"], "c0", recStart("c-y", 2, 41, 72*sec, 0), recRestore(73*sec, 1, 5), recExit(80*sec))
+		}, fails: 1, peerToResume: 1},
 		{name: "a peer's job on the lost lab never run again", node: "a0", records: func(t *testing.T, roots map[string]string) {
 			writeWorker(t, roots["lab-b"], "b0", recStart("c-y", 1, 40, 10*sec, 0), recRestore(11*sec, 0, 0), recCheckpoint(40*sec, 5))
 		}, fails: 1, peerToResume: 1},
