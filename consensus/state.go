@@ -3,6 +3,7 @@ package consensus
 import (
 	"fmt"
 	"maps"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -332,6 +333,20 @@ type Node struct {
 	GPUType string
 	GPUs    int
 	Health  Health
+}
+
+// Host is the host of the node's first address (its agent's actor
+// address), where a job whose first node it is hosts its rendezvous; ""
+// when the node has no address with a host.
+func (n *Node) Host() string {
+	if n == nil || len(n.Addresses) == 0 {
+		return ""
+	}
+	h, _, err := net.SplitHostPort(n.Addresses[0])
+	if err != nil {
+		return ""
+	}
+	return h
 }
 
 // Domains is where the node sits, as optimizer.Node.Topology holds it:

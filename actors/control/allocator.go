@@ -615,10 +615,19 @@ func (a *allocator) initCluster(c context.Context, have consensus.ClusterConfig)
 	return st
 }
 
+// assignOptions are the options of Assignments for this leader.
+func (a *allocator) assignOptions() AssignOptions {
+	o := AssignOptions{Term: a.term, Owner: a.owner}
+	if l := a.cfg.Federation; l != nil {
+		o.BorrowedHost = l.Host
+	}
+	return o
+}
+
 // assign sends every alive node its desired state and waits for the acks
 // (as messages) to end the round.
 func (a *allocator) assign(ctx actor.Context, st *consensus.State, info RoundInfo, begin time.Time) {
-	assign, uncovered := Assignments(st, AssignOptions{Term: a.term, Owner: a.owner})
+	assign, uncovered := Assignments(st, a.assignOptions())
 	for _, id := range uncovered {
 		a.cfg.Logger.Error("control: a placed job's bid does not cover its shape; not run this round", "job", id)
 	}

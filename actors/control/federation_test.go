@@ -149,6 +149,35 @@ func TestBorrowedGPUsAreNodes(t *testing.T) {
 	}
 }
 
+// A job whose first node is borrowed has its rendezvous on the agent of
+// the lender's node, at the host its lender gave (BorrowedHost), on
+// every node it runs on; a job whose first node is the lab's own keeps
+// that node's host.
+func TestRendezvousOnABorrowedFirstNode(t *testing.T) {
+	st := borrowerState(t, "lab-a")
+	st.Allocation.Jobs = map[string][]consensus.Slot{"a": {{Node: "lab-a/n0", GPUs: 2}, {Node: "n1", GPUs: 2}}}
+	hosts := map[string]string{"lab-a/n0": "10.1.0.7"}
+	assign, _ := Assignments(st, AssignOptions{Term: 2, BorrowedHost: func(id string) string { return hosts[id] }})
+	for _, id := range []string{"lab-a/n0", "n1"} {
+		if as := assign[id]; as == nil || len(as.Runs) != 1 || as.Runs[0].MasterAddr != "10.1.0.7" {
+			t.Fatalf("the run on %s: %v, want its rendezvous on the lender's agent 10.1.0.7", id, as)
+		}
+	}
+	// Not known (no bid from the lender yet): the loopback, as before.
+	delete(hosts, "lab-a/n0")
+	assign, _ = Assignments(st, AssignOptions{Term: 2, BorrowedHost: func(id string) string { return hosts[id] }})
+	if rj := assign["n1"].Runs[0]; rj.MasterAddr != "127.0.0.1" {
+		t.Errorf("rendezvous %q with the lender's host unknown, want 127.0.0.1", rj.MasterAddr)
+	}
+	// The lab's own node first: its own agent's host.
+	hosts["lab-a/n0"] = "10.1.0.7"
+	st.Allocation.Jobs["a"] = []consensus.Slot{{Node: "n1", GPUs: 2}, {Node: "lab-a/n0", GPUs: 2}}
+	assign, _ = Assignments(st, AssignOptions{Term: 2, BorrowedHost: func(id string) string { return hosts[id] }})
+	if rj := assign["lab-a/n0"].Runs[0]; rj.MasterAddr != "10.0.0.1" {
+		t.Errorf("rendezvous %q of a job first on n1, want n1's 10.0.0.1", rj.MasterAddr)
+	}
+}
+
 // A borrowed node's domains are valid topology domains, whatever the
 // case of the lender's name, so the policy accepts the snapshot.
 func TestBorrowedNodesPassThePolicy(t *testing.T) {

@@ -396,7 +396,7 @@ func (a *allocator) release(ctx actor.Context) {
 	if st.Allocation.Generation != l.gen {
 		return // a round is under way: it assigns anew
 	}
-	assign, _ := Assignments(st, AssignOptions{Term: a.term, Owner: a.owner})
+	assign, _ := Assignments(st, a.assignOptions())
 	a.gate(st, assign)
 	a.merge(st, assign)
 	for _, id := range slices.Sorted(maps.Keys(assign)) {
@@ -417,7 +417,7 @@ func (a *allocator) resend(ctx actor.Context, id string, pid *actor.PID) {
 	if st.Allocation.Generation != a.lease.gen {
 		return
 	}
-	assign, _ := Assignments(st, AssignOptions{Term: a.term, Owner: a.owner})
+	assign, _ := Assignments(st, a.assignOptions())
 	if as := assign[id]; as != nil {
 		a.gate(st, assign)
 		a.merge(st, assign)

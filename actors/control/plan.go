@@ -5,7 +5,6 @@ import (
 	"hash/fnv"
 	"maps"
 	"math"
-	"net"
 	"slices"
 	"strings"
 
@@ -260,6 +259,11 @@ type AssignOptions struct {
 	Term uint64
 	// Owner returns the actor that receives a job's reports and exits.
 	Owner func(job string) *pb.Ref
+	// BorrowedHost returns the host of the agent of a node the lab
+	// borrows (federation.BorrowedID), as its lender knows it ("" not
+	// known): a job whose first node is borrowed has its rendezvous
+	// there.
+	BorrowedHost func(id string) string
 }
 
 // Assignments is every alive node's desired state under the committed
@@ -315,7 +319,7 @@ func Assignments(st *consensus.State, o AssignOptions) (map[string]*pb.Assign, [
 		master := ""
 		for _, sl := range slots {
 			if out[sl.Node] != nil {
-				master = masterHost(st.Nodes[sl.Node])
+				master = o.masterHost(st, sl.Node)
 				break
 			}
 		}
@@ -346,16 +350,19 @@ func Assignments(st *consensus.State, o AssignOptions) (map[string]*pb.Assign, [
 	return out, uncovered
 }
 
-// masterHost is the host of the node's first address (its actor address):
-// the job's first alive node hosts rank 0's rendezvous.
-func masterHost(n *consensus.Node) string {
-	if n == nil || len(n.Addresses) == 0 {
+// masterHost is where rank 0's rendezvous is when node id is the job's
+// first alive node: the host of the node's first address (its actor
+// address); for a node the lab borrows, the host its lender gave for
+// its agent (o.BorrowedHost); 127.0.0.1 when neither is known.
+func (o AssignOptions) masterHost(st *consensus.State, id string) string {
+	h := st.Nodes[id].Host()
+	if _, _, borrowed := federation.SplitBorrowed(id); h == "" && borrowed && st.Nodes[id] == nil && o.BorrowedHost != nil {
+		h = o.BorrowedHost(id)
+	}
+	if h == "" {
 		return "127.0.0.1"
 	}
-	if h, _, err := net.SplitHostPort(n.Addresses[0]); err == nil {
-		return h
-	}
-	return "127.0.0.1"
+	return h
 }
 
 // masterPort spreads jobs' rendezvous ports over 29500-39499.

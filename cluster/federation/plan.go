@@ -33,11 +33,20 @@ type Settings struct {
 	// period, and lending again at the first lull would make both sides
 	// restart back and forth.
 	Cooldown float64 `json:"lend_cooldown_s"`
+	// MinHold is how long, in seconds from its grant, a borrower keeps a
+	// lease its jobs no longer use before it releases it: a borrower's
+	// bid goes up and down with its jobs round to round, and releasing
+	// at the first dip only to be granted again at the next rise makes
+	// both sides restart workers back and forth. Reclaims for the
+	// owner's need are never held back (the owner's jobs start within a
+	// round), nor are rebalances (they need a peer's clearly larger bid).
+	// 0: release at once.
+	MinHold float64 `json:"min_hold_s"`
 }
 
 // DefaultSettings are the terms the built-in example uses.
 func DefaultSettings() Settings {
-	return Settings{TTL: 300, OwnerWeight: 2, Margin: 0.1, Cooldown: 300, PowerMean: -1}
+	return Settings{TTL: 300, OwnerWeight: 2, Margin: 0.1, Cooldown: 300, PowerMean: -1, MinHold: 120}
 }
 
 // Validate reports whether the terms are usable.
@@ -53,6 +62,8 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("%w: power mean exponent %v, want [-10, 1]", ErrBadConfig, s.PowerMean)
 	case !(s.Cooldown >= 0 && s.Cooldown <= MaxTTL):
 		return fmt.Errorf("%w: lending cooldown %v s, want [0, %d]", ErrBadConfig, s.Cooldown, MaxTTL)
+	case !(s.MinHold >= 0 && s.MinHold <= MaxTTL):
+		return fmt.Errorf("%w: minimum hold %v s, want [0, %d]", ErrBadConfig, s.MinHold, MaxTTL)
 	}
 	return nil
 }
@@ -91,13 +102,16 @@ type Round struct {
 }
 
 // Plan decides one round: reclaims (an owner's jobs need its GPUs back),
-// releases (a borrower's jobs no longer use them), rebalances (another
+// releases (a borrower's jobs no longer use them, after the minimum
+// hold), rebalances (another
 // peer gains clearly more from a lease than its borrower: the lease moves
 // to it), renewals (both sides still want the lease), then grants (a lab's idle or low-value GPUs to
 // the peer that gains most, while it beats the lender's loss). Labs are
 // taken in name order and leases in ID order, so the same round gives the
-// same commands. Grants lend whole nodes that no lease holds; a lab never
-// lends while it borrows, nor borrows while it lends.
+// same commands. Grants lend whole nodes that no lease holds; a lab may
+// lend while it borrows (its own jobs gain less from a node than a
+// peer's), but never to a lab it borrows from: a lease runs one way
+// between two labs.
 func Plan(r Round) ([]Command, error) {
 	if err := r.Settings.Validate(); err != nil {
 		return nil, err
@@ -142,12 +156,13 @@ func Plan(r Round) ([]Command, error) {
 			emit(Command{Op: OpReclaim, From: l.Lender, Lease: l.ID, At: at})
 		}
 	}
-	// Releases: a borrower gives back leases its jobs would not use.
+	// Releases: a borrower gives back leases its jobs would not use,
+	// once it has held them for the minimum hold.
 	for _, name := range st.names {
 		b := st.labs[name]
 		for i := len(st.leases) - 1; i >= 0; i-- {
 			l := st.leases[i]
-			if st.gone[i] || l.Borrower != name || b.top(l.GPUs()) > 0 {
+			if st.gone[i] || l.Borrower != name || b.top(l.GPUs()) > 0 || at-l.Granted < r.Settings.MinHold {
 				continue
 			}
 			st.drop(i)
@@ -168,7 +183,7 @@ func Plan(r Round) ([]Command, error) {
 		var to *labState
 		for _, cn := range st.names {
 			c := st.labs[cn]
-			if cn == l.Lender || cn == l.Borrower || c.lent > 0 || !lender.lab.peer(cn) || !c.lab.peer(l.Lender) || c.borrowed+g > c.lab.Quota.BorrowingLimit {
+			if cn == l.Lender || cn == l.Borrower || c.lentTo[l.Lender] > 0 || !lender.lab.peer(cn) || !c.lab.peer(l.Lender) || c.borrowed+g > c.lab.Quota.BorrowingLimit {
 				continue
 			}
 			if bid := c.next(g) * (1 - 2*r.Settings.Margin); bid > best {
@@ -180,10 +195,7 @@ func Plan(r Round) ([]Command, error) {
 		}
 		st.drop(i)
 		emit(Command{Op: OpReclaim, From: l.Lender, Lease: l.ID, At: at, Reason: ReasonRebalance})
-		lender.lent += g
-		lender.held -= g
-		to.borrowed += g
-		to.held += g
+		st.lend(lender, to, g)
 		emit(Command{
 			Op: OpGrant, From: l.Lender, At: at, TTL: r.Settings.TTL,
 			Lease:  leaseID(l.Lender, l.Nodes[0].Node, at),
@@ -204,12 +216,9 @@ func Plan(r Round) ([]Command, error) {
 		}
 		for _, bn := range st.names {
 			b := st.labs[bn]
-			if b.lent > 0 {
-				continue
-			}
 			for _, ln := range st.names {
 				l := st.labs[ln]
-				if ln == bn || l.borrowed > 0 || !l.lab.peer(bn) || !b.lab.peer(ln) {
+				if ln == bn || b.lentTo[ln] > 0 || !l.lab.peer(bn) || !b.lab.peer(ln) {
 					continue
 				}
 				if l.reclaimedAt > 0 && at-l.reclaimedAt < r.Settings.Cooldown {
@@ -220,6 +229,12 @@ func Plan(r Round) ([]Command, error) {
 					continue
 				}
 				g := node.GPUs
+				if l.borrowed > 0 && !(l.top(g) > 0) {
+					// Its idle GPUs are GPUs it borrows and keeps for the
+					// minimum hold: it does not pass them on by lending
+					// its own node.
+					continue
+				}
 				if l.lent+g > l.lab.Quota.LendingLimit || b.borrowed+g > b.lab.Quota.BorrowingLimit {
 					continue
 				}
@@ -233,11 +248,8 @@ func Plan(r Round) ([]Command, error) {
 			break
 		}
 		g := best.node.GPUs
-		best.l.lent += g
-		best.l.held -= g
+		st.lend(best.l, best.b, g)
 		best.l.lentOn[best.node.ID] = g
-		best.b.borrowed += g
-		best.b.held += g
 		emit(Command{
 			Op: OpGrant, From: best.l.lab.Name, At: at, TTL: r.Settings.TTL,
 			Lease:  leaseID(best.l.lab.Name, best.node.ID, at),
@@ -262,6 +274,9 @@ type labState struct {
 	wanted               map[string]bool
 	reclaimedAt          float64
 	held, lent, borrowed int
+	// lentTo is the GPUs the lab lends to each peer (a lab does not
+	// borrow from a peer it lends to).
+	lentTo map[string]int
 	// lentOn is the GPUs of each node that are lent or were freed in this
 	// round (not lent again before the next).
 	lentOn map[string]int
@@ -342,7 +357,7 @@ func newPlanState(r Round) (*planState, error) {
 				return nil, fmt.Errorf("%w: lab %s bids %v for a GPU", ErrBadConfig, b.Lab.Name, v)
 			}
 		}
-		st.labs[b.Lab.Name] = &labState{lab: b.Lab, curve: b.Curve, used: b.Used, wanted: b.Reclaimable, reclaimedAt: b.LastReclaim, held: b.Lab.GPUs(), lentOn: map[string]int{}}
+		st.labs[b.Lab.Name] = &labState{lab: b.Lab, curve: b.Curve, used: b.Used, wanted: b.Reclaimable, reclaimedAt: b.LastReclaim, held: b.Lab.GPUs(), lentTo: map[string]int{}, lentOn: map[string]int{}}
 		st.names = append(st.names, b.Lab.Name)
 	}
 	sort.Strings(st.names)
@@ -354,11 +369,7 @@ func newPlanState(r Round) (*planState, error) {
 		if lender == nil || borrower == nil {
 			return nil, fmt.Errorf("%w: lease %s between %s and %s, and not both bid", ErrUnknownPeer, l.ID, l.Lender, l.Borrower)
 		}
-		g := l.GPUs()
-		lender.lent += g
-		lender.held -= g
-		borrower.borrowed += g
-		borrower.held += g
+		st.lend(lender, borrower, l.GPUs())
 		for _, n := range l.Nodes {
 			lender.lentOn[n.Node] += n.GPUs
 		}
@@ -371,10 +382,14 @@ func newPlanState(r Round) (*planState, error) {
 func (st *planState) drop(i int) {
 	st.gone[i] = true
 	l := st.leases[i]
-	g := l.GPUs()
-	lender, borrower := st.labs[l.Lender], st.labs[l.Borrower]
-	lender.lent -= g
-	lender.held += g
-	borrower.borrowed -= g
-	borrower.held -= g
+	st.lend(st.labs[l.Lender], st.labs[l.Borrower], -l.GPUs())
+}
+
+// lend moves g GPUs (g < 0: back) from lender to borrower in the plan.
+func (st *planState) lend(lender, borrower *labState, g int) {
+	lender.lent += g
+	lender.held -= g
+	lender.lentTo[borrower.lab.Name] += g
+	borrower.borrowed += g
+	borrower.held += g
 }

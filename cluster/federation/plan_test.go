@@ -108,23 +108,59 @@ func TestPlan(t *testing.T) {
 			want:   []string{"renew L1", "renew L2"},
 		},
 		{
-			name:   "release when the borrower's jobs would not use them",
+			name:   "release when the borrower's jobs would not use them, after the minimum hold",
 			bids:   []Bid{{Lab: &a, Curve: nil}, {Lab: &b, Curve: ones(10)}},
 			leases: []Lease{lease("L1", "n3", 0), lease("L2", "n2", 0)},
+			at:     120,
 			want:   []string{"release L2", "renew L1"},
+		},
+		{
+			name:   "no release within the minimum hold",
+			bids:   []Bid{{Lab: &a, Curve: nil}, {Lab: &b, Curve: ones(10)}},
+			leases: []Lease{lease("L1", "n3", 0), lease("L2", "n2", 0)},
+			at:     119,
+			want:   []string{"renew L1", "renew L2"},
+		},
+		{
+			// lab-b keeps lab-a's n2 unused for the hold; lab-c would
+			// gain from lab-b's GPUs, but lab-b does not lend its own node
+			// while borrowed GPUs are what it leaves idle.
+			name:   "a borrower holding an unused lease does not lend",
+			bids:   []Bid{{Lab: &a, Curve: nil}, {Lab: &bc, Curve: ones(12)}, {Lab: &c, Curve: ones(8)}},
+			leases: []Lease{lease("L1", "n3", 0), lease("L2", "n2", 0)},
+			want:   []string{"renew L1", "renew L2"},
 		},
 		{
 			name:    "a decider keeps its own commands",
 			bids:    []Bid{{Lab: &a, Curve: nil}, {Lab: &b, Curve: ones(10)}},
 			leases:  []Lease{lease("L1", "n3", 0), lease("L2", "n2", 0)},
 			decider: "lab-a",
+			at:      120,
 			want:    []string{"renew L1"},
 		},
 		{
-			name:   "a borrower does not lend",
+			name:   "a borrower whose jobs use its GPUs does not lend them",
 			bids:   []Bid{{Lab: &a, Curve: nil}, {Lab: &bc, Curve: ones(16)}, {Lab: &c, Curve: ones(8)}},
 			leases: []Lease{lease("L1", "n3", 0)},
 			want:   []string{"renew L1", "grant lab-a/n0@60 lab-a>lab-b"},
+		},
+		{
+			// lab-b's last 4 GPUs are worth 0.01 each to it, 1 each to
+			// lab-c, which trusts only lab-b: lab-b lends while it
+			// borrows, and borrows another node of idle lab-a for them.
+			name:   "a borrower lends what a third lab gains more from",
+			bids:   []Bid{{Lab: &a, Curve: nil}, {Lab: &bc, Curve: append(ones(8), 0.01, 0.01, 0.01, 0.01)}, {Lab: &c, Curve: ones(8)}},
+			leases: []Lease{lease("L1", "n3", 0)},
+			want:   []string{"renew L1", "grant lab-b/m0@60 lab-b>lab-c", "grant lab-a/n0@60 lab-a>lab-b"},
+		},
+		{
+			// lab-a would gain from lab-b's GPUs, but lab-b borrows from
+			// it (and lab-a's allocator would not use n3 now, so no
+			// reclaim): no lease back the other way.
+			name:   "a lender does not borrow from its borrower",
+			bids:   []Bid{{Lab: &a, Curve: ones(16), Reclaimable: map[string]bool{}}, {Lab: &b, Curve: append(ones(8), 0.01, 0.01, 0.01, 0.01)}},
+			leases: []Lease{lease("L1", "n3", 0)},
+			want:   []string{"renew L1"},
 		},
 	}
 	for _, tt := range tests {
@@ -197,6 +233,50 @@ func TestPlanRefusesBadInput(t *testing.T) {
 	for _, tt := range tests {
 		if _, err := Plan(tt.r); !errors.Is(err, tt.want) {
 			t.Errorf("%s: %v, want %v", tt.name, err, tt.want)
+		}
+	}
+}
+
+// Round after round, a borrower whose jobs want lab-a's 4 GPUs one round
+// and not the next: with no minimum hold the lease is granted and
+// released every other round (both sides restart workers each time);
+// with a hold of 120 s (rounds 10 s apart) it is granted twice in 200 s.
+func TestMinHoldDampsChurn(t *testing.T) {
+	a, b, _ := testLabs()
+	for _, tc := range []struct {
+		hold             float64
+		grants, releases int
+	}{{0, 10, 10}, {120, 2, 1}} {
+		s := DefaultSettings()
+		s.MinHold = tc.hold
+		la, lb := mustLedger(t, a), mustLedger(t, b)
+		grants, releases := 0, 0
+		for round := range 20 {
+			at := float64(60 + 10*round)
+			curve := ones(8)
+			if round%2 == 0 {
+				curve = ones(12)
+			}
+			cmds, err := Plan(Round{At: at, Settings: s, Bids: []Bid{{Lab: &a}, {Lab: &b, Curve: curve}}, Leases: la.Leases()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range cmds {
+				for _, lg := range []*Ledger{la, lb} {
+					if _, err := lg.Apply(c); err != nil {
+						t.Fatalf("hold %v, round %d: %+v refused: %v", tc.hold, round, c, err)
+					}
+				}
+				switch c.Op {
+				case OpGrant:
+					grants++
+				case OpRelease:
+					releases++
+				}
+			}
+		}
+		if grants != tc.grants || releases != tc.releases {
+			t.Errorf("hold %v s: %d grants and %d releases in 20 rounds, want %d and %d", tc.hold, grants, releases, tc.grants, tc.releases)
 		}
 	}
 }

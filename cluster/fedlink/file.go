@@ -19,10 +19,10 @@ import (
 const maxFile = 1 << 20
 
 // File is a federation file as written: the lab's quota, the terms of
-// lending (optional: federation.DefaultSettings) and its peers.
+// lending (optional, each term: federation.DefaultSettings) and its peers.
 //
 //	{"quota": {"nominal_quota": 16, "lending_limit": 8, "borrowing_limit": 16},
-//	 "terms": {"lease_ttl_s": 300, "owner_weight": 2, "margin": 0.1, "lend_cooldown_s": 300, "power_mean": -1},
+//	 "terms": {"lease_ttl_s": 300, "owner_weight": 2, "margin": 0.1, "lend_cooldown_s": 300, "min_hold_s": 120, "power_mean": -1},
 //	 "peers": [{"name": "lab-b", "addresses": ["10.1.0.1:7400", "10.1.0.2:7400"], "ca_file": "lab-b-ca.pem"}]}
 type File struct {
 	Quota federation.Quota     `json:"quota"`
@@ -116,7 +116,9 @@ func Load(path, self string) (*Federation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadFile, err)
 	}
-	var f File
+	// Terms given in part keep the defaults of the others.
+	terms := federation.DefaultSettings()
+	f := File{Terms: &terms}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
@@ -125,9 +127,9 @@ func Load(path, self string) (*Federation, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: %s: trailing data after the object", ErrBadFile, path)
 	}
-	fed := &Federation{Quota: f.Quota, Settings: federation.DefaultSettings()}
-	if f.Terms != nil {
-		fed.Settings = *f.Terms
+	fed := &Federation{Quota: f.Quota, Settings: terms}
+	if f.Terms == nil { // "terms": null
+		fed.Settings = federation.DefaultSettings()
 	}
 	if err := fed.Settings.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %s: terms: %w", ErrBadFile, path, err)

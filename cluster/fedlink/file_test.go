@@ -40,6 +40,13 @@ func TestLoad(t *testing.T) {
 	if _, ok := fed.Pools("lab-b"); !ok {
 		t.Error("no pool for lab-b")
 	}
+	// Terms given in part keep the defaults of the others.
+	want := federation.DefaultSettings()
+	want.TTL, want.MinHold = 30, 0
+	part, err := Load(write(strings.Replace(good, `"peers"`, `"terms": {"lease_ttl_s": 30, "min_hold_s": 0}, "peers"`, 1)), "lab-a")
+	if err != nil || part.Settings != want {
+		t.Errorf("terms in part: %v, %+v, want %+v", err, part, want)
+	}
 	rooted, err := Load(write(strings.Replace(good, `"ca_file"`, `"checkpoint_root": "/shared/lab-b/", "ca_file"`, 1)), "lab-a")
 	if err != nil || rooted.Peers[0].CheckpointRoot != "/shared/lab-b" {
 		t.Errorf("a peer's checkpoint root: %v, %v", err, rooted)
@@ -54,6 +61,7 @@ func TestLoad(t *testing.T) {
 		"not a CA":           strings.Replace(good, "pollux-ca.pem", "pollux-ca-key.pem", 1),
 		"bad address":        strings.Replace(good, "127.0.0.1:7400", "nowhere", 1),
 		"bad terms":          strings.Replace(good, `"peers"`, `"terms": {"lease_ttl_s": -1}, "peers"`, 1),
+		"bad hold":           strings.Replace(good, `"peers"`, `"terms": {"min_hold_s": -1}, "peers"`, 1),
 		"peer listed twice":  strings.Replace(good, `}]}`, `}, {"name": "lab-b", "addresses": ["127.0.0.1:1"], "ca_file": "pollux-ca.pem"}]}`, 1),
 		"trailing":           good + " {}",
 		"bad peer name":      strings.Replace(good, `"lab-b"`, `"lab b"`, 1),
@@ -79,6 +87,9 @@ func FuzzDecodeBid(f *testing.F) {
 		Leases: []federation.Lease{{ID: "l1", Lender: "lab-a", Borrower: "lab-b", Nodes: []federation.NodeGPUs{{Node: "n0", GPUs: 2}}, Granted: 1, Expires: 61, TTL: 60}}}
 	b, _ := json.Marshal(m)
 	f.Add(b)
+	m.Hosts = map[string]string{"n0": "gpu-0.lab-a.example"}
+	b, _ = json.Marshal(m)
+	f.Add(b)
 	f.Add([]byte(`{"from":"x"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := DecodeBid(b)
@@ -96,4 +107,22 @@ func FuzzDecodeBid(f *testing.F) {
 			t.Fatalf("a decoded bid does not decode again: %v", err)
 		}
 	})
+}
+
+// A bid's hosts are of the lab's nodes, each an IP address or a DNS
+// name; anything else refuses the bid.
+func TestDecodeBidHosts(t *testing.T) {
+	m := BidMessage{From: "lab-a", At: 10, Lab: federation.Lab{Name: "lab-a", CA: "fp", Nodes: []federation.Node{{ID: "n0", GPUs: 4}},
+		Quota: federation.Quota{Nominal: 4, LendingLimit: 4}, Peers: []federation.Peer{{Name: "lab-b", CAs: []string{"fq"}}}}}
+	for hosts, ok := range map[string]bool{
+		`{"n0": "10.0.0.1"}`: true, `{"n0": "fd00::1"}`: true, `{"n0": "gpu-0.lab-a.example"}`: true,
+		`{"n9": "10.0.0.1"}`: false, `{"n0": ""}`: false, `{"n0": "gpu 0"}`: false, `{"n0": "-gpu"}`: false,
+		`{"n0": "a..b"}`: false, `{"n0": "10.0.0.1:7000"}`: false, `{"n0": "` + strings.Repeat("a", 64) + `"}`: false,
+	} {
+		b, _ := json.Marshal(m)
+		b = append(b[:len(b)-1], []byte(`,"hosts":`+hosts+`}`)...)
+		if _, err := DecodeBid(b); (err == nil) != ok || err != nil && !errors.Is(err, ErrBadMessage) {
+			t.Errorf("hosts %s: %v", hosts, err)
+		}
+	}
 }

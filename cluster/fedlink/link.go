@@ -209,6 +209,24 @@ func (l *Link) Peers() []PeerStatus {
 	return out
 }
 
+// Host is the host of the agent of a node the lab borrows
+// (federation.BorrowedID), as its lender's last bid gave it ("" not
+// known): a job whose first node it is has its rendezvous there
+// (control.AssignOptions.BorrowedHost). The last bid is used however
+// old, so that a lender lost does not change the workers' rendezvous.
+func (l *Link) Host(id string) string {
+	lender, node, ok := federation.SplitBorrowed(id)
+	if !ok {
+		return ""
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r, ok := l.bids[lender]; ok {
+		return r.msg.Hosts[node]
+	}
+	return ""
+}
+
 // Run runs a round every interval while the server leads, until ctx
 // ends.
 // Between rounds it checks the peers four times an interval, so that a
@@ -270,10 +288,16 @@ func (l *Link) Round(ctx context.Context) (done, failed []federation.Command) {
 	if local == nil || localTerm != term {
 		return nil, nil
 	}
-	msg := &BidMessage{From: l.cfg.Name, At: at, Lab: lab, LastReclaim: lg.LastReclaim(), Leases: lg.Leases(), Curve: local.Curve, Used: map[string]int{}}
+	msg := &BidMessage{From: l.cfg.Name, At: at, Lab: lab, LastReclaim: lg.LastReclaim(), Leases: lg.Leases(), Curve: local.Curve, Used: map[string]int{},
+		Hosts: map[string]string{}}
 	for id, g := range local.Used {
 		if n, ok := lab.Node(id); ok {
 			msg.Used[id] = min(g, n.GPUs)
+		}
+	}
+	for _, n := range lab.Nodes {
+		if h := st.Nodes[n.ID].Host(); validHost(h) {
+			msg.Hosts[n.ID] = h
 		}
 	}
 	body, err := json.Marshal(msg)

@@ -98,9 +98,11 @@ func newTestLab(t *testing.T, name string) *testLab {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, n := range []string{"n0", "n1"} {
+	// The agents' addresses (never dialled): n0's host 10.9.0.10, n1's
+	// 10.9.0.11.
+	for i, n := range []string{"n0", "n1"} {
 		for {
-			err := l.srv.RegisterNode(ctx, consensus.Node{ID: n, GPUs: 4, Addresses: []string{"127.0.0.1:1"}})
+			err := l.srv.RegisterNode(ctx, consensus.Node{ID: n, GPUs: 4, Addresses: []string{fmt.Sprintf("10.9.0.%d:7000", 10+i)}})
 			if err == nil {
 				break
 			}
@@ -401,6 +403,17 @@ func TestRoundLendsRenewsAndNoticesLoss(t *testing.T) {
 	id := done[0].Lease
 	if _, ok := b.ledger().Lease(id); !ok || a.ledger().Lent() != 4 {
 		t.Fatalf("the grant is not in both ledgers")
+	}
+	// lab-b knows where the agents of lab-a's nodes are, from lab-a's
+	// bid: a job of lab-b first on lab-a's node has its rendezvous there.
+	a.link.Round(ctx) // lab-a's bid reaches lab-b
+	for node, host := range map[string]string{"n0": "10.9.0.10", "n1": "10.9.0.11"} {
+		if got := b.link.Host(federation.BorrowedID("lab-a", node)); got != host {
+			t.Errorf("lab-b's host of lab-a's %s: %q, want %q", node, got, host)
+		}
+	}
+	if got := b.link.Host(federation.BorrowedID("lab-c", "n0")); got != "" {
+		t.Errorf("host of a lab that never bid: %q", got)
 	}
 	clk.Add(time.Second)
 	b.link.Round(ctx)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"slices"
 	"strings"
 
@@ -28,7 +29,9 @@ const maxBidBytes = 8 << 20
 // who it is (its nodes, quota and peers), its bid (the value of each GPU
 // to its jobs, federation.Curve), how many GPUs of each of its nodes its
 // own jobs use, when it last reclaimed a lease, and the leases it is
-// party to (so that every lab plans on the same leases).
+// party to (so that every lab plans on the same leases); and the host of
+// each of its nodes' agents, as the lab knows it: a borrower whose job's
+// first node is one of them puts the job's rendezvous there.
 type BidMessage struct {
 	From        string             `json:"from"`
 	At          float64            `json:"at"`
@@ -37,11 +40,34 @@ type BidMessage struct {
 	Used        map[string]int     `json:"used,omitempty"`
 	LastReclaim float64            `json:"last_reclaim"`
 	Leases      []federation.Lease `json:"leases,omitempty"`
+	Hosts       map[string]string  `json:"hosts,omitempty"`
+}
+
+// validHost reports whether h is an IP address or a DNS name.
+func validHost(h string) bool {
+	if net.ParseIP(h) != nil {
+		return true
+	}
+	if len(h) == 0 || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if len(label) == 0 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Validate checks a bid's shape: the lab is From's and valid, the curve
-// finite and not negative, the use within the lab's nodes, the leases
-// well formed and each with the lab as a party.
+// finite and not negative, the use and hosts of the lab's nodes (a host
+// an IP address or a DNS name), the leases well formed and each with the
+// lab as a party.
 func (m *BidMessage) Validate() error {
 	if m.Lab.Name != m.From {
 		return fmt.Errorf("%w: bid from %q describes lab %q", ErrBadMessage, m.From, m.Lab.Name)
@@ -64,6 +90,11 @@ func (m *BidMessage) Validate() error {
 		n, ok := m.Lab.Node(id)
 		if !ok || g < 0 || g > n.GPUs {
 			return fmt.Errorf("%w: %d GPUs used of node %q", ErrBadMessage, g, id)
+		}
+	}
+	for id, h := range m.Hosts {
+		if _, ok := m.Lab.Node(id); !ok || !validHost(h) {
+			return fmt.Errorf("%w: host %q of node %q", ErrBadMessage, h, id)
 		}
 	}
 	if !slices.IsSortedFunc(m.Leases, func(a, b federation.Lease) int { return strings.Compare(a.ID, b.ID) }) {

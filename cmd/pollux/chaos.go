@@ -58,12 +58,14 @@ func newChaosCmd() *cobra.Command {
 			"was refused and changed nothing, then that a normal job still completes; with --json it prints " +
 			`{"attacks":N,"refused":N,"succeeded":N,"cases":{...}}, and exits 1 if an attack got through. ` +
 			"--scenario lab-loss (also run last by all) starts three federated labs (one server and two agents of 2 emulated GPUs each, " +
-			"each its own CA), makes one lab (lab-a, lab-b or lab-c by --seed mod 3) borrow, then kills every process of it " +
-			"(servers, agents, the workers on its agents) while its peers hold leases with it, measures from the peers' " +
-			"/v1/status how long their leases with it lived on (lease_expiry_max_s, bounded by --lease-ttl), restarts it on its " +
-			"data directories, and judges from the labs' APIs and the workers' records: every job of the other labs completed " +
-			"(lost_jobs), the lost lab's running jobs resumed from their checkpoints and completed, no worker on a GPU its lab " +
-			"did not lease then and no restore behind a written checkpoint (violations).",
+			"each its own CA), makes one lab (lab-a, lab-b or lab-c by --seed mod 3) borrow a node of one peer and lend one to " +
+			"the other, then kills every process of it (servers, agents, the workers on its agents, the borrowing peer's among " +
+			"them) while both peers hold leases with it, checks from the peers' /v1/status that their leases with it expired " +
+			"within --lease-ttl of the loss and left their ledgers within a federation interval of expiring (lease_expires_max_s, " +
+			"lease_held_max_s, lease_expiry_bound_s), restarts it on its data directories, and judges from the labs' APIs and " +
+			"the workers' records: every job of the other labs completed (lost_jobs), the borrowing peer's jobs that ran on it " +
+			"resumed from their checkpoints (peer_jobs_resumed), the lost lab's unfinished jobs resumed from theirs and " +
+			"completed, no worker on a GPU its lab did not lease then and no restore behind a written checkpoint (violations).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if scenario == "lab-loss" {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"pollux/cluster/federation"
+	"pollux/cluster/fedlink"
 	"pollux/testbed/builtin"
 	"pollux/testbed/chaos/driver"
 	"pollux/testbed/chaos/mono"
@@ -45,6 +47,9 @@ type labLossResult struct {
 	Scenario string `json:"scenario"`
 	Seed     uint64 `json:"seed"`
 	LostLab  string `json:"lost_lab"`
+	// LenderLab lends to the lost lab, BorrowerLab borrows from it.
+	LenderLab   string `json:"lender_lab"`
+	BorrowerLab string `json:"borrower_lab"`
 	// Jobs of the other labs: submitted (accepted), completed, failed;
 	// lost is every accepted job that did not complete.
 	JobsSubmitted int `json:"jobs_submitted"`
@@ -66,11 +71,30 @@ type labLossResult struct {
 	// BorrowedWorkersAtLoss are the lost lab's workers running on its
 	// peers' agents at the loss (their worker records).
 	BorrowedWorkersAtLoss int `json:"borrowed_workers_at_loss"`
+	// PeerWorkersAtLoss are the borrower's workers running on the lost
+	// lab's agents at the loss (killed with it). PeerJobsToResume are the
+	// borrower's jobs among them with a checkpoint written before the
+	// loss; PeerJobsResumed those whose first worker after the loss
+	// restored at least that checkpoint; PeerResumeMaxS the longest time
+	// from the loss to such a worker's start, and PeerResumedOn the labs
+	// whose agents ran them.
+	PeerWorkersAtLoss int      `json:"peer_workers_at_loss"`
+	PeerJobsToResume  int      `json:"peer_jobs_to_resume"`
+	PeerJobsResumed   int      `json:"peer_jobs_resumed"`
+	PeerResumeMaxS    float64  `json:"peer_resume_max_s"`
+	PeerResumedOn     []string `json:"peer_resumed_on"`
 	// LeaseTTLS is the leases' time to live; LeaseExpiryMaxS the longest
-	// time from the loss until a peer's ledger no longer held a lease
-	// with the lost lab.
-	LeaseTTLS       float64 `json:"lease_ttl_s"`
-	LeaseExpiryMaxS float64 `json:"lease_expiry_max_s"`
+	// time from the loss until a poll found a lease with the lost lab
+	// gone from a peer's ledger (polls every 250 ms); LeaseExpiresMaxS
+	// the latest expiry of those leases, from the loss (at most the
+	// TTL); LeaseHeldMaxS the latest start, from the loss, of a poll that
+	// still found one; LeaseExpiryBoundS its bound: the TTL, one
+	// federation interval and an expire's commit (expiryBound).
+	LeaseTTLS         float64 `json:"lease_ttl_s"`
+	LeaseExpiryMaxS   float64 `json:"lease_expiry_max_s"`
+	LeaseExpiresMaxS  float64 `json:"lease_expires_max_s"`
+	LeaseHeldMaxS     float64 `json:"lease_held_max_s"`
+	LeaseExpiryBoundS float64 `json:"lease_expiry_bound_s"`
 	// ProcessesKilled are the lab's servers, agents and workers killed.
 	ProcessesKilled int `json:"processes_killed"`
 	// Violations: a worker on a GPU its job's lab did not lease then, or
@@ -115,12 +139,22 @@ type leaseSeen struct {
 	first, last, exps int64
 }
 
+// ledgerSight is what the poller saw of one lease in one lab's own
+// ledger (mono ns): the start of the last poll whose answer held it (it
+// was there then or later), the end of the first poll after that whose
+// answer did not (0: none yet; it was gone by then), and its expiry as
+// last shown.
+type ledgerSight struct {
+	present, gone, expires int64
+}
+
 // leaseWatch polls every running lab's status and keeps what it saw of
 // the leases.
 type leaseWatch struct {
 	ls    *labSet
 	seen  map[string]*leaseSeen // by lease ID
 	held  map[string][]federation.Lease
+	in    map[string]map[string]*ledgerSight // by lab, lease ID
 	every time.Duration
 }
 
@@ -129,6 +163,7 @@ type leaseWatch struct {
 func (lw *leaseWatch) poll(ctx context.Context) {
 	for _, n := range lw.ls.names {
 		c := lw.ls.labs[n]
+		before := mono.Now()
 		st, err := c.Client().StatusAny(ctx)
 		now := mono.Now()
 		if err != nil || st.Federation == nil {
@@ -138,14 +173,26 @@ func (lw *leaseWatch) poll(ctx context.Context) {
 		// same machine's as the monotonic clock here.
 		off := now - time.Now().UnixNano()
 		lw.held[n] = st.Federation.Leases
+		if lw.in[n] == nil {
+			lw.in[n] = map[string]*ledgerSight{}
+		}
+		held := map[string]bool{}
 		for _, l := range st.Federation.Leases {
 			s := lw.seen[l.ID]
 			if s == nil {
 				s = &leaseSeen{lease: l, first: now}
 				lw.seen[l.ID] = s
 			}
+			exp := int64(l.Expires*1e9) + off
 			s.last = now
-			s.exps = max(s.exps, int64(l.Expires*1e9)+off)
+			s.exps = max(s.exps, exp)
+			held[l.ID] = true
+			lw.in[n][l.ID] = &ledgerSight{present: before, expires: exp}
+		}
+		for id, s := range lw.in[n] {
+			if !held[id] && s.gone == 0 {
+				s.gone = now
+			}
 		}
 	}
 }
@@ -161,11 +208,14 @@ func (lw *leaseWatch) withLab(n, peer string) []federation.Lease {
 	return out
 }
 
+// labShort is the prefix of a lab's job names: lab-a's jobs are a-...
+func labShort(lab string) string { return strings.TrimPrefix(lab, "lab-") }
+
 // jobLab is the lab a job belongs to, by its name's prefix (lab-a's jobs
 // are a-...).
 func jobLab(job string, names []string) string {
 	for _, n := range names {
-		if strings.HasPrefix(job, strings.TrimPrefix(n, "lab-")+"-") {
+		if strings.HasPrefix(job, labShort(n)+"-") {
 			return n
 		}
 	}
@@ -183,7 +233,10 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 	begin := time.Now()
 	names := []string{"lab-a", "lab-b", "lab-c"}
 	lost := names[o.Seed%uint64(len(names))]
-	res = &labLossResult{Scenario: "lab-loss", Seed: o.Seed, LostLab: lost, LeaseTTLS: o.TTL.Seconds(), Failures: []string{}}
+	// The lost lab lends to one peer and borrows from the other.
+	borrower, lender := names[(o.Seed+1)%uint64(len(names))], names[(o.Seed+2)%uint64(len(names))]
+	res = &labLossResult{Scenario: "lab-loss", Seed: o.Seed, LostLab: lost, LenderLab: lender, BorrowerLab: borrower, LeaseTTLS: o.TTL.Seconds(),
+		Failures: []string{}}
 	log := o.Logger
 	temp := o.Dir == ""
 	dir := o.Dir
@@ -207,7 +260,23 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 	tmpl := launch.Options{Exec: o.Exec, Env: o.Env, Dir: dir, Servers: 1, Agents: agents, GPUsPerAgent: gpusPerAgent,
 		Interval: time.Second, TimeScale: o.TimeScale, LogLevel: o.LogLevel, Observe: true, Scenario: "lab-loss", Seed: o.Seed}
 	log.Info("chaos: lab-loss: starting three labs", "lost", lost, "dir", dir)
-	ls, err := startLabsWith(ctx, tmpl, names, federation.Quota{Nominal: gpus, LendingLimit: gpus, BorrowingLimit: 2 * gpus}, interval, terms)
+	// A star around the lost lab: each peer trusts only it; the lender
+	// lends one node and borrows nothing, the borrower borrows one node
+	// and lends nothing, the lost lab lends and borrows one node each.
+	shape := func(lab string, f *fedlink.File) {
+		node := gpusPerAgent
+		switch lab {
+		case lost:
+			f.Quota = federation.Quota{Nominal: gpus, LendingLimit: node, BorrowingLimit: node}
+			return
+		case lender:
+			f.Quota = federation.Quota{Nominal: gpus, LendingLimit: node}
+		case borrower:
+			f.Quota = federation.Quota{Nominal: gpus, BorrowingLimit: node}
+		}
+		f.Peers = slices.DeleteFunc(f.Peers, func(p fedlink.PeerFile) bool { return p.Name != lost })
+	}
+	ls, err := startLabsWith(ctx, tmpl, names, federation.Quota{Nominal: gpus, LendingLimit: gpus, BorrowingLimit: 2 * gpus}, interval, terms, shape)
 	stopped := false
 	stop := func() {
 		if stopped {
@@ -229,7 +298,8 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 	if err != nil {
 		return res, fmt.Errorf("chaos: %w", err)
 	}
-	lw := &leaseWatch{ls: ls, seen: map[string]*leaseSeen{}, held: map[string][]federation.Lease{}, every: 250 * time.Millisecond}
+	lw := &leaseWatch{ls: ls, seen: map[string]*leaseSeen{}, held: map[string][]federation.Lease{}, in: map[string]map[string]*ledgerSight{},
+		every: 250 * time.Millisecond}
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	polled := make(chan struct{})
 	// Every use of lw below is through this goroutine's channel.
@@ -275,13 +345,13 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 		accepted[lab] = append(accepted[lab], job)
 		return nil
 	}
-	short := strings.TrimPrefix(lost, "lab-")
-	for k, app := range []string{"cifar10", "cifar10", "ncf", "cifar10", "deepspeech2", "cifar10"} {
-		if err := submit(lost, fmt.Sprintf("%s-%s-%d", short, app, k+1), app); err != nil {
+	// The lost lab's four jobs, more than its GPUs hold once it lends a
+	// node: it borrows the lender's node for them.
+	for k, app := range []string{"cifar10", "ncf", "cifar10", "deepspeech2"} {
+		if err := submit(lost, fmt.Sprintf("%s-%s-%d", labShort(lost), app, k+1), app); err != nil {
 			return res, fmt.Errorf("chaos: %w", err)
 		}
 	}
-	// The lost lab borrows.
 	waitFor := func(what string, within time.Duration, cond func(*leaseWatch) bool) error {
 		deadline := time.Now().Add(within)
 		for {
@@ -300,62 +370,65 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 			}
 		}
 	}
-	partyToLease := func(l *leaseWatch) bool {
-		for _, n := range names {
-			if n != lost && len(l.withLab(n, lost)) > 0 {
-				return true
-			}
-		}
-		return false
-	}
-	// The lost lab borrows: a worker of one of its jobs runs on a peer's
-	// agent (the peer's worker records), and one of its jobs has written a
-	// checkpoint, so that there is something to resume.
-	borrowedRuns := func(l *leaseWatch) bool {
-		if !partyToLease(l) {
-			return false
-		}
-		running := false
-		for _, n := range names {
-			if n == lost {
-				continue
-			}
-			for _, w := range ls.labs[n].Workers() {
-				running = running || jobLab(w.Job, names) == lost
-			}
-		}
-		if !running {
-			return false
-		}
-		for _, n := range names {
-			ws, _ := record.ReadRoot(filepath.Join(ls.labs[n].Options().Dir, "records"))
-			for _, w := range ws {
-				if _, ok := w.Find(record.Checkpoint); ok && jobLab(w.Start().Job, names) == lost {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	if err := waitFor(lost+" running workers on borrowed GPUs with a checkpoint written", 90*time.Second, borrowedRuns); err != nil {
+	if err := waitFor(lost+" borrowing from "+lender, 60*time.Second, func(l *leaseWatch) bool {
+		return slices.ContainsFunc(l.withLab(lender, lost), func(le federation.Lease) bool { return le.Borrower == lost })
+	}); err != nil {
 		res.fail("%v", err)
 		return res, nil
 	}
-	// The other labs' jobs, accepted while the lost lab holds its leases.
-	for _, n := range names {
-		if n == lost {
-			continue
-		}
-		s := strings.TrimPrefix(n, "lab-")
-		for k, app := range []string{"cifar10", "ncf"} {
-			if err := submit(n, fmt.Sprintf("%s-%s-%d", s, app, k+1), app); err != nil {
-				return res, fmt.Errorf("chaos: %w", err)
-			}
+	// The borrower's six jobs, more than its 4 GPUs: it borrows a node of
+	// the lost lab, whose last GPUs are worth less to its own jobs.
+	for k, app := range []string{"cifar10", "ncf", "cifar10", "cifar10", "ncf", "cifar10"} {
+		if err := submit(borrower, fmt.Sprintf("%s-%s-%d", labShort(borrower), app, k+1), app); err != nil {
+			return res, fmt.Errorf("chaos: %w", err)
 		}
 	}
-	// The loss: at a moment the peers' ledgers hold leases with the lab
-	// and its workers run on them.
-	if err := waitFor(lost+" running workers on borrowed GPUs after the other labs' submissions", 30*time.Second, borrowedRuns); err != nil {
+	// The moment of the loss: the lost lab lends and borrows, with
+	// workers on both sides (the agents' worker records): its own on the
+	// lender's agent, the borrower's on its agent, one of its jobs and
+	// one of the borrower's workers on its agent with a checkpoint
+	// written, so that both have something to resume.
+	lendsAndBorrows := func(l *leaseWatch) bool {
+		leased := func(from, to string) bool {
+			return slices.ContainsFunc(l.withLab(from, to), func(le federation.Lease) bool { return le.Lender == from && le.Borrower == to }) ||
+				slices.ContainsFunc(l.withLab(to, from), func(le federation.Lease) bool { return le.Lender == from && le.Borrower == to })
+		}
+		if !leased(lender, lost) || !leased(lost, borrower) {
+			return false
+		}
+		on := func(agentLab, owner string) []launch.Worker {
+			return slices.DeleteFunc(ls.labs[agentLab].Workers(), func(w launch.Worker) bool { return jobLab(w.Job, names) != owner })
+		}
+		mine, theirs := on(lender, lost), on(lost, borrower)
+		if len(mine) == 0 || len(theirs) == 0 {
+			return false
+		}
+		lostCkpt, theirCkpt := false, false
+		for _, n := range names {
+			ws, _ := record.ReadRoot(filepath.Join(ls.labs[n].Options().Dir, "records"))
+			for _, w := range ws {
+				_, ck := w.Find(record.Checkpoint)
+				st := w.Start()
+				lostCkpt = lostCkpt || ck && jobLab(st.Job, names) == lost
+				theirCkpt = theirCkpt || ck && n == lost && slices.ContainsFunc(theirs, func(r launch.Worker) bool {
+					return r.Job == st.Job && r.Inc == st.Inc && r.Rank == st.Rank && r.PID == st.PID
+				})
+			}
+		}
+		return lostCkpt && theirCkpt
+	}
+	if err := waitFor(lost+" lending to "+borrower+" and borrowing from "+lender+" with workers and checkpoints on both sides", 90*time.Second, lendsAndBorrows); err != nil {
+		res.fail("%v", err)
+		return res, nil
+	}
+	// The lender's jobs, accepted while it lends to the lost lab (on its
+	// node that it keeps).
+	for k, app := range []string{"cifar10", "ncf"} {
+		if err := submit(lender, fmt.Sprintf("%s-%s-%d", labShort(lender), app, k+1), app); err != nil {
+			return res, fmt.Errorf("chaos: %w", err)
+		}
+	}
+	if err := waitFor(lost+" still lending and borrowing after the lender's submissions", 30*time.Second, lendsAndBorrows); err != nil {
 		res.fail("%v", err)
 		return res, nil
 	}
@@ -377,7 +450,13 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 			}
 		}
 	}
+	for _, w := range workers {
+		if jobLab(w.Job, names) != lost {
+			res.PeerWorkersAtLoss++
+		}
+	}
 	var killAt int64
+	atLoss := map[string][]string{} // the leases each peer's ledger holds with the lost lab, by peer
 	ask(func(l *leaseWatch) {
 		l.poll(ctx)
 		counted := map[string]bool{}
@@ -386,6 +465,7 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 				continue
 			}
 			for _, le := range l.withLab(n, lost) {
+				atLoss[n] = append(atLoss[n], le.ID)
 				if counted[le.ID] {
 					continue
 				}
@@ -401,29 +481,44 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 		killAt = mono.Now()
 	})
 	log.Info("chaos: lab-loss: killing every process of the lab", "lab", lost, "members", len(members), "workers", len(workers))
-	killLab(res, c, lost, members, workers)
-	// Lost lab's leases out of the peers' ledgers.
-	expiryBound := o.TTL + 2*interval + 2*time.Second
+	killSent := killLab(res, c, lost, members, workers)
+	// Lost lab's leases out of the peers' ledgers, each judged against
+	// its time to live from the loss (expiryBound).
 	for _, n := range names {
 		if n == lost {
 			continue
 		}
-		n := n
-		werr := waitFor("the end of "+n+"'s leases with "+lost, expiryBound+10*time.Second, func(l *leaseWatch) bool {
+		werr := waitFor("the end of "+n+"'s leases with "+lost, expiryBound(o.TTL, interval)+10*time.Second, func(l *leaseWatch) bool {
 			return len(l.withLab(n, lost)) == 0
 		})
 		if werr != nil {
 			res.fail("%v", werr)
-			continue
 		}
-		gone := time.Duration(mono.Now() - killAt)
-		res.LeaseExpiryMaxS = max(res.LeaseExpiryMaxS, gone.Seconds())
 	}
-	if res.LeaseExpiryMaxS > expiryBound.Seconds() {
-		res.fail("a peer held a lease with %s %.1f s after its loss, beyond its time to live %v (bound %v with two federation intervals and the polling)",
-			lost, res.LeaseExpiryMaxS, o.TTL, expiryBound)
+	var tracks []leaseTrack
+	ask(func(l *leaseWatch) {
+		for _, n := range names {
+			for _, id := range atLoss[n] {
+				if s := l.in[n][id]; s != nil {
+					tracks = append(tracks, leaseTrack{lab: n, lease: id, sight: *s})
+				}
+			}
+		}
+	})
+	judgeLeaseExpiry(res, tracks, o.TTL, interval, killAt, killSent)
+	log.Info("chaos: lab-loss: leases gone from the peers' ledgers", "after_s", res.LeaseExpiryMaxS, "expires_max_s", res.LeaseExpiresMaxS,
+		"bound_s", res.LeaseExpiryBoundS)
+	// The peers carry on without the lost lab: the borrower's jobs that
+	// ran on it run again from their checkpoints, on its own nodes (or
+	// another lender's), before the lost lab returns.
+	roots := map[string]string{}
+	for _, n := range names {
+		roots[n] = filepath.Join(ls.labs[n].Options().Dir, "records")
 	}
-	log.Info("chaos: lab-loss: leases gone from the peers' ledgers", "after_s", res.LeaseExpiryMaxS)
+	if err := awaitPeersResumed(ctx, res, roots, names, lost, killAt, o.Converge); err != nil {
+		return res, err
+	}
+	log.Info("chaos: lab-loss: the peers' jobs that ran on the lost lab run again", "lab", lost)
 	// The restart, on the same data directories.
 	restartAt := mono.Now()
 	for _, m := range members {
@@ -467,11 +562,11 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 	stopPoll()
 	<-polled
 	stop()
-	roots := map[string]string{}
-	for _, n := range names {
-		roots[n] = filepath.Join(ls.labs[n].Options().Dir, "records")
-	}
 	judgeLabLossRecords(res, roots, lw.seen, ls.labs[lost].Options().Grace, names, lost, states, killAt, restartAt)
+	if res.BorrowedWorkersAtLoss == 0 || res.PeerWorkersAtLoss == 0 || res.PeerJobsToResume == 0 || res.LostLabToResume == 0 {
+		res.fail("the loss did not find %s lending and borrowing: its workers on %s's agents %d, %s's workers on its agents %d (jobs with a checkpoint %d), its own unfinished jobs with a checkpoint %d",
+			lost, lender, res.BorrowedWorkersAtLoss, borrower, res.PeerWorkersAtLoss, res.PeerJobsToResume, res.LostLabToResume)
+	}
 	for _, n := range names {
 		for _, m := range append(slices.Clone(ls.labs[n].Servers), ls.labs[n].Agents...) {
 			if m.Running() {
@@ -482,10 +577,65 @@ func runLabLoss(ctx context.Context, o labLossOpts) (res *labLossResult, err err
 	return res, nil
 }
 
+// expireCommit bounds the Raft commit of a lab's expire command (one
+// server, bolt on disk): the two-cluster commits of `pollux bench
+// federation` take 6-9 ms at the median and at most 40 ms at the p99 on a
+// loaded machine (docs/benchmarks.md), and an expire is one commit.
+const expireCommit = 100 * time.Millisecond
+
+// expiryBound is how long after a lab's loss its peers' ledgers may
+// still hold a lease with it: the lease was last renewed before the loss
+// (its expiry at most ttl after it), and a lab's leader expires leases
+// in its federation round, every interval, so at the first round at or
+// after the expiry; then the expire's commit (expireCommit).
+func expiryBound(ttl, interval time.Duration) time.Duration { return ttl + interval + expireCommit }
+
+// leaseTrack is what the poller saw of a lease a surviving lab's ledger
+// held with the lost lab at the loss.
+type leaseTrack struct {
+	lab, lease string
+	sight      ledgerSight
+}
+
+// judgeLeaseExpiry checks, for every lease a survivor held with the lost
+// lab at the loss (killAt: just before the signals; killSent: once they
+// were all sent): that its expiry, as the survivor's ledger last showed
+// it, is at most the time to live after the kill (no renewal after the
+// loss; 1 ms for the conversion of the ledger's Unix seconds), that no
+// poll started later than one federation interval and the expire's
+// commit after that expiry still found it, and that it was seen gone.
+// LeaseExpiryMaxS is the longest time from the loss to a poll that found
+// a lease gone (the polling's 250 ms included), LeaseExpiresMaxS the
+// latest expiry, LeaseHeldMaxS the latest poll that found one, and
+// LeaseExpiryBoundS that poll's bound from the loss.
+func judgeLeaseExpiry(res *labLossResult, tracks []leaseTrack, ttl, interval time.Duration, killAt, killSent int64) {
+	res.LeaseExpiryBoundS = expiryBound(ttl, interval).Seconds()
+	after := interval + expireCommit
+	for _, t := range tracks {
+		s := t.sight
+		res.LeaseExpiresMaxS = max(res.LeaseExpiresMaxS, float64(s.expires-killAt)/1e9)
+		res.LeaseHeldMaxS = max(res.LeaseHeldMaxS, float64(s.present-killAt)/1e9)
+		if s.expires > killSent+int64(ttl+time.Millisecond) {
+			res.fail("lease %s in %s's ledger expires %.3f s after the loss, beyond its time to live %v: renewed after the loss", t.lease, t.lab,
+				float64(s.expires-killAt)/1e9, ttl)
+		}
+		if s.present > s.expires+int64(after) {
+			res.fail("lease %s was still in %s's ledger %.3f s after its expiry, beyond one federation interval and the expire's commit (%v)",
+				t.lease, t.lab, float64(s.present-s.expires)/1e9, after)
+		}
+		if s.gone == 0 {
+			res.fail("lease %s was not seen gone from %s's ledger", t.lease, t.lab)
+			continue
+		}
+		res.LeaseExpiryMaxS = max(res.LeaseExpiryMaxS, float64(s.gone-killAt)/1e9)
+	}
+}
+
 // killLab is kill -9 of every member of the lab and of the workers on
 // its agents, all at once; then the process table: none of them may
-// outlive the kill by 10 s.
-func killLab(res *labLossResult, c *launch.Cluster, lost string, members []*launch.Member, workers []launch.Worker) {
+// outlive the kill by 10 s. It returns when (mono ns) the last signal
+// was sent.
+func killLab(res *labLossResult, c *launch.Cluster, lost string, members []*launch.Member, workers []launch.Worker) int64 {
 	var killErrs []error
 	for _, m := range members {
 		killErrs = append(killErrs, c.Signal(m, syscall.SIGKILL, "lab-loss", 1))
@@ -493,6 +643,7 @@ func killLab(res *labLossResult, c *launch.Cluster, lost string, members []*laun
 	for _, w := range workers {
 		killErrs = append(killErrs, c.KillWorker(w, "lab-loss", 1))
 	}
+	sent := mono.Now()
 	if err := errors.Join(killErrs...); err != nil {
 		res.fail("killing %s: %v", lost, err)
 	}
@@ -515,6 +666,7 @@ func killLab(res *labLossResult, c *launch.Cluster, lost string, members []*laun
 			res.fail("%s of %s still runs after SIGKILL", m.ID, lost)
 		}
 	}
+	return sent
 }
 
 // awaitJobs polls every lab's jobs until each job a lab accepted has
@@ -556,6 +708,108 @@ func awaitJobs(ctx context.Context, ls *labSet, accepted map[string][]string, co
 	return final, reasons, nil
 }
 
+// labWorker is a worker's records and the lab whose agent ran it.
+type labWorker struct {
+	lab string
+	w   record.Worker
+}
+
+// workersByJob reads every lab's worker records (roots, by lab), by job.
+func workersByJob(roots map[string]string, names []string) (map[string][]labWorker, error) {
+	out := map[string][]labWorker{}
+	for _, n := range names {
+		ws, err := record.ReadRoot(roots[n])
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range ws {
+			out[w.Start().Job] = append(out[w.Start().Job], labWorker{n, w})
+		}
+	}
+	return out, nil
+}
+
+// checkpointedAtLoss is the progress of the latest checkpoint of a job
+// (rs, its workers' records) written before the loss, and whether there
+// is one to resume from: not when the job had finished training before
+// the loss (a done record, or a checkpoint of the end of training): it
+// needs no worker again, only its completion.
+func checkpointedAtLoss(rs []record.Record, killAt int64) (float64, bool) {
+	before, checkpointed := 0.0, false
+	for _, r := range rs {
+		if r.T >= killAt {
+			continue
+		}
+		if r.Kind == record.Done || r.Kind == record.Checkpoint && r.Finished {
+			return 0, false
+		}
+		if r.Kind == record.Checkpoint {
+			before, checkpointed = max(before, r.Progress), true
+		}
+	}
+	return before, checkpointed
+}
+
+// onLostAtLoss reports whether a job (ws, its workers) had a worker on
+// the lost lab's agents at the loss (started before it, no exit written)
+// and a checkpoint to resume from (checkpointedAtLoss), with that
+// checkpoint's progress.
+func onLostAtLoss(ws []labWorker, lost string, killAt int64) (float64, bool) {
+	onLost := false
+	var rs []record.Record
+	for _, lw := range ws {
+		_, exited := lw.w.Find(record.Exit)
+		onLost = onLost || lw.lab == lost && lw.w.Start().T < killAt && !exited
+		rs = append(rs, lw.w.Records...)
+	}
+	before, checkpointed := checkpointedAtLoss(rs, killAt)
+	return before, onLost && checkpointed
+}
+
+// firstAfter is the first of ws to start after t (nil: none).
+func firstAfter(ws []labWorker, t int64) *labWorker {
+	var next *labWorker
+	for i, lw := range ws {
+		if st := lw.w.Start().T; st > t && (next == nil || st < next.w.Start().T) {
+			next = &ws[i]
+		}
+	}
+	return next
+}
+
+// awaitPeersResumed waits, the lost lab still down, until every job of
+// another lab that ran on the lost lab's agents at the loss with a
+// checkpoint written has a worker started since (every lab's worker
+// records), or until the bound; it fails the run then.
+func awaitPeersResumed(ctx context.Context, res *labLossResult, roots map[string]string, names []string, lost string, killAt int64,
+	within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		var waiting []string
+		if byJob, err := workersByJob(roots, names); err == nil {
+			for _, job := range slices.Sorted(maps.Keys(byJob)) {
+				if _, ok := onLostAtLoss(byJob[job], lost, killAt); ok && jobLab(job, names) != lost && firstAfter(byJob[job], killAt) == nil {
+					waiting = append(waiting, job)
+				}
+			}
+		} else {
+			waiting = append(waiting, err.Error())
+		}
+		if len(waiting) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			res.fail("jobs of %s's peers that ran on it were not run again within %v of the loss, before its return: %v", lost, within, waiting)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
 // borrowedRun is a worker of one lab's job on another lab's agent, as
 // its record shows it (mono ns).
 type borrowedRun struct {
@@ -578,6 +832,7 @@ func judgeLabLossRecords(res *labLossResult, roots map[string]string, seen map[s
 	grace := int64(workerGrace)
 	byJob := map[string][]record.Record{}
 	var borrowed []borrowedRun
+	workersOf := map[string][]labWorker{} // by job
 	for _, n := range names {
 		ws, err := record.ReadRoot(roots[n])
 		if err != nil {
@@ -587,6 +842,7 @@ func judgeLabLossRecords(res *labLossResult, roots map[string]string, seen map[s
 		for _, w := range ws {
 			job := w.Start().Job
 			byJob[job] = append(byJob[job], w.Records...)
+			workersOf[job] = append(workersOf[job], labWorker{n, w})
 			owner := jobLab(job, names)
 			if owner == "" {
 				res.fail("worker record of an unknown job %s on %s/%s", job, n, w.Node)
@@ -652,16 +908,39 @@ func judgeLabLossRecords(res *labLossResult, roots map[string]string, seen map[s
 				}
 			}
 		}
-		if jobLab(job, names) != lost || states[job] != "running" {
+		if jobLab(job, names) != lost {
+			// A peer's job running on the lost lab's agents at the loss,
+			// with a checkpoint written before it: its owner runs it
+			// again (on its own nodes or another lender's) from that
+			// checkpoint, before the lost lab returns.
+			before, ok := onLostAtLoss(workersOf[job], lost, killAt)
+			if !ok {
+				continue
+			}
+			res.PeerJobsToResume++
+			next := firstAfter(workersOf[job], killAt)
+			if next == nil || next.w.Start().T > restartAt {
+				res.fail("%s's job %s ran on %s's agent at the loss, and no worker of it started after before %s returned", jobLab(job, names), job, lost, lost)
+				continue
+			}
+			rst, ok := next.w.Find(record.Restore)
+			if !ok || rst.Fresh || rst.Progress < before-1e-9 {
+				res.fail("%s's job %s checkpointed progress %.4f before the loss of %s, where it ran; its first worker after (on %s's %s) did not restore it",
+					jobLab(job, names), job, before, lost, next.lab, next.w.Node)
+				continue
+			}
+			res.PeerJobsResumed++
+			res.PeerResumeMaxS = max(res.PeerResumeMaxS, float64(next.w.Start().T-killAt)/1e9)
+			if !slices.Contains(res.PeerResumedOn, next.lab) {
+				res.PeerResumedOn = append(res.PeerResumedOn, next.lab)
+				slices.Sort(res.PeerResumedOn)
+			}
 			continue
 		}
-		before := 0.0
-		checkpointed := false
-		for _, r := range rs {
-			if r.Kind == record.Checkpoint && r.T < killAt {
-				before, checkpointed = max(before, r.Progress), true
-			}
+		if st := states[job]; st == "" || st == "completed" || st == "failed" || st == "cancelled" {
+			continue
 		}
+		before, checkpointed := checkpointedAtLoss(rs, killAt)
 		if !checkpointed {
 			continue
 		}
@@ -692,10 +971,11 @@ func printLabLoss(res *labLossResult, jsonOut bool, w io.Writer) error {
 		}
 	} else {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "scenario\tlost lab\tleases at loss\tlent/borrowed at loss\tlease expiry max (s)\tTTL (s)\tother labs' jobs\tcompleted\tlost\tlost lab's jobs\tcompleted\tresumed (of)\tviolations\ttook (s)\t")
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%.1f\t%.0f\t%d\t%d\t%d\t%d\t%d\t%d (%d)\t%d\t%.0f\t\n", res.Scenario, res.LostLab, res.LeasesAtLoss,
-			res.LostLabLentAtLoss, res.LostLabBorrowedAtLoss, res.LeaseExpiryMaxS, res.LeaseTTLS, res.JobsSubmitted, res.JobsCompleted,
-			res.LostJobs, res.LostLabJobs, res.LostLabCompleted, res.LostLabResumed, res.LostLabToResume, res.Violations, res.ElapsedS)
+		fmt.Fprintln(tw, "scenario\tlost lab\tleases at loss\tlent/borrowed at loss\tlease held max / bound (s)\tTTL (s)\tother labs' jobs\tcompleted\tlost\tpeer jobs resumed (of)\tlost lab's jobs\tcompleted\tresumed (of)\tviolations\ttook (s)\t")
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%.2f / %.2f\t%.0f\t%d\t%d\t%d\t%d (%d)\t%d\t%d\t%d (%d)\t%d\t%.0f\t\n", res.Scenario, res.LostLab, res.LeasesAtLoss,
+			res.LostLabLentAtLoss, res.LostLabBorrowedAtLoss, res.LeaseHeldMaxS, res.LeaseExpiryBoundS, res.LeaseTTLS, res.JobsSubmitted, res.JobsCompleted,
+			res.LostJobs, res.PeerJobsResumed, res.PeerJobsToResume, res.LostLabJobs, res.LostLabCompleted, res.LostLabResumed, res.LostLabToResume,
+			res.Violations, res.ElapsedS)
 		if err := tw.Flush(); err != nil {
 			return err
 		}

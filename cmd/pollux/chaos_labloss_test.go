@@ -61,12 +61,15 @@ func recRestore(t int64, from uint64, progress float64) record.Record {
 // The judge of a lab-loss run, on worker records and leases made up
 // here (a worker off its lease breaks both the per-worker and the
 // per-node check): lab-b is lost at 50 s and restarted at 70 s; lab-a lends node a0
-// to lab-b, seen from 9 s to 60 s, expiring at 60 s.
+// to lab-b, seen from 9 s to 60 s, expiring at 60 s; lab-b lends its
+// node b0 to lab-c, seen from 9 s to 50 s, expiring at 59 s.
 func TestJudgeLabLossRecords(t *testing.T) {
 	names := []string{"lab-a", "lab-b", "lab-c"}
 	lease := func(node string) map[string]*leaseSeen {
 		return map[string]*leaseSeen{"l1": {lease: federation.Lease{ID: "l1", Lender: "lab-a", Borrower: "lab-b",
-			Nodes: []federation.NodeGPUs{{Node: node, GPUs: 2}}}, first: 9 * sec, last: 60 * sec, exps: 60 * sec}}
+			Nodes: []federation.NodeGPUs{{Node: node, GPUs: 2}}}, first: 9 * sec, last: 60 * sec, exps: 60 * sec},
+			"l2": {lease: federation.Lease{ID: "l2", Lender: "lab-b", Borrower: "lab-c",
+				Nodes: []federation.NodeGPUs{{Node: "b0", GPUs: 2}}}, first: 9 * sec, last: 50 * sec, exps: 59 * sec}}
 	}
 	// own: lab-b's job b-x on its own node, checkpointed before the loss
 	// and resumed after the restart.
@@ -80,6 +83,8 @@ func TestJudgeLabLossRecords(t *testing.T) {
 		records           func(t *testing.T, roots map[string]string)
 		violations, fails int
 		resumed, toResume int
+		// of lab-c's jobs that ran on lab-b's b0 at the loss
+		peerResumed, peerToResume int
 	}{
 		{name: "borrowed worker within the lease", node: "a0", records: func(t *testing.T, roots map[string]string) {
 			own(t, roots)
@@ -115,10 +120,33 @@ func TestJudgeLabLossRecords(t *testing.T) {
 			writeWorker(t, roots["lab-b"], "a0", recStart("b-x", 1, 10, 1*sec, 0), recRestore(2*sec, 0, 0), recCheckpoint(30*sec, 10))
 			writeWorker(t, roots["lab-b"], "a0", recStart("b-x", 2, 11, 72*sec, 0), recRestore(73*sec, 1, 8), recExit(81*sec))
 		}, violations: 1, fails: 2, resumed: 0, toResume: 1},
+		{name: "lost lab's job that finished training before the loss", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			writeWorker(t, roots["lab-a"], "a0", recStart("b-x", 1, 10, 10*sec, 0), recRestore(11*sec, 0, 0), recCheckpoint(30*sec, 10),
+				record.Record{T: 40 * sec, Kind: record.Done, Epoch: 2, Progress: 20},
+				record.Record{T: 41 * sec, T0: 40 * sec, Kind: record.Checkpoint, Epoch: 2, Progress: 20, Finished: true}, recExit(42*sec))
+		}},
 		{name: "lost lab's job started afresh after the restart", node: "a0", records: func(t *testing.T, roots map[string]string) {
 			writeWorker(t, roots["lab-b"], "a0", recStart("b-x", 1, 10, 1*sec, 0), recRestore(2*sec, 0, 0), recCheckpoint(30*sec, 10))
 			writeWorker(t, roots["lab-b"], "a0", recStart("b-x", 2, 11, 72*sec, 0), recRestore(73*sec, 0, 0), recExit(81*sec))
 		}, violations: 1, fails: 2, resumed: 0, toResume: 1},
+		{name: "a peer's job on the lost lab resumed on its own node", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			writeWorker(t, roots["lab-b"], "b0", recStart("c-y", 1, 40, 10*sec, 0), recRestore(11*sec, 0, 0), recCheckpoint(40*sec, 5))
+			writeWorker(t, roots["lab-c"], "c0", recStart("c-y", 2, 41, 62*sec, 0), recRestore(63*sec, 1, 5), recExit(80*sec))
+		}, peerResumed: 1, peerToResume: 1},
+		{name: "a peer's job on the lost lab started afresh", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			writeWorker(t, roots["lab-b"], "b0", recStart("c-y", 1, 40, 10*sec, 0), recRestore(11*sec, 0, 0), recCheckpoint(40*sec, 5))
+			writeWorker(t, roots["lab-c"], "c0", recStart("c-y", 2, 41, 62*sec, 0), recRestore(63*sec, 0, 0), recExit(80*sec))
+		}, violations: 1, fails: 2, peerToResume: 1},
+		{name: "a peer's job on the lost lab run again only after its return", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			writeWorker(t, roots["lab-b"], "b0", recStart("c-y", 1, 40, 10*sec, 0), recRestore(11*sec, 0, 0), recCheckpoint(40*sec, 5))
+			writeWorker(t, roots["lab-c"], "c0", recStart("c-y", 2, 41, 72*sec, 0), recRestore(73*sec, 1, 5), recExit(80*sec))
+		}, fails: 1, peerToResume: 1},
+		{name: "a peer's job on the lost lab never run again", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			writeWorker(t, roots["lab-b"], "b0", recStart("c-y", 1, 40, 10*sec, 0), recRestore(11*sec, 0, 0), recCheckpoint(40*sec, 5))
+		}, fails: 1, peerToResume: 1},
+		{name: "a peer's job that left the lost lab before the loss", node: "a0", records: func(t *testing.T, roots map[string]string) {
+			writeWorker(t, roots["lab-b"], "b0", recStart("c-y", 1, 40, 10*sec, 0), recRestore(11*sec, 0, 0), recCheckpoint(40*sec, 5), recExit(45*sec))
+		}},
 		{name: "other labs' own workers", node: "a0", records: func(t *testing.T, roots map[string]string) {
 			writeWorker(t, roots["lab-a"], "a1", recStart("a-x", 1, 30, 1*sec, 0, 1), recExit(90*sec))
 			writeWorker(t, roots["lab-c"], "a0", recStart("c-x", 1, 31, 1*sec, 0, 1), recExit(90*sec))
@@ -137,16 +165,19 @@ func TestJudgeLabLossRecords(t *testing.T) {
 			tc.records(t, roots)
 			res := &labLossResult{}
 			judgeLabLossRecords(res, roots, lease(tc.node), 5*time.Second, names, "lab-b", map[string]string{"b-x": "running"}, 50*sec, 70*sec)
-			if res.Violations != tc.violations || len(res.Failures) != tc.fails || res.LostLabResumed != tc.resumed || res.LostLabToResume != tc.toResume {
-				t.Errorf("violations %d, failures %d (%q), resumed %d of %d; want %d, %d, %d of %d", res.Violations, len(res.Failures),
-					res.Failures, res.LostLabResumed, res.LostLabToResume, tc.violations, tc.fails, tc.resumed, tc.toResume)
+			if res.Violations != tc.violations || len(res.Failures) != tc.fails || res.LostLabResumed != tc.resumed || res.LostLabToResume != tc.toResume ||
+				res.PeerJobsResumed != tc.peerResumed || res.PeerJobsToResume != tc.peerToResume {
+				t.Errorf("violations %d, failures %d (%q), resumed %d of %d, peer jobs resumed %d of %d; want %d, %d, %d of %d, %d of %d", res.Violations,
+					len(res.Failures), res.Failures, res.LostLabResumed, res.LostLabToResume, res.PeerJobsResumed, res.PeerJobsToResume,
+					tc.violations, tc.fails, tc.resumed, tc.toResume, tc.peerResumed, tc.peerToResume)
 			}
 		})
 	}
 }
 
 // The whole scenario on this machine, with a short lease: three labs,
-// the loss of lab-b while it borrows, its restart; it must pass.
+// the loss of lab-b while it borrows from lab-a and lends to lab-c, its
+// restart; it must pass.
 func TestChaosLabLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three labs of processes")
@@ -163,12 +194,15 @@ func TestChaosLabLoss(t *testing.T) {
 	if !res.Pass() {
 		t.Fatalf("lab-loss failed: %q", res.Failures)
 	}
-	if res.LostLab != "lab-b" || res.BorrowedWorkersAtLoss == 0 || res.LeasesAtLoss == 0 || res.LostLabToResume == 0 ||
+	if res.LostLab != "lab-b" || res.BorrowedWorkersAtLoss == 0 || res.LeasesAtLoss < 2 || res.LostLabToResume == 0 ||
+		res.LostLabLentAtLoss == 0 || res.LostLabBorrowedAtLoss == 0 || res.PeerWorkersAtLoss == 0 || res.PeerJobsResumed == 0 ||
+		res.PeerJobsResumed != res.PeerJobsToResume ||
 		res.JobsSubmitted == 0 || res.JobsCompleted != res.JobsSubmitted || res.LostLabCompleted != res.LostLabJobs {
-		t.Errorf("the run did not exercise the loss of a borrowing lab with jobs to resume: %s", b)
+		t.Errorf("the run did not exercise the loss of a lab that lends and borrows, with jobs to resume on both sides: %s", b)
 	}
-	if res.LeaseExpiryMaxS <= 0 || res.LeaseExpiryMaxS > 5+3 {
-		t.Errorf("leases with the lost lab lived %.1f s after the loss, time to live 5 s", res.LeaseExpiryMaxS)
+	if res.LeaseExpiryMaxS <= 0 || res.LeaseExpiresMaxS <= 0 || res.LeaseExpiresMaxS > 5 || res.LeaseExpiryBoundS != 5.6 {
+		t.Errorf("leases with the lost lab expired %.3f s and were found gone %.3f s after the loss (bound %.3f s), time to live 5 s",
+			res.LeaseExpiresMaxS, res.LeaseExpiryMaxS, res.LeaseExpiryBoundS)
 	}
 	// Its line in the summary of --scenario all.
 	sum := driver.NewSummary(1)
@@ -190,5 +224,39 @@ func TestChaosLabLoss(t *testing.T) {
 		got.Scenarios[0].LostLab != "lab-b" || got.Scenarios[0].LeaseExpiryMaxS != res.LeaseExpiryMaxS ||
 		got.Scenarios[0].JobsSubmitted != res.JobsSubmitted+res.LostLabJobs || got.LostJobs != 0 {
 		t.Errorf("summary JSON (%v): %s", err, out.String())
+	}
+}
+
+// The expiry of the lost lab's leases in a survivor's ledger, judged
+// from what the poller saw: a 10 s lease with a 500 ms federation
+// interval may be found up to 600 ms after its expiry (one round and the
+// expire's commit), and its expiry may be at most 10 s after the kill.
+func TestJudgeLeaseExpiry(t *testing.T) {
+	const s = int64(time.Second)
+	killAt, killSent := 100*s, 100*s+s/1000
+	for _, tc := range []struct {
+		name  string
+		sight ledgerSight
+		fails int
+	}{
+		{"gone within a round of its expiry", ledgerSight{expires: 109*s + 8*s/10, present: 110*s + 2*s/10, gone: 110*s + 5*s/10}, 0},
+		{"expiring exactly a TTL after the kill", ledgerSight{expires: killSent + 10*s, present: killSent + 10*s, gone: 111 * s}, 0},
+		{"renewed after the loss", ledgerSight{expires: 110*s + 5*s/10, present: 110 * s, gone: 111 * s}, 1},
+		{"found 0.7 s after its expiry", ledgerSight{expires: 109*s + 8*s/10, present: 110*s + 5*s/10, gone: 110*s + 8*s/10}, 1},
+		{"never seen gone", ledgerSight{expires: 109 * s, present: 109 * s}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := &labLossResult{}
+			judgeLeaseExpiry(res, []leaseTrack{{lab: "lab-a", lease: "l1", sight: tc.sight}}, 10*time.Second, 500*time.Millisecond, killAt, killSent)
+			if len(res.Failures) != tc.fails {
+				t.Errorf("failures %q, want %d", res.Failures, tc.fails)
+			}
+			if res.LeaseExpiryBoundS != 10.6 {
+				t.Errorf("bound %v s, want 10.6", res.LeaseExpiryBoundS)
+			}
+			if tc.sight.gone > 0 && res.LeaseExpiryMaxS != float64(tc.sight.gone-killAt)/1e9 || res.LeaseHeldMaxS != float64(tc.sight.present-killAt)/1e9 {
+				t.Errorf("lease_expiry_max_s %v, lease_held_max_s %v", res.LeaseExpiryMaxS, res.LeaseHeldMaxS)
+			}
+		})
 	}
 }

@@ -34,13 +34,14 @@ type labSet struct {
 // "Checkpoints": on one machine every agent reaches every root). The
 // labs started are returned also on error, to be stopped.
 func startLabs(ctx context.Context, tmpl launch.Options, names []string, quota federation.Quota, interval time.Duration) (*labSet, error) {
-	return startLabsWith(ctx, tmpl, names, quota, interval, federation.DefaultSettings())
+	return startLabsWith(ctx, tmpl, names, quota, interval, federation.DefaultSettings(), nil)
 }
 
 // startLabsWith is startLabs with the federation's terms (lease time to
-// live, ...) given.
+// live, ...) given, and shape, when not nil, called on each lab's
+// federation file before it is written (a quota or peers of its own).
 func startLabsWith(ctx context.Context, tmpl launch.Options, names []string, quota federation.Quota, interval time.Duration,
-	terms federation.Settings) (*labSet, error) {
+	terms federation.Settings, shape func(lab string, f *fedlink.File)) (*labSet, error) {
 	ls := &labSet{names: names, labs: map[string]*launch.Cluster{}}
 	ports, err := launch.FreePorts(len(names))
 	if err != nil {
@@ -67,6 +68,9 @@ func startLabsWith(ctx context.Context, tmpl launch.Options, names []string, quo
 				f.Peers = append(f.Peers, fedlink.PeerFile{Name: p, Addresses: []string{addrs[p]}, CAFile: bundles[p].CA,
 					CheckpointRoot: filepath.Join(tmpl.Dir, p, "checkpoints")})
 			}
+		}
+		if shape != nil {
+			shape(n, &f)
 		}
 		raw, err := json.Marshal(f)
 		if err != nil {
