@@ -586,9 +586,19 @@ const expireCommit = 100 * time.Millisecond
 // expiryBound is how long after a lab's loss its peers' ledgers may
 // still hold a lease with it: the lease was last renewed before the loss
 // (its expiry at most ttl after it), and a lab's leader expires leases
-// in its federation round, every interval, so at the first round at or
-// after the expiry; then the expire's commit (expireCommit).
-func expiryBound(ttl, interval time.Duration) time.Duration { return ttl + interval + expireCommit }
+// at the start of its federation round, every interval; a round starts
+// at most two intervals after the expiry, since the round's ticker drops
+// the tick that falls while the previous round still runs (it sends the
+// lab's bid to every peer and commits its part of the plan, and a loaded
+// machine can stretch that past the interval); then the expire's commit
+// (expireCommit). The lease is out of force from its expiry whether or
+// not the ledger still lists it (orders and borrowed nodes are checked
+// against the expiry), so this bounds bookkeeping, not what may run.
+func expiryBound(ttl, interval time.Duration) time.Duration { return ttl + expiryGrace(interval) }
+
+// expiryGrace is how long after its expiry a lease may still be listed:
+// two federation intervals and the expire's commit (see expiryBound).
+func expiryGrace(interval time.Duration) time.Duration { return 2*interval + expireCommit }
 
 // leaseTrack is what the poller saw of a lease a surviving lab's ledger
 // held with the lost lab at the loss.
@@ -602,15 +612,15 @@ type leaseTrack struct {
 // were all sent): that its expiry, as the survivor's ledger last showed
 // it, is at most the time to live after the kill (no renewal after the
 // loss; 1 ms for the conversion of the ledger's Unix seconds), that no
-// poll started later than one federation interval and the expire's
-// commit after that expiry still found it, and that it was seen gone.
+// poll started later than expiryGrace after that expiry still found it,
+// and that it was seen gone.
 // LeaseExpiryMaxS is the longest time from the loss to a poll that found
 // a lease gone (the polling's 250 ms included), LeaseExpiresMaxS the
 // latest expiry, LeaseHeldMaxS the latest poll that found one, and
 // LeaseExpiryBoundS that poll's bound from the loss.
 func judgeLeaseExpiry(res *labLossResult, tracks []leaseTrack, ttl, interval time.Duration, killAt, killSent int64) {
 	res.LeaseExpiryBoundS = expiryBound(ttl, interval).Seconds()
-	after := interval + expireCommit
+	after := expiryGrace(interval)
 	for _, t := range tracks {
 		s := t.sight
 		res.LeaseExpiresMaxS = max(res.LeaseExpiresMaxS, float64(s.expires-killAt)/1e9)
@@ -620,7 +630,7 @@ func judgeLeaseExpiry(res *labLossResult, tracks []leaseTrack, ttl, interval tim
 				float64(s.expires-killAt)/1e9, ttl)
 		}
 		if s.present > s.expires+int64(after) {
-			res.fail("lease %s was still in %s's ledger %.3f s after its expiry, beyond one federation interval and the expire's commit (%v)",
+			res.fail("lease %s was still in %s's ledger %.3f s after its expiry, beyond two federation intervals and the expire's commit (%v)",
 				t.lease, t.lab, float64(s.present-s.expires)/1e9, after)
 		}
 		if s.gone == 0 {
