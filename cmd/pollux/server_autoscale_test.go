@@ -30,6 +30,10 @@ func TestServerAutoscaleBadInput(t *testing.T) {
 		{"scale-down delay without autoscaling", []string{"--scale-down-delay", "1m"}, "--scale-down-delay needs --autoscale"},
 		{"another policy", []string{"--autoscale", "local", "--policy", "sia"}, "--policy sia"},
 		{"negative boot delay", []string{"--autoscale", "local", "--boot-delay", "-1s"}, "--boot-delay"},
+		{"bad template GPU type", []string{"--autoscale", "local", "--node-gpu-type", "A100"}, `--node-gpu-type: optimizer: bad topology: GPU type name "A100"`},
+		{"template GPU type twice", []string{"--autoscale", "local", "--node-gpu-type", "a100", "--autoscale-agent-arg=--gpu-type=t4"},
+			"--autoscale-agent-arg --gpu-type=t4 and --node-gpu-type both give the agents' GPU type"},
+		{"template GPU type without autoscaling", []string{"--node-gpu-type", "a100"}, "--node-gpu-type needs --autoscale"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
