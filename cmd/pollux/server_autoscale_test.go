@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 // Bad autoscaling settings stop a server at start-up (exit 2), naming
@@ -65,5 +68,27 @@ func TestDemoAutoscaleBadInput(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr.String(), tt.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tt.args, code, stderr.String(), tt.want)
 		}
+	}
+}
+
+// The template flags reach the allocator's settings: --node-gpus and
+// --node-gpu-type make the node template the autoscaler adds.
+func TestServerAutoscaleTemplateType(t *testing.T) {
+	var o scaleOpts
+	f := pflag.NewFlagSet("server", pflag.ContinueOnError)
+	o.flags(f)
+	if err := f.Parse([]string{"--autoscale", "exec", "--scale-up-command", "up", "--scale-down-command", "down",
+		"--node-gpus", "8", "--node-gpu-type", "a100", "--max-nodes", "6"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.check(f); err != nil {
+		t.Fatal(err)
+	}
+	as, err := o.build(scaleEnv{dataDir: t.TempDir(), logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tmpl := as.Settings.Template; tmpl.GPUs != 8 || tmpl.Type != "a100" || as.Settings.MaxNodes != 6 {
+		t.Fatalf("settings %+v", as.Settings)
 	}
 }
