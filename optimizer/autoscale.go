@@ -281,11 +281,14 @@ func extend(snap *Snapshot, template Node, total int) (*Snapshot, error) {
 // sizeCandidates lists the cluster sizes to evaluate in [lo, hi]: all of
 // them, or at most maxSizeCandidates evenly spaced ones (always with lo,
 // hi and real when real is within the range).
-func sizeCandidates(lo, hi, real int) []int {
+func sizeCandidates(lo, hi, real int) []int { return spacedSizes(lo, hi, real, maxSizeCandidates) }
+
+// spacedSizes is sizeCandidates with at most most sizes (and hi, real).
+func spacedSizes(lo, hi, real, most int) []int {
 	if hi < lo {
 		return nil
 	}
-	step := max(1, (hi-lo+maxSizeCandidates-1)/maxSizeCandidates)
+	step := max(1, (hi-lo+most-1)/most)
 	var out []int
 	for n := lo; n <= hi; n += step {
 		out = append(out, n)

@@ -97,3 +97,24 @@ func BenchmarkAutoscaleRound64(b *testing.B) { benchAutoscale(b, 64, 4) }
 // BenchmarkAutoscaleRound2048 is BenchmarkPolluxRound2048 with autoscaling
 // on (512 real nodes, up to 1024; 64 sizes evaluated).
 func BenchmarkAutoscaleRound2048(b *testing.B) { benchAutoscale(b, 2048, 4) }
+
+// benchHetAutoscale is benchHet with autoscaling on: a100 nodes added up
+// to twice the cluster's nodes, every size evaluated.
+func benchHetAutoscale(b *testing.B, gpus, perNode int) {
+	snap := hetSynthetic(b, gpus, perNode)
+	p := optimizer.NewHetAutoscale(optimizer.Autoscale{Template: optimizer.Node{GPUs: perNode, Type: "a100"}, MinNodes: 1, MaxNodes: 2 * len(snap.Nodes)})
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.Allocate(snap, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkHetAutoscaleRound64 is BenchmarkHetPolluxRound64 with
+// autoscaling on (16 real nodes, up to 32).
+func BenchmarkHetAutoscaleRound64(b *testing.B) { benchHetAutoscale(b, 64, 4) }
+
+// BenchmarkHetAutoscaleRound2048 is BenchmarkHetPolluxRound2048 with
+// autoscaling on (512 real nodes, up to 1024; 64 sizes evaluated).
+func BenchmarkHetAutoscaleRound2048(b *testing.B) { benchHetAutoscale(b, 2048, 4) }

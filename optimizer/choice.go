@@ -101,6 +101,21 @@ func pruneOptions(it *choiceItem) []int {
 // solveDP is the exact dynamic program over used capacities: f_j(u) is the
 // least cost of the first j items using at most u of every type.
 func solveDP(items []choiceItem, pruned [][]int, caps []int) choiceSolution {
+	tab := buildDP(items, pruned, caps)
+	return tab.solution(items, pruned, caps)
+}
+
+// dpTable is the dynamic program's outcome over capacities caps: the
+// least cost of all the items within every capacity u <= caps, and each
+// item's choice there.
+type dpTable struct {
+	stride []int
+	last   []float64 // f_J(u), by state
+	choice [][]int16 // choice[j][u]: index into pruned[j], or -1
+}
+
+// buildDP fills the table of solveDP.
+func buildDP(items []choiceItem, pruned [][]int, caps []int) *dpTable {
 	nt := len(caps)
 	stride := make([]int, nt)
 	states := 1
@@ -142,21 +157,58 @@ func solveDP(items []choiceItem, pruned [][]int, caps []int) choiceSolution {
 		choice[j] = ch
 		prev, cur = cur, prev
 	}
+	return &dpTable{stride: stride, last: prev, choice: choice}
+}
+
+// solution is the optimum within capacities within (each at most the
+// table's own): f is "at most u", so one table answers every smaller
+// capacity exactly.
+func (tab *dpTable) solution(items []choiceItem, pruned [][]int, within []int) choiceSolution {
+	s := 0
+	for t, c := range within {
+		s += c * tab.stride[t]
+	}
 	sol := choiceSolution{pick: make([]int, len(items)), exact: true}
-	s := states - 1
-	sol.cost = prev[s]
+	sol.cost = tab.last[s]
 	sol.bound = sol.cost
 	for j := len(items) - 1; j >= 0; j-- {
-		k := choice[j][s]
+		k := tab.choice[j][s]
 		if k < 0 {
 			sol.pick[j] = -1
 			continue
 		}
 		o := items[j].opts[pruned[j][k]]
 		sol.pick[j] = pruned[j][k]
-		s -= o.size * stride[o.typ]
+		s -= o.size * tab.stride[o.typ]
 	}
 	return sol
+}
+
+// solveChoicesWithin solves the same items for several capacities, each
+// at most caps: exactly from one dynamic program over caps when it is
+// small enough (states <= exactStates), else one Lagrangian relaxation
+// per capacity.
+func solveChoicesWithin(items []choiceItem, caps []int, within [][]int, exactStates int) []choiceSolution {
+	pruned := make([][]int, len(items))
+	for j := range items {
+		pruned[j] = pruneOptions(&items[j])
+	}
+	states := 1.0
+	for _, c := range caps {
+		states *= float64(c + 1)
+	}
+	out := make([]choiceSolution, len(within))
+	if states <= float64(exactStates) {
+		tab := buildDP(items, pruned, caps)
+		for i, w := range within {
+			out[i] = tab.solution(items, pruned, w)
+		}
+		return out
+	}
+	for i, w := range within {
+		out[i] = solveLagrangian(items, pruned, w)
+	}
+	return out
 }
 
 // lagrangianIters is how many subgradient steps the relaxation takes.

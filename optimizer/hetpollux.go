@@ -117,13 +117,8 @@ func (h *HetPollux) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if math.IsNaN(h.PowerMean) || math.IsInf(h.PowerMean, 0) {
-		return Result{}, fmt.Errorf("%w: power-mean exponent %v", ErrBadSnapshot, h.PowerMean)
-	}
-	for _, v := range []float64{h.AgeLevel, h.AgeDecay, h.AgeFloor, h.ShrinkFactor} {
-		if !(v >= 0) || math.IsInf(v, 0) {
-			return Result{}, fmt.Errorf("%w: age levels %v, %v, %v or shrink factor %v: want finite values of at least 0", ErrBadSnapshot, h.AgeLevel, h.AgeDecay, h.AgeFloor, h.ShrinkFactor)
-		}
+	if err := h.checkSettings(); err != nil {
+		return Result{}, err
 	}
 	types := roundTypes(snap)
 	caps := make([]int, len(types))
@@ -136,11 +131,10 @@ func (h *HetPollux) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	if len(snap.Jobs) == 0 {
 		return res, nil
 	}
-	kFair := ceilDiv(total, len(snap.Jobs))
-	scale := float64(len(snap.Nodes)) / float64(total)
+	norm := newHetNorm(snap, types)
 	items := make([]choiceItem, len(snap.Jobs))
 	for j := range snap.Jobs {
-		items[j] = h.jobItem(snap, &snap.Jobs[j], types, kFair, scale)
+		items[j], _ = h.jobItem(snap, &snap.Jobs[j], types, norm)
 		capRequired(snap, tp, types, j, &items[j])
 	}
 	h.Cache.Sweep()
@@ -164,6 +158,47 @@ func (h *HetPollux) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	return res, nil
 }
 
+// checkSettings refuses exponents and age levels the policy cannot use.
+func (h *HetPollux) checkSettings() error {
+	if math.IsNaN(h.PowerMean) || math.IsInf(h.PowerMean, 0) {
+		return fmt.Errorf("%w: power-mean exponent %v", ErrBadSnapshot, h.PowerMean)
+	}
+	for _, v := range []float64{h.AgeLevel, h.AgeDecay, h.AgeFloor, h.ShrinkFactor} {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return fmt.Errorf("%w: age levels %v, %v, %v or shrink factor %v: want finite values of at least 0", ErrBadSnapshot, h.AgeLevel, h.AgeDecay, h.AgeFloor, h.ShrinkFactor)
+		}
+	}
+	return nil
+}
+
+// hetNorm is what normalises a job's goodputs into its term of the power
+// mean: the fair share of kFair GPUs, valued on every type t <
+// len(totals) weighted by totals[t] GPUs, and scale (nodes per GPU).
+// untyped, if at least 0, is the type whose goodput a job without a
+// model per type takes from its top-level model (a cluster of one type).
+type hetNorm struct {
+	kFair   int
+	scale   float64
+	totals  []int
+	untyped int
+}
+
+// newHetNorm is the normalisation of a round on snap's types.
+func newHetNorm(snap *Snapshot, types []typeInfo) hetNorm {
+	n := hetNorm{totals: make([]int, len(types)), untyped: -1}
+	total := 0
+	for t, ti := range types {
+		n.totals[t] = ti.total
+		total += ti.total
+	}
+	n.kFair = ceilDiv(total, max(len(snap.Jobs), 1))
+	n.scale = float64(len(snap.Nodes)) / float64(total)
+	if len(types) == 1 {
+		n.untyped = 0
+	}
+	return n
+}
+
 // jobGoodput evaluates one job's goodput per type and GPU count.
 type jobGoodput struct {
 	h      *HetPollux
@@ -174,12 +209,14 @@ type jobGoodput struct {
 }
 
 // newJobGoodput prepares a job's goodputs; cur is the type it runs on (-1
-// if none), whose model projections start from when it has one.
-func (h *HetPollux) newJobGoodput(job *Job, types []typeInfo, cur int) *jobGoodput {
+// if none), whose model projections start from when it has one; type
+// untyped (if at least 0) takes the job's top-level model when it has no
+// model of its own.
+func (h *HetPollux) newJobGoodput(job *Job, types []typeInfo, cur, untyped int) *jobGoodput {
 	g := &jobGoodput{h: h, job: job, types: types, models: make([]*goodput.Model, len(types)), src: -1}
 	for t, ti := range types {
 		md := job.TypeModels[ti.name]
-		if md == nil && len(types) == 1 {
+		if md == nil && t == untyped {
 			md = job.Model
 		}
 		if md == nil || md.Validate() != nil {
@@ -238,20 +275,21 @@ func (g *jobGoodput) oneGPU(t int) float64 {
 }
 
 // jobItem builds a job's options: every (type, GPU count) up to its
-// maximum, costed by its term of the power mean.
-func (h *HetPollux) jobItem(snap *Snapshot, job *Job, types []typeInfo, kFair int, scale float64) choiceItem {
+// maximum, costed by its term of the power mean normalised by norm; and
+// the job's goodputs.
+func (h *HetPollux) jobItem(snap *Snapshot, job *Job, types []typeInfo, norm hetNorm) (choiceItem, *jobGoodput) {
 	curT, curK := -1, job.Current.Replicas()
 	if curK > 0 {
 		curT = slices.IndexFunc(types, func(ti typeInfo) bool { return ti.name == snap.TypeOf(job.Current) })
 	}
-	g := h.newJobGoodput(job, types, curT)
+	g := h.newJobGoodput(job, types, curT, norm.untyped)
 	// The fair-share goodput, averaged over types by their GPUs.
 	ref, weight := 0.0, 0.0
-	for t, ti := range types {
-		k := min(kFair, ti.total)
+	for t, total := range norm.totals {
+		k := min(norm.kFair, total)
 		if v := g.at(t, k); v > 0 {
-			ref += float64(ti.total) * v
-			weight += float64(ti.total)
+			ref += float64(total) * v
+			weight += float64(total)
 		}
 	}
 	if weight > 0 {
@@ -304,7 +342,7 @@ func (h *HetPollux) jobItem(snap *Snapshot, job *Job, types []typeInfo, kFair in
 			if !(v > 0) {
 				continue
 			}
-			x := v / ref * scale
+			x := v / ref * norm.scale
 			if t != curT || k != curK {
 				x *= factor
 				if v < curV {
@@ -314,7 +352,7 @@ func (h *HetPollux) jobItem(snap *Snapshot, job *Job, types []typeInfo, kFair in
 			it.opts = append(it.opts, option{typ: t, size: k, cost: term(x)})
 		}
 	}
-	return it
+	return it, g
 }
 
 // AgeWeight is the weight of the power-mean term of a job of the given

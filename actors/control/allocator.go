@@ -271,6 +271,7 @@ type allocator struct {
 	refused   map[string]string        // node -> why its registration is refused (logged once)
 	lease     *leaseState              // the agents' leases and the gate (lease.go)
 	scaling   *scaleState              // provider calls in flight (scale.go)
+	noSizeWhy string                   // why autoscaling decides no size, logged once (scale.go)
 
 	leaseTimer *time.Timer
 
@@ -420,7 +421,7 @@ func (a *allocator) stepDown() {
 	if a.lease != nil && a.lease.gateTimer != nil {
 		a.lease.gateTimer.Stop()
 	}
-	a.lease, a.scaling = nil, nil
+	a.lease, a.scaling, a.noSizeWhy = nil, nil, ""
 	a.term, a.prev, a.round, a.firstDone = 0, nil, nil, false
 	a.bids, a.failed, a.acks, a.cleanExit, a.finishing, a.hosting = nil, nil, nil, nil, nil, nil
 	clear(a.missing)
@@ -505,7 +506,7 @@ func (a *allocator) run(ctx actor.Context) {
 	slots := map[string][]consensus.Slot{}
 	var scale *optimizer.ScaleDecision
 	if len(snap.Jobs) > 0 && len(snap.Nodes) > 0 {
-		policy := a.autoscalePolicy(a.policy(snap, info.FirstOfTerm))
+		policy := a.autoscalePolicy(snap, a.policy(snap, info.FirstOfTerm))
 		info.Policy = policy.Name()
 		px, budgeted := policy.(*optimizer.Pollux)
 		if as, ok := policy.(*optimizer.AutoscalePollux); ok {

@@ -125,14 +125,57 @@ func (s *scaleState) shrinkTo(desired, have int, now time.Time, delay time.Durat
 	return s.lowMax
 }
 
-// autoscalePolicy wraps Pollux into the autoscaler when autoscaling is
-// on and the round is not a first or typed one.
-func (a *allocator) autoscalePolicy(p optimizer.Policy) optimizer.Policy {
-	px, ok := p.(*optimizer.Pollux)
-	if a.cfg.Autoscale == nil || !ok {
+// autoscalePolicy is the round's policy p with the size decision when
+// autoscaling is on: on one GPU type (the template's, or untyped) Pollux
+// becomes optimizer.AutoscalePollux (a first round of a leadership, or
+// another policy, decides no size); when the alive nodes and the
+// template have several types between them, the typed policy
+// (optimizer.HetPollux) becomes optimizer.HetAutoscale, which adds nodes
+// of the template's type only. A template without a type on a cluster of
+// several types, or a typed policy other than pollux-het, decides no size
+// (the reason is logged once per leadership and change): such a cluster
+// is only shrunk to the minimum when idle.
+func (a *allocator) autoscalePolicy(snap *optimizer.Snapshot, p optimizer.Policy) optimizer.Policy {
+	s := a.cfg.Autoscale
+	if s == nil {
 		return p
 	}
-	return &optimizer.AutoscalePollux{Pollux: px, Settings: a.cfg.Autoscale.Settings}
+	tmpl := s.Settings.Template.Type
+	types := gpuTypes(snap.Nodes)
+	if len(types) > 1 || len(types) == 1 && tmpl != "" && types[0] != tmpl {
+		why := ""
+		het, ok := a.cfg.TypedPolicy.(*optimizer.HetPollux)
+		switch {
+		case tmpl == "":
+			why = "the node template has no GPU type (--node-gpu-type): the machines the provider adds would be of no type this cluster has"
+		case !ok:
+			why = "the typed policy " + a.cfg.TypedPolicy.Name() + " decides no size; only pollux-het does"
+		}
+		if why != "" {
+			a.noSize(why, types)
+			return p
+		}
+		a.noSize("", nil)
+		return &optimizer.HetAutoscale{Het: het, Settings: s.Settings}
+	}
+	a.noSize("", nil)
+	px, ok := p.(*optimizer.Pollux)
+	if !ok {
+		return p
+	}
+	return &optimizer.AutoscalePollux{Pollux: px, Settings: s.Settings}
+}
+
+// noSize logs, once per leadership and reason, why the rounds decide no
+// cluster size ("": they do again).
+func (a *allocator) noSize(why string, types []string) {
+	if a.noSizeWhy == why {
+		return
+	}
+	a.noSizeWhy = why
+	if why != "" {
+		a.cfg.Logger.Warn("control: autoscaling decides no cluster size on this cluster", "why", why, "gpu_types", types)
+	}
 }
 
 // scale runs after a committed round: it records what became of the

@@ -430,3 +430,92 @@ func TestAutoscaleScaleDownDelayHoldsMachines(t *testing.T) {
 		t.Errorf("no machine up after the jobs: %+v", l.srv.LocalState().Scale)
 	}
 }
+
+// On a cluster of a t4 node and an a100 node whose node template is an
+// a100, jobs that would use more GPUs make the autoscaler (pollux-het's
+// size decision) ask for machines, which join as a100 nodes (the
+// provider starts machines of the template's type, as an operator
+// configures one instance type); the other type's node stays.
+func TestAutoscaleSeveralGPUTypesGrowsByTheTemplateType(t *testing.T) {
+	var p *fakeProvider
+	types := map[string]string{"n0": "t4", "n1": "a100"}
+	for i := range 8 {
+		types[control.MachineName("auto", uint64(i+1))] = "a100"
+	}
+	c := newTCluster(t, clusterOpts{servers: 1, nodes: 2, gpus: 4, timeScale: 300, gpuTypes: types, slower: map[string]float64{"t4": 3},
+		autoscale: func(c *tcluster) *control.Autoscale {
+			as := autoscaleOpts(&p, 4, time.Minute)(c)
+			as.Settings.Template.Type = "a100"
+			return as
+		}})
+	jobs := []string{"a", "b", "c", "d"}
+	for _, id := range jobs {
+		c.submit(id, "cifar10", 8)
+	}
+	l := c.leader()
+	var up string
+	waitFor(t, "a machine up", 60*time.Second, func() bool {
+		for name, m := range l.srv.LocalState().Scale.Nodes {
+			if m.Phase == consensus.ScaleUp {
+				up = name
+				return true
+			}
+		}
+		return false
+	})
+	st := l.srv.LocalState()
+	if n := st.Nodes[up]; n == nil || n.GPUType != "a100" {
+		t.Fatalf("machine %s joined as %+v, want an a100 node", up, n)
+	}
+	if n := st.Nodes["n0"]; n == nil || n.Health != consensus.Alive {
+		t.Fatalf("the t4 node %+v is gone", n)
+	}
+	c.mu.Lock()
+	policies := map[string]int{}
+	for _, r := range c.rounds {
+		policies[r.Policy]++
+	}
+	c.mu.Unlock()
+	if policies["pollux-het-autoscale"] == 0 {
+		t.Errorf("rounds ran %v, none pollux-het-autoscale", policies)
+	}
+	c.waitAll(120*time.Second, jobs...)
+	adds, _ := p.counts()
+	for name, n := range adds {
+		if n != 1 {
+			t.Errorf("the provider was asked for %s %d times", name, n)
+		}
+	}
+}
+
+// The same cluster with a template of no GPU type: the rounds run
+// pollux-het and decide no size (the reason is logged), so the provider
+// is asked for nothing, whatever the jobs would use; the jobs complete on
+// the nodes there are.
+func TestAutoscaleSeveralGPUTypesWithoutTemplateTypeDecidesNoSize(t *testing.T) {
+	var p *fakeProvider
+	c := newTCluster(t, clusterOpts{servers: 1, nodes: 2, gpus: 4, timeScale: 300, gpuTypes: map[string]string{"n0": "t4", "n1": "a100"},
+		slower: map[string]float64{"t4": 3}, autoscale: autoscaleOpts(&p, 4, time.Minute)})
+	jobs := []string{"a", "b", "c", "d"}
+	for _, id := range jobs {
+		c.submit(id, "cifar10", 8)
+	}
+	waitFor(t, "15 rounds placing jobs", 60*time.Second, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		n := 0
+		for _, r := range c.rounds {
+			if r.Committed && r.Jobs > 0 {
+				n++
+				if r.Policy != "pollux-het" {
+					t.Errorf("a round on two types ran %s", r.Policy)
+				}
+			}
+		}
+		return n >= 15
+	})
+	if adds, _ := p.counts(); len(adds) != 0 {
+		t.Fatalf("the provider was asked for %v", adds)
+	}
+	c.waitAll(120*time.Second, jobs...)
+}

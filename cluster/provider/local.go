@@ -33,6 +33,9 @@ type Local struct {
 	Exec []string
 	// GPUs of every machine (the node template). Required.
 	GPUs int
+	// GPUType, if set, is every machine's GPU type (the template's):
+	// agents start with --gpu-type GPUType.
+	GPUType string
 	// Join are gossip addresses of cluster members. Required.
 	Join []string
 	// CACert and CAKey are the cluster CA that certifies the agents, and
@@ -122,6 +125,9 @@ func (l *Local) Add(ctx context.Context, name string) error {
 			return err
 		}
 		args = append(args, "--ca", l.CACert, "--cert", cert, "--key", key, "--gossip-key", l.GossipKey)
+	}
+	if l.GPUType != "" {
+		args = append(args, "--gpu-type", l.GPUType)
 	}
 	args = append(args, l.Args...)
 	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)

@@ -100,7 +100,8 @@ func fakeAgent(t *testing.T, dir string) []string {
 }
 
 // The local provider issues each machine its own agent certificate from
-// the cluster CA, starts it after the boot delay, does nothing when it
+// the cluster CA, starts it after the boot delay as the node template
+// (its GPUs and GPU type), does nothing when it
 // runs already (another server's provider asking again after a
 // failover), and stops it.
 func TestLocalAddRemove(t *testing.T) {
@@ -119,7 +120,7 @@ func TestLocalAddRemove(t *testing.T) {
 	}
 	log, _ := testLogger()
 	mk := func() *Local {
-		l, err := NewLocal(Local{Dir: filepath.Join(dir, "machines"), Exec: fakeAgent(t, dir), GPUs: 4, Join: []string{"127.0.0.1:1"},
+		l, err := NewLocal(Local{Dir: filepath.Join(dir, "machines"), Exec: fakeAgent(t, dir), GPUs: 4, GPUType: "a100", Join: []string{"127.0.0.1:1"},
 			CACert: caCert, CAKey: caKey, GossipKey: gossip, BootDelay: 200 * time.Millisecond, StopTimeout: 5 * time.Second, Logger: log})
 		if err != nil {
 			t.Fatal(err)
@@ -142,6 +143,9 @@ func TestLocalAddRemove(t *testing.T) {
 	starts, _ := os.ReadFile(filepath.Join(dir, "starts"))
 	if n := strings.Count(string(starts), "--name auto-1"); n != 1 {
 		t.Fatalf("auto-1 started %d times:\n%s", n, starts)
+	}
+	if !strings.Contains(string(starts), "--gpus 4 ") || !strings.Contains(string(starts), "--gpu-type a100") {
+		t.Errorf("the agent was not started as the template (4 GPUs of type a100): %s", starts)
 	}
 	if got := b.Running(); !slices.Equal(got, []string{"auto-1"}) {
 		t.Errorf("running %v", got)

@@ -22,6 +22,7 @@ import (
 type scaleOpts struct {
 	provider                 string
 	minNodes, maxNodes, gpus int
+	gpuType                  string
 	cost, lowUtil, highUtil  float64
 	bootDelay, joinTimeout   time.Duration
 	scaleDownDelay           time.Duration
@@ -38,6 +39,8 @@ func (o *scaleOpts) flags(f *pflag.FlagSet) {
 	f.IntVar(&o.minNodes, "min-nodes", 1, "with --autoscale: the fewest nodes")
 	f.IntVar(&o.maxNodes, "max-nodes", 16, "with --autoscale: the most nodes")
 	f.IntVar(&o.gpus, "node-gpus", 4, "with --autoscale: GPUs of a node the autoscaler adds (the node template)")
+	f.StringVar(&o.gpuType, "node-gpu-type", "", "with --autoscale: GPU type of a node the autoscaler adds (the local provider starts its agents "+
+		"with --gpu-type T); needed to autoscale a cluster of several GPU types (empty: untyped nodes)")
 	f.Float64Var(&o.cost, "node-cost", 3.912, "with --autoscale: price of a node-hour (logged with every decision)")
 	f.Float64Var(&o.lowUtil, "low-util", optimizer.DefaultLowUtil, "with --autoscale: the utility band's low end")
 	f.Float64Var(&o.highUtil, "high-util", optimizer.DefaultHighUtil, "with --autoscale: the utility band's high end")
@@ -59,7 +62,7 @@ func (o *scaleOpts) flags(f *pflag.FlagSet) {
 }
 
 // scaleFlags are the flags that need --autoscale.
-var scaleFlags = []string{"min-nodes", "max-nodes", "node-gpus", "node-cost", "low-util", "high-util", "join-timeout", "scale-down-delay", "boot-delay",
+var scaleFlags = []string{"min-nodes", "max-nodes", "node-gpus", "node-gpu-type", "node-cost", "low-util", "high-util", "join-timeout", "scale-down-delay", "boot-delay",
 	"autoscale-dir", "ca-key", "autoscale-exec", "autoscale-agent-arg", "scale-up-command", "scale-down-command", "scale-command-timeout",
 	"scale-command-attempts", "scale-command-backoff"}
 
@@ -90,6 +93,16 @@ func (o *scaleOpts) check(f *pflag.FlagSet) error {
 		return fmt.Errorf("server: --join-timeout %v must be positive, --boot-delay %v not negative", o.joinTimeout, o.bootDelay)
 	case o.scaleDownDelay < 0:
 		return fmt.Errorf("server: --scale-down-delay %v, want at least 0", o.scaleDownDelay)
+	}
+	if o.gpuType != "" {
+		if err := optimizer.CheckName("GPU type", o.gpuType); err != nil {
+			return fmt.Errorf("server: --node-gpu-type: %w", err)
+		}
+		for _, a := range o.agentArgs {
+			if a == "--gpu-type" || strings.HasPrefix(a, "--gpu-type=") {
+				return fmt.Errorf("server: --autoscale-agent-arg %s and --node-gpu-type both give the agents' GPU type: give --node-gpu-type alone", a)
+			}
+		}
 	}
 	local := []string{"boot-delay", "autoscale-dir", "ca-key", "autoscale-exec", "autoscale-agent-arg"}
 	exec := []string{"scale-up-command", "scale-down-command", "scale-command-timeout", "scale-command-attempts", "scale-command-backoff"}
@@ -146,7 +159,7 @@ func (o *scaleOpts) build(e scaleEnv) (*control.Autoscale, error) {
 		if e.fast {
 			args = append(args, "--fast-gossip")
 		}
-		l, err := provider.NewLocal(provider.Local{Dir: dir, Exec: prog, GPUs: o.gpus, Join: []string{e.gossip},
+		l, err := provider.NewLocal(provider.Local{Dir: dir, Exec: prog, GPUs: o.gpus, GPUType: o.gpuType, Join: []string{e.gossip},
 			CACert: e.ca, CAKey: o.caKey, GossipKey: e.gossipKey, Insecure: e.insecure, Args: append(args, o.agentArgs...),
 			BootDelay: o.bootDelay, Logger: e.logger})
 		if err != nil {
@@ -161,6 +174,6 @@ func (o *scaleOpts) build(e scaleEnv) (*control.Autoscale, error) {
 		}
 		p = x
 	}
-	return &control.Autoscale{Settings: optimizer.Autoscale{Template: optimizer.Node{GPUs: o.gpus}, MinNodes: o.minNodes, MaxNodes: o.maxNodes,
+	return &control.Autoscale{Settings: optimizer.Autoscale{Template: optimizer.Node{GPUs: o.gpus, Type: o.gpuType}, MinNodes: o.minNodes, MaxNodes: o.maxNodes,
 		LowUtil: o.lowUtil, HighUtil: o.highUtil}, Provider: p, NodeCost: o.cost, JoinTimeout: o.joinTimeout, ScaleDownDelay: o.scaleDownDelay}, nil
 }

@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 // Bad autoscaling settings stop a server at start-up (exit 2), naming
@@ -30,6 +33,10 @@ func TestServerAutoscaleBadInput(t *testing.T) {
 		{"scale-down delay without autoscaling", []string{"--scale-down-delay", "1m"}, "--scale-down-delay needs --autoscale"},
 		{"another policy", []string{"--autoscale", "local", "--policy", "sia"}, "--policy sia"},
 		{"negative boot delay", []string{"--autoscale", "local", "--boot-delay", "-1s"}, "--boot-delay"},
+		{"bad template GPU type", []string{"--autoscale", "local", "--node-gpu-type", "A100"}, `--node-gpu-type: optimizer: bad topology: GPU type name "A100"`},
+		{"template GPU type twice", []string{"--autoscale", "local", "--node-gpu-type", "a100", "--autoscale-agent-arg=--gpu-type=t4"},
+			"--autoscale-agent-arg --gpu-type=t4 and --node-gpu-type both give the agents' GPU type"},
+		{"template GPU type without autoscaling", []string{"--node-gpu-type", "a100"}, "--node-gpu-type needs --autoscale"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,5 +68,27 @@ func TestDemoAutoscaleBadInput(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr.String(), tt.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tt.args, code, stderr.String(), tt.want)
 		}
+	}
+}
+
+// The template flags reach the allocator's settings: --node-gpus and
+// --node-gpu-type make the node template the autoscaler adds.
+func TestServerAutoscaleTemplateType(t *testing.T) {
+	var o scaleOpts
+	f := pflag.NewFlagSet("server", pflag.ContinueOnError)
+	o.flags(f)
+	if err := f.Parse([]string{"--autoscale", "exec", "--scale-up-command", "up", "--scale-down-command", "down",
+		"--node-gpus", "8", "--node-gpu-type", "a100", "--max-nodes", "6"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.check(f); err != nil {
+		t.Fatal(err)
+	}
+	as, err := o.build(scaleEnv{dataDir: t.TempDir(), logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tmpl := as.Settings.Template; tmpl.GPUs != 8 || tmpl.Type != "a100" || as.Settings.MaxNodes != 6 {
+		t.Fatalf("settings %+v", as.Settings)
 	}
 }

@@ -168,7 +168,11 @@ asked for and paid --node-cost per node-hour from request to release. It
 compares pollux-autoscale (Pollux also choosing the node count by the
 artifact's utility rule), throughput-autoscale (Or et al.: grow while
 throughput scales) and fixed (--max-nodes throughout) on mean JCT,
-node-hours and cost. Without --workload it runs the paper's cloud scenario,
+node-hours and cost. With --cluster (and --traces with per-type traces) the
+cluster has several GPU types: the nodes of --node-gpu-type are added and
+released, the other types' nodes are fixed (counted in the sizes and paid
+for); pollux-autoscale is then pollux-het deciding the size, fixed is
+pollux-het on --max-nodes, and throughput-autoscale is not run. Without --workload it runs the paper's cloud scenario,
 one ImageNet job; --out adds timeline.csv and nodes-WORKLOAD.png (see
 docs/autoscaling.md).`,
 		Args: cobra.NoArgs,
@@ -215,6 +219,8 @@ docs/autoscaling.md).`,
 	fl.Float64Var(&f.cloud.threshold, "scaling-threshold", optimizer.DefaultScalingThreshold, "with --autoscale: throughput-autoscale adds a node while it adds at least this fraction of linear throughput")
 	fl.Float64Var(&f.cloud.lowUtil, "low-util", optimizer.DefaultLowUtil, "with --autoscale: pollux-autoscale keeps the size while utility is at least this")
 	fl.Float64Var(&f.cloud.highUtil, "high-util", optimizer.DefaultHighUtil, "with --autoscale: ... and at most this")
+	fl.StringVar(&f.cloud.gpuType, "node-gpu-type", "", "with --autoscale --cluster: GPU type of the nodes the cluster adds and releases "+
+		"(one of --cluster's, whose GPUs per node it takes; the other types' nodes are fixed; default: the cluster's only type)")
 	return cmd
 }
 
@@ -436,21 +442,7 @@ func simInputs(f simFlags, cfg sim.Config) (testbed.TypedCatalog, []workload.Wor
 			return nil, nil, err
 		}
 	}
-	check := func(app string) error {
-		have, err := trace.Types(filepath.Join(f.traces, app))
-		if err != nil || len(have) == 0 {
-			return fmt.Errorf("%w %q: no trace directory %s with a placements file", workload.ErrUnknownApp, app, filepath.Join(f.traces, app))
-		}
-		for _, t := range types {
-			if !slices.Contains(have, t) {
-				if t == "" {
-					return fmt.Errorf("%w %q: its traces are per GPU type (%s) and the cluster is untyped; give --cluster", workload.ErrUnknownApp, app, strings.Join(have, ", "))
-				}
-				return fmt.Errorf("%w %q: no traces for GPU type %s in %s (it has %s)", workload.ErrUnknownApp, app, t, filepath.Join(f.traces, app), describe(have))
-			}
-		}
-		return nil
-	}
+	check := typedAppCheck(f.traces, types)
 	var apps []string
 	if f.workload == "" {
 		apps = genApps()
@@ -478,6 +470,26 @@ func simInputs(f simFlags, cfg sim.Config) (testbed.TypedCatalog, []workload.Wor
 	}
 	cats, err := trace.LoadTyped(f.traces, types, apps)
 	return cats, wls, err
+}
+
+// typedAppCheck is the check of a workload's application against the
+// per-type traces in dir: it must have traces for every type of types.
+func typedAppCheck(dir string, types []string) func(string) error {
+	return func(app string) error {
+		have, err := trace.Types(filepath.Join(dir, app))
+		if err != nil || len(have) == 0 {
+			return fmt.Errorf("%w %q: no trace directory %s with a placements file", workload.ErrUnknownApp, app, filepath.Join(dir, app))
+		}
+		for _, t := range types {
+			if !slices.Contains(have, t) {
+				if t == "" {
+					return fmt.Errorf("%w %q: its traces are per GPU type (%s) and the cluster is untyped; give --cluster", workload.ErrUnknownApp, app, strings.Join(have, ", "))
+				}
+				return fmt.Errorf("%w %q: no traces for GPU type %s in %s (it has %s)", workload.ErrUnknownApp, app, t, filepath.Join(dir, app), describe(have))
+			}
+		}
+		return nil
+	}
 }
 
 // checkTraceTypes refuses a cluster GPU type that no application has

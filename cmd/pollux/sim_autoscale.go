@@ -21,6 +21,7 @@ import (
 	"pollux/optimizer"
 	"pollux/testbed"
 	"pollux/testbed/builtin"
+	"pollux/testbed/clusterspec"
 	"pollux/testbed/report"
 	"pollux/testbed/sim"
 	"pollux/testbed/trace"
@@ -38,16 +39,16 @@ type cloudFlags struct {
 	minNodes, maxNodes int
 	threshold          float64
 	lowUtil, highUtil  float64
+	gpuType            string
 }
 
 // cloudOnlyFlags may only be given with --autoscale.
-var cloudOnlyFlags = []string{"boot-delay", "node-cost", "min-nodes", "max-nodes", "scaling-threshold", "low-util", "high-util"}
+var cloudOnlyFlags = []string{"boot-delay", "node-cost", "min-nodes", "max-nodes", "scaling-threshold", "low-util", "high-util", "node-gpu-type"}
 
 // fixedOnlyFlags describe a fixed cluster and are refused with --autoscale.
 var fixedOnlyFlags = []struct{ name, why string }{
 	{"nodes", "the elastic cluster's size is bounded by --min-nodes and --max-nodes"},
-	{"cluster", "an elastic cluster has one untyped GPU type"},
-	{"semantics", "an elastic cluster follows the Pollux artifact's testbed"},
+	{"semantics", "an elastic cluster follows the Pollux artifact's testbed, or Sia's simulator with --cluster"},
 	{"interference", "interference is not modelled on an elastic cluster"},
 	{"racks", "an elastic cluster has one rack"},
 	{"cross-rack-ratio", "an elastic cluster has one rack"},
@@ -93,6 +94,8 @@ func checkCloudFlags(f simFlags, changed func(string) bool) error {
 	}
 	c := f.cloud
 	switch {
+	case c.gpuType != "" && f.cluster == "":
+		return fmt.Errorf("sim: --node-gpu-type %s needs --cluster (an elastic cluster without it is untyped)", c.gpuType)
 	case c.minNodes < 0:
 		return fmt.Errorf("sim: --min-nodes %d: want at least 0", c.minNodes)
 	case c.maxNodes < 1 || c.maxNodes > 1<<16:
@@ -112,21 +115,28 @@ func checkCloudFlags(f simFlags, changed func(string) bool) error {
 }
 
 // cloudPolicyList expands --policy for --autoscale (all three when the
-// flag was not given).
-func cloudPolicyList(arg string, given bool) ([]string, error) {
+// flag was not given; on a cluster of several GPU types, all but the
+// type-blind throughput-autoscale).
+func cloudPolicyList(arg string, given, typed bool) ([]string, error) {
+	known := cloudPolicies
+	if typed {
+		known = slices.DeleteFunc(slices.Clone(cloudPolicies), func(p string) bool { return p == "throughput-autoscale" })
+	}
 	if !given {
-		return cloudPolicies, nil
+		return known, nil
 	}
 	var out []string
 	for _, name := range strings.Split(arg, ",") {
 		name = strings.TrimSpace(name)
 		switch {
 		case name == "all":
-			for _, p := range cloudPolicies {
+			for _, p := range known {
 				if !slices.Contains(out, p) {
 					out = append(out, p)
 				}
 			}
+		case typed && name == "throughput-autoscale":
+			return nil, fmt.Errorf("sim: --autoscale: throughput-autoscale is blind to GPU types: not with --cluster of several types")
 		case slices.Contains(cloudPolicies, name):
 			if !slices.Contains(out, name) {
 				out = append(out, name)
@@ -138,17 +148,59 @@ func cloudPolicyList(arg string, given bool) ([]string, error) {
 	return out, nil
 }
 
-// cloudInputs loads the applications (built-in profiles or --traces) and
-// the workloads (--workload, or the built-in cloud scenario).
-func cloudInputs(f simFlags) (testbed.Catalog, []workload.Workload, error) {
+// cloudTemplate is the node an elastic cluster of groups adds (the
+// group of GPU type typ, or the only one), and the nodes of the other
+// groups, which stay.
+func cloudTemplate(groups []clusterspec.Group, typ string) (optimizer.Node, int, error) {
+	var types []string
+	for _, g := range groups {
+		types = append(types, g.Type)
+	}
+	if typ == "" {
+		if len(groups) > 1 {
+			return optimizer.Node{}, 0, fmt.Errorf("sim: --autoscale on a cluster of several GPU types (%s) needs --node-gpu-type: the type of the nodes it adds", strings.Join(types, ", "))
+		}
+		typ = groups[0].Type
+	}
+	i := slices.Index(types, typ)
+	if i < 0 {
+		return optimizer.Node{}, 0, fmt.Errorf("sim: --node-gpu-type %s is not a GPU type of --cluster (%s)", typ, strings.Join(types, ", "))
+	}
+	fixed := 0
+	for j, g := range groups {
+		if j != i {
+			fixed += g.Nodes
+		}
+	}
+	return optimizer.Node{GPUs: groups[i].GPUsPerNode, Type: typ}, fixed, nil
+}
+
+// cloudInputs loads the applications (built-in profiles or --traces; on
+// a cluster of GPU types, the per-type traces of every type of
+// cluster) and the workloads (--workload, or the built-in cloud
+// scenario).
+func cloudInputs(f simFlags, cluster []clusterspec.Group) (testbed.TypedCatalog, []workload.Workload, error) {
+	var types []string
+	for _, g := range cluster {
+		types = append(types, g.Type)
+	}
 	var cat testbed.Catalog
-	if f.traces == "" {
+	var check func(app string) error
+	switch {
+	case len(types) > 0 && f.traces == "":
+		return nil, nil, fmt.Errorf("sim: --cluster needs --traces with per-type traces (placements-TYPE.csv), e.g. ../shared/sia-artifact/traces")
+	case len(types) > 0:
+		if err := checkTraceTypes(f.traces, types); err != nil {
+			return nil, nil, err
+		}
+		check = typedAppCheck(f.traces, types)
+	case f.traces == "":
 		c, err := builtin.Catalog()
 		if err != nil {
 			return nil, nil, err
 		}
 		cat = c
-	} else {
+	default:
 		if _, err := os.Stat(f.traces); err != nil {
 			return nil, nil, fmt.Errorf("%w: %v", trace.ErrNoTraces, err)
 		}
@@ -158,35 +210,63 @@ func cloudInputs(f simFlags) (testbed.Catalog, []workload.Workload, error) {
 		}
 		cat = c
 	}
-	check := func(app string) error {
-		if _, ok := cat[app]; !ok {
-			where := "the built-in profiles"
-			if f.traces != "" {
-				where = f.traces
+	if check == nil {
+		check = func(app string) error {
+			if _, ok := cat[app]; !ok {
+				where := "the built-in profiles"
+				if f.traces != "" {
+					where = f.traces
+				}
+				return fmt.Errorf("%w %q: not in %s", workload.ErrUnknownApp, app, where)
 			}
-			return fmt.Errorf("%w %q: not in %s", workload.ErrUnknownApp, app, where)
+			return nil
 		}
-		return nil
 	}
+	var wls []workload.Workload
 	if f.workload != "" {
-		wls, err := workload.LoadChecked(f.workload, check)
-		return cat, wls, err
+		var err error
+		if wls, err = workload.LoadChecked(f.workload, check); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		wl := sim.CloudScenario()
+		for _, j := range wl.Jobs {
+			if err := check(j.App); err != nil {
+				return nil, nil, fmt.Errorf("sim: the cloud scenario needs application %q: %w", j.App, err)
+			}
+		}
+		wls = []workload.Workload{wl}
 	}
-	wl := sim.CloudScenario()
-	for _, j := range wl.Jobs {
-		if err := check(j.App); err != nil {
-			return nil, nil, fmt.Errorf("sim: the cloud scenario needs application %q: %w", j.App, err)
+	if len(types) == 0 {
+		return testbed.TypedCatalog{"": cat}, wls, nil
+	}
+	var apps []string
+	for _, wl := range wls {
+		for _, j := range wl.Jobs {
+			if !slices.Contains(apps, j.App) {
+				apps = append(apps, j.App)
+			}
 		}
 	}
-	return cat, []workload.Workload{wl}, nil
+	slices.Sort(apps)
+	cats, err := trace.LoadTyped(f.traces, types, apps)
+	return cats, wls, err
 }
 
-// cloudPolicy builds one policy of the comparison.
-func cloudPolicy(name string, f simFlags, workers int) optimizer.Policy {
+// cloudPolicy builds one policy of the comparison, adding nodes like
+// tmpl; typed: on a cluster of several GPU types (pollux-het, deciding
+// the size or not).
+func cloudPolicy(name string, f simFlags, workers int, tmpl optimizer.Node, typed bool) optimizer.Policy {
 	as := optimizer.Autoscale{
-		Template: optimizer.Node{GPUs: f.gpusPerNode},
+		Template: tmpl,
 		MinNodes: f.cloud.minNodes, MaxNodes: f.cloud.maxNodes,
 		LowUtil: f.cloud.lowUtil, HighUtil: f.cloud.highUtil,
+	}
+	switch {
+	case typed && name == "pollux-autoscale":
+		return optimizer.NewHetAutoscale(as)
+	case typed:
+		return optimizer.NewHetPollux()
 	}
 	switch name {
 	case "pollux-autoscale":
@@ -212,7 +292,24 @@ func runSimAutoscale(ctx context.Context, f simFlags, policyGiven bool, stdout, 
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	policies, err := cloudPolicyList(f.policy, policyGiven)
+	base := sim.DefaultConfig()
+	tmpl := optimizer.Node{GPUs: f.gpusPerNode}
+	fixed := 0
+	if f.cluster != "" {
+		spec, err := clusterspec.Resolve(f.cluster)
+		if err != nil {
+			return badInput(fmt.Errorf("sim: %w", err))
+		}
+		base.Cluster, base.Semantics = spec.Groups, sim.SiaSemantics
+		if tmpl, fixed, err = cloudTemplate(spec.Groups, f.cloud.gpuType); err != nil {
+			return badInput(err)
+		}
+		if fixed > f.cloud.maxNodes {
+			return badInput(fmt.Errorf("sim: --cluster has %d nodes of GPU types other than %s, always there: more than --max-nodes %d", fixed, tmpl.Type, f.cloud.maxNodes))
+		}
+	}
+	typed := len(base.Cluster) > 1
+	policies, err := cloudPolicyList(f.policy, policyGiven, typed)
 	if err != nil {
 		return badInput(err)
 	}
@@ -222,19 +319,18 @@ func runSimAutoscale(ctx context.Context, f simFlags, policyGiven bool, stdout, 
 	if f.parallel < 1 {
 		return badInput(fmt.Errorf("sim: --parallel %d: want at least 1", f.parallel))
 	}
-	base := sim.DefaultConfig()
 	base.GPUsPerNode = f.gpusPerNode
 	base.Interval = f.interval.Seconds()
 	base.Seed = f.seed
 	base.Cloud = &sim.Cloud{
 		MinNodes: f.cloud.minNodes, MaxNodes: f.cloud.maxNodes,
-		InitialNodes: max(f.cloud.minNodes, 1),
-		BootDelay:    f.cloud.bootDelay.Seconds(), NodeCost: f.cloud.nodeCost,
+		InitialNodes: max(f.cloud.minNodes, fixed, 1),
+		BootDelay:    f.cloud.bootDelay.Seconds(), NodeCost: f.cloud.nodeCost, GPUType: tmpl.Type,
 	}
 	if err := base.Validate(); err != nil {
 		return badInput(fmt.Errorf("sim: %w", err))
 	}
-	cat, wls, err := cloudInputs(f)
+	cats, wls, err := cloudInputs(f, base.Cluster)
 	if err != nil {
 		return badInput(err)
 	}
@@ -264,7 +360,7 @@ func runSimAutoscale(ctx context.Context, f simFlags, policyGiven bool, stdout, 
 				cloud.InitialNodes = cloud.MaxNodes
 			}
 			cfg.Cloud = &cloud
-			res, err := sim.Run(gctx, cfg, cat, r.wl, cloudPolicy(r.policy, f, perRun), sim.ModeFor(r.policy), nil)
+			res, err := sim.RunTyped(gctx, cfg, cats, r.wl, cloudPolicy(r.policy, f, perRun, tmpl, typed), sim.ModeFor(r.policy), nil)
 			if err != nil {
 				return fmt.Errorf("sim: %s on %s: %w", r.policy, r.wl.Name, err)
 			}

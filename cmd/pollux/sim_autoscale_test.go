@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -17,6 +19,8 @@ type cloudJSON struct {
 		JCT       *float64 `json:"jct_s"`
 		NodeHours *float64 `json:"node_hours"`
 		Cost      *float64 `json:"cost"`
+		PeakNodes *float64 `json:"peak_nodes"`
+		MeanNodes *float64 `json:"mean_nodes"`
 	} `json:"policies"`
 }
 
@@ -108,6 +112,65 @@ func TestSimAutoscaleArtifact(t *testing.T) {
 	}
 }
 
+// TestSimAutoscaleSeveralGPUTypes: Sia's per-type traces, two fixed aws
+// nodes and dgx-ext nodes added (the cloud scenario's ImageNet job):
+// pollux-autoscale (pollux-het deciding the size) and fixed run, not the
+// type-blind throughput baseline; the cost is the node-hours times the
+// price; the fixed cluster pays for --max-nodes throughout; the elastic
+// one grows beyond its two aws nodes and never goes below them.
+func TestSimAutoscaleSeveralGPUTypes(t *testing.T) {
+	traces := artifact.Need(t, "sia-artifact", "traces")
+	out := t.TempDir()
+	var stderr bytes.Buffer
+	code, stdout := runCapture(t, []string{"sim", "--autoscale", "--cluster", "aws:2,dgx-ext:1", "--node-gpu-type", "dgx-ext", "--max-nodes", "6",
+		"--traces", traces, "--json", "--out", out}, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var got cloudJSON
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, stdout)
+	}
+	if len(got.Policies) != 2 {
+		t.Fatalf("policies: %s", stdout)
+	}
+	for _, name := range []string{"pollux-autoscale", "fixed"} {
+		p, ok := got.Policies[name]
+		if !ok || p.JCT == nil || p.NodeHours == nil || p.Cost == nil || !(*p.JCT > 0) {
+			t.Fatalf("policy %s missing or without jct_s, node_hours, cost: %s", name, stdout)
+		}
+		if math.Abs(*p.Cost-3.912**p.NodeHours) > 1e-6 {
+			t.Errorf("%s: cost %v for %v node-hours", name, *p.Cost, *p.NodeHours)
+		}
+	}
+	f := got.Policies["fixed"]
+	if *f.MeanNodes != 6 || *f.PeakNodes != 6 {
+		t.Errorf("fixed cluster: %s", stdout)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "timeline.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	peak := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n")[1:] {
+		cols := strings.Split(line, ",")
+		if cols[1] != "pollux-autoscale" {
+			continue
+		}
+		n, err := strconv.Atoi(cols[3])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n < 2 {
+			t.Fatalf("the elastic cluster went below its two fixed aws nodes: %s", line)
+		}
+		peak = max(peak, n)
+	}
+	if peak <= 2 {
+		t.Errorf("the elastic cluster never grew (peak %d nodes)", peak)
+	}
+}
+
 // Bad autoscaling input exits with status 2 and says what is wrong.
 func TestSimAutoscaleBadInput(t *testing.T) {
 	dir := t.TempDir()
@@ -127,7 +190,13 @@ func TestSimAutoscaleBadInput(t *testing.T) {
 		{"threshold above 1", []string{"--autoscale", "--scaling-threshold", "1.5"}, "--scaling-threshold"},
 		{"utility band inverted", []string{"--autoscale", "--low-util", "0.7", "--high-util", "0.6"}, "--low-util"},
 		{"fixed size with autoscale", []string{"--autoscale", "--nodes", "8"}, "--nodes cannot be used with --autoscale"},
-		{"typed cluster with autoscale", []string{"--autoscale", "--cluster", "hetero"}, "--cluster cannot be used with --autoscale"},
+		{"several types without the added one", []string{"--autoscale", "--cluster", "hetero"}, "needs --node-gpu-type"},
+		{"added type not in the cluster", []string{"--autoscale", "--cluster", "aws:1,rtx:1", "--node-gpu-type", "a100"}, "--node-gpu-type a100 is not a GPU type of --cluster (aws, rtx)"},
+		{"added type without a cluster", []string{"--autoscale", "--node-gpu-type", "a100"}, "--node-gpu-type a100 needs --cluster"},
+		{"throughput baseline on several types", []string{"--autoscale", "--cluster", "aws:1,rtx:1", "--node-gpu-type", "rtx", "--policy", "throughput-autoscale"}, "blind to GPU types"},
+		{"typed cluster without traces", []string{"--autoscale", "--cluster", "aws:1,rtx:1", "--node-gpu-type", "rtx"}, "--cluster needs --traces"},
+		{"fixed nodes above the maximum", []string{"--autoscale", "--cluster", "aws:5,rtx:1", "--node-gpu-type", "rtx", "--max-nodes", "4"}, "always there"},
+		{"semantics with autoscale", []string{"--autoscale", "--semantics", "sia"}, "--semantics cannot be used with --autoscale"},
 		{"racks with autoscale", []string{"--autoscale", "--racks", "2"}, "--racks cannot be used with --autoscale"},
 		{"autoscale flag alone", []string{"--max-nodes", "8"}, "--max-nodes needs --autoscale"},
 		{"unknown autoscale policy", []string{"--autoscale", "--policy", "tiresias"}, "tiresias"},

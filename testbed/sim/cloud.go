@@ -19,6 +19,13 @@ import (
 // cancelled first. Every node is paid for from the moment it is asked for
 // until it is released or the run ends. A policy that returns no Scale
 // keeps the cluster at InitialNodes (the fixed baseline).
+//
+// On a cluster of several GPU types (Config.Cluster), GPUType names the
+// group whose nodes the cluster adds and releases (one instance type, the
+// group's GPUs per node; its node count is not used); the nodes of the
+// other groups are fixed: present from the start to the end, never
+// released, counted in every size (MinNodes, MaxNodes and InitialNodes
+// count them too) and paid for like the others, at the same NodeCost.
 type Cloud struct {
 	MinNodes     int `json:"min_nodes"`
 	MaxNodes     int `json:"max_nodes"`
@@ -27,6 +34,9 @@ type Cloud struct {
 	BootDelay float64 `json:"boot_delay"`
 	// NodeCost is the price of one node-hour.
 	NodeCost float64 `json:"node_cost"`
+	// GPUType is, on a cluster of several types, the type of the nodes
+	// added and released ("" on an untyped cluster).
+	GPUType string `json:"gpu_type,omitempty"`
 }
 
 // Validate reports whether the cloud settings are usable.
@@ -74,6 +84,8 @@ type booting struct {
 type cloudState struct {
 	cfg   Cloud
 	gpus  int
+	typ   string          // the added nodes' GPU type
+	fixed map[string]bool // nodes never released (the other types')
 	next  int
 	since map[string]float64 // when each joined node was asked for
 	boot  []booting
@@ -82,20 +94,39 @@ type cloudState struct {
 	res  CloudResult
 }
 
-// newCloud starts the elastic cluster with its initial nodes.
+// newCloud starts the elastic cluster with its initial nodes: on a
+// cluster of several types, the fixed nodes of the other types first.
 func (s *state) newCloud() {
-	c := &cloudState{cfg: *s.cfg.Cloud, gpus: s.cfg.GPUsPerNode, since: map[string]float64{}}
-	for i := 0; i < c.cfg.InitialNodes; i++ {
-		s.nodes = append(s.nodes, optimizer.Node{ID: c.newID(), GPUs: c.gpus})
+	c := &cloudState{cfg: *s.cfg.Cloud, gpus: s.cfg.GPUsPerNode, typ: s.cfg.Cloud.GPUType, fixed: map[string]bool{}, since: map[string]float64{}}
+	for _, g := range s.cfg.Cluster {
+		if g.Type == c.typ {
+			c.gpus = g.GPUsPerNode
+			continue
+		}
+		for i := 0; i < g.Nodes; i++ {
+			id := g.Type + "-" + strconv.Itoa(i)
+			s.nodes = append(s.nodes, optimizer.Node{ID: id, GPUs: g.GPUsPerNode, Type: g.Type})
+			s.rackOf = append(s.rackOf, 0)
+			c.fixed[id] = true
+			c.since[id] = 0
+		}
+	}
+	for len(s.nodes) < c.cfg.InitialNodes {
+		id := c.newID()
+		s.nodes = append(s.nodes, optimizer.Node{ID: id, GPUs: c.gpus, Type: c.typ})
 		s.rackOf = append(s.rackOf, 0)
-		c.since[s.nodes[i].ID] = 0
+		c.since[id] = 0
 	}
 	c.res.PeakNodes = len(s.nodes)
 	s.cloud = c
 }
 
 func (c *cloudState) newID() string {
-	id := "node-" + strconv.Itoa(c.next)
+	prefix := "node-"
+	if c.typ != "" {
+		prefix = c.typ + "-auto-"
+	}
+	id := prefix + strconv.Itoa(c.next)
 	c.next++
 	return id
 }
@@ -109,7 +140,7 @@ func (s *state) join() {
 	left := c.boot[:0]
 	for _, b := range c.boot {
 		if b.ready <= s.now {
-			s.nodes = append(s.nodes, optimizer.Node{ID: b.id, GPUs: c.gpus})
+			s.nodes = append(s.nodes, optimizer.Node{ID: b.id, GPUs: c.gpus, Type: c.typ})
 			s.rackOf = append(s.rackOf, 0)
 			c.since[b.id] = b.asked
 			continue
@@ -144,8 +175,8 @@ func (s *state) resize(dec *optimizer.ScaleDecision) {
 	c.res.PeakNodes = max(c.res.PeakNodes, s.provisioned())
 }
 
-// release removes up to n joined nodes that no unfinished job uses, the
-// last ones first, and renumbers the placements.
+// release removes up to n joined nodes that no unfinished job uses and
+// that are not fixed, the last ones first, and renumbers the placements.
 func (s *state) release(n int) {
 	c := s.cloud
 	used := make([]bool, len(s.nodes))
@@ -159,7 +190,7 @@ func (s *state) release(n int) {
 	}
 	gone := make([]bool, len(s.nodes))
 	for i := len(s.nodes) - 1; i >= 0 && n > 0; i-- {
-		if !used[i] {
+		if !used[i] && !c.fixed[s.nodes[i].ID] {
 			gone[i] = true
 			n--
 		}

@@ -22,6 +22,7 @@ type scriptPolicy struct {
 	round int
 	nodes []int
 	ids   [][]string
+	seen  [][]optimizer.Node
 	cur   []optimizer.Placement
 }
 
@@ -35,6 +36,7 @@ func (p *scriptPolicy) Allocate(snap *optimizer.Snapshot, _ *optimizer.State) (o
 		ids = append(ids, n.ID)
 	}
 	p.ids = append(p.ids, ids)
+	p.seen = append(p.seen, append([]optimizer.Node(nil), snap.Nodes...))
 	res := optimizer.Result{Placements: make([]optimizer.Placement, len(snap.Jobs))}
 	for j := range snap.Jobs {
 		if j == 0 {
@@ -172,18 +174,31 @@ func TestCloudFixedWithoutScale(t *testing.T) {
 func TestCloudBadConfig(t *testing.T) {
 	good := Cloud{MinNodes: 1, MaxNodes: 4, InitialNodes: 1, BootDelay: 60, NodeCost: 1}
 	cases := map[string]func(c *Config){
-		"min above max":       func(c *Config) { c.Cloud.MinNodes = 5 },
-		"negative min":        func(c *Config) { c.Cloud.MinNodes = -1 },
-		"no max":              func(c *Config) { c.Cloud.MaxNodes = 0 },
-		"initial below one":   func(c *Config) { c.Cloud.InitialNodes = 0 },
-		"initial above max":   func(c *Config) { c.Cloud.InitialNodes = 5 },
-		"negative cost":       func(c *Config) { c.Cloud.NodeCost = -1 },
-		"NaN cost":            func(c *Config) { c.Cloud.NodeCost = math.NaN() },
-		"infinite boot delay": func(c *Config) { c.Cloud.BootDelay = math.Inf(1) },
-		"negative boot delay": func(c *Config) { c.Cloud.BootDelay = -1 },
-		"typed cluster":       func(c *Config) { c.Cluster = []clusterspec.Group{{Type: "a", Nodes: 1, GPUsPerNode: 4}} },
-		"sia semantics":       func(c *Config) { c.Semantics = SiaSemantics },
-		"no GPUs per node":    func(c *Config) { c.GPUsPerNode = 0 },
+		"min above max":                        func(c *Config) { c.Cloud.MinNodes = 5 },
+		"negative min":                         func(c *Config) { c.Cloud.MinNodes = -1 },
+		"no max":                               func(c *Config) { c.Cloud.MaxNodes = 0 },
+		"initial below one":                    func(c *Config) { c.Cloud.InitialNodes = 0 },
+		"initial above max":                    func(c *Config) { c.Cloud.InitialNodes = 5 },
+		"negative cost":                        func(c *Config) { c.Cloud.NodeCost = -1 },
+		"NaN cost":                             func(c *Config) { c.Cloud.NodeCost = math.NaN() },
+		"infinite boot delay":                  func(c *Config) { c.Cloud.BootDelay = math.Inf(1) },
+		"negative boot delay":                  func(c *Config) { c.Cloud.BootDelay = -1 },
+		"typed cluster without the added type": func(c *Config) { c.Cluster = []clusterspec.Group{{Type: "a", Nodes: 1, GPUsPerNode: 4}} },
+		"GPU type without a cluster":           func(c *Config) { c.Cloud.GPUType = "a" },
+		"fixed nodes above the maximum": func(c *Config) {
+			c.Cluster = []clusterspec.Group{{Type: "t4", Nodes: 5, GPUsPerNode: 4}, {Type: "a", Nodes: 1, GPUsPerNode: 4}}
+			c.Cloud.GPUType, c.Cloud.InitialNodes = "a", 4
+		},
+		"fixed nodes above the initial ones": func(c *Config) {
+			c.Cluster = []clusterspec.Group{{Type: "t4", Nodes: 2, GPUsPerNode: 4}, {Type: "a", Nodes: 1, GPUsPerNode: 4}}
+			c.Cloud.GPUType = "a"
+		},
+		"typed with racks": func(c *Config) {
+			c.Cluster = []clusterspec.Group{{Type: "t4", Nodes: 1, GPUsPerNode: 4}, {Type: "a", Nodes: 1, GPUsPerNode: 4}}
+			c.Cloud.GPUType, c.Cloud.InitialNodes, c.Racks = "a", 2, 2
+		},
+		"sia semantics":    func(c *Config) { c.Semantics = SiaSemantics },
+		"no GPUs per node": func(c *Config) { c.GPUsPerNode = 0 },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -245,5 +260,48 @@ func TestCloudScenarioBuiltin(t *testing.T) {
 		if s.GPUs > 0 && s.MeanBatch != float64(s.GPUs*local) {
 			t.Fatalf("at %v s: %d GPUs ran batch %v, want %d per GPU", s.Time, s.GPUs, s.MeanBatch, local)
 		}
+	}
+}
+
+// TestCloudSeveralTypes follows a scripted run on a cluster of two fixed
+// t4 nodes whose added nodes are a100s of 8 GPUs: the t4 nodes are there
+// in every round and never released, the added nodes have the a100
+// group's type and GPUs, a shrink below the fixed nodes releases only
+// added ones, and the bill counts the fixed nodes too.
+func TestCloudSeveralTypes(t *testing.T) {
+	pol := &scriptPolicy{sizes: map[int]int{1: 5, 4: 0}, pick: first}
+	cfg := DefaultConfig()
+	cfg.Cluster = []clusterspec.Group{{Type: "t4", Nodes: 2, GPUsPerNode: 4}, {Type: "a100", Nodes: 1, GPUsPerNode: 8}}
+	cfg.Cloud = &Cloud{MinNodes: 1, MaxNodes: 6, InitialNodes: 2, BootDelay: 0, NodeCost: 1, GPUType: "a100"}
+	cat := testbed.Catalog{"toy": toyApp{epochs: 12}}
+	res, err := RunTyped(context.Background(), cfg, testbed.TypedCatalog{"t4": cat, "a100": cat},
+		workload.Workload{Name: "w", Jobs: []workload.Job{{Name: "a", App: "toy", Replicas: 1, Batch: 8}}}, pol, FixedBatch, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantSeen := []int{2, 5, 5, 5, 2, 2}
+	for i, w := range wantSeen {
+		if i >= len(pol.seen) {
+			t.Fatalf("only %d rounds", len(pol.seen))
+		}
+		nodes := pol.seen[i]
+		if len(nodes) != w {
+			t.Fatalf("round %d saw %d nodes %v, want %d", i+1, len(nodes), pol.ids[i], w)
+		}
+		for n, node := range nodes {
+			fixed := n < 2
+			switch {
+			case fixed && (node.ID != "t4-"+string(rune('0'+n)) || node.Type != "t4" || node.GPUs != 4):
+				t.Fatalf("round %d: node %d is %+v, want the fixed t4-%d", i+1, n, node, n)
+			case !fixed && (node.Type != "a100" || node.GPUs != 8):
+				t.Fatalf("round %d: added node %+v, want an a100 of 8 GPUs", i+1, node)
+			}
+		}
+	}
+	if res.Cloud.PeakNodes != 5 || res.Cloud.Asked != 3 || res.Cloud.Released != 3 {
+		t.Fatalf("cloud result %+v", res.Cloud)
+	}
+	if want := paidFromTimeline(2, 60, res.Timeline); math.Abs(res.Cloud.NodeHours-want) > 1e-9 {
+		t.Fatalf("node-hours %v, timeline says %v", res.Cloud.NodeHours, want)
 	}
 }

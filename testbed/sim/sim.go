@@ -84,6 +84,43 @@ func (c Config) TotalGPUs() int {
 	return g
 }
 
+// cloudGroups are the groups an elastic cluster may reach, to validate:
+// untyped, MaxNodes nodes (with the Pollux artifact's semantics and one
+// rack); of several types, the fixed groups and at most the nodes left
+// for the one of Cloud.GPUType (one rack).
+func (c Config) cloudGroups() ([]clusterspec.Group, error) {
+	if c.Racks > 1 {
+		return nil, fmt.Errorf("%w: an elastic (cloud) cluster has one rack", ErrBadConfig)
+	}
+	if len(c.Cluster) == 0 {
+		if c.Semantics != PolluxSemantics || c.Cloud.GPUType != "" {
+			return nil, fmt.Errorf("%w: an untyped elastic (cloud) cluster follows the Pollux artifact's semantics and adds untyped nodes (a GPU type needs Config.Cluster)", ErrBadConfig)
+		}
+		return []clusterspec.Group{{Nodes: c.Cloud.MaxNodes, GPUsPerNode: c.GPUsPerNode}}, nil
+	}
+	fixed, found := 0, false
+	for _, g := range c.Cluster {
+		if g.Type == c.Cloud.GPUType {
+			found = true
+		} else {
+			fixed += g.Nodes
+		}
+	}
+	switch {
+	case !found:
+		return nil, fmt.Errorf("%w: the elastic cluster adds nodes of GPU type %q, which is not one of the cluster's", ErrBadConfig, c.Cloud.GPUType)
+	case fixed > c.Cloud.MaxNodes || fixed > c.Cloud.InitialNodes:
+		return nil, fmt.Errorf("%w: %d nodes of the other GPU types are always there: more than the maximum of %d or the %d initial nodes", ErrBadConfig, fixed, c.Cloud.MaxNodes, c.Cloud.InitialNodes)
+	}
+	groups := slices.Clone(c.Cluster)
+	for i := range groups {
+		if groups[i].Type == c.Cloud.GPUType {
+			groups[i].Nodes = max(c.Cloud.MaxNodes-fixed, 1)
+		}
+	}
+	return groups, nil
+}
+
 // DefaultConfig is the reference testbed: 16 nodes of 4 GPUs, a 60 s
 // interval, 30 s restarts, no interference.
 func DefaultConfig() Config {
@@ -95,14 +132,14 @@ func (c Config) Validate() error {
 	nodes := 0
 	seen := map[string]bool{}
 	groups := c.groups()
+	var err error
 	if c.Cloud != nil {
-		if len(c.Cluster) > 0 || c.Semantics != PolluxSemantics || c.Racks > 1 {
-			return fmt.Errorf("%w: an elastic (cloud) cluster has one untyped GPU type, one rack and the Pollux artifact's semantics", ErrBadConfig)
-		}
 		if err := c.Cloud.Validate(); err != nil {
 			return err
 		}
-		groups = []clusterspec.Group{{Nodes: c.Cloud.MaxNodes, GPUsPerNode: c.GPUsPerNode}}
+		if groups, err = c.cloudGroups(); err != nil {
+			return err
+		}
 	}
 	for _, g := range groups {
 		switch {
