@@ -12,6 +12,18 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// steadyConfig is testConfig with timeouts four times as long, for tests
+// about what a cluster keeps rather than how fast it elects: on a loaded
+// machine (the race detector, two cores) the 50 ms leader lease lapses
+// and a write in flight fails with leadership lost.
+func steadyConfig(id raft.ServerID) Config {
+	c := testConfig(id)
+	c.HeartbeatTimeout *= 4
+	c.ElectionTimeout *= 4
+	c.LeaderLeaseTimeout *= 4
+	return c
+}
+
 // TestRestartFromDisk stops every server of a bolt-backed cluster and
 // reopens each on its data directory: the cluster re-elects and serves
 // the same state, from a snapshot plus the log after it.
@@ -24,7 +36,7 @@ func TestRestartFromDisk(t *testing.T) {
 		servers = append(servers, raft.Server{ID: id, Address: raft.ServerAddress(id)})
 	}
 	start := func() *cluster {
-		c := &cluster{t: t, fwd: fwd, cfg: testConfig}
+		c := &cluster{t: t, fwd: fwd, cfg: steadyConfig}
 		for _, id := range ids {
 			m := &member{id: id}
 			m.addr, m.trans = newTransport(id)
@@ -32,7 +44,7 @@ func TestRestartFromDisk(t *testing.T) {
 		}
 		c.connectAll()
 		for _, m := range c.members {
-			s, err := OpenDisk(testConfig(m.id), filepath.Join(root, string(m.id)), m.trans, fwd)
+			s, err := OpenDisk(steadyConfig(m.id), filepath.Join(root, string(m.id)), m.trans, fwd)
 			if err != nil {
 				t.Fatal(err)
 			}
