@@ -334,6 +334,9 @@ func (c *Cluster) layout(ctx context.Context) error {
 			if as.JoinTimeout > 0 {
 				c.Servers[i].args = append(c.Servers[i].args, "--join-timeout", as.JoinTimeout.String())
 			}
+			if as.GPUType != "" {
+				c.Servers[i].args = append(c.Servers[i].args, "--node-gpu-type", as.GPUType)
+			}
 		}
 		c.Servers[i].args = append(append(c.Servers[i].args, c.tls.Flags(id)...), o.ServerArgs...)
 	}

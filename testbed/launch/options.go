@@ -127,6 +127,10 @@ type Autoscale struct {
 	JoinTimeout        time.Duration
 	// ScaleDownDelay is the servers' --scale-down-delay (0: none).
 	ScaleDownDelay time.Duration
+	// GPUType, if set, is the servers' --node-gpu-type: the agents they
+	// add have GPUs of that type (the node template's), whatever
+	// GPUTypes gives the launcher's own agents.
+	GPUType string
 }
 
 func (o *Options) defaults() error {
