@@ -348,7 +348,14 @@ func (a *allocator) trackMachines(ctx actor.Context, c context.Context, st *cons
 					a.cfg.Logger.Warn("control: recording a machine that joined", "node", name, "err", err)
 					continue
 				}
-				a.cfg.Logger.Info("control: machine joined", "node", name, "after_s", now-m.Since)
+				a.cfg.Logger.Info("control: machine joined", "node", name, "gpu_type", n.GPUType, "after_s", now-m.Since)
+				if want := s.Settings.Template.Type; want != "" && n.GPUType != want {
+					// The provider started another machine than the template
+					// names (its command or image is wrong): the decisions
+					// count it as it registered, not as the template.
+					a.cfg.Logger.Warn("control: machine joined with another GPU type than the template's; check the provider's command",
+						"node", name, "gpu_type", n.GPUType, "template_gpu_type", want)
+				}
 				changed = true
 			case now-m.Since > s.JoinTimeout.Seconds():
 				// Removed before it is forgotten: if the removal dies with
