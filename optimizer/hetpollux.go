@@ -20,13 +20,17 @@ import (
 //
 // A job's goodput on a type comes from its model fitted there (optimistic
 // beyond the GPU counts it was measured on, see Optimism); on a type
-// it has not run on, from the model of the type it has measured most,
-// scaled by the ratio of the types' one-GPU throughputs (as Sia
-// bootstraps); with no model at all, it is linear in the GPU count times
-// the type's one-GPU throughput. The fair share that normalises a job's
-// speedups is its goodput on ceil(GPUs / jobs) GPUs, averaged over the
-// types weighted by their GPUs (the share finish-time fairness measures
-// against). A changed configuration is discounted by
+// it has not run on, from the model of a type it has measured (the one
+// it runs on, if any) with its compute terms scaled by the ratio of the
+// types' one-GPU throughputs and its network terms kept
+// (ProjectCompute; Sia scales the whole throughput, which makes a slower
+// type look as poor at scaling out as the fast one); with no model at
+// all, it is linear in the GPU count times the type's one-GPU
+// throughput. The fair share that normalises a job's speedups is its
+// goodput on ceil(GPUs / jobs) GPUs of the type where that is highest
+// (ShareByBest; else averaged over the types weighted by their GPUs, the
+// share finish-time fairness measures against). A changed configuration
+// is discounted by
 // max(age - restarts * delay, 0) / (age + delay), delay being the job's
 // measured restart delay, and by ShrinkFactor more when it gives the job
 // less goodput than it has (a shrink or a move to a slower type that the
@@ -68,12 +72,22 @@ type HetPollux struct {
 	// ShrinkFactor (in (0, 1]; 0: 1) further discounts an option giving
 	// a running job less goodput than its current configuration.
 	ShrinkFactor float64
+	// ShareByBest normalises a job's speedups by its fair share on its
+	// best type rather than by the average over the types: a job then
+	// counts as well served only on the type it runs fastest on, and the
+	// jobs that lose most on a slow type are the last put there.
+	ShareByBest bool
+	// ProjectCompute projects a job's model to a type it has not run on
+	// by scaling only the model's compute terms by the one-GPU
+	// throughput ratio (a slower GPU computes slower, the network is the
+	// same); else the whole goodput is scaled by that ratio.
+	ProjectCompute bool
 }
 
 // HetPollux defaults.
 const (
 	// HetPowerMean is pollux-het's fairness exponent.
-	HetPowerMean = -0.5
+	HetPowerMean = -0.25
 	// HetRestartWeight and HetHorizon shape its restart penalty.
 	HetRestartWeight = 2.0
 	HetHorizon       = 20.0
@@ -95,8 +109,8 @@ func NewHetPollux() *HetPollux {
 		PowerMean: HetPowerMean, DefaultRestart: RestartDelay,
 		RestartWeight: HetRestartWeight, Horizon: HetHorizon, Optimism: HetOptimism,
 		AgeLevel: HetAgeLevel, AgeDecay: HetAgeDecay, AgeFloor: HetAgeFloor,
-		ShrinkFactor: HetShrinkFactor,
-		Cache:        &GoodputCache{},
+		ShrinkFactor: HetShrinkFactor, ShareByBest: true, ProjectCompute: true,
+		Cache: &GoodputCache{},
 	}
 }
 
@@ -206,6 +220,9 @@ type jobGoodput struct {
 	types  []typeInfo
 	models []*goodput.Model
 	src    int // the type projections start from (-1: no model)
+	// proj are, with ProjectCompute, the models projected from src to
+	// the types without one (nil where the throughputs are unknown).
+	proj []*goodput.Model
 }
 
 // newJobGoodput prepares a job's goodputs; cur is the type it runs on (-1
@@ -227,6 +244,25 @@ func (h *HetPollux) newJobGoodput(job *Job, types []typeInfo, cur, untyped int) 
 			g.src = t
 		}
 	}
+	if h.ProjectCompute && g.src >= 0 {
+		g.proj = make([]*goodput.Model, len(types))
+		for t := range types {
+			if g.models[t] != nil {
+				continue
+			}
+			if !g.knownRatio(g.src, t) {
+				continue
+			}
+			// A GPU r times slower takes r times longer to compute.
+			r := g.ratio(g.src, t)
+			md := *g.models[g.src]
+			md.Params.AlphaC *= r
+			md.Params.BetaC *= r
+			if md.Validate() == nil {
+				g.proj[t] = &md
+			}
+		}
+	}
 	return g
 }
 
@@ -235,6 +271,9 @@ func (h *HetPollux) newJobGoodput(job *Job, types []typeInfo, cur, untyped int) 
 func (g *jobGoodput) at(t, k int) float64 {
 	if g.models[t] != nil {
 		return g.modelled(t, k)
+	}
+	if g.proj != nil && g.proj[t] != nil {
+		return g.projected(t, k)
 	}
 	if g.src >= 0 {
 		return g.modelled(g.src, k) * g.ratio(t, g.src)
@@ -255,6 +294,25 @@ func (g *jobGoodput) modelled(t, k int) float64 {
 		v = math.Max(v, base*math.Pow(float64(k)/float64(kp), g.h.Optimism))
 	}
 	return v
+}
+
+// projected is the goodput of k GPUs of type t by the model projected
+// there, optimistic beyond the counts measured on the type it comes from.
+func (g *jobGoodput) projected(t, k int) float64 {
+	ti := g.types[t]
+	md := *g.proj[t]
+	v := g.h.Cache.goodputAt(md, ceilDiv(k, ti.gpusPerNode), k)
+	if kp := g.job.TypeReplicas[g.types[g.src].name]; g.h.Optimism > 0 && kp > 0 && k > kp {
+		base := g.h.Cache.goodputAt(md, ceilDiv(kp, ti.gpusPerNode), kp)
+		v = math.Max(v, base*math.Pow(float64(k)/float64(kp), g.h.Optimism))
+	}
+	return v
+}
+
+// knownRatio reports whether the job's one-GPU throughputs on types a
+// and b are both known.
+func (g *jobGoodput) knownRatio(a, b int) bool {
+	return g.job.TypeThroughput[g.types[a].name] > 0 && g.job.TypeThroughput[g.types[b].name] > 0
 }
 
 // ratio is type a's one-GPU throughput over type b's (1 if unknown).
@@ -283,17 +341,22 @@ func (h *HetPollux) jobItem(snap *Snapshot, job *Job, types []typeInfo, norm het
 		curT = slices.IndexFunc(types, func(ti typeInfo) bool { return ti.name == snap.TypeOf(job.Current) })
 	}
 	g := h.newJobGoodput(job, types, curT, norm.untyped)
-	// The fair-share goodput, averaged over types by their GPUs.
-	ref, weight := 0.0, 0.0
+	// The fair-share goodput, on the best type or averaged over types
+	// by their GPUs.
+	ref, weight, best := 0.0, 0.0, 0.0
 	for t, total := range norm.totals {
 		k := min(norm.kFair, total)
 		if v := g.at(t, k); v > 0 {
 			ref += float64(total) * v
 			weight += float64(total)
+			best = math.Max(best, v)
 		}
 	}
 	if weight > 0 {
 		ref /= weight
+	}
+	if h.ShareByBest {
+		ref = best
 	}
 	if !(ref > 0) {
 		ref = 1

@@ -133,3 +133,71 @@ func TestHetPolluxBadSettings(t *testing.T) {
 		}
 	}
 }
+
+// A job measured on one fast GPU whose steps are mostly network time
+// (all-reduce) there: projected to a type four times slower by its
+// compute terms only, many slow GPUs outrun the fast one (the slow
+// compute hides the same network cost); projected by scaling its whole
+// goodput, the slow type inherits the fast type's poor scaling and the
+// job stays on its one fast GPU.
+func TestHetPolluxProjectCompute(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		compute bool
+		typ     string
+		minK    int
+	}{
+		{"compute terms", true, "slow", 9},
+		{"whole goodput", false, "fast", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			md := fittedModel()
+			md.Params.AlphaN, md.Params.BetaN, md.Params.AlphaR = 0.1, 0.01, 0.02
+			snap := &optimizer.Snapshot{Nodes: []optimizer.Node{
+				{ID: "f0", GPUs: 1, Type: "fast"}, {ID: "s0", GPUs: 8, Type: "slow"}, {ID: "s1", GPUs: 8, Type: "slow"},
+			}, Jobs: []optimizer.Job{{ID: "a", Age: 3600, MaxReplicas: 16, RestartDelay: 30,
+				TypeModels:     map[string]*goodput.Model{"fast": md},
+				TypeReplicas:   map[string]int{"fast": 1},
+				TypeThroughput: map[string]float64{"fast": 4, "slow": 1}}}}
+			h := optimizer.NewHetPollux()
+			h.Optimism = 0 // the projections alone decide
+			h.ProjectCompute = c.compute
+			res, err := h.Allocate(snap, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkTyped(t, snap, res)
+			if p := res.Placements[0]; snap.TypeOf(p) != c.typ || p.Replicas() < c.minK {
+				t.Errorf("got %v (%s), want at least %d %s GPUs", p, snap.TypeOf(p), c.minK, c.typ)
+			}
+		})
+	}
+}
+
+// ShareByBest: a lone new job given its fair share (every GPU of the
+// type it runs fastest on, 3 times faster there) is normalised by its
+// goodput on that share (12, in one-slow-GPU units); averaged over the
+// types by their GPUs, the share is (4*12 + 4*4) / 8 = 8 and the same
+// allocation counts 3/2 times as much speedup: the objectives differ by
+// (3/2)^p, everything else alike.
+func TestHetPolluxShareByBest(t *testing.T) {
+	snap := &optimizer.Snapshot{Nodes: []optimizer.Node{{ID: "f0", GPUs: 4, Type: "fast"}, {ID: "s0", GPUs: 4, Type: "slow"}},
+		Jobs: []optimizer.Job{{ID: "a", Age: 60, MaxReplicas: 4, TypeThroughput: map[string]float64{"fast": 3, "slow": 1}}}}
+	obj := map[bool]float64{}
+	for _, best := range []bool{true, false} {
+		h := optimizer.NewHetPollux()
+		h.ShareByBest = best
+		res, err := h.Allocate(snap, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := res.Placements[0]; snap.TypeOf(p) != "fast" || p.Replicas() != 4 {
+			t.Fatalf("ShareByBest %v: got %v, want the 4 fast GPUs", best, p)
+		}
+		obj[best] = res.Diagnostics.Objective
+	}
+	want := math.Pow(1.5, optimizer.HetPowerMean)
+	if got := obj[false] / obj[true]; math.Abs(got-want) > 1e-3 {
+		t.Errorf("objective averaged over types / on the best type = %v, want %v (%v)", got, want, obj)
+	}
+}
