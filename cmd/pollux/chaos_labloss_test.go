@@ -200,7 +200,7 @@ func TestChaosLabLoss(t *testing.T) {
 		res.JobsSubmitted == 0 || res.JobsCompleted != res.JobsSubmitted || res.LostLabCompleted != res.LostLabJobs {
 		t.Errorf("the run did not exercise the loss of a lab that lends and borrows, with jobs to resume on both sides: %s", b)
 	}
-	if res.LeaseExpiryMaxS <= 0 || res.LeaseExpiresMaxS <= 0 || res.LeaseExpiresMaxS > 5 || res.LeaseExpiryBoundS != 5.6 {
+	if res.LeaseExpiryMaxS <= 0 || res.LeaseExpiresMaxS <= 0 || res.LeaseExpiresMaxS > 5 || res.LeaseExpiryBoundS != 6.1 {
 		t.Errorf("leases with the lost lab expired %.3f s and were found gone %.3f s after the loss (bound %.3f s), time to live 5 s",
 			res.LeaseExpiresMaxS, res.LeaseExpiryMaxS, res.LeaseExpiryBoundS)
 	}
