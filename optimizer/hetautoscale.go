@@ -44,8 +44,8 @@ const maxLagrangianSizes = 16
 // With the exact solver (ExactStates) one dynamic program over the
 // largest cluster answers every size (at most maxSizeCandidates sizes,
 // evenly spaced); beyond it each size is solved by Lagrangian relaxation,
-// and at most maxLagrangianSizes sizes are evaluated. HetPollux is not changed by any of this: with
-// autoscaling off a round costs what it did.
+// and at most maxLagrangianSizes sizes are evaluated. HetPollux is not
+// changed by any of this: with autoscaling off a round costs what it did.
 type HetAutoscale struct {
 	// Het is the round's policy (its exponent, penalties, cache apply).
 	Het *HetPollux

@@ -76,37 +76,25 @@ func newChaosCmd() *cobra.Command {
 				return judgeChaos(judge, jsonOut, cmd.OutOrStdout())
 			}
 			if scenario == "attack" {
-				lvl := slog.LevelInfo
-				if jsonOut {
-					lvl = slog.LevelWarn
+				logger, err := chaosLogger(cmd.ErrOrStderr(), logLevel, jsonOut)
+				if err != nil {
+					return err
 				}
-				if err := lvl.UnmarshalText([]byte(logLevel)); logLevel != "" && err != nil {
-					return badInput(fmt.Errorf("chaos: --log-level %q: %w", logLevel, err))
-				}
-				if len(exec) == 0 {
-					self, err := os.Executable()
-					if err != nil {
-						return fmt.Errorf("chaos: finding own executable: %w", err)
-					}
-					exec = []string{self}
+				if exec, err = ownExec(exec); err != nil {
+					return err
 				}
 				ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 				defer stop()
 				return runAttack(ctx, attack.Options{Exec: exec, Dir: dir, TimeScale: o.TimeScale, LogLevel: o.LogLevel,
-					Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))}, jsonOut, cmd.OutOrStdout())
+					Logger: logger}, jsonOut, cmd.OutOrStdout())
 			}
 			scs, err := schedule.Lookup(scenario)
 			if err != nil {
 				return badInput(err)
 			}
-			lvl := slog.LevelInfo
-			if jsonOut {
-				lvl = slog.LevelWarn
+			if o.Logger, err = chaosLogger(cmd.ErrOrStderr(), logLevel, jsonOut); err != nil {
+				return err
 			}
-			if err := lvl.UnmarshalText([]byte(logLevel)); logLevel != "" && err != nil {
-				return badInput(fmt.Errorf("chaos: --log-level %q: %w", logLevel, err))
-			}
-			o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
 			switch network {
 			case "auto":
 				if err := netns.Available(); err != nil {
@@ -120,13 +108,8 @@ func newChaosCmd() *cobra.Command {
 			default:
 				return badInput(fmt.Errorf("chaos: --network %q (auto, netns or loopback)", network))
 			}
-			o.Exec = exec
-			if len(o.Exec) == 0 {
-				self, err := os.Executable()
-				if err != nil {
-					return fmt.Errorf("chaos: finding own executable: %w", err)
-				}
-				o.Exec = []string{self}
+			if o.Exec, err = ownExec(exec); err != nil {
+				return err
 			}
 			o.Dir = dir
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
@@ -354,4 +337,29 @@ func printAttack(res *attack.Result, jsonOut bool, w io.Writer) error {
 	fmt.Fprintf(tw, "\n%d attacks, %d refused, %d succeeded; the normal job after them: %s (%v)\n", res.Attacks, res.Refused,
 		res.Succeeded, errOrOK(res.After), res.Elapsed.Round(time.Second))
 	return tw.Flush()
+}
+
+// chaosLogger is the harness's logger on w: info, or warnings only with
+// --json, unless --log-level names another level.
+func chaosLogger(w io.Writer, logLevel string, jsonOut bool) (*slog.Logger, error) {
+	lvl := slog.LevelInfo
+	if jsonOut {
+		lvl = slog.LevelWarn
+	}
+	if err := lvl.UnmarshalText([]byte(logLevel)); logLevel != "" && err != nil {
+		return nil, badInput(fmt.Errorf("chaos: --log-level %q: %w", logLevel, err))
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+// ownExec is exec, or this executable when exec is empty.
+func ownExec(exec []string) ([]string, error) {
+	if len(exec) > 0 {
+		return exec, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("chaos: finding own executable: %w", err)
+	}
+	return []string{self}, nil
 }

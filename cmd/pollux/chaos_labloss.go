@@ -1017,20 +1017,12 @@ func runLabLossCmd(cmd *cobra.Command, o labLossOpts, logLevel string, jsonOut b
 	if !(o.TimeScale > 0) || o.TTL <= 0 || o.TTL > time.Duration(federation.MaxTTL)*time.Second || o.Converge <= 0 {
 		return badInput(fmt.Errorf("chaos: lab-loss needs --time-scale > 0, --lease-ttl in (0, %ds] and --converge > 0", federation.MaxTTL))
 	}
-	lvl := slog.LevelInfo
-	if jsonOut {
-		lvl = slog.LevelWarn
+	var err error
+	if o.Logger, err = chaosLogger(cmd.ErrOrStderr(), logLevel, jsonOut); err != nil {
+		return err
 	}
-	if err := lvl.UnmarshalText([]byte(logLevel)); logLevel != "" && err != nil {
-		return badInput(fmt.Errorf("chaos: --log-level %q: %w", logLevel, err))
-	}
-	o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
-	if len(o.Exec) == 0 {
-		self, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("chaos: finding own executable: %w", err)
-		}
-		o.Exec = []string{self}
+	if o.Exec, err = ownExec(o.Exec); err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -15,6 +15,7 @@ import (
 	"pollux/cluster/federation"
 	"pollux/cluster/fedlink"
 	"pollux/cluster/pki"
+	"pollux/internal/logbuf"
 	"pollux/testbed"
 	"pollux/testbed/launch"
 )
@@ -292,17 +293,7 @@ func observeLogs(o *labOutcome, c *launch.Cluster, jobs map[string][]string) {
 // of subs.
 func logLines(path string, subs ...string) []string {
 	b, _ := os.ReadFile(path)
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		ok := line != ""
-		for _, s := range subs {
-			ok = ok && strings.Contains(line, s)
-		}
-		if ok {
-			out = append(out, line)
-		}
-	}
-	return out
+	return logbuf.Matching(string(b), subs...)
 }
 
 // lineTime is the time= field of a log line.

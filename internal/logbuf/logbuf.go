@@ -1,5 +1,6 @@
 // Package logbuf is the log sink the tests read while the code under test
-// writes to it from other goroutines (slog handlers, process output).
+// writes to it from other goroutines (slog handlers, process output), and
+// the line filter the harnesses use on log files.
 //
 // It exists so that every package's tests share one race-free buffer
 // instead of each declaring its own copy.
@@ -33,9 +34,13 @@ func (l *Buffer) String() string {
 
 // Lines returns the non-empty lines written so far that contain every one
 // of subs.
-func (l *Buffer) Lines(subs ...string) []string {
+func (l *Buffer) Lines(subs ...string) []string { return Matching(l.String(), subs...) }
+
+// Matching returns the non-empty lines of text that contain every one of
+// subs.
+func Matching(text string, subs ...string) []string {
 	var out []string
-	for _, line := range strings.Split(l.String(), "\n") {
+	for _, line := range strings.Split(text, "\n") {
 		ok := line != ""
 		for _, s := range subs {
 			ok = ok && strings.Contains(line, s)

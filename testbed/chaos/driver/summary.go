@@ -110,13 +110,7 @@ func (s *Summary) Add(r *Result) {
 		sc.Linearizable = false
 		s.FaultsPlanned += len(r.Faults)
 	}
-	s.JobsSubmitted += sc.JobsSubmitted
-	s.JobsCompleted += sc.JobsCompleted
-	s.JobsFailed += sc.JobsFailed
-	s.JobsCancelled += sc.JobsCancelled
-	s.JobsUnsubmitted += sc.JobsUnsubmitted
-	s.LostJobs += sc.LostJobs
-	s.Violations += sc.Violations
+	s.tally(sc)
 	s.Linearizable = s.Linearizable && sc.Linearizable
 	for _, f := range sc.Failures {
 		s.Failures = append(s.Failures, r.Scenario+": "+f)
@@ -129,6 +123,17 @@ func (s *Summary) Add(r *Result) {
 		s.Notes = append(s.Notes, r.Scenario+": "+n)
 	}
 	s.Scenarios = append(s.Scenarios, sc)
+}
+
+// tally adds sc's jobs and violations to the summary's.
+func (s *Summary) tally(sc ScenarioSummary) {
+	s.JobsSubmitted += sc.JobsSubmitted
+	s.JobsCompleted += sc.JobsCompleted
+	s.JobsFailed += sc.JobsFailed
+	s.JobsCancelled += sc.JobsCancelled
+	s.JobsUnsubmitted += sc.JobsUnsubmitted
+	s.LostJobs += sc.LostJobs
+	s.Violations += sc.Violations
 }
 
 // AddJudged folds in a run judged outside this package (the lab-loss
@@ -146,13 +151,7 @@ func (s *Summary) AddJudged(sc ScenarioSummary) {
 	for k, n := range sc.FaultsByKind {
 		s.FaultsByKind[k] += n
 	}
-	s.JobsSubmitted += sc.JobsSubmitted
-	s.JobsCompleted += sc.JobsCompleted
-	s.JobsFailed += sc.JobsFailed
-	s.JobsCancelled += sc.JobsCancelled
-	s.JobsUnsubmitted += sc.JobsUnsubmitted
-	s.LostJobs += sc.LostJobs
-	s.Violations += sc.Violations
+	s.tally(sc)
 	for _, f := range sc.Failures {
 		s.Failures = append(s.Failures, sc.Name+": "+f)
 	}
