@@ -85,14 +85,30 @@ func TestRacksAndGPUTypesThroughAgents(t *testing.T) {
 		}
 	}
 
-	// The nodes as the API shows them.
+	// The nodes as the API shows them. Start waits until some server
+	// counts every GPU; s0's own membership view may lag it a moment.
 	var nodes []api.Node
-	get(api.PathNodes, &nodes)
-	for i, m := range c.Agents {
-		k := slices.IndexFunc(nodes, func(n api.Node) bool { return n.ID == m.ID })
-		if k < 0 || nodes[k].Rack != launch.Rack(i, 2) || nodes[k].GPUType != types[i] || nodes[k].Topology != "rack="+launch.Rack(i, 2) {
-			t.Errorf("node %s: %+v", m.ID, nodes)
+	nodesOK := func() string {
+		for i, m := range c.Agents {
+			k := slices.IndexFunc(nodes, func(n api.Node) bool { return n.ID == m.ID })
+			if k < 0 || nodes[k].Rack != launch.Rack(i, 2) || nodes[k].GPUType != types[i] || nodes[k].Topology != "rack="+launch.Rack(i, 2) {
+				return fmt.Sprintf("node %s: %+v", m.ID, nodes)
+			}
 		}
+		return ""
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		get(api.PathNodes, &nodes)
+		bad := nodesOK()
+		if bad == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Error(bad)
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	// The servers' racks, and the warning that r0 holds two voters of three.
 	var peers []api.Peer
@@ -100,7 +116,7 @@ func TestRacksAndGPUTypesThroughAgents(t *testing.T) {
 	if rack, ids := api.RackMajority(peers); rack != "r0" || !slices.Equal(ids, []string{"s0", "s2"}) {
 		t.Errorf("peers %+v: majority %q %v", peers, rack, ids)
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline = time.Now().Add(30 * time.Second)
 	for {
 		b, _ := os.ReadFile(c.Servers[1].Log)
 		if bytes.Contains(b, []byte("a majority of the voters share one rack")) && bytes.Contains(b, []byte("rack=r0 voters=s0,s2")) {
