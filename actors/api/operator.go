@@ -3,10 +3,8 @@ package api
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"net/http"
@@ -118,9 +116,7 @@ func (a *API) leaderURL(r *http.Request) (raft.ServerID, string) {
 
 func (a *API) addPeer(w http.ResponseWriter, r *http.Request) {
 	var p AddPeer
-	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
+	if err := decodeBody(r, &p, false); err != nil {
 		writeJSON(w, http.StatusBadRequest, Error{fmt.Sprintf("api: add-server body: %v (want {\"id\": ..., \"address\": \"host:port\"})", err)})
 		return
 	}
