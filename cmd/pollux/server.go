@@ -206,8 +206,8 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 		o.sec.cluster = o.fed.cluster
 	}
 	var servers []raft.Server
-	httpPeers := map[raft.ServerID]string{}
 	if o.peers != "" {
+		var httpPeers map[raft.ServerID]string
 		var err error
 		if servers, httpPeers, err = serverPeers(o.peers); err != nil {
 			return badInput(err)

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"pollux/actors/api"
 	"pollux/cluster/pki"
 	"pollux/testbed"
 	"pollux/testbed/builtin"
@@ -371,6 +370,3 @@ func (t *target) tlsConfig(cert *tls.Certificate, protos ...string) *tls.Config 
 	}
 	return cfg
 }
-
-// jobPath is the API path of one job.
-func jobPath(id string) string { return api.PathJobs + "/" + id }
