@@ -32,7 +32,11 @@ test: fmt-check vet
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
+# staticcheck (unused code, ineffective assignments, misused APIs) at a
+# pinned version, fetched by the go command like any module.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint: fmt-check vet
+	$(GO) run $(STATICCHECK) $(PKGS)
 
 # The full fault-injection run: every scenario of the catalogue (103
 # faults, 34 of them network faults when run as root with iptables), each
