@@ -37,7 +37,12 @@ import (
 // job pays a restart for). Each job's term of the power mean is weighted
 // by its age level (AgeWeight): like Tiresias's discretised priority
 // queues, jobs young enough to be short weigh more, by levels that change
-// rarely so that the weights cause no churn. The round is a
+// rarely so that the weights cause no churn. A job that reports how far
+// it is through its work (Job.Progress, an input neither Pollux nor Sia
+// uses) is weighted by the same levels of its estimated remaining time
+// instead (RemainLevel: shortest remaining time first, with a floor for
+// fairness), and its restart discount also counts the restart against
+// that remaining time (RemainRestart). The round is a
 // multiple-choice knapsack over (type, GPU count) per job, solved
 // exactly while small (ExactStates), else by Lagrangian relaxation;
 // placement then keeps every job whose type and count did not change
@@ -82,6 +87,21 @@ type HetPollux struct {
 	// throughput ratio (a slower GPU computes slower, the network is the
 	// same); else the whole goodput is scaled by that ratio.
 	ProjectCompute bool
+	// RemainLevel, in seconds, is the length of the first level of
+	// estimated remaining time (0: none). A job that reports its
+	// Progress f > 0 is estimated to need Age * (1 - f) / f more
+	// seconds (its pace so far), and its term of the power mean is
+	// weighted by the levels of that time instead of its age: 1 below
+	// RemainLevel, then 2^(-RemainDecay) per level, each level twice as
+	// long as the previous one, at least RemainFloor. Nearly done jobs
+	// then weigh most (shortest remaining time first), young ones by
+	// their age until they report progress.
+	RemainLevel, RemainDecay, RemainFloor float64
+	// RemainRestart further discounts a changed configuration of a job
+	// that reports its progress by remaining / (remaining + delay): a
+	// job near its end does not pay a restart to grow, and is the last
+	// one shrunk.
+	RemainRestart bool
 }
 
 // HetPollux defaults.
@@ -101,6 +121,12 @@ const (
 	HetAgeFloor = 0.35
 	// HetShrinkFactor is its extra discount of a shrink.
 	HetShrinkFactor = 0.8
+	// HetRemainLevel (s), HetRemainDecay and HetRemainFloor are its
+	// remaining-time weights, the levels of the age weights on the
+	// estimated remaining time of a job that reports its progress.
+	HetRemainLevel = 1800.0
+	HetRemainDecay = 0.5
+	HetRemainFloor = 0.35
 )
 
 // NewHetPollux returns the policy with its defaults.
@@ -110,6 +136,7 @@ func NewHetPollux() *HetPollux {
 		RestartWeight: HetRestartWeight, Horizon: HetHorizon, Optimism: HetOptimism,
 		AgeLevel: HetAgeLevel, AgeDecay: HetAgeDecay, AgeFloor: HetAgeFloor,
 		ShrinkFactor: HetShrinkFactor, ShareByBest: true, ProjectCompute: true,
+		RemainLevel: HetRemainLevel, RemainDecay: HetRemainDecay, RemainFloor: HetRemainFloor, RemainRestart: true,
 		Cache: &GoodputCache{},
 	}
 }
@@ -177,9 +204,10 @@ func (h *HetPollux) checkSettings() error {
 	if math.IsNaN(h.PowerMean) || math.IsInf(h.PowerMean, 0) {
 		return fmt.Errorf("%w: power-mean exponent %v", ErrBadSnapshot, h.PowerMean)
 	}
-	for _, v := range []float64{h.AgeLevel, h.AgeDecay, h.AgeFloor, h.ShrinkFactor} {
+	for _, v := range []float64{h.AgeLevel, h.AgeDecay, h.AgeFloor, h.ShrinkFactor, h.RemainLevel, h.RemainDecay, h.RemainFloor} {
 		if !(v >= 0) || math.IsInf(v, 0) {
-			return fmt.Errorf("%w: age levels %v, %v, %v or shrink factor %v: want finite values of at least 0", ErrBadSnapshot, h.AgeLevel, h.AgeDecay, h.AgeFloor, h.ShrinkFactor)
+			return fmt.Errorf("%w: age levels %v, %v, %v, shrink factor %v or remaining-time levels %v, %v, %v: want finite values of at least 0",
+				ErrBadSnapshot, h.AgeLevel, h.AgeDecay, h.AgeFloor, h.ShrinkFactor, h.RemainLevel, h.RemainDecay, h.RemainFloor)
 		}
 	}
 	return nil
@@ -370,6 +398,10 @@ func (h *HetPollux) jobItem(snap *Snapshot, job *Job, types []typeInfo, norm het
 	}
 	age := math.Max(job.Age, h.Horizon*delay)
 	factor := math.Max(age-float64(job.Restarts)*delay, 0) / (age + delay)
+	remain, hasRemain := remaining(job)
+	if hasRemain && h.RemainRestart {
+		factor *= remain / (remain + delay)
+	}
 	term := func(x float64) float64 {
 		switch h.PowerMean {
 		case -1:
@@ -382,7 +414,7 @@ func (h *HetPollux) jobItem(snap *Snapshot, job *Job, types []typeInfo, norm het
 		}
 		return math.Pow(x+meanEps, h.PowerMean)
 	}
-	if w := h.AgeWeight(job.Age); w != 1 {
+	if w := h.jobWeight(job, remain, hasRemain); w != 1 {
 		inner := term
 		term = func(x float64) float64 { return w * inner(x) }
 	}
@@ -423,11 +455,38 @@ func (h *HetPollux) jobItem(snap *Snapshot, job *Job, types []typeInfo, norm het
 // 2^(-AgeDecay) per level, each level twice as long as the previous one,
 // and never below AgeFloor; 1 without levels.
 func (h *HetPollux) AgeWeight(age float64) float64 {
-	if !(h.AgeLevel > 0) || !(age > 0) {
+	return levelWeight(age, h.AgeLevel, h.AgeDecay, h.AgeFloor)
+}
+
+// remaining is the job's estimated remaining time, in seconds, at its
+// pace so far: with Progress f > 0, Age * (1 - f) / f; false when the
+// job reports no progress.
+func remaining(job *Job) (float64, bool) {
+	if !(job.Progress > 0) {
+		return 0, false
+	}
+	return job.Age * (1 - job.Progress) / job.Progress, true
+}
+
+// jobWeight is the weight of the job's power-mean term: its
+// remaining-time weight (RemainLevel) if it reports its progress, else
+// its age weight.
+func (h *HetPollux) jobWeight(job *Job, remain float64, hasRemain bool) float64 {
+	if hasRemain && h.RemainLevel > 0 {
+		return levelWeight(remain, h.RemainLevel, h.RemainDecay, h.RemainFloor)
+	}
+	return h.AgeWeight(job.Age)
+}
+
+// levelWeight is the weight of x (seconds) on levels: 1 in the first
+// level (level seconds), then 2^(-decay) per level, each level twice as
+// long as the previous one, never below floor; 1 without levels.
+func levelWeight(x, level, decay, floor float64) float64 {
+	if !(level > 0) || !(x > 0) {
 		return 1
 	}
-	level := math.Floor(math.Log2(1 + age/h.AgeLevel))
-	return math.Max(math.Pow(2, -h.AgeDecay*level), h.AgeFloor)
+	l := math.Floor(math.Log2(1 + x/level))
+	return math.Max(math.Pow(2, -decay*l), floor)
 }
 
 // placeType places the jobs that want type t: those whose type and count

@@ -116,8 +116,8 @@ func TestHetPolluxShrinkFactor(t *testing.T) {
 	}
 }
 
-// Age levels or a shrink factor that are not finite non-negative numbers
-// are refused, not turned into NaN costs.
+// Age levels, a shrink factor or remaining-time levels that are not
+// finite non-negative numbers are refused, not turned into NaN costs.
 func TestHetPolluxBadSettings(t *testing.T) {
 	snap := &optimizer.Snapshot{Nodes: hetNodes(), Jobs: []optimizer.Job{{ID: "a", Age: 60, MaxReplicas: 1}}}
 	for _, set := range []func(*optimizer.HetPollux){
@@ -125,6 +125,8 @@ func TestHetPolluxBadSettings(t *testing.T) {
 		func(h *optimizer.HetPollux) { h.AgeDecay = -1 },
 		func(h *optimizer.HetPollux) { h.AgeLevel = math.Inf(1) },
 		func(h *optimizer.HetPollux) { h.ShrinkFactor = math.NaN() },
+		func(h *optimizer.HetPollux) { h.RemainLevel = math.Inf(1) },
+		func(h *optimizer.HetPollux) { h.RemainFloor = -0.5 },
 	} {
 		h := optimizer.NewHetPollux()
 		set(h)
@@ -199,5 +201,98 @@ func TestHetPolluxShareByBest(t *testing.T) {
 	want := math.Pow(1.5, optimizer.HetPowerMean)
 	if got := obj[false] / obj[true]; math.Abs(got-want) > 1e-3 {
 		t.Errorf("objective averaged over types / on the best type = %v, want %v (%v)", got, want, obj)
+	}
+}
+
+// Two jobs alike in everything, their age included, but how far they are
+// through their work share one 8-GPU node. With remaining-time levels
+// the one nearly done (5 % left: about six minutes at its pace so far)
+// gets more GPUs than the one with 80 % left (eight hours); without
+// them, or when the jobs report no progress, they split evenly.
+func TestHetPolluxRemainingFavoursNearlyDone(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		level      float64
+		near, far  float64 // the jobs' Progress
+		nearFavour func(near, far int) bool
+	}{
+		{"levels", optimizer.HetRemainLevel, 0.95, 0.2, func(n, f int) bool { return n > f }},
+		{"no levels", 0, 0.95, 0.2, func(n, f int) bool { return n == f }},
+		{"progress unknown", optimizer.HetRemainLevel, 0, 0, func(n, f int) bool { return n == f }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			job := func(id string, progress float64) optimizer.Job {
+				return optimizer.Job{ID: id, Age: 2 * 3600, Progress: progress, MaxReplicas: 8, RestartDelay: 30,
+					TypeModels:   map[string]*goodput.Model{"fast": fittedModel()},
+					TypeReplicas: map[string]int{"fast": 8}}
+			}
+			snap := &optimizer.Snapshot{Nodes: []optimizer.Node{{ID: "f0", GPUs: 8, Type: "fast"}},
+				Jobs: []optimizer.Job{job("near", c.near), job("far", c.far)}}
+			h := optimizer.NewHetPollux()
+			h.RemainLevel = c.level
+			res, err := h.Allocate(snap, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkTyped(t, snap, res)
+			n, f := res.Placements[0].Replicas(), res.Placements[1].Replicas()
+			if !c.nearFavour(n, f) || n+f != 8 {
+				t.Errorf("nearly done job got %d GPUs, the other %d", n, f)
+			}
+		})
+	}
+}
+
+// A job running on half of an otherwise idle node grows to the whole node
+// when it has hours left, and keeps what it has when it is a minute from
+// its end: the restart would cost it more than it gains. Without the
+// remaining-time discount both grow.
+func TestHetPolluxRemainingRestart(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		restart  bool
+		progress float64
+		want     int
+	}{
+		{"hours left", true, 0.3, 8},
+		{"a minute left", true, 0.98, 4},
+		{"a minute left, no discount", false, 0.98, 8},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			snap := &optimizer.Snapshot{Nodes: []optimizer.Node{{ID: "f0", GPUs: 8, Type: "fast"}},
+				Jobs: []optimizer.Job{{ID: "a", Age: 3600, Progress: c.progress, MaxReplicas: 8, RestartDelay: 30,
+					Current:      pl(0, 4),
+					TypeModels:   map[string]*goodput.Model{"fast": fittedModel()},
+					TypeReplicas: map[string]int{"fast": 8}}}}
+			h := optimizer.NewHetPollux()
+			h.RemainRestart = c.restart
+			res, err := h.Allocate(snap, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkTyped(t, snap, res)
+			if k := res.Placements[0].Replicas(); k != c.want {
+				t.Errorf("job got %v, want %d GPUs", res.Placements[0], c.want)
+			}
+		})
+	}
+}
+
+// A job's progress must be a fraction: NaN, infinite, negative or above 1
+// is refused by the snapshot check (every policy), not read as a weight.
+func TestHetPolluxBadProgress(t *testing.T) {
+	for _, p := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), -0.1, 1.5} {
+		snap := &optimizer.Snapshot{Nodes: hetNodes(), Jobs: []optimizer.Job{{ID: "a", Age: 60, Progress: p, MaxReplicas: 1}}}
+		for _, pol := range []optimizer.Policy{optimizer.NewHetPollux(), optimizer.NewPollux(), optimizer.NewSia()} {
+			if _, err := pol.Allocate(snap, nil); !errors.Is(err, optimizer.ErrBadSnapshot) {
+				t.Errorf("%s, progress %v: error %v, want ErrBadSnapshot", pol.Name(), p, err)
+			}
+		}
+	}
+	for _, p := range []float64{0, 0.5, 1} {
+		snap := &optimizer.Snapshot{Nodes: hetNodes(), Jobs: []optimizer.Job{{ID: "a", Age: 60, Progress: p, MaxReplicas: 1}}}
+		if _, err := optimizer.NewHetPollux().Allocate(snap, nil); err != nil {
+			t.Errorf("progress %v: %v", p, err)
+		}
 	}
 }

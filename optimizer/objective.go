@@ -291,6 +291,9 @@ func checkJobsNodes(snap *Snapshot) error {
 		if !(job.Age >= 0) || math.IsInf(job.Age, 0) || job.Restarts < 0 {
 			return fmt.Errorf("%w: job %q age %v restarts %d", ErrBadSnapshot, job.ID, job.Age, job.Restarts)
 		}
+		if !(job.Progress >= 0 && job.Progress <= 1) {
+			return fmt.Errorf("%w: job %q progress %v, want a fraction in [0, 1]", ErrBadSnapshot, job.ID, job.Progress)
+		}
 		if math.IsNaN(job.Attained) || math.IsNaN(job.SubmitTime) {
 			return fmt.Errorf("%w: job %q attained service or submit time is NaN", ErrBadSnapshot, job.ID)
 		}

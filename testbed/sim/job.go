@@ -223,6 +223,16 @@ func (j *job) maxProfiledK() int {
 	return k
 }
 
+// fraction is how much of its training the job has done: its progress
+// over the progress at which its last epoch ends, in [0, 1].
+func (j *job) fraction() float64 {
+	end := j.app.EpochEnd(j.app.MaxEpochs())
+	if !(end > 0) {
+		return 0
+	}
+	return math.Min(math.Max(j.progress/end, 0), 1)
+}
+
 // running reports whether the job holds GPUs.
 func (j *job) running() bool { return j.replicas > 0 }
 
