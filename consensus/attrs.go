@@ -12,7 +12,13 @@ import (
 // first encodings. In commands they are encoded last, and only when set,
 // so that entries written before still decode and mean what they meant;
 // an encoded block that sets nothing is malformed (every value has one
-// encoding). Snapshots of version 3 always carry them.
+// encoding). Snapshots of version 3 always carry them. A job's declared
+// epochs came later still: in a submission they follow the placement
+// constraints (encoded empty then, if the job has none), only when
+// declared; snapshots of version 8 always carry them.
+
+// MaxEpochs bounds the epochs a job may declare.
+const MaxEpochs = 1 << 20
 
 // maxLevels bounds the topology levels of a cluster (and so a node's
 // topology).
@@ -112,6 +118,9 @@ func NormalizeLevels(levels []string) []string {
 
 // checkSpecAttrs validates a job's placement constraints by themselves.
 func checkSpecAttrs(s *JobSpec) error {
+	if s.Epochs < 0 || s.Epochs > MaxEpochs {
+		return invalid("job declares %d epochs (want 0, not declared, to %d)", s.Epochs, MaxEpochs)
+	}
 	if err := s.Topology.CheckSyntax(); err != nil {
 		return invalid("%v", err)
 	}

@@ -71,19 +71,23 @@ func TestAttrsEncodedOnlyWhenSet(t *testing.T) {
 	}
 }
 
-// A submission carries two optional trailing blocks, the submitter (API
-// tokens) and then the placement constraints: each combination has one
-// encoding and round-trips; the submitter is encoded empty only when
-// constraints follow.
+// A submission carries three optional trailing blocks, the submitter
+// (API tokens), the placement constraints and the declared epochs: each
+// combination has one encoding and round-trips; the submitter and the
+// constraints are encoded empty only when something follows.
 func TestSubmitJobSubmitterAndConstraints(t *testing.T) {
 	spec := testSpec()
 	spec.Topology = optimizer.TopologyConstraint{Preferred: "rack"}
 	spec.GPUType = "t4"
+	paced, both := testSpec(), spec
+	paced.Epochs, both.Epochs = 90, 30
 	plain := mustEncode(t, &SubmitJob{ID: "j", Spec: testSpec(), SubmitTime: 1})
 	for _, c := range []*SubmitJob{
 		{ID: "j", Spec: testSpec(), SubmitTime: 1, Submitter: "acc-alice"},
 		{ID: "j", Spec: spec, SubmitTime: 1},
 		{ID: "j", Spec: spec, SubmitTime: 1, Submitter: "acc-alice"},
+		{ID: "j", Spec: paced, SubmitTime: 1},
+		{ID: "j", Spec: both, SubmitTime: 1, Submitter: "acc-alice"},
 	} {
 		b := mustEncode(t, c)
 		if !bytes.HasPrefix(b, plain) || len(b) <= len(plain) {
@@ -94,16 +98,20 @@ func TestSubmitJobSubmitterAndConstraints(t *testing.T) {
 			t.Fatalf("%+v: %v", c, err)
 		}
 		g := got.(*SubmitJob)
-		if g.Submitter != c.Submitter || g.Spec.GPUType != c.Spec.GPUType || g.Spec.Topology != c.Spec.Topology {
+		if g.Submitter != c.Submitter || g.Spec.GPUType != c.Spec.GPUType || g.Spec.Topology != c.Spec.Topology || g.Spec.Epochs != c.Spec.Epochs {
 			t.Errorf("decoded %+v, want %+v", g, c)
 		}
 		if again := mustEncode(t, got); !bytes.Equal(again, b) {
 			t.Errorf("%+v: does not round-trip", c)
 		}
 	}
-	// An empty submitter with nothing after it is not canonical.
+	// An empty submitter with nothing after it is not canonical, nor are
+	// epochs encoded as 0 (left out when not declared).
 	if _, err := Decode(append(slices.Clone(plain), 0)); !errors.Is(err, ErrMalformed) {
 		t.Errorf("an empty submitter block: %v", err)
+	}
+	if _, err := Decode(append(slices.Clone(plain), 0, 0, 0, 0, 0)); !errors.Is(err, ErrMalformed) {
+		t.Errorf("epochs encoded as 0: %v", err)
 	}
 }
 
@@ -136,6 +144,8 @@ func TestAttrsValidation(t *testing.T) {
 		"required and preferred":              spec(func(s *JobSpec) { s.Topology = optimizer.TopologyConstraint{Required: "rack", Preferred: "rack"} }),
 		"bad level name":                      spec(func(s *JobSpec) { s.Topology.Required = "Rack" }),
 		"bad job GPU type":                    spec(func(s *JobSpec) { s.GPUType = "a 100" }),
+		"negative epochs":                     spec(func(s *JobSpec) { s.Epochs = -1 }),
+		"too many epochs":                     spec(func(s *JobSpec) { s.Epochs = MaxEpochs + 1 }),
 		"the rack alone as levels":            &InitCluster{ID: "c", Levels: []string{"rack"}},
 		"levels not starting with the rack":   &InitCluster{ID: "c", Levels: []string{"zone", "rack"}},
 		"level twice":                         &InitCluster{ID: "c", Levels: []string{"rack", "zone", "zone"}},

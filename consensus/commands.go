@@ -220,14 +220,18 @@ func (c *SubmitJob) encode(w *writer) {
 	encodeSpec(w, &c.Spec)
 	w.f64(c.SubmitTime)
 	// Optional trailing blocks, in the order they were added: the
-	// submitter (encoded empty only when placement constraints follow),
-	// then the placement constraints (only when set).
-	attrs := specAttrsSet(&c.Spec)
-	if c.Submitter != "" || attrs {
+	// submitter (encoded empty only when more follows), the placement
+	// constraints (encoded empty only when the epochs follow), then the
+	// declared epochs (only when declared).
+	attrs, epochs := specAttrsSet(&c.Spec), c.Spec.Epochs != 0
+	if c.Submitter != "" || attrs || epochs {
 		w.str(c.Submitter)
 	}
-	if attrs {
+	if attrs || epochs {
 		encodeSpecAttrs(w, &c.Spec)
+	}
+	if epochs {
+		w.int(c.Spec.Epochs)
 	}
 }
 func (c *SubmitJob) decode(r *reader) {
@@ -244,8 +248,15 @@ func (c *SubmitJob) decode(r *reader) {
 		}
 		return
 	}
-	if decodeSpecAttrs(r, &c.Spec); !specAttrsSet(&c.Spec) {
-		r.fail("job placement constraints encoded empty (they are left out instead)")
+	decodeSpecAttrs(r, &c.Spec)
+	if !r.more() {
+		if r.err == nil && !specAttrsSet(&c.Spec) {
+			r.fail("job placement constraints encoded empty (they are left out instead)")
+		}
+		return
+	}
+	if c.Spec.Epochs = r.int(); r.err == nil && c.Spec.Epochs == 0 {
+		r.fail("job epochs encoded as 0 (they are left out instead)")
 	}
 }
 

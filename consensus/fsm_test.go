@@ -404,6 +404,7 @@ func FuzzDecodeCommand(f *testing.F) {
 			Topology: optimizer.TopologyConstraint{Preferred: "rack"}, GPUType: "t4"}, SubmitTime: 1},
 		&SubmitJob{ID: "j3", Spec: JobSpec{Name: "x", App: "ncf", MinReplicas: 1, MaxReplicas: 2, Limits: testSpec().Limits,
 			Topology: optimizer.TopologyConstraint{Required: "rack"}, GPUType: "t4"}, SubmitTime: 1, Submitter: "acc-alice"},
+		&SubmitJob{ID: "j4", Spec: JobSpec{Name: "x", App: "ncf", MinReplicas: 1, MaxReplicas: 2, Limits: testSpec().Limits, Epochs: 90}, SubmitTime: 1},
 		&InitCluster{ID: "c", CheckpointRoot: "/r", ReportKey: strings.Repeat("0", ReportKeyLen)},
 		&InitCluster{ID: "c", CheckpointRoot: "/r", Levels: []string{"rack", "zone"}, ReportKey: strings.Repeat("0", ReportKeyLen)},
 		&FinishJob{ID: "j1", Incarnation: 1, State: Cancelled, Reason: "user"},

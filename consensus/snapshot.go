@@ -29,10 +29,12 @@ import (
 // per-type parts; versions 1 to 5 decode with every entry untyped and
 // bids without per-type parts. Version 7 adds, at the end, the
 // federation state (the lab's name, CA, quota and peers, and its ledger
-// of leases); versions 1 to 6 decode without one.
+// of leases); versions 1 to 6 decode without one. Version 8 adds, after
+// every job's placement constraints, the epochs it declared; versions 1
+// to 7 decode with none declared.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 7
+	SnapshotVersion = 8
 	// maxSnapshot bounds what Restore reads.
 	maxSnapshot = 1 << 30
 )
@@ -65,6 +67,7 @@ func EncodeState(s *State) []byte {
 		w.str(j.ID)
 		encodeSpec(w, &j.Spec)
 		encodeSpecAttrs(w, &j.Spec)
+		w.int(j.Spec.Epochs)
 		w.byte(byte(j.State))
 		w.f64(j.SubmitTime)
 		w.f64(j.FinishTime)
@@ -170,6 +173,9 @@ func DecodeState(b []byte) (*State, error) {
 		decodeSpec(r, &j.Spec)
 		if version >= 3 {
 			decodeSpecAttrs(r, &j.Spec)
+		}
+		if version >= 8 {
+			j.Spec.Epochs = r.int()
 		}
 		j.State = JobState(r.byte())
 		j.SubmitTime = r.f64()

@@ -12,7 +12,7 @@ import (
 	"pollux/optimizer"
 )
 
-var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v7.bin from the current encoder")
+var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v8.bin from the current encoder")
 
 // snapshotV3 is a version 3 snapshot holding everything version 3 added:
 // the token table and job submitters (API tokens), the topology levels,
@@ -230,10 +230,8 @@ func TestSnapshotVersion6Golden(t *testing.T) {
 
 // snapshotV7 is a version 7 snapshot: snapshotV6's state plus the
 // federation's (the lab's identity, quota and peers; a lease it lends,
-// one it borrows, one reclaimed and two expired).
-// go test ./consensus -run TestSnapshotVersion7Golden -update rewrites
-// it; only do so for a change that keeps the version's bytes (a change
-// of the format is a new version, and this file must still decode).
+// one it borrows, one reclaimed and two expired). It was written by the
+// version 7 encoder and must still decode.
 const snapshotV7 = "testdata/snapshot-v7.bin"
 
 func v7State(t testing.TB) *State {
@@ -258,13 +256,7 @@ func v7State(t testing.TB) *State {
 
 func TestSnapshotVersion7Golden(t *testing.T) {
 	got := EncodeState(v7State(t))
-	if *updateGolden {
-		if err := os.WriteFile(snapshotV7, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	b, s := decodeFixture(t, snapshotV7, 7)
+	_, s := decodeFixture(t, snapshotV7, 7)
 	fed := s.Fed
 	if fed == nil || fed.Lab.Name != "lab-a" || fed.Lab.CA != "fp-a" || fed.Lab.Quota.Nominal != 12 || len(fed.Lab.Peers) != 1 {
 		t.Fatalf("decoded federation %+v", fed)
@@ -281,7 +273,48 @@ func TestSnapshotVersion7Golden(t *testing.T) {
 	if s.Scale.Desired != 5 || s.Config.ReportKey != v3ReportKey || len(s.Jobs["typed"].ProfiledTypes()) != 2 {
 		t.Errorf("versions 3 to 6 content lost")
 	}
+	// The state decoded from the fixture is the state the commands make.
+	if again := EncodeState(s); !bytes.Equal(got, again) {
+		t.Fatalf("the version 7 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
+	}
+}
+
+// snapshotV8 is a version 8 snapshot: snapshotV7's state plus a job that
+// declared the epochs it trains for and reported some.
+// go test ./consensus -run TestSnapshotVersion8Golden -update rewrites
+// it; only do so for a change that keeps the version's bytes (a change
+// of the format is a new version, and this file must still decode).
+const snapshotV8 = "testdata/snapshot-v8.bin"
+
+func v8State(t testing.TB) *State {
+	t.Helper()
+	a := &fsmApplier{f: NewFSM()}
+	a.f.state = v7State(t)
+	paced := testSpec()
+	paced.Name, paced.CheckpointDir, paced.Epochs = "paced", "/ckpt/paced", 90
+	a.must(t, 6,
+		&SubmitJob{ID: "paced", Spec: paced, SubmitTime: 320, Submitter: "acc-alice"},
+		&UpdateJob{ID: "paced", Set: UpdateEpoch, Epoch: 30},
+	)
+	return a.f.State()
+}
+
+func TestSnapshotVersion8Golden(t *testing.T) {
+	got := EncodeState(v8State(t))
+	if *updateGolden {
+		if err := os.WriteFile(snapshotV8, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	b, s := decodeFixture(t, snapshotV8, 8)
+	if j := s.Jobs["paced"]; j == nil || j.Spec.Epochs != 90 || j.Epoch != 30 || s.Jobs["typed"].Spec.Epochs != 0 {
+		t.Fatalf("decoded jobs %+v", s.Jobs)
+	}
+	if s.Fed == nil || s.Scale.Desired != 5 || len(s.Jobs["typed"].ProfiledTypes()) != 2 {
+		t.Errorf("versions 3 to 7 content lost")
+	}
 	if !bytes.Equal(got, b) {
-		t.Fatalf("the encoding of version 7 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+		t.Fatalf("the encoding of version 8 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
 	}
 }

@@ -89,6 +89,11 @@ type JobSpec struct {
 	Topology optimizer.TopologyConstraint
 	// GPUType, if set, is the only GPU type the job runs on.
 	GPUType string
+	// Epochs, if set, is how many epochs the job trains for, as its
+	// submitter declared it: the allocator reads the job's reported
+	// epoch over it as how far the job is through its work (0: not
+	// declared).
+	Epochs int
 }
 
 // ProfileEntry is a profiled configuration (Nodes, Replicas, LocalBatch)

@@ -69,9 +69,10 @@ type Job struct {
 	Restarts int `json:"restarts"`
 	// Progress is the fraction of its work the job has done, in [0, 1]
 	// (its training progress over the progress at which it completes);
-	// 0 means not known. The simulator knows every job's target; the
-	// live system's jobs train to a target only their workers know, and
-	// leave it 0.
+	// 0 means not known. The simulator knows every job's target; in the
+	// live system a job whose spec declares its epochs reports its epoch
+	// over them, and one that declares none (it trains to a target only
+	// its workers know) leaves it 0.
 	Progress float64 `json:"progress,omitempty"`
 	// MinReplicas and MaxReplicas bound the job's GPU count when it runs.
 	MinReplicas int `json:"min_replicas"`

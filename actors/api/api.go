@@ -121,6 +121,9 @@ type Job struct {
 	// Topology and GPUType are the job's constraints, as submitted.
 	Topology *optimizer.TopologyConstraint `json:"topology,omitempty"`
 	GPUType  string                        `json:"gpu_type,omitempty"`
+	// Epochs are the epochs the job declared it trains for (omitted: not
+	// declared).
+	Epochs int `json:"epochs,omitempty"`
 	// Placement is where the job's replicas run: GPUs per node, in node
 	// order, with each node's rack and GPU type.
 	Placement []SlotJSON `json:"placement,omitempty"`
@@ -422,7 +425,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	cs := consensus.JobSpec{Name: spec.Name, Command: spec.Command, App: spec.Application,
 		MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas, Limits: spec.Limits(), CheckpointDir: spec.CheckpointDir,
-		Topology: spec.Topology, GPUType: spec.GPUType}
+		Topology: spec.Topology, GPUType: spec.GPUType, Epochs: spec.Epochs}
 	p := principalOf(r)
 	err = a.cfg.Backend.ApplyCommand(ctx, &consensus.SubmitJob{ID: spec.Name, Spec: cs, SubmitTime: a.now(), Submitter: p.accessor()})
 	if err != nil {
@@ -504,7 +507,7 @@ func jobOf(st *consensus.State, id string) Job {
 		tc := j.Spec.Topology
 		out.Topology = &tc
 	}
-	out.GPUType = j.Spec.GPUType
+	out.GPUType, out.Epochs = j.Spec.GPUType, j.Spec.Epochs
 	for _, sl := range slots {
 		p := SlotJSON{Node: sl.Node, GPUs: sl.GPUs, Rack: optimizer.DefaultDomain}
 		if n := st.Nodes[sl.Node]; n != nil {

@@ -132,6 +132,7 @@ func TestSubmit(t *testing.T) {
 		{"unknown app", strings.Replace(good, "cifar10", "mnist", 1), "not a built-in application", http.StatusBadRequest},
 		{"garbage", "\x00\xff{{{", "jobspec", http.StatusBadRequest},
 		{"too large", good + "#" + strings.Repeat("x", 1<<20) + "\n", "too large", http.StatusRequestEntityTooLarge},
+		{"epochs", strings.Replace(good, "j1", "j2", 1) + "epochs: 90\n", `"id":"j2"`, http.StatusCreated},
 	}
 	for _, tc := range tests {
 		code, body := do(a, "POST", PathJobs, tc.body)
@@ -140,8 +141,14 @@ func TestSubmit(t *testing.T) {
 		}
 	}
 	j := fb.st.Jobs["j1"]
-	if j == nil || j.Spec.Limits.MaxBatch != 1024 || j.Spec.App != "cifar10" || j.Spec.MaxReplicas != 64 {
+	if j == nil || j.Spec.Limits.MaxBatch != 1024 || j.Spec.App != "cifar10" || j.Spec.MaxReplicas != 64 || j.Spec.Epochs != 0 {
 		t.Errorf("stored job %+v", j)
+	}
+	if j := fb.st.Jobs["j2"]; j == nil || j.Spec.Epochs != 90 {
+		t.Errorf("stored job %+v, want 90 epochs", j)
+	}
+	if code, out := do(a, "GET", PathJobs+"/j2", ""); code != http.StatusOK || !strings.Contains(out, `"epochs":90`) {
+		t.Errorf("job j2: %d %s", code, out)
 	}
 }
 

@@ -155,7 +155,7 @@ func buildSnapshot(st *consensus.State, nodes []optimizer.Node, bids map[string]
 		}
 		job := optimizer.Job{
 			ID: id, SubmitTime: j.SubmitTime, Age: math.Max(now-j.SubmitTime, 0) * timeScale, Attained: j.Attained,
-			Restarts: j.Restarts, MinReplicas: j.Spec.MinReplicas, MaxReplicas: maxReplicas(j.Spec, bid),
+			Restarts: j.Restarts, Progress: progress(j), MinReplicas: j.Spec.MinReplicas, MaxReplicas: maxReplicas(j.Spec, bid),
 			Current: cur, Model: bid.Model(j.Spec.Limits), App: j.Spec.App,
 			Topology: j.Spec.Topology, GPUType: j.Spec.GPUType,
 		}
@@ -191,6 +191,15 @@ func buildSnapshot(st *consensus.State, nodes []optimizer.Node, bids map[string]
 		}
 	}
 	return snap, nil
+}
+
+// progress is how far the job is through the epochs it declared: its
+// reported epoch over them, at most 1; 0 when it declared none.
+func progress(j *consensus.Job) float64 {
+	if j.Spec.Epochs <= 0 {
+		return 0
+	}
+	return math.Min(float64(j.Epoch)/float64(j.Spec.Epochs), 1)
 }
 
 // placementType is the GPU type of a placement's nodes ("" untyped or

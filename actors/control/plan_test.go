@@ -36,8 +36,8 @@ func testState() *consensus.State {
 	st := &consensus.State{
 		Config: consensus.ClusterConfig{ID: "c1", CheckpointRoot: "/root", ReportKey: strings.Repeat("5", consensus.ReportKeyLen)},
 		Jobs: map[string]*consensus.Job{
-			"a": {ID: "a", State: consensus.Running, Incarnation: 3, SubmitTime: 100, Attained: 50,
-				Spec: consensus.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 8, Limits: limits}, Bid: bidOfTable(8, 2)},
+			"a": {ID: "a", State: consensus.Running, Incarnation: 3, SubmitTime: 100, Attained: 50, Epoch: 30,
+				Spec: consensus.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 8, Limits: limits, Epochs: 120}, Bid: bidOfTable(8, 2)},
 			"b": {ID: "b", State: consensus.Pending, Incarnation: 1, SubmitTime: 150, Bid: bidOfTable(2, 0),
 				Spec: consensus.JobSpec{Command: []string{"train"}, MinReplicas: 1, MaxReplicas: 2, Limits: limits, CheckpointDir: "/ck/b"}},
 			"nobid": {ID: "nobid", State: consensus.Pending, SubmitTime: 160, Spec: consensus.JobSpec{App: "x", MinReplicas: 1, MaxReplicas: 1, Limits: limits}},
@@ -73,6 +73,10 @@ func TestBuildSnapshotFromBids(t *testing.T) {
 	want := optimizer.Placement{{Node: 0, Count: 2}, {Node: 1, Count: 1}} // the dead node's slot dropped
 	if !a.Current.Equal(want) || a.Age != 1000 || a.Attained != 50 || a.MaxReplicas != 4 {
 		t.Errorf("job a %+v", a)
+	}
+	// a declared 120 epochs and reported 30; b declared none.
+	if a.Progress != 0.25 || b.Progress != 0 {
+		t.Errorf("progress of a %v, of b %v: want 0.25 and 0", a.Progress, b.Progress)
 	}
 	if a.Model == nil || a.Model.Params != params || a.Model.Limits != limits {
 		t.Errorf("job a's model %+v is not its bid's", a.Model)

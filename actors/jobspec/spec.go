@@ -30,6 +30,8 @@ const (
 	MaxPath = 4096
 	// DefaultMaxReplicas is max_replicas when the spec leaves it out.
 	DefaultMaxReplicas = 64
+	// MaxEpochs bounds epochs.
+	MaxEpochs = 1 << 20
 )
 
 // Spec is one validated job specification.
@@ -64,6 +66,12 @@ type Spec struct {
 	// agent declares with --gpu-type; checked at submission). Empty: the
 	// scheduler picks a type, one at a time.
 	GPUType string `yaml:"gpu_type,omitempty" json:"gpu_type,omitempty"`
+	// Epochs, if set, is how many epochs the job trains for (0: not
+	// declared). The scheduler then reads the epoch the workers report
+	// over it as how far the job is through its work, and favours jobs
+	// near their end (docs/fidelity.md, "The jobs' own progress"); the
+	// workers still decide when the job is done.
+	Epochs int `yaml:"epochs,omitempty" json:"epochs,omitempty"`
 }
 
 // FieldError is a refused field: which, its value and why.
@@ -166,6 +174,7 @@ func fromNode(doc *yaml.Node) (Spec, map[string]bool, error) {
 		"checkpoint_dir":       &s.CheckpointDir,
 		"topology":             &s.Topology,
 		"gpu_type":             &s.GPUType,
+		"epochs":               &s.Epochs,
 	}
 	seen := make(map[string]bool, len(fields))
 	for i := 0; i+1 < len(m.Content); i += 2 {
@@ -354,6 +363,9 @@ func (s Spec) Validate() error {
 		if err := optimizer.CheckName("GPU type", s.GPUType); err != nil {
 			return fieldErr("gpu_type", s.GPUType, "%v", err)
 		}
+	}
+	if s.Epochs < 0 || s.Epochs > MaxEpochs {
+		return fieldErr("epochs", s.Epochs, "want 0 (not declared) to %d", MaxEpochs)
 	}
 	if s.CheckpointDir != "" {
 		switch {

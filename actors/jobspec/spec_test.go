@@ -99,6 +99,9 @@ func TestParseErrors(t *testing.T) {
 		{"topology nested", base + "topology: {required: [rack]}\n", ErrInvalid, "topology", "want required: LEVEL"},
 		{"gpu type upper-case", base + "gpu_type: A100\n", ErrInvalid, "gpu_type", "lower-case"},
 		{"gpu type list", base + "gpu_type: [a100, t4]\n", ErrInvalid, "gpu_type", "want a string"},
+		{"negative epochs", base + "epochs: -3\n", ErrInvalid, "epochs", "want 0 (not declared)"},
+		{"too many epochs", base + "epochs: 1048577\n", ErrInvalid, "epochs", "to 1048576"},
+		{"epochs not a number", base + "epochs: ninety\n", ErrInvalid, "epochs", "want an integer"},
 		{"too large", base + "# " + strings.Repeat("x", MaxBytes) + "\n", ErrTooLarge, "", ""},
 	}
 	for _, tc := range tests {
@@ -157,6 +160,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(base + "topology: {required: rack}\n"))
 	f.Add([]byte(base + "topology:\n  preferred: zone\n"))
 	f.Add([]byte(base + "gpu_type: a100\ntopology: {required: rack}\n"))
+	f.Add([]byte(base + "epochs: 90\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := Parse(b)
 		if err != nil {
@@ -193,6 +197,16 @@ func TestParseTopology(t *testing.T) {
 		if s.Topology != want {
 			t.Errorf("%q: topology %+v, want %+v", yamlText, s.Topology, want)
 		}
+	}
+}
+
+func TestParseEpochs(t *testing.T) {
+	s, err := Parse([]byte(base + "epochs: 90\n"))
+	if err != nil || s.Epochs != 90 {
+		t.Fatalf("%+v, %v", s, err)
+	}
+	if s, err = Parse([]byte(base)); err != nil || s.Epochs != 0 {
+		t.Fatalf("no epochs: %+v, %v", s, err)
 	}
 }
 

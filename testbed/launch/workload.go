@@ -29,8 +29,8 @@ type Job struct {
 	MinReplicas int
 }
 
-// Spec is the YAML spec of j, with the batch limits of its application in
-// the catalog and up to maxReplicas GPUs.
+// Spec is the YAML spec of j, with the batch limits and the epochs of
+// its application in the catalog and up to maxReplicas GPUs.
 func (j Job) Spec(cat testbed.Catalog, maxReplicas int) ([]byte, error) {
 	app := cat[j.App]
 	if app == nil {
@@ -38,8 +38,8 @@ func (j Job) Spec(cat testbed.Catalog, maxReplicas int) ([]byte, error) {
 	}
 	l := app.Limits()
 	b := fmt.Appendf(nil, "name: %s\napplication: %s\nmax_replicas: %d\ninit_batch_size: %d\nmax_batch_size: %d\n"+
-		"min_local_batch_size: %d\nmax_local_batch_size: %d\naccumulation: %t\n",
-		j.Name, j.App, maxReplicas, l.InitBatch, l.MaxBatch, l.MinLocal, l.MaxLocal, l.Accumulation)
+		"min_local_batch_size: %d\nmax_local_batch_size: %d\naccumulation: %t\nepochs: %d\n",
+		j.Name, j.App, maxReplicas, l.InitBatch, l.MaxBatch, l.MinLocal, l.MaxLocal, l.Accumulation, app.MaxEpochs())
 	if j.GPUType != "" {
 		b = fmt.Appendf(b, "gpu_type: %s\n", j.GPUType)
 	}
