@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -214,6 +215,15 @@ func newSubmitCmd() *cobra.Command {
 	return cmd
 }
 
+// epochOf is a job's EPOCH column: its epoch, over the epochs it
+// declared if it declared them.
+func epochOf(j api.Job) string {
+	if j.Epochs > 0 {
+		return fmt.Sprintf("%d/%d", j.Epoch, j.Epochs)
+	}
+	return strconv.Itoa(j.Epoch)
+}
+
 func newJobsCmd() *cobra.Command {
 	var o clientOpts
 	cmd := &cobra.Command{
@@ -233,7 +243,7 @@ func newJobsCmd() *cobra.Command {
 					if by == "" {
 						by = "-"
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", j.ID, j.State, j.App, j.GPUs, j.Nodes, j.Epoch, j.Restarts, j.Incarnation, by)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%d\t%d\t%s\n", j.ID, j.State, j.App, j.GPUs, j.Nodes, epochOf(j), j.Restarts, j.Incarnation, by)
 				}
 				return tw.Flush()
 			})

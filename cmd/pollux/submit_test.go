@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"pollux/actors/api"
 )
 
 func TestClientCommandsBadInput(t *testing.T) {
@@ -55,6 +57,22 @@ func TestClientCommandsBadInput(t *testing.T) {
 	for _, tc := range tests {
 		if got := run(tc.args); got != tc.code {
 			t.Errorf("%s: exit %d, want %d", tc.name, got, tc.code)
+		}
+	}
+}
+
+// The EPOCH column of pollux jobs shows the epochs a job declared.
+func TestEpochColumn(t *testing.T) {
+	for _, c := range []struct {
+		job  api.Job
+		want string
+	}{
+		{api.Job{Epoch: 30, Epochs: 90}, "30/90"},
+		{api.Job{Epoch: 7}, "7"},
+		{api.Job{}, "0"},
+	} {
+		if got := epochOf(c.job); got != c.want {
+			t.Errorf("epochOf(%+v) = %q, want %q", c.job, got, c.want)
 		}
 	}
 }
