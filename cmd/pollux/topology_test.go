@@ -233,6 +233,13 @@ func TestRacksAndGPUTypesThroughAgents(t *testing.T) {
 	if len(res) != len(jobs) {
 		t.Errorf("%d results, want %d", len(res), len(jobs))
 	}
+	// Every job declared its application's epochs (what pollux-het reads
+	// its progress against), and the API shows them.
+	for _, r := range res {
+		if want := cat[r.Job.App].MaxEpochs(); r.Job.Epochs != want || r.Job.Epoch > want {
+			t.Errorf("job %s: epoch %d of %d declared, want %d declared", r.Job.ID, r.Job.Epoch, r.Job.Epochs, want)
+		}
+	}
 	if !slices.Contains(policies, "pollux-het") {
 		t.Errorf("no round decided by pollux-het on a cluster of two GPU types: %v", policies)
 	}
