@@ -41,6 +41,30 @@ func closedWithin(t *testing.T, c net.Conn, d time.Duration) {
 	}
 }
 
+// waitProved waits until n of l's connections have delivered an
+// accepted report.
+func waitProved(t *testing.T, l *reportListener, n int) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		l.mu.Lock()
+		proved := 0
+		for _, st := range l.conns {
+			if st.proved {
+				proved++
+			}
+		}
+		l.mu.Unlock()
+		if proved == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections proved, want %d", proved, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
@@ -263,8 +287,11 @@ func TestReportPortProbation(t *testing.T) {
 	w1 = sendLine(t, l.addr(), good)
 	delivered()
 	// Two workers' connections: the cap holds against a third client.
+	// (A report is delivered before its connection counts as a worker's:
+	// wait for both to count, or the third would evict w2.)
 	w2 := sendLine(t, l.addr(), good)
 	delivered()
+	waitProved(t, l, 2)
 	closedWithin(t, sendLine(t, l.addr(), good), time.Second)
 	waitCount(t, logs, "refused report connection", 1)
 	for _, w := range []net.Conn{w1, w2} {
