@@ -209,7 +209,7 @@ func (a *AutoscalePollux) Allocate(snap *Snapshot, prev *State) (Result, error) 
 	// others (upwards from the next smaller size, downwards from the next
 	// larger one cut to the first n nodes).
 	found := &sized{n: nReal, alloc: res.Placements, fit: obj.Fitness(res.Placements)}
-	sizes := sizeCandidates(max(s.MinNodes, 1), len(ext.Nodes), nReal)
+	sizes := sizeCandidates(max(s.MinNodes, 1), len(ext.Nodes), nReal, maxSizeCandidates)
 	w := full.newWorker()
 	var up, down []*sized
 	below := found
@@ -279,12 +279,9 @@ func extend(snap *Snapshot, template Node, total int) (*Snapshot, error) {
 }
 
 // sizeCandidates lists the cluster sizes to evaluate in [lo, hi]: all of
-// them, or at most maxSizeCandidates evenly spaced ones (always with lo,
+// them, or at most most evenly spaced ones (always with lo,
 // hi and real when real is within the range).
-func sizeCandidates(lo, hi, real int) []int { return spacedSizes(lo, hi, real, maxSizeCandidates) }
-
-// spacedSizes is sizeCandidates with at most most sizes (and hi, real).
-func spacedSizes(lo, hi, real, most int) []int {
+func sizeCandidates(lo, hi, real, most int) []int {
 	if hi < lo {
 		return nil
 	}

@@ -49,18 +49,7 @@ const defaultExactStates = 1 << 17
 // larger ones by Lagrangian relaxation of the capacities, a greedy repair
 // and local search, with the relaxation's bound reported.
 func solveChoices(items []choiceItem, caps []int, exactStates int) choiceSolution {
-	pruned := make([][]int, len(items))
-	for j := range items {
-		pruned[j] = pruneOptions(&items[j])
-	}
-	states := 1.0
-	for _, c := range caps {
-		states *= float64(c + 1)
-	}
-	if states <= float64(exactStates) {
-		return solveDP(items, pruned, caps)
-	}
-	return solveLagrangian(items, pruned, caps)
+	return solveChoicesWithin(items, caps, [][]int{caps}, exactStates)[0]
 }
 
 // pruneOptions lists the options of it worth considering: for a forced item
@@ -98,13 +87,6 @@ func pruneOptions(it *choiceItem) []int {
 	return keep
 }
 
-// solveDP is the exact dynamic program over used capacities: f_j(u) is the
-// least cost of the first j items using at most u of every type.
-func solveDP(items []choiceItem, pruned [][]int, caps []int) choiceSolution {
-	tab := buildDP(items, pruned, caps)
-	return tab.solution(items, pruned, caps)
-}
-
 // dpTable is the dynamic program's outcome over capacities caps: the
 // least cost of all the items within every capacity u <= caps, and each
 // item's choice there.
@@ -114,7 +96,8 @@ type dpTable struct {
 	choice [][]int16 // choice[j][u]: index into pruned[j], or -1
 }
 
-// buildDP fills the table of solveDP.
+// buildDP is the exact dynamic program over used capacities: f_j(u) is
+// the least cost of the first j items using at most u of every type.
 func buildDP(items []choiceItem, pruned [][]int, caps []int) *dpTable {
 	nt := len(caps)
 	stride := make([]int, nt)

@@ -152,7 +152,7 @@ func (a *HetAutoscale) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	if states > float64(exact) {
 		most = maxLagrangianSizes
 	}
-	counts := spacedSizes(lo, hi, nTmpl, most)
+	counts := sizeCandidates(lo, hi, nTmpl, most)
 	if !slices.Contains(counts, nTmpl) {
 		counts = append(counts, nTmpl)
 		slices.Sort(counts)

@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"pollux/consensus"
 	"pollux/optimizer"
 	"pollux/optimizer/goodput"
 )
@@ -30,8 +31,8 @@ const (
 	MaxPath = 4096
 	// DefaultMaxReplicas is max_replicas when the spec leaves it out.
 	DefaultMaxReplicas = 64
-	// MaxEpochs bounds epochs.
-	MaxEpochs = 1 << 20
+	// MaxEpochs bounds epochs, as the replicated state does.
+	MaxEpochs = consensus.MaxEpochs
 )
 
 // Spec is one validated job specification.

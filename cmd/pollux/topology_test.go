@@ -87,8 +87,25 @@ func TestRacksAndGPUTypesThroughAgents(t *testing.T) {
 
 	// The nodes as the API shows them. Start waits until some server
 	// counts every GPU; s0's own membership view may lag it a moment.
+	// waitNodes polls s0's nodes until bad finds nothing wrong with them.
 	var nodes []api.Node
-	nodesOK := func() string {
+	waitNodes := func(bad func() string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			get(api.PathNodes, &nodes)
+			why := bad()
+			if why == "" {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Error(why)
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	waitNodes(func() string {
 		for i, m := range c.Agents {
 			k := slices.IndexFunc(nodes, func(n api.Node) bool { return n.ID == m.ID })
 			if k < 0 || nodes[k].Rack != launch.Rack(i, 2) || nodes[k].GPUType != types[i] || nodes[k].Topology != "rack="+launch.Rack(i, 2) {
@@ -96,27 +113,14 @@ func TestRacksAndGPUTypesThroughAgents(t *testing.T) {
 			}
 		}
 		return ""
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		get(api.PathNodes, &nodes)
-		bad := nodesOK()
-		if bad == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Error(bad)
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	})
 	// The servers' racks, and the warning that r0 holds two voters of three.
 	var peers []api.Peer
 	get(api.PathPeers, &peers)
 	if rack, ids := api.RackMajority(peers); rack != "r0" || !slices.Equal(ids, []string{"s0", "s2"}) {
 		t.Errorf("peers %+v: majority %q %v", peers, rack, ids)
 	}
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		b, _ := os.ReadFile(c.Servers[1].Log)
 		if bytes.Contains(b, []byte("a majority of the voters share one rack")) && bytes.Contains(b, []byte("rack=r0 voters=s0,s2")) {
@@ -244,19 +248,13 @@ func TestRacksAndGPUTypesThroughAgents(t *testing.T) {
 		t.Errorf("no round decided by pollux-het on a cluster of two GPU types: %v", policies)
 	}
 	// The restarted agent is a t4 machine now.
-	deadline = time.Now().Add(30 * time.Second)
-	for {
-		get(api.PathNodes, &nodes)
+	waitNodes(func() string {
 		k := slices.IndexFunc(nodes, func(n api.Node) bool { return n.ID == "a3" })
 		if k >= 0 && nodes[k].GPUType == "t4" && nodes[k].Health == "alive" {
-			break
+			return ""
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("a3 after its restart: %+v", nodes)
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return fmt.Sprintf("a3 after its restart: %+v", nodes)
+	})
 	stopped = true
 	if err := c.Stop(); err != nil {
 		t.Error(err)
