@@ -408,6 +408,8 @@ func FuzzDecodeCommand(f *testing.F) {
 		&InitCluster{ID: "c", CheckpointRoot: "/r", ReportKey: strings.Repeat("0", ReportKeyLen)},
 		&InitCluster{ID: "c", CheckpointRoot: "/r", Levels: []string{"rack", "zone"}, ReportKey: strings.Repeat("0", ReportKeyLen)},
 		&FinishJob{ID: "j1", Incarnation: 1, State: Cancelled, Reason: "user"},
+		&FinishJob{ID: "j1", Incarnation: 2, State: Completed, Time: 9,
+			Meas: &Measurement{Session: 1, From: 2, To: 3, Profile: []ProfileEntry{entry(1, 1, 32, 0.1, 0.2, 3)}, Epoch: 7, Progress: 0.5, GPUType: "t4"}},
 		&Prune{Jobs: []string{"j1", "j2"}, Nodes: []string{"n2"}},
 		&Round{Generation: 2, Term: 1, Time: 3, Accrue: 1, MaxFailures: 5, Jobs: map[string][]Slot{"j1": {{"n1", 1}}},
 			Updates: []RoundJob{

@@ -50,13 +50,18 @@ func newReportKey() string {
 // non-zero Incarnation must be the job's current one: a done report of
 // an incarnation that has since been replaced does not complete the job
 // (its successor restores the finished checkpoint and reports done
-// itself).
+// itself). Meas (optional) is the job's last measurement, the one its
+// done report closed: it is merged first, as a Round would merge it, if
+// it continues the acknowledged sequence (otherwise it is left out and
+// the job finishes all the same), so that a finished job keeps its last
+// epoch, progress and profile.
 type FinishJob struct {
 	ID          string
 	Incarnation uint64
 	State       JobState
 	Reason      string
 	Time        float64
+	Meas        *Measurement
 }
 
 // Prune forgets finished jobs and dead or departed nodes that hold no
@@ -110,6 +115,11 @@ func (c *FinishJob) encode(w *writer) {
 	w.byte(byte(c.State))
 	w.str(c.Reason)
 	w.f64(c.Time)
+	// An optional trailing block, added later: the last measurement.
+	if c.Meas != nil {
+		encodeMeasurement(w, c.Meas)
+		w.str(c.Meas.GPUType)
+	}
 }
 func (c *FinishJob) decode(r *reader) {
 	c.ID = r.str()
@@ -117,6 +127,11 @@ func (c *FinishJob) decode(r *reader) {
 	c.State = JobState(r.byte())
 	c.Reason = r.str()
 	c.Time = r.f64()
+	if r.more() {
+		c.Meas = &Measurement{}
+		decodeMeasurement(r, c.Meas)
+		c.Meas.GPUType = r.str()
+	}
 }
 
 func (c *FinishJob) validate() error {
@@ -128,6 +143,11 @@ func (c *FinishJob) validate() error {
 	}
 	if err := checkText("reason", c.Reason); err != nil {
 		return err
+	}
+	if c.Meas != nil {
+		if err := c.Meas.validate(c.ID); err != nil {
+			return err
+		}
 	}
 	return checkNonNeg("finish time", c.Time)
 }
@@ -189,6 +209,11 @@ func applyFinish(s *State, c *FinishJob) error {
 	j, err := liveJob(s, c.ID, c.Incarnation)
 	if err != nil {
 		return err
+	}
+	if c.Meas != nil {
+		// A stale measurement is left out: the job's end does not wait
+		// for it.
+		_ = mergeMeasurement(j, c.Meas)
 	}
 	j.State, j.FinishTime, j.Reason = c.State, c.Time, c.Reason
 	delete(s.Allocation.Jobs, c.ID)

@@ -152,17 +152,29 @@ func encodeRoundJob(w *writer, u *RoundJob) {
 		}
 	}
 	if u.HasMeas {
-		m := &u.Meas
-		w.uvarint(m.Session)
-		w.uvarint(m.From)
-		w.uvarint(m.To)
-		encodeProfile(w, m.Profile)
-		w.int(m.Epoch)
-		w.f64(m.Progress)
+		encodeMeasurement(w, &u.Meas)
 		if typedMeas {
-			w.str(m.GPUType)
+			w.str(u.Meas.GPUType)
 		}
 	}
+}
+
+// encodeMeasurement encodes a measurement but its GPU type, which each
+// command holding one encodes in its own way.
+func encodeMeasurement(w *writer, m *Measurement) {
+	w.uvarint(m.Session)
+	w.uvarint(m.From)
+	w.uvarint(m.To)
+	encodeProfile(w, m.Profile)
+	w.int(m.Epoch)
+	w.f64(m.Progress)
+}
+
+func decodeMeasurement(r *reader, m *Measurement) {
+	m.Session, m.From, m.To = r.uvarint(), r.uvarint(), r.uvarint()
+	m.Profile = decodeProfile(r)
+	m.Epoch = r.int()
+	m.Progress = r.f64()
 }
 
 func decodeRoundJob(r *reader, u *RoundJob) {
@@ -184,13 +196,9 @@ func decodeRoundJob(r *reader, u *RoundJob) {
 		}
 	}
 	if u.HasMeas {
-		m := &u.Meas
-		m.Session, m.From, m.To = r.uvarint(), r.uvarint(), r.uvarint()
-		m.Profile = decodeProfile(r)
-		m.Epoch = r.int()
-		m.Progress = r.f64()
+		decodeMeasurement(r, &u.Meas)
 		if flags&0x10 != 0 {
-			if m.GPUType = r.str(); m.GPUType == "" {
+			if u.Meas.GPUType = r.str(); u.Meas.GPUType == "" {
 				r.fail("measurement GPU type encoded empty (it is left out instead)")
 			}
 		}
@@ -302,37 +310,41 @@ func (u *RoundJob) validate() error {
 		return invalid("job %q: a bid without HasBid", u.ID)
 	}
 	if u.HasMeas {
-		m := &u.Meas
-		if m.Session == 0 || m.To <= m.From {
-			return invalid("job %q measurement of session %d numbered %d..%d", u.ID, m.Session, m.From+1, m.To)
-		}
-		if len(m.Profile) > maxProfile {
-			return invalid("%d profile entries (limit %d)", len(m.Profile), maxProfile)
-		}
-		if err := checkGPUType(m.GPUType); err != nil {
-			return invalid("job %q measurement: %v", u.ID, err)
-		}
-		for i := range m.Profile {
-			if err := m.Profile[i].validate(); err != nil {
-				return err
-			}
-			if m.Profile[i].GPUType != "" {
-				return invalid("job %q measurement entry of GPU type %q (the measurement's type applies)", u.ID, m.Profile[i].GPUType)
-			}
-			if i > 0 && compareKey(m.Profile[i-1].key(), m.Profile[i].key()) >= 0 {
-				return invalid("job %q measurement profile not sorted by configuration", u.ID)
-			}
-		}
-		if m.Epoch < 0 {
-			return invalid("job %q epoch %d", u.ID, m.Epoch)
-		}
-		if err := checkNonNeg("progress", m.Progress); err != nil {
+		if err := u.Meas.validate(u.ID); err != nil {
 			return err
 		}
 	} else if m := u.Meas; m.Session != 0 || m.From != 0 || m.To != 0 || m.Profile != nil || m.Epoch != 0 || m.Progress != 0 || m.GPUType != "" {
 		return invalid("job %q: a measurement without HasMeas", u.ID)
 	}
 	return nil
+}
+
+// validate checks a measurement of job.
+func (m *Measurement) validate(job string) error {
+	if m.Session == 0 || m.To <= m.From {
+		return invalid("job %q measurement of session %d numbered %d..%d", job, m.Session, m.From+1, m.To)
+	}
+	if len(m.Profile) > maxProfile {
+		return invalid("%d profile entries (limit %d)", len(m.Profile), maxProfile)
+	}
+	if err := checkGPUType(m.GPUType); err != nil {
+		return invalid("job %q measurement: %v", job, err)
+	}
+	for i := range m.Profile {
+		if err := m.Profile[i].validate(); err != nil {
+			return err
+		}
+		if m.Profile[i].GPUType != "" {
+			return invalid("job %q measurement entry of GPU type %q (the measurement's type applies)", job, m.Profile[i].GPUType)
+		}
+		if i > 0 && compareKey(m.Profile[i-1].key(), m.Profile[i].key()) >= 0 {
+			return invalid("job %q measurement profile not sorted by configuration", job)
+		}
+	}
+	if m.Epoch < 0 {
+		return invalid("job %q epoch %d", job, m.Epoch)
+	}
+	return checkNonNeg("progress", m.Progress)
 }
 
 // Validate checks what can be checked of a bid without its job: numbers

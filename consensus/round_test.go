@@ -261,6 +261,43 @@ func TestFinishJob(t *testing.T) {
 	}
 }
 
+// TestFinishJobKeepsTheLastMeasurement: a completion carrying the job's
+// last measurement merges it when it continues the acknowledged sequence
+// (the finished job shows its last epoch), and finishes the job all the
+// same, without it, when it does not.
+func TestFinishJobKeepsTheLastMeasurement(t *testing.T) {
+	last := measurement(5, 0, 2, 9, entry(2, 4, 64, 0.3, 0.4, 1))
+	last.Progress, last.GPUType = 0.9, "t4"
+	gap := measurement(5, 3, 4, 9)
+	for _, tt := range []struct {
+		name                string
+		meas                *Measurement
+		epoch, seq, entries int
+		progress            float64
+	}{
+		{"continues", &last, 9, 2, 3, 0.9},
+		{"a gap", &gap, 2, 0, 2, 0.25},
+		{"none", nil, 2, 0, 2, 0.25},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := populated(t)
+			a.must(t, 1, &FinishJob{ID: "j1", Incarnation: 1, State: Completed, Time: 50, Meas: tt.meas})
+			j := a.f.State().Jobs["j1"]
+			if j.State != Completed || j.FinishTime != 50 {
+				t.Fatalf("not completed: %+v", j)
+			}
+			if j.Epoch != tt.epoch || j.Progress != tt.progress || int(j.MeasSeq) != tt.seq || len(j.Profile) != tt.entries {
+				t.Fatalf("epoch %d progress %v seq %d, %d profile entries; want %d %v %d %d",
+					j.Epoch, j.Progress, j.MeasSeq, len(j.Profile), tt.epoch, tt.progress, tt.seq, tt.entries)
+			}
+		})
+	}
+	bad := measurement(5, 2, 2, 1)
+	if _, err := Encode(&FinishJob{ID: "j1", State: Completed, Meas: &bad}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("an empty measurement: %v", err)
+	}
+}
+
 func TestInitClusterAndCheckpointRoot(t *testing.T) {
 	a := &fsmApplier{f: NewFSM()}
 	spec := testSpec()

@@ -90,7 +90,7 @@ func (a *allocator) bid(ctx actor.Context, m *pb.Bid) {
 	switch {
 	case m.Done:
 		if a.doneByRankZero(m.Job, m.Incarnation, m.DoneToken, "job actor "+m.Job) {
-			a.finish(m.Job, m.Incarnation, consensus.Completed, "")
+			a.finish(m.Job, m.Incarnation, consensus.Completed, "", a.lastMeasurement(m.Job))
 		}
 	case m.Failed:
 		a.fail(m.Job, m.Incarnation, m.Failure)
@@ -183,8 +183,8 @@ func profileEntry(p *pb.ProfilePoint) consensus.ProfileEntry {
 }
 
 // finish completes (or fails) a job's incarnation at once: a rare event,
-// its own Raft write.
-func (a *allocator) finish(job string, inc uint64, state consensus.JobState, reason string) {
+// its own Raft write, with the job's last measurement (meas, nil: none).
+func (a *allocator) finish(job string, inc uint64, state consensus.JobState, reason string, meas *consensus.Measurement) {
 	key := incKey{job, inc}
 	if a.finishing[key] {
 		return
@@ -193,7 +193,7 @@ func (a *allocator) finish(job string, inc uint64, state consensus.JobState, rea
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := a.cfg.Store.FinishJob(c, consensus.FinishJob{ID: job, Incarnation: inc, State: state, Reason: reason,
-		Time: float64(a.cfg.Now().UnixNano()) / 1e9})
+		Time: float64(a.cfg.Now().UnixNano()) / 1e9, Meas: meas})
 	switch {
 	case err == nil:
 		a.cfg.Logger.Info("control: job finished", "job", job, "incarnation", inc, "state", state)
@@ -202,6 +202,24 @@ func (a *allocator) finish(job string, inc uint64, state consensus.JobState, rea
 		delete(a.finishing, key) // retried on the next report of it
 		a.cfg.Logger.Warn("control: finishing job", "job", job, "err", err)
 	}
+}
+
+// lastMeasurement is what the job actor's latest bid message holds
+// beyond the measurements the state acknowledges (nil: nothing): the
+// measurement a completion commits with it, so that the job's last
+// epochs are not lost with its last round.
+func (a *allocator) lastMeasurement(job string) *consensus.Measurement {
+	bs := a.bids[job]
+	if bs == nil {
+		return nil
+	}
+	st := a.cfg.Store.LocalState()
+	j := st.Jobs[job]
+	if j == nil || j.State.Terminal() {
+		return nil
+	}
+	m, _ := measurement(j, bs, placementType(st, st.Allocation.Jobs[job]))
+	return m
 }
 
 // fail notes a failed incarnation: the next round restarts it.

@@ -3,6 +3,7 @@ package control_test
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -275,6 +276,34 @@ func TestKeylessClusterGetsAReportKey(t *testing.T) {
 	c.submit("j", "cifar10", 2)
 	if j := c.waitAll(60*time.Second, "j").Jobs["j"]; j.State != consensus.Completed {
 		t.Fatalf("job %v: %s", j.State, j.Reason)
+	}
+}
+
+// TestCompletedJobKeepsItsLastEpoch: the job actor's done bid carries
+// the measurements of the job's last epochs, which no round committed
+// yet; the completion commits them, so the finished job shows every
+// epoch its application trains for. The nodes' acks telling of the done
+// report are dropped, so that the completion comes from the bid.
+func TestCompletedJobKeepsItsLastEpoch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster")
+	}
+	c := newTCluster(t, clusterOpts{servers: 1, nodes: 1, gpus: 2, timeScale: 3000})
+	c.leader()
+	c.drop("ack", 1<<20, func(m any) bool {
+		ack, ok := m.(*pb.AssignAck)
+		if l, lease := m.(*pb.LeaseAck); lease {
+			ack, ok = l.Status, true
+		}
+		return ok && slices.ContainsFunc(ack.GetRuns(), func(r *pb.RunStatus) bool { return r.Done })
+	})
+	c.submit("j", "cifar10", 2)
+	j := c.waitAll(60*time.Second, "j").Jobs["j"]
+	if j.State != consensus.Completed {
+		t.Fatalf("job %v: %s", j.State, j.Reason)
+	}
+	if want := c.cat["cifar10"].MaxEpochs(); j.Epoch != want {
+		t.Errorf("the completed job shows epoch %d of %d", j.Epoch, want)
 	}
 }
 
