@@ -117,6 +117,20 @@ type Config struct {
 	// Seed starts the sequence of per-round seeds.
 	Seed   uint64
 	Logger *slog.Logger
+	// Context, if set, bounds the Raft reads and commits the allocator
+	// waits for: once it ends (the server stops), those in flight return
+	// at once instead of waiting up to raftTimeout for a quorum that may
+	// be gone, so that the actor stops promptly (default
+	// context.Background()).
+	Context context.Context
+}
+
+// raftTimeout bounds one Raft read or commit of the allocator.
+const raftTimeout = 10 * time.Second
+
+// raftContext bounds one Raft read or commit (Config.Context, raftTimeout).
+func (a *allocator) raftContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(a.cfg.Context, raftTimeout)
 }
 
 // RoundInfo describes a round, for status, metrics and benchmarks.
@@ -215,6 +229,9 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 	}
 	if !(cfg.TimeScale > 0) {
 		cfg.TimeScale = 1
+	}
+	if cfg.Context == nil {
+		cfg.Context = context.Background()
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -439,7 +456,7 @@ func (a *allocator) leading(ctx actor.Context) (*consensus.State, bool) {
 		}
 		return nil, false
 	}
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	c, cancel := a.raftContext()
 	defer cancel()
 	st, err := a.cfg.Store.Read(c)
 	if err != nil {
@@ -472,7 +489,7 @@ func (a *allocator) run(ctx actor.Context) {
 	if !ok {
 		return
 	}
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	c, cancel := a.raftContext()
 	defer cancel()
 	if st.Config.ID == "" || st.Config.ReportKey == "" {
 		if st = a.initCluster(c, st.Config); st == nil {

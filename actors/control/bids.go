@@ -1,14 +1,12 @@
 package control
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"slices"
 	"sync/atomic"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -190,7 +188,7 @@ func (a *allocator) finish(job string, inc uint64, state consensus.JobState, rea
 		return
 	}
 	a.finishing[key] = true
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	c, cancel := a.raftContext()
 	defer cancel()
 	err := a.cfg.Store.FinishJob(c, consensus.FinishJob{ID: job, Incarnation: inc, State: state, Reason: reason,
 		Time: float64(a.cfg.Now().UnixNano()) / 1e9, Meas: meas})

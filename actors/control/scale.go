@@ -189,7 +189,7 @@ func (a *allocator) scale(ctx actor.Context, st *consensus.State, dec *optimizer
 	if a.scaling == nil {
 		a.scaling = &scaleState{ops: map[string]scaleOp{}, asked: map[string]bool{}, removed: map[string]bool{}}
 	}
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	c, cancel := a.raftContext()
 	defer cancel()
 	now := float64(a.cfg.Now().UnixNano()) / 1e9
 	st = a.trackMachines(ctx, c, st, now)
@@ -442,7 +442,7 @@ func (a *allocator) scaleFinished(ctx actor.Context, m scaleDone) {
 	case m.err != nil:
 		a.cfg.Logger.Error("control: the provider could not remove a machine; retrying at the next round", "node", m.name, "err", m.err)
 	default:
-		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, cancel := a.raftContext()
 		defer cancel()
 		now := float64(a.cfg.Now().UnixNano()) / 1e9
 		if err := a.cfg.Store.ApplyCommand(c, &consensus.ScaleUpdate{Term: a.term, Time: now, Name: m.name, Outcome: consensus.ScaleRemoved, Reason: m.why}); err != nil {

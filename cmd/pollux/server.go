@@ -344,7 +344,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 		Store: srv, Server: o.id, Members: members.Members, Interval: o.interval, CheckpointRoot: o.ckptRoot,
 		Policy: policy, TypedPolicy: typed, CrossRackRatio: o.crossRackRatio, Levels: consensus.NormalizeLevels(initLevels),
 		Retain: o.retain, TimeScale: o.timeScale, NodeGrace: o.nodeGrace, MaxFailures: o.maxFailures, Stats: stats, Logger: log,
-		Lease: o.agentLease, Autoscale: scale, Federation: link,
+		Lease: o.agentLease, Autoscale: scale, Federation: link, Context: ctx,
 	}, func(ri control.RoundInfo) { httpAPI.ObserveRound(ri); dash.ObserveRound(ri) })
 	if err != nil {
 		return err
