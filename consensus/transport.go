@@ -84,8 +84,16 @@ func ListenTCP(addr string, cfg Config, tlsCfg *TLS) (*Transport, error) {
 	}
 	m.wg.Add(1)
 	go m.accept()
+	// MaxRPCsInFlight 1 turns raft's pipelined replication off: when a
+	// follower refuses an AppendEntries (a log it lacks), the pipeline's
+	// sender and response decoder can block on each other for good, so
+	// that the leader sends that follower heartbeats but no entry again
+	// and its Shutdown never returns (hashicorp/raft#612; seen here as a
+	// server needing SIGKILL after its SIGTERM in `pollux chaos
+	// --scenario loss`). Without it every AppendEntries waits for its
+	// answer, which HashiCorp measured to cost little (raft PR #541).
 	t := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: m, MaxPool: 3, Timeout: 2 * time.Second, Logger: newHCLogger(cfg.Logger, cfg.RaftLogLevel),
+		Stream: m, MaxPool: 3, Timeout: 2 * time.Second, MaxRPCsInFlight: 1, Logger: newHCLogger(cfg.Logger, cfg.RaftLogLevel),
 	})
 	return &Transport{NetworkTransport: t, mux: m}, nil
 }
