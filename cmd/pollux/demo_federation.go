@@ -44,10 +44,14 @@ func startLabs(ctx context.Context, tmpl launch.Options, names []string, quota f
 func startLabsWith(ctx context.Context, tmpl launch.Options, names []string, quota federation.Quota, interval time.Duration,
 	terms federation.Settings, shape func(lab string, f *fedlink.File)) (*labSet, error) {
 	ls := &labSet{names: names, labs: map[string]*launch.Cluster{}}
-	ports, err := launch.FreePorts(len(names))
+	// Each lab's federation port stays held until that lab starts: the
+	// labs started before it must not be given it (their own ports,
+	// their outgoing connections).
+	fedPorts, err := launch.ReservePorts(len(names))
 	if err != nil {
 		return ls, err
 	}
+	defer fedPorts.Close()
 	addrs, bundles := map[string]string{}, map[string]*pki.Bundle{}
 	var servers, agents []string
 	for i := range max(tmpl.Servers, 1) {
@@ -57,12 +61,12 @@ func startLabsWith(ctx context.Context, tmpl launch.Options, names []string, quo
 		agents = append(agents, fmt.Sprintf("a%d", i))
 	}
 	for i, n := range names {
-		addrs[n] = fmt.Sprintf("127.0.0.1:%d", ports[i])
+		addrs[n] = fmt.Sprintf("127.0.0.1:%d", fedPorts.Ports[i])
 		if bundles[n], err = pki.DevLabBundle(filepath.Join(tmpl.Dir, n, "tls"), n, servers, agents); err != nil {
 			return ls, err
 		}
 	}
-	for _, n := range names {
+	for i, n := range names {
 		f := fedlink.File{Quota: quota, Terms: &terms}
 		for _, p := range names {
 			if p != n {
@@ -85,6 +89,7 @@ func startLabsWith(ctx context.Context, tmpl launch.Options, names []string, quo
 		o.Dir, o.Bundle, o.CheckpointRoot = filepath.Join(tmpl.Dir, n), bundles[n], filepath.Join(tmpl.Dir, n, "checkpoints")
 		o.ServerArgs = append(append([]string(nil), tmpl.ServerArgs...), "--cluster", n, "--federation", fedFile,
 			"--federation-addr", addrs[n], "--federation-interval", interval.String())
+		fedPorts.Release(i)
 		c, err := launch.Start(ctx, o)
 		if c != nil {
 			ls.labs[n] = c

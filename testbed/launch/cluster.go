@@ -557,7 +557,7 @@ func (c *Cluster) Start(ctx context.Context, m *Member, fault string, seq int) e
 		}
 		return nil
 	case <-p.Done():
-		return fmt.Errorf("%w: %s/%s exited before it was ready; see %s", ErrCluster, m.Role, m.ID, m.Log)
+		return fmt.Errorf("%w: %s/%s exited before it was ready; see %s%s", ErrCluster, m.Role, m.ID, m.Log, logTail(m.Log))
 	case <-time.After(60 * time.Second):
 		return fmt.Errorf("%w: %s/%s not ready after 60s; see %s", ErrCluster, m.Role, m.ID, m.Log)
 	case <-ctx.Done():
@@ -728,24 +728,75 @@ func (c *Cluster) stopAutoscaled() error {
 	return provider.StopAll(ctx, c.AutoscaleDir(), c.o.Grace+15*time.Second, c.log)
 }
 
+// tailBytes bounds what logTail quotes of a log.
+const tailBytes = 2048
+
+// logTail is the end of a member's log (its last whole lines, at most
+// tailBytes), for an error that says why the member stopped: a test run
+// removes the log with its directory. "" when the log is empty or cannot
+// be read.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if b = bytes.TrimSpace(b); err != nil || len(b) == 0 {
+		return ""
+	}
+	if len(b) > tailBytes {
+		b = b[len(b)-tailBytes:]
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	return "; its log ends with:\n" + string(b)
+}
+
 // FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a
 // moment ago (the listeners are closed before it returns, so another
-// program may take one meanwhile: callers start their processes at once).
+// program may take one meanwhile: callers start their processes at once;
+// ReservePorts holds them longer).
 func FreePorts(n int) ([]int, error) {
-	var ports []int
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
+	r, err := ReservePorts(n)
+	if err != nil {
+		return nil, err
+	}
+	r.Close()
+	return r.Ports, nil
+}
+
+// Reserved are TCP ports on 127.0.0.1 held open by listeners until each
+// is released to the process that will listen on it: meanwhile no other
+// caller of FreePorts or ReservePorts, and no outgoing connection, is
+// given one of them.
+type Reserved struct {
+	Ports []int
+	lns   []net.Listener
+}
+
+// ReservePorts reserves n distinct ports.
+func ReservePorts(n int) (*Reserved, error) {
+	r := &Reserved{}
 	for range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
+			r.Close()
 			return nil, fmt.Errorf("launch: free port: %w", err)
 		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		r.lns = append(r.lns, ln)
+		r.Ports = append(r.Ports, ln.Addr().(*net.TCPAddr).Port)
 	}
-	return ports, nil
+	return r, nil
+}
+
+// Release frees port i, just before its process starts.
+func (r *Reserved) Release(i int) {
+	if r.lns[i] != nil {
+		r.lns[i].Close()
+		r.lns[i] = nil
+	}
+}
+
+// Close frees every port still held.
+func (r *Reserved) Close() {
+	for i := range r.lns {
+		r.Release(i)
+	}
 }

@@ -1,0 +1,85 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestStartSaysWhyAMemberExited: a server that exits before it is ready
+// fails the start with the end of its log in the error, so that a run
+// whose directory is gone (a test's) still tells why.
+func TestStartSaysWhyAMemberExited(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The "binary" writes what a server would write when its port was
+	// taken, and exits.
+	exec := []string{"/bin/sh", "-c", "echo 'server: raft transport: listen tcp 127.0.0.1:7000: bind: address already in use' >&2; exit 1", "sh"}
+	_, err := Start(ctx, Options{Exec: exec, Dir: t.TempDir(), Servers: 1, Agents: 1, Network: Loopback})
+	if !errors.Is(err, ErrCluster) {
+		t.Fatalf("start: %v, want %v", err, ErrCluster)
+	}
+	if !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("the error does not quote the server's log: %v", err)
+	}
+}
+
+func TestLogTail(t *testing.T) {
+	long := strings.Repeat("x", 100) + "\n"
+	for _, tt := range []struct {
+		name, log, want string
+	}{
+		{"empty", "", ""},
+		{"short", "a\nb\n", "; its log ends with:\na\nb"},
+		{"long: whole lines only", strings.Repeat(long, 40) + "last\n", "; its log ends with:\n" + strings.Repeat(long, 20) + "last"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := t.TempDir() + "/m.log"
+			if err := os.WriteFile(p, []byte(tt.log), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if got := logTail(p); got != tt.want {
+				t.Errorf("got %d bytes %q..., want %d bytes", len(got), got[:min(len(got), 40)], len(tt.want))
+			}
+		})
+	}
+	if got := logTail(t.TempDir() + "/missing.log"); got != "" {
+		t.Errorf("a missing log: %q", got)
+	}
+}
+
+// TestReservePorts: a reserved port cannot be taken until it is released
+// to its process, and FreePorts does not hand it out meanwhile.
+func TestReservePorts(t *testing.T) {
+	r, err := ReservePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	addr := func(i int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.Ports[i])) }
+	if ln, err := net.Listen("tcp", addr(0)); err == nil {
+		ln.Close()
+		t.Fatal("a reserved port was free to take")
+	}
+	free, err := FreePorts(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range free {
+		if slices.Contains(r.Ports, p) {
+			t.Fatalf("FreePorts handed out reserved port %d", p)
+		}
+	}
+	r.Release(0)
+	ln, err := net.Listen("tcp", addr(0))
+	if err != nil {
+		t.Fatalf("the released port: %v", err)
+	}
+	ln.Close()
+}
