@@ -40,6 +40,26 @@ func TestHetPolluxAgeWeight(t *testing.T) {
 	}
 }
 
+// fastJob is a job of the fitted model on "fast" GPUs, up to 8 of them.
+func fastJob(id string, age, progress float64) optimizer.Job {
+	return optimizer.Job{ID: id, Age: age, Progress: progress, MaxReplicas: 8, RestartDelay: 30,
+		TypeModels:   map[string]*goodput.Model{"fast": fittedModel()},
+		TypeReplicas: map[string]int{"fast": 8}}
+}
+
+// shareFastNode allocates one 8-GPU "fast" node to jobs a and b with h
+// and returns the GPUs each got.
+func shareFastNode(t *testing.T, h *optimizer.HetPollux, a, b optimizer.Job) (int, int) {
+	t.Helper()
+	snap := &optimizer.Snapshot{Nodes: []optimizer.Node{{ID: "f0", GPUs: 8, Type: "fast"}}, Jobs: []optimizer.Job{a, b}}
+	res, err := h.Allocate(snap, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTyped(t, snap, res)
+	return res.Placements[0].Replicas(), res.Placements[1].Replicas()
+}
+
 // Two jobs alike but for their age share one 8-GPU node: with age levels
 // the young one (likely short) gets more GPUs than the one running for
 // hours; without them they split evenly.
@@ -53,21 +73,9 @@ func TestHetPolluxAgeLevelsFavourYoung(t *testing.T) {
 		{"no levels", 0, func(y, o int) bool { return y == o }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			job := func(id string, age float64) optimizer.Job {
-				return optimizer.Job{ID: id, Age: age, MaxReplicas: 8, RestartDelay: 30,
-					TypeModels:   map[string]*goodput.Model{"fast": fittedModel()},
-					TypeReplicas: map[string]int{"fast": 8}}
-			}
-			snap := &optimizer.Snapshot{Nodes: []optimizer.Node{{ID: "f0", GPUs: 8, Type: "fast"}},
-				Jobs: []optimizer.Job{job("young", 120), job("old", 8*3600)}}
 			h := optimizer.NewHetPollux()
 			h.AgeLevel = c.ageLevel
-			res, err := h.Allocate(snap, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkTyped(t, snap, res)
-			y, o := res.Placements[0].Replicas(), res.Placements[1].Replicas()
+			y, o := shareFastNode(t, h, fastJob("young", 120, 0), fastJob("old", 8*3600, 0))
 			if !c.young(y, o) || y+o != 8 {
 				t.Errorf("young got %d GPUs, old %d", y, o)
 			}
@@ -221,21 +229,9 @@ func TestHetPolluxRemainingFavoursNearlyDone(t *testing.T) {
 		{"progress unknown", optimizer.HetRemainLevel, 0, 0, func(n, f int) bool { return n == f }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			job := func(id string, progress float64) optimizer.Job {
-				return optimizer.Job{ID: id, Age: 2 * 3600, Progress: progress, MaxReplicas: 8, RestartDelay: 30,
-					TypeModels:   map[string]*goodput.Model{"fast": fittedModel()},
-					TypeReplicas: map[string]int{"fast": 8}}
-			}
-			snap := &optimizer.Snapshot{Nodes: []optimizer.Node{{ID: "f0", GPUs: 8, Type: "fast"}},
-				Jobs: []optimizer.Job{job("near", c.near), job("far", c.far)}}
 			h := optimizer.NewHetPollux()
 			h.RemainLevel = c.level
-			res, err := h.Allocate(snap, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkTyped(t, snap, res)
-			n, f := res.Placements[0].Replicas(), res.Placements[1].Replicas()
+			n, f := shareFastNode(t, h, fastJob("near", 2*3600, c.near), fastJob("far", 2*3600, c.far))
 			if !c.nearFavour(n, f) || n+f != 8 {
 				t.Errorf("nearly done job got %d GPUs, the other %d", n, f)
 			}
@@ -259,11 +255,9 @@ func TestHetPolluxRemainingRestart(t *testing.T) {
 		{"a minute left, no discount", false, 0.98, 8},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			snap := &optimizer.Snapshot{Nodes: []optimizer.Node{{ID: "f0", GPUs: 8, Type: "fast"}},
-				Jobs: []optimizer.Job{{ID: "a", Age: 3600, Progress: c.progress, MaxReplicas: 8, RestartDelay: 30,
-					Current:      pl(0, 4),
-					TypeModels:   map[string]*goodput.Model{"fast": fittedModel()},
-					TypeReplicas: map[string]int{"fast": 8}}}}
+			j := fastJob("a", 3600, c.progress)
+			j.Current = pl(0, 4)
+			snap := &optimizer.Snapshot{Nodes: []optimizer.Node{{ID: "f0", GPUs: 8, Type: "fast"}}, Jobs: []optimizer.Job{j}}
 			h := optimizer.NewHetPollux()
 			h.RemainRestart = c.restart
 			res, err := h.Allocate(snap, nil)

@@ -88,7 +88,7 @@ func (a *allocator) bid(ctx actor.Context, m *pb.Bid) {
 	switch {
 	case m.Done:
 		if a.doneByRankZero(m.Job, m.Incarnation, m.DoneToken, "job actor "+m.Job) {
-			a.finish(m.Job, m.Incarnation, consensus.Completed, "", a.lastMeasurement(m.Job))
+			a.finish(m.Job, m.Incarnation, consensus.Completed, "")
 		}
 	case m.Failed:
 		a.fail(m.Job, m.Incarnation, m.Failure)
@@ -181,13 +181,17 @@ func profileEntry(p *pb.ProfilePoint) consensus.ProfileEntry {
 }
 
 // finish completes (or fails) a job's incarnation at once: a rare event,
-// its own Raft write, with the job's last measurement (meas, nil: none).
-func (a *allocator) finish(job string, inc uint64, state consensus.JobState, reason string, meas *consensus.Measurement) {
+// its own Raft write; a completion carries the job's last measurement.
+func (a *allocator) finish(job string, inc uint64, state consensus.JobState, reason string) {
 	key := incKey{job, inc}
 	if a.finishing[key] {
 		return
 	}
 	a.finishing[key] = true
+	var meas *consensus.Measurement
+	if state == consensus.Completed {
+		meas = a.lastMeasurement(job)
+	}
 	c, cancel := a.raftContext()
 	defer cancel()
 	err := a.cfg.Store.FinishJob(c, consensus.FinishJob{ID: job, Incarnation: inc, State: state, Reason: reason,

@@ -49,11 +49,11 @@ func (a *allocator) acked(ctx actor.Context, ack *pb.AssignAck) {
 		switch {
 		case rs.Done:
 			if a.doneByRankZero(rs.Job, rs.Incarnation, rs.DoneToken, "node "+ack.Node) {
-				a.finish(rs.Job, rs.Incarnation, consensus.Completed, "", a.lastMeasurement(rs.Job))
+				a.finish(rs.Job, rs.Incarnation, consensus.Completed, "")
 			}
 		case rs.Denied != "":
 			// The node's policy forbids the job: not worth retrying.
-			a.finish(rs.Job, rs.Incarnation, consensus.Failed, fmt.Sprintf("node %s refuses to run it: %s", ack.Node, rs.Denied), nil)
+			a.finish(rs.Job, rs.Incarnation, consensus.Failed, fmt.Sprintf("node %s refuses to run it: %s", ack.Node, rs.Denied))
 		case rs.Refused != "":
 			a.fail(rs.Job, rs.Incarnation, fmt.Sprintf("node %s: %s", ack.Node, rs.Refused))
 		default:
