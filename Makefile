@@ -18,11 +18,11 @@ vet:
 	$(GO) vet $(PKGS)
 
 # The test target CI runs: formatting, vet, then every test under the race
-# detector. The real PyTorch workers of actors/worker, whose step times the
+# detector. The real PyTorch workers of actors/node/worker, whose step times the
 # tests fit and predict, run last and alone, so that no other package's
 # processes share their cores; so do the real demo's tests of cmd/pollux
 # (a whole cluster training three real jobs).
-SOLO      := pollux/actors/worker
+SOLO      := pollux/actors/node/worker
 SOLOTESTS := ^TestRealDemo
 test: fmt-check vet
 	$(GO) test -race -timeout 40m -skip '$(SOLOTESTS)' $$($(GO) list $(PKGS) | grep -vx '$(SOLO)')

@@ -17,9 +17,6 @@ import (
 // constraints (encoded empty then, if the job has none), only when
 // declared; snapshots of version 8 always carry them.
 
-// MaxEpochs bounds the epochs a job may declare.
-const MaxEpochs = 1 << 20
-
 // maxLevels bounds the topology levels of a cluster (and so a node's
 // topology).
 const maxLevels = 8
@@ -118,8 +115,8 @@ func NormalizeLevels(levels []string) []string {
 
 // checkSpecAttrs validates a job's placement constraints by themselves.
 func checkSpecAttrs(s *JobSpec) error {
-	if s.Epochs < 0 || s.Epochs > MaxEpochs {
-		return invalid("job declares %d epochs (want 0, not declared, to %d)", s.Epochs, MaxEpochs)
+	if s.Epochs < 0 || s.Epochs > optimizer.MaxEpochs {
+		return invalid("job declares %d epochs (want 0, not declared, to %d)", s.Epochs, optimizer.MaxEpochs)
 	}
 	if err := s.Topology.CheckSyntax(); err != nil {
 		return invalid("%v", err)

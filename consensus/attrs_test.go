@@ -145,7 +145,7 @@ func TestAttrsValidation(t *testing.T) {
 		"bad level name":                      spec(func(s *JobSpec) { s.Topology.Required = "Rack" }),
 		"bad job GPU type":                    spec(func(s *JobSpec) { s.GPUType = "a 100" }),
 		"negative epochs":                     spec(func(s *JobSpec) { s.Epochs = -1 }),
-		"too many epochs":                     spec(func(s *JobSpec) { s.Epochs = MaxEpochs + 1 }),
+		"too many epochs":                     spec(func(s *JobSpec) { s.Epochs = optimizer.MaxEpochs + 1 }),
 		"the rack alone as levels":            &InitCluster{ID: "c", Levels: []string{"rack"}},
 		"levels not starting with the rack":   &InitCluster{ID: "c", Levels: []string{"zone", "rack"}},
 		"level twice":                         &InitCluster{ID: "c", Levels: []string{"rack", "zone", "zone"}},

@@ -12,7 +12,7 @@ import (
 // call began. It commits a barrier (a log entry that is not a command,
 // made after the call began, which a quorum must append while none of
 // them has voted for anyone else). The allocator renews the agents'
-// leases only behind it (actors/control, lease.go), so that a new leader
+// leases only behind it (actors/allocator, lease.go), so that a new leader
 // bounds every lease its predecessors granted by its own election.
 //
 // While the log's file system is nearly full (see roomToWrite) it falls

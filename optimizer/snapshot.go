@@ -54,6 +54,10 @@ func (p Placement) Equal(q Placement) bool {
 	return true
 }
 
+// MaxEpochs bounds the epochs a job may declare: its Progress is measured
+// in epochs done over them.
+const MaxEpochs = 1 << 20
+
 // Job is one active job as the allocator sees it.
 type Job struct {
 	// ID names the job (stable across rounds).

@@ -13,10 +13,6 @@ import (
 	"pollux/consensus"
 )
 
-// HostName is the name a server's job host is spawned under: the leader
-// addresses it as actor.NewPID(address, HostName).
-const HostName = "jobhost"
-
 // ErrConfig is returned for an unusable configuration.
 var ErrConfig = errors.New("job: bad configuration")
 

@@ -11,7 +11,6 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"pollux/consensus"
 	"pollux/optimizer"
 	"pollux/optimizer/goodput"
 )
@@ -31,8 +30,6 @@ const (
 	MaxPath = 4096
 	// DefaultMaxReplicas is max_replicas when the spec leaves it out.
 	DefaultMaxReplicas = 64
-	// MaxEpochs bounds epochs, as the replicated state does.
-	MaxEpochs = consensus.MaxEpochs
 )
 
 // Spec is one validated job specification.
@@ -365,8 +362,8 @@ func (s Spec) Validate() error {
 			return fieldErr("gpu_type", s.GPUType, "%v", err)
 		}
 	}
-	if s.Epochs < 0 || s.Epochs > MaxEpochs {
-		return fieldErr("epochs", s.Epochs, "want 0 (not declared) to %d", MaxEpochs)
+	if s.Epochs < 0 || s.Epochs > optimizer.MaxEpochs {
+		return fieldErr("epochs", s.Epochs, "want 0 (not declared) to %d", optimizer.MaxEpochs)
 	}
 	if s.CheckpointDir != "" {
 		switch {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"pollux/actors/workerproto"
+	"pollux/actors/node/workerproto"
 )
 
 // errReportRefused marks a report the node refuses: not of a run it has,

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"pollux/actors/node/workerproto"
 	"pollux/actors/pb"
-	"pollux/actors/workerproto"
 	"pollux/internal/logbuf"
 )
 

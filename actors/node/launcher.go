@@ -6,7 +6,7 @@ import (
 	"slices"
 	"syscall"
 
-	"pollux/actors/workerproto"
+	"pollux/actors/node/workerproto"
 )
 
 // WorkerSpec is what a Launcher starts: one worker of one job incarnation.

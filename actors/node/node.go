@@ -16,14 +16,10 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"pollux/actors/jobspec"
+	"pollux/actors/node/workerproto"
 	"pollux/actors/pb"
-	"pollux/actors/workerproto"
 	"pollux/optimizer"
 )
-
-// ActorName is the name the node actor is spawned under: a remote peer
-// addresses it as actor.NewPID(address, ActorName).
-const ActorName = "node"
 
 // DefaultGrace is the time between SIGTERM and SIGKILL.
 const DefaultGrace = 30 * time.Second
@@ -98,7 +94,7 @@ type Config struct {
 	// worker of a new incarnation starts, so a restarted agent never runs
 	// an incarnation twice. "" keeps it in memory only.
 	DataDir string
-	// ActorName is the actor's name (default ActorName).
+	// ActorName is the actor's name (default pb.NodeActor).
 	ActorName string
 	// PropsOptions are added to the actor's props (middleware).
 	PropsOptions []actor.PropsOption
@@ -118,7 +114,7 @@ type Node struct {
 	stopErr  error
 }
 
-// Start spawns the node actor (named ActorName) in sys and opens its
+// Start spawns the node actor (named Config.ActorName) in sys and opens its
 // report listener.
 func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 	if cfg.Name == "" || cfg.GPUs < 0 {
@@ -163,7 +159,7 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 		cfg.ReportFlush = 100 * time.Millisecond
 	}
 	if cfg.ActorName == "" {
-		cfg.ActorName = ActorName
+		cfg.ActorName = pb.NodeActor
 	}
 	if cfg.WorkerOutput == nil {
 		cfg.WorkerOutput = os.Stderr

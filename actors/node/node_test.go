@@ -17,8 +17,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"pollux/actors/node/workerproto"
 	"pollux/actors/pb"
-	"pollux/actors/workerproto"
 	"pollux/internal/logbuf"
 )
 

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"pollux/actors/workerproto"
+	"pollux/actors/node/workerproto"
 	"pollux/cluster/pki"
 )
 

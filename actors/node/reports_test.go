@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"pollux/actors/workerproto"
+	"pollux/actors/node/workerproto"
 	"pollux/cluster/pki"
 	"pollux/internal/logbuf"
 )

@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 	"pollux/consensus"
 )
 

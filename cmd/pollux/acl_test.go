@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 	"pollux/cluster/pki"
 	"pollux/testbed/launch"
 )

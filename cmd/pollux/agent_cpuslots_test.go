@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"testing"
 
+	"pollux/actors/node/worker"
 	"pollux/actors/pb"
-	"pollux/actors/worker"
 	"pollux/cluster"
 )
 

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"pollux/actors/node/workerproto"
 	"pollux/actors/pb"
-	"pollux/actors/workerproto"
 	"pollux/cluster"
 	"pollux/cluster/pki"
 	"pollux/internal/logbuf"

@@ -20,9 +20,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 
-	"pollux/actors/node"
+	"pollux/actors/node/workerproto"
 	"pollux/actors/pb"
-	"pollux/actors/workerproto"
 	"pollux/cluster"
 	"pollux/testbed/emulator"
 	"pollux/testbed/launch"
@@ -183,7 +182,7 @@ func (c *controller) assign(actorAddr string, a *pb.Assign) *pb.AssignAck {
 	if a.CheckpointRoot == "" {
 		a.CheckpointRoot = c.root
 	}
-	res, err := c.sys.Root.RequestFuture(actor.NewPID(actorAddr, node.ActorName), a, 10*time.Second).Result()
+	res, err := c.sys.Root.RequestFuture(actor.NewPID(actorAddr, pb.NodeActor), a, 10*time.Second).Result()
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -336,7 +335,7 @@ func TestRestartedAgentGetsNoStaleAssignment(t *testing.T) {
 	// round every 200 ms); then the job is cancelled, and the agent
 	// restarts.
 	job := "stale-check-" + strconv.Itoa(os.Getpid())
-	pid := actor.NewPID(ready.Actor, node.ActorName)
+	pid := actor.NewPID(ready.Actor, pb.NodeActor)
 	for gen := uint64(2); gen < 7; gen++ {
 		c.sys.Root.Send(pid, &pb.Assign{ClusterId: "test-cluster", Term: 1, Generation: gen,
 			Runs: []*pb.RunJob{emulatedRun(c, job, 2)}, CheckpointRoot: c.root})

@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"pollux/actors/control"
+	"pollux/actors/allocator"
 	"pollux/cluster/provider"
 	"pollux/optimizer"
 )
@@ -136,7 +136,7 @@ type scaleEnv struct {
 }
 
 // build makes the allocator's autoscaling (nil when off).
-func (o *scaleOpts) build(e scaleEnv) (*control.Autoscale, error) {
+func (o *scaleOpts) build(e scaleEnv) (*allocator.Autoscale, error) {
 	if o.provider == "" {
 		return nil, nil
 	}
@@ -174,6 +174,6 @@ func (o *scaleOpts) build(e scaleEnv) (*control.Autoscale, error) {
 		}
 		p = x
 	}
-	return &control.Autoscale{Settings: optimizer.Autoscale{Template: optimizer.Node{GPUs: o.gpus, Type: o.gpuType}, MinNodes: o.minNodes, MaxNodes: o.maxNodes,
+	return &allocator.Autoscale{Settings: optimizer.Autoscale{Template: optimizer.Node{GPUs: o.gpus, Type: o.gpuType}, MinNodes: o.minNodes, MaxNodes: o.maxNodes,
 		LowUtil: o.lowUtil, HighUtil: o.highUtil}, Provider: p, NodeCost: o.cost, JoinTimeout: o.joinTimeout, ScaleDownDelay: o.scaleDownDelay}, nil
 }

@@ -302,12 +302,12 @@ func TestAutoscaleSeveralGPUTypes(t *testing.T) {
 	for _, m := range c.Servers {
 		b, _ := os.ReadFile(m.Log)
 		for _, line := range strings.Split(string(b), "\n") {
-			for _, what := range []string{"control: cluster size decided", "control: machine", "control: asking the provider", "control: autoscaling decides no"} {
+			for _, what := range []string{"allocator: cluster size decided", "allocator: machine", "allocator: asking the provider", "allocator: autoscaling decides no"} {
 				if strings.Contains(line, what) {
 					t.Log(line)
 				}
 			}
-			if strings.Contains(line, "node="+c.Agents[0].ID+" ") && strings.Contains(line, "control: ") &&
+			if strings.Contains(line, "node="+c.Agents[0].ID+" ") && strings.Contains(line, "allocator: ") &&
 				(strings.Contains(line, "remove") || strings.Contains(line, "drain")) {
 				t.Errorf("%s: %s", m.ID, line)
 			}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 )
 
 func init() { subcommands = append(subcommands, newCancelCmd, newJobCmd) }

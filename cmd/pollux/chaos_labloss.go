@@ -19,8 +19,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"pollux/actors/fedlink"
 	"pollux/cluster/federation"
-	"pollux/cluster/fedlink"
 	"pollux/testbed/builtin"
 	"pollux/testbed/chaos/driver"
 	"pollux/testbed/chaos/mono"

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 	"pollux/cluster/pki"
 	"pollux/testbed/builtin"
 	"pollux/testbed/chaos/attack"

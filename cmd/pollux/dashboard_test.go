@@ -17,7 +17,7 @@ import (
 	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 	"pollux/testbed/builtin"
 	"pollux/testbed/launch"
 )

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"pollux/actors/worker"
+	"pollux/actors/node/worker"
 	"pollux/testbed"
 	"pollux/testbed/builtin"
 	"pollux/testbed/launch"

@@ -127,7 +127,7 @@ func TestAutoscaleLeaderKilledDuringScaleUp(t *testing.T) {
 		for _, m := range c.Servers {
 			b, _ := os.ReadFile(m.Log)
 			for _, line := range strings.Split(string(b), "\n") {
-				if strings.Contains(line, "control: asking the provider for a machine") {
+				if strings.Contains(line, "allocator: asking the provider for a machine") {
 					leader = m
 					_, name, _ := strings.Cut(line, "node=")
 					asked = append(asked, strings.Fields(name)[0])
@@ -180,8 +180,8 @@ func TestAutoscaleLeaderKilledDuringScaleUp(t *testing.T) {
 		b, _ := os.ReadFile(m.Log)
 		others += string(b)
 		for _, line := range strings.Split(string(b), "\n") {
-			if strings.Contains(line, "control: cluster size decided") || strings.Contains(line, "control: machine") ||
-				strings.Contains(line, "control: asking the provider") {
+			if strings.Contains(line, "allocator: cluster size decided") || strings.Contains(line, "allocator: machine") ||
+				strings.Contains(line, "allocator: asking the provider") {
 				t.Log(line)
 			}
 		}

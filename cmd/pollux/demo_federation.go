@@ -12,8 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"pollux/actors/fedlink"
 	"pollux/cluster/federation"
-	"pollux/cluster/fedlink"
 	"pollux/cluster/pki"
 	"pollux/internal/logbuf"
 	"pollux/testbed"

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"pollux/actors/worker"
+	"pollux/actors/node/worker"
 	"pollux/testbed/chaos/history"
 	"pollux/testbed/realdemo"
 )

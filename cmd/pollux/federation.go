@@ -15,11 +15,11 @@ import (
 	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/proto"
 
-	"pollux/actors/control"
+	"pollux/actors/allocator"
+	"pollux/actors/fedlink"
 	"pollux/actors/pb"
 	"pollux/cluster"
 	"pollux/cluster/federation"
-	"pollux/cluster/fedlink"
 	"pollux/cluster/pki"
 	"pollux/consensus"
 )
@@ -190,7 +190,7 @@ func caOf(creds *pki.Credentials) *x509.Certificate {
 // allocator (acks) and the jobs' actors (reports, exits).
 func serveFederation(ctx context.Context, o federationOpts, fed *fedlink.Federation, creds *pki.Credentials, srv *consensus.Server,
 	sys *actor.ActorSystem, members, wan **cluster.Membership, log *slog.Logger) (*fedlink.Link, string, func(), error) {
-	alloc := actor.NewPID(sys.Address(), control.AllocatorName)
+	alloc := actor.NewPID(sys.Address(), pb.AllocatorActor)
 	cfg := fedlink.Config{Name: o.cluster, Creds: creds, Federation: fed, Store: srv, Interval: o.interval, Logger: log,
 		LeaderAddr: func() string {
 			if *members == nil {
@@ -200,7 +200,7 @@ func serveFederation(ctx context.Context, o federationOpts, fed *fedlink.Federat
 		},
 		RelayOwner: func() *pb.Ref { return &pb.Ref{Address: alloc.Address, Id: alloc.Id} },
 		OnAck:      func(ack *pb.AssignAck) { sys.Root.Send(alloc, ack) },
-		OnOrder:    func() { sys.Root.Send(alloc, control.OrdersChanged{}) },
+		OnOrder:    func() { sys.Root.Send(alloc, allocator.OrdersChanged{}) },
 		Deliver: func(to *pb.Ref, msg proto.Message) {
 			sys.Root.Send(actor.NewPID(to.Address, to.Id), msg)
 		}}

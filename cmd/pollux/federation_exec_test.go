@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 	"pollux/cluster/federation"
 	"pollux/testbed/builtin"
 	"pollux/testbed/launch"

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"pollux/actors/fedlink"
 	"pollux/cluster"
-	"pollux/cluster/fedlink"
 	"pollux/cluster/pki"
 	"pollux/internal/logbuf"
 	"pollux/testbed/launch"
@@ -343,7 +343,7 @@ func TestFederationSurvivesLeaderFailover(t *testing.T) {
 	waitFor("lab-b hearing lab-a", func() bool { return len(logB.Lines("federation: peer up", "peer=lab-a")) > 0 })
 	leader := -1
 	for i := range 3 {
-		if len(logsA[i].Lines("control: leading")) > 0 {
+		if len(logsA[i].Lines("allocator: leading")) > 0 {
 			leader = i
 		}
 	}
@@ -354,7 +354,7 @@ func TestFederationSurvivesLeaderFailover(t *testing.T) {
 	_ = procsA[leader].Wait()
 	waitFor("a new leader in lab-a", func() bool {
 		for i := range 3 {
-			if i != leader && len(logsA[i].Lines("control: leading")) > 0 {
+			if i != leader && len(logsA[i].Lines("allocator: leading")) > 0 {
 				return true
 			}
 		}

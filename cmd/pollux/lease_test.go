@@ -12,7 +12,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"pollux/actors/node"
 	"pollux/actors/pb"
 	"pollux/testbed/builtin"
 	"pollux/testbed/chaos/mono"
@@ -31,7 +30,7 @@ func (c *controller) keepLease(actorAddr string) {
 		// its predecessor's connection.
 		deadline := time.Now().Add(15 * time.Second)
 		for {
-			res, err := c.sys.Root.RequestFuture(actor.NewPID(actorAddr, node.ActorName), m, 5*time.Second).Result()
+			res, err := c.sys.Root.RequestFuture(actor.NewPID(actorAddr, pb.NodeActor), m, 5*time.Second).Result()
 			if err == nil {
 				return res.(*pb.LeaseAck)
 			}

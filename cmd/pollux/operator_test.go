@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 	"pollux/testbed/builtin"
 	"pollux/testbed/launch"
 )

@@ -19,12 +19,13 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/spf13/cobra"
 
-	"pollux/actors/api"
-	"pollux/actors/control"
-	"pollux/actors/dashboard"
+	"pollux/actors/allocator"
+	"pollux/actors/fedlink"
 	"pollux/actors/job"
+	"pollux/actors/pb"
+	"pollux/actors/server/api"
+	"pollux/actors/server/dashboard"
 	"pollux/cluster"
-	"pollux/cluster/fedlink"
 	"pollux/cluster/pki"
 	"pollux/consensus"
 	"pollux/optimizer"
@@ -100,9 +101,9 @@ func newServerCmd() *cobra.Command {
 	f.BoolVar(&o.bootstrap, "bootstrap", false, "form the cluster from --peers (no effect on a server with state)")
 	f.StringSliceVar(&o.join, "join", nil, "gossip addresses (host:port) of members to join")
 	f.BoolVar(&o.fast, "fast-gossip", false, "sub-second failure detection (loopback and test clusters)")
-	f.DurationVar(&o.interval, "interval", control.DefaultInterval, "scheduling interval")
+	f.DurationVar(&o.interval, "interval", allocator.DefaultInterval, "scheduling interval")
 	f.DurationVar(&o.nodeGrace, "node-grace", 3*time.Second, "how long an agent must be missing from the membership before it is marked dead")
-	f.DurationVar(&o.agentLease, "agent-lease", control.DefaultLease, "the agents' lease: the leader renews it every quarter of it; an agent "+
+	f.DurationVar(&o.agentLease, "agent-lease", allocator.DefaultLease, "the agents' lease: the leader renews it every quarter of it; an agent "+
 		"that goes that long without a renewal pauses its workers, and no job restarts elsewhere until its lease, plus half of it, "+
 		"has surely ended (docs/control-plane.md, Fencing). At most two thirds of --node-grace")
 	f.IntVar(&o.maxFailures, "max-failures", 5, "failed incarnations in a row (without finishing an epoch) after which a job is marked failed; -1: retry forever")
@@ -318,7 +319,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	stats := &control.Stats{}
+	stats := &allocator.Stats{}
 	var fedPeers func() []fedlink.PeerStatus
 	if link != nil {
 		fedPeers = link.Peers
@@ -335,21 +336,21 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	host, err := sys.Root.SpawnNamed(hprops, job.HostName)
+	host, err := sys.Root.SpawnNamed(hprops, pb.JobHostActor)
 	if err != nil {
 		return fmt.Errorf("server: spawning job host: %w", err)
 	}
 	defer func() { _ = sys.Root.StopFuture(host).Wait() }()
-	props, err := control.NewAllocator(control.Config{
+	props, err := allocator.NewAllocator(allocator.Config{
 		Store: srv, Server: o.id, Members: members.Members, Interval: o.interval, CheckpointRoot: o.ckptRoot,
 		Policy: policy, TypedPolicy: typed, CrossRackRatio: o.crossRackRatio, Levels: consensus.NormalizeLevels(initLevels),
 		Retain: o.retain, TimeScale: o.timeScale, NodeGrace: o.nodeGrace, MaxFailures: o.maxFailures, Stats: stats, Logger: log,
 		Lease: o.agentLease, Autoscale: scale, Federation: link, Context: ctx,
-	}, func(ri control.RoundInfo) { httpAPI.ObserveRound(ri); dash.ObserveRound(ri) })
+	}, func(ri allocator.RoundInfo) { httpAPI.ObserveRound(ri); dash.ObserveRound(ri) })
 	if err != nil {
 		return err
 	}
-	alloc, err := sys.Root.SpawnNamed(props, control.AllocatorName)
+	alloc, err := sys.Root.SpawnNamed(props, pb.AllocatorActor)
 	if err != nil {
 		return fmt.Errorf("server: spawning allocator: %w", err)
 	}
@@ -423,7 +424,7 @@ func checkLease(lease, grace time.Duration) error {
 	if lease < 4*time.Millisecond || lease > 10*time.Minute {
 		return fmt.Errorf("server: --agent-lease %v outside [4ms, 10m]", lease)
 	}
-	if wait := lease + control.LeaseMargin(lease); wait > grace {
+	if wait := lease + allocator.LeaseMargin(lease); wait > grace {
 		return fmt.Errorf("server: --agent-lease %v leaves no margin under --node-grace %v: a dead agent's jobs would wait "+
 			"for its lease and margin (%v) rather than for --node-grace; use a lease of at most %v or a longer --node-grace",
 			lease, grace, wait, grace*2/3)

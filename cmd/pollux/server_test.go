@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 	"pollux/testbed/builtin"
 	"pollux/testbed/chaos/check"
 	"pollux/testbed/chaos/history"

@@ -19,8 +19,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"pollux/actors/api"
 	"pollux/actors/jobspec"
+	"pollux/actors/server/api"
 	"pollux/cluster/pki"
 )
 

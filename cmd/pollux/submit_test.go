@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 )
 
 func TestClientCommandsBadInput(t *testing.T) {

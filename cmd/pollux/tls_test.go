@@ -27,7 +27,7 @@ import (
 	"testing"
 	"time"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 	"pollux/cluster"
 	"pollux/cluster/pki"
 	"pollux/internal/logbuf"

@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 	"pollux/cluster"
 	"pollux/consensus"
 	"pollux/optimizer"

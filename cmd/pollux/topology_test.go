@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 	"pollux/cluster/pki"
 	"pollux/internal/logbuf"
 	"pollux/optimizer"

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"pollux/actors/workerproto"
+	"pollux/actors/node/workerproto"
 	"pollux/testbed/builtin"
 	"pollux/testbed/chaos/mono"
 	"pollux/testbed/chaos/record"

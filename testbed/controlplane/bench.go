@@ -20,10 +20,10 @@ import (
 	"github.com/hashicorp/raft"
 	"gonum.org/v1/gonum/stat"
 
-	"pollux/actors/control"
+	"pollux/actors/allocator"
 	"pollux/actors/job"
 	"pollux/actors/node"
-	"pollux/actors/workerproto"
+	"pollux/actors/node/workerproto"
 	"pollux/cluster"
 	"pollux/cluster/pki"
 	"pollux/consensus"
@@ -140,7 +140,7 @@ type bench struct {
 
 type round struct {
 	server string
-	info   control.RoundInfo
+	info   allocator.RoundInfo
 }
 
 // Run runs the benchmark and reports what it measured; progress
@@ -372,11 +372,11 @@ func (b *bench) startActors(s *server) error {
 		return err
 	}
 	id := s.id
-	props, err := control.NewAllocator(control.Config{Store: s.srv, Server: s.id, Members: b.members, Interval: b.o.Interval,
+	props, err := allocator.NewAllocator(allocator.Config{Store: s.srv, Server: s.id, Members: b.members, Interval: b.o.Interval,
 		MaxFailures: -1, Logger: b.quiet,
 		NodePID: func(n *consensus.Node) *actor.PID { return actor.NewPID(n.Addresses[0], "node-"+n.ID) },
 		HostPID: func(m cluster.Member) *actor.PID { return actor.NewPID(m.Meta.ActorAddr, "jobhost-"+m.Name) },
-	}, func(ri control.RoundInfo) {
+	}, func(ri allocator.RoundInfo) {
 		b.mu.Lock()
 		b.rounds = append(b.rounds, round{server: id, info: ri})
 		b.mu.Unlock()

@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"pollux/actors/workerproto"
+	"pollux/actors/node/workerproto"
 	"pollux/cluster/pki"
 	"pollux/testbed"
 	"pollux/testbed/chaos/mono"

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"pollux/actors/workerproto"
+	"pollux/actors/node/workerproto"
 	"pollux/cluster/pki"
 	"pollux/optimizer/goodput"
 	"pollux/testbed/chaos/mono"

@@ -22,9 +22,9 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"pollux/actors/fedlink"
 	"pollux/cluster"
 	"pollux/cluster/federation"
-	"pollux/cluster/fedlink"
 	"pollux/cluster/pki"
 	"pollux/consensus"
 )

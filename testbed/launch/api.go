@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 )
 
 // Leader returns the server that says, asked directly, that it leads

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 	"pollux/testbed/chaos/history"
 )
 

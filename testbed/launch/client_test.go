@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 	"pollux/testbed/chaos/history"
 )
 

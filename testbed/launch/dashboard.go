@@ -16,8 +16,8 @@ import (
 	"strings"
 	"time"
 
-	"pollux/actors/api"
-	"pollux/actors/dashboard"
+	"pollux/actors/server/api"
+	"pollux/actors/server/dashboard"
 )
 
 // CreateToken makes an API token of role (read, submit or admin) named

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 )
 
 // TokenFileName is the file in Dir holding the cluster's admin token.

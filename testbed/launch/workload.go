@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 	"pollux/optimizer"
 	"pollux/testbed"
 )

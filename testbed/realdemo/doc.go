@@ -1,6 +1,6 @@
 // Package realdemo runs real training jobs on a whole local cluster: the
 // driver of `pollux demo --real`. It installs the PyTorch worker library
-// (package actors/worker) into the run directory, starts servers and
+// (package actors/node/worker) into the run directory, starts servers and
 // agents offering CPU slots through the one launcher (testbed/launch:
 // mutual TLS, encrypted gossip), submits the example digits models at
 // staggered times, follows them through the API until every one has

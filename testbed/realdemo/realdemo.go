@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"pollux/actors/api"
-	"pollux/actors/worker"
+	"pollux/actors/node/worker"
+	"pollux/actors/server/api"
 	"pollux/testbed/launch"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"pollux/actors/worker"
+	"pollux/actors/node/worker"
 )
 
 func TestResizes(t *testing.T) {

@@ -14,8 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"pollux/actors/api"
-	"pollux/actors/workerproto"
+	"pollux/actors/node/workerproto"
+	"pollux/actors/server/api"
 	"pollux/cluster/pki"
 )
 

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 )
 
 // view is what the observer sees of the cluster: the replicated state as

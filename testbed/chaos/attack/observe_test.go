@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 )
 
 func baseView() *view {

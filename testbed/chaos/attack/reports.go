@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"pollux/actors/workerproto"
+	"pollux/actors/node/workerproto"
 	"pollux/cluster/pki"
 	"pollux/testbed/launch"
 )

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 )
 
 // tokens are the API tokens the attackers hold, made at setup by the

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"pollux/actors/api"
+	"pollux/actors/server/api"
 	"pollux/testbed"
 	"pollux/testbed/builtin"
 	"pollux/testbed/chaos/check"

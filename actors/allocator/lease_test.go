@@ -1,0 +1,248 @@
+package allocator_test
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"pollux/actors/allocator"
+	"pollux/actors/node"
+	"pollux/actors/pb"
+	"pollux/consensus"
+)
+
+// netState is what the lease tests do to the cluster's network and see
+// of its workers: nodes gone from the membership, nodes cut off (every
+// message to and from them lost), when each node last sent a lease ack
+// that went through, and every worker with the signals it got.
+type netState struct {
+	gone, cut map[string]bool
+	lastAck   map[string]time.Time
+	workers   []*workerRec
+}
+
+// workerRec is one worker as an observer outside the node sees it.
+type workerRec struct {
+	node    string
+	job     string
+	inc     uint64
+	started time.Time
+	mu      sync.Mutex
+	sigs    []syscall.Signal
+	at      []time.Time
+}
+
+func (w *workerRec) String() string { return fmt.Sprintf("%s/%d on %s", w.job, w.inc, w.node) }
+
+// signalled is when w first got sig (zero if never).
+func (w *workerRec) signalled(sig syscall.Signal) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if i := slices.Index(w.sigs, sig); i >= 0 {
+		return w.at[i]
+	}
+	return time.Time{}
+}
+
+func (w *workerRec) signals() []syscall.Signal {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.sigs)
+}
+
+type watchedWorker struct {
+	node.Worker
+	rec *workerRec
+}
+
+func (w watchedWorker) Signal(sig syscall.Signal) error {
+	w.rec.mu.Lock()
+	w.rec.sigs, w.rec.at = append(w.rec.sigs, sig), append(w.rec.at, time.Now())
+	w.rec.mu.Unlock()
+	return w.Worker.Signal(sig)
+}
+
+// watchLaunch records the workers node name starts and their signals.
+func (c *tcluster) watchLaunch(name string, launch node.Launcher) node.Launcher {
+	return func(s node.WorkerSpec) (node.Worker, error) {
+		w, err := launch(s)
+		if err != nil {
+			return nil, err
+		}
+		rec := &workerRec{node: name, job: s.Env.JobID, inc: s.Env.Incarnation, started: time.Now()}
+		c.mu.Lock()
+		c.net.workers = append(c.net.workers, rec)
+		c.mu.Unlock()
+		return watchedWorker{Worker: w, rec: rec}, nil
+	}
+}
+
+// cutIn loses what the servers send node name while it is cut off.
+func (c *tcluster) cutIn(name string) actor.ReceiverMiddleware {
+	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(ctx actor.ReceiverContext, env *actor.MessageEnvelope) {
+			switch env.Message.(type) {
+			case *pb.Assign, *pb.LeaseRenew:
+				c.mu.Lock()
+				cut := c.net.cut[name]
+				c.mu.Unlock()
+				if cut {
+					return
+				}
+			}
+			next(ctx, env)
+		}
+	}
+}
+
+// cutOut loses what node name sends while it is cut off.
+func (c *tcluster) cutOut(name string) actor.SenderMiddleware {
+	return func(next actor.SenderFunc) actor.SenderFunc {
+		return func(ctx actor.SenderContext, target *actor.PID, env *actor.MessageEnvelope) {
+			c.mu.Lock()
+			cut := c.net.cut[name]
+			if _, ok := env.Message.(*pb.LeaseAck); ok && !cut {
+				if c.net.lastAck == nil {
+					c.net.lastAck = map[string]time.Time{}
+				}
+				c.net.lastAck[name] = time.Now()
+			}
+			c.mu.Unlock()
+			if !cut {
+				next(ctx, target, env)
+			}
+		}
+	}
+}
+
+// partition cuts node name off and takes it out of the membership (or
+// back in, heal).
+func (c *tcluster) partition(name string, cut bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.net.cut == nil {
+		c.net.cut, c.net.gone = map[string]bool{}, map[string]bool{}
+	}
+	c.net.cut[name], c.net.gone[name] = cut, cut
+}
+
+// waitWorker waits for a worker that match accepts.
+func (c *tcluster) waitWorker(what string, d time.Duration, match func(*workerRec) bool) *workerRec {
+	c.t.Helper()
+	var out *workerRec
+	waitFor(c.t, what, d, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, w := range c.net.workers {
+			if match(w) {
+				out = w
+				return true
+			}
+		}
+		return false
+	})
+	return out
+}
+
+// replacedAfterCut cuts off the node running job j's first worker, then
+// waits for a worker of a newer incarnation elsewhere. It returns the
+// two, when the cut began and when the node last sent a lease ack.
+func replacedAfterCut(t *testing.T, c *tcluster, beforeCut func()) (first, second *workerRec, cutAt, lastAck time.Time) {
+	t.Helper()
+	c.submit("j", "cifar10", 1)
+	first = c.waitWorker("job j's first worker", 30*time.Second, func(w *workerRec) bool { return w.job == "j" })
+	// Some renewals of its lease.
+	time.Sleep(500 * time.Millisecond)
+	if beforeCut != nil {
+		beforeCut()
+	}
+	cutAt = time.Now()
+	c.partition(first.node, true)
+	second = c.waitWorker("job j restarted on another node", 30*time.Second, func(w *workerRec) bool {
+		return w.job == "j" && w.inc > first.inc && w.node != first.node
+	})
+	c.mu.Lock()
+	lastAck = c.net.lastAck[first.node]
+	c.mu.Unlock()
+	return first, second, cutAt, lastAck
+}
+
+// TestCutOffNodePausesBeforeItsJobStartsElsewhere: a node cut off from
+// the control plane pauses its worker when its lease lapses, and the
+// leader, which marks it dead at once (a node grace of 100 ms), starts
+// the job's next incarnation elsewhere only after the node's lease and
+// margin have passed since the last lease ack it sent; once the network
+// heals the paused worker is killed, never terminated (it would write a
+// checkpoint).
+func TestCutOffNodePausesBeforeItsJobStartsElsewhere(t *testing.T) {
+	lease := time.Second
+	c := newTCluster(t, clusterOpts{servers: 3, nodes: 2, gpus: 1, timeScale: 100, nodeGrace: 100 * time.Millisecond, lease: lease})
+	first, second, cutAt, lastAck := replacedAfterCut(t, c, nil)
+	wait := lease + allocator.LeaseMargin(lease)
+	t.Logf("cut at +0; last lease ack sent at %v; paused at %v; restarted elsewhere at %v", lastAck.Sub(cutAt),
+		first.signalled(syscall.SIGSTOP).Sub(cutAt), second.started.Sub(cutAt))
+	if lastAck.IsZero() || second.started.Before(lastAck.Add(wait)) {
+		t.Errorf("incarnation %d started %v after the cut node's last lease ack, before its lease and margin (%v)",
+			second.inc, second.started.Sub(lastAck), wait)
+	}
+	if stop := first.signalled(syscall.SIGSTOP); stop.IsZero() || !stop.Before(second.started) {
+		t.Errorf("the cut-off worker %v was not paused before its successor started: signals %v", first, first.signals())
+	}
+	c.partition(first.node, false)
+	waitFor(t, "the paused worker killed once the network heals", 20*time.Second, func() bool {
+		return !first.signalled(syscall.SIGKILL).IsZero()
+	})
+	if s := first.signals(); slices.Contains(s, syscall.SIGTERM) || slices.Contains(s, syscall.SIGCONT) {
+		t.Errorf("the superseded worker got %v: it must be killed without SIGTERM, never resumed", s)
+	}
+}
+
+// TestNewLeaderWaitsForItsPredecessorsLeases: the leader dies as a node
+// is cut off; the new leader does not know what leases its predecessor
+// granted, and restarts the cut-off node's job elsewhere only after the
+// lease and margin from its own election.
+func TestNewLeaderWaitsForItsPredecessorsLeases(t *testing.T) {
+	lease := time.Second
+	c := newTCluster(t, clusterOpts{servers: 3, nodes: 2, gpus: 1, timeScale: 100, nodeGrace: 100 * time.Millisecond, lease: lease})
+	var killed time.Time
+	first, second, _, _ := replacedAfterCut(t, c, func() {
+		killed = time.Now()
+		c.kill(c.leader())
+	})
+	wait := lease + allocator.LeaseMargin(lease)
+	t.Logf("leader killed at +0; paused at %v; restarted elsewhere at %v", first.signalled(syscall.SIGSTOP).Sub(killed),
+		second.started.Sub(killed))
+	if second.started.Sub(killed) < wait {
+		t.Errorf("the new leader started incarnation %d %v after the old leader died, before the lease and margin (%v)",
+			second.inc, second.started.Sub(killed), wait)
+	}
+	if stop := first.signalled(syscall.SIGSTOP); stop.IsZero() || !stop.Before(second.started) {
+		t.Errorf("the cut-off worker %v was not paused before its successor started: signals %v", first, first.signals())
+	}
+}
+
+// TestNewLeaderKeepsWhatItsPredecessorStarted: a new leader has no ack
+// yet when it first assigns; it must hold, not stop, the incarnations
+// already running (an earlier leader let them start), or the nodes stop
+// them and refuse to run them again. With a single failure allowed, one
+// such refusal would fail the job.
+func TestNewLeaderKeepsWhatItsPredecessorStarted(t *testing.T) {
+	c := newTCluster(t, clusterOpts{servers: 5, nodes: 2, gpus: 2, timeScale: 100, maxFailures: 1})
+	c.submit("j", "cifar10", 4)
+	// An incarnation beyond the first (the job grew), running.
+	w := c.waitWorker("a worker of a second incarnation", 30*time.Second, func(w *workerRec) bool { return w.job == "j" && w.inc >= 2 })
+	time.Sleep(300 * time.Millisecond)
+	for range 2 {
+		c.kill(c.leader())
+		time.Sleep(time.Second)
+	}
+	st := c.waitAll(60*time.Second, "j")
+	if j := st.Jobs["j"]; j.State != consensus.Completed {
+		t.Fatalf("job %v after two leader kills (incarnation %d was running): %s", j.State, w.inc, j.Reason)
+	}
+}

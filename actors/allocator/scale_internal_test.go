@@ -1,0 +1,64 @@
+package allocator
+
+import (
+	"testing"
+	"time"
+
+	"pollux/cluster"
+	"pollux/consensus"
+)
+
+// A node that also runs a control-plane server, by name or by address
+// off loopback, is never drained; nodes on loopback are told apart by
+// name only (every process of a test cluster shares 127.0.0.1).
+func TestRunsServer(t *testing.T) {
+	members := []cluster.Member{
+		{Name: "s0", Addr: "10.0.0.1:7946", Meta: cluster.Meta{Role: cluster.RoleServer}},
+		{Name: "s1", Addr: "127.0.0.1:7947", Meta: cluster.Meta{Role: cluster.RoleServer}},
+		{Name: "auto-9", Addr: "10.0.0.9:7946", Meta: cluster.Meta{Role: cluster.RoleAgent}},
+	}
+	a := &allocator{cfg: Config{Members: func() []cluster.Member { return members }}}
+	for _, tc := range []struct {
+		node consensus.Node
+		want bool
+	}{
+		{consensus.Node{ID: "s0", Addresses: []string{"10.0.0.7:8090"}}, true},
+		{consensus.Node{ID: "auto-1", Addresses: []string{"10.0.0.1:8090", "10.0.0.1:9000"}}, true},
+		{consensus.Node{ID: "auto-2", Addresses: []string{"127.0.0.1:8090"}}, false},
+		{consensus.Node{ID: "auto-9", Addresses: []string{"10.0.0.9:8090"}}, false},
+		{consensus.Node{ID: "auto-3", Addresses: []string{"not an address"}}, false},
+	} {
+		if got := a.runsServer(&tc.node); got != tc.want {
+			t.Errorf("%s at %v: runs a server %v, want %v", tc.node.ID, tc.node.Addresses, got, tc.want)
+		}
+	}
+}
+
+// The scale-down window: a shrink waits until the desired size has been
+// below the cluster's for the delay, then goes down to the largest size
+// wanted meanwhile; without a delay it goes to the size wanted now.
+func TestShrinkToWaitsForTheDelay(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	type step struct {
+		at            time.Duration
+		desired, have int
+		want          int
+	}
+	tests := []struct {
+		name  string
+		delay time.Duration
+		steps []step
+	}{
+		{"no delay", 0, []step{{0, 2, 4, 2}, {time.Second, 1, 4, 1}}},
+		{"held until the delay", time.Minute, []step{{0, 2, 4, 4}, {30 * time.Second, 1, 4, 4}, {time.Minute, 1, 4, 2}}},
+		{"the largest size wanted in the window", time.Minute, []step{{0, 1, 4, 4}, {20 * time.Second, 3, 4, 4}, {70 * time.Second, 1, 4, 3}}},
+	}
+	for _, tc := range tests {
+		var s scaleState
+		for i, st := range tc.steps {
+			if got := s.shrinkTo(st.desired, st.have, t0.Add(st.at), tc.delay); got != st.want {
+				t.Errorf("%s, step %d: shrink to %d, want %d", tc.name, i, got, st.want)
+			}
+		}
+	}
+}
