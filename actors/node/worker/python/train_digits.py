@@ -110,6 +110,11 @@ def main():
                    "a pixel): a longer epoch")
     p.add_argument("--lr", type=float, default=None,
                    help="learning rate at the initial batch size")
+    p.add_argument("--lr-scaling", choices=sorted(pw.scaling.RULES),
+                   default="adascale",
+                   help="how the learning rate grows with the batch size")
+    p.add_argument("--warmup-epochs", type=float, default=5.0,
+                   help="LEGW's warmup, in epochs at the initial batch size")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint-interval", type=float, default=30.0,
                    help="seconds between periodic checkpoints")
@@ -123,9 +128,11 @@ def main():
     torch.manual_seed(args.seed)
     (x_train, y_train), (x_test, y_test) = digits(args.seed)
     x_train, y_train = augment(x_train, y_train, args.augment, args.seed)
+    rule = pw.scaling.rule(args.lr_scaling, warmup_epochs=args.warmup_epochs,
+                           data_size=len(y_train), init_bsz=job.env.init_bsz)
     model = MODELS[args.model]().to(job.device)
-    optimizer = job.optimizer(model, torch.optim.SGD(
-        model.parameters(), lr=lr, momentum=0.9))
+    model, optimizer = job.prepare(model, torch.optim.SGD(
+        model.parameters(), lr=lr, momentum=0.9), lr_scaling=rule)
     for group in optimizer.param_groups:
         group["lr"] = lr  # the command line wins over the checkpoint
     loader = job.loader(TensorDataset(x_train, y_train), seed=args.seed)

@@ -14,7 +14,8 @@ import torch.distributed as dist
 from . import checkpoint as ckpt
 from . import env as envmod
 from .data import ElasticLoader
-from .optim import AdaptiveOptimizer
+from .accumulator import Accumulator
+from .optim import SCALER_KEY, AdaptiveOptimizer, ParallelModel
 from .report import Reporter
 
 LOG = logging.getLogger("pollux_worker")
@@ -152,16 +153,54 @@ class Job:
     def world_size(self):
         return self.env.world_size
 
-    def optimizer(self, model, optimizer, max_bad_steps=20):
-        """Wraps optimizer (training model) and restores the checkpoint, if
-        any, into model, optimizer and the training state. Returns the
-        AdaptiveOptimizer to train with. The model must already be on
-        job.device."""
+    def prepare(self, model, optimizer, lr_scaling="adascale",
+                mixed_precision=False, bucket_cap_mb=None,
+                max_bad_steps=20):
+        """Wraps model and optimizer for this job and restores the
+        checkpoint, if any, into them and the training state. Returns
+        (model, optimizer) to train with: the model to call in training
+        (DistributedDataParallel with more than one replica, model itself
+        with one) and the AdaptiveOptimizer.
+
+        model must already be on job.device. lr_scaling is a rule of
+        scaling.py or its name ("adascale", "linear", "sqrt"; LEGW needs a
+        scaling.LEGWScale). mixed_precision runs the optimizer with a
+        GradScaler on a CUDA device (then compute the loss under
+        job.autocast() and call optimizer.backward(loss)); elsewhere it
+        logs that training stays in float32. bucket_cap_mb is DDP's
+        bucket size (None: DDP's default).
+        """
         if self._opt is not None:
-            raise RuntimeError("pollux_worker: one optimizer per job")
-        self._opt = AdaptiveOptimizer(self, model, optimizer, max_bad_steps)
+            raise RuntimeError("pollux_worker: one model and optimizer per "
+                               "job")
+        self._opt = AdaptiveOptimizer(self, model, optimizer,
+                                      lr_scaling=lr_scaling,
+                                      mixed_precision=mixed_precision,
+                                      max_bad_steps=max_bad_steps)
         self._restore()
-        return self._opt
+        wrapped = model
+        if self.env.world_size > 1:
+            # DDP broadcasts rank 0's parameters and buffers.
+            wrapped = ParallelModel(self, model, bucket_cap_mb=bucket_cap_mb)
+            self._check_replicas_agree()
+        LOG.info("pollux_worker: %d replica(s), m=%d, s=%d, learning rate "
+                 "scaling %r%s", self.env.world_size, self.env.atomic_bsz,
+                 self.env.accum_steps, self._opt.rule,
+                 ", mixed precision" if self._opt.mixed_precision else "")
+        return wrapped, self._opt
+
+    def autocast(self):
+        """The context to compute the loss in: torch.autocast on the job's
+        device when the optimizer runs mixed precision, else nothing."""
+        if self._opt is None:
+            raise RuntimeError("pollux_worker: call job.prepare() first")
+        return torch.autocast(self.device.type,
+                              enabled=self._opt.mixed_precision)
+
+    def accumulator(self):
+        """A new Accumulator of metrics summed over this job's replicas
+        (accumulator.py)."""
+        return Accumulator(self.env.world_size, self.device)
 
     def loader(self, dataset, shuffle=True, seed=0, collate_fn=None):
         """The elastic loader of dataset for this job's batch
@@ -172,9 +211,9 @@ class Job:
     def track(self, name, obj):
         """Checkpoints obj (anything with state_dict / load_state_dict,
         e.g. a learning-rate scheduler) under name. Call before
-        optimizer()."""
+        prepare()."""
         if self._opt is not None:
-            raise RuntimeError("pollux_worker: track() after optimizer()")
+            raise RuntimeError("pollux_worker: track() after prepare()")
         self._extra[name] = obj
 
     def epochs(self, max_epochs):
@@ -182,7 +221,7 @@ class Job:
         After each epoch's body (training and evaluation), the epoch is
         counted, rank 0 checkpoints and every rank reports."""
         if self._opt is None:
-            raise RuntimeError("pollux_worker: call job.optimizer() first")
+            raise RuntimeError("pollux_worker: call job.prepare() first")
         while not self.done and self.epoch < max_epochs:
             self._agree_stop()
             yield self.epoch
@@ -193,7 +232,7 @@ class Job:
         """Training is complete: rank 0 saves the final checkpoint and
         sends the done report; every rank leaves the process group."""
         if self._opt is None:
-            raise RuntimeError("pollux_worker: call job.optimizer() first")
+            raise RuntimeError("pollux_worker: call job.prepare() first")
         if not self.done:
             if self.epoch_finished or self.position > 0:
                 self._end_epoch(save=False)
@@ -310,6 +349,8 @@ class Job:
             "noise": self._opt.noise.state_dict(),
             "extra": {k: v.state_dict() for k, v in self._extra.items()},
         }
+        if self._opt.scaler is not None:
+            payload["extra"][SCALER_KEY] = self._opt.scaler.state_dict()
         summary = dict(self._state_dict(), job=self.env.job_id,
                        incarnation=self.env.incarnation,
                        grad_sqr=self._opt.noise.grad_sqr,
@@ -336,6 +377,10 @@ class Job:
                 self._opt.noise.load_state_dict(payload["noise"])
                 for name, obj in self._extra.items():
                     obj.load_state_dict(payload["extra"][name])
+                # A checkpoint written without mixed precision has none.
+                scaler = payload["extra"].get(SCALER_KEY)
+                if self._opt.scaler is not None and scaler is not None:
+                    self._opt.scaler.load_state_dict(scaler)
                 st = payload["state"]
                 epoch, position = int(st["epoch"]), int(st["position"])
                 progress = float(st["progress"])
@@ -361,8 +406,6 @@ class Job:
             LOG.info("pollux_worker: restored %s: epoch %d, position %d, "
                      "progress %.1f%s", path, self.epoch, self.position,
                      self.progress, " (done)" if self.done else "")
-        if self.env.world_size > 1:
-            self._check_replicas_agree(path)
         e = self.env
         self.runs = (self.runs + [{
             "incarnation": e.incarnation, "replicas": e.world_size,
@@ -371,13 +414,9 @@ class Job:
             "epoch": self.epoch, "progress": self.progress}])[-MAX_RUNS:]
         self._last_ckpt = self._clock()
 
-    def _check_replicas_agree(self, path):
-        """All replicas start from rank 0's parameters and must have read
-        the same state."""
-        for p in self._opt.model.parameters():
-            dist.broadcast(p.data, 0)
-        for b in self._opt.model.buffers():
-            dist.broadcast(b, 0)
+    def _check_replicas_agree(self):
+        """All replicas must have read the same training state."""
+        path = os.path.join(self.env.checkpoint_dir, ckpt.CHECKPOINT)
         mine = torch.tensor([float(self.epoch), float(self.position),
                              self.progress], dtype=torch.float64,
                             device=self.device)
