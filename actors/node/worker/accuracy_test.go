@@ -17,19 +17,28 @@ import (
 	"pollux/optimizer/goodput"
 )
 
-// placement is one batch configuration a job runs on.
-type placement struct{ replicas, atomic, accum int }
+// placement is one batch configuration a job runs on, on one node or
+// (agents > 1) as the CPU slots of several agents.
+type placement struct{ replicas, atomic, accum, agents int }
+
+func (p placement) nodes() int { return max(p.agents, 1) }
 
 func (p placement) String() string {
+	if p.agents > 1 {
+		return fmt.Sprintf("K=%d m=%d s=%d N=%d", p.replicas, p.atomic, p.accum, p.agents)
+	}
 	return fmt.Sprintf("K=%d m=%d s=%d", p.replicas, p.atomic, p.accum)
 }
 
-// profile runs the CNN example on each placement for a few epochs, all of
-// them once and then all again (so that a slow spell of this shared
-// machine does not fall on one placement only), and returns for each the
-// medians of rank 0's reported step time and accumulation time
-// (step_time - sync_time), the two times the job actor fits.
-func profile(t *testing.T, l Layout, s *sink, inc *uint64, ps []placement) []goodput.ProfilePoint {
+// profile runs each placement, all of them once and then all again
+// (so that a slow spell of this shared machine does not fall on one
+// placement only), each as a new incarnation built by build (a run that
+// ends by itself), and returns for each the lower quartiles of rank 0's
+// reported step time and accumulation time (step_time - sync_time), the
+// two times the job actor fits. neighbours, if not nil, starts what else
+// runs beside a placement and returns what stops it.
+func profile(t *testing.T, l Layout, s *sink, inc *uint64, ps []placement, build func(placement, uint64) run,
+	neighbours func(placement) (stop func())) []goodput.ProfilePoint {
 	t.Helper()
 	const rounds = 3
 	incs := make([][]uint64, len(ps))
@@ -38,12 +47,13 @@ func profile(t *testing.T, l Layout, s *sink, inc *uint64, ps []placement) []goo
 	for range rounds {
 		for i, p := range ps {
 			*inc++
-			r := run{job: "digits-tput", incarnation: *inc, replicas: p.replicas, initBatch: 32, atomicBatch: p.atomic,
-				accumSteps: p.accum, dir: filepath.Join(t.TempDir(), "ck"), reportAddr: s.addr(),
-				args: Examples[1].Command(l, "--augment", "4", "--min-epochs", "2", "--max-epochs", "2",
-					"--report-every", "0.1")[2:]}
-			ws := start(t, l, r)
-			wait(t, ws, 3*time.Minute)
+			stop := func() {}
+			if neighbours != nil {
+				stop = neighbours(p)
+			}
+			ws := start(t, l, build(p, *inc))
+			wait(t, ws, 5*time.Minute)
+			stop()
 			for _, w := range ws {
 				ours += w.cmd.ProcessState.UserTime() + w.cmd.ProcessState.SystemTime()
 			}
@@ -53,7 +63,7 @@ func profile(t *testing.T, l Layout, s *sink, inc *uint64, ps []placement) []goo
 	// What else ran meanwhile: a busy machine inflates some placements'
 	// times more than others (this test's figures assume it runs alone;
 	// `make test` runs this package after the others for that reason).
-	if busy := cpuBusy() - busy0; busy > 0 {
+	if busy := cpuBusy() - busy0; busy > 0 && neighbours == nil {
 		wall := time.Since(wall0)
 		t.Logf("during the measurement (%v): the workers used %.0f%% of one core, other processes %.0f%%",
 			wall.Round(time.Second), 100*ours.Seconds()/wall.Seconds(), 100*(busy-ours).Seconds()/wall.Seconds())
@@ -72,7 +82,7 @@ func profile(t *testing.T, l Layout, s *sink, inc *uint64, ps []placement) []goo
 		if len(step) < 3*rounds {
 			t.Fatalf("%v: %d reports, want at least %d", p, len(step), 3*rounds)
 		}
-		out[i] = goodput.ProfilePoint{Nodes: 1, Replicas: p.replicas, LocalBatch: p.atomic,
+		out[i] = goodput.ProfilePoint{Nodes: p.nodes(), Replicas: p.replicas, LocalBatch: p.atomic,
 			AccumTime: quantile(acc, 0.25), StepTime: quantile(step, 0.25)}
 	}
 	return out
@@ -121,10 +131,16 @@ func quantile(v []float64, q float64) float64 {
 func TestThroughputModelPredictsAnUnseenPlacement(t *testing.T) {
 	l := library(t)
 	s := newSink(t)
-	seen := []placement{{1, 32, 0}, {1, 64, 0}, {1, 128, 0}, {2, 32, 0}, {2, 128, 0}}
-	unseen := placement{2, 64, 0}
+	seen := []placement{{1, 32, 0, 1}, {1, 64, 0, 1}, {1, 128, 0, 1}, {2, 32, 0, 1}, {2, 128, 0, 1}}
+	unseen := placement{2, 64, 0, 1}
 	var inc uint64
-	all := profile(t, l, s, &inc, append(slices.Clone(seen), unseen))
+	cnn := func(p placement, inc uint64) run {
+		return run{job: "digits-tput", incarnation: inc, replicas: p.replicas, initBatch: 32, atomicBatch: p.atomic,
+			accumSteps: p.accum, dir: filepath.Join(t.TempDir(), "ck"), reportAddr: s.addr(),
+			args: Examples[1].Command(l, "--augment", "4", "--min-epochs", "2", "--max-epochs", "2",
+				"--report-every", "0.1")[2:]}
+	}
+	all := profile(t, l, s, &inc, append(slices.Clone(seen), unseen), cnn, nil)
 	points, got := all[:len(seen)], all[len(seen)]
 	params, err := goodput.Fit(points)
 	if err != nil {

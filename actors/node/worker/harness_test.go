@@ -171,11 +171,13 @@ type run struct {
 	job         string
 	incarnation uint64
 	replicas    int
+	nodes       int // the replicas' machines (0: 1)
 	initBatch   int
 	atomicBatch int
 	accumSteps  int
 	dir         string // checkpoint directory
 	reportAddr  string
+	script      string   // the example script (empty: train_digits.py)
 	args        []string // after the script
 	extraEnv    []string
 }
@@ -205,7 +207,11 @@ func start(t *testing.T, l Layout, r run) []*worker {
 		if err := e.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(Python, append([]string{l.Digits}, r.args...)...)
+		script := r.script
+		if script == "" {
+			script = l.Digits
+		}
+		cmd := exec.Command(Python, append([]string{script}, r.args...)...)
 		cmd.Env = append(append(cleanEnv(), e.Environ()...), r.extraEnv...)
 		w := &worker{rank: rank, cmd: cmd, out: &logbuf.Buffer{}, done: make(chan struct{})}
 		cmd.Stdout, cmd.Stderr = w.out, w.out
@@ -229,7 +235,7 @@ func envOf(r run, rank int) workerproto.Env {
 	cpus := cpuSet()
 	return workerproto.Env{
 		JobID: r.job, Incarnation: r.incarnation, Rank: rank, LocalRank: rank,
-		WorldSize: r.replicas, NumNodes: 1, MasterAddr: "127.0.0.1", MasterPort: 1,
+		WorldSize: r.replicas, NumNodes: max(r.nodes, 1), MasterAddr: "127.0.0.1", MasterPort: 1,
 		InitBatch: r.initBatch, AtomicBatch: r.atomicBatch, AccumSteps: r.accumSteps, Gain: 1,
 		CheckpointDir: r.dir, ReportAddr: r.reportAddr,
 		CPUs: []int{cpus[rank%len(cpus)]},

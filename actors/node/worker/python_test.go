@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -41,7 +42,7 @@ func TestInstallWritesTheLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{l.Digits, l.Dir + "/pollux_worker/__init__.py", l.Dir + "/pollux_worker/job.py", l.Tests + "/test_noise.py"} {
+	for _, f := range []string{l.Digits, l.Dir + "/train_lm.py", l.Dir + "/pollux_worker/__init__.py", l.Dir + "/pollux_worker/job.py", l.Tests + "/test_noise.py"} {
 		if st, err := os.Stat(f); err != nil || st.Size() == 0 {
 			t.Errorf("%s missing after Install: %v", f, err)
 		}
@@ -56,7 +57,7 @@ func TestExampleSpecsValidate(t *testing.T) {
 			t.Errorf("%s: %v", e.Model, err)
 			continue
 		}
-		want := []string{Python, l.Digits, "--model", e.Model}
+		want := []string{Python, filepath.Join(l.Dir, e.Script), "--model", e.Model}
 		if strings.Join(s.Command[:4], " ") != strings.Join(want, " ") || s.Command[len(s.Command)-1] != "3" {
 			t.Errorf("%s: command %q", e.Model, s.Command)
 		}
@@ -68,6 +69,23 @@ func TestCheckPythonNamesThePackages(t *testing.T) {
 		err := CheckInterpreter(context.Background(), py)
 		if !errors.Is(err, ErrNoPython) || !strings.Contains(err.Error(), InstallHint) || !strings.Contains(err.Error(), py) {
 			t.Errorf("CheckInterpreter(%s) = %v, want ErrNoPython naming %q and the interpreter", py, err, InstallHint)
+		}
+	}
+}
+
+func TestExampleReached(t *testing.T) {
+	acc := Example{Metric: "accuracy", Target: 0.97}
+	loss := Example{Metric: "loss", Target: 1.6}
+	for _, c := range []struct {
+		e    Example
+		v    float64
+		want bool
+	}{
+		{acc, 0.98, true}, {acc, 0.97, true}, {acc, 0.5, false},
+		{loss, 1.5, true}, {loss, 1.6, true}, {loss, 2.1, false},
+	} {
+		if got := c.e.Reached(c.v); got != c.want {
+			t.Errorf("%s target %v: Reached(%v) = %v, want %v", c.e.Metric, c.e.Target, c.v, got, c.want)
 		}
 	}
 }
