@@ -130,9 +130,10 @@ def main():
     x_train, y_train = augment(x_train, y_train, args.augment, args.seed)
     rule = pw.scaling.rule(args.lr_scaling, warmup_epochs=args.warmup_epochs,
                            data_size=len(y_train), init_bsz=job.env.init_bsz)
-    model = MODELS[args.model]().to(job.device)
-    model, optimizer = job.prepare(model, torch.optim.SGD(
-        model.parameters(), lr=lr, momentum=0.9), lr_scaling=rule)
+    net = MODELS[args.model]().to(job.device)
+    # model trains (DDP with several replicas); net evaluates.
+    model, optimizer = job.prepare(net, torch.optim.SGD(
+        net.parameters(), lr=lr, momentum=0.9), lr_scaling=rule)
     for group in optimizer.param_groups:
         group["lr"] = lr  # the command line wins over the checkpoint
     loader = job.loader(TensorDataset(x_train, y_train), seed=args.seed)
@@ -144,7 +145,7 @@ def main():
             loss = F.cross_entropy(model(x.to(job.device)), y.to(job.device))
             loss.backward()
             optimizer.step()
-        acc = accuracy(model, x_test, y_test)
+        acc = accuracy(net, x_test, y_test)
         job.metrics.update(accuracy=acc, target=args.target)
         LOG.info("epoch %d: test accuracy %.4f (target %.2f), progress %.1f",
                  epoch, acc, args.target, job.progress)

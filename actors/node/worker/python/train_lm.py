@@ -107,9 +107,10 @@ def validation_windows(text, context, count):
 
 
 class Block(nn.Module):
-    """A pre-norm transformer block with causal self-attention."""
+    """A pre-norm transformer block with causal self-attention. (It has
+    no buffers: DDP would broadcast them before forwards.)"""
 
-    def __init__(self, dim, heads, context):
+    def __init__(self, dim, heads):
         super().__init__()
         self.heads = heads
         self.ln1 = nn.LayerNorm(dim)
@@ -118,16 +119,14 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(dim)
         self.fc = nn.Linear(dim, 4 * dim)
         self.out = nn.Linear(4 * dim, dim)
-        self.register_buffer("mask", torch.full(
-            (context, context), float("-inf")).triu(1), persistent=False)
 
     def forward(self, x):
         b, t, d = x.shape
         h = self.heads
         q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, h, d // h) \
             .permute(2, 0, 3, 1, 4)
-        a = (q @ k.transpose(-1, -2)) / math.sqrt(d // h) + \
-            self.mask[:t, :t]
+        mask = torch.full((t, t), float("-inf"), device=x.device).triu(1)
+        a = (q @ k.transpose(-1, -2)) / math.sqrt(d // h) + mask
         y = (a.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d)
         x = x + self.proj(y)
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
@@ -140,7 +139,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.emb = nn.Embedding(VOCAB, dim)
         self.pos = nn.Parameter(torch.zeros(context, dim))
-        self.blocks = nn.Sequential(*[Block(dim, heads, context)
+        self.blocks = nn.Sequential(*[Block(dim, heads)
                                       for _ in range(layers)])
         self.ln = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, VOCAB)
@@ -220,13 +219,15 @@ def main():
     val_windows = validation_windows(val, args.context, args.val_windows)
     rule = pw.scaling.rule(args.lr_scaling, warmup_epochs=args.warmup_epochs,
                            data_size=len(data), init_bsz=job.env.init_bsz)
-    model = MODELS[args.model](args.dim, args.heads, args.layers,
-                               args.context).to(job.device)
+    net = MODELS[args.model](args.dim, args.heads, args.layers,
+                             args.context).to(job.device)
     LOG.info("train_lm: %d parameters; corpus %d training bytes, %d "
-             "validation bytes", sum(q.numel() for q in model.parameters()),
+             "validation bytes", sum(q.numel() for q in net.parameters()),
              len(train), len(val))
-    model, optimizer = job.prepare(model, torch.optim.SGD(
-        model.parameters(), lr=lr, momentum=0.9), lr_scaling=rule,
+    # model trains (DDP with several replicas); net evaluates, without
+    # DDP, since replicas evaluate different numbers of windows.
+    model, optimizer = job.prepare(net, torch.optim.SGD(
+        net.parameters(), lr=lr, momentum=0.9), lr_scaling=rule,
         mixed_precision=args.mixed_precision)
     for group in optimizer.param_groups:
         group["lr"] = lr  # the command line wins over the checkpoint
@@ -240,7 +241,7 @@ def main():
                 loss = lm_loss(model(x.to(job.device)), y.to(job.device))
             optimizer.backward(loss)
             optimizer.step()
-        val_loss = validation_loss(model, val_windows, job, acc)
+        val_loss = validation_loss(net, val_windows, job, acc)
         job.metrics.update(loss=val_loss, target=args.target)
         LOG.info("epoch %d: validation loss %.4f (target %.2f), progress "
                  "%.1f", epoch, val_loss, args.target, job.progress)

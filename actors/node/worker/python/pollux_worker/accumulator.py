@@ -26,7 +26,8 @@ import contextlib
 import math
 
 import torch
-import torch.distributed as dist
+
+from . import comm
 
 
 class Accumulator:
@@ -77,13 +78,12 @@ class Accumulator:
                                "synchronized()")
         keys = sorted(self._pending)
         if self.world_size > 1:
-            every = [None] * self.world_size
-            dist.all_gather_object(every, keys)
+            every = comm.all_gather_json(keys, self.world_size, self.device)
             keys = sorted(set().union(*every))
             sums = torch.tensor([self._pending.get(k, 0.0) for k in keys],
                                 dtype=torch.float64, device=self.device)
             if keys:
-                dist.all_reduce(sums)
+                comm.all_reduce(sums)
             added = sums.tolist()
         else:
             added = [self._pending[k] for k in keys]

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from . import checkpoint as ckpt
+from . import comm
 from . import env as envmod
 from .data import ElasticLoader
 from .accumulator import Accumulator
@@ -305,7 +306,7 @@ class Job:
         stop = self._stop_requested
         if self.env.world_size > 1:
             t = torch.tensor([1.0 if stop else 0.0], device=self.device)
-            dist.all_reduce(t)
+            comm.all_reduce(t)
             stop = float(t) > 0
         if stop:
             self._exit_stopped(save=True)
@@ -421,7 +422,7 @@ class Job:
                              self.progress], dtype=torch.float64,
                             device=self.device)
         lead = mine.clone()
-        dist.broadcast(lead, 0)
+        comm.broadcast(lead, 0)
         if not torch.equal(mine, lead):
             self._fatal("checkpoint %s: rank %d read epoch %d position %d "
                         "progress %.3f, rank 0 epoch %d position %d progress"

@@ -46,10 +46,9 @@ import math
 import time
 
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from . import scaling
+from . import comm, scaling
 from .noise import NoiseEstimator
 
 LOG = logging.getLogger("pollux_worker")
@@ -189,12 +188,12 @@ class AdaptiveOptimizer:
         job._sync_clock()
         t0 = time.perf_counter()
         sync_time = 0.0
-        stats = torch.stack([self._sqr.to(torch.float64),
+        stats = torch.stack([self._sqr,
                              torch.tensor(1.0 if job._stop_requested else 0.0,
                                           dtype=torch.float64,
                                           device=self._sqr.device)])
         if k > 1:
-            dist.all_reduce(stats)
+            comm.all_reduce(stats)
             job._sync_clock()
             # DDP's wait for its last buckets happened in backward, after
             # the last local gradient.
