@@ -180,6 +180,7 @@ type run struct {
 	script      string   // the example script (empty: train_digits.py)
 	args        []string // after the script
 	extraEnv    []string
+	cpus        []int // every rank's cores (nil: one core each, round robin)
 }
 
 // worker is one started worker process.
@@ -233,13 +234,17 @@ func start(t *testing.T, l Layout, r run) []*worker {
 // machine (round robin) as an agent's CPU slot would be.
 func envOf(r run, rank int) workerproto.Env {
 	cpus := cpuSet()
-	return workerproto.Env{
+	e := workerproto.Env{
 		JobID: r.job, Incarnation: r.incarnation, Rank: rank, LocalRank: rank,
 		WorldSize: r.replicas, NumNodes: max(r.nodes, 1), MasterAddr: "127.0.0.1", MasterPort: 1,
 		InitBatch: r.initBatch, AtomicBatch: r.atomicBatch, AccumSteps: r.accumSteps, Gain: 1,
 		CheckpointDir: r.dir, ReportAddr: r.reportAddr,
 		CPUs: []int{cpus[rank%len(cpus)]},
 	}
+	if r.cpus != nil {
+		e.CPUs = r.cpus
+	}
+	return e
 }
 
 // cleanEnv is this process's environment without the protocol's variables

@@ -45,24 +45,46 @@ func slotCores() []int {
 	return []int{cpus[0], cpus[1%len(cpus)], cpus[0], cpus[1%len(cpus)]}
 }
 
-// busySlots starts a busy loop on each slot of slotCores that p leaves
-// free (p takes the first p.replicas), as the other jobs of a full
-// cluster keep those slots busy, and returns what stops them.
-func busySlots(t *testing.T) func(placement) func() {
+// otherJobs returns a neighbours function for profile: for each slot of
+// slotCores that p leaves free (p takes the first p.replicas) it starts
+// one replica of another job of the same language model at p's local
+// batch, as the other jobs of a full cluster keep those slots busy, and
+// waits until each trains; what it returns stops them.
+func otherJobs(t *testing.T, l Layout) func(placement) func() {
+	others := newSink(t)
+	var inc uint64
 	return func(p placement) func() {
-		var cmds []*exec.Cmd
+		var ws []*worker
+		incs := map[uint64]bool{}
 		for _, c := range slotCores()[p.replicas:] {
-			cmd := exec.Command(Python, "-c", fmt.Sprintf("import os\nos.sched_setaffinity(0, [%d])\nwhile True: pass", c))
-			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
+			inc++
+			incs[inc] = true
+			r := lmRun(l, run{job: "lm-other", incarnation: inc, replicas: 1, initBatch: 32, atomicBatch: p.atomic,
+				dir: filepath.Join(t.TempDir(), "ck"), reportAddr: others.addr(), cpus: []int{c}},
+				"--epoch-samples", "1000000", "--val-windows", "8", "--report-every", "0.1")
+			ws = append(ws, start(t, l, r)...)
+		}
+		deadline := time.Now().Add(3 * time.Minute)
+		for {
+			training := map[uint64]bool{}
+			for _, rep := range others.all() {
+				if incs[rep.Incarnation] {
+					training[rep.Incarnation] = true
+				}
 			}
-			cmds = append(cmds, cmd)
+			if len(training) == len(incs) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the other jobs beside %v did not start training", p)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 		return func() {
-			for _, cmd := range cmds {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
+			for _, w := range ws {
+				w.killed = true
+				_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
+				<-w.done
 			}
 		}
 	}
@@ -90,10 +112,11 @@ func loadAverage() string {
 //
 // On this machine the 4 slots are 2 cores twice over. In a full cluster
 // every slot is then half a core, whatever job holds it: the placements
-// on 1 and 2 slots run with busy loops on the slots they leave free, as
-// other jobs keep them busy in `pollux demo --real`. (Measured on idle
-// cores instead, 1 and 2 slots are twice as fast per replica as the 4
-// slots, which no term of the model can learn from them.)
+// on 1 and 2 slots run beside another job of the same model on each slot
+// they leave free, as other jobs keep them busy in `pollux demo --real`.
+// (Measured on idle cores instead, 1 and 2 slots are twice as fast per
+// replica as the 4 slots, which no term of the model can learn from
+// them.)
 func TestLMThroughputModelPredictsFourSlots(t *testing.T) {
 	l := library(t)
 	s := newSink(t)
@@ -109,7 +132,7 @@ func TestLMThroughputModelPredictsFourSlots(t *testing.T) {
 	}
 	load0 := loadAverage()
 	var inc uint64
-	all := profile(t, l, s, &inc, append(slices.Clone(seen), unseen), lm, busySlots(t))
+	all := profile(t, l, s, &inc, append(slices.Clone(seen), unseen), lm, otherJobs(t, l))
 	points, got := all[:len(seen)], all[len(seen)]
 	params, err := goodput.Fit(points)
 	if err != nil {
