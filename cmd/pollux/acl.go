@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"pollux/actors/server/api"
-	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 func init() { subcommands = append(subcommands, newACLCmd) }
@@ -101,7 +101,7 @@ func newTokenCreateCmd() *cobra.Command {
 			if name == "" {
 				return badInput(errors.New("acl token create: --name is required"))
 			}
-			if _, err := consensus.ParseRole(role); err != nil {
+			if _, err := state.ParseRole(role); err != nil {
 				return badInput(fmt.Errorf("acl token create: --role %q: want read, submit or admin", role))
 			}
 			body, _ := json.Marshal(api.NewToken{Name: name, Role: role})

@@ -28,6 +28,7 @@ import (
 	"pollux/cluster"
 	"pollux/cluster/pki"
 	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer"
 	"pollux/testbed/builtin"
 )
@@ -343,7 +344,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	defer func() { _ = sys.Root.StopFuture(host).Wait() }()
 	props, err := allocator.NewAllocator(allocator.Config{
 		Store: srv, Server: o.id, Members: members.Members, Interval: o.interval, CheckpointRoot: o.ckptRoot,
-		Policy: policy, TypedPolicy: typed, CrossRackRatio: o.crossRackRatio, Levels: consensus.NormalizeLevels(initLevels),
+		Policy: policy, TypedPolicy: typed, CrossRackRatio: o.crossRackRatio, Levels: state.NormalizeLevels(initLevels),
 		Retain: o.retain, TimeScale: o.timeScale, NodeGrace: o.nodeGrace, MaxFailures: o.maxFailures, Stats: stats, Logger: log,
 		Lease: o.agentLease, Autoscale: scale, Federation: link, Context: ctx,
 	}, func(ri allocator.RoundInfo) { httpAPI.ObserveRound(ri); dash.ObserveRound(ri) })
@@ -394,7 +395,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 // levels it stops the server (fail): they are the cluster's, set at
 // bootstrap, and jobs' checkpoints are under the root.
 func initCluster(ctx context.Context, srv *consensus.Server, root string, levels []string, log *slog.Logger, fail context.CancelCauseFunc) {
-	init := consensus.NewInitCluster(root, levels...)
+	init := state.NewInitCluster(root, levels...)
 	for {
 		c, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := srv.InitCluster(c, init)
@@ -404,7 +405,7 @@ func initCluster(ctx context.Context, srv *consensus.Server, root string, levels
 			cfg := srv.LocalState().Config
 			log.Info("server: cluster configuration", "cluster", cfg.ID, "checkpoint_root", root)
 			return
-		case errors.Is(err, consensus.ErrClusterConfig):
+		case errors.Is(err, state.ErrClusterConfig):
 			fail(badInput(fmt.Errorf("server: --checkpoint-root %q, --topology-levels %q: %w", root, strings.Join(levels, ","), err)))
 			return
 		}

@@ -13,7 +13,7 @@ import (
 
 	"pollux/actors/server/api"
 	"pollux/cluster"
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer"
 )
 
@@ -103,7 +103,7 @@ func serverPolicy(name string) (single, typed optimizer.Policy, err error) {
 // configSource is what watchLevels reads the replicated configuration
 // from.
 type configSource interface {
-	LocalState() *consensus.State
+	LocalState() *state.State
 }
 
 // metaUpdater is the membership whose metadata watchLevels updates.

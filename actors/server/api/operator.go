@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"pollux/cluster"
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer"
 )
 
@@ -135,7 +135,7 @@ func (a *API) addPeer(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := a.cfg.Backend.AddVoter(ctx, raft.ServerID(p.ID), raft.ServerAddress(p.Address)); err != nil {
 		code := http.StatusServiceUnavailable
-		if errors.Is(err, consensus.ErrInvalid) {
+		if errors.Is(err, state.ErrInvalid) {
 			code = http.StatusBadRequest
 		}
 		writeJSON(w, code, Error{fmt.Sprintf("api: adding server %q: %v", p.ID, err)})

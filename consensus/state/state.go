@@ -1,4 +1,4 @@
-package consensus
+package state
 
 import (
 	"fmt"
@@ -313,7 +313,8 @@ type Job struct {
 	SubmitterName string
 }
 
-func (j *Job) clone() *Job {
+// Clone returns a deep copy of the job.
+func (j *Job) Clone() *Job {
 	c := *j
 	c.Spec.Command = slices.Clone(j.Spec.Command)
 	c.Profile = slices.Clone(j.Profile)
@@ -443,20 +444,21 @@ func (s *State) CheckpointDir(j *Job) string {
 	return filepath.Join(s.Config.CheckpointRoot, j.ID)
 }
 
-func newState() *State {
+// New returns the empty state.
+func New() *State {
 	return &State{Jobs: map[string]*Job{}, Nodes: map[string]*Node{}, Allocation: Allocation{Jobs: map[string][]Slot{}}}
 }
 
 // Clone returns a deep copy of s.
 func (s *State) Clone() *State {
-	c := newState()
+	c := New()
 	c.Config, c.LastRound = s.Config, s.LastRound
 	c.ACL = s.ACL.clone()
 	c.Scale = s.Scale.clone()
 	c.Fed = s.Fed.clone()
 	c.Config.Levels = slices.Clone(s.Config.Levels)
 	for id, j := range s.Jobs {
-		c.Jobs[id] = j.clone()
+		c.Jobs[id] = j.Clone()
 	}
 	for id, n := range s.Nodes {
 		cn := *n

@@ -1,4 +1,4 @@
-package consensus
+package state
 
 import (
 	"bytes"
@@ -8,8 +8,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/hashicorp/raft"
 
 	"pollux/optimizer/goodput"
 )
@@ -26,26 +24,17 @@ func testBid(session, version uint64) Bid {
 	return b
 }
 
-func rlog(index, term uint64, data []byte) *raft.Log {
-	return &raft.Log{Index: index, Term: term, Type: raft.LogCommand, Data: data}
-}
-
 func measurement(session, from, to uint64, epoch int, es ...ProfileEntry) Measurement {
 	return Measurement{Session: session, From: from, To: to, Profile: es, Epoch: epoch, Progress: float64(epoch)}
 }
 
-func drops(t *testing.T, a *fsmApplier, term uint64, c Command) []Drop {
+func drops(t *testing.T, a *applier, term uint64, c Command) []Drop {
 	t.Helper()
-	b, err := Encode(c)
+	ds, err := a.applyDrops(term, c)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("apply %T: %v", c, err)
 	}
-	a.index++
-	res := a.f.Apply(rlog(a.index, term, b)).(Result)
-	if res.Err != nil {
-		t.Fatalf("apply %T: %v", c, res.Err)
-	}
-	return res.Dropped
+	return ds
 }
 
 func dropped(ds []Drop) string {
@@ -70,7 +59,7 @@ func TestRoundAppliesPartially(t *testing.T) {
 	if got := dropped(ds); got != "j2/false,j2/true" {
 		t.Fatalf("dropped %q, want j2's update and placement", got)
 	}
-	s := a.f.State()
+	s := a.state()
 	if s.Allocation.Generation != 2 || len(s.Allocation.Jobs) != 2 || s.LastRound != 100 {
 		t.Fatalf("allocation %+v, last round %v", s.Allocation, s.LastRound)
 	}
@@ -100,11 +89,11 @@ func TestRoundFencing(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a := populated(t)
-			before := EncodeState(a.f.State())
+			before := EncodeState(a.state())
 			if err := a.apply(t, tt.term, tt.cmd); !errors.Is(err, tt.want) {
 				t.Fatalf("got %v, want %v", err, tt.want)
 			}
-			if !bytes.Equal(before, EncodeState(a.f.State())) {
+			if !bytes.Equal(before, EncodeState(a.state())) {
 				t.Fatal("a refused round changed the state")
 			}
 		})
@@ -118,7 +107,7 @@ func TestRoundMeasurementsMergedOnce(t *testing.T) {
 		gen++
 		return drops(t, a, 1, &Round{Generation: gen, Term: 1, Jobs: map[string][]Slot{"j1": {{"n1", 2}, {"n2", 2}}}, Updates: []RoundJob{u}})
 	}
-	count := func() uint64 { return a.f.State().Jobs["j1"].Profile[0].Count }
+	count := func() uint64 { return a.state().Jobs["j1"].Profile[0].Count }
 	m := func(session, from, to uint64) RoundJob {
 		return RoundJob{ID: "j1", Incarnation: 1, HasMeas: true, Meas: measurement(session, from, to, 2, entry(1, 1, 32, 0.05, 0.06, 1))}
 	}
@@ -145,7 +134,7 @@ func TestRoundMeasurementsMergedOnce(t *testing.T) {
 			t.Fatalf("%s: dropped for %v", st.name, ds[0].Err)
 		}
 	}
-	if j := a.f.State().Jobs["j1"]; j.MeasSession != 7 || j.MeasSeq != 1 {
+	if j := a.state().Jobs["j1"]; j.MeasSession != 7 || j.MeasSeq != 1 {
 		t.Fatalf("acknowledged %d/%d", j.MeasSession, j.MeasSeq)
 	}
 }
@@ -172,7 +161,7 @@ func TestRoundBids(t *testing.T) {
 	if ds := round(testBid(2, 3)); len(ds) != 0 {
 		t.Fatal(ds)
 	}
-	j := a.f.State().Jobs["j1"]
+	j := a.state().Jobs["j1"]
 	if j.Bid.Version != 3 || j.Bid.Model(j.Spec.Limits) == nil {
 		t.Fatalf("bid %+v", j.Bid)
 	}
@@ -188,12 +177,12 @@ func TestRoundRestartsAndFailsCrashLoops(t *testing.T) {
 	a := populated(t)
 	place := map[string][]Slot{"j1": {{"n1", 2}, {"n2", 2}}, "j2": {{"n1", 1}}}
 	for i := 1; i <= 3; i++ {
-		inc := a.f.State().Jobs["j2"].Incarnation
+		inc := a.state().Jobs["j2"].Incarnation
 		if ds := drops(t, a, 1, &Round{Generation: uint64(1 + i), Term: 1, MaxFailures: 3, Jobs: place,
 			Updates: []RoundJob{{ID: "j2", Incarnation: inc, Restart: true}}}); len(ds) != 0 && i < 3 {
 			t.Fatal(ds)
 		}
-		j := a.f.State().Jobs["j2"]
+		j := a.state().Jobs["j2"]
 		if i < 3 && (j.Incarnation != inc+1 || j.State != Rescaling || j.Crashes != i || j.Restarts != 0) {
 			t.Fatalf("restart %d: %+v", i, j)
 		}
@@ -202,7 +191,7 @@ func TestRoundRestartsAndFailsCrashLoops(t *testing.T) {
 		}
 	}
 	// The failed job's placement was dropped from the same round.
-	if s := a.f.State(); len(s.Allocation.Jobs["j2"]) != 0 {
+	if s := a.state(); len(s.Allocation.Jobs["j2"]) != 0 {
 		t.Fatalf("failed job still placed: %+v", s.Allocation)
 	}
 	// A stale restart changes nothing.
@@ -210,7 +199,7 @@ func TestRoundRestartsAndFailsCrashLoops(t *testing.T) {
 	if ds := drops(t, b, 1, &Round{Generation: 2, Term: 1, Jobs: place, Updates: []RoundJob{{ID: "j2", Incarnation: 0, Restart: true}}}); len(ds) != 1 || !errors.Is(ds[0].Err, ErrStaleIncarnation) {
 		t.Fatalf("stale restart: %v", ds)
 	}
-	if j := b.f.State().Jobs["j2"]; j.Incarnation != 1 || j.Crashes != 0 {
+	if j := b.state().Jobs["j2"]; j.Incarnation != 1 || j.Crashes != 0 {
 		t.Fatalf("after a stale restart: %+v", j)
 	}
 }
@@ -221,7 +210,7 @@ func TestRoundCrashCountResetsAfterAnEpoch(t *testing.T) {
 	gen := uint64(1)
 	restart := func(extra ...RoundJob) {
 		gen++
-		inc := a.f.State().Jobs["j1"].Incarnation
+		inc := a.state().Jobs["j1"].Incarnation
 		u := RoundJob{ID: "j1", Incarnation: inc, Restart: true}
 		if len(extra) > 0 {
 			u = extra[0]
@@ -232,7 +221,7 @@ func TestRoundCrashCountResetsAfterAnEpoch(t *testing.T) {
 	restart()
 	restart()
 	restart(RoundJob{ID: "j1", HasMeas: true, Meas: measurement(4, 0, 1, 5)})
-	if j := a.f.State().Jobs["j1"]; j.State.Terminal() || j.Crashes != 1 {
+	if j := a.state().Jobs["j1"]; j.State.Terminal() || j.Crashes != 1 {
 		t.Fatalf("after an epoch: %+v", j)
 	}
 }
@@ -240,7 +229,7 @@ func TestRoundCrashCountResetsAfterAnEpoch(t *testing.T) {
 func TestFinishJob(t *testing.T) {
 	a := populated(t)
 	a.must(t, 1, &FinishJob{ID: "j1", State: Cancelled, Reason: "cancelled by a user", Time: 5})
-	s := a.f.State()
+	s := a.state()
 	if j := s.Jobs["j1"]; j.State != Cancelled || !j.State.Terminal() || j.Reason == "" || len(s.Allocation.Jobs["j1"]) > 0 {
 		t.Fatalf("cancelled: %+v", j)
 	}
@@ -282,7 +271,7 @@ func TestFinishJobKeepsTheLastMeasurement(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := populated(t)
 			a.must(t, 1, &FinishJob{ID: "j1", Incarnation: 1, State: Completed, Time: 50, Meas: tt.meas})
-			j := a.f.State().Jobs["j1"]
+			j := a.state().Jobs["j1"]
 			if j.State != Completed || j.FinishTime != 50 {
 				t.Fatalf("not completed: %+v", j)
 			}
@@ -299,7 +288,7 @@ func TestFinishJobKeepsTheLastMeasurement(t *testing.T) {
 }
 
 func TestInitClusterAndCheckpointRoot(t *testing.T) {
-	a := &fsmApplier{f: NewFSM()}
+	a := newApplier()
 	spec := testSpec()
 	spec.CheckpointDir = ""
 	if err := a.apply(t, 1, &SubmitJob{ID: "early", Spec: spec}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "checkpoint root") {
@@ -311,13 +300,13 @@ func TestInitClusterAndCheckpointRoot(t *testing.T) {
 		t.Fatalf("another root: %v", err)
 	}
 	a.must(t, 1, &SubmitJob{ID: "j", Spec: spec})
-	s := a.f.State()
+	s := a.state()
 	if s.Config.ID != "c-1" || s.CheckpointDir(s.Jobs["j"]) != "/shared/ckpt/j" {
 		t.Fatalf("config %+v, dir %q", s.Config, s.CheckpointDir(s.Jobs["j"]))
 	}
 	spec.CheckpointDir = "/mine"
 	a.must(t, 1, &SubmitJob{ID: "k", Spec: spec})
-	if d := a.f.State().CheckpointDir(a.f.State().Jobs["k"]); d != "/mine" {
+	if d := a.state().CheckpointDir(a.state().Jobs["k"]); d != "/mine" {
 		t.Fatalf("own dir %q", d)
 	}
 }
@@ -334,7 +323,7 @@ func TestPrune(t *testing.T) {
 	if ds := drops(t, a, 1, &Prune{Nodes: []string{"n2"}}); len(ds) != 0 {
 		t.Fatal(ds)
 	}
-	s := a.f.State()
+	s := a.state()
 	if _, ok := s.Jobs["j2"]; ok || s.Nodes["n2"] != nil || s.Jobs["j1"] == nil {
 		t.Fatalf("after pruning: jobs %v, nodes %v", s.JobIDs(), s.NodeIDs())
 	}
@@ -349,7 +338,7 @@ func TestJobLimitKeepsSnapshotsRestorable(t *testing.T) {
 	if testing.Short() {
 		t.Skip("submits 65,536 jobs")
 	}
-	a := &fsmApplier{f: NewFSM()}
+	a := newApplier()
 	spec := testSpec()
 	for i := range MaxJobs {
 		a.must(t, 1, &SubmitJob{ID: fmt.Sprintf("job-%05d", i), Spec: spec})
@@ -358,7 +347,7 @@ func TestJobLimitKeepsSnapshotsRestorable(t *testing.T) {
 	if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "--retain") {
 		t.Fatalf("job 65,537: %v", err)
 	}
-	s, err := DecodeState(EncodeState(a.f.State()))
+	s, err := DecodeState(EncodeState(a.state()))
 	if err != nil || len(s.Jobs) != MaxJobs {
 		t.Fatalf("restoring the full state: %v", err)
 	}

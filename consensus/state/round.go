@@ -1,4 +1,4 @@
-package consensus
+package state
 
 import (
 	"fmt"
@@ -459,11 +459,8 @@ func CheckBid(j *Job, b *Bid) error {
 // applyRound applies r, appended to the log in term, and returns what it
 // dropped.
 func applyRound(s *State, c *Round, term uint64) ([]Drop, error) {
-	if c.Term != term {
-		return nil, fmtErr(ErrStaleTerm, "round decided in term %d, appended in term %d", c.Term, term)
-	}
-	if c.Generation <= s.Allocation.Generation {
-		return nil, fmtErr(ErrStaleGeneration, "generation %d, committed %d", c.Generation, s.Allocation.Generation)
+	if err := fence(s, "round", c.Generation, c.Term, term); err != nil {
+		return nil, err
 	}
 	var drops []Drop
 	// Service under the allocation being replaced.
@@ -496,29 +493,7 @@ func applyRound(s *State, c *Round, term uint64) ([]Drop, error) {
 	}
 	next, pdrops := admitPlacements(s, c.Jobs, c.Time)
 	drops = append(drops, pdrops...)
-	for _, id := range s.JobIDs() {
-		j := s.Jobs[id]
-		if j.State.Terminal() {
-			continue
-		}
-		old, cur := s.Allocation.Jobs[id], next[id]
-		if slices.Equal(old, cur) && !(restart[id] && len(cur) > 0) {
-			continue
-		}
-		j.Incarnation++
-		switch {
-		case len(cur) == 0:
-			j.State = Pending
-		case len(old) == 0:
-			j.State = Running
-		default:
-			j.State = Rescaling
-			if !slices.Equal(old, cur) {
-				j.Restarts++
-			}
-		}
-	}
-	s.Allocation = Allocation{Generation: c.Generation, Term: c.Term, Jobs: next}
+	reallocate(s, c.Generation, c.Term, next, restart)
 	s.LastRound = c.Time
 	return drops, nil
 }

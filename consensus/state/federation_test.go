@@ -1,9 +1,8 @@
-package consensus
+package state
 
 import (
 	"bytes"
 	"errors"
-	"io"
 	"testing"
 
 	"pollux/cluster/federation"
@@ -24,9 +23,9 @@ func fedCmd(op federation.Op, from, id string, at float64) *Lease {
 }
 
 // fedState is a lab with two registered nodes in a federation.
-func fedState(t testing.TB) *fsmApplier {
+func fedState(t testing.TB) *applier {
 	t.Helper()
-	a := &fsmApplier{f: NewFSM()}
+	a := newApplier()
 	a.must(t, 1,
 		&RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive}},
 		&RegisterNode{Node: Node{ID: "n2", GPUs: 4, Health: Alive}},
@@ -40,7 +39,7 @@ func fedState(t testing.TB) *fsmApplier {
 func TestLeaseCommands(t *testing.T) {
 	a := fedState(t)
 	a.must(t, 1, fedGrant("l1", "n1", 4, 10))
-	before := EncodeState(a.f.State())
+	before := EncodeState(a.state())
 	refused := []struct {
 		name string
 		cmd  Command
@@ -59,21 +58,21 @@ func TestLeaseCommands(t *testing.T) {
 		if !errors.Is(err, ErrLeaseRefused) || !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
-		if !bytes.Equal(EncodeState(a.f.State()), before) {
+		if !bytes.Equal(EncodeState(a.state()), before) {
 			t.Fatalf("%s: a refused lease command changed the state", tc.name)
 		}
 	}
 	a.must(t, 1, fedCmd(federation.OpRenew, "lab-b", "l1", 200))
-	l, _ := a.f.State().Fed.Ledger.Lease("l1")
+	l, _ := a.state().Fed.Ledger.Lease("l1")
 	if l.Expires != 500 {
 		t.Errorf("renewed lease expires at %v, want 500", l.Expires)
 	}
 	a.must(t, 1, &Lease{Cmd: federation.Command{Op: federation.OpExpire, From: "lab-a", At: 499}})
-	if a.f.State().Fed.Ledger.Lent() != 4 {
+	if a.state().Fed.Ledger.Lent() != 4 {
 		t.Error("lease expired before its time")
 	}
 	a.must(t, 1, &Lease{Cmd: federation.Command{Op: federation.OpExpire, From: "lab-a", At: 500}})
-	if lg := a.f.State().Fed.Ledger; lg.Lent() != 0 || len(lg.Leases()) != 0 {
+	if lg := a.state().Fed.Ledger; lg.Lent() != 0 || len(lg.Leases()) != 0 {
 		t.Errorf("lease did not expire: %v", lg.Leases())
 	}
 }
@@ -90,11 +89,11 @@ func TestLeaseOwnershipFollowsNodes(t *testing.T) {
 	if err := a.apply(t, 1, fedGrant("l1", "n3", 4, 1)); !errors.Is(err, federation.ErrNotOwner) {
 		t.Errorf("grant of a dead node: %v", err)
 	}
-	lab, _ := a.f.State().FedLab()
+	lab, _ := a.state().FedLab()
 	if lab.Quota.Nominal != 4 || lab.GPUs() != 4 {
 		t.Errorf("lab after a node left: %+v", lab)
 	}
-	b := &fsmApplier{f: NewFSM()}
+	b := newApplier()
 	if err := b.apply(t, 1, fedGrant("l1", "n1", 1, 1)); !errors.Is(err, ErrNoFederation) {
 		t.Errorf("lease without a federation: %v", err)
 	}
@@ -112,7 +111,7 @@ func TestSetLabNameOnce(t *testing.T) {
 	again.Quota.LendingLimit = 8
 	again.Peers = append(again.Peers, federation.Peer{Name: "lab-c", CAs: []string{"fp-c"}})
 	a.must(t, 1, again, fedGrant("l1", "n1", 4, 1), fedGrant("l2", "n2", 4, 1))
-	if s := a.f.State(); s.Fed.Lab.Name != "lab-a" || len(s.Fed.Lab.Peers) != 2 || s.Fed.Ledger.Lent() != 8 {
+	if s := a.state(); s.Fed.Lab.Name != "lab-a" || len(s.Fed.Lab.Peers) != 2 || s.Fed.Ledger.Lent() != 8 {
 		t.Errorf("federation after update: %+v lent %d", s.Fed.Lab, s.Fed.Ledger.Lent())
 	}
 	bad := labA()
@@ -128,15 +127,15 @@ func TestFederationSnapshot(t *testing.T) {
 	a := fedState(t)
 	a.must(t, 1, fedGrant("l0", "n2", 1, 5), fedCmd(federation.OpReclaim, "lab-a", "l0", 6),
 		fedGrant("l1", "n1", 4, 10))
-	s, err := DecodeState(EncodeState(a.f.State()))
+	s, err := DecodeState(EncodeState(a.state()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(EncodeState(s), EncodeState(a.f.State())) || s.Fed.Ledger.LastReclaim() != 6 {
+	if !bytes.Equal(EncodeState(s), EncodeState(a.state())) || s.Fed.Ledger.LastReclaim() != 6 {
 		t.Fatal("federation state changed through a snapshot")
 	}
-	b := &fsmApplier{f: NewFSM()}
-	b.f.state = s
+	b := newApplier()
+	b.s = s
 	if err := b.apply(t, 1, fedGrant("l0", "n2", 1, 30)); !errors.Is(err, federation.ErrLeaseExists) {
 		t.Errorf("reuse of an ended lease ID after restore: %v", err)
 	}
@@ -145,7 +144,7 @@ func TestFederationSnapshot(t *testing.T) {
 func FuzzDecodeFederation(f *testing.F) {
 	a := fedState(f)
 	a.must(f, 1, fedGrant("l0", "n2", 1, 5), fedCmd(federation.OpRelease, "lab-b", "l0", 6), fedGrant("l1", "n1", 4, 10))
-	s := a.f.State()
+	s := a.state()
 	w := &writer{}
 	encodeFederation(w, s.Fed)
 	f.Add(w.b)
@@ -171,7 +170,7 @@ func FuzzDecodeFederation(f *testing.F) {
 // (federation.BorrowedID) while the lease is in force at the round's
 // time, never beyond them; the allocation then survives a snapshot.
 func TestRoundOnBorrowedNodes(t *testing.T) {
-	a := &fsmApplier{f: NewFSM()}
+	a := newApplier()
 	a.must(t, 1,
 		&RegisterNode{Node: Node{ID: "m1", GPUs: 4, Health: Alive}},
 		&SetLab{Name: "lab-b", CA: "fp-b", Quota: federation.Quota{Nominal: 4, LendingLimit: 4, BorrowingLimit: 8},
@@ -191,12 +190,11 @@ func TestRoundOnBorrowedNodes(t *testing.T) {
 	if got := dropped(ds); got != "j2/true,j3/true" {
 		t.Fatalf("dropped %q, want j2's and j3's placements", got)
 	}
-	s := a.f.State()
+	s := a.state()
 	if got := s.Allocation.Jobs["j1"]; len(got) != 2 {
 		t.Fatalf("j1 placed on %v", got)
 	}
-	restored := NewFSM()
-	if err := restored.Restore(io.NopCloser(bytes.NewReader(EncodeState(s)))); err != nil {
+	if _, err := DecodeState(EncodeState(s)); err != nil {
 		t.Fatalf("restoring a borrower's allocation: %v", err)
 	}
 	// At the lease's expiry (310) nothing is placed on it.

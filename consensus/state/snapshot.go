@@ -1,4 +1,4 @@
-package consensus
+package state
 
 import (
 	"bytes"
@@ -9,34 +9,13 @@ import (
 	"pollux/optimizer/goodput"
 )
 
-// Snapshot encoding: the magic "PLXS", a version byte, the state in the
-// binary encoding of wire.go (everything sorted by id, so equal states
-// have equal encodings), then a CRC-32C of all that, little-endian.
-// Version 2 adds the cluster configuration, the last round's time and
-// per job its bid, crash counter and measurement acknowledgement;
-// version 1 snapshots (written before) still decode, with those empty.
-// Version 3 adds the cluster's topology levels and report key, every
-// node's topology and GPU type, per job its placement constraints and
-// submitter and, at the end, the API token table; versions 1 and 2
-// decode with none of them. Version 4 adds, at the end, the autoscaler's
-// state (its desired size, how many machines it asked for, and the
-// machines it manages); versions 1 to 3 decode without one. Version 5
-// adds every managed machine's request time and the machine-seconds of
-// the machines already removed (what the autoscaler paid for);
-// version 4 decodes with each request time at its phase's start and
-// nothing billed. Version 6 records every job's profile by GPU type
-// (groups of entries, one per type) and adds, after the bid, its
-// per-type parts; versions 1 to 5 decode with every entry untyped and
-// bids without per-type parts. Version 7 adds, at the end, the
-// federation state (the lab's name, CA, quota and peers, and its ledger
-// of leases); versions 1 to 6 decode without one. Version 8 adds, after
-// every job's placement constraints, the epochs it declared; versions 1
-// to 7 decode with none declared.
+// A snapshot is the magic, a version byte, the canonical state and a
+// CRC-32C; docs/replicated-state.md lists what each version added.
 const (
 	snapshotMagic   = "PLXS"
 	SnapshotVersion = 8
-	// maxSnapshot bounds what Restore reads.
-	maxSnapshot = 1 << 30
+	// MaxSnapshot bounds the size of an encoded state.
+	MaxSnapshot = 1 << 30
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -117,7 +96,7 @@ func DecodeState(b []byte) (*State, error) {
 		return nil, fmt.Errorf("%w: snapshot checksum mismatch", ErrMalformed)
 	}
 	r := &reader{b: body[len(snapshotMagic)+1:]}
-	s := newState()
+	s := New()
 	if version >= 2 {
 		s.Config.ID = r.str()
 		s.Config.CheckpointRoot = r.str()

@@ -1,14 +1,11 @@
-package consensus
+package state
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"testing"
-
-	"github.com/hashicorp/raft"
 )
 
 func token(acc, name string, role Role, secret string, at float64) Token {
@@ -18,9 +15,9 @@ func token(acc, name string, role Role, secret string, at float64) Token {
 // aclFSM returns an FSM with a checkpoint root, a bootstrap admin token
 // (secret "s-admin"), a submit token for alice and bob, a read token, and
 // a second admin token.
-func aclFSM(t testing.TB) *fsmApplier {
+func aclFSM(t testing.TB) *applier {
 	t.Helper()
-	a := &fsmApplier{f: NewFSM()}
+	a := newApplier()
 	a.must(t, 1,
 		&InitCluster{ID: "c1", CheckpointRoot: "/ckpt"},
 		&BootstrapACL{Token: token("acc-admin", "bootstrap", RoleAdmin, "s-admin", 1)},
@@ -135,19 +132,19 @@ func TestACLApply(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := aclFSM(t)
 			a.must(t, 1, tt.prep...)
-			before := EncodeState(a.f.State())
+			before := EncodeState(a.state())
 			err := a.apply(t, 1, tt.cmd)
 			if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
 				t.Fatalf("got %v, want %v", err, tt.want)
 			}
 			if err != nil {
-				if !bytes.Equal(before, EncodeState(a.f.State())) {
+				if !bytes.Equal(before, EncodeState(a.state())) {
 					t.Fatal("a refused command changed the state")
 				}
 				return
 			}
 			if tt.check != nil {
-				tt.check(t, a.f.State())
+				tt.check(t, a.state())
 			}
 		})
 	}
@@ -155,18 +152,18 @@ func TestACLApply(t *testing.T) {
 
 func TestAuthenticate(t *testing.T) {
 	a := aclFSM(t)
-	if tok, boot, err := a.f.Authenticate("s-alice"); err != nil || !boot || tok.Accessor != "acc-alice" || tok.Role != RoleSubmit {
+	if tok, boot, err := authenticate(a.s, "s-alice"); err != nil || !boot || tok.Accessor != "acc-alice" || tok.Role != RoleSubmit {
 		t.Fatalf("alice: %+v %v %v", tok, boot, err)
 	}
 	for _, s := range []string{"", "s-alic", "s-alice ", "S-ALICE"} {
-		if _, _, err := a.f.Authenticate(s); !errors.Is(err, ErrUnknownToken) {
+		if _, _, err := authenticate(a.s, s); !errors.Is(err, ErrUnknownToken) {
 			t.Errorf("secret %q: %v, want ErrUnknownToken", s, err)
 		}
 	}
-	if _, boot, err := NewFSM().Authenticate("s-alice"); boot || !errors.Is(err, ErrUnknownToken) {
+	if _, boot, err := authenticate(New(), "s-alice"); boot || !errors.Is(err, ErrUnknownToken) {
 		t.Errorf("empty table: %v %v", boot, err)
 	}
-	list := a.f.State().ACL.Tokens()
+	list := a.state().ACL.Tokens()
 	if len(list) != 5 || list[0].Accessor != "acc-admin" || list[4].Accessor != "acc-ops" {
 		t.Errorf("tokens listed %+v", list)
 	}
@@ -244,31 +241,31 @@ func TestACLCommandRoundTrip(t *testing.T) {
 func TestACLSnapshot(t *testing.T) {
 	a := aclFSM(t)
 	a.must(t, 1, &RevokeToken{Accessor: "acc-bob", By: "acc-admin", Time: 7})
-	snap := EncodeState(a.f.State())
-	g := NewFSM()
-	if err := g.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
+	snap := EncodeState(a.state())
+	g, err := DecodeState(snap)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(snap, EncodeState(g.State())) {
+	if !bytes.Equal(snap, EncodeState(g)) {
 		t.Fatal("restored state encodes differently")
 	}
-	if _, _, err := g.Authenticate("s-bob"); !errors.Is(err, ErrTokenRevoked) {
+	if _, _, err := authenticate(g, "s-bob"); !errors.Is(err, ErrTokenRevoked) {
 		t.Errorf("revoked token after restore: %v", err)
 	}
-	if tok, boot, err := g.Authenticate("s-alice"); err != nil || !boot || tok.Name != "alice" {
+	if tok, boot, err := authenticate(g, "s-alice"); err != nil || !boot || tok.Name != "alice" {
 		t.Errorf("alice after restore: %+v %v %v", tok, boot, err)
 	}
-	if j := g.State().Jobs["alices"]; j.Submitter != "acc-alice" || j.SubmitterName != "alice" {
+	if j := g.Jobs["alices"]; j.Submitter != "acc-alice" || j.SubmitterName != "alice" {
 		t.Errorf("submitter after restore: %+v", j)
 	}
-	b := &fsmApplier{f: g, index: a.index}
+	b := &applier{s: g}
 	for _, c := range []Command{
 		&BootstrapACL{Token: token("acc-x", "x", RoleAdmin, "s-x", 9)},
 		&CancelJob{ID: "alices", By: "acc-bob", Time: 9},
 		&CancelJob{ID: "alices", By: "acc-alice", Time: 9},
 	} {
 		ea, eb := a.apply(t, 1, c), b.apply(t, 1, c)
-		if (ea == nil) != (eb == nil) || !bytes.Equal(EncodeState(a.f.State()), EncodeState(g.State())) {
+		if (ea == nil) != (eb == nil) || !bytes.Equal(EncodeState(a.state()), EncodeState(b.s)) {
 			t.Fatalf("%T: diverged after restore: %v / %v", c, ea, eb)
 		}
 	}
@@ -296,7 +293,7 @@ func TestACLSnapshot(t *testing.T) {
 // have made are refused.
 func TestACLSnapshotRefuses(t *testing.T) {
 	enc := func(s *State) []byte { return EncodeState(s) }
-	base := aclFSM(t).f.State()
+	base := aclFSM(t).state()
 	tests := []struct {
 		name string
 		mod  func(*State)
@@ -327,9 +324,9 @@ func TestACLSnapshotRefuses(t *testing.T) {
 // without): what decodes re-encodes to itself.
 func FuzzDecodeACLState(f *testing.F) {
 	a := aclFSM(f)
-	f.Add(EncodeState(a.f.State()))
+	f.Add(EncodeState(a.state()))
 	a.must(f, 1, &RevokeToken{Accessor: "acc-bob", By: "acc-admin", Time: 7}, &CancelJob{ID: "alices", By: "acc-alice", Time: 8})
-	f.Add(EncodeState(a.f.State()))
+	f.Add(EncodeState(a.state()))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := DecodeState(b)
 		if err != nil {
@@ -384,10 +381,10 @@ func FuzzDecodeACLCommand(f *testing.F) {
 			t.Fatal("encoding is not stable")
 		}
 		a := aclFSM(t)
-		before := EncodeState(a.f.State())
-		res := a.f.Apply(&raft.Log{Index: 100, Term: 1, Data: b}).(Result)
-		if res.Err != nil && !bytes.Equal(before, EncodeState(a.f.State())) {
-			t.Fatalf("a refused command (%v) changed the state", res.Err)
+		before := EncodeState(a.state())
+		_, err = ApplyTo(a.s, c, 1)
+		if err != nil && !bytes.Equal(before, EncodeState(a.state())) {
+			t.Fatalf("a refused command (%v) changed the state", err)
 		}
 	})
 }
@@ -395,7 +392,7 @@ func FuzzDecodeACLCommand(f *testing.F) {
 // BenchmarkAuthenticate is the token check every API request pays, on a
 // full table.
 func BenchmarkAuthenticate(b *testing.B) {
-	s := newState()
+	s := New()
 	for i := range MaxTokens {
 		s.ACL.add(token(fmt.Sprintf("acc-%05d", i), "n", RoleRead, fmt.Sprintf("s-%05d", i), 1))
 	}
@@ -404,4 +401,11 @@ func BenchmarkAuthenticate(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// authenticate is what the state machine answers for a secret: the token,
+// and whether the table is bootstrapped.
+func authenticate(s *State, secret string) (Token, bool, error) {
+	t, err := s.ACL.Authenticate(secret)
+	return t, s.ACL.Bootstrapped(), err
 }

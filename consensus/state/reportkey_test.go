@@ -1,9 +1,7 @@
-package consensus
+package state
 
 import (
-	"bytes"
 	"errors"
-	"io"
 	"os"
 	"reflect"
 	"slices"
@@ -16,16 +14,16 @@ import (
 // next InitCluster of the same root, and only that once.
 func TestReportKeyIsSetOnce(t *testing.T) {
 	k1, k2 := strings.Repeat("a", ReportKeyLen), strings.Repeat("b", ReportKeyLen)
-	a := &fsmApplier{f: NewFSM()}
+	a := newApplier()
 	a.must(t, 1, &InitCluster{ID: "c", CheckpointRoot: "/r", ReportKey: k1},
 		&InitCluster{ID: "d", CheckpointRoot: "/r", ReportKey: k2})
-	if cfg := a.f.State().Config; cfg.ID != "c" || cfg.ReportKey != k1 {
+	if cfg := a.state().Config; cfg.ID != "c" || cfg.ReportKey != k1 {
 		t.Fatalf("config %+v", cfg)
 	}
 
-	old := &fsmApplier{f: NewFSM()}
+	old := newApplier()
 	old.must(t, 1, &InitCluster{ID: "c", CheckpointRoot: "/r"})
-	if cfg := old.f.State().Config; cfg.ReportKey != "" {
+	if cfg := old.state().Config; cfg.ReportKey != "" {
 		t.Fatalf("config %+v", cfg)
 	}
 	if err := old.apply(t, 1, &InitCluster{ID: "x", CheckpointRoot: "/other", ReportKey: k1}); !errors.Is(err, ErrClusterConfig) {
@@ -33,7 +31,7 @@ func TestReportKeyIsSetOnce(t *testing.T) {
 	}
 	old.must(t, 1, &InitCluster{ID: "x", CheckpointRoot: "/r", ReportKey: k1},
 		&InitCluster{ID: "y", CheckpointRoot: "/r", ReportKey: k2})
-	if cfg := old.f.State().Config; cfg.ID != "c" || cfg.ReportKey != k1 {
+	if cfg := old.state().Config; cfg.ID != "c" || cfg.ReportKey != k1 {
 		t.Fatalf("upgraded config %+v", cfg)
 	}
 }
@@ -87,7 +85,7 @@ func TestSnapshotKeepsTheReportKey(t *testing.T) {
 	a := populated(t)
 	key := strings.Repeat("e", ReportKeyLen)
 	a.must(t, 1, &InitCluster{ID: "c", CheckpointRoot: "/r", ReportKey: key})
-	s, err := DecodeState(EncodeState(a.f.State()))
+	s, err := DecodeState(EncodeState(a.state()))
 	if err != nil || s.Config.ReportKey != key {
 		t.Fatalf("decoded config %+v, %v", s.Config, err)
 	}
@@ -96,26 +94,26 @@ func TestSnapshotKeepsTheReportKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := NewFSM()
-	if err := f.Restore(io.NopCloser(bytes.NewReader(v2))); err != nil {
+	s, err = DecodeState(v2)
+	if err != nil {
 		t.Fatal(err)
 	}
-	old := &fsmApplier{f: f}
-	cfg := old.f.State().Config
+	old := &applier{s: s}
+	cfg := old.state().Config
 	if cfg.ID != "c1" || cfg.ReportKey != "" {
 		t.Fatalf("version 2 decoded as %+v", cfg)
 	}
 	old.must(t, 1, &InitCluster{ID: "new", CheckpointRoot: cfg.CheckpointRoot, ReportKey: key})
-	if got := old.f.State().Config; got.ID != "c1" || got.ReportKey != key {
+	if got := old.state().Config; got.ID != "c1" || got.ReportKey != key {
 		t.Errorf("upgraded version 2 config %+v", got)
 	}
-	s, err = DecodeState(EncodeState(old.f.State()))
+	s, err = DecodeState(EncodeState(old.state()))
 	if err != nil || s.Config.ReportKey != key {
 		t.Errorf("upgraded state re-encoded: %+v, %v", s.Config, err)
 	}
 
 	// A key without a cluster id is not a state.
-	st := a.f.State()
+	st := a.state()
 	st.Config = ClusterConfig{ReportKey: key}
 	if _, err := DecodeState(EncodeState(st)); !errors.Is(err, ErrInvalid) {
 		t.Errorf("key without an id: %v", err)

@@ -1,4 +1,4 @@
-package consensus
+package state
 
 import (
 	"bytes"
@@ -27,7 +27,7 @@ var v3ReportKey = strings.Repeat("0123456789abcdef", ReportKeyLen/16)
 // v3State is the state snapshotV3 holds.
 func v3State(t testing.TB) *State {
 	t.Helper()
-	a := &fsmApplier{f: NewFSM()}
+	a := newApplier()
 	typed := testSpec()
 	typed.Name, typed.CheckpointDir = "typed", "/ckpt/typed"
 	typed.Topology, typed.GPUType = optimizer.TopologyConstraint{Required: "zone"}, "a100"
@@ -48,7 +48,7 @@ func v3State(t testing.TB) *State {
 		&Round{Generation: 1, Term: 1, Time: 8, Jobs: map[string][]Slot{"typed": {{"n1", 2}}},
 			Updates: []RoundJob{{ID: "typed", Incarnation: 1, Running: true}}},
 	)
-	return a.f.State()
+	return a.state()
 }
 
 func TestSnapshotVersion3Golden(t *testing.T) {
@@ -86,8 +86,8 @@ const snapshotV4 = "testdata/snapshot-v4.bin"
 
 func v4State(t testing.TB) *State {
 	t.Helper()
-	a := &fsmApplier{f: NewFSM()}
-	a.f.state = v3State(t)
+	a := newApplier()
+	a.s = v3State(t)
 	a.must(t, 2,
 		&ScaleDecision{Term: 2, Time: 10, Desired: 6, Add: []string{"auto-1", "auto-2", "auto-3", "auto-4"}},
 		&RegisterNode{Node: Node{ID: "auto-1", Addresses: []string{"127.0.0.1:7101"}, GPUs: 4, Health: Alive}},
@@ -97,7 +97,7 @@ func v4State(t testing.TB) *State {
 		&ScaleUpdate{Term: 2, Time: 12, Name: "auto-4", Outcome: ScaleRemoved, Reason: "never joined"},
 	)
 	a.must(t, 3, &ScaleDecision{Term: 3, Time: 13, Desired: 5, Drain: []string{"auto-2"}})
-	return a.f.State()
+	return a.state()
 }
 
 // decodeFixture reads a snapshot fixture of the given version.
@@ -177,11 +177,11 @@ const snapshotV6 = "testdata/snapshot-v6.bin"
 
 func v6State(t testing.TB) *State {
 	t.Helper()
-	a := &fsmApplier{f: NewFSM()}
-	a.f.state = v4State(t)
-	typed := a.f.state.Jobs["typed"]
-	gen := a.f.state.Allocation.Generation
-	place := a.f.state.Allocation.Jobs
+	a := newApplier()
+	a.s = v4State(t)
+	typed := a.s.Jobs["typed"]
+	gen := a.s.Allocation.Generation
+	place := a.s.Allocation.Jobs
 	meas := func(from, to uint64, typ string, step float64) Measurement {
 		m := measurement(1<<32|1, from, to, 1, entry(1, 2, 128, step/2, step, 3), entry(1, 2, 256, step, 1.5*step, 1))
 		m.GPUType = typ
@@ -196,7 +196,7 @@ func v6State(t testing.TB) *State {
 			Updates: []RoundJob{{ID: "typed", Incarnation: typed.Incarnation, HasMeas: true, Meas: meas(1, 2, "a100", 0.1),
 				HasBid: true, Bid: typedBid(1<<32|1, 1)}}},
 	)
-	return a.f.State()
+	return a.state()
 }
 
 func TestSnapshotVersion6Golden(t *testing.T) {
@@ -236,8 +236,8 @@ const snapshotV7 = "testdata/snapshot-v7.bin"
 
 func v7State(t testing.TB) *State {
 	t.Helper()
-	a := &fsmApplier{f: NewFSM()}
-	a.f.state = v6State(t)
+	a := newApplier()
+	a.s = v6State(t)
 	lab := labA()
 	lab.Quota = federation.Quota{Nominal: 12, LendingLimit: 8, BorrowingLimit: 8}
 	borrow := &Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "lab-b", Lease: "lab-b/m0@20", Lender: "lab-b", Borrower: "lab-a",
@@ -251,7 +251,7 @@ func v7State(t testing.TB) *State {
 		borrow,
 		&Lease{Cmd: federation.Command{Op: federation.OpExpire, From: "lab-a", At: 317.5}},
 	)
-	return a.f.State()
+	return a.state()
 }
 
 func TestSnapshotVersion7Golden(t *testing.T) {
@@ -288,15 +288,15 @@ const snapshotV8 = "testdata/snapshot-v8.bin"
 
 func v8State(t testing.TB) *State {
 	t.Helper()
-	a := &fsmApplier{f: NewFSM()}
-	a.f.state = v7State(t)
+	a := newApplier()
+	a.s = v7State(t)
 	paced := testSpec()
 	paced.Name, paced.CheckpointDir, paced.Epochs = "paced", "/ckpt/paced", 90
 	a.must(t, 6,
 		&SubmitJob{ID: "paced", Spec: paced, SubmitTime: 320, Submitter: "acc-alice"},
 		&UpdateJob{ID: "paced", Set: UpdateEpoch, Epoch: 30},
 	)
-	return a.f.State()
+	return a.state()
 }
 
 func TestSnapshotVersion8Golden(t *testing.T) {

@@ -1,4 +1,4 @@
-package consensus
+package state
 
 import (
 	"bytes"
@@ -149,7 +149,7 @@ func TestTypedRoundMalformed(t *testing.T) {
 // parts answer for their type.
 func TestTypedMeasurementsKeptApart(t *testing.T) {
 	a := populated(t)
-	s := a.f.State()
+	s := a.state()
 	j1 := s.Jobs["j1"]
 	inc := j1.Incarnation
 	round := func(gen uint64, from, to uint64, typ string, step float64) {
@@ -164,7 +164,7 @@ func TestTypedMeasurementsKeptApart(t *testing.T) {
 	round(s.Allocation.Generation+1, 0, 1, "t4", 0.4)
 	round(s.Allocation.Generation+2, 1, 2, "a100", 0.1)
 	round(s.Allocation.Generation+3, 2, 3, "t4", 0.2)
-	j := a.f.State().Jobs["j1"]
+	j := a.state().Jobs["j1"]
 	byType := map[string]ProfileEntry{}
 	for _, e := range j.Profile {
 		if e.Nodes == 1 && e.Replicas == 2 && e.LocalBatch == 128 {
@@ -181,7 +181,7 @@ func TestTypedMeasurementsKeptApart(t *testing.T) {
 		t.Errorf("profiled types %q", got)
 	}
 	// The state survives a snapshot with its types.
-	back, err := DecodeState(EncodeState(a.f.State()))
+	back, err := DecodeState(EncodeState(a.state()))
 	if err != nil || !reflect.DeepEqual(back.Jobs["j1"].Profile, j.Profile) {
 		t.Fatalf("snapshot: %v, profile %+v", err, back.Jobs["j1"].Profile)
 	}

@@ -1,4 +1,4 @@
-package consensus
+package state
 
 import (
 	"bytes"
@@ -160,7 +160,7 @@ func TestAttrsValidation(t *testing.T) {
 // The cluster's levels are set once; nodes and jobs are checked against
 // them when applied.
 func TestLevelsApply(t *testing.T) {
-	a := &fsmApplier{f: NewFSM()}
+	a := newApplier()
 	a.must(t, 1, &InitCluster{ID: "c", CheckpointRoot: "/r", Levels: []string{"rack", "zone"}})
 	// The same levels again, or none (a server that names none), are fine.
 	a.must(t, 1, &InitCluster{ID: "c2", CheckpointRoot: "/r", Levels: []string{"rack", "zone"}}, &InitCluster{ID: "c3", CheckpointRoot: "/r"})
@@ -179,7 +179,7 @@ func TestLevelsApply(t *testing.T) {
 	if err := a.apply(t, 1, &SubmitJob{ID: "j2", Spec: s}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("a job requiring an unknown level: %v", err)
 	}
-	st := a.f.State()
+	st := a.state()
 	if !slices.Equal(st.Config.Levels, []string{"rack", "zone"}) || st.Config.ID != "c" || st.Jobs["j1"].Spec.Topology.Required != "zone" {
 		t.Fatalf("state %+v", st.Config)
 	}
@@ -194,7 +194,7 @@ func TestLevelsApply(t *testing.T) {
 	}
 	// A cluster with nodes of one topology cannot take levels they do
 	// not fit.
-	b := &fsmApplier{f: NewFSM()}
+	b := newApplier()
 	b.must(t, 1, &RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive, Rack: "r1", Topology: []string{"r1"}}})
 	if err := b.apply(t, 1, &InitCluster{ID: "c", Levels: []string{"rack", "zone"}}); !errors.Is(err, ErrClusterConfig) {
 		t.Errorf("levels that registered nodes do not fit: %v", err)
@@ -204,10 +204,10 @@ func TestLevelsApply(t *testing.T) {
 // A node's attributes change when it registers again (an agent
 // restarted with another rack or GPU type).
 func TestReRegisterChangesAttrs(t *testing.T) {
-	a := &fsmApplier{f: NewFSM()}
+	a := newApplier()
 	a.must(t, 1, &RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "t4"}},
 		&RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive, Rack: "r2", Topology: []string{"r2"}, GPUType: "a100"}})
-	n := a.f.State().Nodes["n1"]
+	n := a.state().Nodes["n1"]
 	if n.Rack != "r2" || n.GPUType != "a100" || !slices.Equal(n.Domains(), []string{"r2"}) {
 		t.Fatalf("node %+v", n)
 	}
@@ -263,7 +263,7 @@ func TestReRegisterEvictsWhatNoLongerFits(t *testing.T) {
 		{"fewer GPUs than placed", Node{ID: "n2", GPUs: 1, Health: Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "a100"}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			a := &fsmApplier{f: NewFSM()}
+			a := newApplier()
 			a.must(t, 1, &RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "a100"}},
 				&RegisterNode{Node: Node{ID: "n2", GPUs: 4, Health: Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "a100"}},
 				&RegisterNode{Node: Node{ID: "n3", GPUs: 4, Health: Alive, Rack: "r2", Topology: []string{"r2"}, GPUType: "a100"}})
@@ -274,9 +274,9 @@ func TestReRegisterEvictsWhatNoLongerFits(t *testing.T) {
 				"a": {{"n1", 2}, {"n2", 2}}, "b": {{"n2", 2}}, "c": {{"n3", 4}}}}); len(ds) != 0 {
 				t.Fatalf("drops %v", dropped(ds))
 			}
-			before := a.f.State()
+			before := a.state()
 			a.must(t, 1, &RegisterNode{Node: tt.again})
-			st := a.f.State()
+			st := a.state()
 			for _, id := range []string{"a", "b"} {
 				j, was := st.Jobs[id], before.Jobs[id]
 				_, placed := st.Allocation.Jobs[id]
@@ -299,7 +299,7 @@ func TestReRegisterEvictsWhatNoLongerFits(t *testing.T) {
 // refused for that job (whatever policy decided it, and on nodes as they
 // are when the round is applied); its other placements are committed.
 func TestRoundRefusesPlacementsBreakingConstraints(t *testing.T) {
-	a := &fsmApplier{f: NewFSM()}
+	a := newApplier()
 	a.must(t, 1, &RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "a100"}},
 		&RegisterNode{Node: Node{ID: "n2", GPUs: 4, Health: Alive, Rack: "r2", Topology: []string{"r2"}, GPUType: "a100"}},
 		&RegisterNode{Node: Node{ID: "n3", GPUs: 4, Health: Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "t4"}})
@@ -320,7 +320,7 @@ func TestRoundRefusesPlacementsBreakingConstraints(t *testing.T) {
 			t.Errorf("drops %s, want one mentioning %q", got, want)
 		}
 	}
-	st := a.f.State()
+	st := a.state()
 	if len(ds) != 2 || !slices.Equal(st.Allocation.Jobs["free"], []Slot{{"n2", 1}, {"n3", 1}}) || st.Allocation.Jobs["typed"] != nil || st.Allocation.Jobs["racked"] != nil {
 		t.Errorf("allocation %v, drops %s", st.Allocation.Jobs, got)
 	}

@@ -1,4 +1,4 @@
-package consensus
+package state
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 // The autoscaler's commands: fenced by term, names checked against what
 // the state manages, each machine asked for once.
 func TestScaleCommands(t *testing.T) {
-	a := &fsmApplier{f: NewFSM()}
+	a := newApplier()
 	a.must(t, 2, &RegisterNode{Node: Node{ID: "a0", GPUs: 4, Health: Alive}},
 		&ScaleDecision{Term: 2, Time: 1, Desired: 3, Add: []string{"auto-1", "auto-2"}})
 	for _, tc := range []struct {
@@ -29,11 +29,11 @@ func TestScaleCommands(t *testing.T) {
 		{"a negative size", 3, &ScaleDecision{Term: 3, Time: 2, Desired: -1}, ErrInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := EncodeState(a.f.State())
+			before := EncodeState(a.state())
 			if err := a.apply(t, tc.term, tc.c); !errors.Is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
-			if after := EncodeState(a.f.State()); string(after) != string(before) {
+			if after := EncodeState(a.state()); string(after) != string(before) {
 				t.Fatal("a refused command changed the state")
 			}
 		})
@@ -41,7 +41,7 @@ func TestScaleCommands(t *testing.T) {
 	a.must(t, 3, &ScaleUpdate{Term: 3, Time: 3, Name: "auto-1", Outcome: ScaleJoined},
 		&ScaleDecision{Term: 3, Time: 4, Desired: 2, Drain: []string{"auto-1"}},
 		&ScaleUpdate{Term: 3, Time: 5, Name: "auto-2", Outcome: ScaleRemoved, Reason: "never joined"})
-	sc := a.f.State().Scale
+	sc := a.state().Scale
 	if sc.Desired != 2 || sc.Seq != 2 || len(sc.Nodes) != 1 || sc.Nodes["auto-1"].Phase != ScaleDraining || sc.Nodes["auto-1"].Term != 3 {
 		t.Fatalf("state %+v (auto-1 %+v)", sc, sc.Nodes["auto-1"])
 	}
@@ -51,7 +51,7 @@ func TestScaleCommands(t *testing.T) {
 	// A removed machine's name is never asked for again by a leader that
 	// counts from Seq; the state forgets it.
 	a.must(t, 3, &ScaleUpdate{Term: 3, Time: 7, Name: "auto-1", Outcome: ScaleRemoved})
-	if sc := a.f.State().Scale; sc.Nodes != nil || sc.Seq != 2 {
+	if sc := a.state().Scale; sc.Nodes != nil || sc.Seq != 2 {
 		t.Fatalf("state after removals %+v", sc)
 	}
 }
