@@ -219,14 +219,17 @@ func TestForwardToServerAddedLater(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	workload(t, l.srv, l.srv)
 	fresh := tc.addPortMember("t3")
-	if err := l.srv.AddVoter(ctx, fresh.id, fresh.addr); err != nil {
-		t.Fatal(err)
-	}
+	// On a loaded machine the leadership may move meanwhile: each step
+	// is asked of whichever server leads then.
+	onLeader(t, tc, func(l *member) error { return l.srv.AddVoter(ctx, fresh.id, fresh.addr) })
 	want := encodingOf(t, l.srv)
 	waitFor(t, 10*time.Second, "t3 to catch up", func() bool { return bytes.Equal(state.EncodeState(fresh.srv.LocalState()), want) })
-	if err := wait(ctx, l.srv.Raft().LeadershipTransferToServer(fresh.id, fresh.addr)); err != nil {
-		t.Fatal(err)
-	}
+	onLeader(t, tc, func(l *member) error {
+		if l == fresh {
+			return nil
+		}
+		return wait(ctx, l.srv.Raft().LeadershipTransferToServer(fresh.id, fresh.addr))
+	})
 	waitFor(t, 10*time.Second, "t3 to lead", func() bool {
 		_, leads := fresh.srv.Leadership()
 		return leads
@@ -242,6 +245,22 @@ func TestForwardToServerAddedLater(t *testing.T) {
 		}
 		if _, ok := fresh.srv.LocalState().Jobs[job]; !ok {
 			t.Errorf("the write forwarded by %s is not in the new leader's state", f.id)
+		}
+	}
+}
+
+// onLeader runs op on the leader, again on the new leader while op fails
+// because leadership moved, for up to 10 s.
+func onLeader(t *testing.T, tc *tlsCluster, op func(*member) error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := op(tc.leader(tc.members...))
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) || time.Now().After(deadline) {
+			t.Fatal(err)
 		}
 	}
 }
