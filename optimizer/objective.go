@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"pollux/optimizer/goodput"
+	"pollux/optimizer/topology"
 )
 
 // Objective constants of pollux-spec.md section 4.
@@ -250,7 +251,7 @@ func check(snap *Snapshot) (*topo, error) {
 			if d == "" {
 				continue
 			}
-			if err := checkName("domain", d); err != nil {
+			if err := topology.CheckName("domain", d); err != nil {
 				return nil, fmt.Errorf("%w: node %q: %w", ErrBadSnapshot, snap.Nodes[n].ID, err)
 			}
 		}

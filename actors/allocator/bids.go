@@ -13,8 +13,8 @@ import (
 	"pollux/actors/pb"
 	"pollux/consensus"
 	"pollux/consensus/state"
-	"pollux/optimizer"
 	"pollux/optimizer/goodput"
+	"pollux/optimizer/topology"
 )
 
 // Stats counts what the allocator took in and dropped, for metrics.
@@ -161,7 +161,7 @@ func checkMeasurements(ms []*pb.Measurement) error {
 			return fmt.Errorf("%w: %d profile points in one measurement", state.ErrInvalid, len(m.Profile))
 		}
 		if m.GpuType != "" {
-			if err := optimizer.CheckName("GPU type", m.GpuType); err != nil {
+			if err := topology.CheckName("GPU type", m.GpuType); err != nil {
 				return fmt.Errorf("%w: measurement %d: %w", state.ErrInvalid, m.Seq, err)
 			}
 		}

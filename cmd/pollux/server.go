@@ -30,6 +30,7 @@ import (
 	"pollux/consensus"
 	"pollux/consensus/state"
 	"pollux/optimizer"
+	"pollux/optimizer/topology"
 	"pollux/testbed/builtin"
 )
 
@@ -178,7 +179,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	if err != nil {
 		return badInput(fmt.Errorf("server: %w", err))
 	}
-	levels, err := optimizer.ParseLevels(o.levels)
+	levels, err := topology.ParseLevels(o.levels)
 	if err != nil {
 		return badInput(fmt.Errorf("server: --topology-levels: %w", err))
 	}

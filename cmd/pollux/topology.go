@@ -15,6 +15,7 @@ import (
 	"pollux/cluster"
 	"pollux/consensus/state"
 	"pollux/optimizer"
+	topo "pollux/optimizer/topology"
 )
 
 // placeMeta is the gossip metadata of a member's place: its --topology
@@ -40,7 +41,7 @@ func placeMeta(topology, rack, gpuType string) (cluster.Meta, error) {
 		m.Rack, m.Topology = domains[0], cluster.FormatTopology(levels, domains)
 	}
 	if gpuType != "" {
-		if err := optimizer.CheckName("GPU type", gpuType); err != nil {
+		if err := topo.CheckName("GPU type", gpuType); err != nil {
 			return m, fmt.Errorf("--gpu-type: %w", err)
 		}
 		m.GPUType = gpuType
@@ -186,7 +187,7 @@ func racksOf(servers []raft.Server, members []cluster.Member) ([]api.Peer, bool)
 	rack := map[string]string{}
 	for _, m := range members {
 		if m.Meta.Role == cluster.RoleServer {
-			rack[m.Name] = cmp.Or(m.Meta.Rack, optimizer.DefaultDomain)
+			rack[m.Name] = cmp.Or(m.Meta.Rack, topo.DefaultDomain)
 		}
 	}
 	all := true

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"pollux/optimizer"
+	"pollux/optimizer/topology"
 )
 
 // Node attributes (topology, GPU type), the cluster's topology levels and
@@ -59,7 +60,7 @@ func checkNodeAttrs(n *Node) error {
 		return invalid("node %q declares %d topology levels (limit %d)", n.ID, len(n.Topology), maxLevels)
 	}
 	for _, d := range n.Topology {
-		if err := optimizer.CheckName("domain", d); err != nil {
+		if err := topology.CheckName("domain", d); err != nil {
 			return invalid("node %q topology: %v", n.ID, err)
 		}
 	}
@@ -67,7 +68,7 @@ func checkNodeAttrs(n *Node) error {
 		return invalid("node %q in rack %q has topology %q, which starts with another rack", n.ID, n.Rack, strings.Join(n.Topology, ","))
 	}
 	if n.GPUType != "" {
-		if err := optimizer.CheckName("GPU type", n.GPUType); err != nil {
+		if err := topology.CheckName("GPU type", n.GPUType); err != nil {
 			return invalid("node %q: %v", n.ID, err)
 		}
 	}
@@ -98,7 +99,7 @@ func checkLevels(levels []string) error {
 	if len(levels) > maxLevels {
 		return invalid("%d topology levels (limit %d)", len(levels), maxLevels)
 	}
-	if _, err := optimizer.ParseLevels(strings.Join(levels, ",")); err != nil || slices.Contains(levels, "") {
+	if _, err := topology.ParseLevels(strings.Join(levels, ",")); err != nil || slices.Contains(levels, "") {
 		return invalid("topology levels %q: %v", strings.Join(levels, ","), err)
 	}
 	return nil
@@ -107,7 +108,7 @@ func checkLevels(levels []string) error {
 // NormalizeLevels is levels as the state holds them: nil for the rack
 // alone.
 func NormalizeLevels(levels []string) []string {
-	if len(levels) == 0 || len(levels) == 1 && levels[0] == optimizer.RackLevel {
+	if len(levels) == 0 || len(levels) == 1 && levels[0] == topology.RackLevel {
 		return nil
 	}
 	return slices.Clone(levels)
@@ -122,7 +123,7 @@ func checkSpecAttrs(s *JobSpec) error {
 		return invalid("%v", err)
 	}
 	if s.GPUType != "" {
-		if err := optimizer.CheckName("GPU type", s.GPUType); err != nil {
+		if err := topology.CheckName("GPU type", s.GPUType); err != nil {
 			return invalid("%v", err)
 		}
 	}

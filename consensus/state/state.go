@@ -10,6 +10,7 @@ import (
 
 	"pollux/optimizer"
 	"pollux/optimizer/goodput"
+	"pollux/optimizer/topology"
 )
 
 // JobState is a job's lifecycle state.
@@ -407,7 +408,7 @@ type ClusterConfig struct {
 // TopologyLevels are the cluster's levels, the rack alone by default.
 func (c ClusterConfig) TopologyLevels() []string {
 	if len(c.Levels) == 0 {
-		return []string{optimizer.RackLevel}
+		return []string{topology.RackLevel}
 	}
 	return slices.Clone(c.Levels)
 }

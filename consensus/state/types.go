@@ -3,7 +3,7 @@ package state
 import (
 	"strings"
 
-	"pollux/optimizer"
+	"pollux/optimizer/topology"
 )
 
 // Per-GPU-type measurements and bids were added after the first
@@ -23,7 +23,7 @@ func checkGPUType(t string) error {
 	if t == "" {
 		return nil
 	}
-	return optimizer.CheckName("GPU type", t)
+	return topology.CheckName("GPU type", t)
 }
 
 func encodeTypeBids(w *writer, ts []TypeBid) {

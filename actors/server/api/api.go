@@ -26,6 +26,7 @@ import (
 	"pollux/consensus/state"
 	"pollux/optimizer"
 	"pollux/optimizer/goodput"
+	"pollux/optimizer/topology"
 )
 
 // Paths of the API. A job's own resource is PathJobs/{id}; cancelling it
@@ -510,9 +511,9 @@ func jobOf(st *state.State, id string) Job {
 	}
 	out.GPUType, out.Epochs = j.Spec.GPUType, j.Spec.Epochs
 	for _, sl := range slots {
-		p := SlotJSON{Node: sl.Node, GPUs: sl.GPUs, Rack: optimizer.DefaultDomain}
+		p := SlotJSON{Node: sl.Node, GPUs: sl.GPUs, Rack: topology.DefaultDomain}
 		if n := st.Nodes[sl.Node]; n != nil {
-			p.Rack, p.GPUType = cmp.Or(n.Rack, optimizer.DefaultDomain), n.GPUType
+			p.Rack, p.GPUType = cmp.Or(n.Rack, topology.DefaultDomain), n.GPUType
 		}
 		out.Placement = append(out.Placement, p)
 	}
@@ -645,8 +646,8 @@ func (a *API) nodes(w http.ResponseWriter, r *http.Request) {
 	out := []Node{}
 	for _, id := range st.NodeIDs() {
 		n := st.Nodes[id]
-		nd := Node{ID: id, Health: n.Health.String(), GPUs: n.GPUs, Used: used[id], Rack: cmp.Or(n.Rack, optimizer.DefaultDomain),
-			Topology: optimizer.FormatTopology(n.Domains(), st.Config.TopologyLevels()), GPUType: n.GPUType}
+		nd := Node{ID: id, Health: n.Health.String(), GPUs: n.GPUs, Used: used[id], Rack: cmp.Or(n.Rack, topology.DefaultDomain),
+			Topology: topology.FormatTopology(n.Domains(), st.Config.TopologyLevels()), GPUType: n.GPUType}
 		if len(n.Addresses) > 0 {
 			nd.Address = n.Addresses[0]
 		}

@@ -15,7 +15,7 @@ import (
 
 	"pollux/cluster"
 	"pollux/consensus/state"
-	"pollux/optimizer"
+	"pollux/optimizer/topology"
 )
 
 // alive is the set of servers gossip sees and, on the leader, whose
@@ -59,7 +59,7 @@ func (a *API) peers(w http.ResponseWriter, _ *http.Request) {
 		p := Peer{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter,
 			Leader: s.ID == leader, Alive: alive[string(s.ID)]}
 		if m, ok := places[p.ID]; ok {
-			p.Rack, p.Topology = cmp.Or(m.Rack, optimizer.DefaultDomain), m.Topology
+			p.Rack, p.Topology = cmp.Or(m.Rack, topology.DefaultDomain), m.Topology
 		}
 		out = append(out, p)
 	}

@@ -8,6 +8,7 @@ import (
 	"pollux/actors/jobspec"
 	"pollux/consensus/state"
 	"pollux/optimizer"
+	"pollux/optimizer/topology"
 )
 
 // Placeable refuses a job whose constraints the cluster's nodes can never
@@ -64,7 +65,7 @@ func Placeable(st *state.State, spec jobspec.Spec) error {
 	for _, n := range nodes {
 		path := make([]string, len(all))
 		for l := range all {
-			path[l] = optimizer.DefaultDomain
+			path[l] = topology.DefaultDomain
 			if l < len(n.Topology) && n.Topology[l] != "" {
 				path[l] = n.Topology[l]
 			}

@@ -26,7 +26,7 @@ import (
 	"pollux/cluster"
 	"pollux/consensus"
 	"pollux/consensus/state"
-	"pollux/optimizer"
+	"pollux/optimizer/topology"
 )
 
 // Paths. Every page and endpoint is under Prefix; the pages are
@@ -504,7 +504,7 @@ func (d *Dashboard) peers(leader string) []Peer {
 		for _, m := range d.cfg.Members() {
 			if m.Meta.Role == cluster.RoleServer {
 				alive[m.Name] = true
-				racks[m.Name] = cmp.Or(m.Meta.Rack, optimizer.DefaultDomain)
+				racks[m.Name] = cmp.Or(m.Meta.Rack, topology.DefaultDomain)
 			}
 		}
 	}

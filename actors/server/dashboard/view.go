@@ -9,8 +9,8 @@ import (
 
 	"pollux/actors/server/api"
 	"pollux/consensus/state"
-	"pollux/optimizer"
 	"pollux/optimizer/goodput"
+	"pollux/optimizer/topology"
 )
 
 // Health values of an Overview: what the page may claim about its data.
@@ -336,7 +336,7 @@ func racksOf(st *state.State) []Rack {
 	for _, id := range st.NodeIDs() {
 		n := st.Nodes[id]
 		nd := Node{ID: id, Health: n.Health.String(), GPUType: n.GPUType, GPUs: n.GPUs, Used: used[id], Slots: make([]string, max(n.GPUs, 0))}
-		rack := cmp.Or(n.Rack, optimizer.DefaultDomain)
+		rack := cmp.Or(n.Rack, topology.DefaultDomain)
 		byRack[rack] = append(byRack[rack], nd)
 	}
 	idx := map[string]int{} // next free GPU per node
