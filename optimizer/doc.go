@@ -55,12 +55,12 @@
 //     Pollux splits the round into groups of racks, one small genetic
 //     search each (in parallel), merged and hill-climbed over the whole
 //     cluster: faster than the flat search and fitter on the same rounds.
-//   - Cluster autoscaling (autoscale.go, thrautoscale.go): in the cloud the
-//     cluster size is a decision too. AutoscalePollux searches allocations
-//     over the first N nodes of the cluster extended with virtual copies
-//     of a node template, for every N, and picks N with the artifact's
-//     utility rule (DesiredNodes: keep the size while the goodput per GPU
-//     held stays within [0.35, 0.65], else move to the size nearest 0.5);
-//     ThroughputAutoscale is the throughput-based baseline (Or et al.).
-//     Both return the size in Result.Scale; Pollux alone is unchanged.
+//   - Cluster autoscaling (autoscale.go, hetautoscale.go,
+//     thrautoscale.go): in the cloud the cluster size is a decision too.
+//     Autoscaled wraps a Sizer (Pollux on one GPU type, HetPollux on
+//     several), solves its round at every candidate size of the cluster
+//     extended with virtual copies of a node template, and picks the size
+//     with the artifact's utility rule (DesiredNodes); ThroughputAutoscale
+//     is the throughput-based baseline (Or et al.). Both return the size
+//     in Result.Scale; a policy without the wrapper is unchanged.
 package optimizer

@@ -144,6 +144,9 @@ func NewHetPollux() *HetPollux {
 // Name implements Policy.
 func (h *HetPollux) Name() string { return "pollux-het" }
 
+// GPUTypeAware implements TypeAware.
+func (h *HetPollux) GPUTypeAware() {}
+
 // hetOption is one (type, GPU count) of a job.
 type hetOption struct {
 	typ, k int

@@ -78,6 +78,9 @@ func NewSia() *Sia {
 // Name implements Policy.
 func (s *Sia) Name() string { return "sia" }
 
+// GPUTypeAware implements TypeAware.
+func (s *Sia) GPUTypeAware() {}
+
 // siaConfig is one row of Sia's configuration table.
 type siaConfig struct {
 	typ         int

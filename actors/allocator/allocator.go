@@ -516,14 +516,11 @@ func (a *allocator) run(ctx actor.Context) {
 	slots := map[string][]state.Slot{}
 	var scale *optimizer.ScaleDecision
 	if len(snap.Jobs) > 0 && len(snap.Nodes) > 0 {
-		policy := a.autoscalePolicy(snap, a.policy(snap, info.FirstOfTerm))
+		policy, search := a.autoscalePolicy(snap, a.policy(snap, info.FirstOfTerm))
 		info.Policy = policy.Name()
-		px, budgeted := policy.(*optimizer.Pollux)
-		if as, ok := policy.(*optimizer.AutoscalePollux); ok {
-			px, budgeted = as.Pollux, true
-		}
+		px, budgeted := search.(optimizer.Budgeted)
 		if budgeted {
-			px.Effort = a.effort
+			px.SetEffort(a.effort)
 		}
 		t0 := time.Now()
 		res, err := policy.Allocate(snap, a.prev)
@@ -590,14 +587,15 @@ func (a *allocator) run(ctx actor.Context) {
 }
 
 // policy is the policy of a round: TypedPolicy when the alive nodes have
-// several GPU types, else Policy, and FirstPolicy instead of a
-// type-blind one for the first round of a leadership.
+// several GPU types, else Policy, and FirstPolicy (a quick climb of
+// Pollux's objective) instead of a search whose effort is budgeted
+// (optimizer.Budgeted: Pollux's) for the first round of a leadership.
 func (a *allocator) policy(snap *optimizer.Snapshot, first bool) optimizer.Policy {
 	p := a.cfg.Policy
 	if len(gpuTypes(snap.Nodes)) > 1 {
 		p = a.cfg.TypedPolicy
 	}
-	if _, blind := p.(*optimizer.Pollux); blind && first {
+	if _, long := p.(optimizer.Budgeted); long && first {
 		return a.cfg.FirstPolicy
 	}
 	return p

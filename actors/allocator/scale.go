@@ -16,7 +16,7 @@ import (
 )
 
 // Autoscale configures the allocator's cluster autoscaling (issue 19):
-// rounds on one GPU type run optimizer.AutoscalePollux, whose decision is
+// rounds run their policy in optimizer.Autoscaled, whose decision is
 // committed (state.ScaleDecision, naming the machines) before
 // Provider is asked for anything.
 type Autoscale struct {
@@ -126,44 +126,46 @@ func (s *scaleState) shrinkTo(desired, have int, now time.Time, delay time.Durat
 }
 
 // autoscalePolicy is the round's policy p with the size decision when
-// autoscaling is on: on one GPU type (the template's, or untyped) Pollux
-// becomes optimizer.AutoscalePollux (a first round of a leadership, or
-// another policy, decides no size); when the alive nodes and the
-// template have several types between them, the typed policy
-// (optimizer.HetPollux) becomes optimizer.HetAutoscale, which adds nodes
-// of the template's type only. A template without a type on a cluster of
-// several types, or a typed policy other than pollux-het, decides no size
-// (the reason is logged once per leadership and change): such a cluster
-// is only shrunk to the minimum when idle.
-func (a *allocator) autoscalePolicy(snap *optimizer.Snapshot, p optimizer.Policy) optimizer.Policy {
+// autoscaling is on, and the policy whose search the round runs (p, or
+// the one it wraps). On one GPU type (the template's, or untyped) a
+// type-blind optimizer.Sizer (Pollux) is wrapped in optimizer.Autoscaled
+// (a first round of a leadership, or another policy, decides no size);
+// when the alive nodes and the template have several types between
+// them, the typed policy is wrapped instead if it is a type-aware Sizer
+// (pollux-het), which adds nodes of the template's type only. A template
+// without a type on a cluster of several types, or a typed policy that
+// cannot size, decides no size (the reason is logged once per leadership
+// and change): such a cluster is only shrunk to the minimum when idle.
+func (a *allocator) autoscalePolicy(snap *optimizer.Snapshot, p optimizer.Policy) (policy, search optimizer.Policy) {
 	s := a.cfg.Autoscale
 	if s == nil {
-		return p
+		return p, p
 	}
 	tmpl := s.Settings.Template.Type
 	types := gpuTypes(snap.Nodes)
 	if len(types) > 1 || len(types) == 1 && tmpl != "" && types[0] != tmpl {
 		why := ""
-		het, ok := a.cfg.TypedPolicy.(*optimizer.HetPollux)
+		sz, ok := a.cfg.TypedPolicy.(optimizer.Sizer)
+		_, aware := a.cfg.TypedPolicy.(optimizer.TypeAware)
 		switch {
 		case tmpl == "":
 			why = "the node template has no GPU type (--node-gpu-type): the machines the provider adds would be of no type this cluster has"
-		case !ok:
+		case !ok || !aware:
 			why = "the typed policy " + a.cfg.TypedPolicy.Name() + " decides no size; only pollux-het does"
 		}
 		if why != "" {
 			a.noSize(why, types)
-			return p
+			return p, p
 		}
 		a.noSize("", nil)
-		return &optimizer.HetAutoscale{Het: het, Settings: s.Settings}
+		return optimizer.NewAutoscaled(sz, s.Settings), sz
 	}
 	a.noSize("", nil)
-	px, ok := p.(*optimizer.Pollux)
-	if !ok {
-		return p
+	sz, ok := p.(optimizer.Sizer)
+	if _, aware := p.(optimizer.TypeAware); !ok || aware {
+		return p, p
 	}
-	return &optimizer.AutoscalePollux{Pollux: px, Settings: s.Settings}
+	return optimizer.NewAutoscaled(sz, s.Settings), sz
 }
 
 // noSize logs, once per leadership and reason, why the rounds decide no

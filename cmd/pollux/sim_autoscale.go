@@ -264,16 +264,16 @@ func cloudPolicy(name string, f simFlags, workers int, tmpl optimizer.Node, type
 	}
 	switch {
 	case typed && name == "pollux-autoscale":
-		return optimizer.NewHetAutoscale(as)
+		return optimizer.NewAutoscaled(optimizer.NewHetPollux(), as)
 	case typed:
 		return optimizer.NewHetPollux()
 	}
 	switch name {
 	case "pollux-autoscale":
-		pol := optimizer.NewAutoscalePollux(as)
-		pol.Pollux.PowerMean = f.p
-		pol.Pollux.Workers = workers
-		return pol
+		px := optimizer.NewPollux()
+		px.PowerMean = f.p
+		px.Workers = workers
+		return optimizer.NewAutoscaled(px, as)
 	case "throughput-autoscale":
 		pol := optimizer.NewThroughputAutoscale(as)
 		pol.Threshold = f.cloud.threshold
