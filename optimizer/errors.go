@@ -34,4 +34,6 @@ var (
 	// node template without GPUs, a minimum above the maximum, a utility
 	// band outside (0, 1].
 	ErrBadAutoscale = errors.New("optimizer: bad autoscaling settings")
+	// ErrUnknownPolicy is returned by Lookup for a name it does not know.
+	ErrUnknownPolicy = errors.New("optimizer: unknown policy")
 )

@@ -126,14 +126,14 @@ func benchSiaScale(ctx context.Context, stdout, stderr io.Writer, o allocatorOpt
 	var reports []siaScaleReport
 	for _, name := range strings.Split(o.siaPolicies, ",") {
 		name = strings.TrimSpace(name)
-		mk, ok := simPolicies[name]
-		if !ok {
-			return badInput(fmt.Errorf("--policy %q: unknown policy", name))
+		inner, err := optimizer.Lookup(name, optimizer.Options{Workers: 2, ProfiledNodes: profiledNodes(cats)})
+		if err != nil {
+			return badInput(fmt.Errorf("--policy %q: %w", name, err))
 		}
-		pol := &timedPolicy{Policy: mk(simPolicyOpts{p: optimizer.DefaultPowerMean, workers: 2, profiledNodes: profiledNodes(cats)}), limit: o.maxRounds}
+		pol := &timedPolicy{Policy: inner, limit: o.maxRounds}
 		fmt.Fprintf(stderr, "replaying %s (%d jobs) on %s under %s\n", filepath.Base(wlDir)+"/"+o.workload, len(wls[0].Jobs), spec, name)
 		start := time.Now()
-		_, err := sim.RunTyped(ctx, cfg, cats, wls[0], pol, sim.ModeFor(name), nil)
+		_, err = sim.RunTyped(ctx, cfg, cats, wls[0], pol, sim.ModeFor(name), nil)
 		complete := err == nil
 		if err != nil && !strings.Contains(err.Error(), errEnough.Error()) {
 			return err

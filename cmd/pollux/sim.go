@@ -34,48 +34,6 @@ import (
 
 func init() { subcommands = append(subcommands, newSimCmd) }
 
-// simPolicyOpts are what a policy constructor may use.
-type simPolicyOpts struct {
-	// p is the Pollux fairness exponent (the Pollux family only); pSet
-	// reports that --p was given (pollux-het has its own default).
-	p    float64
-	pSet bool
-	// workers is how many goroutines a policy may use.
-	workers int
-	// profiledNodes is, per GPU type, how many nodes its traces span.
-	profiledNodes map[string]int
-}
-
-// simPolicies builds a fresh policy per run.
-var simPolicies = map[string]func(o simPolicyOpts) optimizer.Policy{
-	"pollux": func(o simPolicyOpts) optimizer.Policy {
-		pol := optimizer.NewPollux()
-		pol.PowerMean = o.p
-		pol.Workers = o.workers
-		return pol
-	},
-	"pollux-unaware": func(o simPolicyOpts) optimizer.Policy {
-		pol := optimizer.NewPolluxUnaware()
-		pol.Inner.PowerMean = o.p
-		pol.Inner.Workers = o.workers
-		return pol
-	},
-	"sia": func(o simPolicyOpts) optimizer.Policy {
-		pol := optimizer.NewSia()
-		pol.ProfiledNodes = o.profiledNodes
-		return pol
-	},
-	"pollux-het": func(o simPolicyOpts) optimizer.Policy {
-		pol := optimizer.NewHetPollux()
-		if o.pSet {
-			pol.PowerMean = o.p
-		}
-		return pol
-	},
-	"tiresias": func(simPolicyOpts) optimizer.Policy { return optimizer.Tiresias{} },
-	"optimus":  func(simPolicyOpts) optimizer.Policy { return optimizer.Optimus{} },
-}
-
 // simPolicyOrder is the order runs and tables list policies in.
 var simPolicyOrder = []string{"pollux", "pollux-unaware", "sia", "pollux-het", "tiresias", "optimus"}
 
@@ -90,9 +48,6 @@ func simAll(types int, typed bool) []string {
 	}
 	return []string{"pollux", "tiresias", "optimus"}
 }
-
-// typeBlind are the policies that cannot tell GPU types apart.
-var typeBlind = map[string]bool{"pollux": true, "tiresias": true, "optimus": true}
 
 // generatedWorkloads is how many workloads `pollux sim` draws when no
 // --workload is given.
@@ -284,7 +239,8 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 	if err != nil {
 		return badInput(err)
 	}
-	opts := simPolicyOpts{p: f.p, pSet: f.pSet, profiledNodes: profiledNodes(cats)}
+	opts := simPolicyOptions(f)
+	opts.ProfiledNodes = profiledNodes(cats)
 	if f.out != "" {
 		if err := os.MkdirAll(f.out, 0o755); err != nil {
 			return badInput(fmt.Errorf("sim: --out: %w", err))
@@ -333,8 +289,11 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 				}
 			}
 			o := opts
-			o.workers = perRun
-			pol := simPolicies[r.policy](o)
+			o.Workers = perRun
+			pol, err := optimizer.Lookup(r.policy, o)
+			if err != nil {
+				return fmt.Errorf("sim: %w", err)
+			}
 			rcfg := cfg
 			rcfg.RackBlind = r.blind
 			res, err := sim.RunTyped(gctx, rcfg, cats, r.wl, pol, sim.ModeFor(r.policy), progress)
@@ -374,8 +333,9 @@ func runSim(ctx context.Context, f simFlags, stdout, stderr io.Writer) error {
 	return report.PrintTable(stdout, summary)
 }
 
-// simPolicyList expands --policy: comma-separated names or all, on a
-// cluster of types GPU types (typed: named by --cluster).
+// simPolicyList expands --policy: comma-separated names of the registry
+// (optimizer.Names) or all, on a cluster of types GPU types (typed:
+// named by --cluster).
 func simPolicyList(arg string, types int, typed bool) ([]string, error) {
 	var out []string
 	for _, name := range strings.Split(arg, ",") {
@@ -388,15 +348,14 @@ func simPolicyList(arg string, types int, typed bool) ([]string, error) {
 			}
 			continue
 		}
-		if _, ok := simPolicies[name]; !ok {
-			known := make([]string, 0, len(simPolicies))
-			for p := range simPolicies {
-				known = append(known, p)
-			}
-			sort.Strings(known)
-			return nil, fmt.Errorf("sim: unknown policy %q (want %s or all)", name, strings.Join(known, ", "))
+		pol, err := optimizer.Lookup(name, optimizer.Options{})
+		switch {
+		case errors.Is(err, optimizer.ErrBadAutoscale):
+			return nil, fmt.Errorf("sim: policy %s decides the cluster size: run it with --autoscale", name)
+		case err != nil:
+			return nil, fmt.Errorf("sim: %w, or all", err)
 		}
-		if types > 1 && typeBlind[name] {
+		if _, aware := pol.(optimizer.TypeAware); types > 1 && !aware {
 			return nil, fmt.Errorf("sim: policy %s cannot tell GPU types apart and the cluster has %d; use pollux-unaware (Pollux with Sia's heuristic for mixed types) or sia", name, types)
 		}
 		if !slices.Contains(out, name) {
@@ -404,6 +363,16 @@ func simPolicyList(arg string, types int, typed bool) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// simPolicyOptions are the registry options of --p: the exponent of the
+// Pollux family when it was given (pollux-het has its own default).
+func simPolicyOptions(f simFlags) optimizer.Options {
+	var o optimizer.Options
+	if f.pSet {
+		o.PowerMean = &f.p
+	}
+	return o
 }
 
 // simInputs loads the workloads and the traces of every application they

@@ -255,34 +255,27 @@ func cloudInputs(f simFlags, cluster []clusterspec.Group) (testbed.TypedCatalog,
 
 // cloudPolicy builds one policy of the comparison, adding nodes like
 // tmpl; typed: on a cluster of several GPU types (pollux-het, deciding
-// the size or not).
-func cloudPolicy(name string, f simFlags, workers int, tmpl optimizer.Node, typed bool) optimizer.Policy {
+// the size or not; --p applies to the Pollux search on one type).
+func cloudPolicy(name string, f simFlags, workers int, tmpl optimizer.Node, typed bool) (optimizer.Policy, error) {
 	as := optimizer.Autoscale{
 		Template: tmpl,
 		MinNodes: f.cloud.minNodes, MaxNodes: f.cloud.maxNodes,
 		LowUtil: f.cloud.lowUtil, HighUtil: f.cloud.highUtil,
 	}
-	switch {
-	case typed && name == "pollux-autoscale":
-		return optimizer.NewAutoscaled(optimizer.NewHetPollux(), as)
-	case typed:
-		return optimizer.NewHetPollux()
+	o := optimizer.Options{Workers: workers, ScalingThreshold: f.cloud.threshold}
+	base := "pollux"
+	if typed {
+		base = "pollux-het"
+	} else {
+		o.PowerMean = &f.p
 	}
 	switch name {
 	case "pollux-autoscale":
-		px := optimizer.NewPollux()
-		px.PowerMean = f.p
-		px.Workers = workers
-		return optimizer.NewAutoscaled(px, as)
+		o.Autoscale = &as
 	case "throughput-autoscale":
-		pol := optimizer.NewThroughputAutoscale(as)
-		pol.Threshold = f.cloud.threshold
-		return pol
+		base, o.Autoscale = name, &as
 	}
-	pol := optimizer.NewPollux()
-	pol.PowerMean = f.p
-	pol.Workers = workers
-	return pol
+	return optimizer.Lookup(base, o)
 }
 
 // runSimAutoscale is `pollux sim --autoscale`: every workload on an
@@ -360,7 +353,11 @@ func runSimAutoscale(ctx context.Context, f simFlags, policyGiven bool, stdout, 
 				cloud.InitialNodes = cloud.MaxNodes
 			}
 			cfg.Cloud = &cloud
-			res, err := sim.RunTyped(gctx, cfg, cats, r.wl, cloudPolicy(r.policy, f, perRun, tmpl, typed), sim.ModeFor(r.policy), nil)
+			pol, err := cloudPolicy(r.policy, f, perRun, tmpl, typed)
+			if err != nil {
+				return fmt.Errorf("sim: %s: %w", r.policy, err)
+			}
+			res, err := sim.RunTyped(gctx, cfg, cats, r.wl, pol, sim.ModeFor(r.policy), nil)
 			if err != nil {
 				return fmt.Errorf("sim: %s on %s: %w", r.policy, r.wl.Name, err)
 			}

@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -74,7 +72,8 @@ func runSimFederation(ctx context.Context, cmd *cobra.Command, f simFlags, stdou
 	}
 	runs := len(fed.Labs) + 2
 	workers := min(f.parallel, runs)
-	opts := simPolicyOpts{p: f.p, pSet: f.pSet, workers: max(1, runtime.GOMAXPROCS(0)/workers)}
+	opts := simPolicyOptions(f)
+	opts.Workers = max(1, runtime.GOMAXPROCS(0)/workers)
 	var mu sync.Mutex
 	last := map[string]string{}
 	start := time.Now()
@@ -82,16 +81,7 @@ func runSimFederation(ctx context.Context, cmd *cobra.Command, f simFlags, stdou
 		Catalog: cat,
 		Seed:    f.seed,
 		NewPolicy: func(name string) (optimizer.Policy, error) {
-			mk, ok := simPolicies[name]
-			if !ok {
-				known := make([]string, 0, len(simPolicies))
-				for p := range simPolicies {
-					known = append(known, p)
-				}
-				sort.Strings(known)
-				return nil, fmt.Errorf("unknown policy %q (want %s)", name, strings.Join(known, ", "))
-			}
-			return mk(opts), nil
+			return optimizer.Lookup(name, opts)
 		},
 		Parallel: workers,
 		// One line per mode whenever a tenth more of its jobs completed.

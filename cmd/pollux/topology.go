@@ -80,25 +80,29 @@ func checkJoinTopology(ctx context.Context, m levelsMember, topology string, fai
 	}
 }
 
+// serverPolicies are the names `pollux server --policy` accepts: auto
+// (pollux on one GPU type, pollux-het on several) and the policies of the
+// registry that run live.
+var serverPolicies = []string{"auto", "pollux", "pollux-het", "sia", "pollux-unaware"}
+
 // serverPolicy is the allocator's policy of `pollux server --policy`: the
 // one for rounds on one GPU type and the one for several.
 func serverPolicy(name string) (single, typed optimizer.Policy, err error) {
-	switch name {
-	case "auto":
-		return optimizer.NewPollux(), optimizer.NewHetPollux(), nil
-	case "pollux":
-		return optimizer.NewPollux(), optimizer.NewPollux(), nil
-	case "pollux-het":
-		p := optimizer.NewHetPollux()
-		return p, p, nil
-	case "sia":
-		p := optimizer.NewSia()
-		return p, p, nil
-	case "pollux-unaware":
-		p := optimizer.NewPolluxUnaware()
-		return p, p, nil
+	if !slices.Contains(serverPolicies, name) {
+		last := len(serverPolicies) - 1
+		return nil, nil, fmt.Errorf("server: --policy %q: want %s or %s", name, strings.Join(serverPolicies[:last], ", "), serverPolicies[last])
 	}
-	return nil, nil, fmt.Errorf("server: --policy %q: want auto, pollux, pollux-het, sia or pollux-unaware", name)
+	singleName, typedName := name, name
+	if name == "auto" {
+		singleName, typedName = "pollux", "pollux-het"
+	}
+	if single, err = optimizer.Lookup(singleName, optimizer.Options{}); err != nil {
+		return nil, nil, fmt.Errorf("server: --policy: %w", err)
+	}
+	if typed, err = optimizer.Lookup(typedName, optimizer.Options{}); err != nil {
+		return nil, nil, fmt.Errorf("server: --policy: %w", err)
+	}
+	return single, typed, nil
 }
 
 // configSource is what watchLevels reads the replicated configuration
