@@ -99,21 +99,11 @@ type SizePoint struct {
 }
 
 // DesiredNodes is the Pollux artifact's cluster-size rule
-// (PolluxPolicy._desired_nodes of the osdi21-artifact branch) over front,
-// the Pareto front of (size, fitness) points, on a cluster of current
-// nodes with utility band [low, high]:
-//
-//  1. if the fittest point that fits the current cluster has a utility
-//     within the band, keep the current size;
-//  2. otherwise walk the front by increasing size, starting from no
-//     choice: take a point that beats the chosen one on both utility and
-//     fitness, skip one that loses on both, and otherwise take it if its
-//     utility is strictly nearer the band's midpoint; return the chosen
-//     point's size (the current size when the front is empty).
-//
-// The artifact walks the front in the order its non-dominated sort
-// returns; walking it by size makes the rule deterministic. The caller
-// clamps the result to its minimum and maximum.
+// (PolluxPolicy._desired_nodes) over front, the Pareto front of (size,
+// fitness) points, on a cluster of current nodes with utility band [low,
+// high]: keep the size while the fittest point that fits has a utility in
+// the band, else walk the front by size towards the band's midpoint
+// (docs/policies.md, "The size rule"). The caller clamps the result.
 func DesiredNodes(front []SizePoint, current int, low, high float64) int {
 	pts := slices.Clone(front)
 	slices.SortStableFunc(pts, func(a, b SizePoint) int { return a.Nodes - b.Nodes })

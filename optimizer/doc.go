@@ -15,6 +15,10 @@
 // actor and the trace-driven testbed call the very same code.
 //
 // Contents:
+//   - Lookup and Names (registry.go): every policy by the name the
+//     commands take, built with Options; what a caller needs beyond
+//     Policy is an optional interface (Budgeted, TypeAware, Sizer;
+//     policy.go). docs/policies.md lists them.
 //   - Objective (objective.go): the Pollux fitness of pollux-spec.md
 //     section 4, speedups relative to the fair share, exactly as the Python
 //     artifact computes it (checked against its recorded rounds by
@@ -37,11 +41,12 @@
 //     ours. Sia and HetPollux solve a multiple-choice knapsack per round
 //     (choice.go): exactly by dynamic programming while the per-type GPU
 //     budgets are small, by Lagrangian relaxation beyond.
-//   - Topology (topology.go): a Node has its domain at every level of the
-//     cluster's topology (Snapshot.Levels, innermost the rack; a node
-//     that declares nothing is in the default rack), a Job may require or
-//     prefer one domain of a level (TopologyConstraint: Kueue's and
-//     Volcano's hard and soft network topology). The objective prices a
+//   - Topology (topology.go; the names in optimizer/topology): a Node
+//     has its domain at every level of the cluster's topology
+//     (Snapshot.Levels, innermost the rack; a node that declares nothing
+//     is in the default rack), a Job may require or prefer one domain of
+//     a level (TopologyConstraint: Kueue's and Volcano's hard and soft
+//     network topology). The objective prices a
 //     placement across racks with the job's cross-rack terms (measured,
 //     else derived from Snapshot.CrossRackRatio); the mutation draws a
 //     job's new nodes mostly from its own rack, the climber grows jobs
