@@ -29,7 +29,7 @@ type clientOpts struct {
 
 func (o *clientOpts) flags(cmd *cobra.Command) {
 	env, f := client.FromEnv(), cmd.Flags()
-	f.StringSliceVar(&o.cfg.Servers, "server", env.Servers, "API addresses of servers, tried in order: host:port is HTTPS; http://host:port a server running --insecure (default $"+client.EnvServers+", comma-separated, else "+client.DefaultServer+")")
+	f.StringSliceVar(&o.cfg.Servers, "server", env.Servers, "API addresses of servers, tried in order: host:port is HTTPS; http://host:port a server running --insecure ($"+client.EnvServers+", comma-separated, sets the default)")
 	f.StringVar(&o.cfg.CA, "ca", env.CA, "cluster CA certificate the servers' certificates are checked against (default $"+client.EnvCA+")")
 	// The token's default is read when the command runs, so that --help
 	// never prints a secret.
