@@ -10,7 +10,8 @@
 # JOBS      entries POLICY:SET/WORKLOAD, POLICY sia or pollux, SET/WORKLOAD a
 #           workload of ../shared/sia-artifact/workloads without .csv
 #           (philly/workload-1, saturn/workload-3, scale/rate_10/workload-1);
-#           default: the set recorded in
+#           SET/WORKLOAD@N runs the workload's first N jobs (a copy of its
+#           first N rows in OUT/prefix/); default: the set recorded in
 #           testbed/sim/testdata/sia-artifact/ground-truth.json
 #
 # Environment: WORKLOADS (default ../shared/sia-artifact/workloads from the
@@ -52,9 +53,16 @@ for r in d["runs"]:
 fi
 
 run_one() {
-	local entry=$1 policy wl dir base
+	local entry=$1 policy wl dir base csv n
 	policy=${entry%%:*}
 	wl=${entry#*:}
+	csv=$workloads/${wl%@*}.csv
+	if [[ $wl == *@* ]]; then
+		n=${wl##*@}
+		mkdir -p "$out/prefix/$(dirname "$wl")"
+		head -n $((n + 1)) "$csv" >"$out/prefix/$wl.csv"
+		csv=$out/prefix/$wl.csv
+	fi
 	dir=$out/$policy/$(dirname "$wl")
 	base=$dir/$(basename "$wl")
 	mkdir -p "$dir"
@@ -65,7 +73,7 @@ run_one() {
 	echo "start $entry $(date -u +%FT%TZ)"
 	COLUMNS=160 nice -n 10 /usr/bin/python3 "$here/run_sia_ref.py" \
 		--artifact "$artifact" --deps "$deps" --policy "$policy" \
-		--workload "$workloads/$wl.csv" --output "$base.log.tmp" \
+		--workload "$csv" --output "$base.log.tmp" \
 		--seed "$seed" >"$base.out" 2>&1 &&
 		mv "$base.log.tmp" "$base.log" &&
 		gzip -f "$base.out"

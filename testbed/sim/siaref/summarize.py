@@ -21,6 +21,7 @@ the artifact's own log as its utils/print_run_stats.py does:
 - first_alloc: per job [seconds from submission to the round of its first
   allocation, GPU type, GPUs];
 - jct_s: per job JCT in seconds;
+  (a workload named SET/WORKLOAD@N is the first N jobs of SET/WORKLOAD;)
 - by_app: mean JCT (h) and restarts per job per application.
 
 Numbers only: nothing of the artifact's code or data.
@@ -148,8 +149,10 @@ def main():
 
     def key(r):
         parts = r["workload"].split("/")
-        num = int(parts[-1].split("-")[-1])
-        return (r["policy"] != "sia", order.get(parts[0], 9), parts[:-1], num)
+        name, _, prefix = parts[-1].partition("@")
+        num = int(name.split("-")[-1])
+        return (r["policy"] != "sia", order.get(parts[0], 9), parts[:-1], num,
+                int(prefix or 0))
 
     runs.sort(key=key)
     doc = {"artifact": "siasosp23/artifacts sia-simulator",
