@@ -47,8 +47,12 @@ if [ ${#jobs[@]} -eq 0 ]; then
 	mapfile -t jobs < <(/usr/bin/python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
+seen = set()
 for r in d["runs"]:
-    print(r["policy"] + ":" + r["workload"])
+    e = r["policy"] + ":" + r["workload"]
+    if r["solver"] == "cbc" and e not in seen:
+        seen.add(e)
+        print(e)
 ' "$root/testbed/sim/testdata/sia-artifact/ground-truth.json")
 fi
 

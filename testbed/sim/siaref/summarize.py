@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Collect the figures of run.sh's runs of Sia's simulator into one JSON.
 
-    /usr/bin/python3 summarize.py OUT [--artifact-commit C] > ground-truth.json
+    /usr/bin/python3 summarize.py OUT [OUT2...] [--artifact-commit C] > ground-truth.json
 
 OUT is run.sh's output folder (OUT/POLICY/SET/WORKLOAD.log, the artifact's
 per-round log, and WORKLOAD.out.gz, its stdout). Per run, all computed from
@@ -122,12 +122,14 @@ def summarize_log(path):
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    out = sys.argv[1]
+    args = sys.argv[1:]
     commit = None
-    if "--artifact-commit" in sys.argv:
-        commit = sys.argv[sys.argv.index("--artifact-commit") + 1]
+    if "--artifact-commit" in args:
+        i = args.index("--artifact-commit")
+        commit = args[i + 1]
+        del args[i:i + 2]
     runs = []
-    for policy in ("sia", "pollux"):
+    for out, policy in [(o, p) for o in args for p in ("sia", "pollux")]:
         pdir = os.path.join(out, policy)
         if not os.path.isdir(pdir):
             continue
@@ -152,7 +154,7 @@ def main():
         name, _, prefix = parts[-1].partition("@")
         num = int(name.split("-")[-1])
         return (r["policy"] != "sia", order.get(parts[0], 9), parts[:-1], num,
-                int(prefix or 0))
+                int(prefix or 0), r["solver"] != "cbc")
 
     runs.sort(key=key)
     doc = {"artifact": "siasosp23/artifacts sia-simulator",
