@@ -50,7 +50,7 @@ d = json.load(open(sys.argv[1]))
 seen = set()
 for r in d["runs"]:
     e = r["policy"] + ":" + r["workload"]
-    if r["solver"] == "cbc" and e not in seen:
+    if r["solver"] in ("cbc", None) and e not in seen:
         seen.add(e)
         print(e)
 ' "$root/testbed/sim/testdata/sia-artifact/ground-truth.json")

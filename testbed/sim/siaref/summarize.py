@@ -141,7 +141,8 @@ def main():
                 wl = os.path.relpath(path, pdir)[:-len(".log")]
                 info = read_out(path[:-len(".log")] + ".out")
                 r = {"policy": policy, "workload": wl,
-                     "solver": info.get("solver"),
+                     # the solver of Sia's MILP (Pollux has none)
+                     "solver": info.get("solver") if policy == "sia" else None,
                      "wall_s": info.get("wall_s"),
                      "solver_stats": info.get("solver_stats"),
                      "artifact_argv": info.get("artifact_argv")}
@@ -154,7 +155,7 @@ def main():
         name, _, prefix = parts[-1].partition("@")
         num = int(name.split("-")[-1])
         return (r["policy"] != "sia", order.get(parts[0], 9), parts[:-1], num,
-                int(prefix or 0), r["solver"] != "cbc")
+                int(prefix or 0), r["solver"] not in ("cbc", None))
 
     runs.sort(key=key)
     doc = {"artifact": "siasosp23/artifacts sia-simulator",
