@@ -1,12 +1,14 @@
 package main
 
 import (
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 
 	"pollux/optimizer"
 	"pollux/optimizer/refsnap"
+	"pollux/testbed/badinput"
 )
 
 func init() {
@@ -383,4 +386,44 @@ func benchAllocatorSnapshots(w io.Writer, o allocatorOpts) error {
 		fmt.Fprintf(tw, "%s\t%d\t%.9f\t%.9f\t%.6f\t%.6f\t%.4f\n", e.Name, r.Jobs, r.CurrentFitness, r.ReferenceCurrent, r.ReferenceFitness, r.Fitness, r.RoundS)
 	}
 	return tw.Flush()
+}
+
+//go:embed help
+var helpFiles embed.FS
+
+// longHelp is the long help of a command, help/NAME.txt, its last
+// newline dropped, each {{key}} of repl (key, value pairs) replaced, and
+// with oneLine its lines joined into one paragraph.
+func longHelp(name string, oneLine bool, repl ...string) string {
+	b, err := helpFiles.ReadFile("help/" + name + ".txt")
+	if err != nil {
+		panic(err) // the files are embedded: a missing one is a build mistake
+	}
+	for i := 0; i+1 < len(repl); i += 2 {
+		repl[i] = "{{" + repl[i] + "}}"
+	}
+	s := strings.NewReplacer(repl...).Replace(strings.TrimSuffix(string(b), "\n"))
+	if oneLine {
+		s = strings.ReplaceAll(s, "\n", " ")
+	}
+	return s
+}
+
+// usage marks the testbed's bad-input errors as usage errors (exit 2).
+func usage(err error) error {
+	if badinput.Is(err) {
+		return badInput(err)
+	}
+	return err
+}
+
+// refuseFlags refuses, as bad input, the first of names given on cmd's
+// command line, with format (one %s: the flag's name) saying why.
+func refuseFlags(cmd *cobra.Command, format string, names ...string) error {
+	for _, n := range names {
+		if cmd.Flags().Changed(n) {
+			return badInput(fmt.Errorf(format, n))
+		}
+	}
+	return nil
 }

@@ -2,117 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"pollux/actors/fedlink"
 	"pollux/cluster/federation"
-	"pollux/cluster/pki"
-	"pollux/internal/logbuf"
 	"pollux/testbed"
+	"pollux/testbed/fedlab"
 	"pollux/testbed/launch"
 )
-
-// labSet is the labs of a federation started on this machine, by name.
-type labSet struct {
-	names []string
-	labs  map[string]*launch.Cluster
-}
-
-// startLabs starts one lab per name (each with its own CA from
-// pki.DevLabBundle, a federation file naming every other lab as a peer
-// with its CA, and a federation listener on loopback), every lab with
-// the servers, agents and clocks of tmpl, in tmpl.Dir/<name>, each with
-// its own checkpoint root (tmpl.Dir/<name>/checkpoints), which every
-// peer's federation file declares as that lab's (docs/federation.md,
-// "Checkpoints": on one machine every agent reaches every root). The
-// labs started are returned also on error, to be stopped.
-func startLabs(ctx context.Context, tmpl launch.Options, names []string, quota federation.Quota, interval time.Duration) (*labSet, error) {
-	return startLabsWith(ctx, tmpl, names, quota, interval, federation.DefaultSettings(), nil)
-}
-
-// startLabsWith is startLabs with the federation's terms (lease time to
-// live, ...) given, and shape, when not nil, called on each lab's
-// federation file before it is written (a quota or peers of its own).
-func startLabsWith(ctx context.Context, tmpl launch.Options, names []string, quota federation.Quota, interval time.Duration,
-	terms federation.Settings, shape func(lab string, f *fedlink.File)) (*labSet, error) {
-	ls := &labSet{names: names, labs: map[string]*launch.Cluster{}}
-	// Each lab's federation port stays held until that lab starts: the
-	// labs started before it must not be given it (their own ports,
-	// their outgoing connections).
-	fedPorts, err := launch.ReservePorts(len(names))
-	if err != nil {
-		return ls, err
-	}
-	defer fedPorts.Close()
-	addrs, bundles := map[string]string{}, map[string]*pki.Bundle{}
-	var servers, agents []string
-	for i := range max(tmpl.Servers, 1) {
-		servers = append(servers, fmt.Sprintf("s%d", i))
-	}
-	for i := range tmpl.Agents {
-		agents = append(agents, fmt.Sprintf("a%d", i))
-	}
-	for i, n := range names {
-		addrs[n] = fmt.Sprintf("127.0.0.1:%d", fedPorts.Ports[i])
-		if bundles[n], err = pki.DevLabBundle(filepath.Join(tmpl.Dir, n, "tls"), n, servers, agents); err != nil {
-			return ls, err
-		}
-	}
-	for i, n := range names {
-		f := fedlink.File{Quota: quota, Terms: &terms}
-		for _, p := range names {
-			if p != n {
-				f.Peers = append(f.Peers, fedlink.PeerFile{Name: p, Addresses: []string{addrs[p]}, CAFile: bundles[p].CA,
-					CheckpointRoot: filepath.Join(tmpl.Dir, p, "checkpoints")})
-			}
-		}
-		if shape != nil {
-			shape(n, &f)
-		}
-		raw, err := json.Marshal(f)
-		if err != nil {
-			return ls, err
-		}
-		fedFile := filepath.Join(tmpl.Dir, n, "federation.json")
-		if err := os.WriteFile(fedFile, raw, 0o644); err != nil {
-			return ls, err
-		}
-		o := tmpl
-		o.Dir, o.Bundle, o.CheckpointRoot = filepath.Join(tmpl.Dir, n), bundles[n], filepath.Join(tmpl.Dir, n, "checkpoints")
-		o.ServerArgs = append(append([]string(nil), tmpl.ServerArgs...), "--cluster", n, "--federation", fedFile,
-			"--federation-addr", addrs[n], "--federation-interval", interval.String())
-		fedPorts.Release(i)
-		c, err := launch.Start(ctx, o)
-		if c != nil {
-			ls.labs[n] = c
-		}
-		if err != nil {
-			return ls, fmt.Errorf("lab %s: %w", n, err)
-		}
-	}
-	return ls, nil
-}
-
-// stop stops every process of every lab.
-func (ls *labSet) stop() error {
-	var errs []error
-	for _, n := range ls.names {
-		if c := ls.labs[n]; c != nil {
-			if err := c.Stop(); err != nil {
-				errs = append(errs, fmt.Errorf("lab %s: %w", n, err))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
 
 // labOutcome is one lab's line of the federation demo's table.
 type labOutcome struct {
@@ -158,10 +58,10 @@ func runFederationDemo(ctx context.Context, tmpl launch.Options, cat testbed.Cat
 	fmt.Fprintf(out, "starting %d labs of %d server(s) and %d agents of %d emulated GPUs on 127.0.0.1, each with its own CA (logs in %s)\n",
 		len(names), tmpl.Servers, tmpl.Agents, tmpl.GPUsPerAgent, tmpl.Dir)
 	gpus := tmpl.Agents * tmpl.GPUsPerAgent
-	ls, err := startLabs(runCtx, tmpl, names, federation.Quota{Nominal: gpus, LendingLimit: gpus, BorrowingLimit: 2 * gpus}, 500*time.Millisecond)
+	ls, err := fedlab.Start(runCtx, tmpl, names, federation.Quota{Nominal: gpus, LendingLimit: gpus, BorrowingLimit: 2 * gpus}, 500*time.Millisecond)
 	defer func() {
 		fmt.Fprintln(out, "stopping the labs")
-		if err := ls.stop(); err != nil {
+		if err := ls.Stop(); err != nil {
 			fmt.Fprintln(errOut, "pollux: demo:", err)
 		}
 	}()
@@ -195,7 +95,7 @@ func runFederationDemo(ctx context.Context, tmpl launch.Options, cat testbed.Cat
 			if err != nil {
 				return fmt.Errorf("demo: %w", err)
 			}
-			if a := ls.labs[p.lab].Client().SubmitAny(runCtx, p.job.Name, spec, 250*time.Millisecond, 30*time.Second); !a.OK() {
+			if a := ls.Labs[p.lab].Client().SubmitAny(runCtx, p.job.Name, spec, 250*time.Millisecond, 30*time.Second); !a.OK() {
 				return fmt.Errorf("demo: submitting %s to %s: %s", p.job.Name, p.lab, a.Error())
 			}
 			queue = queue[1:]
@@ -206,7 +106,7 @@ func runFederationDemo(ctx context.Context, tmpl launch.Options, cat testbed.Cat
 		var line strings.Builder
 		fmt.Fprintf(&line, "%5.0fs", elapsed.Seconds())
 		for _, n := range names {
-			cl := ls.labs[n].Client()
+			cl := ls.Labs[n].Client()
 			lent, borrowed, used, own := 0, 0, 0, 0
 			if st, err := cl.StatusAny(runCtx); err == nil {
 				used, own = st.GPUsUsed, st.GPUs
@@ -248,7 +148,7 @@ func runFederationDemo(ctx context.Context, tmpl launch.Options, cat testbed.Cat
 		}
 	}
 	for _, n := range names {
-		observeLogs(outcome[n], ls.labs[n], all)
+		observeLogs(outcome[n], ls.Labs[n], all)
 	}
 	return writeFederationTable(out, names, outcome)
 }
@@ -259,9 +159,9 @@ func runFederationDemo(ctx context.Context, tmpl launch.Options, cat testbed.Cat
 func observeLogs(o *labOutcome, c *launch.Cluster, jobs map[string][]string) {
 	var reclaims []time.Time
 	for _, s := range c.Servers {
-		o.Rebalances += len(logLines(s.Log, "federation: lease", "op=reclaim", "reason=rebalance"))
-		for _, line := range logLines(s.Log, "federation: lease", "op=reclaim", "reason=need") {
-			if at, ok := lineTime(line); ok {
+		o.Rebalances += len(fedlab.LogLines(s.Log, "federation: lease", "op=reclaim", "reason=rebalance"))
+		for _, line := range fedlab.LogLines(s.Log, "federation: lease", "op=reclaim", "reason=need") {
+			if at, ok := fedlab.LineTime(line); ok {
 				reclaims = append(reclaims, at)
 			}
 		}
@@ -269,7 +169,7 @@ func observeLogs(o *labOutcome, c *launch.Cluster, jobs map[string][]string) {
 	o.Reclaims = len(reclaims)
 	var ownStarts []time.Time
 	for _, a := range c.Agents {
-		for _, line := range logLines(a.Log, "node: worker started") {
+		for _, line := range fedlab.LogLines(a.Log, "node: worker started") {
 			own := false
 			for _, j := range jobs[o.Lab] {
 				own = own || strings.Contains(line, "job="+j+" ")
@@ -278,7 +178,7 @@ func observeLogs(o *labOutcome, c *launch.Cluster, jobs map[string][]string) {
 				o.ForeignWorkers++
 				continue
 			}
-			if at, ok := lineTime(line); ok {
+			if at, ok := fedlab.LineTime(line); ok {
 				ownStarts = append(ownStarts, at)
 			}
 		}
@@ -292,21 +192,6 @@ func observeLogs(o *labOutcome, c *launch.Cluster, jobs map[string][]string) {
 			}
 		}
 	}
-}
-
-// logLines are the lines of the log file at path that contain every one
-// of subs.
-func logLines(path string, subs ...string) []string {
-	b, _ := os.ReadFile(path)
-	return logbuf.Matching(string(b), subs...)
-}
-
-// lineTime is the time= field of a log line.
-func lineTime(line string) (time.Time, bool) {
-	_, rest, _ := strings.Cut(line, "time=")
-	ts, _, _ := strings.Cut(rest, " ")
-	at, err := time.Parse(time.RFC3339Nano, ts)
-	return at, err == nil
 }
 
 func writeFederationTable(w io.Writer, names []string, outcome map[string]*labOutcome) error {
