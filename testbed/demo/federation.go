@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"pollux/cluster/federation"
 	"pollux/testbed"
+	"pollux/testbed/builtin"
 	"pollux/testbed/fedlab"
 	"pollux/testbed/launch"
 )
@@ -46,13 +47,23 @@ func fedDemoJobs(lab string, i, labs int, spread time.Duration) []launch.Job {
 	return jobs
 }
 
-// runFederationDemo runs three labs of tmpl's shape through their
-// workloads, shows their progress, and prints a table per lab (jobs,
-// average JCT, GPU-hours lent and borrowed, reclaims) observed from
-// outside: the labs' APIs and their processes' logs. Every process is
-// stopped on every way out.
-func runFederationDemo(ctx context.Context, tmpl launch.Options, cat testbed.Catalog, spread, timeout time.Duration, out, errOut io.Writer) error {
-	runCtx, cancel := context.WithTimeout(ctx, timeout)
+// Federation runs three labs of o.Cluster's shape through their
+// workloads, submitted over o.Spread within o.Timeout, shows their
+// progress, and prints a table per lab (jobs, average JCT, GPU-hours lent
+// and borrowed, reclaims) observed from outside: the labs' APIs and their
+// processes' logs. Every process is stopped on every way out.
+func Federation(ctx context.Context, o Options, out, errOut io.Writer) error {
+	cat, err := builtin.Catalog()
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	tmpl := o.Cluster
+	done, err := prepare(&tmpl.Exec, &tmpl.Dir, "pollux-demo-", o.Keep)
+	defer done()
+	if err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	names := []string{"lab-a", "lab-b", "lab-c"}
 	fmt.Fprintf(out, "starting %d labs of %d server(s) and %d agents of %d emulated GPUs on 127.0.0.1, each with its own CA (logs in %s)\n",
@@ -68,89 +79,119 @@ func runFederationDemo(ctx context.Context, tmpl launch.Options, cat testbed.Cat
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	type pending struct {
-		lab string
-		job launch.Job
-	}
-	var queue []pending
-	all := map[string][]string{}
+	f := &fedRun{ls: ls, cat: cat, scale: tmpl.TimeScale, all: map[string][]string{}, outcome: map[string]*labOutcome{}}
 	for i, n := range names {
-		for _, j := range fedDemoJobs(n, i, len(names), spread) {
-			queue = append(queue, pending{n, j})
-			all[n] = append(all[n], j.Name)
+		for _, j := range fedDemoJobs(n, i, len(names), o.Spread) {
+			f.queue = append(f.queue, pending{n, j})
+			f.all[n] = append(f.all[n], j.Name)
 		}
 	}
-	fmt.Fprintf(out, "submitting %d jobs to each lab in turn over %v; time runs %gx\n", len(queue)/len(names), spread, tmpl.TimeScale)
-	outcome := map[string]*labOutcome{}
+	fmt.Fprintf(out, "submitting %d jobs to each lab in turn over %v; time runs %gx\n", len(f.queue)/len(names), o.Spread, tmpl.TimeScale)
 	for _, n := range names {
-		outcome[n] = &labOutcome{Lab: n, Jobs: len(all[n])}
+		f.outcome[n] = &labOutcome{Lab: n, Jobs: len(f.all[n])}
 	}
+	if err := f.run(runCtx, o.Timeout, out); err != nil {
+		return err
+	}
+	for _, n := range names {
+		observeLogs(f.outcome[n], ls.Labs[n], f.all)
+	}
+	return writeFederationTable(out, names, f.outcome)
+}
+
+// pending is a job not submitted yet, and its lab.
+type pending struct {
+	lab string
+	job launch.Job
+}
+
+// fedRun is the federation demo's labs, running their workloads.
+type fedRun struct {
+	ls      *fedlab.Set
+	cat     testbed.Catalog
+	scale   float64
+	queue   []pending
+	all     map[string][]string // every lab's jobs
+	outcome map[string]*labOutcome
+}
+
+// run submits the jobs as they fall due and prints a line of the labs'
+// state every half second until every job completed.
+func (f *fedRun) run(ctx context.Context, timeout time.Duration, out io.Writer) error {
+	names := f.ls.Names
 	begin, last := time.Now(), time.Now()
 	tick := 500 * time.Millisecond
 	for {
 		elapsed := time.Since(begin)
-		for len(queue) > 0 && queue[0].job.After <= elapsed {
-			p := queue[0]
-			spec, err := p.job.Spec(cat, 16)
+		for len(f.queue) > 0 && f.queue[0].job.After <= elapsed {
+			p := f.queue[0]
+			spec, err := p.job.Spec(f.cat, 16)
 			if err != nil {
 				return fmt.Errorf("demo: %w", err)
 			}
-			if a := ls.Labs[p.lab].Client().SubmitAny(runCtx, p.job.Name, spec, 250*time.Millisecond, 30*time.Second); !a.OK() {
+			if a := f.ls.Labs[p.lab].Client().SubmitAny(ctx, p.job.Name, spec, 250*time.Millisecond, 30*time.Second); !a.OK() {
 				return fmt.Errorf("demo: submitting %s to %s: %s", p.job.Name, p.lab, a.Error())
 			}
-			queue = queue[1:]
+			f.queue = f.queue[1:]
 		}
-		dt := time.Since(last).Seconds() * tmpl.TimeScale / 3600
+		dt := time.Since(last).Seconds() * f.scale / 3600
 		last = time.Now()
 		done := 0
 		var line strings.Builder
 		fmt.Fprintf(&line, "%5.0fs", elapsed.Seconds())
 		for _, n := range names {
-			cl := ls.Labs[n].Client()
-			lent, borrowed, used, own := 0, 0, 0, 0
-			if st, err := cl.StatusAny(runCtx); err == nil {
-				used, own = st.GPUsUsed, st.GPUs
-				if f := st.Federation; f != nil {
-					lent, borrowed = f.Lent, f.Borrowed
-				}
-			}
-			o := outcome[n]
-			o.GPUHoursLent += float64(lent) * dt
-			o.GPUHoursBorrowed += float64(borrowed) * dt
-			js, _, err := cl.JobsAny(runCtx)
+			completed, err := f.observe(ctx, n, dt, &line)
 			if err != nil {
-				continue
+				return err
 			}
-			o.Completed, o.AvgJCT = 0, 0
-			for _, j := range js {
-				switch j.State {
-				case "failed":
-					return fmt.Errorf("demo: %s's job %s failed: %s", n, j.ID, j.Reason)
-				case "completed":
-					o.Completed++
-					o.AvgJCT += (j.FinishTime - j.SubmitTime) * tmpl.TimeScale
-				}
-			}
-			if o.Completed > 0 {
-				o.AvgJCT /= float64(o.Completed)
-			}
-			done += o.Completed
-			fmt.Fprintf(&line, "  %s: own GPUs %d, used %d, lent %d, borrowed %d, done %d/%d", n, own, used, lent, borrowed, o.Completed, o.Jobs)
+			done += completed
 		}
 		fmt.Fprintln(out, line.String())
-		if len(queue) == 0 && done == len(names)*len(all[names[0]]) {
-			break
+		if len(f.queue) == 0 && done == len(names)*len(f.all[names[0]]) {
+			return nil
 		}
 		select {
-		case <-runCtx.Done():
-			return fmt.Errorf("demo: the workload did not finish within %v: %w", timeout, runCtx.Err())
+		case <-ctx.Done():
+			return fmt.Errorf("demo: the workload did not finish within %v: %w", timeout, ctx.Err())
 		case <-time.After(tick):
 		}
 	}
-	for _, n := range names {
-		observeLogs(outcome[n], ls.Labs[n], all)
+}
+
+// observe reads lab n's status and jobs, adds dt hours of its lending
+// and borrowing to its outcome and its part of the progress line, and
+// returns its completed jobs; it fails if one of its jobs failed.
+func (f *fedRun) observe(ctx context.Context, n string, dt float64, line *strings.Builder) (int, error) {
+	cl := f.ls.Labs[n].Client()
+	lent, borrowed, used, own := 0, 0, 0, 0
+	if st, err := cl.StatusAny(ctx); err == nil {
+		used, own = st.GPUsUsed, st.GPUs
+		if fs := st.Federation; fs != nil {
+			lent, borrowed = fs.Lent, fs.Borrowed
+		}
 	}
-	return writeFederationTable(out, names, outcome)
+	o := f.outcome[n]
+	o.GPUHoursLent += float64(lent) * dt
+	o.GPUHoursBorrowed += float64(borrowed) * dt
+	js, _, err := cl.JobsAny(ctx)
+	if err != nil {
+		return 0, nil
+	}
+	o.Completed, o.AvgJCT = 0, 0
+	for _, j := range js {
+		switch j.State {
+		case "failed":
+			return 0, fmt.Errorf("demo: %s's job %s failed: %s", n, j.ID, j.Reason)
+		case "completed":
+			o.Completed++
+			o.AvgJCT += (j.FinishTime - j.SubmitTime) * f.scale
+		}
+	}
+	if o.Completed > 0 {
+		o.AvgJCT /= float64(o.Completed)
+	}
+	fmt.Fprintf(line, "  %s: own GPUs %d, used %d, lent %d, borrowed %d, done %d/%d", n, own, used, lent, borrowed, o.Completed, o.Jobs)
+	return o.Completed, nil
 }
 
 // observeLogs fills in what a lab's logs show: its reclaims (its
