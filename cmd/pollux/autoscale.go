@@ -16,6 +16,7 @@ import (
 	"pollux/actors/allocator"
 	"pollux/cluster/provider"
 	"pollux/optimizer"
+	"pollux/optimizer/topology"
 )
 
 // scaleOpts are `pollux server`'s autoscaling flags (issue 19).
@@ -95,7 +96,7 @@ func (o *scaleOpts) check(f *pflag.FlagSet) error {
 		return fmt.Errorf("server: --scale-down-delay %v, want at least 0", o.scaleDownDelay)
 	}
 	if o.gpuType != "" {
-		if err := optimizer.CheckName("GPU type", o.gpuType); err != nil {
+		if err := topology.CheckName("GPU type", o.gpuType); err != nil {
 			return fmt.Errorf("server: --node-gpu-type: %w", err)
 		}
 		for _, a := range o.agentArgs {

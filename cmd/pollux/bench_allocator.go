@@ -35,13 +35,6 @@ func newBenchAllocatorCmd() *cobra.Command {
 			switch {
 			case sia.Scale != 0:
 				sia.JSON = asJSON
-				sia.NewPolicy = func(name string, profiled map[string]int) (optimizer.Policy, bool) {
-					mk, ok := simPolicies[name]
-					if !ok {
-						return nil, false
-					}
-					return mk(simPolicyOpts{p: optimizer.DefaultPowerMean, workers: 2, profiledNodes: profiled}), true
-				}
 				return usage(allocbench.SiaScale(cmd.Context(), sia, cmd.OutOrStdout(), cmd.ErrOrStderr()))
 			case snapshots != "":
 				return usage(allocbench.Snapshots(cmd.OutOrStdout(), snapshots, seeds, asJSON))

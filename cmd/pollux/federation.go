@@ -22,6 +22,7 @@ import (
 	"pollux/cluster/federation"
 	"pollux/cluster/pki"
 	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // federationOpts are the federation flags of `pollux server`
@@ -131,7 +132,7 @@ func joinFederationGossip(ctx context.Context, o federationOpts, id, bind, fedAd
 // setLab writes the lab's identity (its name once, its CA, and with a
 // federation file its quota and peers) once a leader can take it; if
 // the cluster already has another name it stops the server (fail).
-func setLab(ctx context.Context, srv *consensus.Server, c consensus.SetLab, log *slog.Logger, fail context.CancelCauseFunc) {
+func setLab(ctx context.Context, srv *consensus.Server, c state.SetLab, log *slog.Logger, fail context.CancelCauseFunc) {
 	for {
 		if st := srv.LocalState(); st.Fed != nil && st.Fed.Lab.Name != c.Name {
 			fail(badInput(fmt.Errorf("server: --cluster %s: this cluster is named %s (set once, when it was first started with --cluster)", c.Name, st.Fed.Lab.Name)))
@@ -144,7 +145,7 @@ func setLab(ctx context.Context, srv *consensus.Server, c consensus.SetLab, log 
 		case err == nil:
 			log.Info("server: federation identity", "cluster", c.Name, "peers", len(c.Peers), "quota", c.Quota)
 			return
-		case errors.Is(err, consensus.ErrClusterConfig), errors.Is(err, consensus.ErrInvalid):
+		case errors.Is(err, state.ErrClusterConfig), errors.Is(err, state.ErrInvalid):
 			fail(badInput(fmt.Errorf("server: --cluster %s: %w", c.Name, err)))
 			return
 		}
@@ -158,8 +159,8 @@ func setLab(ctx context.Context, srv *consensus.Server, c consensus.SetLab, log 
 
 // labOf is the SetLab a server writes: a cluster named without a
 // federation file keeps the quota and peers it has (none at first).
-func labOf(o federationOpts, fed *fedlink.Federation, creds *pki.Credentials) consensus.SetLab {
-	c := consensus.SetLab{Name: o.cluster, CA: "none", NameOnly: fed == nil}
+func labOf(o federationOpts, fed *fedlink.Federation, creds *pki.Credentials) state.SetLab {
+	c := state.SetLab{Name: o.cluster, CA: "none", NameOnly: fed == nil}
 	if creds != nil {
 		c.CA = pki.Fingerprint(caOf(creds))
 	}

@@ -28,7 +28,9 @@ import (
 	"pollux/cluster"
 	"pollux/cluster/pki"
 	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer"
+	"pollux/optimizer/topology"
 	"pollux/testbed/builtin"
 )
 
@@ -177,7 +179,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	if err != nil {
 		return badInput(fmt.Errorf("server: %w", err))
 	}
-	levels, err := optimizer.ParseLevels(o.levels)
+	levels, err := topology.ParseLevels(o.levels)
 	if err != nil {
 		return badInput(fmt.Errorf("server: --topology-levels: %w", err))
 	}
@@ -343,7 +345,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 	defer func() { _ = sys.Root.StopFuture(host).Wait() }()
 	props, err := allocator.NewAllocator(allocator.Config{
 		Store: srv, Server: o.id, Members: members.Members, Interval: o.interval, CheckpointRoot: o.ckptRoot,
-		Policy: policy, TypedPolicy: typed, CrossRackRatio: o.crossRackRatio, Levels: consensus.NormalizeLevels(initLevels),
+		Policy: policy, TypedPolicy: typed, CrossRackRatio: o.crossRackRatio, Levels: state.NormalizeLevels(initLevels),
 		Retain: o.retain, TimeScale: o.timeScale, NodeGrace: o.nodeGrace, MaxFailures: o.maxFailures, Stats: stats, Logger: log,
 		Lease: o.agentLease, Autoscale: scale, Federation: link, Context: ctx,
 	}, func(ri allocator.RoundInfo) { httpAPI.ObserveRound(ri); dash.ObserveRound(ri) })
@@ -394,7 +396,7 @@ func runServer(ctx context.Context, o serverOpts, cmd *cobra.Command) error {
 // levels it stops the server (fail): they are the cluster's, set at
 // bootstrap, and jobs' checkpoints are under the root.
 func initCluster(ctx context.Context, srv *consensus.Server, root string, levels []string, log *slog.Logger, fail context.CancelCauseFunc) {
-	init := consensus.NewInitCluster(root, levels...)
+	init := state.NewInitCluster(root, levels...)
 	for {
 		c, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := srv.InitCluster(c, init)
@@ -404,7 +406,7 @@ func initCluster(ctx context.Context, srv *consensus.Server, root string, levels
 			cfg := srv.LocalState().Config
 			log.Info("server: cluster configuration", "cluster", cfg.ID, "checkpoint_root", root)
 			return
-		case errors.Is(err, consensus.ErrClusterConfig):
+		case errors.Is(err, state.ErrClusterConfig):
 			fail(badInput(fmt.Errorf("server: --checkpoint-root %q, --topology-levels %q: %w", root, strings.Join(levels, ","), err)))
 			return
 		}

@@ -1,11 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
-	"maps"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -17,48 +16,6 @@ import (
 )
 
 func init() { subcommands = append(subcommands, newSimCmd) }
-
-// simPolicyOpts are what a policy constructor may use.
-type simPolicyOpts struct {
-	// p is the Pollux fairness exponent (the Pollux family only); pSet
-	// reports that --p was given (pollux-het has its own default).
-	p    float64
-	pSet bool
-	// workers is how many goroutines a policy may use.
-	workers int
-	// profiledNodes is, per GPU type, how many nodes its traces span.
-	profiledNodes map[string]int
-}
-
-// simPolicies builds a fresh policy per run.
-var simPolicies = map[string]func(o simPolicyOpts) optimizer.Policy{
-	"pollux": func(o simPolicyOpts) optimizer.Policy {
-		pol := optimizer.NewPollux()
-		pol.PowerMean = o.p
-		pol.Workers = o.workers
-		return pol
-	},
-	"pollux-unaware": func(o simPolicyOpts) optimizer.Policy {
-		pol := optimizer.NewPolluxUnaware()
-		pol.Inner.PowerMean = o.p
-		pol.Inner.Workers = o.workers
-		return pol
-	},
-	"sia": func(o simPolicyOpts) optimizer.Policy {
-		pol := optimizer.NewSia()
-		pol.ProfiledNodes = o.profiledNodes
-		return pol
-	},
-	"pollux-het": func(o simPolicyOpts) optimizer.Policy {
-		pol := optimizer.NewHetPollux()
-		if o.pSet {
-			pol.PowerMean = o.p
-		}
-		return pol
-	},
-	"tiresias": func(simPolicyOpts) optimizer.Policy { return optimizer.Tiresias{} },
-	"optimus":  func(simPolicyOpts) optimizer.Policy { return optimizer.Optimus{} },
-}
 
 // simPolicyOrder is the order runs and tables list policies in.
 var simPolicyOrder = []string{"pollux", "pollux-unaware", "sia", "pollux-het", "tiresias", "optimus"}
@@ -74,9 +31,6 @@ func simAll(types int, typed bool) []string {
 	}
 	return []string{"pollux", "tiresias", "optimus"}
 }
-
-// typeBlind are the policies that cannot tell GPU types apart.
-var typeBlind = map[string]bool{"pollux": true, "tiresias": true, "optimus": true}
 
 // simFlags are the flags of `pollux sim`.
 type simFlags struct {
@@ -156,11 +110,8 @@ func runSim(cmd *cobra.Command, f simFlags) error {
 	o := simrun.Options{Workload: f.workload, Traces: f.traces, Cluster: f.cluster, Semantics: f.semantics, Nodes: f.nodes,
 		GPUsPerNode: f.gpusPerNode, Interval: f.interval, Interference: f.interference, P: f.p, Seed: f.seed, Parallel: f.parallel,
 		Out: f.out, JSON: f.asJSON, Racks: f.racks, CrossRackRatio: f.crossRackRatio, CrossRackModel: f.crossRackModel,
-		CompareTopology: f.compareTopology,
-		Policies:        func(types int, typed bool) ([]string, error) { return simPolicyList(f.policy, types, typed) },
-		NewPolicy: func(name string, workers int, profiled map[string]int) optimizer.Policy {
-			return simPolicies[name](simPolicyOpts{p: f.p, pSet: f.pSet, workers: workers, profiledNodes: profiled})
-		}}
+		CompareTopology: f.compareTopology, PolicyOptions: simPolicyOptions(f),
+		Policies: func(types int, typed bool) ([]string, error) { return simPolicyList(f.policy, types, typed) }}
 	return usage(simrun.Run(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr()))
 }
 
@@ -175,18 +126,13 @@ func runSimFederation(cmd *cobra.Command, f simFlags) error {
 		return err
 	}
 	o := simrun.FederationOptions{File: f.federation, Workload: f.workload, Traces: f.traces, Parallel: f.parallel, Seed: f.seed, JSON: f.asJSON,
-		NewPolicy: func(name string, workers int) (optimizer.Policy, error) {
-			mk, ok := simPolicies[name]
-			if !ok {
-				return nil, fmt.Errorf("unknown policy %q (want %s)", name, strings.Join(slices.Sorted(maps.Keys(simPolicies)), ", "))
-			}
-			return mk(simPolicyOpts{p: f.p, pSet: f.pSet, workers: workers}), nil
-		}}
+		PolicyOptions: simPolicyOptions(f)}
 	return usage(simrun.Federation(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr()))
 }
 
-// simPolicyList expands --policy: comma-separated names or all, on a
-// cluster of types GPU types (typed: named by --cluster).
+// simPolicyList expands --policy: comma-separated names of the registry
+// (optimizer.Names) or all, on a cluster of types GPU types (typed:
+// named by --cluster).
 func simPolicyList(arg string, types int, typed bool) ([]string, error) {
 	var out []string
 	for _, name := range strings.Split(arg, ",") {
@@ -199,15 +145,14 @@ func simPolicyList(arg string, types int, typed bool) ([]string, error) {
 			}
 			continue
 		}
-		if _, ok := simPolicies[name]; !ok {
-			known := make([]string, 0, len(simPolicies))
-			for p := range simPolicies {
-				known = append(known, p)
-			}
-			sort.Strings(known)
-			return nil, fmt.Errorf("sim: unknown policy %q (want %s or all)", name, strings.Join(known, ", "))
+		pol, err := optimizer.Lookup(name, optimizer.Options{})
+		switch {
+		case errors.Is(err, optimizer.ErrBadAutoscale):
+			return nil, fmt.Errorf("sim: policy %s decides the cluster size: run it with --autoscale", name)
+		case err != nil:
+			return nil, fmt.Errorf("sim: %w, or all", err)
 		}
-		if types > 1 && typeBlind[name] {
+		if _, aware := pol.(optimizer.TypeAware); types > 1 && !aware {
 			return nil, fmt.Errorf("sim: policy %s cannot tell GPU types apart and the cluster has %d; use pollux-unaware (Pollux with Sia's heuristic for mixed types) or sia", name, types)
 		}
 		if !slices.Contains(out, name) {
@@ -215,4 +160,14 @@ func simPolicyList(arg string, types int, typed bool) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// simPolicyOptions are the registry options of --p: the exponent of the
+// Pollux family when it was given (pollux-het has its own default).
+func simPolicyOptions(f simFlags) optimizer.Options {
+	var o optimizer.Options
+	if f.pSet {
+		o.PowerMean = &f.p
+	}
+	return o
 }

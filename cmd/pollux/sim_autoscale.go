@@ -91,34 +91,27 @@ func cloudPolicyList(arg string, given, typed bool) ([]string, error) {
 
 // cloudPolicy builds one policy of the comparison, adding nodes like
 // tmpl; typed: on a cluster of several GPU types (pollux-het, deciding
-// the size or not).
-func cloudPolicy(name string, f simFlags, workers int, tmpl optimizer.Node, typed bool) optimizer.Policy {
+// the size or not; --p applies to the Pollux search on one type).
+func cloudPolicy(name string, f simFlags, workers int, tmpl optimizer.Node, typed bool) (optimizer.Policy, error) {
 	as := optimizer.Autoscale{
 		Template: tmpl,
 		MinNodes: f.cloud.minNodes, MaxNodes: f.cloud.maxNodes,
 		LowUtil: f.cloud.lowUtil, HighUtil: f.cloud.highUtil,
 	}
-	switch {
-	case typed && name == "pollux-autoscale":
-		return optimizer.NewHetAutoscale(as)
-	case typed:
-		return optimizer.NewHetPollux()
+	o := optimizer.Options{Workers: workers, ScalingThreshold: f.cloud.threshold}
+	base := "pollux"
+	if typed {
+		base = "pollux-het"
+	} else {
+		o.PowerMean = &f.p
 	}
 	switch name {
 	case "pollux-autoscale":
-		pol := optimizer.NewAutoscalePollux(as)
-		pol.Pollux.PowerMean = f.p
-		pol.Pollux.Workers = workers
-		return pol
+		o.Autoscale = &as
 	case "throughput-autoscale":
-		pol := optimizer.NewThroughputAutoscale(as)
-		pol.Threshold = f.cloud.threshold
-		return pol
+		base, o.Autoscale = name, &as
 	}
-	pol := optimizer.NewPollux()
-	pol.PowerMean = f.p
-	pol.Workers = workers
-	return pol
+	return optimizer.Lookup(base, o)
 }
 
 // runSimAutoscale is `pollux sim --autoscale`.
@@ -130,7 +123,7 @@ func runSimAutoscale(cmd *cobra.Command, f simFlags) error {
 		Policies: func(typed bool) ([]string, error) {
 			return cloudPolicyList(f.policy, cmd.Flags().Changed("policy"), typed)
 		},
-		NewPolicy: func(name string, workers int, tmpl optimizer.Node, typed bool) optimizer.Policy {
+		NewPolicy: func(name string, workers int, tmpl optimizer.Node, typed bool) (optimizer.Policy, error) {
 			return cloudPolicy(name, f, workers, tmpl, typed)
 		}}
 	return usage(simrun.Cloud(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr()))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -27,6 +28,14 @@ func newTLSCmd() *cobra.Command {
 	return cmd
 }
 
+// pkiInput makes a bad name or file of package pki bad input.
+func pkiInput(err error) error {
+	if errors.Is(err, pki.ErrBadName) || errors.Is(err, pki.ErrBadFile) {
+		return badInput(err)
+	}
+	return err
+}
+
 func newTLSCACreateCmd() *cobra.Command {
 	var (
 		dir, name string
@@ -43,17 +52,12 @@ func newTLSCACreateCmd() *cobra.Command {
 			if days < 1 {
 				return badInput(fmt.Errorf("tls ca create: --days %d, want >= 1", days))
 			}
-			ca, err := pki.NewCA(pki.CAOptions{CommonName: name, Validity: time.Duration(days) * 24 * time.Hour})
+			ca, certPath, keyPath, err := pki.CreateCA(dir, pki.CAOptions{CommonName: name, Validity: time.Duration(days) * 24 * time.Hour})
 			if err != nil {
-				return err
+				return pkiInput(err)
 			}
-			certPath, keyPath, err := pki.WriteCA(dir, ca)
-			if err != nil {
-				return badInput(err)
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "wrote %s\nwrote %s\n", certPath, keyPath)
-			fmt.Fprintf(out, "CA %q valid until %s, SHA-256 fingerprint %s\n", ca.Cert.Subject.CommonName, ca.Cert.NotAfter.UTC().Format(time.RFC3339), pki.Fingerprint(ca.Cert))
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\nwrote %s\nCA %q valid until %s, SHA-256 fingerprint %s\n", certPath, keyPath,
+				ca.Cert.Subject.CommonName, ca.Cert.NotAfter.UTC().Format(time.RFC3339), pki.Fingerprint(ca.Cert))
 			return nil
 		},
 	}
@@ -91,31 +95,17 @@ func newTLSCertCreateCmd() *cobra.Command {
 			if days < 1 {
 				return badInput(fmt.Errorf("tls cert create: --days %d, want >= 1", days))
 			}
-			if caPath == "" {
-				caPath = filepath.Join(dir, pki.CAFile)
-			}
-			if caKey == "" {
-				caKey = filepath.Join(dir, pki.CAKeyFile)
-			}
-			ca, err := pki.LoadCA(caPath, caKey)
+			ca, err := pki.LoadCA(cmp.Or(caPath, filepath.Join(dir, pki.CAFile)), cmp.Or(caKey, filepath.Join(dir, pki.CAKeyFile)))
 			if err != nil {
 				return badInput(fmt.Errorf("tls cert create: %w (make a CA with pollux tls ca create)", err))
 			}
 			id := pki.Identity{Role: r, Name: name, Cluster: clusterName}
-			if err := id.Validate(); err != nil {
-				return badInput(fmt.Errorf("tls cert create: %w", err))
-			}
-			is, err := ca.Issue(pki.CertRequest{Identity: id, Hosts: hosts, Validity: time.Duration(days) * 24 * time.Hour})
+			is, certPath, keyPath, err := ca.IssueTo(dir, pki.CertRequest{Identity: id, Hosts: hosts, Validity: time.Duration(days) * 24 * time.Hour})
 			if err != nil {
-				return badInput(err)
-			}
-			certPath, keyPath, err := pki.WriteIssued(dir, id, is)
-			if err != nil {
-				return badInput(err)
+				return pkiInput(fmt.Errorf("tls cert create: %w", err))
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "wrote %s\nwrote %s\n", certPath, keyPath)
-			fmt.Fprintf(out, "%s %s (%s) valid until %s", r, name, id.URI(), is.Cert.NotAfter.UTC().Format(time.RFC3339))
+			fmt.Fprintf(out, "wrote %s\nwrote %s\n%s %s (%s) valid until %s", certPath, keyPath, r, name, id.URI(), is.Cert.NotAfter.UTC().Format(time.RFC3339))
 			if r != pki.RoleClient {
 				fmt.Fprintf(out, " for %v %v", is.Cert.IPAddresses, is.Cert.DNSNames)
 			}

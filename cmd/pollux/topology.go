@@ -13,8 +13,9 @@ import (
 
 	"pollux/actors/server/api"
 	"pollux/cluster"
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer"
+	topo "pollux/optimizer/topology"
 )
 
 // placeMeta is the gossip metadata of a member's place: its --topology
@@ -40,7 +41,7 @@ func placeMeta(topology, rack, gpuType string) (cluster.Meta, error) {
 		m.Rack, m.Topology = domains[0], cluster.FormatTopology(levels, domains)
 	}
 	if gpuType != "" {
-		if err := optimizer.CheckName("GPU type", gpuType); err != nil {
+		if err := topo.CheckName("GPU type", gpuType); err != nil {
 			return m, fmt.Errorf("--gpu-type: %w", err)
 		}
 		m.GPUType = gpuType
@@ -79,31 +80,35 @@ func checkJoinTopology(ctx context.Context, m levelsMember, topology string, fai
 	}
 }
 
+// serverPolicies are the names `pollux server --policy` accepts: auto
+// (pollux on one GPU type, pollux-het on several) and the policies of the
+// registry that run live.
+var serverPolicies = []string{"auto", "pollux", "pollux-het", "sia", "pollux-unaware"}
+
 // serverPolicy is the allocator's policy of `pollux server --policy`: the
 // one for rounds on one GPU type and the one for several.
 func serverPolicy(name string) (single, typed optimizer.Policy, err error) {
-	switch name {
-	case "auto":
-		return optimizer.NewPollux(), optimizer.NewHetPollux(), nil
-	case "pollux":
-		return optimizer.NewPollux(), optimizer.NewPollux(), nil
-	case "pollux-het":
-		p := optimizer.NewHetPollux()
-		return p, p, nil
-	case "sia":
-		p := optimizer.NewSia()
-		return p, p, nil
-	case "pollux-unaware":
-		p := optimizer.NewPolluxUnaware()
-		return p, p, nil
+	if !slices.Contains(serverPolicies, name) {
+		last := len(serverPolicies) - 1
+		return nil, nil, fmt.Errorf("server: --policy %q: want %s or %s", name, strings.Join(serverPolicies[:last], ", "), serverPolicies[last])
 	}
-	return nil, nil, fmt.Errorf("server: --policy %q: want auto, pollux, pollux-het, sia or pollux-unaware", name)
+	singleName, typedName := name, name
+	if name == "auto" {
+		singleName, typedName = "pollux", "pollux-het"
+	}
+	if single, err = optimizer.Lookup(singleName, optimizer.Options{}); err != nil {
+		return nil, nil, fmt.Errorf("server: --policy: %w", err)
+	}
+	if typed, err = optimizer.Lookup(typedName, optimizer.Options{}); err != nil {
+		return nil, nil, fmt.Errorf("server: --policy: %w", err)
+	}
+	return single, typed, nil
 }
 
 // configSource is what watchLevels reads the replicated configuration
 // from.
 type configSource interface {
-	LocalState() *consensus.State
+	LocalState() *state.State
 }
 
 // metaUpdater is the membership whose metadata watchLevels updates.
@@ -186,7 +191,7 @@ func racksOf(servers []raft.Server, members []cluster.Member) ([]api.Peer, bool)
 	rack := map[string]string{}
 	for _, m := range members {
 		if m.Meta.Role == cluster.RoleServer {
-			rack[m.Name] = cmp.Or(m.Meta.Rack, optimizer.DefaultDomain)
+			rack[m.Name] = cmp.Or(m.Meta.Rack, topo.DefaultDomain)
 		}
 	}
 	all := true

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"pollux/optimizer"
 	"pollux/testbed/badinput"
 )
 
@@ -51,9 +50,7 @@ func TestSnapshotsAndSiaScaleBadInput(t *testing.T) {
 	if err := Snapshots(&bytes.Buffer{}, t.TempDir()+"/absent", 1, false); !badinput.Is(err) {
 		t.Errorf("absent directory: %v", err)
 	}
-	none := func(string, map[string]int) (optimizer.Policy, bool) { return nil, false }
-	for _, o := range []SiaScaleOptions{{Scale: 65, NewPolicy: none}, {Scale: 1, MaxRounds: -1, NewPolicy: none},
-		{Scale: 1, Dir: t.TempDir(), Workload: "workload-1", NewPolicy: none}} {
+	for _, o := range []SiaScaleOptions{{Scale: 65}, {Scale: 1, MaxRounds: -1}, {Scale: 1, Dir: t.TempDir(), Workload: "workload-1"}} {
 		if err := SiaScale(context.Background(), o, &bytes.Buffer{}, &bytes.Buffer{}); !badinput.Is(err) {
 			t.Errorf("%+v: err = %v, want bad input", o, err)
 		}

@@ -31,9 +31,6 @@ type SiaScaleOptions struct {
 	Dir, Workload, Policies string
 	MaxRounds               int // stop each replay after this many rounds (0: run to completion)
 	JSON                    bool
-	// NewPolicy builds the policy of a name (false: no such policy);
-	// profiled is, per GPU type, how many nodes its traces span.
-	NewPolicy func(name string, profiled map[string]int) (optimizer.Policy, bool)
 }
 
 // SiaScaleReport is one policy's line of `pollux bench allocator
@@ -148,14 +145,14 @@ func SiaScale(ctx context.Context, o SiaScaleOptions, stdout, stderr io.Writer) 
 	var reports []SiaScaleReport
 	for _, name := range strings.Split(o.Policies, ",") {
 		name = strings.TrimSpace(name)
-		inner, ok := o.NewPolicy(name, cats.ProfiledNodes())
-		if !ok {
-			return badinput.Errorf("--policy %q: unknown policy", name)
+		inner, err := optimizer.Lookup(name, optimizer.Options{Workers: 2, ProfiledNodes: cats.ProfiledNodes()})
+		if err != nil {
+			return badinput.Errorf("--policy %q: %w", name, err)
 		}
 		pol := &timedPolicy{Policy: inner, limit: o.MaxRounds}
 		fmt.Fprintf(stderr, "replaying %s (%d jobs) on %s under %s\n", filepath.Base(wlDir)+"/"+o.Workload, len(wls[0].Jobs), spec, name)
 		start := time.Now()
-		_, err := sim.RunTyped(ctx, cfg, cats, wls[0], pol, sim.ModeFor(name), nil)
+		_, err = sim.RunTyped(ctx, cfg, cats, wls[0], pol, sim.ModeFor(name), nil)
 		complete := err == nil
 		if err != nil && !strings.Contains(err.Error(), errEnough.Error()) {
 			return err

@@ -56,7 +56,7 @@ type CloudOptions struct {
 	Policies func(typed bool) ([]string, error)
 	// NewPolicy builds a fresh policy for one run, which may use workers
 	// goroutines, adding nodes like tmpl.
-	NewPolicy func(name string, workers int, tmpl optimizer.Node, typed bool) optimizer.Policy
+	NewPolicy func(name string, workers int, tmpl optimizer.Node, typed bool) (optimizer.Policy, error)
 }
 
 // cloudPolicyResult is one policy's figures in `pollux sim --autoscale
@@ -312,7 +312,11 @@ func (o CloudOptions) simulate(ctx context.Context, base sim.Config, cats testbe
 				cloud.InitialNodes = cloud.MaxNodes
 			}
 			cfg.Cloud = &cloud
-			res, err := sim.RunTyped(gctx, cfg, cats, r.wl, o.NewPolicy(r.policy, perRun, tmpl, typed), sim.ModeFor(r.policy), nil)
+			pol, err := o.NewPolicy(r.policy, perRun, tmpl, typed)
+			if err != nil {
+				return fmt.Errorf("sim: %s: %w", r.policy, err)
+			}
+			res, err := sim.RunTyped(gctx, cfg, cats, r.wl, pol, sim.ModeFor(r.policy), nil)
 			if err != nil {
 				return fmt.Errorf("sim: %s on %s: %w", r.policy, r.wl.Name, err)
 			}

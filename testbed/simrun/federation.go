@@ -35,9 +35,9 @@ type FederationOptions struct {
 	Parallel               int
 	Seed                   uint64
 	JSON                   bool
-	// NewPolicy builds the policy a lab's file names, which may use
-	// workers goroutines (an error for an unknown name).
-	NewPolicy func(name string, workers int) (optimizer.Policy, error)
+	// PolicyOptions are the registry options of the policies the labs'
+	// files name (optimizer.Lookup); Workers is set here.
+	PolicyOptions optimizer.Options
 }
 
 // Federation is `pollux sim --federation FILE`: every lab of the file
@@ -52,7 +52,8 @@ func Federation(ctx context.Context, o FederationOptions, stdout, stderr io.Writ
 	}
 	runs := len(fed.Labs) + 2
 	workers := min(o.Parallel, runs)
-	perRun := max(1, runtime.GOMAXPROCS(0)/workers)
+	popts := o.PolicyOptions
+	popts.Workers = max(1, runtime.GOMAXPROCS(0)/workers)
 	var mu sync.Mutex
 	last := map[string]string{}
 	start := time.Now()
@@ -60,7 +61,7 @@ func Federation(ctx context.Context, o FederationOptions, stdout, stderr io.Writ
 		Catalog: cat,
 		Seed:    o.Seed,
 		NewPolicy: func(name string) (optimizer.Policy, error) {
-			return o.NewPolicy(name, perRun)
+			return optimizer.Lookup(name, popts)
 		},
 		Parallel: workers,
 		// One line per mode whenever a tenth more of its jobs completed.

@@ -54,10 +54,10 @@ type Options struct {
 	// Policies expands the policies to run on a cluster of types GPU
 	// types (typed: named by Cluster); its error is bad input.
 	Policies func(types int, typed bool) ([]string, error)
-	// NewPolicy builds a fresh policy for one run, which may use workers
-	// goroutines; profiled is, per GPU type, how many nodes its traces
-	// span.
-	NewPolicy func(name string, workers int, profiled map[string]int) optimizer.Policy
+	// PolicyOptions are the registry options every run's policy is
+	// looked up with (optimizer.Lookup); Workers and ProfiledNodes are
+	// set here.
+	PolicyOptions optimizer.Options
 }
 
 // runSpec is one (policy, workload) pair to simulate, blind to racks or
@@ -180,9 +180,10 @@ func (o Options) simulate(ctx context.Context, cfg sim.Config, cats testbed.Type
 	for _, r := range runs {
 		total += len(r.wl.Jobs)
 	}
-	profiled := cats.ProfiledNodes()
+	popts := o.PolicyOptions
+	popts.ProfiledNodes = cats.ProfiledNodes()
 	workers := min(o.Parallel, len(runs))
-	perRun := max(1, runtime.GOMAXPROCS(0)/workers)
+	popts.Workers = max(1, runtime.GOMAXPROCS(0)/workers)
 	bar := progressBar(stderr, total, len(runs))
 	var doneJobs atomic.Int64
 	results := make([]*sim.Result, len(runs))
@@ -198,7 +199,10 @@ func (o Options) simulate(ctx context.Context, cfg sim.Config, cats testbed.Type
 					last = done
 				}
 			}
-			pol := o.NewPolicy(r.policy, perRun, profiled)
+			pol, err := optimizer.Lookup(r.policy, popts)
+			if err != nil {
+				return fmt.Errorf("sim: %w", err)
+			}
 			rcfg := cfg
 			rcfg.RackBlind = r.blind
 			res, err := sim.RunTyped(gctx, rcfg, cats, r.wl, pol, sim.ModeFor(r.policy), progress)
