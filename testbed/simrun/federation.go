@@ -1,4 +1,4 @@
-package main
+package simrun
 
 import (
 	"context"
@@ -11,77 +11,57 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spf13/cobra"
-
+	"pollux/internal/jsonout"
 	"pollux/optimizer"
 	"pollux/testbed"
+	"pollux/testbed/badinput"
 	"pollux/testbed/builtin"
 	"pollux/testbed/fedsim"
 	"pollux/testbed/trace"
 	"pollux/testbed/workload"
 )
 
-// federationExample is the --federation argument naming the built-in
-// example (kept as testbed/fedsim/example.json).
-const federationExample = "example"
+// Example is the federation file name that names the built-in example
+// (kept as testbed/fedsim/example.json).
+const Example = "example"
 
-// simFederationFlags are the sim flags that do not apply with
-// --federation (the file describes the clusters and their policies).
-var simFederationFlags = []string{"cluster", "nodes", "gpus-per-node", "policy", "semantics", "interval", "interference", "out"}
+// FederationOptions are a simulation of federated labs (the flags of
+// `pollux sim --federation`).
+type FederationOptions struct {
+	// File is the federation file, or Example; Workload ("": the file's
+	// workloads) a directory holding the labs' workload files; Traces
+	// the applications ("": the built-in profiles).
+	File, Workload, Traces string
+	Parallel               int
+	Seed                   uint64
+	JSON                   bool
+	// PolicyOptions are the registry options of the policies the labs'
+	// files name (optimizer.Lookup); Workers is set here.
+	PolicyOptions optimizer.Options
+}
 
-// runSimFederation is `pollux sim --federation FILE`.
-func runSimFederation(ctx context.Context, cmd *cobra.Command, f simFlags, stdout, stderr io.Writer) error {
-	for _, name := range simFederationFlags {
-		if cmd != nil && cmd.Flags().Changed(name) {
-			return badInput(fmt.Errorf("sim: --%s does not apply with --federation (the federation file describes every lab's cluster and policy)", name))
-		}
+// Federation is `pollux sim --federation FILE`: every lab of the file
+// with its own cluster and workload, isolated, merged and federated.
+func Federation(ctx context.Context, o FederationOptions, stdout, stderr io.Writer) error {
+	if o.Parallel < 1 {
+		return badinput.Errorf("sim: --parallel %d: want at least 1", o.Parallel)
 	}
-	if f.parallel < 1 {
-		return badInput(fmt.Errorf("sim: --parallel %d: want at least 1", f.parallel))
-	}
-	data, base, name := fedsim.Example(), "", "example"
-	if f.federation != federationExample {
-		var err error
-		if data, err = os.ReadFile(f.federation); err != nil {
-			return badInput(fmt.Errorf("sim: --federation: %w", err))
-		}
-		base, name = filepath.Dir(f.federation), f.federation
-	}
-	fed, err := fedsim.Decode(data, name)
+	fed, cat, wls, err := o.inputs()
 	if err != nil {
-		return badInput(fmt.Errorf("sim: %w", err))
-	}
-	if f.workload != "" {
-		if st, err := os.Stat(f.workload); err != nil || !st.IsDir() {
-			return badInput(fmt.Errorf("sim: --workload %s: with --federation, give the directory holding the labs' workload files", f.workload))
-		}
-	}
-	cat, err := federationCatalog(f.traces)
-	if err != nil {
-		return badInput(err)
-	}
-	check := func(app string) error {
-		if _, ok := cat[app]; !ok {
-			return fmt.Errorf("%w %q", workload.ErrUnknownApp, app)
-		}
-		return nil
-	}
-	wls, err := fed.Workloads(f.workload, base, check)
-	if err != nil {
-		return badInput(fmt.Errorf("sim: %w", err))
+		return err
 	}
 	runs := len(fed.Labs) + 2
-	workers := min(f.parallel, runs)
-	opts := simPolicyOptions(f)
-	opts.Workers = max(1, runtime.GOMAXPROCS(0)/workers)
+	workers := min(o.Parallel, runs)
+	popts := o.PolicyOptions
+	popts.Workers = max(1, runtime.GOMAXPROCS(0)/workers)
 	var mu sync.Mutex
 	last := map[string]string{}
 	start := time.Now()
 	opt := fedsim.Options{
 		Catalog: cat,
-		Seed:    f.seed,
+		Seed:    o.Seed,
 		NewPolicy: func(name string) (optimizer.Policy, error) {
-			return optimizer.Lookup(name, opts)
+			return optimizer.Lookup(name, popts)
 		},
 		Parallel: workers,
 		// One line per mode whenever a tenth more of its jobs completed.
@@ -101,10 +81,47 @@ func runSimFederation(ctx context.Context, cmd *cobra.Command, f simFlags, stdou
 		return fmt.Errorf("sim: %w", err)
 	}
 	fmt.Fprintf(stderr, "simulated %d labs in 3 modes in %.1f s\n", len(fed.Labs), time.Since(start).Seconds())
-	if f.asJSON {
-		return writeJSON(stdout, rep)
+	if o.JSON {
+		return jsonout.Write(stdout, rep)
 	}
 	return printFederation(stdout, fed, rep)
+}
+
+// inputs are the federation of the file (or the built-in example), the
+// applications and every lab's workload.
+func (o FederationOptions) inputs() (*fedsim.Federation, testbed.Catalog, []workload.Workload, error) {
+	data, base, name := fedsim.Example(), "", "example"
+	if o.File != Example {
+		var err error
+		if data, err = os.ReadFile(o.File); err != nil {
+			return nil, nil, nil, badinput.Errorf("sim: --federation: %w", err)
+		}
+		base, name = filepath.Dir(o.File), o.File
+	}
+	fed, err := fedsim.Decode(data, name)
+	if err != nil {
+		return nil, nil, nil, badinput.Errorf("sim: %w", err)
+	}
+	if o.Workload != "" {
+		if st, err := os.Stat(o.Workload); err != nil || !st.IsDir() {
+			return nil, nil, nil, badinput.Errorf("sim: --workload %s: with --federation, give the directory holding the labs' workload files", o.Workload)
+		}
+	}
+	cat, err := federationCatalog(o.Traces)
+	if err != nil {
+		return nil, nil, nil, badinput.Mark(err)
+	}
+	check := func(app string) error {
+		if _, ok := cat[app]; !ok {
+			return fmt.Errorf("%w %q", workload.ErrUnknownApp, app)
+		}
+		return nil
+	}
+	wls, err := fed.Workloads(o.Workload, base, check)
+	if err != nil {
+		return nil, nil, nil, badinput.Errorf("sim: %w", err)
+	}
+	return fed, cat, wls, nil
 }
 
 // federationCatalog is the applications of --traces, or the built-in

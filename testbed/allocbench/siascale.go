@@ -1,4 +1,4 @@
-package main
+package allocbench
 
 import (
 	"context"
@@ -13,16 +13,29 @@ import (
 
 	"gonum.org/v1/gonum/stat"
 
+	"pollux/internal/jsonout"
 	"pollux/optimizer"
+	"pollux/testbed/badinput"
 	"pollux/testbed/clusterspec"
 	"pollux/testbed/sim"
 	"pollux/testbed/trace"
 	"pollux/testbed/workload"
 )
 
-// siaScaleReport is one policy's line of `pollux bench allocator
+// SiaScaleOptions are the Sia-scale mode's settings (`pollux bench
+// allocator --sia-scale N`).
+type SiaScaleOptions struct {
+	Scale int // N, 1..64
+	// Dir is Sia's artifact directory, Workload the workload of its scale
+	// directory, Policies the comma-separated policies to time.
+	Dir, Workload, Policies string
+	MaxRounds               int // stop each replay after this many rounds (0: run to completion)
+	JSON                    bool
+}
+
+// SiaScaleReport is one policy's line of `pollux bench allocator
 // --sia-scale N`.
-type siaScaleReport struct {
+type SiaScaleReport struct {
 	Policy   string  `json:"policy"`
 	Scale    int     `json:"scale"`
 	GPUs     int     `json:"gpus"`
@@ -78,24 +91,30 @@ func abs(x float64) float64 {
 	return x
 }
 
-func benchSiaScale(ctx context.Context, stdout, stderr io.Writer, o allocatorOpts) error {
+// SiaScale replays Sia's scale workload (every Helios job issued
+// o.Scale times; 1 replays the saturn workload itself) on Sia's 64-GPU
+// heterogeneous cluster with o.Scale times the nodes of every GPU type,
+// under each of o.Policies, with Sia's simulator semantics and no
+// fairness runs, and prints the median, p95 and largest wall time of each
+// policy's rounds (a table, or one JSON object).
+func SiaScale(ctx context.Context, o SiaScaleOptions, stdout, stderr io.Writer) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	n := o.siaScale
+	n := o.Scale
 	if n < 1 || n > 64 {
-		return badInput(fmt.Errorf("--sia-scale %d: want 1..64", n))
+		return badinput.Errorf("--sia-scale %d: want 1..64", n)
 	}
-	if o.maxRounds < 0 {
-		return badInput(fmt.Errorf("--max-rounds %d: want 0 or more", o.maxRounds))
+	if o.MaxRounds < 0 {
+		return badinput.Errorf("--max-rounds %d: want 0 or more", o.MaxRounds)
 	}
-	wlDir := filepath.Join(o.siaDir, "workloads", "scale", fmt.Sprintf("scale_%dx", n))
+	wlDir := filepath.Join(o.Dir, "workloads", "scale", fmt.Sprintf("scale_%dx", n))
 	if n == 1 {
-		wlDir = filepath.Join(o.siaDir, "workloads", "saturn")
+		wlDir = filepath.Join(o.Dir, "workloads", "saturn")
 	}
-	wlPath := filepath.Join(wlDir, o.workload+".csv")
+	wlPath := filepath.Join(wlDir, o.Workload+".csv")
 	if _, err := os.Stat(wlPath); err != nil {
-		return badInput(fmt.Errorf("--sia-scale %d: %w", n, err))
+		return badinput.Errorf("--sia-scale %d: %w", n, err)
 	}
 	spec, err := clusterspec.Resolve("hetero")
 	if err != nil {
@@ -104,10 +123,10 @@ func benchSiaScale(ctx context.Context, stdout, stderr io.Writer, o allocatorOpt
 	for i := range spec.Groups {
 		spec.Groups[i].Nodes *= n
 	}
-	traces := filepath.Join(o.siaDir, "traces")
+	traces := filepath.Join(o.Dir, "traces")
 	wls, err := workload.Load(wlPath, nil)
 	if err != nil {
-		return badInput(err)
+		return badinput.Mark(err)
 	}
 	var apps []string
 	for _, j := range wls[0].Jobs {
@@ -117,21 +136,21 @@ func benchSiaScale(ctx context.Context, stdout, stderr io.Writer, o allocatorOpt
 	}
 	cats, err := trace.LoadTyped(traces, spec.Types(), apps)
 	if err != nil {
-		return badInput(err)
+		return badinput.Mark(err)
 	}
 	cfg := sim.DefaultConfig()
 	cfg.Cluster = spec.Groups
 	cfg.Semantics = sim.SiaSemantics
 	cfg.NoFairness = true
-	var reports []siaScaleReport
-	for _, name := range strings.Split(o.siaPolicies, ",") {
+	var reports []SiaScaleReport
+	for _, name := range strings.Split(o.Policies, ",") {
 		name = strings.TrimSpace(name)
-		inner, err := optimizer.Lookup(name, optimizer.Options{Workers: 2, ProfiledNodes: profiledNodes(cats)})
+		inner, err := optimizer.Lookup(name, optimizer.Options{Workers: 2, ProfiledNodes: cats.ProfiledNodes()})
 		if err != nil {
-			return badInput(fmt.Errorf("--policy %q: %w", name, err))
+			return badinput.Errorf("--policy %q: %w", name, err)
 		}
-		pol := &timedPolicy{Policy: inner, limit: o.maxRounds}
-		fmt.Fprintf(stderr, "replaying %s (%d jobs) on %s under %s\n", filepath.Base(wlDir)+"/"+o.workload, len(wls[0].Jobs), spec, name)
+		pol := &timedPolicy{Policy: inner, limit: o.MaxRounds}
+		fmt.Fprintf(stderr, "replaying %s (%d jobs) on %s under %s\n", filepath.Base(wlDir)+"/"+o.Workload, len(wls[0].Jobs), spec, name)
 		start := time.Now()
 		_, err = sim.RunTyped(ctx, cfg, cats, wls[0], pol, sim.ModeFor(name), nil)
 		complete := err == nil
@@ -141,7 +160,7 @@ func benchSiaScale(ctx context.Context, stdout, stderr io.Writer, o allocatorOpt
 		fmt.Fprintf(stderr, "  %d rounds in %.1f s\n", len(pol.times), time.Since(start).Seconds())
 		times := slices.Clone(pol.times)
 		slices.Sort(times)
-		r := siaScaleReport{
+		r := SiaScaleReport{
 			Policy: name, Scale: n, GPUs: spec.TotalGPUs(), Jobs: len(wls[0].Jobs), Rounds: len(times),
 			MaxJobs: pol.maxJobs, Complete: complete, InexactRounds: pol.inexact, WorstGap: pol.gap,
 		}
@@ -155,8 +174,8 @@ func benchSiaScale(ctx context.Context, stdout, stderr io.Writer, o allocatorOpt
 		}
 		reports = append(reports, r)
 	}
-	if o.asJSON {
-		return writeJSON(stdout, map[string]any{"sia_scale": reports})
+	if o.JSON {
+		return jsonout.Write(stdout, map[string]any{"sia_scale": reports})
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "policy\tscale\tGPUs\tjobs\tmax active\trounds\tmedian s\tp95 s\tmax s\tinexact rounds\tworst gap\n")
