@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"pollux/cluster/pki"
+	"pollux/internal/secure"
 	"pollux/testbed/controlplane"
 )
 
@@ -18,7 +19,7 @@ func init() { benchCommands = append(benchCommands, newBenchControlPlaneCmd) }
 // remoteOptionsOf configures an actor system's gRPC as servers and
 // agents do (TLS with creds, plaintext without).
 func remoteOptionsOf(creds *pki.Credentials, log *slog.Logger) ([]remote.ConfigOption, error) {
-	return (&security{creds: creds}).remoteOptions(log)
+	return secure.RemoteOptions(creds, log)
 }
 
 func newBenchControlPlaneCmd() *cobra.Command {

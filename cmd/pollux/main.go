@@ -1,5 +1,7 @@
-// Command pollux is the single binary of the project: the simulator, the
-// model fitter, the benchmarks and (later) the control-plane server and agent.
+// Command pollux is the single binary of the project: the control-plane
+// server and node agent, the clients of their API, the simulator, the
+// model fitter, the benchmarks, the demos and the fault injection. Each
+// command maps its flags to a package that does the work.
 package main
 
 import (
