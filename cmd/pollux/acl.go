@@ -13,6 +13,7 @@ import (
 	"pollux/actors/server/api"
 	"pollux/actors/server/api/client"
 	"pollux/consensus/state"
+	"pollux/internal/usage"
 )
 
 func init() { subcommands = append(subcommands, newACLCmd) }
@@ -51,10 +52,10 @@ func newACLBootstrapCmd() *cobra.Command {
 			}
 			data, err := os.ReadFile(secretFile)
 			if err != nil {
-				return badInput(fmt.Errorf("acl bootstrap: --secret-file: %w", err))
+				return usage.Wrap(fmt.Errorf("acl bootstrap: --secret-file: %w", err))
 			}
 			if len(data) > 4096 {
-				return badInput(fmt.Errorf("acl bootstrap: --secret-file %s holds %d bytes (a secret is at most %d characters)", secretFile, len(data), api.MaxSecret))
+				return usage.Wrap(fmt.Errorf("acl bootstrap: --secret-file %s holds %d bytes (a secret is at most %d characters)", secretFile, len(data), api.MaxSecret))
 			}
 			b.Secret = strings.TrimSpace(string(data))
 			return nil
@@ -77,10 +78,10 @@ func newTokenCreateCmd() *cobra.Command {
 		Args:  exactArgs(0),
 		PreRunE: func(*cobra.Command, []string) error {
 			if name == "" {
-				return badInput(errors.New("acl token create: --name is required"))
+				return usage.Wrap(errors.New("acl token create: --name is required"))
 			}
 			if _, err := state.ParseRole(role); err != nil {
-				return badInput(fmt.Errorf("acl token create: --role %q: want read, submit or admin", role))
+				return usage.Wrap(fmt.Errorf("acl token create: --role %q: want read, submit or admin", role))
 			}
 			return nil
 		},

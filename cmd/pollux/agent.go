@@ -13,6 +13,7 @@ import (
 
 	"pollux/actors/agent"
 	"pollux/actors/node"
+	"pollux/internal/usage"
 )
 
 func init() { subcommands = append(subcommands, newAgentCmd) }
@@ -87,13 +88,13 @@ func runAgent(ctx context.Context, cmd *cobra.Command, o agentFlags) error {
 	c := o.cfg
 	var err error
 	if c.Logger, c.LibLogger, err = loggers(cmd.ErrOrStderr(), o.logLevel); err != nil {
-		return badInput(err)
+		return usage.Wrap(err)
 	}
 	if !cmd.Flags().Changed("allow-command") {
 		c.AllowCommands = nil // the default
 	}
 	c.OnReady = func(r agent.Ready) { printReady(cmd.OutOrStdout(), r) }
-	return exitErr(agent.Run(ctx, c))
+	return agent.Run(ctx, c)
 }
 
 func quoteAll(ss []string) []string {

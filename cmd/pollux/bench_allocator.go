@@ -9,9 +9,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"pollux/internal/jsonout"
+	"pollux/internal/usage"
 	"pollux/optimizer"
 	"pollux/testbed/allocbench"
-	"pollux/testbed/badinput"
 )
 
 func init() {
@@ -35,13 +35,13 @@ func newBenchAllocatorCmd() *cobra.Command {
 			switch {
 			case sia.Scale != 0:
 				sia.JSON = asJSON
-				return usage(allocbench.SiaScale(cmd.Context(), sia, cmd.OutOrStdout(), cmd.ErrOrStderr()))
+				return allocbench.SiaScale(cmd.Context(), sia, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			case snapshots != "":
-				return usage(allocbench.Snapshots(cmd.OutOrStdout(), snapshots, seeds, asJSON))
+				return allocbench.Snapshots(cmd.OutOrStdout(), snapshots, seeds, asJSON)
 			}
 			rep, err := allocbench.Synthetic(o)
 			if err != nil {
-				return usage(err)
+				return err
 			}
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), rep)
@@ -95,20 +95,12 @@ func longHelp(name string, oneLine bool, repl ...string) string {
 	return s
 }
 
-// usage marks the testbed's bad-input errors as usage errors (exit 2).
-func usage(err error) error {
-	if badinput.Is(err) {
-		return badInput(err)
-	}
-	return err
-}
-
 // refuseFlags refuses, as bad input, the first of names given on cmd's
 // command line, with format (one %s: the flag's name) saying why.
 func refuseFlags(cmd *cobra.Command, format string, names ...string) error {
 	for _, n := range names {
 		if cmd.Flags().Changed(n) {
-			return badInput(fmt.Errorf(format, n))
+			return usage.Wrap(fmt.Errorf(format, n))
 		}
 	}
 	return nil

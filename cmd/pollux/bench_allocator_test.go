@@ -79,7 +79,7 @@ func TestBenchAllocatorBadInput(t *testing.T) {
 	} {
 		if _, err := runAllocatorBench(t, args...); err == nil {
 			t.Errorf("%v: no error", args)
-		} else if _, ok := err.(usageError); !ok {
+		} else if exitCode(err) != 2 {
 			t.Errorf("%v: %v is not a usage error", args, err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"pollux/cluster/pki"
 	"pollux/internal/secure"
+	"pollux/internal/usage"
 	"pollux/testbed/controlplane"
 )
 
@@ -39,10 +40,10 @@ func newBenchControlPlaneCmd() *cobra.Command {
 			case "local":
 				o.Local = true
 			default:
-				return badInput(fmt.Errorf("bench controlplane: --transport %q: want remote or local", transport))
+				return usage.Wrap(fmt.Errorf("bench controlplane: --transport %q: want remote or local", transport))
 			}
 			if err := o.Validate(); err != nil {
-				return badInput(fmt.Errorf("bench controlplane: %w", err))
+				return usage.Wrap(fmt.Errorf("bench controlplane: %w", err))
 			}
 			rep, err := controlplane.Run(cmd.Context(), o, cmd.ErrOrStderr())
 			if err != nil {

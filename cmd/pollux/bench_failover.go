@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"pollux/consensus"
+	"pollux/internal/usage"
 	"pollux/testbed/failover"
 )
 
@@ -37,7 +38,7 @@ func newBenchFailoverCmd() *cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
-				return badInput(err)
+				return usage.Wrap(err)
 			}
 			var progress io.Writer = cmd.ErrOrStderr()
 			if asJSON {
@@ -80,7 +81,7 @@ func newConsensusMemberCmd() *cobra.Command {
 		Args:   noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
-				return badInput(err)
+				return usage.Wrap(err)
 			}
 			return failover.RunMember(o, cmd.InOrStdin(), cmd.ErrOrStderr())
 		},

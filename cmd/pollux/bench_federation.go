@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"pollux/internal/usage"
 	"pollux/testbed/fedbench"
 )
 
@@ -37,7 +38,7 @@ func newBenchFederationCmd() *cobra.Command {
 			rep, err := fedbench.Run(cmd.Context(), o, progress)
 			if err != nil {
 				if errors.Is(err, fedbench.ErrConfig) {
-					return badInput(err)
+					return usage.Wrap(err)
 				}
 				return err
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"pollux/internal/usage"
 	"pollux/testbed/chaos/attack"
 	"pollux/testbed/chaos/driver"
 	"pollux/testbed/chaos/labloss"
@@ -69,13 +70,13 @@ func runChaosCmd(cmd *cobra.Command, c *chaosFlags) error {
 			return err
 		}
 		if err := labLossOptions(cmd, c).Check(); err != nil {
-			return usage(err)
+			return err
 		}
 	case c.judge != "":
-		return usage(suite.Judge(c.judge, c.jsonOut, cmd.OutOrStdout()))
+		return suite.Judge(c.judge, c.jsonOut, cmd.OutOrStdout())
 	case c.scenario != "attack":
 		if scs, err = schedule.Lookup(c.scenario); err != nil {
-			return badInput(err)
+			return usage.Wrap(err)
 		}
 	}
 	o := c.o
@@ -84,7 +85,7 @@ func runChaosCmd(cmd *cobra.Command, c *chaosFlags) error {
 	}
 	if c.scenario != "lab-loss" && c.scenario != "attack" {
 		if o.Network, err = suite.Network(c.network, o.Logger); err != nil {
-			return usage(err)
+			return err
 		}
 	}
 	if o.Exec, err = ownExec(c.exec); err != nil {
@@ -133,7 +134,7 @@ func chaosLogger(w io.Writer, logLevel string, jsonOut bool) (*slog.Logger, erro
 		lvl = slog.LevelWarn
 	}
 	if err := lvl.UnmarshalText([]byte(logLevel)); logLevel != "" && err != nil {
-		return nil, badInput(fmt.Errorf("chaos: --log-level %q: %w", logLevel, err))
+		return nil, usage.Wrap(fmt.Errorf("chaos: --log-level %q: %w", logLevel, err))
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl})), nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"pollux/actors/node/worker"
+	"pollux/internal/usage"
 	"pollux/testbed/demo"
 	"pollux/testbed/launch"
 	"pollux/testbed/realdemo"
@@ -105,7 +106,7 @@ func runDemo(cmd *cobra.Command, d *demoFlags) error {
 		return err
 	}
 	if d.servers < 1 || d.agents < 1 || d.gpus < 1 || !(d.scale > 0) || d.spread < 0 || d.timeout <= 0 {
-		return badInput(fmt.Errorf("demo: need at least one server, agent and GPU, a positive time scale and timeout"))
+		return usage.Wrap(fmt.Errorf("demo: need at least one server, agent and GPU, a positive time scale and timeout"))
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -125,9 +126,9 @@ func runAutoscaleDemo(cmd *cobra.Command, d *demoFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return usage(demo.Autoscale(ctx, demo.AutoscaleOptions{Servers: d.servers, GPUs: d.gpus, MaxNodes: d.maxNodes, Scale: d.scale,
+	return demo.Autoscale(ctx, demo.AutoscaleOptions{Servers: d.servers, GPUs: d.gpus, MaxNodes: d.maxNodes, Scale: d.scale,
 		Cost: d.nodeCost, Spread: d.spread, Timeout: d.timeout, Boot: d.bootDelay, ScaleDownDelay: d.scaleDownDelay, Settle: d.settle,
-		Dir: d.dir, Keep: d.keep, JSON: d.asJSON}, cmd.OutOrStdout(), cmd.ErrOrStderr()))
+		Dir: d.dir, Keep: d.keep, JSON: d.asJSON}, cmd.OutOrStdout(), cmd.ErrOrStderr())
 }
 
 // runRealDemo is `pollux demo --real`: it fills in the defaults of the
@@ -153,7 +154,7 @@ func runRealDemo(cmd *cobra.Command, d *demoFlags) error {
 		timeout = 20 * time.Minute
 	}
 	if o.Servers < 1 || o.Agents < 1 || o.Slots < 1 || d.augment < 1 || d.minEpochs < 1 || spread < 0 || timeout <= 0 {
-		return badInput(errors.New("demo: --real needs at least one server, agent, CPU slot, augmentation and epoch, and a positive timeout"))
+		return usage.Wrap(errors.New("demo: --real needs at least one server, agent, CPU slot, augmentation and epoch, and a positive timeout"))
 	}
 	o.Dir, o.Jobs = d.dir, realdemo.Workload(spread/2, d.augment, d.minEpochs)
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"pollux/internal/usage"
 	"pollux/testbed/tracefit"
 )
 
@@ -24,11 +25,11 @@ func newFitCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if traces == "" {
-				return badInput(fmt.Errorf("fit: --traces DIR is required"))
+				return usage.Wrap(fmt.Errorf("fit: --traces DIR is required"))
 			}
 			apps, err := tracefit.Apps(traces, workers, cmd.ErrOrStderr())
 			if err != nil {
-				return usage(err)
+				return err
 			}
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), map[string]any{"apps": apps})

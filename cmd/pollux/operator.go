@@ -9,6 +9,7 @@ import (
 
 	"pollux/actors/server/api"
 	"pollux/actors/server/api/client"
+	"pollux/internal/usage"
 )
 
 func init() { subcommands = append(subcommands, newOperatorCmd) }
@@ -24,9 +25,9 @@ func newOperatorCmd() *cobra.Command {
 			"cluster) is refused with the reason.",
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return badInput(fmt.Errorf("operator raft: unknown command %q (list-peers, add-server, remove-server)", args[0]))
+				return usage.Wrap(fmt.Errorf("operator raft: unknown command %q (list-peers, add-server, remove-server)", args[0]))
 			}
-			return badInput(errors.New("operator raft: want list-peers, add-server or remove-server"))
+			return usage.Wrap(errors.New("operator raft: want list-peers, add-server or remove-server"))
 		},
 		RunE: func(*cobra.Command, []string) error { return nil },
 	}
@@ -49,7 +50,7 @@ func newAddServerCmd() *cobra.Command {
 		Short: "Make a running server (started without --bootstrap) a voter of the cluster",
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 2 {
-				return badInput(fmt.Errorf("add-server: want ID and RAFT-ADDR (host:port), got %d arguments", len(args)))
+				return usage.Wrap(fmt.Errorf("add-server: want ID and RAFT-ADDR (host:port), got %d arguments", len(args)))
 			}
 			return nil
 		},

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -100,22 +99,22 @@ func runServer(ctx context.Context, cmd *cobra.Command, o serverFlags) error {
 	c := o.cfg
 	var err error
 	if c.Logger, c.LibLogger, err = loggers(cmd.ErrOrStderr(), o.logLevel); err != nil {
-		return badInput(err)
+		return usage.Wrap(err)
 	}
 	if cmd.Flags().Changed("topology-levels") {
 		if c.Levels, err = topology.ParseLevels(o.levels); err != nil {
-			return badInput(fmt.Errorf("server: --topology-levels: %w", err))
+			return usage.Wrap(fmt.Errorf("server: --topology-levels: %w", err))
 		}
 	}
 	if c.Policy, c.TypedPolicy, err = serverPolicy(o.policy); err != nil {
-		return badInput(err)
+		return usage.Wrap(err)
 	}
 	c.PolicyName = o.policy
 	if err := checkAutoscaleFlags(cmd.Flags(), c.Autoscale.Provider); err != nil {
-		return badInput(err)
+		return usage.Wrap(err)
 	}
 	if c.Peers, err = server.ParsePeers(o.peers); err != nil {
-		return badInput(err)
+		return usage.Wrap(err)
 	}
 	catalog, err := builtin.Catalog()
 	if err != nil {
@@ -123,7 +122,7 @@ func runServer(ctx context.Context, cmd *cobra.Command, o serverFlags) error {
 	}
 	c.Apps = catalog.Names()
 	c.OnReady = func(r server.Ready) { printReady(cmd.OutOrStdout(), r) }
-	return exitErr(server.Run(ctx, c))
+	return server.Run(ctx, c)
 }
 
 // loggers are a server's or agent's log at level and its libraries'
@@ -153,12 +152,4 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 func printReady(w io.Writer, ready any) {
 	b, _ := json.Marshal(ready)
 	fmt.Fprintln(w, string(b))
-}
-
-// exitErr makes an error of a bad setting bad input (exit status 2).
-func exitErr(err error) error {
-	if errors.Is(err, usage.ErrBadSetting) {
-		return badInput(err)
-	}
-	return err
 }

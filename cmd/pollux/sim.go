@@ -112,7 +112,7 @@ func runSim(cmd *cobra.Command, f simFlags) error {
 		Out: f.out, JSON: f.asJSON, Racks: f.racks, CrossRackRatio: f.crossRackRatio, CrossRackModel: f.crossRackModel,
 		CompareTopology: f.compareTopology, PolicyOptions: simPolicyOptions(f),
 		Policies: func(types int, typed bool) ([]string, error) { return simPolicyList(f.policy, types, typed) }}
-	return usage(simrun.Run(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr()))
+	return simrun.Run(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 }
 
 // simFederationFlags are the sim flags that do not apply with
@@ -127,7 +127,7 @@ func runSimFederation(cmd *cobra.Command, f simFlags) error {
 	}
 	o := simrun.FederationOptions{File: f.federation, Workload: f.workload, Traces: f.traces, Parallel: f.parallel, Seed: f.seed, JSON: f.asJSON,
 		PolicyOptions: simPolicyOptions(f)}
-	return usage(simrun.Federation(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr()))
+	return simrun.Federation(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 }
 
 // simPolicyList expands --policy: comma-separated names of the registry

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"pollux/internal/usage"
 	"pollux/optimizer"
 	"pollux/testbed/simrun"
 )
@@ -49,7 +50,7 @@ func checkCloudFlags(cmd *cobra.Command, autoscale bool) error {
 	}
 	for _, fl := range fixedOnlyFlags {
 		if cmd.Flags().Changed(fl.name) {
-			return badInput(fmt.Errorf("sim: --%s cannot be used with --autoscale: %s", fl.name, fl.why))
+			return usage.Wrap(fmt.Errorf("sim: --%s cannot be used with --autoscale: %s", fl.name, fl.why))
 		}
 	}
 	return nil
@@ -126,5 +127,5 @@ func runSimAutoscale(cmd *cobra.Command, f simFlags) error {
 		NewPolicy: func(name string, workers int, tmpl optimizer.Node, typed bool) (optimizer.Policy, error) {
 			return cloudPolicy(name, f, workers, tmpl, typed)
 		}}
-	return usage(simrun.Cloud(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr()))
+	return simrun.Cloud(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 }

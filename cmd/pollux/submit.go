@@ -15,6 +15,7 @@ import (
 	"pollux/actors/jobspec"
 	"pollux/actors/server/api"
 	"pollux/actors/server/api/client"
+	"pollux/internal/usage"
 )
 
 func init() {
@@ -52,7 +53,7 @@ func (o *clientOpts) do(cmd *cobra.Command, f func(context.Context, *client.Clie
 	}
 	var refused *client.APIError
 	if errors.As(err, &refused) || errors.Is(err, client.ErrConfig) {
-		return badInput(err)
+		return usage.Wrap(err)
 	}
 	return err
 }
@@ -106,15 +107,15 @@ func newSubmitCmd() *cobra.Command {
 		PreRunE: func(_ *cobra.Command, args []string) error {
 			f, err := os.Open(args[0])
 			if err != nil {
-				return badInput(err)
+				return usage.Wrap(err)
 			}
 			defer f.Close()
 			if spec, err = io.ReadAll(io.LimitReader(f, jobspec.MaxBytes+1)); err != nil {
-				return badInput(err)
+				return usage.Wrap(err)
 			}
 			// Validate locally first for an immediate, precise error.
 			if _, err := jobspec.Parse(spec); err != nil {
-				return badInput(err)
+				return usage.Wrap(err)
 			}
 			return nil
 		},

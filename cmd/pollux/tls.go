@@ -11,6 +11,7 @@ import (
 
 	"pollux/cluster"
 	"pollux/cluster/pki"
+	"pollux/internal/usage"
 )
 
 func init() { subcommands = append(subcommands, newTLSCmd, newKeygenCmd) }
@@ -31,7 +32,7 @@ func newTLSCmd() *cobra.Command {
 // pkiInput makes a bad name or file of package pki bad input.
 func pkiInput(err error) error {
 	if errors.Is(err, pki.ErrBadName) || errors.Is(err, pki.ErrBadFile) {
-		return badInput(err)
+		return usage.Wrap(err)
 	}
 	return err
 }
@@ -50,7 +51,7 @@ func newTLSCACreateCmd() *cobra.Command {
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if days < 1 {
-				return badInput(fmt.Errorf("tls ca create: --days %d, want >= 1", days))
+				return usage.Wrap(fmt.Errorf("tls ca create: --days %d, want >= 1", days))
 			}
 			ca, certPath, keyPath, err := pki.CreateCA(dir, pki.CAOptions{CommonName: name, Validity: time.Duration(days) * 24 * time.Hour})
 			if err != nil {
@@ -86,18 +87,18 @@ func newTLSCertCreateCmd() *cobra.Command {
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if role == "" || name == "" {
-				return badInput(errors.New("tls cert create: --role and --name are required"))
+				return usage.Wrap(errors.New("tls cert create: --role and --name are required"))
 			}
 			r, err := pki.ParseRole(role)
 			if err != nil {
-				return badInput(err)
+				return usage.Wrap(err)
 			}
 			if days < 1 {
-				return badInput(fmt.Errorf("tls cert create: --days %d, want >= 1", days))
+				return usage.Wrap(fmt.Errorf("tls cert create: --days %d, want >= 1", days))
 			}
 			ca, err := pki.LoadCA(cmp.Or(caPath, filepath.Join(dir, pki.CAFile)), cmp.Or(caKey, filepath.Join(dir, pki.CAKeyFile)))
 			if err != nil {
-				return badInput(fmt.Errorf("tls cert create: %w (make a CA with pollux tls ca create)", err))
+				return usage.Wrap(fmt.Errorf("tls cert create: %w (make a CA with pollux tls ca create)", err))
 			}
 			id := pki.Identity{Role: r, Name: name, Cluster: clusterName}
 			is, certPath, keyPath, err := ca.IssueTo(dir, pki.CertRequest{Identity: id, Hosts: hosts, Validity: time.Duration(days) * 24 * time.Hour})
@@ -147,7 +148,7 @@ func newKeygenCmd() *cobra.Command {
 // noArgs refuses positional arguments as bad input (exit status 2).
 func noArgs(cmd *cobra.Command, args []string) error {
 	if err := cobra.NoArgs(cmd, args); err != nil {
-		return badInput(err)
+		return usage.Wrap(err)
 	}
 	return nil
 }

@@ -44,10 +44,7 @@ func runOut(args ...string) (int, string) {
 	root.SetErr(&out)
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
-		if _, ok := err.(usageError); ok {
-			return 2, out.String() + err.Error()
-		}
-		return 1, out.String() + err.Error()
+		return exitCode(err), out.String() + err.Error()
 	}
 	return 0, out.String()
 }

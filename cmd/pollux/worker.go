@@ -26,8 +26,8 @@ func newWorkerCmd() *cobra.Command {
 		Long:  longHelp("worker", false),
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usage(emulator.Process(cmd.Context(), emulator.ProcessOptions{App: app, TimeScale: scale, RestartCost: restartCost,
-				ReportEvery: reportEvery, LookupEnv: os.LookupEnv, Log: cmd.ErrOrStderr()}))
+			return emulator.Process(cmd.Context(), emulator.ProcessOptions{App: app, TimeScale: scale, RestartCost: restartCost,
+				ReportEvery: reportEvery, LookupEnv: os.LookupEnv, Log: cmd.ErrOrStderr()})
 		},
 	}
 	f := cmd.Flags()

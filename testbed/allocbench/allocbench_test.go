@@ -3,10 +3,11 @@ package allocbench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
-	"pollux/testbed/badinput"
+	"pollux/internal/usage"
 )
 
 func TestSynthetic(t *testing.T) {
@@ -37,21 +38,21 @@ func TestSyntheticBadInput(t *testing.T) {
 		{Options{GPUs: 8, Rounds: 1, Racks: 1, CrossRackRatio: 2, CompareFlat: true}, "--compare-flat needs --racks"},
 		{Options{GPUs: 8, Rounds: 1, Racks: 9, CrossRackRatio: 2}, "--racks"},
 	} {
-		if _, err := Synthetic(tc.o); !badinput.Is(err) || !strings.Contains(err.Error(), tc.want) {
+		if _, err := Synthetic(tc.o); !errors.Is(err, usage.ErrBadSetting) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: err = %v, want bad input with %q", tc.o, err, tc.want)
 		}
 	}
 }
 
 func TestSnapshotsAndSiaScaleBadInput(t *testing.T) {
-	if err := Snapshots(&bytes.Buffer{}, t.TempDir(), 0, false); !badinput.Is(err) || !strings.Contains(err.Error(), "--seeds 0") {
+	if err := Snapshots(&bytes.Buffer{}, t.TempDir(), 0, false); !errors.Is(err, usage.ErrBadSetting) || !strings.Contains(err.Error(), "--seeds 0") {
 		t.Errorf("no seeds: %v", err)
 	}
-	if err := Snapshots(&bytes.Buffer{}, t.TempDir()+"/absent", 1, false); !badinput.Is(err) {
+	if err := Snapshots(&bytes.Buffer{}, t.TempDir()+"/absent", 1, false); !errors.Is(err, usage.ErrBadSetting) {
 		t.Errorf("absent directory: %v", err)
 	}
 	for _, o := range []SiaScaleOptions{{Scale: 65}, {Scale: 1, MaxRounds: -1}, {Scale: 1, Dir: t.TempDir(), Workload: "workload-1"}} {
-		if err := SiaScale(context.Background(), o, &bytes.Buffer{}, &bytes.Buffer{}); !badinput.Is(err) {
+		if err := SiaScale(context.Background(), o, &bytes.Buffer{}, &bytes.Buffer{}); !errors.Is(err, usage.ErrBadSetting) {
 			t.Errorf("%+v: err = %v, want bad input", o, err)
 		}
 	}

@@ -14,8 +14,8 @@ import (
 	"gonum.org/v1/gonum/stat"
 
 	"pollux/internal/jsonout"
+	"pollux/internal/usage"
 	"pollux/optimizer"
-	"pollux/testbed/badinput"
 	"pollux/testbed/clusterspec"
 	"pollux/testbed/sim"
 	"pollux/testbed/trace"
@@ -103,10 +103,10 @@ func SiaScale(ctx context.Context, o SiaScaleOptions, stdout, stderr io.Writer) 
 	}
 	n := o.Scale
 	if n < 1 || n > 64 {
-		return badinput.Errorf("--sia-scale %d: want 1..64", n)
+		return usage.Errorf("--sia-scale %d: want 1..64", n)
 	}
 	if o.MaxRounds < 0 {
-		return badinput.Errorf("--max-rounds %d: want 0 or more", o.MaxRounds)
+		return usage.Errorf("--max-rounds %d: want 0 or more", o.MaxRounds)
 	}
 	wlDir := filepath.Join(o.Dir, "workloads", "scale", fmt.Sprintf("scale_%dx", n))
 	if n == 1 {
@@ -114,7 +114,7 @@ func SiaScale(ctx context.Context, o SiaScaleOptions, stdout, stderr io.Writer) 
 	}
 	wlPath := filepath.Join(wlDir, o.Workload+".csv")
 	if _, err := os.Stat(wlPath); err != nil {
-		return badinput.Errorf("--sia-scale %d: %w", n, err)
+		return usage.Errorf("--sia-scale %d: %w", n, err)
 	}
 	spec, err := clusterspec.Resolve("hetero")
 	if err != nil {
@@ -126,7 +126,7 @@ func SiaScale(ctx context.Context, o SiaScaleOptions, stdout, stderr io.Writer) 
 	traces := filepath.Join(o.Dir, "traces")
 	wls, err := workload.Load(wlPath, nil)
 	if err != nil {
-		return badinput.Mark(err)
+		return usage.Wrap(err)
 	}
 	var apps []string
 	for _, j := range wls[0].Jobs {
@@ -136,7 +136,7 @@ func SiaScale(ctx context.Context, o SiaScaleOptions, stdout, stderr io.Writer) 
 	}
 	cats, err := trace.LoadTyped(traces, spec.Types(), apps)
 	if err != nil {
-		return badinput.Mark(err)
+		return usage.Wrap(err)
 	}
 	cfg := sim.DefaultConfig()
 	cfg.Cluster = spec.Groups
@@ -147,7 +147,7 @@ func SiaScale(ctx context.Context, o SiaScaleOptions, stdout, stderr io.Writer) 
 		name = strings.TrimSpace(name)
 		inner, err := optimizer.Lookup(name, optimizer.Options{Workers: 2, ProfiledNodes: cats.ProfiledNodes()})
 		if err != nil {
-			return badinput.Errorf("--policy %q: %w", name, err)
+			return usage.Errorf("--policy %q: %w", name, err)
 		}
 		pol := &timedPolicy{Policy: inner, limit: o.MaxRounds}
 		fmt.Fprintf(stderr, "replaying %s (%d jobs) on %s under %s\n", filepath.Base(wlDir)+"/"+o.Workload, len(wls[0].Jobs), spec, name)

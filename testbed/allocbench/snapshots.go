@@ -10,9 +10,9 @@ import (
 	"gonum.org/v1/gonum/stat"
 
 	"pollux/internal/jsonout"
+	"pollux/internal/usage"
 	"pollux/optimizer"
 	"pollux/optimizer/refsnap"
-	"pollux/testbed/badinput"
 )
 
 // Snapshots runs, on every snap-*.json of dir (the Python artifact's
@@ -21,11 +21,11 @@ import (
 // to the artifact's own (a table, or one JSON object).
 func Snapshots(w io.Writer, dir string, seeds int, asJSON bool) error {
 	if seeds < 1 {
-		return badinput.Errorf("--seeds %d: need at least 1", seeds)
+		return usage.Errorf("--seeds %d: need at least 1", seeds)
 	}
 	entries, err := refsnap.LoadDir(dir)
 	if err != nil {
-		return badinput.Mark(err)
+		return usage.Wrap(err)
 	}
 	out := map[string]SnapshotResult{}
 	for _, e := range entries {

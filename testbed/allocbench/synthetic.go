@@ -10,8 +10,8 @@ import (
 
 	"gonum.org/v1/gonum/stat"
 
+	"pollux/internal/usage"
 	"pollux/optimizer"
-	"pollux/testbed/badinput"
 )
 
 // Options are the synthetic mode's settings (`pollux bench allocator
@@ -35,7 +35,7 @@ type Options struct {
 // defaults fills in the defaults and refuses options it cannot run.
 func (o *Options) defaults() error {
 	if o.GPUs < 1 {
-		return badinput.Errorf("give --gpus G (at least 1) or --snapshots DIR")
+		return usage.Errorf("give --gpus G (at least 1) or --snapshots DIR")
 	}
 	if o.GPUsPerNode == 0 {
 		o.GPUsPerNode = 4
@@ -47,13 +47,13 @@ func (o *Options) defaults() error {
 		o.Jobs = max(1, o.GPUs/2)
 	}
 	if o.GPUsPerNode < 1 || o.Jobs < 1 || o.Rounds < 1 || o.Racks < 1 {
-		return badinput.Errorf("--gpus-per-node %d, --jobs %d, --rounds %d, --racks %d: all must be at least 1", o.GPUsPerNode, o.Jobs, o.Rounds, o.Racks)
+		return usage.Errorf("--gpus-per-node %d, --jobs %d, --rounds %d, --racks %d: all must be at least 1", o.GPUsPerNode, o.Jobs, o.Rounds, o.Racks)
 	}
 	if !(o.CrossRackRatio >= 1) || math.IsInf(o.CrossRackRatio, 0) {
-		return badinput.Errorf("--cross-rack-ratio %v: want a finite ratio of at least 1", o.CrossRackRatio)
+		return usage.Errorf("--cross-rack-ratio %v: want a finite ratio of at least 1", o.CrossRackRatio)
 	}
 	if o.CompareFlat && o.Racks < 2 {
-		return badinput.Errorf("--compare-flat needs --racks of at least 2")
+		return usage.Errorf("--compare-flat needs --racks of at least 2")
 	}
 	return nil
 }
@@ -132,12 +132,12 @@ func Synthetic(o Options) (*Report, error) {
 	}
 	snap, err := optimizer.Synthetic(o.GPUs, o.GPUsPerNode, o.Jobs, o.Seed)
 	if err != nil {
-		return nil, badinput.Mark(err)
+		return nil, usage.Wrap(err)
 	}
 	rep := &Report{GPUs: o.GPUs, GPUsPerNode: o.GPUsPerNode, Nodes: len(snap.Nodes), Jobs: o.Jobs, Rounds: o.Rounds, Seed: o.Seed, Racks: o.Racks}
 	if o.Racks > 1 {
 		if err := optimizer.AssignRacks(snap, o.Racks); err != nil {
-			return nil, badinput.Errorf("--racks: %w", err)
+			return nil, usage.Errorf("--racks: %w", err)
 		}
 		snap.CrossRackRatio = o.CrossRackRatio
 		rep.CrossRackRatio = o.CrossRackRatio

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"pollux/cluster/provider"
+	"pollux/internal/usage"
 	"pollux/testbed"
-	"pollux/testbed/badinput"
 	"pollux/testbed/builtin"
 	"pollux/testbed/launch"
 )
@@ -140,7 +140,7 @@ func (w *nodeWatch) nodes() int {
 func Autoscale(ctx context.Context, o AutoscaleOptions, out, errOut io.Writer) error {
 	if o.Servers < 1 || o.GPUs < 1 || o.MaxNodes < 1 || !(o.Scale > 0) || o.Spread < 0 || o.Timeout <= 0 || o.Boot < 0 || !(o.Cost >= 0) ||
 		o.Settle <= 0 || o.ScaleDownDelay < 0 {
-		return badinput.Mark(errors.New("demo: --autoscale needs a server, GPUs, --max-nodes of at least 1, a positive time scale, timeout and settle time, " +
+		return usage.Wrap(errors.New("demo: --autoscale needs a server, GPUs, --max-nodes of at least 1, a positive time scale, timeout and settle time, " +
 			"and a cost, boot delay and scale-down delay not negative"))
 	}
 	cat, err := builtin.Catalog()

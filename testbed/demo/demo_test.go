@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"pollux/testbed/badinput"
+	"pollux/internal/usage"
 	"pollux/testbed/launch"
 )
 
@@ -108,7 +108,7 @@ func TestAutoscaleProblems(t *testing.T) {
 func TestAutoscaleBadInput(t *testing.T) {
 	dir := t.TempDir()
 	o := AutoscaleOptions{Servers: 1, GPUs: 2, MaxNodes: 0, Scale: 100, Timeout: time.Minute, Settle: time.Minute, Dir: dir}
-	if err := Autoscale(context.Background(), o, &bytes.Buffer{}, &bytes.Buffer{}); !badinput.Is(err) {
+	if err := Autoscale(context.Background(), o, &bytes.Buffer{}, &bytes.Buffer{}); !errors.Is(err, usage.ErrBadSetting) {
 		t.Errorf("err = %v, want bad input", err)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) > 0 {

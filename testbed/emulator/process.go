@@ -2,6 +2,7 @@ package emulator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,7 +12,7 @@ import (
 	"time"
 
 	"pollux/actors/node/workerproto"
-	"pollux/testbed/badinput"
+	"pollux/internal/usage"
 	"pollux/testbed/builtin"
 	"pollux/testbed/chaos/mono"
 	"pollux/testbed/chaos/record"
@@ -40,7 +41,7 @@ func Process(ctx context.Context, o ProcessOptions) (err error) {
 	began := mono.Now()
 	env, err := workerproto.ParseEnv(o.LookupEnv)
 	if err != nil {
-		return badinput.Mark(err)
+		return usage.Wrap(err)
 	}
 	rec, err := record.FromEnv(began, env.JobID, env.Incarnation, env.Rank, env.GPUs)
 	if err != nil {
@@ -49,7 +50,7 @@ func Process(ctx context.Context, o ProcessOptions) (err error) {
 	defer func() {
 		code := 0
 		switch {
-		case badinput.Is(err):
+		case errors.Is(err, usage.ErrBadSetting):
 			code = 2
 		case err != nil:
 			code = 1
@@ -64,10 +65,10 @@ func Process(ctx context.Context, o ProcessOptions) (err error) {
 	}
 	profile, ok := catalog[o.App]
 	if !ok {
-		return badinput.Errorf("worker: unknown application %q (built-in: %s)", o.App, strings.Join(catalog.Names(), ", "))
+		return usage.Errorf("worker: unknown application %q (built-in: %s)", o.App, strings.Join(catalog.Names(), ", "))
 	}
 	if !(o.TimeScale > 0) {
-		return badinput.Errorf("worker: --time-scale %v, want > 0", o.TimeScale)
+		return usage.Errorf("worker: --time-scale %v, want > 0", o.TimeScale)
 	}
 	log := slog.New(slog.NewTextHandler(o.Log, nil)).With("job", env.JobID, "incarnation", env.Incarnation, "rank", env.Rank)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)

@@ -3,12 +3,13 @@ package emulator
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"pollux/testbed/badinput"
+	"pollux/internal/usage"
 	"pollux/testbed/chaos/record"
 )
 
@@ -48,7 +49,7 @@ func TestProcessBadInput(t *testing.T) {
 			var log bytes.Buffer
 			tc.o.Log = &log
 			err := Process(context.Background(), tc.o)
-			if !badinput.Is(err) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.Is(err, usage.ErrBadSetting) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want bad input with %q", err, tc.want)
 			}
 			ws, rerr := record.ReadRoot(dir)

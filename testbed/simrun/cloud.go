@@ -19,9 +19,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"pollux/internal/jsonout"
+	"pollux/internal/usage"
 	"pollux/optimizer"
 	"pollux/testbed"
-	"pollux/testbed/badinput"
 	"pollux/testbed/builtin"
 	"pollux/testbed/clusterspec"
 	"pollux/testbed/report"
@@ -82,21 +82,21 @@ type cloudSummary struct {
 func (o CloudOptions) check() error {
 	switch {
 	case o.GPUType != "" && o.Cluster == "":
-		return badinput.Errorf("sim: --node-gpu-type %s needs --cluster (an elastic cluster without it is untyped)", o.GPUType)
+		return usage.Errorf("sim: --node-gpu-type %s needs --cluster (an elastic cluster without it is untyped)", o.GPUType)
 	case o.MinNodes < 0:
-		return badinput.Errorf("sim: --min-nodes %d: want at least 0", o.MinNodes)
+		return usage.Errorf("sim: --min-nodes %d: want at least 0", o.MinNodes)
 	case o.MaxNodes < 1 || o.MaxNodes > 1<<16:
-		return badinput.Errorf("sim: --max-nodes %d: want 1..65536", o.MaxNodes)
+		return usage.Errorf("sim: --max-nodes %d: want 1..65536", o.MaxNodes)
 	case o.MinNodes > o.MaxNodes:
-		return badinput.Errorf("sim: --min-nodes %d is above --max-nodes %d", o.MinNodes, o.MaxNodes)
+		return usage.Errorf("sim: --min-nodes %d is above --max-nodes %d", o.MinNodes, o.MaxNodes)
 	case o.BootDelay < 0:
-		return badinput.Errorf("sim: --boot-delay %v: want a duration >= 0", o.BootDelay)
+		return usage.Errorf("sim: --boot-delay %v: want a duration >= 0", o.BootDelay)
 	case !(o.NodeCost >= 0) || math.IsInf(o.NodeCost, 0):
-		return badinput.Errorf("sim: --node-cost %v: want a finite price per node-hour >= 0", o.NodeCost)
+		return usage.Errorf("sim: --node-cost %v: want a finite price per node-hour >= 0", o.NodeCost)
 	case !(o.Threshold > 0 && o.Threshold <= 1):
-		return badinput.Errorf("sim: --scaling-threshold %v: want a fraction of linear scaling in (0, 1]", o.Threshold)
+		return usage.Errorf("sim: --scaling-threshold %v: want a fraction of linear scaling in (0, 1]", o.Threshold)
 	case !(o.LowUtil > 0 && o.LowUtil <= o.HighUtil && o.HighUtil <= 1):
-		return badinput.Errorf("sim: --low-util %v and --high-util %v: want 0 < low <= high <= 1", o.LowUtil, o.HighUtil)
+		return usage.Errorf("sim: --low-util %v and --high-util %v: want 0 < low <= high <= 1", o.LowUtil, o.HighUtil)
 	}
 	return nil
 }
@@ -223,11 +223,11 @@ func Cloud(ctx context.Context, o CloudOptions, stdout, stderr io.Writer) error 
 	}
 	cats, wls, err := cloudInputs(o, base.Cluster)
 	if err != nil {
-		return badinput.Mark(err)
+		return usage.Wrap(err)
 	}
 	if o.Out != "" {
 		if err := os.MkdirAll(o.Out, 0o755); err != nil {
-			return badinput.Errorf("sim: --out: %w", err)
+			return usage.Errorf("sim: --out: %w", err)
 		}
 	}
 	var runs []runSpec
@@ -261,19 +261,19 @@ func (o CloudOptions) config() (sim.Config, optimizer.Node, []string, error) {
 	if o.Cluster != "" {
 		spec, err := clusterspec.Resolve(o.Cluster)
 		if err != nil {
-			return base, tmpl, nil, badinput.Errorf("sim: %w", err)
+			return base, tmpl, nil, usage.Errorf("sim: %w", err)
 		}
 		base.Cluster, base.Semantics = spec.Groups, sim.SiaSemantics
 		if tmpl, fixed, err = cloudTemplate(spec.Groups, o.GPUType); err != nil {
-			return base, tmpl, nil, badinput.Mark(err)
+			return base, tmpl, nil, usage.Wrap(err)
 		}
 		if fixed > o.MaxNodes {
-			return base, tmpl, nil, badinput.Errorf("sim: --cluster has %d nodes of GPU types other than %s, always there: more than --max-nodes %d", fixed, tmpl.Type, o.MaxNodes)
+			return base, tmpl, nil, usage.Errorf("sim: --cluster has %d nodes of GPU types other than %s, always there: more than --max-nodes %d", fixed, tmpl.Type, o.MaxNodes)
 		}
 	}
 	policies, err := o.Policies(len(base.Cluster) > 1)
 	if err != nil {
-		return base, tmpl, nil, badinput.Mark(err)
+		return base, tmpl, nil, usage.Wrap(err)
 	}
 	if err := checkP(o.P, o.Parallel); err != nil {
 		return base, tmpl, nil, err
@@ -287,7 +287,7 @@ func (o CloudOptions) config() (sim.Config, optimizer.Node, []string, error) {
 		BootDelay:    o.BootDelay.Seconds(), NodeCost: o.NodeCost, GPUType: tmpl.Type,
 	}
 	if err := base.Validate(); err != nil {
-		return base, tmpl, nil, badinput.Errorf("sim: %w", err)
+		return base, tmpl, nil, usage.Errorf("sim: %w", err)
 	}
 	return base, tmpl, policies, nil
 }

@@ -6,5 +6,5 @@
 // on a fixed cluster, Cloud autoscaling policies on an elastic cluster,
 // and Federation federated labs (package fedsim). The caller chooses the
 // policies by name and builds them; errors caused by the options are
-// marked as bad input (package badinput).
+// marked as bad input (package internal/usage).
 package simrun

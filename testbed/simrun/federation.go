@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"pollux/internal/jsonout"
+	"pollux/internal/usage"
 	"pollux/optimizer"
 	"pollux/testbed"
-	"pollux/testbed/badinput"
 	"pollux/testbed/builtin"
 	"pollux/testbed/fedsim"
 	"pollux/testbed/trace"
@@ -44,7 +44,7 @@ type FederationOptions struct {
 // with its own cluster and workload, isolated, merged and federated.
 func Federation(ctx context.Context, o FederationOptions, stdout, stderr io.Writer) error {
 	if o.Parallel < 1 {
-		return badinput.Errorf("sim: --parallel %d: want at least 1", o.Parallel)
+		return usage.Errorf("sim: --parallel %d: want at least 1", o.Parallel)
 	}
 	fed, cat, wls, err := o.inputs()
 	if err != nil {
@@ -94,22 +94,22 @@ func (o FederationOptions) inputs() (*fedsim.Federation, testbed.Catalog, []work
 	if o.File != Example {
 		var err error
 		if data, err = os.ReadFile(o.File); err != nil {
-			return nil, nil, nil, badinput.Errorf("sim: --federation: %w", err)
+			return nil, nil, nil, usage.Errorf("sim: --federation: %w", err)
 		}
 		base, name = filepath.Dir(o.File), o.File
 	}
 	fed, err := fedsim.Decode(data, name)
 	if err != nil {
-		return nil, nil, nil, badinput.Errorf("sim: %w", err)
+		return nil, nil, nil, usage.Errorf("sim: %w", err)
 	}
 	if o.Workload != "" {
 		if st, err := os.Stat(o.Workload); err != nil || !st.IsDir() {
-			return nil, nil, nil, badinput.Errorf("sim: --workload %s: with --federation, give the directory holding the labs' workload files", o.Workload)
+			return nil, nil, nil, usage.Errorf("sim: --workload %s: with --federation, give the directory holding the labs' workload files", o.Workload)
 		}
 	}
 	cat, err := federationCatalog(o.Traces)
 	if err != nil {
-		return nil, nil, nil, badinput.Mark(err)
+		return nil, nil, nil, usage.Wrap(err)
 	}
 	check := func(app string) error {
 		if _, ok := cat[app]; !ok {
@@ -119,7 +119,7 @@ func (o FederationOptions) inputs() (*fedsim.Federation, testbed.Catalog, []work
 	}
 	wls, err := fed.Workloads(o.Workload, base, check)
 	if err != nil {
-		return nil, nil, nil, badinput.Errorf("sim: %w", err)
+		return nil, nil, nil, usage.Errorf("sim: %w", err)
 	}
 	return fed, cat, wls, nil
 }

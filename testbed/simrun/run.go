@@ -16,9 +16,9 @@ import (
 	"golang.org/x/term"
 
 	"pollux/internal/jsonout"
+	"pollux/internal/usage"
 	"pollux/optimizer"
 	"pollux/testbed"
-	"pollux/testbed/badinput"
 	"pollux/testbed/clusterspec"
 	"pollux/testbed/report"
 	"pollux/testbed/sim"
@@ -80,11 +80,11 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	cats, wls, err := simInputs(o, cfg)
 	if err != nil {
-		return badinput.Mark(err)
+		return usage.Wrap(err)
 	}
 	if o.Out != "" {
 		if err := os.MkdirAll(o.Out, 0o755); err != nil {
-			return badinput.Errorf("sim: --out: %w", err)
+			return usage.Errorf("sim: --out: %w", err)
 		}
 	}
 	var runs []runSpec
@@ -123,7 +123,7 @@ func (o Options) config() (sim.Config, []string, error) {
 	if o.Cluster != "" {
 		spec, err := clusterspec.Resolve(o.Cluster)
 		if err != nil {
-			return cfg, nil, badinput.Errorf("sim: %w", err)
+			return cfg, nil, usage.Errorf("sim: %w", err)
 		}
 		cfg.Cluster = spec.Groups
 		cfg.Semantics = sim.SiaSemantics
@@ -131,13 +131,13 @@ func (o Options) config() (sim.Config, []string, error) {
 	if o.Semantics != "auto" {
 		sem, err := sim.ParseSemantics(o.Semantics)
 		if err != nil {
-			return cfg, nil, badinput.Errorf("sim: --semantics: %w", err)
+			return cfg, nil, usage.Errorf("sim: --semantics: %w", err)
 		}
 		cfg.Semantics = sem
 	}
 	policies, err := o.Policies(max(len(cfg.Cluster), 1), o.Cluster != "")
 	if err != nil {
-		return cfg, nil, badinput.Mark(err)
+		return cfg, nil, usage.Wrap(err)
 	}
 	cfg.Interval = o.Interval.Seconds()
 	cfg.Interference = o.Interference
@@ -145,16 +145,16 @@ func (o Options) config() (sim.Config, []string, error) {
 	cfg.Racks = o.Racks
 	cfg.CrossRackRatio = o.CrossRackRatio
 	if cfg.CrossRackModel, err = sim.ParseCrossRackModel(o.CrossRackModel); err != nil {
-		return cfg, nil, badinput.Errorf("sim: --cross-rack-model: %w", err)
+		return cfg, nil, usage.Errorf("sim: --cross-rack-model: %w", err)
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, nil, badinput.Mark(err)
+		return cfg, nil, usage.Wrap(err)
 	}
 	if o.Racks < 1 || !(o.CrossRackRatio >= 1) || math.IsInf(o.CrossRackRatio, 0) {
-		return cfg, nil, badinput.Errorf("sim: --racks %d, --cross-rack-ratio %v: want at least 1 rack and a finite ratio of at least 1", o.Racks, o.CrossRackRatio)
+		return cfg, nil, usage.Errorf("sim: --racks %d, --cross-rack-ratio %v: want at least 1 rack and a finite ratio of at least 1", o.Racks, o.CrossRackRatio)
 	}
 	if o.CompareTopology && (o.Racks < 2 || len(policies) != 1) {
-		return cfg, nil, badinput.Errorf("sim: --compare-topology needs --racks of at least 2 (got %d) and exactly one policy (got %s)", o.Racks, strings.Join(policies, ", "))
+		return cfg, nil, usage.Errorf("sim: --compare-topology needs --racks of at least 2 (got %d) and exactly one policy (got %s)", o.Racks, strings.Join(policies, ", "))
 	}
 	if err := checkP(o.P, o.Parallel); err != nil {
 		return cfg, nil, err
@@ -165,10 +165,10 @@ func (o Options) config() (sim.Config, []string, error) {
 // checkP checks the fairness exponent and the runs at once.
 func checkP(p float64, parallel int) error {
 	if math.IsNaN(p) || math.IsInf(p, 0) {
-		return badinput.Errorf("sim: --p %v: want a finite exponent (0 is the geometric mean)", p)
+		return usage.Errorf("sim: --p %v: want a finite exponent (0 is the geometric mean)", p)
 	}
 	if parallel < 1 {
-		return badinput.Errorf("sim: --parallel %d: want at least 1", parallel)
+		return usage.Errorf("sim: --parallel %d: want at least 1", parallel)
 	}
 	return nil
 }

@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"pollux/internal/usage"
 	"pollux/optimizer"
-	"pollux/testbed/badinput"
 )
 
 // options are a run of tiresias (fast) on the tiny workload, the policy
@@ -21,7 +22,7 @@ func options(calls *[]string) Options {
 		Policies: func(types int, typed bool) ([]string, error) {
 			*calls = append(*calls, "policies")
 			if types != 1 || typed {
-				return nil, badinput.Errorf("types %d, typed %v", types, typed)
+				return nil, usage.Errorf("types %d, typed %v", types, typed)
 			}
 			return []string{"tiresias"}, nil
 		}}
@@ -63,7 +64,7 @@ func TestRunBadInput(t *testing.T) {
 		{"unknown cluster preset", func(o *Options) { o.Cluster = "no-such" }, "sim: "},
 		{"semantics", func(o *Options) { o.Semantics = "other" }, "--semantics"},
 		{"policies", func(o *Options) {
-			o.Policies = func(int, bool) ([]string, error) { return nil, badinput.Errorf("sim: unknown policy") }
+			o.Policies = func(int, bool) ([]string, error) { return nil, usage.Errorf("sim: unknown policy") }
 		}, "unknown policy"},
 		{"cross-rack model", func(o *Options) { o.CrossRackModel = "linear" }, "--cross-rack-model"},
 		{"zero racks", func(o *Options) { o.Racks = 0 }, "--racks 0"},
@@ -78,7 +79,7 @@ func TestRunBadInput(t *testing.T) {
 			tc.edit(&o)
 			var stderr bytes.Buffer
 			err := Run(context.Background(), o, &bytes.Buffer{}, &stderr)
-			if !badinput.Is(err) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.Is(err, usage.ErrBadSetting) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want bad input with %q", err, tc.want)
 			}
 			if stderr.Len() > 0 {
@@ -112,7 +113,7 @@ func TestCloudBadInput(t *testing.T) {
 				return nil, nil
 			}
 			tc.edit(&o)
-			if err := Cloud(context.Background(), o, &bytes.Buffer{}, &bytes.Buffer{}); !badinput.Is(err) || !strings.Contains(err.Error(), tc.want) {
+			if err := Cloud(context.Background(), o, &bytes.Buffer{}, &bytes.Buffer{}); !errors.Is(err, usage.ErrBadSetting) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want bad input with %q", err, tc.want)
 			}
 		})
@@ -125,7 +126,7 @@ func TestFederationBadInput(t *testing.T) {
 		{File: "testdata/absent.json", Parallel: 1},
 		{File: Example, Workload: "testdata/tiny.csv", Parallel: 1},
 	} {
-		if err := Federation(context.Background(), o, &bytes.Buffer{}, &bytes.Buffer{}); !badinput.Is(err) {
+		if err := Federation(context.Background(), o, &bytes.Buffer{}, &bytes.Buffer{}); !errors.Is(err, usage.ErrBadSetting) {
 			t.Errorf("%+v: err = %v, want bad input", o, err)
 		}
 	}

@@ -8,8 +8,8 @@ import (
 	"sort"
 	"text/tabwriter"
 
+	"pollux/internal/usage"
 	"pollux/optimizer/goodput"
-	"pollux/testbed/badinput"
 	"pollux/testbed/trace"
 )
 
@@ -29,7 +29,7 @@ type Report struct {
 func Apps(dir string, workers int, progress io.Writer) (map[string]Report, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, badinput.Errorf("fit: %w", err)
+		return nil, usage.Errorf("fit: %w", err)
 	}
 	var names []string
 	for _, e := range entries {
@@ -38,7 +38,7 @@ func Apps(dir string, workers int, progress io.Writer) (map[string]Report, error
 		}
 	}
 	if len(names) == 0 {
-		return nil, badinput.Errorf("fit: %s holds no <app>/placements.csv", dir)
+		return nil, usage.Errorf("fit: %s holds no <app>/placements.csv", dir)
 	}
 	sort.Strings(names)
 	out := map[string]Report{}
@@ -58,7 +58,7 @@ func Apps(dir string, workers int, progress io.Writer) (map[string]Report, error
 func App(dir string, workers int, loo bool) (Report, error) {
 	rows, err := trace.LoadMeasured(dir)
 	if err != nil {
-		return Report{}, badinput.Errorf("fit: %w", err)
+		return Report{}, usage.Errorf("fit: %w", err)
 	}
 	points := make([]goodput.ProfilePoint, len(rows))
 	groups := make([]string, len(rows))

@@ -2,13 +2,14 @@ package tracefit
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"pollux/internal/usage"
 	"pollux/testbed/artifact"
-	"pollux/testbed/badinput"
 )
 
 // The paper reports the throughput model within 10 % of measured step
@@ -39,11 +40,11 @@ func TestAppsBadInput(t *testing.T) {
 	}
 	for _, dir := range []string{empty, filepath.Join(empty, "absent")} {
 		var progress bytes.Buffer
-		if _, err := Apps(dir, 1, &progress); !badinput.Is(err) || !strings.HasPrefix(err.Error(), "fit: ") {
+		if _, err := Apps(dir, 1, &progress); !errors.Is(err, usage.ErrBadSetting) || !strings.HasPrefix(err.Error(), "fit: ") {
 			t.Errorf("Apps(%s) = %v, want bad input", dir, err)
 		}
 	}
-	if _, err := App(empty, 1, false); !badinput.Is(err) {
+	if _, err := App(empty, 1, false); !errors.Is(err, usage.ErrBadSetting) {
 		t.Errorf("App of a directory without traces = %v, want bad input", err)
 	}
 }

@@ -13,8 +13,8 @@ import (
 
 	"pollux/actors/fedlink"
 	"pollux/cluster/federation"
+	"pollux/internal/usage"
 	"pollux/testbed"
-	"pollux/testbed/badinput"
 	"pollux/testbed/builtin"
 	"pollux/testbed/chaos/driver"
 	"pollux/testbed/fedlab"
@@ -37,7 +37,7 @@ type Options struct {
 // Check refuses options a run cannot honour.
 func (o Options) Check() error {
 	if !(o.TimeScale > 0) || o.TTL <= 0 || o.TTL > time.Duration(federation.MaxTTL)*time.Second || o.Converge <= 0 {
-		return badinput.Errorf("chaos: lab-loss needs --time-scale > 0, --lease-ttl in (0, %ds] and --converge > 0", federation.MaxTTL)
+		return usage.Errorf("chaos: lab-loss needs --time-scale > 0, --lease-ttl in (0, %ds] and --converge > 0", federation.MaxTTL)
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"pollux/internal/jsonout"
-	"pollux/testbed/badinput"
+	"pollux/internal/usage"
 	"pollux/testbed/chaos/driver"
 	"pollux/testbed/chaos/labloss"
 	"pollux/testbed/chaos/netns"
@@ -34,7 +34,7 @@ func Judge(dir string, jsonOut bool, w io.Writer) error {
 	if _, err := os.Stat(filepath.Join(dir, "history.jsonl")); err != nil {
 		matches, _ := filepath.Glob(filepath.Join(dir, "*", "history.jsonl"))
 		if len(matches) == 0 {
-			return badinput.Errorf("chaos: --judge %s: no history.jsonl in it or in its subdirectories", dir)
+			return usage.Errorf("chaos: --judge %s: no history.jsonl in it or in its subdirectories", dir)
 		}
 		dirs = dirs[:0]
 		for _, m := range matches {
@@ -187,5 +187,5 @@ func Network(network string, log *slog.Logger) (launch.Network, error) {
 	case string(launch.Loopback), string(launch.Namespaces):
 		return launch.Network(network), nil
 	}
-	return "", badinput.Errorf("chaos: --network %q (auto, netns or loopback)", network)
+	return "", usage.Errorf("chaos: --network %q (auto, netns or loopback)", network)
 }

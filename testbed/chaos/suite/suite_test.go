@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"pollux/testbed/badinput"
+	"pollux/internal/usage"
 	"pollux/testbed/chaos/attack"
 	"pollux/testbed/chaos/driver"
 	"pollux/testbed/chaos/labloss"
@@ -52,7 +52,7 @@ func TestPrint(t *testing.T) {
 
 func TestJudgeWithoutHistoryIsBadInput(t *testing.T) {
 	err := Judge(t.TempDir(), true, &bytes.Buffer{})
-	if !badinput.Is(err) || !strings.Contains(err.Error(), "no history.jsonl") {
+	if !errors.Is(err, usage.ErrBadSetting) || !strings.Contains(err.Error(), "no history.jsonl") {
 		t.Errorf("err = %v, want bad input naming history.jsonl", err)
 	}
 }
