@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"pollux/optimizer"
+	"pollux/optimizer/topology"
 )
 
 // Role is what a member does.
@@ -75,12 +75,12 @@ func (m Meta) Validate() error {
 		}
 	}
 	if m.GPUType != "" {
-		if err := optimizer.CheckName("GPU type", m.GPUType); err != nil {
+		if err := topology.CheckName("GPU type", m.GPUType); err != nil {
 			return fmt.Errorf("%w: %w", ErrBadMeta, err)
 		}
 	}
 	if m.Levels != "" {
-		if _, err := optimizer.ParseLevels(m.Levels); err != nil {
+		if _, err := topology.ParseLevels(m.Levels); err != nil {
 			return fmt.Errorf("%w: levels: %w", ErrBadMeta, err)
 		}
 	}

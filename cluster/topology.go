@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"strings"
 
-	"pollux/optimizer"
+	"pollux/optimizer/topology"
 )
 
 // ParseTopology reads a member's declared place in the network, as
 // `--topology rack=r3,zone=z1` gives it: level=domain pairs, innermost
-// (the rack) first, each level once, names as optimizer.CheckName
+// (the rack) first, each level once, names as topology.CheckName
 // accepts. It returns the levels and the domains, innermost first (both
 // nil for the empty string: the default rack). Whether the levels are
 // the cluster's is checked when the member joins (CheckTopology).
@@ -24,10 +24,10 @@ func ParseTopology(s string) (levels, domains []string, err error) {
 		}
 		levels = append(levels, key)
 	}
-	if levels, err = optimizer.ParseLevels(strings.Join(levels, ",")); err != nil {
+	if levels, err = topology.ParseLevels(strings.Join(levels, ",")); err != nil {
 		return nil, nil, fmt.Errorf("%w: topology %q: %w", ErrBadMeta, s, err)
 	}
-	if domains, err = optimizer.ParseTopology(s, levels); err != nil {
+	if domains, err = topology.ParseTopology(s, levels); err != nil {
 		return nil, nil, fmt.Errorf("%w: topology %q: %w", ErrBadMeta, s, err)
 	}
 	return levels, domains, nil
@@ -42,7 +42,7 @@ func CheckTopology(declared string, levels []string) ([]string, error) {
 	if _, _, err := ParseTopology(declared); err != nil {
 		return nil, err
 	}
-	d, err := optimizer.ParseTopology(declared, levels)
+	d, err := topology.ParseTopology(declared, levels)
 	if err != nil {
 		return nil, fmt.Errorf("%w: topology %q: %w", ErrBadMeta, declared, err)
 	}

@@ -3,6 +3,7 @@ package consensus
 import (
 	"context"
 	"fmt"
+	"pollux/consensus/state"
 	"testing"
 	"time"
 
@@ -11,21 +12,21 @@ import (
 
 // benchAllocation is a 16-job allocation over 8 nodes, shifted by gen so
 // that consecutive allocations differ.
-func benchAllocation(gen, term uint64) *CommitAllocation {
-	jobs := make(map[string][]Slot, 16)
+func benchAllocation(gen, term uint64) *state.CommitAllocation {
+	jobs := make(map[string][]state.Slot, 16)
 	for j := range 16 {
-		jobs[fmt.Sprintf("job-%d", j)] = []Slot{{Node: fmt.Sprintf("node-%d", (j+int(gen))%8), GPUs: 1 + int(gen)%2}}
+		jobs[fmt.Sprintf("job-%d", j)] = []state.Slot{{Node: fmt.Sprintf("node-%d", (j+int(gen))%8), GPUs: 1 + int(gen)%2}}
 	}
-	return &CommitAllocation{Generation: gen, Term: term, Jobs: jobs}
+	return &state.CommitAllocation{Generation: gen, Term: term, Jobs: jobs}
 }
 
 func benchFSM(b *testing.B) *fsmApplier {
 	a := &fsmApplier{f: NewFSM()}
 	for i := range 8 {
-		a.must(b, 1, &RegisterNode{Node: Node{ID: fmt.Sprintf("node-%d", i), GPUs: 8, Health: Alive}})
+		a.must(b, 1, &state.RegisterNode{Node: state.Node{ID: fmt.Sprintf("node-%d", i), GPUs: 8, Health: state.Alive}})
 	}
 	for j := range 16 {
-		a.must(b, 1, &SubmitJob{ID: fmt.Sprintf("job-%d", j), Spec: testSpec()})
+		a.must(b, 1, &state.SubmitJob{ID: fmt.Sprintf("job-%d", j), Spec: testSpec()})
 	}
 	return a
 }
@@ -34,21 +35,21 @@ func BenchmarkEncodeAllocation(b *testing.B) {
 	c := benchAllocation(1, 1)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Encode(c); err != nil {
+		if _, err := state.Encode(c); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
 func BenchmarkDecodeAllocation(b *testing.B) {
-	enc, err := Encode(benchAllocation(1, 1))
+	enc, err := state.Encode(benchAllocation(1, 1))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.SetBytes(int64(len(enc)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Decode(enc); err != nil {
+		if _, err := state.Decode(enc); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -72,7 +73,7 @@ func BenchmarkEncodeState(b *testing.B) {
 	s := a.f.State()
 	b.ReportAllocs()
 	for b.Loop() {
-		EncodeState(s)
+		state.EncodeState(s)
 	}
 }
 
@@ -111,12 +112,12 @@ func benchConfig(id raft.ServerID) Config {
 // benchCommits commits batches of 64 allocations on leader.
 func benchCommits(b *testing.B, leader *Server) {
 	ctx := context.Background()
-	var setup []Command
+	var setup []state.Command
 	for i := range 8 {
-		setup = append(setup, &RegisterNode{Node: Node{ID: fmt.Sprintf("node-%d", i), GPUs: 8, Health: Alive}})
+		setup = append(setup, &state.RegisterNode{Node: state.Node{ID: fmt.Sprintf("node-%d", i), GPUs: 8, Health: state.Alive}})
 	}
 	for j := range 16 {
-		setup = append(setup, &SubmitJob{ID: fmt.Sprintf("job-%d", j), Spec: testSpec()})
+		setup = append(setup, &state.SubmitJob{ID: fmt.Sprintf("job-%d", j), Spec: testSpec()})
 	}
 	if _, err := leader.Apply(ctx, setup...); err != nil {
 		b.Fatal(err)
@@ -125,7 +126,7 @@ func benchCommits(b *testing.B, leader *Server) {
 	gen := uint64(0)
 	b.ReportAllocs()
 	for b.Loop() {
-		cmds := make([]Command, 64)
+		cmds := make([]state.Command, 64)
 		for i := range cmds {
 			gen++
 			cmds[i] = benchAllocation(gen, term)

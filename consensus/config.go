@@ -3,6 +3,7 @@ package consensus
 import (
 	"fmt"
 	"log/slog"
+	"pollux/consensus/state"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -113,7 +114,7 @@ func (c Config) raftConfig() (*raft.Config, error) {
 	rc.TrailingLogs = c.TrailingLogs
 	rc.Logger = newHCLogger(c.Logger, c.RaftLogLevel)
 	if err := raft.ValidateConfig(rc); err != nil {
-		return nil, fmt.Errorf("%w: raft config: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: raft config: %w", state.ErrInvalid, err)
 	}
 	return rc, nil
 }

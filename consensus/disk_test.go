@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"pollux/consensus/state"
 	"testing"
 	"time"
 
@@ -83,7 +84,7 @@ func TestRestartFromDisk(t *testing.T) {
 	}
 	for _, m := range c.members {
 		waitFor(t, 5*time.Second, fmt.Sprintf("%s to catch up", m.id), func() bool {
-			return bytes.Equal(EncodeState(m.srv.LocalState()), want)
+			return bytes.Equal(state.EncodeState(m.srv.LocalState()), want)
 		})
 	}
 }
@@ -121,7 +122,7 @@ func TestTCPGarbage(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t, 10*time.Second)
-	if err := s.RegisterNode(ctx, Node{ID: "n", GPUs: 1}); err != nil {
+	if err := s.RegisterNode(ctx, state.Node{ID: "n", GPUs: 1}); err != nil {
 		t.Fatal(err)
 	}
 	for _, junk := range [][]byte{[]byte("GET / HTTP/1.1\r\n\r\n"), {0, 0xff, 0xfe, 1, 2, 3}, bytes.Repeat([]byte{0x01}, 4096)} {
@@ -132,10 +133,10 @@ func TestTCPGarbage(t *testing.T) {
 		_, _ = conn.Write(junk)
 		_ = conn.Close()
 	}
-	if err := s.MarkNode(ctx, "n", Dead); err != nil {
+	if err := s.MarkNode(ctx, "n", state.Dead); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := s.Read(ctx); err != nil || st.Nodes["n"].Health != Dead {
+	if st, err := s.Read(ctx); err != nil || st.Nodes["n"].Health != state.Dead {
 		t.Fatalf("after garbage: %v, %v", st, err)
 	}
 }

@@ -2,10 +2,13 @@ package consensus
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"pollux/consensus/state"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/hashicorp/raft"
 )
@@ -19,8 +22,13 @@ type Forwarder interface {
 	Forward(ctx context.Context, leader raft.ServerID, req []byte) ([]byte, error)
 }
 
-// maxForward bounds a forwarded request or its answer.
-const maxForward = 64 << 20
+// Bounds of the forwarding protocol: the bytes of a request or its
+// answer, the commands of one request, the bytes of an error's text.
+const (
+	maxForward     = 64 << 20
+	maxForwardList = 1 << 16
+	maxErrorText   = 4096
+)
 
 // LocalForwarder forwards between servers of one process (tests and
 // single-process clusters) through the same encoding as the Raft port's
@@ -75,12 +83,12 @@ const forwardVersion byte = 1
 // Append only.
 var wireErrors = []error{
 	nil, ErrNotLeader, ErrNoLeader, ErrTimeout, ErrShutdown, ErrForward,
-	ErrUnknownVersion, ErrUnknownCommand, ErrMalformed, ErrInvalid,
-	ErrUnknownJob, ErrJobExists, ErrJobFinished, ErrUnknownNode,
-	ErrStaleGeneration, ErrStaleTerm, ErrStaleIncarnation, ErrLeadershipLost,
-	ErrNoSpace, ErrClusterConfig, ErrLimit, ErrStaleSession,
-	ErrACLBootstrapped, ErrUnknownToken, ErrTokenRevoked, ErrPermission, ErrTokenExists,
-	ErrNoFederation, ErrLeaseRefused,
+	state.ErrUnknownVersion, state.ErrUnknownCommand, state.ErrMalformed, state.ErrInvalid,
+	state.ErrUnknownJob, state.ErrJobExists, state.ErrJobFinished, state.ErrUnknownNode,
+	state.ErrStaleGeneration, state.ErrStaleTerm, state.ErrStaleIncarnation, ErrLeadershipLost,
+	ErrNoSpace, state.ErrClusterConfig, state.ErrLimit, state.ErrStaleSession,
+	state.ErrACLBootstrapped, state.ErrUnknownToken, state.ErrTokenRevoked, state.ErrPermission, state.ErrTokenExists,
+	state.ErrNoFederation, state.ErrLeaseRefused,
 }
 
 // otherError is the code of an error that wraps no sentinel.
@@ -97,39 +105,112 @@ func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.sentinel }
 
 func encodeRequest(cmds [][]byte) []byte {
-	w := &writer{}
-	w.byte(forwardVersion)
-	w.uvarint(uint64(len(cmds)))
+	b := []byte{forwardVersion}
+	b = binary.AppendUvarint(b, uint64(len(cmds)))
 	for _, c := range cmds {
-		w.uvarint(uint64(len(c)))
-		w.b = append(w.b, c...)
+		b = appendBytes(b, c)
 	}
-	return w.b
+	return b
+}
+
+func appendBytes(b, v []byte) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
+}
+
+// fields reads a forward request or response: its version byte first,
+// then minimal uvarints, single bytes and length-prefixed byte strings;
+// the first error sticks and later reads return zero values.
+type fields struct {
+	b   []byte
+	err error
+}
+
+func (f *fields) fail(format string, args ...any) {
+	if f.err == nil {
+		f.err = fmt.Errorf("%w: "+format, append([]any{state.ErrMalformed}, args...)...)
+	}
+}
+
+func (f *fields) version(what string) {
+	switch {
+	case len(f.b) == 0:
+		f.fail("empty forward %s", what)
+	case f.b[0] != forwardVersion:
+		f.err = fmt.Errorf("%w: forward %s version %d", state.ErrUnknownVersion, what, f.b[0])
+	default:
+		f.b = f.b[1:]
+	}
+}
+
+func (f *fields) byte() byte {
+	if f.err == nil && len(f.b) == 0 {
+		f.fail("truncated")
+	}
+	if f.err != nil {
+		return 0
+	}
+	v := f.b[0]
+	f.b = f.b[1:]
+	return v
+}
+
+func (f *fields) uvarint() uint64 {
+	if f.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(f.b)
+	if n <= 0 || (n > 1 && f.b[n-1] == 0) {
+		f.fail("bad or non-minimal uvarint")
+		return 0
+	}
+	f.b = f.b[n:]
+	return v
+}
+
+// length reads a length and checks it against limit and what is left.
+func (f *fields) length(limit int) int {
+	n := f.uvarint()
+	if f.err == nil && (n > uint64(limit) || n > uint64(len(f.b))) {
+		f.fail("length %d over limit %d or input", n, limit)
+	}
+	if f.err != nil {
+		return 0
+	}
+	return int(n)
+}
+
+func (f *fields) bytes(limit int) []byte {
+	n := f.length(limit)
+	v := f.b[:n:n]
+	f.b = f.b[n:]
+	return v
+}
+
+func (f *fields) done() error {
+	if f.err == nil && len(f.b) != 0 {
+		f.fail("%d trailing bytes", len(f.b))
+	}
+	return f.err
 }
 
 func decodeRequest(b []byte) ([][]byte, error) {
-	r := &reader{b: b}
-	if v := r.byte(); r.err == nil && v != forwardVersion {
-		return nil, fmt.Errorf("%w: forward request version %d", ErrUnknownVersion, v)
-	}
-	n := r.length(maxList)
+	f := &fields{b: b}
+	f.version("request")
+	n := f.length(maxForwardList)
 	cmds := make([][]byte, 0, n)
-	for i := 0; i < n && r.err == nil; i++ {
-		m := r.length(maxForward)
-		if r.err == nil {
-			cmds = append(cmds, r.b[:m:m])
-			r.b = r.b[m:]
+	for i := 0; i < n && f.err == nil; i++ {
+		if c := f.bytes(maxForward); f.err == nil {
+			cmds = append(cmds, c)
 		}
 	}
-	return cmds, r.done()
+	return cmds, f.done()
 }
 
 func encodeResponse(res []Result) []byte {
-	w := &writer{}
-	w.byte(forwardVersion)
-	w.uvarint(uint64(len(res)))
+	b := []byte{forwardVersion}
+	b = binary.AppendUvarint(b, uint64(len(res)))
 	for _, r := range res {
-		w.uvarint(r.Index)
+		b = binary.AppendUvarint(b, r.Index)
 		code, msg := byte(0), ""
 		if r.Err != nil {
 			code, msg = otherError, r.Err.Error()
@@ -140,10 +221,10 @@ func encodeResponse(res []Result) []byte {
 				}
 			}
 		}
-		w.byte(code)
-		w.str(truncate(msg, maxString))
+		b = append(b, code)
+		b = appendBytes(b, []byte(truncate(msg, maxErrorText)))
 	}
-	return w.b
+	return b
 }
 
 // truncate cuts s to at most n bytes of valid UTF-8.
@@ -155,26 +236,27 @@ func truncate(s string, n int) string {
 }
 
 func decodeResponse(b []byte, want int) ([]Result, error) {
-	r := &reader{b: b}
-	if v := r.byte(); r.err == nil && v != forwardVersion {
-		return nil, fmt.Errorf("%w: forward response version %d", ErrUnknownVersion, v)
-	}
-	n := r.length(maxList)
-	if r.err == nil && n != want {
-		return nil, fmt.Errorf("%w: %d results for %d commands", ErrMalformed, n, want)
+	f := &fields{b: b}
+	f.version("response")
+	n := f.length(maxForwardList)
+	if f.err == nil && n != want {
+		return nil, fmt.Errorf("%w: %d results for %d commands", state.ErrMalformed, n, want)
 	}
 	res := make([]Result, n)
-	for i := 0; i < n && r.err == nil; i++ {
-		res[i].Index = r.uvarint()
-		code := r.byte()
-		msg := r.str()
+	for i := 0; i < n && f.err == nil; i++ {
+		res[i].Index = f.uvarint()
+		code := f.byte()
+		msg := f.bytes(maxErrorText)
+		if f.err == nil && !utf8.Valid(msg) {
+			f.fail("error text is not UTF-8")
+		}
 		switch {
 		case code == 0:
 		case int(code) < len(wireErrors):
-			res[i].Err = &remoteError{msg: msg, sentinel: wireErrors[code]}
+			res[i].Err = &remoteError{msg: string(msg), sentinel: wireErrors[code]}
 		default:
-			res[i].Err = errors.New(msg)
+			res[i].Err = errors.New(string(msg))
 		}
 	}
-	return res, r.done()
+	return res, f.done()
 }

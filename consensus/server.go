@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"pollux/consensus/state"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,10 +112,10 @@ func (s *Server) relayLeadership(raw <-chan bool) {
 // (AddVoter on the leader); one with state rejoins its cluster.
 func NewServer(cfg Config, st Stores) (*Server, error) {
 	if cfg.ID == "" {
-		return nil, fmt.Errorf("%w: server id is empty", ErrInvalid)
+		return nil, fmt.Errorf("%w: server id is empty", state.ErrInvalid)
 	}
 	if st.Transport == nil || st.Logs == nil || st.Stable == nil || st.Snapshots == nil {
-		return nil, fmt.Errorf("%w: transport and stores are required", ErrInvalid)
+		return nil, fmt.Errorf("%w: transport and stores are required", state.ErrInvalid)
 	}
 	cfg = cfg.withDefaults()
 	rc, err := cfg.raftConfig()
@@ -184,11 +185,11 @@ func (s *Server) Leadership() (term uint64, leader bool) {
 
 // LocalState returns a copy of this server's state, which on a follower
 // may lag behind the leader's.
-func (s *Server) LocalState() *State { return s.fsm.State() }
+func (s *Server) LocalState() *state.State { return s.fsm.State() }
 
 // LocalJob returns a copy of one job of this server's state (nil if
 // unknown) and the cluster configuration.
-func (s *Server) LocalJob(id string) (*Job, ClusterConfig) { return s.fsm.Job(id) }
+func (s *Server) LocalJob(id string) (*state.Job, state.ClusterConfig) { return s.fsm.Job(id) }
 
 // LeaderChanges delivers true when this server becomes the Raft leader
 // and false when it stops being it. Only the latest change is kept if
@@ -205,7 +206,7 @@ func (s *Server) JobsChanged() <-chan struct{} { return s.fsm.notify }
 // before the call (a linearizable read). Only the leader serves it: it
 // verifies its leadership with a quorum and, once per term, commits a
 // barrier so that entries of earlier terms are applied.
-func (s *Server) Read(ctx context.Context) (*State, error) {
+func (s *Server) Read(ctx context.Context) (*state.State, error) {
 	if s.closed.Load() {
 		return nil, ErrShutdown
 	}
@@ -269,13 +270,13 @@ func (s *Server) timeout(ctx context.Context) time.Duration {
 // ends (or, without a deadline, Config.WriteTimeout). The error is for
 // the whole batch (invalid command, timeout, forwarding failure); a
 // refusal by the state machine is in its Result.
-func (s *Server) Apply(ctx context.Context, cmds ...Command) ([]Result, error) {
+func (s *Server) Apply(ctx context.Context, cmds ...state.Command) ([]Result, error) {
 	if len(cmds) == 0 {
 		return nil, nil
 	}
 	enc := make([][]byte, len(cmds))
 	for i, c := range cmds {
-		b, err := Encode(c)
+		b, err := state.Encode(c)
 		if err != nil {
 			return nil, err
 		}
@@ -440,7 +441,7 @@ func (s *Server) serveForward(ctx context.Context, req []byte) ([]byte, error) {
 	for i, b := range enc {
 		// Decode here so that garbage is answered per command without
 		// touching the log.
-		if _, err := Decode(b); err != nil {
+		if _, err := state.Decode(b); err != nil {
 			res[i].Err = err
 		}
 	}
@@ -474,14 +475,16 @@ func (s *Server) serveForward(ctx context.Context, req []byte) ([]byte, error) {
 // Authenticate returns the token of this server's state whose secret is
 // secret, and whether the token table is bootstrapped: every server
 // authenticates from its own replicated copy of the table.
-func (s *Server) Authenticate(secret string) (Token, bool, error) { return s.fsm.Authenticate(secret) }
+func (s *Server) Authenticate(secret string) (state.Token, bool, error) {
+	return s.fsm.Authenticate(secret)
+}
 
 // ApplyCommand commits one command (through the leader) and returns its
 // error, the state machine's refusal included.
-func (s *Server) ApplyCommand(ctx context.Context, c Command) error { return s.single(ctx, c) }
+func (s *Server) ApplyCommand(ctx context.Context, c state.Command) error { return s.single(ctx, c) }
 
 // single applies one command and returns its error.
-func (s *Server) single(ctx context.Context, c Command) error {
+func (s *Server) single(ctx context.Context, c state.Command) error {
 	res, err := s.Apply(ctx, c)
 	if err != nil {
 		return err
@@ -490,8 +493,8 @@ func (s *Server) single(ctx context.Context, c Command) error {
 }
 
 // SubmitJob adds a Pending job.
-func (s *Server) SubmitJob(ctx context.Context, id string, spec JobSpec, submitTime float64) error {
-	return s.single(ctx, &SubmitJob{ID: id, Spec: spec, SubmitTime: submitTime})
+func (s *Server) SubmitJob(ctx context.Context, id string, spec state.JobSpec, submitTime float64) error {
+	return s.single(ctx, &state.SubmitJob{ID: id, Spec: spec, SubmitTime: submitTime})
 }
 
 // InitCluster sets the cluster's configuration if it has none (and its
@@ -499,22 +502,22 @@ func (s *Server) SubmitJob(ctx context.Context, id string, spec JobSpec, submitT
 // configured one, or topology levels (if given: innermost first, the
 // rack alone being the default) other than the configured ones, it fails
 // with ErrClusterConfig. NewInitCluster makes a new cluster's.
-func (s *Server) InitCluster(ctx context.Context, c InitCluster) error {
-	c.Levels = NormalizeLevels(c.Levels)
+func (s *Server) InitCluster(ctx context.Context, c state.InitCluster) error {
+	c.Levels = state.NormalizeLevels(c.Levels)
 	return s.single(ctx, &c)
 }
 
 // FinishJob ends a job (exactly once) as Completed, Failed or Cancelled
 // and frees its GPUs; a non-zero incarnation must be the job's current
 // one.
-func (s *Server) FinishJob(ctx context.Context, f FinishJob) error {
+func (s *Server) FinishJob(ctx context.Context, f state.FinishJob) error {
 	return s.single(ctx, &f)
 }
 
 // CommitRound commits one allocation round and returns its result
 // (which entries were dropped). It fails with ErrStaleTerm or
 // ErrStaleGeneration if a newer leader has taken over.
-func (s *Server) CommitRound(ctx context.Context, r *Round) (Result, error) {
+func (s *Server) CommitRound(ctx context.Context, r *state.Round) (Result, error) {
 	res, err := s.Apply(ctx, r)
 	if err != nil {
 		return Result{}, err
@@ -524,7 +527,7 @@ func (s *Server) CommitRound(ctx context.Context, r *Round) (Result, error) {
 
 // Prune forgets finished jobs and gone nodes; it returns the ids it
 // skipped.
-func (s *Server) Prune(ctx context.Context, p Prune) ([]Drop, error) {
+func (s *Server) Prune(ctx context.Context, p state.Prune) ([]state.Drop, error) {
 	res, err := s.Apply(ctx, &p)
 	if err != nil {
 		return nil, err
@@ -533,16 +536,16 @@ func (s *Server) Prune(ctx context.Context, p Prune) ([]Drop, error) {
 }
 
 // RegisterNode adds or replaces a node (a zero Health means Alive).
-func (s *Server) RegisterNode(ctx context.Context, n Node) error {
+func (s *Server) RegisterNode(ctx context.Context, n state.Node) error {
 	if n.Health == 0 {
-		n.Health = Alive
+		n.Health = state.Alive
 	}
-	return s.single(ctx, &RegisterNode{Node: n})
+	return s.single(ctx, &state.RegisterNode{Node: n})
 }
 
 // MarkNode sets a node's health.
-func (s *Server) MarkNode(ctx context.Context, id string, h Health) error {
-	return s.single(ctx, &MarkNode{ID: id, Health: h})
+func (s *Server) MarkNode(ctx context.Context, id string, h state.Health) error {
+	return s.single(ctx, &state.MarkNode{ID: id, Health: h})
 }
 
 // AddVoter adds a voting server to the cluster. Only the leader can.
@@ -572,7 +575,7 @@ func (s *Server) LogStats(from, to uint64) (entries int, bytes int64, byCommand 
 			entries++
 			bytes += int64(len(l.Data))
 			name := "undecodable"
-			if c, err := Decode(l.Data); err == nil {
+			if c, err := state.Decode(l.Data); err == nil {
 				name = fmt.Sprintf("%T", c)
 			}
 			byCommand[name]++

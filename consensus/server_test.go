@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"pollux/consensus/state"
 	"testing"
 	"time"
 
@@ -175,18 +176,18 @@ func workload(t *testing.T, s *Server, leader *Server) {
 			t.Fatal(err)
 		}
 	}
-	must(s.RegisterNode(ctx, Node{ID: "n1", Addresses: []string{"127.0.0.1:9001"}, Rack: "a", GPUs: 4}))
-	must(s.RegisterNode(ctx, Node{ID: "n2", Addresses: []string{"127.0.0.1:9002"}, Rack: "b", GPUs: 4}))
+	must(s.RegisterNode(ctx, state.Node{ID: "n1", Addresses: []string{"127.0.0.1:9001"}, Rack: "a", GPUs: 4}))
+	must(s.RegisterNode(ctx, state.Node{ID: "n2", Addresses: []string{"127.0.0.1:9002"}, Rack: "b", GPUs: 4}))
 	must(s.SubmitJob(ctx, "j1", testSpec(), 1))
 	must(s.SubmitJob(ctx, "j2", testSpec(), 2))
 	term, ok := leader.Leadership()
 	if !ok {
 		t.Fatal("leader is not leader")
 	}
-	must(commitAllocation(ctx, s, 1, term, map[string][]Slot{"j1": {{"n1", 2}, {"n2", 2}}, "j2": {{"n1", 1}}}))
-	must(s.single(ctx, &RecordProfile{ID: "j1", Incarnation: 1, Entries: []ProfileEntry{entry(2, 4, 64, 0.1, 0.15, 10)}, HasGrad: true}))
-	must(s.single(ctx, &UpdateJob{ID: "j1", Incarnation: 1, Set: UpdateAttained | UpdateProgress, Attained: 12, Progress: 0.1}))
-	must(s.MarkNode(ctx, "n2", Suspect))
+	must(commitAllocation(ctx, s, 1, term, map[string][]state.Slot{"j1": {{Node: "n1", GPUs: 2}, {Node: "n2", GPUs: 2}}, "j2": {{Node: "n1", GPUs: 1}}}))
+	must(s.single(ctx, &state.RecordProfile{ID: "j1", Incarnation: 1, Entries: []state.ProfileEntry{entry(2, 4, 64, 0.1, 0.15, 10)}, HasGrad: true}))
+	must(s.single(ctx, &state.UpdateJob{ID: "j1", Incarnation: 1, Set: state.UpdateAttained | state.UpdateProgress, Attained: 12, Progress: 0.1}))
+	must(s.MarkNode(ctx, "n2", state.Suspect))
 }
 
 func encodingOf(t *testing.T, s *Server) []byte {
@@ -195,7 +196,7 @@ func encodingOf(t *testing.T, s *Server) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return EncodeState(st)
+	return state.EncodeState(st)
 }
 
 func TestLeaderLossNewLeaderIdenticalState(t *testing.T) {
@@ -216,7 +217,7 @@ func TestLeaderLossNewLeaderIdenticalState(t *testing.T) {
 	// The new leader continues the generation sequence in its own term.
 	term, _ := nl.srv.Leadership()
 	ctx := ctxT(t, 5*time.Second)
-	if err := commitAllocation(ctx, nl.srv, 2, term, map[string][]Slot{"j1": {{"n1", 4}}}); err != nil {
+	if err := commitAllocation(ctx, nl.srv, 2, term, map[string][]state.Slot{"j1": {{Node: "n1", GPUs: 4}}}); err != nil {
 		t.Fatal(err)
 	}
 	st, err := nl.srv.Read(ctx)
@@ -258,7 +259,7 @@ func TestPartitionedMinorityCannotCommit(t *testing.T) {
 
 	c.heal()
 	waitFor(t, 10*time.Second, "the old leader to catch up", func() bool {
-		return bytes.Equal(EncodeState(old.srv.LocalState()), want)
+		return bytes.Equal(state.EncodeState(old.srv.LocalState()), want)
 	})
 	st := old.srv.LocalState()
 	if _, ok := st.Jobs["lost"]; ok {
@@ -284,13 +285,13 @@ func TestDeposedLeaderAllocationRejected(t *testing.T) {
 		t.Fatalf("new term %d not above old %d", newTerm, oldTerm)
 	}
 	ctx := ctxT(t, 5*time.Second)
-	if err := commitAllocation(ctx, nl.srv, 2, newTerm, map[string][]Slot{"j2": {{"n1", 4}}}); err != nil {
+	if err := commitAllocation(ctx, nl.srv, 2, newTerm, map[string][]state.Slot{"j2": {{Node: "n1", GPUs: 4}}}); err != nil {
 		t.Fatal(err)
 	}
 
 	// While partitioned, the deposed leader's allocation does not commit.
 	short, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	err := commitAllocation(short, old.srv, 2, oldTerm, map[string][]Slot{"j1": {{"n1", 1}}})
+	err := commitAllocation(short, old.srv, 2, oldTerm, map[string][]state.Slot{"j1": {{Node: "n1", GPUs: 1}}})
 	cancel()
 	if err == nil {
 		t.Fatal("a partitioned leader committed an allocation")
@@ -316,8 +317,8 @@ func TestDeposedLeaderAllocationRejected(t *testing.T) {
 	// on a loaded machine)
 	ctx = ctxT(t, 5*time.Second)
 	for _, gen := range []uint64{2, 3, 100} {
-		err := commitAllocation(ctx, old.srv, gen, oldTerm, map[string][]Slot{"j1": {{"n1", 1}}})
-		if !errors.Is(err, ErrStaleTerm) {
+		err := commitAllocation(ctx, old.srv, gen, oldTerm, map[string][]state.Slot{"j1": {{Node: "n1", GPUs: 1}}})
+		if !errors.Is(err, state.ErrStaleTerm) {
 			t.Fatalf("generation %d from the deposed leader: %v, want ErrStaleTerm", gen, err)
 		}
 	}
@@ -325,7 +326,7 @@ func TestDeposedLeaderAllocationRejected(t *testing.T) {
 	cur = c.leader(cur)
 	ctx = ctxT(t, 5*time.Second)
 	curTerm, _ := cur.srv.Leadership()
-	if err := commitAllocation(ctx, cur.srv, 2, curTerm, map[string][]Slot{"j1": {{"n1", 1}}}); !errors.Is(err, ErrStaleGeneration) {
+	if err := commitAllocation(ctx, cur.srv, 2, curTerm, map[string][]state.Slot{"j1": {{Node: "n1", GPUs: 1}}}); !errors.Is(err, state.ErrStaleGeneration) {
 		t.Fatalf("repeated generation: %v, want ErrStaleGeneration", err)
 	}
 	st, err := cur.srv.Read(ctx)
@@ -362,7 +363,7 @@ func TestSnapshotInstalledOnNewVoter(t *testing.T) {
 	}
 	want := encodingOf(t, l.srv)
 	waitFor(t, 10*time.Second, "the new voter to restore", func() bool {
-		return bytes.Equal(EncodeState(m.srv.LocalState()), want)
+		return bytes.Equal(state.EncodeState(m.srv.LocalState()), want)
 	})
 	servers, err := l.srv.Servers()
 	if err != nil || len(servers) != 4 {
@@ -387,18 +388,18 @@ func TestFollowerReadAndConfigChangeRefused(t *testing.T) {
 	if err := f.srv.RemoveServer(ctx, l.id); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("follower config change: %v", err)
 	}
-	if _, err := f.srv.Apply(ctx, &SubmitJob{ID: "bad id"}); !errors.Is(err, ErrInvalid) {
+	if _, err := f.srv.Apply(ctx, &state.SubmitJob{ID: "bad id"}); !errors.Is(err, state.ErrInvalid) {
 		t.Fatalf("invalid command: %v", err)
 	}
 	// A state-machine refusal comes back through forwarding with its
 	// sentinel.
-	if err := f.srv.MarkNode(ctx, "ghost", Dead); !errors.Is(err, ErrUnknownNode) {
+	if err := f.srv.MarkNode(ctx, "ghost", state.Dead); !errors.Is(err, state.ErrUnknownNode) {
 		t.Fatalf("forwarded refusal: %v", err)
 	}
 	if err := f.srv.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.srv.MarkNode(ctx, "ghost", Dead); !errors.Is(err, ErrShutdown) {
+	if err := f.srv.MarkNode(ctx, "ghost", state.Dead); !errors.Is(err, ErrShutdown) {
 		t.Fatalf("after shutdown: %v", err)
 	}
 }
@@ -407,7 +408,7 @@ func TestBatchPipelined(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	l := c.leader(c.members...)
 	ctx := ctxT(t, 10*time.Second)
-	if err := l.srv.RegisterNode(ctx, Node{ID: "n", GPUs: 8}); err != nil {
+	if err := l.srv.RegisterNode(ctx, state.Node{ID: "n", GPUs: 8}); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.srv.SubmitJob(ctx, "j", testSpec(), 0); err != nil {
@@ -416,10 +417,10 @@ func TestBatchPipelined(t *testing.T) {
 	term, _ := l.srv.Leadership()
 	for _, via := range []*Server{l.srv, c.followers(l)[0].srv} {
 		st := l.srv.LocalState()
-		var cmds []Command
+		var cmds []state.Command
 		for g := range 50 {
-			cmds = append(cmds, &CommitAllocation{Generation: st.Allocation.Generation + uint64(g) + 1, Term: term,
-				Jobs: map[string][]Slot{"j": {{"n", 1 + g%8}}}})
+			cmds = append(cmds, &state.CommitAllocation{Generation: st.Allocation.Generation + uint64(g) + 1, Term: term,
+				Jobs: map[string][]state.Slot{"j": {{Node: "n", GPUs: 1 + g%8}}}})
 		}
 		res, err := via.Apply(ctx, cmds...)
 		if err != nil {
@@ -438,25 +439,25 @@ func TestBatchPipelined(t *testing.T) {
 }
 
 func TestForwardEncodingErrors(t *testing.T) {
-	res := []Result{{Index: 3}, {Index: 4, Err: fmt.Errorf("x: %w", ErrStaleTerm)}, {Err: errors.New("plain \xff")}}
+	res := []Result{{Index: 3}, {Index: 4, Err: fmt.Errorf("x: %w", state.ErrStaleTerm)}, {Err: errors.New("plain \xff")}}
 	got, err := decodeResponse(encodeResponse(res), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got[0].Index != 3 || got[0].Err != nil || !errors.Is(got[1].Err, ErrStaleTerm) || got[1].Err.Error() != "x: consensus: stale leader term" || got[2].Err == nil {
+	if got[0].Index != 3 || got[0].Err != nil || !errors.Is(got[1].Err, state.ErrStaleTerm) || got[1].Err.Error() != "x: state: stale leader term" || got[2].Err == nil {
 		t.Fatalf("decoded %+v", got)
 	}
-	if _, err := decodeResponse(encodeResponse(res), 2); !errors.Is(err, ErrMalformed) {
+	if _, err := decodeResponse(encodeResponse(res), 2); !errors.Is(err, state.ErrMalformed) {
 		t.Fatalf("count mismatch: %v", err)
 	}
-	if _, err := decodeRequest([]byte{9, 0}); !errors.Is(err, ErrUnknownVersion) {
+	if _, err := decodeRequest([]byte{9, 0}); !errors.Is(err, state.ErrUnknownVersion) {
 		t.Fatalf("request version: %v", err)
 	}
 }
 
 func FuzzDecodeForward(f *testing.F) {
 	f.Add(encodeRequest([][]byte{{1, 7, 1, 'n', 3}}))
-	f.Add(encodeResponse([]Result{{Index: 1, Err: ErrInvalid}}))
+	f.Add(encodeResponse([]Result{{Index: 1, Err: state.ErrInvalid}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if cmds, err := decodeRequest(b); err == nil && !bytes.Equal(encodeRequest(cmds), b) {
 			t.Fatal("request does not re-encode to itself")
@@ -526,11 +527,11 @@ func TestLeaderSeesUnreachablePeersAndNotifies(t *testing.T) {
 		<-l.srv.JobsChanged()
 	}
 	ctx := ctxT(t, 5*time.Second)
-	if _, err := l.srv.Apply(ctx, &InitCluster{ID: "c", CheckpointRoot: "/r"}); err != nil {
+	if _, err := l.srv.Apply(ctx, &state.InitCluster{ID: "c", CheckpointRoot: "/r"}); err != nil {
 		t.Fatal(err)
 	}
 	term, _ := l.srv.Leadership()
-	if _, err := l.srv.CommitRound(ctx, &Round{Generation: 1, Term: term}); err != nil {
+	if _, err := l.srv.CommitRound(ctx, &state.Round{Generation: 1, Term: term}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -550,6 +551,6 @@ func TestLeaderSeesUnreachablePeersAndNotifies(t *testing.T) {
 
 // commitAllocation commits an allocation of the first version of the loop
 // (still applied, so that older logs replay).
-func commitAllocation(ctx context.Context, s *Server, generation, term uint64, jobs map[string][]Slot) error {
-	return s.single(ctx, &CommitAllocation{Generation: generation, Term: term, Jobs: jobs})
+func commitAllocation(ctx context.Context, s *Server, generation, term uint64, jobs map[string][]state.Slot) error {
+	return s.single(ctx, &state.CommitAllocation{Generation: generation, Term: term, Jobs: jobs})
 }

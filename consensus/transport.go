@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"pollux/consensus/state"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,7 +67,7 @@ type Transport struct {
 func ListenTCP(addr string, cfg Config, tlsCfg *TLS) (*Transport, error) {
 	cfg = cfg.withDefaults()
 	if tlsCfg != nil && (tlsCfg.Server == nil || tlsCfg.Client == nil) {
-		return nil, fmt.Errorf("%w: TLS needs a server and a client configuration", ErrInvalid)
+		return nil, fmt.Errorf("%w: TLS needs a server and a client configuration", state.ErrInvalid)
 	}
 	inner, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -74,7 +75,7 @@ func ListenTCP(addr string, cfg Config, tlsCfg *TLS) (*Transport, error) {
 	}
 	if ta, ok := inner.Addr().(*net.TCPAddr); !ok || ta.IP.IsUnspecified() {
 		inner.Close()
-		return nil, fmt.Errorf("%w: raft address %s is not advertisable: bind to a concrete host", ErrInvalid, inner.Addr())
+		return nil, fmt.Errorf("%w: raft address %s is not advertisable: bind to a concrete host", state.ErrInvalid, inner.Addr())
 	}
 	m := &mux{inner: inner, ln: inner, log: cfg.Logger, raftConns: make(chan net.Conn), done: make(chan struct{}),
 		conns: map[net.Conn]struct{}{}}
@@ -248,7 +249,7 @@ func (m *mux) serveForward(c net.Conn) {
 	answer := append([]byte{forwardOK}, resp...)
 	if err != nil {
 		m.refuse(c, fmt.Errorf("forwarded write: %w", err))
-		answer = append([]byte{forwardRefused}, truncate(err.Error(), maxString)...)
+		answer = append([]byte{forwardRefused}, truncate(err.Error(), maxErrorText)...)
 	}
 	_ = c.SetWriteDeadline(time.Now().Add(frameTimeout))
 	_ = writeFrame(c, answer)
@@ -281,7 +282,7 @@ func (m *mux) Forward(ctx context.Context, leader raft.ServerID, req []byte) ([]
 		return nil, fmt.Errorf("%w: leader is now %q, not %q", ErrNoLeader, id, leader)
 	}
 	if len(req) > maxForward {
-		return nil, fmt.Errorf("%w: request of %d bytes over %d", ErrInvalid, len(req), maxForward)
+		return nil, fmt.Errorf("%w: request of %d bytes over %d", state.ErrInvalid, len(req), maxForward)
 	}
 	c, err := m.dialType(ctx, string(addr), connForward)
 	if err != nil {
@@ -390,18 +391,18 @@ func writeFrame(w io.Writer, b []byte) error {
 func readFrame(r io.Reader, limit int) ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, fmt.Errorf("%w: frame header: %w", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: frame header: %w", state.ErrMalformed, err)
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
 	if n == 0 || uint64(n) > uint64(limit) {
-		return nil, fmt.Errorf("%w: frame of %d bytes (want 1 to %d)", ErrMalformed, n, limit)
+		return nil, fmt.Errorf("%w: frame of %d bytes (want 1 to %d)", state.ErrMalformed, n, limit)
 	}
 	b, err := io.ReadAll(io.LimitReader(r, int64(n)))
 	if err != nil {
-		return nil, fmt.Errorf("%w: frame: %w", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: frame: %w", state.ErrMalformed, err)
 	}
 	if len(b) != int(n) {
-		return nil, fmt.Errorf("%w: frame truncated at %d of %d bytes", ErrMalformed, len(b), n)
+		return nil, fmt.Errorf("%w: frame truncated at %d of %d bytes", state.ErrMalformed, len(b), n)
 	}
 	return b, nil
 }

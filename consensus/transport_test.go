@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"pollux/consensus/state"
 	"slices"
 	"testing"
 	"time"
@@ -135,12 +136,12 @@ func TestRaftPortTLS(t *testing.T) {
 	l := tc.leader(tc.members...)
 	f := tc.followers(l)[0]
 	workload(t, f.srv, l.srv) // every write forwarded to the leader
-	if err := f.srv.SubmitJob(ctxT(t, 5*time.Second), "j1", testSpec(), 9); !errors.Is(err, ErrJobExists) {
+	if err := f.srv.SubmitJob(ctxT(t, 5*time.Second), "j1", testSpec(), 9); !errors.Is(err, state.ErrJobExists) {
 		t.Fatalf("duplicate forwarded over TLS: %v", err)
 	}
 	before := encodingOf(t, l.srv)
 
-	forged, err := Encode(&SubmitJob{ID: "forged", Spec: testSpec(), SubmitTime: 1})
+	forged, err := state.Encode(&state.SubmitJob{ID: "forged", Spec: testSpec(), SubmitTime: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func TestRaftPortTLS(t *testing.T) {
 		t.Error("a write forwarded with a server certificate was not applied")
 	}
 	// The cluster still commits.
-	if err := f.srv.MarkNode(ctxT(t, 5*time.Second), "n1", Dead); err != nil {
+	if err := f.srv.MarkNode(ctxT(t, 5*time.Second), "n1", state.Dead); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -218,14 +219,17 @@ func TestForwardToServerAddedLater(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	workload(t, l.srv, l.srv)
 	fresh := tc.addPortMember("t3")
-	if err := l.srv.AddVoter(ctx, fresh.id, fresh.addr); err != nil {
-		t.Fatal(err)
-	}
+	// On a loaded machine the leadership may move meanwhile: each step
+	// is asked of whichever server leads then.
+	onLeader(t, tc, func(l *member) error { return l.srv.AddVoter(ctx, fresh.id, fresh.addr) })
 	want := encodingOf(t, l.srv)
-	waitFor(t, 10*time.Second, "t3 to catch up", func() bool { return bytes.Equal(EncodeState(fresh.srv.LocalState()), want) })
-	if err := wait(ctx, l.srv.Raft().LeadershipTransferToServer(fresh.id, fresh.addr)); err != nil {
-		t.Fatal(err)
-	}
+	waitFor(t, 10*time.Second, "t3 to catch up", func() bool { return bytes.Equal(state.EncodeState(fresh.srv.LocalState()), want) })
+	onLeader(t, tc, func(l *member) error {
+		if l == fresh {
+			return nil
+		}
+		return wait(ctx, l.srv.Raft().LeadershipTransferToServer(fresh.id, fresh.addr))
+	})
 	waitFor(t, 10*time.Second, "t3 to lead", func() bool {
 		_, leads := fresh.srv.Leadership()
 		return leads
@@ -245,6 +249,22 @@ func TestForwardToServerAddedLater(t *testing.T) {
 	}
 }
 
+// onLeader runs op on the leader, again on the new leader while op fails
+// because leadership moved, for up to 10 s.
+func onLeader(t *testing.T, tc *tlsCluster, op func(*member) error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := op(tc.leader(tc.members...))
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestForwarderRefusesWrongLeader: a forward to a leader other than the
 // one Raft knows sends nothing (ErrNoLeader, safe to retry).
 func TestForwarderRefusesWrongLeader(t *testing.T) {
@@ -258,13 +278,13 @@ func TestForwarderRefusesWrongLeader(t *testing.T) {
 }
 
 func TestListenTCPRefusesUnadvertisable(t *testing.T) {
-	if tr, err := ListenTCP("0.0.0.0:0", testConfig("x"), nil); !errors.Is(err, ErrInvalid) {
+	if tr, err := ListenTCP("0.0.0.0:0", testConfig("x"), nil); !errors.Is(err, state.ErrInvalid) {
 		if tr != nil {
 			tr.Close()
 		}
 		t.Fatalf("ListenTCP on 0.0.0.0: %v, want ErrInvalid", err)
 	}
-	if _, err := ListenTCP("127.0.0.1:0", testConfig("x"), &TLS{}); !errors.Is(err, ErrInvalid) {
+	if _, err := ListenTCP("127.0.0.1:0", testConfig("x"), &TLS{}); !errors.Is(err, state.ErrInvalid) {
 		t.Fatalf("ListenTCP with an empty TLS: %v", err)
 	}
 }
@@ -337,7 +357,7 @@ func TestFrames(t *testing.T) {
 		t.Fatalf("round trip: %q, %v", got, err)
 	}
 	for _, bad := range [][]byte{nil, {0, 0}, {0, 0, 0, 0}, {0, 0, 0, 6, 'a'}, {0, 0, 0, 3, 'a'}} {
-		if _, err := readFrame(bytes.NewReader(bad), 5); !errors.Is(err, ErrMalformed) {
+		if _, err := readFrame(bytes.NewReader(bad), 5); !errors.Is(err, state.ErrMalformed) {
 			t.Errorf("readFrame(%v) = %v, want ErrMalformed", bad, err)
 		}
 	}

@@ -99,21 +99,11 @@ type SizePoint struct {
 }
 
 // DesiredNodes is the Pollux artifact's cluster-size rule
-// (PolluxPolicy._desired_nodes of the osdi21-artifact branch) over front,
-// the Pareto front of (size, fitness) points, on a cluster of current
-// nodes with utility band [low, high]:
-//
-//  1. if the fittest point that fits the current cluster has a utility
-//     within the band, keep the current size;
-//  2. otherwise walk the front by increasing size, starting from no
-//     choice: take a point that beats the chosen one on both utility and
-//     fitness, skip one that loses on both, and otherwise take it if its
-//     utility is strictly nearer the band's midpoint; return the chosen
-//     point's size (the current size when the front is empty).
-//
-// The artifact walks the front in the order its non-dominated sort
-// returns; walking it by size makes the rule deterministic. The caller
-// clamps the result to its minimum and maximum.
+// (PolluxPolicy._desired_nodes) over front, the Pareto front of (size,
+// fitness) points, on a cluster of current nodes with utility band [low,
+// high]: keep the size while the fittest point that fits has a utility in
+// the band, else walk the front by size towards the band's midpoint
+// (docs/policies.md, "The size rule"). The caller clamps the result.
 func DesiredNodes(front []SizePoint, current int, low, high float64) int {
 	pts := slices.Clone(front)
 	slices.SortStableFunc(pts, func(a, b SizePoint) int { return a.Nodes - b.Nodes })
@@ -142,42 +132,56 @@ func DesiredNodes(front []SizePoint, current int, low, high float64) int {
 	return bestNodes
 }
 
-// AutoscalePollux is Pollux deciding the cluster size as well as the
-// allocation, as the artifact's policy does in the cloud: it searches
-// allocations restricted to the first N nodes of a cluster extended with
-// virtual copies of a node template up to MaxNodes, for every N, and picks
-// N by the utility rule of DesiredNodes. The allocation it returns uses
-// only real nodes (the best one within min(current, desired) nodes);
-// Result.Scale carries the desired size. The round's search state covers
-// the extended cluster.
-type AutoscalePollux struct {
-	// Pollux is the allocation search (its PowerMean, budget, workers and
-	// cache apply).
-	Pollux *Pollux
+// Sizer is a policy that can decide the cluster size as well as the
+// allocation: Autoscaled solves its round at every candidate size. Pollux
+// (on one GPU type) and HetPollux (on several) are the two.
+type Sizer interface {
+	Policy
+	// checkSizing refuses settings (already validated) the policy cannot
+	// size a cluster with.
+	checkSizing(s Autoscale) error
+	// sizes solves a round of at least one job at every candidate size
+	// of snap's cluster extended with copies of s's template. It returns
+	// the Pareto front of (size, fitness), by size, and the round's
+	// Result for front point i (-1: none), placed on real nodes only.
+	sizes(snap *Snapshot, prev *State, s Autoscale) ([]SizePoint, func(i int) Result, error)
+}
+
+// Autoscaled is a Sizer deciding the cluster size as well as the
+// allocation, as the Pollux artifact's policy does in the cloud: it
+// picks the size from the policy's rounds at every candidate size by the
+// utility rule of DesiredNodes, and allocates the real nodes with the
+// fittest front point within min(current, desired) nodes (jobs wait for
+// nodes still to come). Result.Scale carries the decision.
+// docs/policies.md describes how each Sizer values the sizes.
+type Autoscaled struct {
+	// Policy solves the rounds (its settings, budget and cache apply).
+	Policy Sizer
 	// Settings bound and shape the cluster.
 	Settings Autoscale
 }
 
-// NewAutoscalePollux returns the policy with the paper's Pollux and the
-// artifact's utility band.
-func NewAutoscalePollux(s Autoscale) *AutoscalePollux {
-	return &AutoscalePollux{Pollux: NewPollux(), Settings: s}
-}
+// NewAutoscaled returns p deciding the cluster size with settings s.
+func NewAutoscaled(p Sizer, s Autoscale) *Autoscaled { return &Autoscaled{Policy: p, Settings: s} }
 
-// Name implements Policy.
-func (a *AutoscalePollux) Name() string { return "pollux-autoscale" }
-
-// sized is the best allocation found on the first n nodes.
-type sized struct {
-	n     int
-	alloc []Placement
-	fit   float64
+// Name implements Policy: the inner policy's name and "-autoscale".
+func (a *Autoscaled) Name() string {
+	if a.Policy == nil {
+		return "autoscale"
+	}
+	return a.Policy.Name() + "-autoscale"
 }
 
 // Allocate implements Policy.
-func (a *AutoscalePollux) Allocate(snap *Snapshot, prev *State) (Result, error) {
+func (a *Autoscaled) Allocate(snap *Snapshot, prev *State) (Result, error) {
 	s := a.Settings.withDefaults()
 	if err := s.Validate(); err != nil {
+		return Result{}, err
+	}
+	if a.Policy == nil {
+		return Result{}, fmt.Errorf("%w: no policy to size the cluster with", ErrBadAutoscale)
+	}
+	if err := a.Policy.checkSizing(s); err != nil {
 		return Result{}, err
 	}
 	if snap == nil {
@@ -187,22 +191,59 @@ func (a *AutoscalePollux) Allocate(snap *Snapshot, prev *State) (Result, error) 
 	if len(snap.Jobs) == 0 {
 		return Result{Placements: []Placement{}, Scale: &ScaleDecision{Nodes: s.clamp(0), Current: nReal}}, nil
 	}
-	ext, err := extend(snap, s.Template, max(nReal, s.MaxNodes))
+	front, result, err := a.Policy.sizes(snap, prev, s)
 	if err != nil {
 		return Result{}, err
+	}
+	desired := DesiredNodes(front, nReal, s.LowUtil, s.HighUtil)
+	dec := &ScaleDecision{Nodes: s.clamp(desired), Current: nReal, Front: front}
+	chosen := -1
+	for i, pt := range front {
+		if pt.Nodes <= min(nReal, desired) && (chosen < 0 || pt.Fitness > front[chosen].Fitness) {
+			chosen = i
+		}
+		if pt.Nodes <= dec.Nodes {
+			dec.Utility = pt.Utility
+		}
+	}
+	res := result(chosen)
+	res.Scale = dec
+	return res, nil
+}
+
+// sized is the best allocation found on the first n nodes.
+type sized struct {
+	n     int
+	alloc []Placement
+	fit   float64
+}
+
+// checkSizing implements Sizer: Pollux sizes with any valid settings.
+func (p *Pollux) checkSizing(Autoscale) error { return nil }
+
+// sizes implements Sizer: it searches allocations restricted to the
+// first N nodes of the cluster extended with virtual copies of the
+// template up to MaxNodes, for every N (the search's own for the real
+// size, hill-climbed neighbours for the others). The round's search
+// state covers the extended cluster.
+func (p *Pollux) sizes(snap *Snapshot, prev *State, s Autoscale) ([]SizePoint, func(int) Result, error) {
+	nReal := len(snap.Nodes)
+	ext, err := extend(snap, s.Template, max(nReal, s.MaxNodes))
+	if err != nil {
+		return nil, nil, err
 	}
 	// The search is flat: the virtual nodes belong to no rack of the real
 	// ones, and the search rack by rack knows nothing of masked nodes.
-	flat := *a.Pollux
+	flat := *p
 	flat.Hierarchy = HierarchyFlat
-	p := &flat
-	obj, err := newObjective(ext, p.PowerMean, p.Cache)
+	q := &flat
+	obj, err := newObjective(ext, q.PowerMean, q.Cache)
 	if err != nil {
-		return Result{}, err
+		return nil, nil, err
 	}
-	defer p.Cache.endRound()
+	defer q.Cache.endRound()
 	full := newProblem(obj)
-	res := p.search(obj, full.masked(nReal), ext, prev)
+	res := q.search(obj, full.masked(nReal), ext, prev)
 
 	// The best allocation on the first n nodes for every candidate n: the
 	// search's own for the real nodes, hill-climbed neighbours for the
@@ -233,29 +274,18 @@ func (a *AutoscalePollux) Allocate(snap *Snapshot, prev *State) (Result, error) 
 	if nReal >= 1 {
 		all = append(all, found)
 	}
-	front, allocs := frontOf(p.Cache, ext, all)
-	desired := DesiredNodes(front, nReal, s.LowUtil, s.HighUtil)
-	dec := &ScaleDecision{Nodes: s.clamp(desired), Current: nReal, Front: front}
-	// The allocation: the fittest front point within min(current,
-	// desired) nodes (the jobs wait for nodes still to come).
-	chosen := -1
-	for i, pt := range front {
-		if pt.Nodes <= min(nReal, desired) && (chosen < 0 || pt.Fitness > front[chosen].Fitness) {
-			chosen = i
+	front, allocs := frontOf(q.Cache, ext, all)
+	result := func(chosen int) Result {
+		res.Placements = make([]Placement, len(snap.Jobs))
+		if chosen >= 0 {
+			for j, pl := range allocs[chosen] {
+				res.Placements[j] = slices.Clone(pl)
+			}
 		}
-		if pt.Nodes <= dec.Nodes {
-			dec.Utility = pt.Utility
-		}
+		res.Diagnostics.Fitness = obj.Fitness(res.Placements)
+		return res
 	}
-	res.Placements = make([]Placement, len(snap.Jobs))
-	if chosen >= 0 {
-		for j, pl := range allocs[chosen] {
-			res.Placements[j] = slices.Clone(pl)
-		}
-	}
-	res.Diagnostics.Fitness = obj.Fitness(res.Placements)
-	res.Scale = dec
-	return res, nil
+	return front, result, nil
 }
 
 // extend returns snap with virtual copies of template appended up to

@@ -105,7 +105,7 @@ func TestAutoscalePolluxFollowsEfficiency(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			snap := cloudSnap(imagenetLike(c.noise), c.real)
-			pol := optimizer.NewAutoscalePollux(cloudSettings())
+			pol := optimizer.NewAutoscaled(optimizer.NewPollux(), cloudSettings())
 			res, err := pol.Allocate(snap, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -141,7 +141,7 @@ func TestAutoscalePolluxFollowsEfficiency(t *testing.T) {
 func TestAutoscalePolluxUtility(t *testing.T) {
 	md := imagenetLike(2000)
 	snap := cloudSnap(md, 3)
-	res, err := optimizer.NewAutoscalePollux(cloudSettings()).Allocate(snap, nil)
+	res, err := optimizer.NewAutoscaled(optimizer.NewPollux(), cloudSettings()).Allocate(snap, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,13 +188,13 @@ func abs(x float64) float64 {
 func TestAutoscalePolluxEdges(t *testing.T) {
 	s := cloudSettings()
 	s.MinNodes = 2
-	res, err := optimizer.NewAutoscalePollux(s).Allocate(&optimizer.Snapshot{Nodes: []optimizer.Node{{ID: "a", GPUs: 4}}}, nil)
+	res, err := optimizer.NewAutoscaled(optimizer.NewPollux(), s).Allocate(&optimizer.Snapshot{Nodes: []optimizer.Node{{ID: "a", GPUs: 4}}}, nil)
 	if err != nil || res.Scale == nil || res.Scale.Nodes != 2 || len(res.Placements) != 0 {
 		t.Fatalf("no jobs: %+v, %v", res, err)
 	}
 
 	snap := cloudSnap(imagenetLike(1e4), 0)
-	res, err = optimizer.NewAutoscalePollux(cloudSettings()).Allocate(snap, nil)
+	res, err = optimizer.NewAutoscaled(optimizer.NewPollux(), cloudSettings()).Allocate(snap, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestAutoscalePolluxEdges(t *testing.T) {
 		{Template: optimizer.Node{GPUs: 4}, MinNodes: 1, MaxNodes: 4, LowUtil: 0.7, HighUtil: 0.6},
 	}
 	for _, b := range bad {
-		if _, err := optimizer.NewAutoscalePollux(b).Allocate(cloudSnap(imagenetLike(1), 1), nil); !errors.Is(err, optimizer.ErrBadAutoscale) {
+		if _, err := optimizer.NewAutoscaled(optimizer.NewPollux(), b).Allocate(cloudSnap(imagenetLike(1), 1), nil); !errors.Is(err, optimizer.ErrBadAutoscale) {
 			t.Errorf("settings %+v: err %v, want ErrBadAutoscale", b, err)
 		}
 		if _, err := optimizer.NewThroughputAutoscale(b).Allocate(cloudSnap(imagenetLike(1), 1), nil); !errors.Is(err, optimizer.ErrBadAutoscale) {
@@ -221,8 +221,9 @@ func TestAutoscalePolluxEdges(t *testing.T) {
 	snap = cloudSnap(imagenetLike(3000), 3)
 	var first optimizer.Result
 	for i, workers := range []int{1, 2, 1} {
-		pol := optimizer.NewAutoscalePollux(cloudSettings())
-		pol.Pollux.Workers = workers
+		px := optimizer.NewPollux()
+		px.Workers = workers
+		pol := optimizer.NewAutoscaled(px, cloudSettings())
 		res, err := pol.Allocate(snap, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -77,7 +77,7 @@ func benchAutoscale(b *testing.B, gpus, perNode int) {
 		b.Fatal(err)
 	}
 	nodes := len(snap.Nodes)
-	p := optimizer.NewAutoscalePollux(optimizer.Autoscale{Template: optimizer.Node{GPUs: perNode}, MinNodes: 1, MaxNodes: 2 * nodes})
+	p := optimizer.NewAutoscaled(optimizer.NewPollux(), optimizer.Autoscale{Template: optimizer.Node{GPUs: perNode}, MinNodes: 1, MaxNodes: 2 * nodes})
 	res, err := p.Allocate(snap, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -102,7 +102,7 @@ func BenchmarkAutoscaleRound2048(b *testing.B) { benchAutoscale(b, 2048, 4) }
 // to twice the cluster's nodes, every size evaluated.
 func benchHetAutoscale(b *testing.B, gpus, perNode int) {
 	snap := hetSynthetic(b, gpus, perNode)
-	p := optimizer.NewHetAutoscale(optimizer.Autoscale{Template: optimizer.Node{GPUs: perNode, Type: "a100"}, MinNodes: 1, MaxNodes: 2 * len(snap.Nodes)})
+	p := optimizer.NewAutoscaled(optimizer.NewHetPollux(), optimizer.Autoscale{Template: optimizer.Node{GPUs: perNode, Type: "a100"}, MinNodes: 1, MaxNodes: 2 * len(snap.Nodes)})
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := p.Allocate(snap, nil); err != nil {

@@ -15,6 +15,10 @@
 // actor and the trace-driven testbed call the very same code.
 //
 // Contents:
+//   - Lookup and Names (registry.go): every policy by the name the
+//     commands take, built with Options; what a caller needs beyond
+//     Policy is an optional interface (Budgeted, TypeAware, Sizer;
+//     policy.go). docs/policies.md lists them.
 //   - Objective (objective.go): the Pollux fitness of pollux-spec.md
 //     section 4, speedups relative to the fair share, exactly as the Python
 //     artifact computes it (checked against its recorded rounds by
@@ -37,11 +41,12 @@
 //     ours. Sia and HetPollux solve a multiple-choice knapsack per round
 //     (choice.go): exactly by dynamic programming while the per-type GPU
 //     budgets are small, by Lagrangian relaxation beyond.
-//   - Topology (topology.go): a Node has its domain at every level of the
-//     cluster's topology (Snapshot.Levels, innermost the rack; a node
-//     that declares nothing is in the default rack), a Job may require or
-//     prefer one domain of a level (TopologyConstraint: Kueue's and
-//     Volcano's hard and soft network topology). The objective prices a
+//   - Topology (topology.go; the names in optimizer/topology): a Node
+//     has its domain at every level of the cluster's topology
+//     (Snapshot.Levels, innermost the rack; a node that declares nothing
+//     is in the default rack), a Job may require or prefer one domain of
+//     a level (TopologyConstraint: Kueue's and Volcano's hard and soft
+//     network topology). The objective prices a
 //     placement across racks with the job's cross-rack terms (measured,
 //     else derived from Snapshot.CrossRackRatio); the mutation draws a
 //     job's new nodes mostly from its own rack, the climber grows jobs
@@ -55,12 +60,12 @@
 //     Pollux splits the round into groups of racks, one small genetic
 //     search each (in parallel), merged and hill-climbed over the whole
 //     cluster: faster than the flat search and fitter on the same rounds.
-//   - Cluster autoscaling (autoscale.go, thrautoscale.go): in the cloud the
-//     cluster size is a decision too. AutoscalePollux searches allocations
-//     over the first N nodes of the cluster extended with virtual copies
-//     of a node template, for every N, and picks N with the artifact's
-//     utility rule (DesiredNodes: keep the size while the goodput per GPU
-//     held stays within [0.35, 0.65], else move to the size nearest 0.5);
-//     ThroughputAutoscale is the throughput-based baseline (Or et al.).
-//     Both return the size in Result.Scale; Pollux alone is unchanged.
+//   - Cluster autoscaling (autoscale.go, hetautoscale.go,
+//     thrautoscale.go): in the cloud the cluster size is a decision too.
+//     Autoscaled wraps a Sizer (Pollux on one GPU type, HetPollux on
+//     several), solves its round at every candidate size of the cluster
+//     extended with virtual copies of a node template, and picks the size
+//     with the artifact's utility rule (DesiredNodes); ThroughputAutoscale
+//     is the throughput-based baseline (Or et al.). Both return the size
+//     in Result.Scale; a policy without the wrapper is unchanged.
 package optimizer

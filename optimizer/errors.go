@@ -1,6 +1,10 @@
 package optimizer
 
-import "errors"
+import (
+	"errors"
+
+	"pollux/optimizer/topology"
+)
 
 // Sentinel errors. Every error the package returns wraps one of these.
 var (
@@ -19,7 +23,7 @@ var (
 	// ErrBadTopology is returned for topology levels, a node's declared
 	// place in them or a job's topology constraint that cannot be read:
 	// a level unknown, missing, repeated or out of order.
-	ErrBadTopology = errors.New("optimizer: bad topology")
+	ErrBadTopology = topology.ErrBadTopology
 	// ErrUnsatisfiable is returned by CheckRequired for a job whose
 	// required topology no domain of the cluster can hold.
 	ErrUnsatisfiable = errors.New("optimizer: topology can never be met")
@@ -30,4 +34,6 @@ var (
 	// node template without GPUs, a minimum above the maximum, a utility
 	// band outside (0, 1].
 	ErrBadAutoscale = errors.New("optimizer: bad autoscaling settings")
+	// ErrUnknownPolicy is returned by Lookup for a name it does not know.
+	ErrUnknownPolicy = errors.New("optimizer: unknown policy")
 )

@@ -6,60 +6,10 @@ import (
 	"slices"
 )
 
-// maxLagrangianSizes bounds the sizes a HetAutoscale round evaluates when
-// its rounds are too large for the exact solver (each size then costs a
+// maxLagrangianSizes bounds the sizes pollux-het evaluates when its
+// rounds are too large for the exact solver (each size then costs a
 // Lagrangian relaxation of its own).
 const maxLagrangianSizes = 16
-
-// HetAutoscale is pollux-het deciding the cluster size as well as the
-// allocation, on a cluster of several GPU types: the machines a scale-up
-// adds are all of the template's type (Settings.Template.Type, what a
-// cloud operator configures as one instance type), so the size it decides
-// is the real nodes of the other types, which always count, plus a number
-// of nodes of the template type (the real ones first, then virtual copies
-// of the template up to MaxNodes in all). For every such size it solves
-// pollux-het's round (the multiple-choice knapsack over type and GPU
-// count per job) within the first nodes of the template type, and picks
-// the size by the artifact's utility rule (DesiredNodes) over the
-// (size, fitness) Pareto front, as AutoscalePollux does on one type.
-//
-// Every size is valued with the normalisation of the real cluster (each
-// job's fair share and the types' weights are the real nodes'), so that
-// sizes compare and, at the real cluster's size, the round is pollux-het's
-// own. A size's fitness is the weighted power mean of the jobs' normalised
-// goodputs its round's cost stands for (higher is better). Its utility is
-// the artifact's: the sum over jobs of the job's speedup over one GPU,
-// divided by the GPUs of the nodes hosting at least one replica, where a
-// job's speedup on k GPUs of type t is its goodput there over its goodput
-// on one GPU of the same type t (the type it runs on; counted linear up to
-// the fewest GPUs of t that hold a batch when one cannot). A job on a slow
-// type that scales linearly thus has a utility of 1, as on one type: the
-// band measures how well jobs use the GPUs they hold, not how fast the
-// GPUs are. Goodputs are pollux-het's, packed onto as few nodes as
-// possible and with its optimism beyond the GPU counts a job measured, so
-// that the utility is that of the allocation as the policy values it.
-//
-// The allocation it returns uses only real nodes: the fittest front point
-// within min(current, desired) nodes (jobs wait for nodes still to come).
-// With the exact solver (ExactStates) one dynamic program over the
-// largest cluster answers every size (at most maxSizeCandidates sizes,
-// evenly spaced); beyond it each size is solved by Lagrangian relaxation,
-// and at most maxLagrangianSizes sizes are evaluated. HetPollux is not
-// changed by any of this: with autoscaling off a round costs what it did.
-type HetAutoscale struct {
-	// Het is the round's policy (its exponent, penalties, cache apply).
-	Het *HetPollux
-	// Settings bound and shape the cluster; Template.Type must be named.
-	Settings Autoscale
-}
-
-// NewHetAutoscale returns pollux-het with its defaults and the settings.
-func NewHetAutoscale(s Autoscale) *HetAutoscale {
-	return &HetAutoscale{Het: NewHetPollux(), Settings: s}
-}
-
-// Name implements Policy.
-func (a *HetAutoscale) Name() string { return "pollux-het-autoscale" }
 
 // hetSized is the round solved within the first n nodes of the template
 // type.
@@ -70,29 +20,21 @@ type hetSized struct {
 	want  []hetOption
 }
 
-// Allocate implements Policy.
-func (a *HetAutoscale) Allocate(snap *Snapshot, _ *State) (Result, error) {
-	s := a.Settings.withDefaults()
-	if err := s.Validate(); err != nil {
-		return Result{}, err
-	}
+// checkSizing implements Sizer: the template must name the GPU type of
+// the nodes a scale-up adds.
+func (h *HetPollux) checkSizing(s Autoscale) error {
 	if s.Template.Type == "" {
-		return Result{}, fmt.Errorf("%w: the node template has no GPU type: on a cluster of several types the nodes a scale-up adds must have one", ErrBadAutoscale)
+		return fmt.Errorf("%w: the node template has no GPU type: on a cluster of several types the nodes a scale-up adds must have one", ErrBadAutoscale)
 	}
-	if snap == nil {
-		return Result{}, fmt.Errorf("%w: nil snapshot", ErrBadSnapshot)
-	}
-	h := a.Het
-	if h == nil {
-		return Result{}, fmt.Errorf("%w: no pollux-het policy", ErrBadAutoscale)
-	}
-	if err := h.checkSettings(); err != nil {
-		return Result{}, err
-	}
-	nReal := len(snap.Nodes)
-	if len(snap.Jobs) == 0 {
-		return Result{Placements: []Placement{}, Scale: &ScaleDecision{Nodes: s.clamp(0), Current: nReal}}, nil
-	}
+	return h.checkSettings()
+}
+
+// sizes implements Sizer: a size is the real nodes of the other types
+// plus a number of nodes of the template's type (the real ones first,
+// then virtual copies up to MaxNodes in all), and each is solved as
+// pollux-het's round within the first nodes of the template type, valued
+// with the real cluster's normalisation (docs/policies.md).
+func (h *HetPollux) sizes(snap *Snapshot, _ *State, s Autoscale) ([]SizePoint, func(int) Result, error) {
 	nOther, nTmpl := 0, 0
 	for _, n := range snap.Nodes {
 		if n.Type == s.Template.Type {
@@ -108,11 +50,11 @@ func (a *HetAutoscale) Allocate(snap *Snapshot, _ *State) (Result, error) {
 	}
 	ext, err := extend(snap, s.Template, nOther+hi)
 	if err != nil {
-		return Result{}, err
+		return nil, nil, err
 	}
 	tp, err := check(ext)
 	if err != nil {
-		return Result{}, err
+		return nil, nil, err
 	}
 	types := roundTypes(ext)
 	tt := slices.IndexFunc(types, func(ti typeInfo) bool { return ti.name == s.Template.Type })
@@ -228,25 +170,17 @@ func (a *HetAutoscale) Allocate(snap *Snapshot, _ *State) (Result, error) {
 		front = append(front, SizePoint{Nodes: sz.size, Fitness: fit, Utility: hetUtility(ext, goodputs, sz)})
 		points = append(points, sz)
 	}
-	desired := DesiredNodes(front, nReal, s.LowUtil, s.HighUtil)
-	dec := &ScaleDecision{Nodes: s.clamp(desired), Current: nReal, Front: front}
-	chosen := -1
-	for i, pt := range front {
-		if pt.Nodes <= min(nReal, desired) && (chosen < 0 || pt.Fitness > front[chosen].Fitness) {
-			chosen = i
+	result := func(chosen int) Result {
+		res := Result{Placements: make([]Placement, len(snap.Jobs))}
+		if chosen >= 0 {
+			sz := points[chosen]
+			copy(res.Placements, sz.alloc)
+			res.Diagnostics.Objective, res.Diagnostics.Bound, res.Diagnostics.Exact = sz.sol.cost, sz.sol.bound, sz.sol.exact
+			res.Diagnostics.Fitness = front[chosen].Fitness
 		}
-		if pt.Nodes <= dec.Nodes {
-			dec.Utility = pt.Utility
-		}
+		return res
 	}
-	res := Result{Placements: make([]Placement, len(snap.Jobs)), Scale: dec}
-	if chosen >= 0 {
-		sz := points[chosen]
-		copy(res.Placements, sz.alloc)
-		res.Diagnostics.Objective, res.Diagnostics.Bound, res.Diagnostics.Exact = sz.sol.cost, sz.sol.bound, sz.sol.exact
-		res.Diagnostics.Fitness = front[chosen].Fitness
-	}
-	return res, nil
+	return front, result, nil
 }
 
 // fitnessOf turns a round's cost (the sum over jobs of their weighted

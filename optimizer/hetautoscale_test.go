@@ -61,7 +61,7 @@ func TestHetAutoscaleDecision(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			snap := hetCloudSnap(imagenetLike(c.noise), c.other, c.real)
 			nReal := c.other + c.real
-			res, err := optimizer.NewHetAutoscale(hetCloudSettings(c.lo, c.hi)).Allocate(snap, nil)
+			res, err := optimizer.NewAutoscaled(optimizer.NewHetPollux(), hetCloudSettings(c.lo, c.hi)).Allocate(snap, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,7 +114,7 @@ func TestHetAutoscaleDecision(t *testing.T) {
 // type, over the GPUs of the nodes of some size that fits.
 func TestHetAutoscaleUtility(t *testing.T) {
 	snap := hetCloudSnap(imagenetLike(2000), 1, 2)
-	res, err := optimizer.NewHetAutoscale(hetCloudSettings(1, 8)).Allocate(snap, nil)
+	res, err := optimizer.NewAutoscaled(optimizer.NewHetPollux(), hetCloudSettings(1, 8)).Allocate(snap, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestHetAutoscaleUtility(t *testing.T) {
 // cluster still grows), a template without a type, bad settings, and
 // determinism.
 func TestHetAutoscaleEdges(t *testing.T) {
-	res, err := optimizer.NewHetAutoscale(hetCloudSettings(2, 8)).Allocate(&optimizer.Snapshot{Nodes: hetNodes()}, nil)
+	res, err := optimizer.NewAutoscaled(optimizer.NewHetPollux(), hetCloudSettings(2, 8)).Allocate(&optimizer.Snapshot{Nodes: hetNodes()}, nil)
 	if err != nil || res.Scale == nil || res.Scale.Nodes != 2 || len(res.Placements) != 0 {
 		t.Fatalf("no jobs: %+v, %v", res, err)
 	}
@@ -160,7 +160,7 @@ func TestHetAutoscaleEdges(t *testing.T) {
 	snap := hetCloudSnap(md, 1, 1)
 	s := hetCloudSettings(1, 16)
 	s.Template.Type = "h100"
-	res, err = optimizer.NewHetAutoscale(s).Allocate(snap, nil)
+	res, err = optimizer.NewAutoscaled(optimizer.NewHetPollux(), s).Allocate(snap, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,22 +170,23 @@ func TestHetAutoscaleEdges(t *testing.T) {
 	checkTyped(t, snap, res)
 
 	s.Template.Type = ""
-	if _, err := optimizer.NewHetAutoscale(s).Allocate(snap, nil); !errors.Is(err, optimizer.ErrBadAutoscale) {
+	if _, err := optimizer.NewAutoscaled(optimizer.NewHetPollux(), s).Allocate(snap, nil); !errors.Is(err, optimizer.ErrBadAutoscale) {
 		t.Errorf("template without a type: err %v, want ErrBadAutoscale", err)
 	}
 	bad := hetCloudSettings(5, 4)
-	if _, err := optimizer.NewHetAutoscale(bad).Allocate(snap, nil); !errors.Is(err, optimizer.ErrBadAutoscale) {
+	if _, err := optimizer.NewAutoscaled(optimizer.NewHetPollux(), bad).Allocate(snap, nil); !errors.Is(err, optimizer.ErrBadAutoscale) {
 		t.Errorf("minimum above maximum: err %v, want ErrBadAutoscale", err)
 	}
-	if _, err := (&optimizer.HetAutoscale{Settings: hetCloudSettings(1, 4)}).Allocate(snap, nil); !errors.Is(err, optimizer.ErrBadAutoscale) {
+	if _, err := (&optimizer.Autoscaled{Settings: hetCloudSettings(1, 4)}).Allocate(snap, nil); !errors.Is(err, optimizer.ErrBadAutoscale) {
 		t.Errorf("no policy: err %v, want ErrBadAutoscale", err)
 	}
 
 	// Beyond the exact solver, every size is solved on its own: the
 	// decision still grows, within the real nodes.
 	snap = hetCloudSnap(imagenetLike(1e5), 1, 1)
-	lag := optimizer.NewHetAutoscale(hetCloudSettings(1, 16))
-	lag.Het.ExactStates = 1
+	het := optimizer.NewHetPollux()
+	het.ExactStates = 1
+	lag := optimizer.NewAutoscaled(het, hetCloudSettings(1, 16))
 	res, err = lag.Allocate(snap, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -203,12 +204,12 @@ func TestHetAutoscaleEdges(t *testing.T) {
 	}
 
 	snap = hetCloudSnap(imagenetLike(3000), 2, 3)
-	first, err := optimizer.NewHetAutoscale(hetCloudSettings(1, 16)).Allocate(snap, nil)
+	first, err := optimizer.NewAutoscaled(optimizer.NewHetPollux(), hetCloudSettings(1, 16)).Allocate(snap, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {
-		again, err := optimizer.NewHetAutoscale(hetCloudSettings(1, 16)).Allocate(snap, nil)
+		again, err := optimizer.NewAutoscaled(optimizer.NewHetPollux(), hetCloudSettings(1, 16)).Allocate(snap, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

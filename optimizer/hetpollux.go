@@ -9,45 +9,12 @@ import (
 	"pollux/optimizer/goodput"
 )
 
-// HetPollux is Pollux made aware of GPU types ("pollux-het"): Pollux's
-// fairness objective (the power mean, exponent p, of every job's goodput
-// speedup over its fair share), searched over a GPU type and a GPU count
-// per job in one integer program, with each job's batch size co-adapted
-// to every candidate (its goodput is its model's best over batch sizes up
-// to the application's largest, not the user's batch), and the restart
-// penalty computed from the job's measured checkpoint-restore delay
-// rather than one constant.
-//
-// A job's goodput on a type comes from its model fitted there (optimistic
-// beyond the GPU counts it was measured on, see Optimism); on a type
-// it has not run on, from the model of a type it has measured (the one
-// it runs on, if any) with its compute terms scaled by the ratio of the
-// types' one-GPU throughputs and its network terms kept
-// (ProjectCompute; Sia scales the whole throughput, which makes a slower
-// type look as poor at scaling out as the fast one); with no model at
-// all, it is linear in the GPU count times the type's one-GPU
-// throughput. The fair share that normalises a job's speedups is its
-// goodput on ceil(GPUs / jobs) GPUs of the type where that is highest
-// (ShareByBest; else averaged over the types weighted by their GPUs, the
-// share finish-time fairness measures against). A changed configuration
-// is discounted by
-// max(age - restarts * delay, 0) / (age + delay), delay being the job's
-// measured restart delay, and by ShrinkFactor more when it gives the job
-// less goodput than it has (a shrink or a move to a slower type that the
-// job pays a restart for). Each job's term of the power mean is weighted
-// by its age level (AgeWeight): like Tiresias's discretised priority
-// queues, jobs young enough to be short weigh more, by levels that change
-// rarely so that the weights cause no churn. A job that reports how far
-// it is through its work (Job.Progress, an input neither Pollux nor Sia
-// uses) is weighted by the same levels of its estimated remaining time
-// instead (RemainLevel: shortest remaining time first, with a floor for
-// fairness), and its restart discount also counts the restart against
-// that remaining time (RemainRestart). The round is a
-// multiple-choice knapsack over (type, GPU count) per job, solved
-// exactly while small (ExactStates), else by Lagrangian relaxation;
-// placement then keeps every job whose type and count did not change
-// where it was, and packs the others onto as few nodes as possible
-// (whole free nodes first, then the tightest fit).
+// HetPollux is Pollux made aware of GPU types ("pollux-het"): the power
+// mean of every job's goodput speedup over its fair share, searched over a
+// GPU type and a GPU count per job as one multiple-choice knapsack, with
+// batch sizes co-adapted to every candidate and restart penalties from
+// the jobs' measured delays. docs/policies.md describes its goodputs,
+// penalties, weights and solver.
 type HetPollux struct {
 	// PowerMean is the fairness exponent p (negative: fairer).
 	PowerMean float64
@@ -143,6 +110,9 @@ func NewHetPollux() *HetPollux {
 
 // Name implements Policy.
 func (h *HetPollux) Name() string { return "pollux-het" }
+
+// GPUTypeAware implements TypeAware.
+func (h *HetPollux) GPUTypeAware() {}
 
 // hetOption is one (type, GPU count) of a job.
 type hetOption struct {

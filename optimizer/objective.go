@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"pollux/optimizer/goodput"
+	"pollux/optimizer/topology"
 )
 
 // Objective constants of pollux-spec.md section 4.
@@ -78,18 +79,11 @@ func (f speedFn) atRacks(r, n, k int) float64 {
 }
 
 // NewObjective checks snap and builds its objective with power-mean
-// exponent p (use DefaultPowerMean for the paper's p = -1).
-//
-// The speedup base is the fair share: K_fair = ceil(total GPUs / jobs)
-// replicas on N_fair = ceil(nodes / total GPUs) nodes. A job whose model has
-// no feasible batch configuration at the fair share (only possible when
-// K_fair * m_min exceeds its maximum batch) is based on the largest K below
-// K_fair that is feasible instead; the Python reference would divide by
-// zero there.
-//
-// On a cluster of several racks, a placement across racks is priced by
-// the job's cross-rack terms (its measured ones, else derived from
-// snap.CrossRackRatio).
+// exponent p (use DefaultPowerMean for the paper's p = -1). Speedups are
+// over the fair share, K_fair = ceil(GPUs / jobs) replicas on N_fair =
+// ceil(nodes / GPUs) nodes (for a job with no feasible batch there, the
+// largest feasible K below it), and priced across racks by the job's
+// cross-rack terms (measured, else from snap.CrossRackRatio).
 func NewObjective(snap *Snapshot, p float64) (*Objective, error) {
 	return newObjective(snap, p, nil)
 }
@@ -250,7 +244,7 @@ func check(snap *Snapshot) (*topo, error) {
 			if d == "" {
 				continue
 			}
-			if err := checkName("domain", d); err != nil {
+			if err := topology.CheckName("domain", d); err != nil {
 				return nil, fmt.Errorf("%w: node %q: %w", ErrBadSnapshot, snap.Nodes[n].ID, err)
 			}
 		}

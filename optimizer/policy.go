@@ -13,6 +13,24 @@ type Policy interface {
 	Allocate(snap *Snapshot, prev *State) (Result, error)
 }
 
+// Budgeted is a policy whose search effort a caller scales to keep its
+// rounds within a time budget (Pollux's genetic search).
+type Budgeted interface {
+	Policy
+	// SetEffort scales the work of the following rounds' search by
+	// effort in (0, 1]; 0 means the full work.
+	SetEffort(effort float64)
+}
+
+// TypeAware is a policy that tells GPU types apart: it runs on a cluster
+// of several types, each job on one type at a time (HetPollux, Sia,
+// PolluxUnaware). A policy without it sees every GPU as the same.
+type TypeAware interface {
+	Policy
+	// GPUTypeAware marks the policy; it does nothing.
+	GPUTypeAware()
+}
+
 // Result is the outcome of one round.
 type Result struct {
 	// Placements holds one placement per snapshot job, same index as

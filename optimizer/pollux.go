@@ -58,6 +58,9 @@ func NewPollux() *Pollux { return &Pollux{PowerMean: DefaultPowerMean, Cache: &S
 // Name implements Policy.
 func (p *Pollux) Name() string { return "pollux" }
 
+// SetEffort implements Budgeted: it sets Effort.
+func (p *Pollux) SetEffort(effort float64) { p.Effort = effort }
+
 // budget returns the population and generations for a round of jobs jobs.
 func (p *Pollux) budget(jobs int) (pop, gens int) {
 	effort := 1.0

@@ -33,29 +33,9 @@ var siaRestartPenalty = map[string]float64{
 
 // Sia is the scheduling policy of Sia (Jayaram Subramanya et al., SOSP
 // 2023) as its artifact's simulator runs it, for clusters of several GPU
-// types. Every round, for every job and every configuration (a GPU type,
-// a node count and a GPU count from a fixed table: 1, 2 and 4 GPUs, then
-// whole nodes up to 64 GPUs, no more nodes than the type was profiled
-// on), it computes the job's goodput from its model on that type (its
-// batch size bounded by the user's batch), or projects the model of a type
-// it has run on by the ratio of the types' one-GPU throughputs, or, with no
-// model at all, values one GPU of every type at 1. Goodputs are
-// normalised by the job's smallest one; every configuration but the
-// current one is scaled down by the reallocation factor
-// max(age - restarts * penalty, 0) / (age + penalty); the result is raised
-// to the power p (-0.5) and rounded to two decimals. The round picks at
-// most one configuration per job, minimising the sum of those values plus
-// LambdaN for every job left without GPUs, within every type's GPUs, and
-// jobs in the middle of a checkpoint-restore keep their configuration.
-// (The artifact also defines a change penalty lambda_a = 0.01 that its
-// objective never uses.) Placement then packs each type's jobs, largest
-// first, onto whole nodes where possible, regardless of where they ran.
-//
-// The integer program is solved exactly by dynamic programming when the
-// cluster is small enough (ExactStates), which the artifact's 64-GPU
-// clusters are; larger ones by Lagrangian relaxation with a repair and
-// local search, whose gap to the relaxation's bound is reported in
-// Diagnostics.Gap.
+// types: one configuration (type, nodes, GPUs from a fixed table) per job,
+// chosen by an integer program over normalised, penalised goodputs and
+// solved exactly while small. docs/policies.md describes it in full.
 type Sia struct {
 	// PowerMean is p; LambdaN the no-allocation penalty.
 	PowerMean, LambdaN float64
@@ -77,6 +57,9 @@ func NewSia() *Sia {
 
 // Name implements Policy.
 func (s *Sia) Name() string { return "sia" }
+
+// GPUTypeAware implements TypeAware.
+func (s *Sia) GPUTypeAware() {}
 
 // siaConfig is one row of Sia's configuration table.
 type siaConfig struct {

@@ -154,7 +154,7 @@ type Snapshot struct {
 	Jobs  []Job  `json:"jobs"`
 	Nodes []Node `json:"nodes"`
 	// Levels name the cluster's topology levels, innermost first (see
-	// ParseLevels); nil is the rack alone.
+	// topology.ParseLevels); nil is the rack alone.
 	Levels []string `json:"levels,omitempty"`
 	// CrossRackRatio is how many times slower synchronising across racks
 	// is than across the nodes of one rack (the in-rack to cross-rack

@@ -4,22 +4,14 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"pollux/optimizer/topology"
 )
-
-// RackLevel is the innermost topology level, the one every cluster has.
-const RackLevel = "rack"
-
-// DefaultDomain is the name a node's domain takes at a level it did not
-// declare (in reports; in a Node it is the empty string).
-const DefaultDomain = "default"
 
 // DefaultCrossRackRatio is the cross-rack to in-rack slowdown the
 // command-line tools assume when none is configured: the 2:1
 // oversubscription of a common top-of-rack uplink.
 const DefaultCrossRackRatio = 2.0
-
-// maxLevels bounds the topology levels a cluster may define.
-const maxLevels = 8
 
 // TopologyConstraint is where a job's replicas may run, by topology level
 // (the semantics of Kueue's topology-aware scheduling and Volcano's hard
@@ -44,7 +36,7 @@ func (c TopologyConstraint) CheckSyntax() error {
 	}
 	for _, l := range []string{c.Required, c.Preferred} {
 		if l != "" {
-			if err := checkName("level", l); err != nil {
+			if err := topology.CheckName("level", l); err != nil {
 				return err
 			}
 		}
@@ -58,123 +50,8 @@ func (c TopologyConstraint) Validate(levels []string) error {
 		return err
 	}
 	for _, l := range []string{c.Required, c.Preferred} {
-		if l != "" && !slices.Contains(levelsOr(levels), l) {
-			return fmt.Errorf("%w: topology level %q is not one of the cluster's levels (%s)", ErrBadTopology, l, strings.Join(levelsOr(levels), ", "))
-		}
-	}
-	return nil
-}
-
-// levelsOr is levels, or the rack alone when levels is empty.
-func levelsOr(levels []string) []string {
-	if len(levels) == 0 {
-		return []string{RackLevel}
-	}
-	return levels
-}
-
-// ParseLevels reads a cluster's topology levels, innermost first, as a
-// comma-separated list ("rack,zone"). The first must be the rack; names
-// are lower-case letters, digits and '-', each at most once. The empty
-// string is the rack alone.
-func ParseLevels(s string) ([]string, error) {
-	if strings.TrimSpace(s) == "" {
-		return []string{RackLevel}, nil
-	}
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if err := checkName("level", f); err != nil {
-			return nil, err
-		}
-		if slices.Contains(out, f) {
-			return nil, fmt.Errorf("%w: level %q listed twice in %q", ErrBadTopology, f, s)
-		}
-		out = append(out, f)
-	}
-	if out[0] != RackLevel {
-		return nil, fmt.Errorf("%w: levels %q: the first (innermost) level must be %q", ErrBadTopology, s, RackLevel)
-	}
-	if len(out) > maxLevels {
-		return nil, fmt.Errorf("%w: %d levels, at most %d", ErrBadTopology, len(out), maxLevels)
-	}
-	return out, nil
-}
-
-// ParseTopology reads a node's declared place in the topology,
-// "rack=r3,zone=z1", against the cluster's levels (nil: the rack alone):
-// every level named once, innermost first, in the cluster's order, none
-// missing. The empty string is the default domain at every level (a node
-// that declares nothing is in the default rack). It returns the domain at
-// every level, innermost first, as Node.Topology holds it.
-func ParseTopology(s string, levels []string) ([]string, error) {
-	levels = levelsOr(levels)
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
-	}
-	fields := strings.Split(s, ",")
-	out := make([]string, 0, len(levels))
-	for i, f := range fields {
-		key, val, ok := strings.Cut(strings.TrimSpace(f), "=")
-		if !ok {
-			return nil, fmt.Errorf("%w: %q in %q is not level=domain", ErrBadTopology, f, s)
-		}
-		if err := checkName("level", key); err != nil {
-			return nil, err
-		}
-		if err := checkName("domain", val); err != nil {
-			return nil, err
-		}
-		switch at := slices.Index(levels, key); {
-		case at < 0:
-			return nil, fmt.Errorf("%w: level %q in %q is not one of the cluster's levels (%s)", ErrBadTopology, key, s, strings.Join(levels, ", "))
-		case at < i:
-			return nil, fmt.Errorf("%w: level %q in %q is out of order or repeated: give %s in this order", ErrBadTopology, key, s, strings.Join(levels, ", "))
-		case at > i:
-			return nil, fmt.Errorf("%w: level %q missing from %q: give %s in this order", ErrBadTopology, levels[i], s, strings.Join(levels, ", "))
-		}
-		out = append(out, val)
-	}
-	if len(out) < len(levels) {
-		return nil, fmt.Errorf("%w: level %q missing from %q: give %s in this order", ErrBadTopology, levels[len(out)], s, strings.Join(levels, ", "))
-	}
-	return out, nil
-}
-
-// FormatTopology is the inverse of ParseTopology ("" for the default
-// domain everywhere); undeclared levels show as DefaultDomain.
-func FormatTopology(topology []string, levels []string) string {
-	if len(topology) == 0 {
-		return ""
-	}
-	levels = levelsOr(levels)
-	parts := make([]string, len(levels))
-	for i, l := range levels {
-		d := DefaultDomain
-		if i < len(topology) && topology[i] != "" {
-			d = topology[i]
-		}
-		parts[i] = l + "=" + d
-	}
-	return strings.Join(parts, ",")
-}
-
-// CheckName reports whether s is a valid name of a topology level, a
-// domain or a GPU type (what = "level", "domain", "GPU type"): 1 to 63
-// lower-case letters, digits, '-', '_' and '.', starting with a letter or
-// digit. The error wraps ErrBadTopology.
-func CheckName(what, s string) error { return checkName(what, s) }
-
-// checkName accepts names of 1 to 63 lower-case letters, digits, '-', '_'
-// and '.', starting with a letter or digit.
-func checkName(what, s string) error {
-	if s == "" || len(s) > 63 {
-		return fmt.Errorf("%w: %s name %q must have 1 to 63 characters", ErrBadTopology, what, s)
-	}
-	for i, c := range s {
-		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || i > 0 && (c == '-' || c == '_' || c == '.')
-		if !ok {
-			return fmt.Errorf("%w: %s name %q: use lower-case letters, digits, '-', '_' and '.', starting with a letter or digit", ErrBadTopology, what, s)
+		if l != "" && !slices.Contains(topology.OrRack(levels), l) {
+			return fmt.Errorf("%w: topology level %q is not one of the cluster's levels (%s)", ErrBadTopology, l, strings.Join(topology.OrRack(levels), ", "))
 		}
 	}
 	return nil
@@ -192,7 +69,7 @@ func CheckRequired(nodes []Node, levels []string, c TopologyConstraint, minRepli
 	if c.Required == "" {
 		return nil
 	}
-	levels = levelsOr(levels)
+	levels = topology.OrRack(levels)
 	at := slices.Index(levels, c.Required)
 	gpus := map[string]int{}
 	best, bestName := 0, ""
@@ -223,7 +100,7 @@ func CheckPlacement(nodes []Node, levels []string, gpuType string, c TopologyCon
 	if err := c.Validate(levels); err != nil {
 		return err
 	}
-	levels = levelsOr(levels)
+	levels = topology.OrRack(levels)
 	at := slices.Index(levels, c.Required)
 	for i, n := range nodes {
 		switch {
@@ -247,15 +124,15 @@ func typeName(t string) string {
 // domainKey names a node's domain at level at of levels levels: its path
 // from that level out (a rack is known by its zone too), undeclared
 // entries default.
-func domainKey(topology []string, at, levels int) string {
+func domainKey(domains []string, at, levels int) string {
 	var b strings.Builder
 	for i := at; i < max(levels, at+1); i++ {
 		if i > at {
 			b.WriteByte(0)
 		}
-		d := DefaultDomain
-		if i < len(topology) && topology[i] != "" {
-			d = topology[i]
+		d := topology.DefaultDomain
+		if i < len(domains) && domains[i] != "" {
+			d = domains[i]
 		}
 		b.WriteString(d)
 	}
@@ -281,8 +158,8 @@ func (t *topo) racks() int { return len(t.gpus[0]) }
 // buildTopo indexes snap's topology; it fails on a node naming more
 // levels than the snapshot defines.
 func buildTopo(snap *Snapshot) (*topo, error) {
-	levels := levelsOr(snap.Levels)
-	if _, err := ParseLevels(strings.Join(levels, ",")); err != nil {
+	levels := topology.OrRack(snap.Levels)
+	if _, err := topology.ParseLevels(strings.Join(levels, ",")); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadSnapshot, err)
 	}
 	t := &topo{levels: levels, domain: make([][]int32, len(levels)), gpus: make([][]int, len(levels))}
@@ -348,7 +225,7 @@ func (s *Snapshot) Racks(p Placement) int {
 		return 1
 	}
 	seen := map[string]bool{}
-	levels := len(levelsOr(s.Levels))
+	levels := len(topology.OrRack(s.Levels))
 	for _, nc := range p {
 		if nc.Node >= 0 && nc.Node < len(s.Nodes) {
 			seen[domainKey(s.Nodes[nc.Node].Topology, 0, levels)] = true

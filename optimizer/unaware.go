@@ -31,6 +31,10 @@ func NewPolluxUnaware() *PolluxUnaware { return &PolluxUnaware{Inner: NewPollux(
 // Name implements Policy.
 func (p *PolluxUnaware) Name() string { return "pollux-unaware" }
 
+// GPUTypeAware implements TypeAware: the policy runs on a cluster of
+// several types, keeping each job on one.
+func (p *PolluxUnaware) GPUTypeAware() {}
+
 // Allocate implements Policy.
 func (p *PolluxUnaware) Allocate(snap *Snapshot, prev *State) (Result, error) {
 	if snap == nil {

@@ -51,6 +51,20 @@ func (c Catalog) Names() []string {
 // type "" is the untyped (single-type) cluster of the Pollux artifact.
 type TypedCatalog map[string]Catalog
 
+// ProfiledNodes is, per GPU type, the most nodes its applications'
+// traces span (those that are TypeProfiles).
+func (c TypedCatalog) ProfiledNodes() map[string]int {
+	out := map[string]int{}
+	for t, cat := range c {
+		for _, app := range cat {
+			if tp, ok := app.(TypeProfile); ok {
+				out[t] = max(out[t], tp.ProfiledNodes())
+			}
+		}
+	}
+	return out
+}
+
 // PlacementLimits is implemented by applications whose largest atomic batch
 // depends on the placement (the traces of Sia's artifact): a job's atomic
 // batch is then bounded by the placement's largest measured one and, when

@@ -14,7 +14,7 @@ import (
 	"pollux/actors/pb"
 	"pollux/cluster"
 	"pollux/cluster/federation"
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer"
 )
 
@@ -97,7 +97,7 @@ type Config struct {
 	// NodePID addresses a node's actor (default: its first address and
 	// pb.NodeActor); HostPID a server's job host (default: its actor
 	// address and pb.JobHostActor).
-	NodePID func(n *consensus.Node) *actor.PID
+	NodePID func(n *state.Node) *actor.PID
 	HostPID func(m cluster.Member) *actor.PID
 	// Stats, if set, counts what the allocator drops.
 	Stats *Stats
@@ -233,7 +233,7 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.NodePID == nil {
-		cfg.NodePID = func(n *consensus.Node) *actor.PID { return actor.NewPID(n.Addresses[0], pb.NodeActor) }
+		cfg.NodePID = func(n *state.Node) *actor.PID { return actor.NewPID(n.Addresses[0], pb.NodeActor) }
 	}
 	if cfg.HostPID == nil {
 		cfg.HostPID = func(m cluster.Member) *actor.PID { return actor.NewPID(m.Meta.ActorAddr, pb.JobHostActor) }
@@ -292,7 +292,7 @@ type allocator struct {
 	firstDone bool    // the first round of the term has run
 	effort    float64 // of the search (optimizer.Pollux.Effort)
 
-	reportKey string // the cluster's (consensus.ClusterConfig), once read
+	reportKey string // the cluster's (state.ClusterConfig), once read
 }
 
 type incKey struct {
@@ -440,7 +440,7 @@ func (a *allocator) stepDown() {
 
 // leading reads the state if this server leads, starting a new
 // leadership's memory when the term changed.
-func (a *allocator) leading(ctx actor.Context) (*consensus.State, bool) {
+func (a *allocator) leading(ctx actor.Context) (*state.State, bool) {
 	term, leader := a.cfg.Store.Leadership()
 	if !leader {
 		if a.term != 0 {
@@ -513,17 +513,14 @@ func (a *allocator) run(ctx actor.Context) {
 	}
 	snap.CrossRackRatio = a.cfg.CrossRackRatio
 	info := RoundInfo{Term: a.term, Jobs: len(snap.Jobs), FirstOfTerm: !a.firstDone, Elected: a.elected, Began: begin}
-	slots := map[string][]consensus.Slot{}
+	slots := map[string][]state.Slot{}
 	var scale *optimizer.ScaleDecision
 	if len(snap.Jobs) > 0 && len(snap.Nodes) > 0 {
-		policy := a.autoscalePolicy(snap, a.policy(snap, info.FirstOfTerm))
+		policy, search := a.autoscalePolicy(snap, a.policy(snap, info.FirstOfTerm))
 		info.Policy = policy.Name()
-		px, budgeted := policy.(*optimizer.Pollux)
-		if as, ok := policy.(*optimizer.AutoscalePollux); ok {
-			px, budgeted = as.Pollux, true
-		}
+		px, budgeted := search.(optimizer.Budgeted)
 		if budgeted {
-			px.Effort = a.effort
+			px.SetEffort(a.effort)
 		}
 		t0 := time.Now()
 		res, err := policy.Allocate(snap, a.prev)
@@ -553,9 +550,9 @@ func (a *allocator) run(ctx actor.Context) {
 	if st.LastRound > 0 {
 		accrue = min(max(nowS-st.LastRound, 0), 2*a.cfg.Interval.Seconds()) * a.cfg.TimeScale
 	}
-	r := &consensus.Round{Generation: st.Allocation.Generation + 1, Term: a.term, Time: nowS, Accrue: accrue,
+	r := &state.Round{Generation: st.Allocation.Generation + 1, Term: a.term, Time: nowS, Accrue: accrue,
 		MaxFailures: max(a.cfg.MaxFailures, 0), Jobs: slots, Updates: updates}
-	if enc, err := consensus.Encode(r); err == nil {
+	if enc, err := state.Encode(r); err == nil {
 		info.Bytes = len(enc)
 	}
 	res, err := a.cfg.Store.CommitRound(c, r)
@@ -590,14 +587,15 @@ func (a *allocator) run(ctx actor.Context) {
 }
 
 // policy is the policy of a round: TypedPolicy when the alive nodes have
-// several GPU types, else Policy, and FirstPolicy instead of a
-// type-blind one for the first round of a leadership.
+// several GPU types, else Policy, and FirstPolicy (a quick climb of
+// Pollux's objective) instead of a search whose effort is budgeted
+// (optimizer.Budgeted: Pollux's) for the first round of a leadership.
 func (a *allocator) policy(snap *optimizer.Snapshot, first bool) optimizer.Policy {
 	p := a.cfg.Policy
 	if len(gpuTypes(snap.Nodes)) > 1 {
 		p = a.cfg.TypedPolicy
 	}
-	if _, blind := p.(*optimizer.Pollux); blind && first {
+	if _, long := p.(optimizer.Budgeted); long && first {
 		return a.cfg.FirstPolicy
 	}
 	return p
@@ -608,8 +606,8 @@ func (a *allocator) policy(snap *optimizer.Snapshot, first bool) optimizer.Polic
 // and a cluster without a report key (configured before report tokens)
 // one: that cluster keeps its own checkpoint root and levels, whatever
 // this server was started with.
-func (a *allocator) initCluster(c context.Context, have consensus.ClusterConfig) *consensus.State {
-	init := consensus.NewInitCluster(a.cfg.CheckpointRoot, a.cfg.Levels...)
+func (a *allocator) initCluster(c context.Context, have state.ClusterConfig) *state.State {
+	init := state.NewInitCluster(a.cfg.CheckpointRoot, a.cfg.Levels...)
 	if have.ID != "" {
 		init.CheckpointRoot, init.Levels = have.CheckpointRoot, nil
 	}
@@ -637,7 +635,7 @@ func (a *allocator) assignOptions() AssignOptions {
 
 // assign sends every alive node its desired state and waits for the acks
 // (as messages) to end the round.
-func (a *allocator) assign(ctx actor.Context, st *consensus.State, info RoundInfo, begin time.Time) {
+func (a *allocator) assign(ctx actor.Context, st *state.State, info RoundInfo, begin time.Time) {
 	assign, uncovered := Assignments(st, a.assignOptions())
 	for _, id := range uncovered {
 		a.cfg.Logger.Error("allocator: a placed job's bid does not cover its shape; not run this round", "job", id)

@@ -7,13 +7,13 @@ import (
 	"testing"
 
 	"pollux/cluster"
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer"
 )
 
 // typedState is testState on two racks and two GPU types: n1 (rack r1,
 // t4) and n2 (rack r2, a100); job a runs on both.
-func typedState() *consensus.State {
+func typedState() *state.State {
 	st := testState()
 	st.Nodes["n1"].Rack, st.Nodes["n1"].Topology, st.Nodes["n1"].GPUType = "r1", []string{"r1"}, "t4"
 	st.Nodes["n2"].Rack, st.Nodes["n2"].Topology, st.Nodes["n2"].GPUType = "r2", []string{"r2"}, "a100"
@@ -71,13 +71,13 @@ func TestNodeOf(t *testing.T) {
 		name   string
 		meta   cluster.Meta
 		levels []string
-		want   consensus.Node
+		want   state.Node
 		err    string
 	}{
-		{name: "nothing declared", meta: cluster.Meta{GPUs: 4}, levels: zones, want: consensus.Node{GPUs: 4}},
+		{name: "nothing declared", meta: cluster.Meta{GPUs: 4}, levels: zones, want: state.Node{GPUs: 4}},
 		{name: "rack and zone", meta: cluster.Meta{GPUs: 4, Rack: "r1", Topology: "rack=r1,zone=z1", GPUType: "t4"}, levels: zones,
-			want: consensus.Node{GPUs: 4, Rack: "r1", Topology: []string{"r1", "z1"}, GPUType: "t4"}},
-		{name: "older agent's rack", meta: cluster.Meta{GPUs: 2, Rack: "r7"}, want: consensus.Node{GPUs: 2, Rack: "r7", Topology: []string{"r7"}}},
+			want: state.Node{GPUs: 4, Rack: "r1", Topology: []string{"r1", "z1"}, GPUType: "t4"}},
+		{name: "older agent's rack", meta: cluster.Meta{GPUs: 2, Rack: "r7"}, want: state.Node{GPUs: 2, Rack: "r7", Topology: []string{"r7"}}},
 		{name: "zone missing", meta: cluster.Meta{GPUs: 4, Rack: "r1", Topology: "rack=r1"}, levels: zones, err: `level "zone" missing`},
 		{name: "unknown level", meta: cluster.Meta{GPUs: 4, Rack: "r1", Topology: "rack=r1,zone=z1"}, err: `not one of the cluster's levels (rack)`},
 	}
@@ -89,7 +89,7 @@ func TestNodeOf(t *testing.T) {
 			}
 			continue
 		}
-		tt.want.ID, tt.want.Health, tt.want.Addresses = "n", consensus.Alive, []string{""}
+		tt.want.ID, tt.want.Health, tt.want.Addresses = "n", state.Alive, []string{""}
 		if err != nil || n.Rack != tt.want.Rack || !slices.Equal(n.Topology, tt.want.Topology) || n.GPUType != tt.want.GPUType || n.GPUs != tt.want.GPUs {
 			t.Errorf("%s: %+v, %v", tt.name, n, err)
 		}

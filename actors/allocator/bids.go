@@ -12,8 +12,9 @@ import (
 
 	"pollux/actors/pb"
 	"pollux/consensus"
-	"pollux/optimizer"
+	"pollux/consensus/state"
 	"pollux/optimizer/goodput"
+	"pollux/optimizer/topology"
 )
 
 // Stats counts what the allocator took in and dropped, for metrics.
@@ -31,7 +32,7 @@ type Stats struct {
 type bidState struct {
 	session uint64
 	msg     *pb.Bid
-	bid     *consensus.Bid // nil when the message carries no new bid
+	bid     *state.Bid // nil when the message carries no new bid
 }
 
 // bid takes one bid message from a job actor. It is kept (the latest per
@@ -69,7 +70,7 @@ func (a *allocator) bid(ctx actor.Context, m *pb.Bid) {
 	if len(m.Single) > 0 {
 		b, err := bidOf(m)
 		if err == nil {
-			err = consensus.CheckBid(j, b)
+			err = state.CheckBid(j, b)
 		}
 		if err != nil {
 			drop("%v", err)
@@ -83,12 +84,12 @@ func (a *allocator) bid(ctx actor.Context, m *pb.Bid) {
 		drop("%v", err)
 		return
 	}
-	first := j.State == consensus.Pending && j.Bid.Version == 0 && a.bids[m.Job] == nil && st.bid != nil
+	first := j.State == state.Pending && j.Bid.Version == 0 && a.bids[m.Job] == nil && st.bid != nil
 	a.bids[m.Job] = st
 	switch {
 	case m.Done:
 		if a.doneByRankZero(m.Job, m.Incarnation, m.DoneToken, "job actor "+m.Job) {
-			a.finish(m.Job, m.Incarnation, consensus.Completed, "")
+			a.finish(m.Job, m.Incarnation, state.Completed, "")
 		}
 	case m.Failed:
 		a.fail(m.Job, m.Incarnation, m.Failure)
@@ -99,12 +100,12 @@ func (a *allocator) bid(ctx actor.Context, m *pb.Bid) {
 }
 
 // bidOf converts a bid message.
-func bidOf(m *pb.Bid) (*consensus.Bid, error) {
-	b := &consensus.Bid{Session: m.Session, Version: m.Version, HasModel: m.HasModel, HasGrad: m.HasGrad,
+func bidOf(m *pb.Bid) (*state.Bid, error) {
+	b := &state.Bid{Session: m.Session, Version: m.Version, HasModel: m.HasModel, HasGrad: m.HasGrad,
 		Grad: goodput.GradStats{GradSqr: m.GradSqr, GradVar: m.GradVar}, MostProfiled: int(m.MostProfiled)}
 	if m.HasModel {
 		if len(m.Params) != 7 {
-			return nil, fmt.Errorf("%w: %d model parameters", consensus.ErrInvalid, len(m.Params))
+			return nil, fmt.Errorf("%w: %d model parameters", state.ErrInvalid, len(m.Params))
 		}
 		b.Params = goodput.ParamsFrom([7]float64(m.Params))
 	}
@@ -113,13 +114,13 @@ func bidOf(m *pb.Bid) (*consensus.Bid, error) {
 		return nil, err
 	}
 	if len(m.Types) > 0 {
-		b.Types = make([]consensus.TypeBid, 0, len(m.Types))
+		b.Types = make([]state.TypeBid, 0, len(m.Types))
 	}
 	for _, t := range m.Types {
 		if len(t.Params) != 7 {
-			return nil, fmt.Errorf("%w: GPU type %q: %d model parameters", consensus.ErrInvalid, t.GpuType, len(t.Params))
+			return nil, fmt.Errorf("%w: GPU type %q: %d model parameters", state.ErrInvalid, t.GpuType, len(t.Params))
 		}
-		tb := consensus.TypeBid{GPUType: t.GpuType, Params: goodput.ParamsFrom([7]float64(t.Params)), MostProfiled: int(t.MostProfiled)}
+		tb := state.TypeBid{GPUType: t.GpuType, Params: goodput.ParamsFrom([7]float64(t.Params)), MostProfiled: int(t.MostProfiled)}
 		if tb.Single, tb.Multi, err = tablesOf(t.Single, t.Multi); err != nil {
 			return nil, err
 		}
@@ -129,19 +130,19 @@ func bidOf(m *pb.Bid) (*consensus.Bid, error) {
 }
 
 // tablesOf converts a bid message's tables.
-func tablesOf(single, multi []*pb.BatchChoice) (s, m []consensus.BatchChoice, err error) {
-	if len(single) > consensus.MaxBidReplicas || len(multi) > consensus.MaxBidReplicas {
-		return nil, nil, fmt.Errorf("%w: tables of %d and %d shapes", consensus.ErrInvalid, len(single), len(multi))
+func tablesOf(single, multi []*pb.BatchChoice) (s, m []state.BatchChoice, err error) {
+	if len(single) > state.MaxBidReplicas || len(multi) > state.MaxBidReplicas {
+		return nil, nil, fmt.Errorf("%w: tables of %d and %d shapes", state.ErrInvalid, len(single), len(multi))
 	}
 	for _, t := range []struct {
 		in  []*pb.BatchChoice
-		out *[]consensus.BatchChoice
+		out *[]state.BatchChoice
 	}{{single, &s}, {multi, &m}} {
 		for _, c := range t.in {
 			if c.LocalBsz > math.MaxInt32 || c.AccumSteps > math.MaxInt32 {
-				return nil, nil, fmt.Errorf("%w: batch choice %v", consensus.ErrInvalid, c)
+				return nil, nil, fmt.Errorf("%w: batch choice %v", state.ErrInvalid, c)
 			}
-			*t.out = append(*t.out, consensus.BatchChoice{LocalBatch: int(c.LocalBsz), AccumSteps: int(c.AccumSteps), Gain: c.Gain})
+			*t.out = append(*t.out, state.BatchChoice{LocalBatch: int(c.LocalBsz), AccumSteps: int(c.AccumSteps), Gain: c.Gain})
 		}
 	}
 	return s, m, nil
@@ -151,55 +152,55 @@ func tablesOf(single, multi []*pb.BatchChoice) (s, m []consensus.BatchChoice, er
 func checkMeasurements(ms []*pb.Measurement) error {
 	for i, m := range ms {
 		if i > 0 && m.Seq <= ms[i-1].Seq {
-			return fmt.Errorf("%w: measurements out of order", consensus.ErrInvalid)
+			return fmt.Errorf("%w: measurements out of order", state.ErrInvalid)
 		}
 		if !(m.Progress >= 0) || math.IsInf(m.Progress, 0) {
-			return fmt.Errorf("%w: progress %v", consensus.ErrInvalid, m.Progress)
+			return fmt.Errorf("%w: progress %v", state.ErrInvalid, m.Progress)
 		}
 		if len(m.Profile) > 256 {
-			return fmt.Errorf("%w: %d profile points in one measurement", consensus.ErrInvalid, len(m.Profile))
+			return fmt.Errorf("%w: %d profile points in one measurement", state.ErrInvalid, len(m.Profile))
 		}
 		if m.GpuType != "" {
-			if err := optimizer.CheckName("GPU type", m.GpuType); err != nil {
-				return fmt.Errorf("%w: measurement %d: %w", consensus.ErrInvalid, m.Seq, err)
+			if err := topology.CheckName("GPU type", m.GpuType); err != nil {
+				return fmt.Errorf("%w: measurement %d: %w", state.ErrInvalid, m.Seq, err)
 			}
 		}
 		for _, p := range m.Profile {
 			e := profileEntry(p)
 			if err := e.ProfilePoint.Validate(); err != nil || e.Count == 0 || e.Count > 1<<40 ||
 				e.AccumTime > 3600 || e.StepTime > 3600 {
-				return fmt.Errorf("%w: profile point %v", consensus.ErrInvalid, p)
+				return fmt.Errorf("%w: profile point %v", state.ErrInvalid, p)
 			}
 		}
 	}
 	return nil
 }
 
-func profileEntry(p *pb.ProfilePoint) consensus.ProfileEntry {
-	return consensus.ProfileEntry{ProfilePoint: goodput.ProfilePoint{Nodes: int(p.Nodes), Replicas: int(p.Replicas),
+func profileEntry(p *pb.ProfilePoint) state.ProfileEntry {
+	return state.ProfileEntry{ProfilePoint: goodput.ProfilePoint{Nodes: int(p.Nodes), Replicas: int(p.Replicas),
 		LocalBatch: int(p.LocalBsz), AccumTime: p.AccumTime, StepTime: p.StepTime}, Count: p.Count}
 }
 
 // finish completes (or fails) a job's incarnation at once: a rare event,
 // its own Raft write; a completion carries the job's last measurement.
-func (a *allocator) finish(job string, inc uint64, state consensus.JobState, reason string) {
+func (a *allocator) finish(job string, inc uint64, end state.JobState, reason string) {
 	key := incKey{job, inc}
 	if a.finishing[key] {
 		return
 	}
 	a.finishing[key] = true
-	var meas *consensus.Measurement
-	if state == consensus.Completed {
+	var meas *state.Measurement
+	if end == state.Completed {
 		meas = a.lastMeasurement(job)
 	}
 	c, cancel := a.raftContext()
 	defer cancel()
-	err := a.cfg.Store.FinishJob(c, consensus.FinishJob{ID: job, Incarnation: inc, State: state, Reason: reason,
+	err := a.cfg.Store.FinishJob(c, state.FinishJob{ID: job, Incarnation: inc, State: end, Reason: reason,
 		Time: float64(a.cfg.Now().UnixNano()) / 1e9, Meas: meas})
 	switch {
 	case err == nil:
-		a.cfg.Logger.Info("allocator: job finished", "job", job, "incarnation", inc, "state", state)
-	case errors.Is(err, consensus.ErrJobFinished), errors.Is(err, consensus.ErrStaleIncarnation):
+		a.cfg.Logger.Info("allocator: job finished", "job", job, "incarnation", inc, "state", end)
+	case errors.Is(err, state.ErrJobFinished), errors.Is(err, state.ErrStaleIncarnation):
 	default:
 		delete(a.finishing, key) // retried on the next report of it
 		a.cfg.Logger.Warn("allocator: finishing job", "job", job, "err", err)
@@ -210,7 +211,7 @@ func (a *allocator) finish(job string, inc uint64, state consensus.JobState, rea
 // beyond the measurements the state acknowledges (nil: nothing): the
 // measurement a completion commits with it, so that the job's last
 // epochs are not lost with its last round.
-func (a *allocator) lastMeasurement(job string) *consensus.Measurement {
+func (a *allocator) lastMeasurement(job string) *state.Measurement {
 	bs := a.bids[job]
 	if bs == nil {
 		return nil
@@ -236,9 +237,9 @@ func (a *allocator) fail(job string, inc uint64, reason string) {
 // updates are this round's per-job changes: the new bids, the
 // measurements that continue each job's acknowledged sequence, the
 // failed incarnations. It also returns the bids the round decides on.
-func (a *allocator) updates(st *consensus.State) ([]consensus.RoundJob, map[string]*consensus.Bid) {
-	bids := map[string]*consensus.Bid{}
-	var out []consensus.RoundJob
+func (a *allocator) updates(st *state.State) ([]state.RoundJob, map[string]*state.Bid) {
+	bids := map[string]*state.Bid{}
+	var out []state.RoundJob
 	for _, id := range st.JobIDs() {
 		j := st.Jobs[id]
 		if j.State.Terminal() {
@@ -246,7 +247,7 @@ func (a *allocator) updates(st *consensus.State) ([]consensus.RoundJob, map[stri
 			delete(a.failed, id)
 			continue
 		}
-		u := consensus.RoundJob{ID: id, Incarnation: j.Incarnation}
+		u := state.RoundJob{ID: id, Incarnation: j.Incarnation}
 		if f, ok := a.failed[id]; ok {
 			if f.inc == j.Incarnation {
 				u.Restart = true
@@ -254,7 +255,7 @@ func (a *allocator) updates(st *consensus.State) ([]consensus.RoundJob, map[stri
 			delete(a.failed, id)
 		}
 		if bs := a.bids[id]; bs != nil {
-			if bs.bid != nil && consensus.CheckBid(j, bs.bid) == nil &&
+			if bs.bid != nil && state.CheckBid(j, bs.bid) == nil &&
 				(bs.bid.Session > j.Bid.Session || bs.bid.Version > j.Bid.Version) {
 				u.HasBid, u.Bid = true, *bs.bid
 				bids[id] = bs.bid
@@ -281,7 +282,7 @@ func (a *allocator) updates(st *consensus.State) ([]consensus.RoundJob, map[stri
 // type typ (the type of its placement, which the incarnation's number
 // fixes) carry data, the others are merely consumed. The sum is recorded
 // under typ. running is set when some carry data.
-func measurement(j *consensus.Job, bs *bidState, typ string) (*consensus.Measurement, bool) {
+func measurement(j *state.Job, bs *bidState, typ string) (*state.Measurement, bool) {
 	base := uint64(0)
 	switch {
 	case bs.session == j.MeasSession:
@@ -289,8 +290,8 @@ func measurement(j *consensus.Job, bs *bidState, typ string) (*consensus.Measure
 	case bs.session < j.MeasSession:
 		return nil, false
 	}
-	m := &consensus.Measurement{Session: bs.session, From: base, To: base, GPUType: typ}
-	sums := map[[3]int]*consensus.ProfileEntry{}
+	m := &state.Measurement{Session: bs.session, From: base, To: base, GPUType: typ}
+	sums := map[[3]int]*state.ProfileEntry{}
 	running := false
 	for _, d := range bs.msg.Unacked {
 		if d.Seq <= m.To {
@@ -312,7 +313,7 @@ func measurement(j *consensus.Job, bs *bidState, typ string) (*consensus.Measure
 			key := [3]int{e.Nodes, e.Replicas, e.LocalBatch}
 			s := sums[key]
 			if s == nil {
-				s = &consensus.ProfileEntry{ProfilePoint: e.ProfilePoint}
+				s = &state.ProfileEntry{ProfilePoint: e.ProfilePoint}
 				s.AccumTime, s.StepTime = 0, 0
 				sums[key] = s
 			}

@@ -10,7 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"pollux/actors/pb"
-	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // Workers on borrowed GPUs (docs/federation.md, "Borrowed GPUs as extra
@@ -44,7 +44,7 @@ func (a *allocator) order(ctx actor.Context, id string, as *pb.Assign) {
 // merge adds to the Assign of each of the lab's nodes the runs its
 // borrowers ordered there and its ledger authorises now (MergeBorrowed),
 // after the gate: a borrower's run keeps the hold its own leader gave it.
-func (a *allocator) merge(st *consensus.State, assign map[string]*pb.Assign) {
+func (a *allocator) merge(st *state.State, assign map[string]*pb.Assign) {
 	if l := a.cfg.Federation; l != nil {
 		MergeBorrowed(st, assign, l.Borrowed, a.cfg.Logger)
 	}
@@ -56,7 +56,7 @@ func (a *allocator) merge(st *consensus.State, assign map[string]*pb.Assign) {
 // leave too few GPUs for it (the lab's jobs still hold GPUs it lent,
 // until its next round moves them): a node must never refuse its whole
 // assignment because of a borrower.
-func MergeBorrowed(st *consensus.State, assign map[string]*pb.Assign, borrowed func(node string) []*pb.RunJob, log *slog.Logger) {
+func MergeBorrowed(st *state.State, assign map[string]*pb.Assign, borrowed func(node string) []*pb.RunJob, log *slog.Logger) {
 	for _, id := range slices.Sorted(maps.Keys(assign)) {
 		as, n := assign[id], st.Nodes[id]
 		if n == nil {

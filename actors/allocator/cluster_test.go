@@ -20,6 +20,7 @@ import (
 	"pollux/actors/pb"
 	"pollux/cluster"
 	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/testbed"
 	"pollux/testbed/builtin"
 	"pollux/testbed/inproc"
@@ -144,7 +145,7 @@ func newTCluster(t *testing.T, o clusterOpts) *tcluster {
 		c.addNode(fmt.Sprintf("n%d", i))
 	}
 	if o.keyless {
-		if err := c.leader().srv.InitCluster(ctxT(t), consensus.InitCluster{ID: "old", CheckpointRoot: c.root}); err != nil {
+		if err := c.leader().srv.InitCluster(ctxT(t), state.InitCluster{ID: "old", CheckpointRoot: c.root}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -215,7 +216,7 @@ func (c *tcluster) startActors(s *tserver) {
 	props, err := allocator.NewAllocator(allocator.Config{Store: s.srv, Server: s.id, Members: c.members, Interval: c.opts.interval,
 		TimeScale: c.opts.timeScale, CheckpointRoot: root, MaxFailures: c.opts.maxFailures, AckTimeout: time.Second,
 		NodeGrace: c.opts.nodeGrace, Lease: c.opts.lease,
-		NodePID: func(n *consensus.Node) *actor.PID { return actor.NewPID(n.Addresses[0], "node-"+n.ID) },
+		NodePID: func(n *state.Node) *actor.PID { return actor.NewPID(n.Addresses[0], "node-"+n.ID) },
 		HostPID: func(m cluster.Member) *actor.PID { return actor.NewPID(m.Meta.ActorAddr, "jobhost-"+m.Name) },
 		Stats:   c.stats, Logger: quiet(), Autoscale: c.autoscale()}, func(ri allocator.RoundInfo) { c.mu.Lock(); c.rounds = append(c.rounds, ri); c.mu.Unlock() })
 	if err != nil {
@@ -295,10 +296,10 @@ func (c *tcluster) submit(id, app string, maxReplicas int) {
 	if a, ok := inprocApp(app); ok {
 		base = a
 	}
-	c.submitSpec(id, consensus.JobSpec{Name: id, App: app, MinReplicas: 1, MaxReplicas: maxReplicas, Limits: c.cat[base].Limits()})
+	c.submitSpec(id, state.JobSpec{Name: id, App: app, MinReplicas: 1, MaxReplicas: maxReplicas, Limits: c.cat[base].Limits()})
 }
 
-func (c *tcluster) submitSpec(id string, spec consensus.JobSpec) {
+func (c *tcluster) submitSpec(id string, spec state.JobSpec) {
 	c.t.Helper()
 	ctx := ctxT(c.t)
 	// Submissions without a checkpoint directory need the cluster's
@@ -334,9 +335,9 @@ func inprocApp(app string) (string, bool) {
 }
 
 // waitAll waits until every job is finished and returns the state.
-func (c *tcluster) waitAll(d time.Duration, ids ...string) *consensus.State {
+func (c *tcluster) waitAll(d time.Duration, ids ...string) *state.State {
 	c.t.Helper()
-	var st *consensus.State
+	var st *state.State
 	waitFor(c.t, fmt.Sprintf("jobs %v to finish", ids), d, func() bool {
 		st = c.any().srv.LocalState()
 		for _, id := range ids {

@@ -10,7 +10,7 @@ import (
 
 	"pollux/actors/node/workerproto"
 	"pollux/actors/pb"
-	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // choiceIn reports whether bid b chose (m, s, gain) for k replicas over n
@@ -55,7 +55,7 @@ func TestThreeServersRunJobsOnTheirActorsBids(t *testing.T) {
 	t.Logf("killed leader %s; %s leads", first.id, next.id)
 	st := c.waitAll(120*time.Second, ids...)
 	for _, id := range ids {
-		if j := st.Jobs[id]; j.State != consensus.Completed {
+		if j := st.Jobs[id]; j.State != state.Completed {
 			t.Errorf("job %s %v: %s", id, j.State, j.Reason)
 		}
 	}
@@ -175,7 +175,7 @@ func TestLostMessagesAreRecovered(t *testing.T) {
 			c.submit("j", tc.app, 2)
 			st := c.waitAll(60*time.Second, "j")
 			j := st.Jobs["j"]
-			if j.State != consensus.Completed {
+			if j.State != state.Completed {
 				t.Fatalf("job %v: %s", j.State, j.Reason)
 			}
 			if c.dropped(tc.kind) != 1 {
@@ -208,10 +208,10 @@ func TestCrashLoopingJobFails(t *testing.T) {
 	}
 	c := newTCluster(t, clusterOpts{servers: 1, nodes: 1, gpus: 2, maxFailures: 3})
 	c.leader()
-	c.submitSpec("x", consensus.JobSpec{Name: "x", App: "crash", MinReplicas: 1, MaxReplicas: 1, Limits: c.cat["cifar10"].Limits()})
+	c.submitSpec("x", state.JobSpec{Name: "x", App: "crash", MinReplicas: 1, MaxReplicas: 1, Limits: c.cat["cifar10"].Limits()})
 	st := c.waitAll(30*time.Second, "x")
 	j := st.Jobs["x"]
-	if j.State != consensus.Failed || !strings.Contains(j.Reason, "3 incarnations") || j.Crashes != 3 {
+	if j.State != state.Failed || !strings.Contains(j.Reason, "3 incarnations") || j.Crashes != 3 {
 		t.Fatalf("job %v crashes %d: %q", j.State, j.Crashes, j.Reason)
 	}
 	if len(st.Allocation.Jobs["x"]) != 0 {
@@ -230,7 +230,7 @@ func TestCancelStopsWorkers(t *testing.T) {
 	c.submit("long", "bert", 2)
 	waitFor(t, "the job to run", 20*time.Second, func() bool { return len(c.any().srv.LocalState().Allocation.Jobs["long"]) > 0 })
 	ctx := ctxT(t)
-	if err := c.any().srv.FinishJob(ctx, consensus.FinishJob{ID: "long", State: consensus.Cancelled, Reason: "test"}); err != nil {
+	if err := c.any().srv.FinishJob(ctx, state.FinishJob{ID: "long", State: state.Cancelled, Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "its workers to stop", 20*time.Second, func() bool {
@@ -242,7 +242,7 @@ func TestCancelStopsWorkers(t *testing.T) {
 		return true
 	})
 	st := c.any().srv.LocalState()
-	if j := st.Jobs["long"]; j.State != consensus.Cancelled || len(st.Allocation.Jobs["long"]) != 0 {
+	if j := st.Jobs["long"]; j.State != state.Cancelled || len(st.Allocation.Jobs["long"]) != 0 {
 		t.Fatalf("state %v, allocation %v", j.State, st.Allocation.Jobs["long"])
 	}
 	// Its GPUs go to the next job.
@@ -260,11 +260,11 @@ func TestKeylessClusterGetsAReportKey(t *testing.T) {
 	}
 	c := newTCluster(t, clusterOpts{servers: 1, nodes: 1, gpus: 2, timeScale: 3000, keyless: true})
 	waitFor(t, "a report key", 10*time.Second, func() bool { return c.any().srv.LocalState().Config.ReportKey != "" })
-	if cfg := c.any().srv.LocalState().Config; cfg.ID != "old" || cfg.CheckpointRoot != c.root || len(cfg.ReportKey) != consensus.ReportKeyLen {
+	if cfg := c.any().srv.LocalState().Config; cfg.ID != "old" || cfg.CheckpointRoot != c.root || len(cfg.ReportKey) != state.ReportKeyLen {
 		t.Fatalf("config %+v", cfg)
 	}
 	c.submit("j", "cifar10", 2)
-	if j := c.waitAll(60*time.Second, "j").Jobs["j"]; j.State != consensus.Completed {
+	if j := c.waitAll(60*time.Second, "j").Jobs["j"]; j.State != state.Completed {
 		t.Fatalf("job %v: %s", j.State, j.Reason)
 	}
 }
@@ -289,7 +289,7 @@ func TestCompletedJobKeepsItsLastEpoch(t *testing.T) {
 	})
 	c.submit("j", "cifar10", 2)
 	j := c.waitAll(60*time.Second, "j").Jobs["j"]
-	if j.State != consensus.Completed {
+	if j.State != state.Completed {
 		t.Fatalf("job %v: %s", j.State, j.Reason)
 	}
 	if want := c.cat["cifar10"].MaxEpochs(); j.Epoch != want {
@@ -335,7 +335,7 @@ func TestDoneNeedsRank0sToken(t *testing.T) {
 		t.Fatalf("a done without rank 0's token finished the job: %v", j.State)
 	}
 	c.sys.Root.Send(lead.alloc, ack(workerproto.ReportToken(key, "long", j.Incarnation, 0)))
-	if j := c.waitAll(10*time.Second, "long").Jobs["long"]; j.State != consensus.Completed {
+	if j := c.waitAll(10*time.Second, "long").Jobs["long"]; j.State != state.Completed {
 		t.Fatalf("job %v after rank 0's done", j.State)
 	}
 }
@@ -349,10 +349,10 @@ func TestDeniedJobFailsWithTheReason(t *testing.T) {
 	}
 	c := newTCluster(t, clusterOpts{servers: 1, nodes: 1, gpus: 2, maxFailures: 5})
 	c.leader()
-	c.submitSpec("sh", consensus.JobSpec{Name: "sh", Command: []string{"/bin/sh", "-c", "id"}, MinReplicas: 1, MaxReplicas: 1,
+	c.submitSpec("sh", state.JobSpec{Name: "sh", Command: []string{"/bin/sh", "-c", "id"}, MinReplicas: 1, MaxReplicas: 1,
 		Limits: c.cat["cifar10"].Limits()})
 	j := c.waitAll(30*time.Second, "sh").Jobs["sh"]
-	if j.State != consensus.Failed || !strings.Contains(j.Reason, "allow-list") || j.Crashes != 0 {
+	if j.State != state.Failed || !strings.Contains(j.Reason, "allow-list") || j.Crashes != 0 {
 		t.Fatalf("job %v, crashes %d: %q", j.State, j.Crashes, j.Reason)
 	}
 	c.mu.Lock()

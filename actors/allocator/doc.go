@@ -8,7 +8,7 @@
 // marks the missing ones dead, prunes what is past the retention period,
 // builds an optimizer.Snapshot in which every job's goodput model comes
 // from its job actor's bid (this package never fits a model: see package
-// job), runs the policy, and commits the round as one consensus.Round:
+// job), runs the policy, and commits the round as one state.Round:
 // the allocation with the next generation and its Raft term (fencing a
 // deposed leader), the attained service accrued, and per job the new
 // bid, the new measurements and whether its incarnation failed. The state

@@ -5,7 +5,7 @@ import (
 
 	"pollux/actors/fedlink"
 	"pollux/cluster/federation"
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer"
 )
 
@@ -16,7 +16,7 @@ import (
 // replicas the policy may give it), measured by the power mean with
 // exponent p, and the GPUs the committed allocation uses on each of the
 // lab's own nodes.
-func FederationBid(snap *optimizer.Snapshot, st *consensus.State, p float64) fedlink.LocalBid {
+func FederationBid(snap *optimizer.Snapshot, st *state.State, p float64) fedlink.LocalBid {
 	perNode := 0
 	for _, n := range snap.Nodes {
 		perNode = max(perNode, n.GPUs)
@@ -39,7 +39,7 @@ func FederationBid(snap *optimizer.Snapshot, st *consensus.State, p float64) fed
 // place the lab's jobs on if every lent GPU were back, on the round's
 // bids, time and seed. Only leases of such nodes are reclaimed, so that
 // a reclaimed node is used at once. Nil when the lab lends nothing.
-func Reclaimable(st *consensus.State, bids map[string]*consensus.Bid, now, timeScale float64, seed uint64, policy optimizer.Policy) (map[string]bool, error) {
+func Reclaimable(st *state.State, bids map[string]*state.Bid, now, timeScale float64, seed uint64, policy optimizer.Policy) (map[string]bool, error) {
 	if st.Fed == nil || st.Fed.Ledger.Lent() == 0 {
 		return nil, nil
 	}

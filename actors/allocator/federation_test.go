@@ -8,7 +8,7 @@ import (
 
 	"pollux/actors/pb"
 	"pollux/cluster/federation"
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer"
 )
 
@@ -20,7 +20,7 @@ func TestFederationBid(t *testing.T) {
 		Nodes: []optimizer.Node{{ID: "n0", GPUs: 4}, {ID: "n1", GPUs: 4}},
 		Jobs:  []optimizer.Job{{ID: "a", MinReplicas: 1, MaxReplicas: 2}, {ID: "b", MinReplicas: 1, MaxReplicas: 3}},
 	}
-	st := &consensus.State{Allocation: consensus.Allocation{Jobs: map[string][]consensus.Slot{"a": {{Node: "n0", GPUs: 2}}, "b": {{Node: "n0", GPUs: 1}, {Node: "n1", GPUs: 2}}}}}
+	st := &state.State{Allocation: state.Allocation{Jobs: map[string][]state.Slot{"a": {{Node: "n0", GPUs: 2}}, "b": {{Node: "n0", GPUs: 1}, {Node: "n1", GPUs: 2}}}}}
 	bid := FederationBid(snap, st, -1)
 	if len(bid.Curve) != 5 {
 		t.Fatalf("curve %v, want 5 GPUs' worth", bid.Curve)
@@ -47,14 +47,14 @@ func TestFederationBid(t *testing.T) {
 // are placed afresh when they no longer fit.
 func TestLentGPUsAreNotPlaced(t *testing.T) {
 	st := testState()
-	lab := &consensus.SetLab{Name: "lab-a", CA: "fp", Quota: federation.Quota{Nominal: 8, LendingLimit: 8},
+	lab := &state.SetLab{Name: "lab-a", CA: "fp", Quota: federation.Quota{Nominal: 8, LendingLimit: 8},
 		Peers: []federation.Peer{{Name: "lab-b", CAs: []string{"fq"}}}}
-	grant := func(id, node string, gpus int) *consensus.Lease {
-		return &consensus.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "lab-a", Lease: id, Lender: "lab-a", Borrower: "lab-b",
+	grant := func(id, node string, gpus int) *state.Lease {
+		return &state.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "lab-a", Lease: id, Lender: "lab-a", Borrower: "lab-b",
 			Nodes: []federation.NodeGPUs{{Node: node, GPUs: gpus}}, At: 1, TTL: 300}}
 	}
-	for _, c := range []consensus.Command{lab, grant("l1", "n2", 4), grant("l2", "n1", 3)} {
-		if _, err := consensus.ApplyTo(st, c, 2); err != nil {
+	for _, c := range []state.Command{lab, grant("l1", "n2", 4), grant("l2", "n1", 3)} {
+		if _, err := state.ApplyTo(st, c, 2); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -79,32 +79,32 @@ func TestLentGPUsAreNotPlaced(t *testing.T) {
 // want, and nothing is asked of a lab that lends nothing.
 func TestReclaimable(t *testing.T) {
 	st := testState()
-	lab := &consensus.SetLab{Name: "lab-a", CA: "fp", Quota: federation.Quota{Nominal: 8, LendingLimit: 8},
+	lab := &state.SetLab{Name: "lab-a", CA: "fp", Quota: federation.Quota{Nominal: 8, LendingLimit: 8},
 		Peers: []federation.Peer{{Name: "lab-b", CAs: []string{"fq"}}}}
 	if got, err := Reclaimable(st, nil, 200, 1, 1, optimizer.NewGreedy()); got != nil || err != nil {
 		t.Fatalf("a lab in no federation: %v, %v", got, err)
 	}
-	if _, err := consensus.ApplyTo(st, lab, 2); err != nil {
+	if _, err := state.ApplyTo(st, lab, 2); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := Reclaimable(st, nil, 200, 1, 1, optimizer.NewGreedy()); got != nil || err != nil {
 		t.Fatalf("a lab that lends nothing: %v, %v", got, err)
 	}
-	grant := &consensus.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "lab-a", Lease: "l1", Lender: "lab-a", Borrower: "lab-b",
+	grant := &state.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "lab-a", Lease: "l1", Lender: "lab-a", Borrower: "lab-b",
 		Nodes: []federation.NodeGPUs{{Node: "n2", GPUs: 4}}, At: 1, TTL: 300}}
-	if _, err := consensus.ApplyTo(st, grant, 2); err != nil {
+	if _, err := state.ApplyTo(st, grant, 2); err != nil {
 		t.Fatal(err)
 	}
 	// Jobs a (2 GPUs of n1 now, up to 4) and b (pending, up to 1) want
 	// more than n1's 4 GPUs: with n2 back, the what-if round uses it.
-	st.Allocation.Jobs["a"] = []consensus.Slot{{Node: "n1", GPUs: 2}}
+	st.Allocation.Jobs["a"] = []state.Slot{{Node: "n1", GPUs: 2}}
 	got, err := Reclaimable(st, nil, 200, 1, 1, optimizer.NewGreedy())
 	if err != nil || !got["n2"] || len(got) != 1 {
 		t.Fatalf("with jobs wanting more: %v, %v", got, err)
 	}
 	// With no job left that wants a GPU, nothing is reclaimable.
 	for _, id := range []string{"a", "b"} {
-		st.Jobs[id].State = consensus.Completed
+		st.Jobs[id].State = state.Completed
 		delete(st.Allocation.Jobs, id)
 	}
 	if got, err := Reclaimable(st, nil, 200, 1, 1, optimizer.NewGreedy()); err != nil || len(got) != 0 || got == nil {
@@ -132,7 +132,7 @@ func TestBorrowedGPUsAreNodes(t *testing.T) {
 	if nodes := roundNodes(st, 400); len(nodes) != 2 {
 		t.Errorf("at the lease's expiry the round still places on %v", nodes)
 	}
-	st.Allocation.Jobs = map[string][]consensus.Slot{"a": {{Node: "n1", GPUs: 2}, {Node: "lab-a/n0", GPUs: 2}}}
+	st.Allocation.Jobs = map[string][]state.Slot{"a": {{Node: "n1", GPUs: 2}, {Node: "lab-a/n0", GPUs: 2}}}
 	assign, uncovered := Assignments(st, AssignOptions{Term: 2})
 	if len(uncovered) != 0 {
 		t.Fatalf("uncovered %v", uncovered)
@@ -155,7 +155,7 @@ func TestBorrowedGPUsAreNodes(t *testing.T) {
 // that node's host.
 func TestRendezvousOnABorrowedFirstNode(t *testing.T) {
 	st := borrowerState(t, "lab-a")
-	st.Allocation.Jobs = map[string][]consensus.Slot{"a": {{Node: "lab-a/n0", GPUs: 2}, {Node: "n1", GPUs: 2}}}
+	st.Allocation.Jobs = map[string][]state.Slot{"a": {{Node: "lab-a/n0", GPUs: 2}, {Node: "n1", GPUs: 2}}}
 	hosts := map[string]string{"lab-a/n0": "10.1.0.7"}
 	assign, _ := Assignments(st, AssignOptions{Term: 2, BorrowedHost: func(id string) string { return hosts[id] }})
 	for _, id := range []string{"lab-a/n0", "n1"} {
@@ -171,7 +171,7 @@ func TestRendezvousOnABorrowedFirstNode(t *testing.T) {
 	}
 	// The lab's own node first: its own agent's host.
 	hosts["lab-a/n0"] = "10.1.0.7"
-	st.Allocation.Jobs["a"] = []consensus.Slot{{Node: "n1", GPUs: 2}, {Node: "lab-a/n0", GPUs: 2}}
+	st.Allocation.Jobs["a"] = []state.Slot{{Node: "n1", GPUs: 2}, {Node: "lab-a/n0", GPUs: 2}}
 	assign, _ = Assignments(st, AssignOptions{Term: 2, BorrowedHost: func(id string) string { return hosts[id] }})
 	if rj := assign["lab-a/n0"].Runs[0]; rj.MasterAddr != "10.0.0.1" {
 		t.Errorf("rendezvous %q of a job first on n1, want n1's 10.0.0.1", rj.MasterAddr)
@@ -231,15 +231,15 @@ func TestMergeBorrowed(t *testing.T) {
 
 // borrowerState is testState as lab-b, which leases all 4 GPUs of
 // lender's node n0 from time 100 for 300 s.
-func borrowerState(t *testing.T, lender string) *consensus.State {
+func borrowerState(t *testing.T, lender string) *state.State {
 	t.Helper()
 	st := testState()
-	lab := &consensus.SetLab{Name: "lab-b", CA: "fq", Quota: federation.Quota{Nominal: 8, LendingLimit: 8, BorrowingLimit: 8},
+	lab := &state.SetLab{Name: "lab-b", CA: "fq", Quota: federation.Quota{Nominal: 8, LendingLimit: 8, BorrowingLimit: 8},
 		Peers: []federation.Peer{{Name: lender, CAs: []string{"fp"}}}}
-	grant := &consensus.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: lender, Lease: "l1", Lender: lender, Borrower: "lab-b",
+	grant := &state.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: lender, Lease: "l1", Lender: lender, Borrower: "lab-b",
 		Nodes: []federation.NodeGPUs{{Node: "n0", GPUs: 4}}, At: 100, TTL: 300}}
-	for _, c := range []consensus.Command{lab, grant} {
-		if _, err := consensus.ApplyTo(st, c, 2); err != nil {
+	for _, c := range []state.Command{lab, grant} {
+		if _, err := state.ApplyTo(st, c, 2); err != nil {
 			t.Fatal(err)
 		}
 	}

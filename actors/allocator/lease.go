@@ -10,7 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"pollux/actors/pb"
-	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // The agents' leases, the leader's side (docs/control-plane.md,
@@ -237,7 +237,7 @@ func (a *allocator) leaseFollowUp(ctx actor.Context, ack *pb.AssignAck) {
 
 // forget drops, after a committed round, what the gate holds of jobs
 // gone or of incarnations replaced.
-func (a *allocator) forget(st *consensus.State) {
+func (a *allocator) forget(st *state.State) {
 	l := a.lease
 	for _, nl := range l.nodes {
 		for job := range nl.listed {
@@ -319,7 +319,7 @@ func (v *gateView) clear(id string, k incKey) bool {
 }
 
 // view is the gate's view now.
-func (a *allocator) view(st *consensus.State) *gateView {
+func (a *allocator) view(st *state.State) *gateView {
 	l := a.lease
 	v := &gateView{now: a.cfg.Now(), start: l.start, wait: a.cfg.Lease + LeaseMargin(a.cfg.Lease), term: a.term,
 		acks: a.acks, at: map[string]time.Time{}, listed: map[string]map[string]uint64{}}
@@ -342,7 +342,7 @@ func (a *allocator) view(st *consensus.State) *gateView {
 // (a new leader, which has no ack yet, must not stop what an earlier
 // leader let start) but does not start it. It arms the gate's timer for
 // the earliest time one of them may start.
-func (a *allocator) gate(st *consensus.State, assign map[string]*pb.Assign) {
+func (a *allocator) gate(st *state.State, assign map[string]*pb.Assign) {
 	l := a.lease
 	v := a.view(st)
 	held := map[incKey]bool{}

@@ -13,7 +13,7 @@ import (
 	"pollux/actors/allocator"
 	"pollux/actors/node"
 	"pollux/actors/pb"
-	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // netState is what the lease tests do to the cluster's network and see
@@ -242,7 +242,7 @@ func TestNewLeaderKeepsWhatItsPredecessorStarted(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	st := c.waitAll(60*time.Second, "j")
-	if j := st.Jobs["j"]; j.State != consensus.Completed {
+	if j := st.Jobs["j"]; j.State != state.Completed {
 		t.Fatalf("job %v after two leader kills (incarnation %d was running): %s", j.State, w.inc, j.Reason)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"pollux/actors/node/workerproto"
 	"pollux/actors/pb"
 	"pollux/cluster/federation"
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer"
 )
 
@@ -19,11 +19,11 @@ import (
 const maxAdaptiveReplicas = 64
 
 // activeNodes are the alive nodes with GPUs, sorted by id.
-func activeNodes(st *consensus.State) []optimizer.Node {
+func activeNodes(st *state.State) []optimizer.Node {
 	var nodes []optimizer.Node
 	for _, id := range st.NodeIDs() {
 		n := st.Nodes[id]
-		if n.Health == consensus.Alive && n.GPUs > 0 {
+		if n.Health == state.Alive && n.GPUs > 0 {
 			nodes = append(nodes, optimizer.Node{ID: id, GPUs: n.GPUs, Type: n.GPUType, Topology: n.Domains()})
 		}
 	}
@@ -35,16 +35,16 @@ func activeNodes(st *consensus.State) []optimizer.Node {
 // GPUs are the borrower's until the lease ends): what a round places
 // jobs on (a draining node still gets its assignments, which stop its
 // workers, and its lease).
-func placeableNodes(st *consensus.State) []optimizer.Node {
+func placeableNodes(st *state.State) []optimizer.Node {
 	return slices.DeleteFunc(activeNodes(st), func(n optimizer.Node) bool {
 		m := st.Scale.Nodes[n.ID]
-		return m != nil && m.Phase == consensus.ScaleDraining
+		return m != nil && m.Phase == state.ScaleDraining
 	})
 }
 
 // ownNodes are the placeable nodes with the GPUs the lab lends taken
 // out (a node lent whole left out).
-func ownNodes(st *consensus.State) []optimizer.Node {
+func ownNodes(st *state.State) []optimizer.Node {
 	nodes := placeableNodes(st)
 	if st.Fed == nil {
 		return nodes
@@ -74,13 +74,13 @@ func ownNodes(st *consensus.State) []optimizer.Node {
 // The GPUs the lab borrows of peers' nodes are nodes too
 // (borrowedNodes), here those of the leases in force at now; the
 // allocator's rounds keep only leases in force an interval later.
-func BuildSnapshot(st *consensus.State, bids map[string]*consensus.Bid, now, timeScale float64, seed uint64) (*optimizer.Snapshot, error) {
+func BuildSnapshot(st *state.State, bids map[string]*state.Bid, now, timeScale float64, seed uint64) (*optimizer.Snapshot, error) {
 	return buildSnapshot(st, roundNodes(st, now), bids, now, timeScale, seed)
 }
 
 // roundNodes are the nodes a round places the lab's jobs on: its own
 // (ownNodes) and the GPUs it borrows in leases in force after until.
-func roundNodes(st *consensus.State, until float64) []optimizer.Node {
+func roundNodes(st *state.State, until float64) []optimizer.Node {
 	return append(ownNodes(st), borrowedNodes(st, until)...)
 }
 
@@ -90,7 +90,7 @@ func roundNodes(st *consensus.State, until float64) []optimizer.Node {
 // has one GPU type (docs/federation.md): a borrowed node has the type
 // of the lab's own nodes when they have one, and each lender is its own
 // domain at every topology level (a job spanning labs crosses racks).
-func borrowedNodes(st *consensus.State, until float64) []optimizer.Node {
+func borrowedNodes(st *state.State, until float64) []optimizer.Node {
 	if st.Fed == nil {
 		return nil
 	}
@@ -116,7 +116,7 @@ func borrowedNodes(st *consensus.State, until float64) []optimizer.Node {
 }
 
 // buildSnapshot is BuildSnapshot on the given nodes.
-func buildSnapshot(st *consensus.State, nodes []optimizer.Node, bids map[string]*consensus.Bid, now, timeScale float64, seed uint64) (*optimizer.Snapshot, error) {
+func buildSnapshot(st *state.State, nodes []optimizer.Node, bids map[string]*state.Bid, now, timeScale float64, seed uint64) (*optimizer.Snapshot, error) {
 	snap := &optimizer.Snapshot{Nodes: nodes, Levels: slices.Clone(st.Config.Levels), Seed: seed, Now: now}
 	types := gpuTypes(snap.Nodes)
 	var speeds map[string]float64
@@ -143,13 +143,13 @@ func buildSnapshot(st *consensus.State, nodes []optimizer.Node, bids map[string]
 		if bid.Version == 0 {
 			continue
 		}
-		var slots []consensus.Slot
+		var slots []state.Slot
 		for _, sl := range st.Allocation.Jobs[id] {
 			if alive[sl.Node] {
 				slots = append(slots, sl)
 			}
 		}
-		cur, err := consensus.PlacementFromSlots(snap.Nodes, slots)
+		cur, err := state.PlacementFromSlots(snap.Nodes, slots)
 		if err != nil {
 			return nil, fmt.Errorf("allocator: job %s: %w", id, err)
 		}
@@ -195,7 +195,7 @@ func buildSnapshot(st *consensus.State, nodes []optimizer.Node, bids map[string]
 
 // progress is how far the job is through the epochs it declared: its
 // reported epoch over them, at most 1; 0 when it declared none.
-func progress(j *consensus.Job) float64 {
+func progress(j *state.Job) float64 {
 	if j.Spec.Epochs <= 0 {
 		return 0
 	}
@@ -204,7 +204,7 @@ func progress(j *consensus.Job) float64 {
 
 // placementType is the GPU type of a placement's nodes ("" untyped or
 // none): a job runs on one type at a time.
-func placementType(st *consensus.State, slots []consensus.Slot) string {
+func placementType(st *state.State, slots []state.Slot) string {
 	for _, sl := range slots {
 		if n := st.Nodes[sl.Node]; n != nil {
 			return n.GPUType
@@ -237,7 +237,7 @@ func placementNodes(snap *optimizer.Snapshot, p optimizer.Placement) []optimizer
 // maxReplicas is an adaptive job's replica bound: at most double the most
 // replicas its bid says it was profiled at, within its spec, 64, what its
 // batch limits allow and what its bid covers.
-func maxReplicas(spec consensus.JobSpec, bid *consensus.Bid) int {
+func maxReplicas(spec state.JobSpec, bid *state.Bid) int {
 	l := spec.Limits
 	limit := min(spec.MaxReplicas, max(2*bid.MostProfiled, 1), maxAdaptiveReplicas)
 	if l.MinLocal > 0 {
@@ -247,13 +247,13 @@ func maxReplicas(spec consensus.JobSpec, bid *consensus.Bid) int {
 }
 
 // Slots converts a round's result into the allocation to commit.
-func Slots(snap *optimizer.Snapshot, placements []optimizer.Placement) (map[string][]consensus.Slot, error) {
-	out := map[string][]consensus.Slot{}
+func Slots(snap *optimizer.Snapshot, placements []optimizer.Placement) (map[string][]state.Slot, error) {
+	out := map[string][]state.Slot{}
 	for i, p := range placements {
 		if len(p) == 0 {
 			continue
 		}
-		slots, err := consensus.SlotsFromPlacement(snap.Nodes, p)
+		slots, err := state.SlotsFromPlacement(snap.Nodes, p)
 		if err != nil {
 			return nil, err
 		}
@@ -286,7 +286,7 @@ type AssignOptions struct {
 // lenders as orders. A placed job
 // whose bid does not cover its shape is left out (and named in the second
 // result): its configuration must come from its actor.
-func Assignments(st *consensus.State, o AssignOptions) (map[string]*pb.Assign, []string) {
+func Assignments(st *state.State, o AssignOptions) (map[string]*pb.Assign, []string) {
 	out := map[string]*pb.Assign{}
 	for _, n := range activeNodes(st) {
 		out[n.ID] = &pb.Assign{Generation: st.Allocation.Generation, Term: o.Term, ClusterId: st.Config.ID,
@@ -363,7 +363,7 @@ func Assignments(st *consensus.State, o AssignOptions) (map[string]*pb.Assign, [
 // first alive node: the host of the node's first address (its actor
 // address); for a node the lab borrows, the host its lender gave for
 // its agent (o.BorrowedHost); 127.0.0.1 when neither is known.
-func (o AssignOptions) masterHost(st *consensus.State, id string) string {
+func (o AssignOptions) masterHost(st *state.State, id string) string {
 	h := st.Nodes[id].Host()
 	if _, _, borrowed := federation.SplitBorrowed(id); h == "" && borrowed && st.Nodes[id] == nil && o.BorrowedHost != nil {
 		h = o.BorrowedHost(id)

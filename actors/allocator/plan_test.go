@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"pollux/actors/node/workerproto"
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer"
 	"pollux/optimizer/goodput"
 )
@@ -23,32 +23,32 @@ var params = goodput.Params{AlphaC: 0.02, BetaC: 0.001, AlphaN: 0.2, BetaN: 0.01
 
 // bidOfTable is a bid with a model whose table gives local batch 32*k
 // (single node) and 16*k (several nodes) on k replicas.
-func bidOfTable(k int, most int) consensus.Bid {
-	b := consensus.Bid{Session: 1, Version: 1, HasModel: true, Params: params, MostProfiled: most}
+func bidOfTable(k int, most int) state.Bid {
+	b := state.Bid{Session: 1, Version: 1, HasModel: true, Params: params, MostProfiled: most}
 	for i := 1; i <= k; i++ {
-		b.Single = append(b.Single, consensus.BatchChoice{LocalBatch: 32 * i, Gain: 1})
-		b.Multi = append(b.Multi, consensus.BatchChoice{LocalBatch: 16 * i, AccumSteps: 1, Gain: 1.5})
+		b.Single = append(b.Single, state.BatchChoice{LocalBatch: 32 * i, Gain: 1})
+		b.Multi = append(b.Multi, state.BatchChoice{LocalBatch: 16 * i, AccumSteps: 1, Gain: 1.5})
 	}
 	return b
 }
 
-func testState() *consensus.State {
-	st := &consensus.State{
-		Config: consensus.ClusterConfig{ID: "c1", CheckpointRoot: "/root", ReportKey: strings.Repeat("5", consensus.ReportKeyLen)},
-		Jobs: map[string]*consensus.Job{
-			"a": {ID: "a", State: consensus.Running, Incarnation: 3, SubmitTime: 100, Attained: 50, Epoch: 30,
-				Spec: consensus.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 8, Limits: limits, Epochs: 120}, Bid: bidOfTable(8, 2)},
-			"b": {ID: "b", State: consensus.Pending, Incarnation: 1, SubmitTime: 150, Bid: bidOfTable(2, 0),
-				Spec: consensus.JobSpec{Command: []string{"train"}, MinReplicas: 1, MaxReplicas: 2, Limits: limits, CheckpointDir: "/ck/b"}},
-			"nobid": {ID: "nobid", State: consensus.Pending, SubmitTime: 160, Spec: consensus.JobSpec{App: "x", MinReplicas: 1, MaxReplicas: 1, Limits: limits}},
-			"done":  {ID: "done", State: consensus.Completed, Spec: consensus.JobSpec{App: "x", MinReplicas: 1, MaxReplicas: 1, Limits: limits}},
+func testState() *state.State {
+	st := &state.State{
+		Config: state.ClusterConfig{ID: "c1", CheckpointRoot: "/root", ReportKey: strings.Repeat("5", state.ReportKeyLen)},
+		Jobs: map[string]*state.Job{
+			"a": {ID: "a", State: state.Running, Incarnation: 3, SubmitTime: 100, Attained: 50, Epoch: 30,
+				Spec: state.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 8, Limits: limits, Epochs: 120}, Bid: bidOfTable(8, 2)},
+			"b": {ID: "b", State: state.Pending, Incarnation: 1, SubmitTime: 150, Bid: bidOfTable(2, 0),
+				Spec: state.JobSpec{Command: []string{"train"}, MinReplicas: 1, MaxReplicas: 2, Limits: limits, CheckpointDir: "/ck/b"}},
+			"nobid": {ID: "nobid", State: state.Pending, SubmitTime: 160, Spec: state.JobSpec{App: "x", MinReplicas: 1, MaxReplicas: 1, Limits: limits}},
+			"done":  {ID: "done", State: state.Completed, Spec: state.JobSpec{App: "x", MinReplicas: 1, MaxReplicas: 1, Limits: limits}},
 		},
-		Nodes: map[string]*consensus.Node{
-			"n1":   {ID: "n1", GPUs: 4, Health: consensus.Alive, Addresses: []string{"10.0.0.1:7000"}},
-			"n2":   {ID: "n2", GPUs: 4, Health: consensus.Alive, Addresses: []string{"10.0.0.2:7000"}},
-			"dead": {ID: "dead", GPUs: 4, Health: consensus.Dead, Addresses: []string{"10.0.0.3:7000"}},
+		Nodes: map[string]*state.Node{
+			"n1":   {ID: "n1", GPUs: 4, Health: state.Alive, Addresses: []string{"10.0.0.1:7000"}},
+			"n2":   {ID: "n2", GPUs: 4, Health: state.Alive, Addresses: []string{"10.0.0.2:7000"}},
+			"dead": {ID: "dead", GPUs: 4, Health: state.Dead, Addresses: []string{"10.0.0.3:7000"}},
 		},
-		Allocation: consensus.Allocation{Generation: 7, Term: 2, Jobs: map[string][]consensus.Slot{
+		Allocation: state.Allocation{Generation: 7, Term: 2, Jobs: map[string][]state.Slot{
 			"a": {{Node: "dead", GPUs: 1}, {Node: "n1", GPUs: 2}, {Node: "n2", GPUs: 1}},
 		}},
 	}
@@ -87,7 +87,7 @@ func TestBuildSnapshotFromBids(t *testing.T) {
 	// A newer bid received this round overrides the replicated one.
 	newer := bidOfTable(8, 4)
 	newer.Params.AlphaC = 0.5
-	snap, _ = BuildSnapshot(st, map[string]*consensus.Bid{"a": &newer, "nobid": &newer}, 200, 10, 42)
+	snap, _ = BuildSnapshot(st, map[string]*state.Bid{"a": &newer, "nobid": &newer}, 200, 10, 42)
 	if len(snap.Jobs) != 3 || snap.Jobs[0].Model.Params.AlphaC != 0.5 || snap.Jobs[0].MaxReplicas != 8 {
 		t.Errorf("with newer bids: %+v", snap.Jobs)
 	}
@@ -103,7 +103,7 @@ func TestMaxReplicasDoublesProfiled(t *testing.T) {
 		{0, 8, 64, 1}, {1, 8, 64, 2}, {3, 8, 64, 6}, {5, 8, 64, 8}, {40, 100, 64, 64}, {40, 100, 16, 16},
 	}
 	for _, tc := range tests {
-		spec := consensus.JobSpec{MinReplicas: 1, MaxReplicas: tc.specMax, Limits: goodput.Limits{InitBatch: 128, MaxBatch: 1 << 20, MinLocal: 1, MaxLocal: 512}}
+		spec := state.JobSpec{MinReplicas: 1, MaxReplicas: tc.specMax, Limits: goodput.Limits{InitBatch: 128, MaxBatch: 1 << 20, MinLocal: 1, MaxLocal: 512}}
 		b := bidOfTable(tc.table, tc.profiled)
 		if got := maxReplicas(spec, &b); got != tc.want {
 			t.Errorf("profiled %d, spec max %d, table %d: %d, want %d", tc.profiled, tc.specMax, tc.table, got, tc.want)
@@ -113,7 +113,7 @@ func TestMaxReplicasDoublesProfiled(t *testing.T) {
 
 func TestAssignmentsRunTheBidsChoices(t *testing.T) {
 	st := testState()
-	st.Allocation.Jobs["b"] = []consensus.Slot{{Node: "n2", GPUs: 2}}
+	st.Allocation.Jobs["b"] = []state.Slot{{Node: "n2", GPUs: 2}}
 	as, uncovered := Assignments(st, AssignOptions{Term: 5})
 	if len(as) != 2 || as["dead"] != nil || len(uncovered) != 0 {
 		t.Fatalf("assignments for %v, uncovered %v", as, uncovered)
@@ -146,7 +146,7 @@ func TestAssignmentsRunTheBidsChoices(t *testing.T) {
 		t.Errorf("run of b: %v", b)
 	}
 	// A placement the bid does not cover is not run.
-	st.Allocation.Jobs["b"] = []consensus.Slot{{Node: "n1", GPUs: 1}, {Node: "n2", GPUs: 2}}
+	st.Allocation.Jobs["b"] = []state.Slot{{Node: "n1", GPUs: 1}, {Node: "n2", GPUs: 2}}
 	if _, uncovered := Assignments(st, AssignOptions{}); len(uncovered) != 1 || uncovered[0] != "b" {
 		t.Errorf("uncovered %v", uncovered)
 	}

@@ -14,7 +14,7 @@ import (
 	"pollux/actors/node/workerproto"
 	"pollux/actors/pb"
 	"pollux/cluster"
-	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // cleanExitRounds is how many acks must show every worker of an
@@ -49,11 +49,11 @@ func (a *allocator) acked(ctx actor.Context, ack *pb.AssignAck) {
 		switch {
 		case rs.Done:
 			if a.doneByRankZero(rs.Job, rs.Incarnation, rs.DoneToken, "node "+ack.Node) {
-				a.finish(rs.Job, rs.Incarnation, consensus.Completed, "")
+				a.finish(rs.Job, rs.Incarnation, state.Completed, "")
 			}
 		case rs.Denied != "":
 			// The node's policy forbids the job: not worth retrying.
-			a.finish(rs.Job, rs.Incarnation, consensus.Failed, fmt.Sprintf("node %s refuses to run it: %s", ack.Node, rs.Denied))
+			a.finish(rs.Job, rs.Incarnation, state.Failed, fmt.Sprintf("node %s refuses to run it: %s", ack.Node, rs.Denied))
 		case rs.Refused != "":
 			a.fail(rs.Job, rs.Incarnation, fmt.Sprintf("node %s: %s", ack.Node, rs.Refused))
 		default:
@@ -84,7 +84,7 @@ func (a *allocator) doneByRankZero(job string, inc uint64, token, from string) b
 // reconcileExits fails the current incarnations whose every worker has
 // exited cleanly without a done report, as the nodes' latest acks tell,
 // once cleanExitRounds rounds have seen it.
-func (a *allocator) reconcileExits(st *consensus.State) {
+func (a *allocator) reconcileExits(st *state.State) {
 	exited := map[incKey]int{}
 	busy := map[incKey]bool{}
 	for _, ack := range a.acks {
@@ -132,7 +132,7 @@ func (a *allocator) reconcileExits(st *consensus.State) {
 // gossip sees and that are in the Raft configuration (a job actor starts
 // from its server's replicated state). It reports whether a job it hosted
 // has finished since.
-func (a *allocator) host(ctx actor.Context, st *consensus.State) bool {
+func (a *allocator) host(ctx actor.Context, st *state.State) bool {
 	finished := false
 	servers := map[string]*actor.PID{}
 	if a.cfg.Members != nil {
@@ -193,7 +193,7 @@ func (a *allocator) host(ctx actor.Context, st *consensus.State) bool {
 // reconcileMembers registers agents that are members and marks dead the
 // registered nodes missing from the membership for NodeGrace. It reports
 // whether it changed anything.
-func (a *allocator) reconcileMembers(c context.Context, st *consensus.State) bool {
+func (a *allocator) reconcileMembers(c context.Context, st *state.State) bool {
 	if a.cfg.Members == nil {
 		return false
 	}
@@ -247,7 +247,7 @@ func (a *allocator) reconcileMembers(c context.Context, st *consensus.State) boo
 	}
 	for _, id := range st.NodeIDs() {
 		n := st.Nodes[id]
-		if seen[id] || n.Health == consensus.Dead || n.Health == consensus.Left {
+		if seen[id] || n.Health == state.Dead || n.Health == state.Left {
 			continue
 		}
 		since, ok := a.missing[id]
@@ -260,7 +260,7 @@ func (a *allocator) reconcileMembers(c context.Context, st *consensus.State) boo
 			continue
 		}
 		delete(a.missing, id)
-		if err := a.cfg.Store.MarkNode(c, id, consensus.Dead); err != nil {
+		if err := a.cfg.Store.MarkNode(c, id, state.Dead); err != nil {
 			a.cfg.Logger.Warn("allocator: marking node dead", "node", id, "err", err)
 			continue
 		}
@@ -275,15 +275,15 @@ func (a *allocator) reconcileMembers(c context.Context, st *consensus.State) boo
 // topology checked against the cluster's levels: a level missing,
 // unknown or out of order is an error (the node is not registered). An
 // agent of an older version that gave only a rack label is in that rack.
-func NodeOf(m cluster.Member, levels []string) (consensus.Node, error) {
-	n := consensus.Node{ID: m.Name, Addresses: []string{m.Meta.ActorAddr}, GPUs: m.Meta.GPUs, GPUType: m.Meta.GPUType, Health: consensus.Alive}
+func NodeOf(m cluster.Member, levels []string) (state.Node, error) {
+	n := state.Node{ID: m.Name, Addresses: []string{m.Meta.ActorAddr}, GPUs: m.Meta.GPUs, GPUType: m.Meta.GPUType, Health: state.Alive}
 	declared := m.Meta.Topology
 	if declared == "" && m.Meta.Rack != "" {
 		declared = "rack=" + m.Meta.Rack
 	}
 	domains, err := cluster.CheckTopology(declared, levels)
 	if err != nil {
-		return consensus.Node{}, fmt.Errorf("allocator: node %s: %w", m.Name, err)
+		return state.Node{}, fmt.Errorf("allocator: node %s: %w", m.Name, err)
 	}
 	if len(domains) > 0 {
 		n.Rack, n.Topology = domains[0], domains
@@ -294,13 +294,13 @@ func NodeOf(m cluster.Member, levels []string) (consensus.Node, error) {
 // prune forgets, after the retention period, finished jobs and nodes
 // dead or gone (and holding nothing). It reports whether it changed
 // anything.
-func (a *allocator) prune(c context.Context, st *consensus.State) bool {
+func (a *allocator) prune(c context.Context, st *state.State) bool {
 	if a.cfg.Retain <= 0 {
 		return false
 	}
 	now := a.cfg.Now()
 	cutoff := float64(now.Add(-a.cfg.Retain).UnixNano()) / 1e9
-	var p consensus.Prune
+	var p state.Prune
 	for _, id := range st.JobIDs() {
 		if j := st.Jobs[id]; j.State.Terminal() && j.FinishTime < cutoff {
 			p.Jobs = append(p.Jobs, id)
@@ -309,7 +309,7 @@ func (a *allocator) prune(c context.Context, st *consensus.State) bool {
 	used := st.UsedGPUs()
 	for _, id := range st.NodeIDs() {
 		n := st.Nodes[id]
-		if n.Health != consensus.Dead && n.Health != consensus.Left {
+		if n.Health != state.Dead && n.Health != state.Left {
 			delete(a.gone, id)
 			continue
 		}

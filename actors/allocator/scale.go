@@ -11,13 +11,13 @@ import (
 
 	"pollux/cluster"
 	"pollux/cluster/provider"
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer"
 )
 
 // Autoscale configures the allocator's cluster autoscaling (issue 19):
-// rounds on one GPU type run optimizer.AutoscalePollux, whose decision is
-// committed (consensus.ScaleDecision, naming the machines) before
+// rounds run their policy in optimizer.Autoscaled, whose decision is
+// committed (state.ScaleDecision, naming the machines) before
 // Provider is asked for anything.
 type Autoscale struct {
 	// Settings: the node template (its GPUs), the minimum and maximum
@@ -126,44 +126,46 @@ func (s *scaleState) shrinkTo(desired, have int, now time.Time, delay time.Durat
 }
 
 // autoscalePolicy is the round's policy p with the size decision when
-// autoscaling is on: on one GPU type (the template's, or untyped) Pollux
-// becomes optimizer.AutoscalePollux (a first round of a leadership, or
-// another policy, decides no size); when the alive nodes and the
-// template have several types between them, the typed policy
-// (optimizer.HetPollux) becomes optimizer.HetAutoscale, which adds nodes
-// of the template's type only. A template without a type on a cluster of
-// several types, or a typed policy other than pollux-het, decides no size
-// (the reason is logged once per leadership and change): such a cluster
-// is only shrunk to the minimum when idle.
-func (a *allocator) autoscalePolicy(snap *optimizer.Snapshot, p optimizer.Policy) optimizer.Policy {
+// autoscaling is on, and the policy whose search the round runs (p, or
+// the one it wraps). On one GPU type (the template's, or untyped) a
+// type-blind optimizer.Sizer (Pollux) is wrapped in optimizer.Autoscaled
+// (a first round of a leadership, or another policy, decides no size);
+// when the alive nodes and the template have several types between
+// them, the typed policy is wrapped instead if it is a type-aware Sizer
+// (pollux-het), which adds nodes of the template's type only. A template
+// without a type on a cluster of several types, or a typed policy that
+// cannot size, decides no size (the reason is logged once per leadership
+// and change): such a cluster is only shrunk to the minimum when idle.
+func (a *allocator) autoscalePolicy(snap *optimizer.Snapshot, p optimizer.Policy) (policy, search optimizer.Policy) {
 	s := a.cfg.Autoscale
 	if s == nil {
-		return p
+		return p, p
 	}
 	tmpl := s.Settings.Template.Type
 	types := gpuTypes(snap.Nodes)
 	if len(types) > 1 || len(types) == 1 && tmpl != "" && types[0] != tmpl {
 		why := ""
-		het, ok := a.cfg.TypedPolicy.(*optimizer.HetPollux)
+		sz, ok := a.cfg.TypedPolicy.(optimizer.Sizer)
+		_, aware := a.cfg.TypedPolicy.(optimizer.TypeAware)
 		switch {
 		case tmpl == "":
 			why = "the node template has no GPU type (--node-gpu-type): the machines the provider adds would be of no type this cluster has"
-		case !ok:
+		case !ok || !aware:
 			why = "the typed policy " + a.cfg.TypedPolicy.Name() + " decides no size; only pollux-het does"
 		}
 		if why != "" {
 			a.noSize(why, types)
-			return p
+			return p, p
 		}
 		a.noSize("", nil)
-		return &optimizer.HetAutoscale{Het: het, Settings: s.Settings}
+		return optimizer.NewAutoscaled(sz, s.Settings), sz
 	}
 	a.noSize("", nil)
-	px, ok := p.(*optimizer.Pollux)
-	if !ok {
-		return p
+	sz, ok := p.(optimizer.Sizer)
+	if _, aware := p.(optimizer.TypeAware); !ok || aware {
+		return p, p
 	}
-	return &optimizer.AutoscalePollux{Pollux: px, Settings: s.Settings}
+	return optimizer.NewAutoscaled(sz, s.Settings), sz
 }
 
 // noSize logs, once per leadership and reason, why the rounds decide no
@@ -181,7 +183,7 @@ func (a *allocator) noSize(why string, types []string) {
 // scale runs after a committed round: it records what became of the
 // machines asked for, acts on the committed requests of this term, and
 // commits the round's decision (dec nil: the policy decided no size).
-func (a *allocator) scale(ctx actor.Context, st *consensus.State, dec *optimizer.ScaleDecision) {
+func (a *allocator) scale(ctx actor.Context, st *state.State, dec *optimizer.ScaleDecision) {
 	s := a.cfg.Autoscale
 	if s == nil || a.term == 0 {
 		return
@@ -199,26 +201,26 @@ func (a *allocator) scale(ctx actor.Context, st *consensus.State, dec *optimizer
 	}
 	booting, up, draining := 0, 0, 0
 	for _, m := range st.Scale.Nodes {
-		if m.Phase == consensus.ScaleBooting {
+		if m.Phase == state.ScaleBooting {
 			booting++
 		}
 	}
 	var drainable []string
 	for _, id := range st.NodeIDs() {
 		n := st.Nodes[id]
-		if n.Health != consensus.Alive {
+		if n.Health != state.Alive {
 			delete(a.scaling.removed, id) // gossip noticed
 		}
-		if n.Health != consensus.Alive || n.GPUs == 0 || a.scaling.removed[id] {
+		if n.Health != state.Alive || n.GPUs == 0 || a.scaling.removed[id] {
 			continue
 		}
 		m := st.Scale.Nodes[id]
-		if m != nil && m.Phase == consensus.ScaleDraining {
+		if m != nil && m.Phase == state.ScaleDraining {
 			draining++
 			continue
 		}
 		up++
-		if m != nil && m.Phase == consensus.ScaleUp && a.scaling.ops[id] == (scaleOp{}) && !a.runsServer(n) {
+		if m != nil && m.Phase == state.ScaleUp && a.scaling.ops[id] == (scaleOp{}) && !a.runsServer(n) {
 			drainable = append(drainable, id)
 		}
 	}
@@ -226,7 +228,7 @@ func (a *allocator) scale(ctx actor.Context, st *consensus.State, dec *optimizer
 	if desired >= have || booting > 0 {
 		a.scaling.lowSince = time.Time{}
 	}
-	cmd := &consensus.ScaleDecision{Term: a.term, Time: now, Desired: desired}
+	cmd := &state.ScaleDecision{Term: a.term, Time: now, Desired: desired}
 	switch {
 	case desired > have && live:
 		// A draining machine is still held (and paid for) until it is
@@ -275,7 +277,7 @@ func utilityOf(dec *optimizer.ScaleDecision) float64 {
 // have registered yet), at least one node when jobs wait on an empty
 // cluster; whether jobs are live; false when there is no decision this
 // round.
-func (a *allocator) desiredSize(st *consensus.State, dec *optimizer.ScaleDecision) (int, bool, bool) {
+func (a *allocator) desiredSize(st *state.State, dec *optimizer.ScaleDecision) (int, bool, bool) {
 	set := a.cfg.Autoscale.Settings
 	live := false
 	for _, j := range st.Jobs {
@@ -298,7 +300,7 @@ func (a *allocator) desiredSize(st *consensus.State, dec *optimizer.ScaleDecisio
 // runsServer reports whether node n is also a control-plane server's
 // machine (a server member of its name, or at its address off loopback):
 // such a node is never drained away.
-func (a *allocator) runsServer(n *consensus.Node) bool {
+func (a *allocator) runsServer(n *state.Node) bool {
 	if a.cfg.Members == nil {
 		return false
 	}
@@ -330,7 +332,7 @@ func (a *allocator) runsServer(n *consensus.Node) bool {
 // added, is removed through the provider and forgotten; a drained one
 // that holds nothing is removed; one that died is released. It returns
 // the state after its commits.
-func (a *allocator) trackMachines(ctx actor.Context, c context.Context, st *consensus.State, now float64) *consensus.State {
+func (a *allocator) trackMachines(ctx actor.Context, c context.Context, st *state.State, now float64) *state.State {
 	s := a.cfg.Autoscale
 	changed := false
 	for _, name := range st.Scale.Names() {
@@ -339,12 +341,12 @@ func (a *allocator) trackMachines(ctx actor.Context, c context.Context, st *cons
 			continue
 		}
 		n := st.Nodes[name]
-		alive := n != nil && n.Health == consensus.Alive
+		alive := n != nil && n.Health == state.Alive
 		switch m.Phase {
-		case consensus.ScaleBooting:
+		case state.ScaleBooting:
 			switch {
 			case alive:
-				if err := a.cfg.Store.ApplyCommand(c, &consensus.ScaleUpdate{Term: a.term, Time: now, Name: name, Outcome: consensus.ScaleJoined}); err != nil {
+				if err := a.cfg.Store.ApplyCommand(c, &state.ScaleUpdate{Term: a.term, Time: now, Name: name, Outcome: state.ScaleJoined}); err != nil {
 					a.cfg.Logger.Warn("allocator: recording a machine that joined", "node", name, "err", err)
 					continue
 				}
@@ -367,12 +369,12 @@ func (a *allocator) trackMachines(ctx actor.Context, c context.Context, st *cons
 				a.scaling.asked[name] = true
 				a.provide(ctx, name, true, "")
 			}
-		case consensus.ScaleDraining:
+		case state.ScaleDraining:
 			if !alive || a.drained(st, name) {
 				a.provide(ctx, name, false, "drained")
 			}
-		case consensus.ScaleUp:
-			if n == nil || n.Health == consensus.Dead || n.Health == consensus.Left {
+		case state.ScaleUp:
+			if n == nil || n.Health == state.Dead || n.Health == state.Left {
 				a.provide(ctx, name, false, "left the cluster")
 			}
 		}
@@ -385,7 +387,7 @@ func (a *allocator) trackMachines(ctx actor.Context, c context.Context, st *cons
 
 // drained reports whether machine name holds no GPUs in the committed
 // allocation and its newest ack in this term shows no worker alive.
-func (a *allocator) drained(st *consensus.State, name string) bool {
+func (a *allocator) drained(st *state.State, name string) bool {
 	if st.UsedGPUs()[name] > 0 {
 		return false
 	}
@@ -445,7 +447,7 @@ func (a *allocator) scaleFinished(ctx actor.Context, m scaleDone) {
 		c, cancel := a.raftContext()
 		defer cancel()
 		now := float64(a.cfg.Now().UnixNano()) / 1e9
-		if err := a.cfg.Store.ApplyCommand(c, &consensus.ScaleUpdate{Term: a.term, Time: now, Name: m.name, Outcome: consensus.ScaleRemoved, Reason: m.why}); err != nil {
+		if err := a.cfg.Store.ApplyCommand(c, &state.ScaleUpdate{Term: a.term, Time: now, Name: m.name, Outcome: state.ScaleRemoved, Reason: m.why}); err != nil {
 			a.cfg.Logger.Warn("allocator: recording a removed machine", "node", m.name, "err", err)
 			return
 		}

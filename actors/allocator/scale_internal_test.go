@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"pollux/cluster"
-	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // A node that also runs a control-plane server, by name or by address
@@ -19,14 +19,14 @@ func TestRunsServer(t *testing.T) {
 	}
 	a := &allocator{cfg: Config{Members: func() []cluster.Member { return members }}}
 	for _, tc := range []struct {
-		node consensus.Node
+		node state.Node
 		want bool
 	}{
-		{consensus.Node{ID: "s0", Addresses: []string{"10.0.0.7:8090"}}, true},
-		{consensus.Node{ID: "auto-1", Addresses: []string{"10.0.0.1:8090", "10.0.0.1:9000"}}, true},
-		{consensus.Node{ID: "auto-2", Addresses: []string{"127.0.0.1:8090"}}, false},
-		{consensus.Node{ID: "auto-9", Addresses: []string{"10.0.0.9:8090"}}, false},
-		{consensus.Node{ID: "auto-3", Addresses: []string{"not an address"}}, false},
+		{state.Node{ID: "s0", Addresses: []string{"10.0.0.7:8090"}}, true},
+		{state.Node{ID: "auto-1", Addresses: []string{"10.0.0.1:8090", "10.0.0.1:9000"}}, true},
+		{state.Node{ID: "auto-2", Addresses: []string{"127.0.0.1:8090"}}, false},
+		{state.Node{ID: "auto-9", Addresses: []string{"10.0.0.9:8090"}}, false},
+		{state.Node{ID: "auto-3", Addresses: []string{"not an address"}}, false},
 	} {
 		if got := a.runsServer(&tc.node); got != tc.want {
 			t.Errorf("%s at %v: runs a server %v, want %v", tc.node.ID, tc.node.Addresses, got, tc.want)

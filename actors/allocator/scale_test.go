@@ -15,7 +15,7 @@ import (
 	"pollux/actors/node"
 	"pollux/cluster"
 	"pollux/cluster/provider"
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer"
 	"pollux/testbed/emulator"
 )
@@ -136,7 +136,7 @@ func TestAutoscaleFailoverDuringScaleUpAsksOnce(t *testing.T) {
 	}
 	old := c.leader()
 	st := old.srv.LocalState()
-	if m := st.Scale.Nodes[first]; m == nil || m.Phase != consensus.ScaleBooting {
+	if m := st.Scale.Nodes[first]; m == nil || m.Phase != state.ScaleBooting {
 		t.Fatalf("the provider was asked for %s before the decision was committed: %+v", first, st.Scale)
 	}
 	c.kill(old)
@@ -158,7 +158,7 @@ func TestAutoscaleFailoverDuringScaleUpAsksOnce(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		st := next.srv.LocalState()
-		if m := st.Scale.Nodes[first]; m != nil && m.Phase != consensus.ScaleBooting {
+		if m := st.Scale.Nodes[first]; m != nil && m.Phase != state.ScaleBooting {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -230,7 +230,7 @@ func TestAutoscaleDrainMovesJobsFromCheckpoints(t *testing.T) {
 	waitFor(t, "a machine up running a job", 60*time.Second, func() bool {
 		st := l.srv.LocalState()
 		for name, m := range st.Scale.Nodes {
-			if m.Phase == consensus.ScaleUp && st.UsedGPUs()[name] > 0 {
+			if m.Phase == state.ScaleUp && st.UsedGPUs()[name] > 0 {
 				machine = name
 				return true
 			}
@@ -241,7 +241,7 @@ func TestAutoscaleDrainMovesJobsFromCheckpoints(t *testing.T) {
 	var moved []string
 	st := l.srv.LocalState()
 	for id, slots := range st.Allocation.Jobs {
-		if slices.ContainsFunc(slots, func(s consensus.Slot) bool { return s.Node == machine }) {
+		if slices.ContainsFunc(slots, func(s state.Slot) bool { return s.Node == machine }) {
 			moved = append(moved, id)
 		}
 	}
@@ -249,7 +249,7 @@ func TestAutoscaleDrainMovesJobsFromCheckpoints(t *testing.T) {
 	// Drain it as the leader decides (its term; the decision is what the
 	// policy would commit when the utility falls).
 	term, _ := l.srv.Leadership()
-	if err := l.srv.ApplyCommand(ctxT(t), &consensus.ScaleDecision{Term: term, Time: float64(time.Now().UnixNano()) / 1e9,
+	if err := l.srv.ApplyCommand(ctxT(t), &state.ScaleDecision{Term: term, Time: float64(time.Now().UnixNano()) / 1e9,
 		Desired: 1, Drain: []string{machine}}); err != nil {
 		t.Fatal(err)
 	}
@@ -259,13 +259,13 @@ func TestAutoscaleDrainMovesJobsFromCheckpoints(t *testing.T) {
 	})
 	// When it was removed, nothing of it was placed.
 	for id, slots := range l.srv.LocalState().Allocation.Jobs {
-		if slices.ContainsFunc(slots, func(s consensus.Slot) bool { return s.Node == machine }) {
+		if slices.ContainsFunc(slots, func(s state.Slot) bool { return s.Node == machine }) {
 			t.Errorf("job %s still placed on removed %s", id, machine)
 		}
 	}
 	final := c.waitAll(120*time.Second, jobs...)
 	for _, id := range jobs {
-		if final.Jobs[id].State != consensus.Completed {
+		if final.Jobs[id].State != state.Completed {
 			t.Errorf("job %s %v", id, final.Jobs[id].State)
 		}
 	}
@@ -339,12 +339,12 @@ func TestAutoscaleHangingProviderLeavesClusterAsItWas(t *testing.T) {
 	// The jobs complete on the one node.
 	final := c.waitAll(120*time.Second, "j0", "j1", "j2")
 	for id, j := range final.Jobs {
-		if j.State != consensus.Completed {
+		if j.State != state.Completed {
 			t.Errorf("job %s %v", id, j.State)
 		}
 	}
 	for _, n := range final.Nodes {
-		if n.ID != "n0" && n.Health == consensus.Alive {
+		if n.ID != "n0" && n.Health == state.Alive {
 			t.Errorf("node %s joined", n.ID)
 		}
 	}
@@ -408,7 +408,7 @@ func TestAutoscaleScaleDownDelayHoldsMachines(t *testing.T) {
 	l := c.leader()
 	waitFor(t, "a machine up", 60*time.Second, func() bool {
 		for _, m := range l.srv.LocalState().Scale.Nodes {
-			if m.Phase == consensus.ScaleUp {
+			if m.Phase == state.ScaleUp {
 				return true
 			}
 		}
@@ -422,7 +422,7 @@ func TestAutoscaleScaleDownDelayHoldsMachines(t *testing.T) {
 	}
 	up := 0
 	for _, m := range l.srv.LocalState().Scale.Nodes {
-		if m.Phase == consensus.ScaleUp {
+		if m.Phase == state.ScaleUp {
 			up++
 		}
 	}
@@ -456,7 +456,7 @@ func TestAutoscaleSeveralGPUTypesGrowsByTheTemplateType(t *testing.T) {
 	var up string
 	waitFor(t, "a machine up", 60*time.Second, func() bool {
 		for name, m := range l.srv.LocalState().Scale.Nodes {
-			if m.Phase == consensus.ScaleUp {
+			if m.Phase == state.ScaleUp {
 				up = name
 				return true
 			}
@@ -467,7 +467,7 @@ func TestAutoscaleSeveralGPUTypesGrowsByTheTemplateType(t *testing.T) {
 	if n := st.Nodes[up]; n == nil || n.GPUType != "a100" {
 		t.Fatalf("machine %s joined as %+v, want an a100 node", up, n)
 	}
-	if n := st.Nodes["n0"]; n == nil || n.Health != consensus.Alive {
+	if n := st.Nodes["n0"]; n == nil || n.Health != state.Alive {
 		t.Fatalf("the t4 node %+v is gone", n)
 	}
 	c.mu.Lock()

@@ -9,7 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"pollux/actors/allocator"
-	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // quorumlessStore leads, but its reads wait, for a quorum that never
@@ -24,7 +24,7 @@ type quorumlessStore struct {
 func (s *quorumlessStore) Leadership() (uint64, bool)   { return 1, true }
 func (s *quorumlessStore) LeaderChanges() <-chan bool   { return nil }
 func (s *quorumlessStore) JobsChanged() <-chan struct{} { return nil }
-func (s *quorumlessStore) Read(ctx context.Context) (*consensus.State, error) {
+func (s *quorumlessStore) Read(ctx context.Context) (*state.State, error) {
 	s.began <- struct{}{}
 	<-ctx.Done()
 	s.ended <- ctx.Err()

@@ -8,6 +8,7 @@ import (
 
 	"pollux/cluster"
 	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // Store is the part of consensus.Server the allocator uses.
@@ -16,17 +17,17 @@ type Store interface {
 	// ConfirmLeadership confirms the leadership with a quorum and returns
 	// its term.
 	ConfirmLeadership(ctx context.Context) (uint64, error)
-	Read(ctx context.Context) (*consensus.State, error)
-	LocalState() *consensus.State
-	LocalJob(id string) (*consensus.Job, consensus.ClusterConfig)
-	CommitRound(ctx context.Context, r *consensus.Round) (consensus.Result, error)
-	FinishJob(ctx context.Context, f consensus.FinishJob) error
-	InitCluster(ctx context.Context, c consensus.InitCluster) error
-	RegisterNode(ctx context.Context, n consensus.Node) error
-	MarkNode(ctx context.Context, id string, h consensus.Health) error
-	Prune(ctx context.Context, p consensus.Prune) ([]consensus.Drop, error)
+	Read(ctx context.Context) (*state.State, error)
+	LocalState() *state.State
+	LocalJob(id string) (*state.Job, state.ClusterConfig)
+	CommitRound(ctx context.Context, r *state.Round) (consensus.Result, error)
+	FinishJob(ctx context.Context, f state.FinishJob) error
+	InitCluster(ctx context.Context, c state.InitCluster) error
+	RegisterNode(ctx context.Context, n state.Node) error
+	MarkNode(ctx context.Context, id string, h state.Health) error
+	Prune(ctx context.Context, p state.Prune) ([]state.Drop, error)
 	// ApplyCommand commits one command (the autoscaler's).
-	ApplyCommand(ctx context.Context, c consensus.Command) error
+	ApplyCommand(ctx context.Context, c state.Command) error
 	LeaderChanges() <-chan bool
 	JobsChanged() <-chan struct{}
 	Servers() ([]raft.Server, error)

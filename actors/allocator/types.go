@@ -5,12 +5,12 @@ import (
 	"math"
 	"slices"
 
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer/goodput"
 )
 
 // A job's bid carries a model per GPU type it has run on (fitted there by
-// its actor, consensus.TypeBid). On a cluster of several types the round
+// its actor, state.TypeBid). On a cluster of several types the round
 // gives type-aware policies those models (optimizer.Job.TypeModels) and,
 // for the types the job has not run on, what they bootstrap them from:
 // as in the simulator (and Sia), a type without a model is projected from
@@ -26,14 +26,14 @@ import (
 // best-known type's: one of its parts, unless that type is the untyped
 // one (a job measured on untyped nodes only or most, or a bid made before
 // bids had parts), and then it is the untyped nodes' model.
-func typeModels(bid *consensus.Bid, l goodput.Limits, types []string) (map[string]*goodput.Model, map[string]int) {
+func typeModels(bid *state.Bid, l goodput.Limits, types []string) (map[string]*goodput.Model, map[string]int) {
 	models, reps := map[string]*goodput.Model{}, map[string]int{}
 	for _, t := range types {
 		if md := bid.TypeModel(t, l); md != nil {
 			models[t], reps[t] = md, bid.OnType(t).MostProfiled
 		}
 	}
-	untyped := !slices.ContainsFunc(bid.Types, func(tb consensus.TypeBid) bool { return tb.Params == bid.Params })
+	untyped := !slices.ContainsFunc(bid.Types, func(tb state.TypeBid) bool { return tb.Params == bid.Params })
 	if untyped && slices.Contains(types, "") {
 		if md := bid.Model(l); md != nil {
 			models[""], reps[""] = md, bid.MostProfiled
@@ -64,7 +64,7 @@ func oneGPU(p goodput.Params, l goodput.Limits) float64 {
 // 1, another type the median over the jobs with a model on both of their
 // one-GPU throughput there over the reference's. Types no job relates to
 // the reference are absent.
-func typeSpeeds(st *consensus.State, bids map[string]*consensus.Bid, types []string) map[string]float64 {
+func typeSpeeds(st *state.State, bids map[string]*state.Bid, types []string) map[string]float64 {
 	thr := map[string]map[string]float64{} // job -> type -> one-GPU throughput
 	jobsOn := map[string]int{}
 	for _, id := range st.JobIDs() {
@@ -123,7 +123,7 @@ func median(v []float64) float64 {
 
 // roundBid is the job's bid as a round sees it: the one its actor sent
 // this round (bids) over the replicated one.
-func roundBid(j *consensus.Job, bids map[string]*consensus.Bid) *consensus.Bid {
+func roundBid(j *state.Job, bids map[string]*state.Bid) *state.Bid {
 	if b := bids[j.ID]; b != nil {
 		return b
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"pollux/actors/pb"
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer/goodput"
 	"pollux/testbed"
 )
@@ -49,7 +49,7 @@ func TestJobBidsAModelPerGPUType(t *testing.T) {
 	// configuration (synchronisation included).
 	l := c.cat["imagenet"].Limits()
 	l.MinLocal, l.MaxLocal, l.MaxBatch, l.Accumulation = l.InitBatch, l.InitBatch, 2*l.InitBatch, false
-	c.submitSpec("j", consensus.JobSpec{Name: "j", App: "imagenet", MinReplicas: 2, MaxReplicas: 2, Limits: l})
+	c.submitSpec("j", state.JobSpec{Name: "j", App: "imagenet", MinReplicas: 2, MaxReplicas: 2, Limits: l})
 	first := c.waitWorker("job j's first worker", 30*time.Second, func(w *workerRec) bool { return w.job == "j" })
 	firstType := c.opts.gpuTypes[first.node]
 	waitFor(t, "a measurement of j on "+firstType, 30*time.Second, func() bool {
@@ -115,8 +115,8 @@ func TestJobBidsAModelPerGPUType(t *testing.T) {
 }
 
 // profiledOn is j's profile on GPU type t by configuration.
-func profiledOn(j *consensus.Job, t string) map[[3]int]consensus.ProfileEntry {
-	out := map[[3]int]consensus.ProfileEntry{}
+func profiledOn(j *state.Job, t string) map[[3]int]state.ProfileEntry {
+	out := map[[3]int]state.ProfileEntry{}
 	if j == nil {
 		return out
 	}

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"pollux/actors/pb"
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer/goodput"
 )
 
@@ -23,11 +23,11 @@ func slowed(p goodput.Params, f float64) goodput.Params {
 
 // typedPart is a bid part on GPU type t with parameters p and tables of k
 // shapes whose local batch is m.
-func typedPart(t string, p goodput.Params, k, m int) consensus.TypeBid {
-	tb := consensus.TypeBid{GPUType: t, Params: p, MostProfiled: 1}
+func typedPart(t string, p goodput.Params, k, m int) state.TypeBid {
+	tb := state.TypeBid{GPUType: t, Params: p, MostProfiled: 1}
 	for i := 1; i <= k; i++ {
-		tb.Single = append(tb.Single, consensus.BatchChoice{LocalBatch: m, Gain: 1})
-		tb.Multi = append(tb.Multi, consensus.BatchChoice{LocalBatch: m, Gain: 1})
+		tb.Single = append(tb.Single, state.BatchChoice{LocalBatch: m, Gain: 1})
+		tb.Multi = append(tb.Multi, state.BatchChoice{LocalBatch: m, Gain: 1})
 	}
 	return tb
 }
@@ -36,7 +36,7 @@ func TestTypeModelsFromBids(t *testing.T) {
 	tests := []struct {
 		name string
 		// parts of job a's and job b's bids
-		a, b []consensus.TypeBid
+		a, b []state.TypeBid
 		// want: the types job a has a model on, the t4 model's one-GPU
 		// throughput over the a100 one's (0: not checked), and the
 		// speeds the round gives (nil: none)
@@ -49,26 +49,26 @@ func TestTypeModelsFromBids(t *testing.T) {
 	}{
 		{name: "untyped bids", models: []string{"a100", "t4"}, ratio: 1},
 		{name: "each type its own model",
-			a:      []consensus.TypeBid{typedPart("a100", params, 8, 64), typedPart("t4", slowed(params, 3), 8, 32)},
+			a:      []state.TypeBid{typedPart("a100", params, 8, 64), typedPart("t4", slowed(params, 3), 8, 32)},
 			models: []string{"a100", "t4"}, ratio: 1.0 / 3, speeds: map[string]float64{"a100": 1, "t4": 1.0 / 3}},
 		{name: "unseen type left to the projection, speeds from another job",
-			a:      []consensus.TypeBid{typedPart("t4", slowed(params, 2), 8, 32)},
-			b:      []consensus.TypeBid{typedPart("a100", params, 2, 64), typedPart("t4", slowed(params, 4), 2, 32)},
+			a:      []state.TypeBid{typedPart("t4", slowed(params, 2), 8, 32)},
+			b:      []state.TypeBid{typedPart("a100", params, 2, 64), typedPart("t4", slowed(params, 4), 2, 32)},
 			models: []string{"t4"}, speeds: map[string]float64{"t4": 1, "a100": 4}},
 		{name: "untyped nodes beside typed ones: the untyped model is the top-level one", untyped: true,
-			a:      []consensus.TypeBid{typedPart("t4", slowed(params, 2), 8, 32)},
+			a:      []state.TypeBid{typedPart("t4", slowed(params, 2), 8, 32)},
 			models: []string{"", "t4"}},
 		{name: "untyped nodes, the top-level model a type's: no untyped model", untyped: true, topT4: true,
-			a:      []consensus.TypeBid{typedPart("t4", slowed(params, 2), 8, 32)},
+			a:      []state.TypeBid{typedPart("t4", slowed(params, 2), 8, 32)},
 			models: []string{"t4"}},
 		{name: "only a type no node has: projected alike",
-			a:      []consensus.TypeBid{typedPart("v100", params, 8, 64)},
+			a:      []state.TypeBid{typedPart("v100", params, 8, 64)},
 			models: []string{"a100", "t4"}, ratio: 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			st := typedState()
-			st.Allocation.Jobs["a"] = []consensus.Slot{{Node: "n1", GPUs: 2}} // on the t4 node
+			st.Allocation.Jobs["a"] = []state.Slot{{Node: "n1", GPUs: 2}} // on the t4 node
 			st.Jobs["a"].Bid.Types = tc.a
 			if tc.untyped {
 				st.Nodes["n2"].GPUType = ""
@@ -177,7 +177,7 @@ func FuzzBidOf(f *testing.F) {
 // with another type is consumed without its data, and one an actor made
 // before measurements carried a type is the placement's.
 func TestMeasurementTaggedWithThePlacementsType(t *testing.T) {
-	j := &consensus.Job{ID: "j", Incarnation: 4, MeasSession: 7, MeasSeq: 2}
+	j := &state.Job{ID: "j", Incarnation: 4, MeasSession: 7, MeasSeq: 2}
 	point := func(step float64) []*pb.ProfilePoint {
 		return []*pb.ProfilePoint{{Nodes: 1, Replicas: 2, LocalBsz: 64, AccumTime: step, StepTime: step, Count: 2}}
 	}

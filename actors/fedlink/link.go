@@ -22,7 +22,7 @@ import (
 	"pollux/cluster"
 	"pollux/cluster/federation"
 	"pollux/cluster/pki"
-	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // DefaultInterval is how often a leader exchanges bids with its peers
@@ -32,8 +32,8 @@ const DefaultInterval = 2 * time.Second
 // Store is the part of consensus.Server the link uses.
 type Store interface {
 	Leadership() (term uint64, leader bool)
-	LocalState() *consensus.State
-	ApplyCommand(ctx context.Context, c consensus.Command) error
+	LocalState() *state.State
+	ApplyCommand(ctx context.Context, c state.Command) error
 }
 
 // LocalBid is the lab's bid as its allocator computed it after a round:
@@ -465,7 +465,7 @@ func (l *Link) Commit(ctx context.Context, c federation.Command) error {
 	}
 	st := l.cfg.Store.LocalState()
 	if st.Fed == nil {
-		return fmt.Errorf("%w: the cluster has no federation configuration yet", consensus.ErrNoFederation)
+		return fmt.Errorf("%w: the cluster has no federation configuration yet", state.ErrNoFederation)
 	}
 	// The issuer's own ledger checks first, so that a command it would
 	// refuse is never proposed to the other party.
@@ -475,7 +475,7 @@ func (l *Link) Commit(ctx context.Context, c federation.Command) error {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if err := lg.Check(c); err != nil {
-		return fmt.Errorf("%w: %w", consensus.ErrLeaseRefused, err)
+		return fmt.Errorf("%w: %w", state.ErrLeaseRefused, err)
 	}
 	var other string
 	switch c.Op {
@@ -511,7 +511,7 @@ func (l *Link) Commit(ctx context.Context, c federation.Command) error {
 }
 
 func (l *Link) apply(ctx context.Context, c federation.Command) error {
-	return l.cfg.Store.ApplyCommand(ctx, &consensus.Lease{Cmd: c})
+	return l.cfg.Store.ApplyCommand(ctx, &state.Lease{Cmd: c})
 }
 
 // maxAnswer bounds a peer's answer.
@@ -670,7 +670,7 @@ func (l *Link) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 		reply(w, http.StatusOK, "")
-	case errors.Is(err, consensus.ErrLeaseRefused), errors.Is(err, consensus.ErrInvalid), errors.Is(err, consensus.ErrNoFederation):
+	case errors.Is(err, state.ErrLeaseRefused), errors.Is(err, state.ErrInvalid), errors.Is(err, state.ErrNoFederation):
 		l.refuse(w, r, peer, http.StatusConflict, err)
 	default:
 		reply(w, http.StatusServiceUnavailable, "fedlink: committing: "+err.Error())

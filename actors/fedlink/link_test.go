@@ -28,6 +28,7 @@ import (
 	"pollux/cluster/federation"
 	"pollux/cluster/pki"
 	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/internal/logbuf"
 )
 
@@ -102,7 +103,7 @@ func newTestLab(t *testing.T, name string) *testLab {
 	// 10.9.0.11.
 	for i, n := range []string{"n0", "n1"} {
 		for {
-			err := l.srv.RegisterNode(ctx, consensus.Node{ID: n, GPUs: 4, Addresses: []string{fmt.Sprintf("10.9.0.%d:7000", 10+i)}})
+			err := l.srv.RegisterNode(ctx, state.Node{ID: n, GPUs: 4, Addresses: []string{fmt.Sprintf("10.9.0.%d:7000", 10+i)}})
 			if err == nil {
 				break
 			}
@@ -140,7 +141,7 @@ func (l *testLab) start(t *testing.T, clk *clock, q federation.Quota, peers ...*
 	fed.Settings.TTL = 60
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := l.srv.ApplyCommand(ctx, &consensus.SetLab{Name: l.name, CA: pki.Fingerprint(l.ca.Cert), Quota: fed.Quota, Peers: fed.LabPeers()}); err != nil {
+	if err := l.srv.ApplyCommand(ctx, &state.SetLab{Name: l.name, CA: pki.Fingerprint(l.ca.Cert), Quota: fed.Quota, Peers: fed.LabPeers()}); err != nil {
 		t.Fatal(err)
 	}
 	l.link, err = New(Config{Name: l.name, Creds: l.creds, Federation: fed, Store: l.srv, Interval: time.Second, Now: clk.Now,
@@ -211,7 +212,7 @@ func TestTwoClusterCommit(t *testing.T) {
 		t.Fatalf("after the reclaim: %v and %v", a.ledger().Leases(), b.ledger().Leases())
 	}
 	// A renewal of the reclaimed lease is refused by lab-a's own ledger.
-	if err := a.link.Commit(ctx, renew); !errors.Is(err, consensus.ErrLeaseRefused) {
+	if err := a.link.Commit(ctx, renew); !errors.Is(err, state.ErrLeaseRefused) {
 		t.Errorf("renewal of a reclaimed lease: %v", err)
 	}
 	// A release: the borrower commits, then tells the lender.
@@ -309,7 +310,7 @@ func post(t *testing.T, to *testLab, creds *pki.Credentials, path, body string) 
 func TestRefusals(t *testing.T) {
 	clk, a, b := pair(t)
 	at := seconds(clk.Now())
-	before := consensus.EncodeState(b.srv.LocalState())
+	before := state.EncodeState(b.srv.LocalState())
 	spoof := fmt.Sprintf(`{"op":"grant","from":"lab-b","lease":"x","lender":"lab-b","borrower":"lab-a","nodes":[{"node":"n0","gpus":4}],"at":%v,"ttl_s":60}`, at)
 	notOwned := fmt.Sprintf(`{"op":"grant","from":"lab-a","lease":"x","lender":"lab-a","borrower":"lab-b","nodes":[{"node":"n0","gpus":4}],"at":%v,"ttl_s":60}`, at)
 	cases := []struct {
@@ -333,13 +334,13 @@ func TestRefusals(t *testing.T) {
 	// A grant of a node the lender does not own is refused by the
 	// lender's own ledger before it is proposed: the borrower never sees it.
 	if err := a.link.Commit(context.Background(), federation.Command{Op: federation.OpGrant, From: "lab-a", Lease: "y", Lender: "lab-a", Borrower: "lab-b",
-		Nodes: []federation.NodeGPUs{{Node: "gpu-9", GPUs: 4}}, At: at, TTL: 60}); !errors.Is(err, consensus.ErrLeaseRefused) || !errors.Is(err, federation.ErrNotOwner) {
+		Nodes: []federation.NodeGPUs{{Node: "gpu-9", GPUs: 4}}, At: at, TTL: 60}); !errors.Is(err, state.ErrLeaseRefused) || !errors.Is(err, federation.ErrNotOwner) {
 		t.Errorf("a grant of a node the lender does not own: %v", err)
 	}
 	if _, ok := a.ledger().Lease("y"); ok {
 		t.Error("the lender holds a lease of a node it does not own")
 	}
-	if after := consensus.EncodeState(b.srv.LocalState()); !bytes.Equal(after, before) {
+	if after := state.EncodeState(b.srv.LocalState()); !bytes.Equal(after, before) {
 		t.Error("refused messages changed lab-b's state")
 	}
 	warns := 0

@@ -11,7 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"pollux/actors/pb"
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer/goodput"
 )
 
@@ -62,7 +62,7 @@ type jobActor struct {
 	cfg     *HostConfig
 	log     *slog.Logger
 
-	spec   *consensus.JobSpec // nil until the job is in this server's state
+	spec   *state.JobSpec // nil until the job is in this server's state
 	plan   plan
 	timer  *time.Timer
 	closed bool // the state has a newer session: another actor took over
@@ -73,7 +73,7 @@ type jobActor struct {
 	hasGrad  bool
 
 	version uint64 // of the bid below, within the session
-	bid     consensus.Bid
+	bid     state.Bid
 	seq     uint64 // last measurement number given
 	cur     delta  // being aggregated
 	unacked []delta
@@ -243,7 +243,7 @@ func (j *jobActor) closeDelta() {
 			e, ok := p.entries[key]
 			if !ok {
 				p.newConfig = true
-				e = consensus.ProfileEntry{ProfilePoint: goodput.ProfilePoint{Nodes: key[0], Replicas: key[1], LocalBatch: key[2]},
+				e = state.ProfileEntry{ProfilePoint: goodput.ProfilePoint{Nodes: key[0], Replicas: key[1], LocalBatch: key[2]},
 					GPUType: j.cur.gpuType}
 			}
 			total := e.Count + s.count
@@ -397,7 +397,7 @@ func (j *jobActor) tick(ctx actor.Context, urgent bool) {
 	j.lastSent = now
 }
 
-func choices(cs []consensus.BatchChoice) []*pb.BatchChoice {
+func choices(cs []state.BatchChoice) []*pb.BatchChoice {
 	out := make([]*pb.BatchChoice, len(cs))
 	for i, c := range cs {
 		out[i] = &pb.BatchChoice{LocalBsz: uint32(c.LocalBatch), AccumSteps: uint32(c.AccumSteps), Gain: c.Gain}

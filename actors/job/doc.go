@@ -24,7 +24,7 @@
 // what it aggregates between two bids (per session, a number the leader
 // gives the actor when it is spawned), repeats every measurement the
 // state has not acknowledged in each bid, and drops it once its server's
-// replicated state acknowledges it (consensus.Round merges a measurement
+// replicated state acknowledges it (state.Round merges a measurement
 // only if it continues the acknowledged sequence). A leader change loses
 // nothing and merges nothing twice.
 //

@@ -11,6 +11,7 @@ import (
 
 	"pollux/actors/pb"
 	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // ErrConfig is returned for an unusable configuration.
@@ -18,7 +19,7 @@ var ErrConfig = errors.New("job: bad configuration")
 
 // Store is what job actors read: their server's replicated state.
 type Store interface {
-	LocalJob(id string) (*consensus.Job, consensus.ClusterConfig)
+	LocalJob(id string) (*state.Job, state.ClusterConfig)
 }
 
 var _ Store = (*consensus.Server)(nil)

@@ -11,7 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"pollux/actors/pb"
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer/goodput"
 	"pollux/testbed/builtin"
 )
@@ -27,18 +27,18 @@ func TestTablesAreValidBids(t *testing.T) {
 	}
 	params := goodput.Params{AlphaC: 0.02, BetaC: 0.001, AlphaN: 0.2, BetaN: 0.01, AlphaR: 0.1, BetaR: 0.005, Gamma: 1.5}
 	for _, name := range cat.Names() {
-		spec := consensus.JobSpec{App: name, MinReplicas: 1, MaxReplicas: 64, Limits: cat[name].Limits()}
-		j := &consensus.Job{ID: "j", Spec: spec}
+		spec := state.JobSpec{App: name, MinReplicas: 1, MaxReplicas: 64, Limits: cat[name].Limits()}
+		j := &state.Job{ID: "j", Spec: spec}
 		for _, most := range []int{0, 1, 3, 16, 40} {
 			bound := replicaBound(spec, most)
 			grad := cat[name].GradStats(float64(spec.Limits.InitBatch), 0)
 			for _, model := range []*goodput.Model{nil, {Params: params, Grad: grad, Limits: spec.Limits}} {
 				single, multi := tables(model, spec.Limits, grad, bound)
-				b := consensus.Bid{Session: 1, Version: 1, HasModel: model != nil, HasGrad: true, Grad: grad, MostProfiled: most, Single: single, Multi: multi}
+				b := state.Bid{Session: 1, Version: 1, HasModel: model != nil, HasGrad: true, Grad: grad, MostProfiled: most, Single: single, Multi: multi}
 				if model != nil {
 					b.Params = params
 				}
-				if err := consensus.CheckBid(j, &b); err != nil {
+				if err := state.CheckBid(j, &b); err != nil {
 					t.Errorf("%s, profiled at %d, model %v: %v", name, most, model != nil, err)
 				}
 				if len(single) != bound || bound < spec.MinReplicas || bound > 2*max(most, 1) {
@@ -52,17 +52,17 @@ func TestTablesAreValidBids(t *testing.T) {
 // fakeStore is a server's local state for one job.
 type fakeStore struct {
 	mu  sync.Mutex
-	job *consensus.Job
+	job *state.Job
 }
 
-func (f *fakeStore) LocalJob(id string) (*consensus.Job, consensus.ClusterConfig) {
+func (f *fakeStore) LocalJob(id string) (*state.Job, state.ClusterConfig) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.job == nil || f.job.ID != id {
-		return nil, consensus.ClusterConfig{}
+		return nil, state.ClusterConfig{}
 	}
 	c := *f.job
-	return &c, consensus.ClusterConfig{}
+	return &c, state.ClusterConfig{}
 }
 
 func (f *fakeStore) ack(session, seq uint64) {
@@ -86,8 +86,8 @@ func (s *bidSink) Receive(ctx actor.Context) {
 // once, and a report of another incarnation is not taken.
 func TestJobActorBidsAndRepeatsUntilAcknowledged(t *testing.T) {
 	cat, _ := builtin.Catalog()
-	spec := consensus.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 8, Limits: cat["cifar10"].Limits()}
-	store := &fakeStore{job: &consensus.Job{ID: "j", Spec: spec, State: consensus.Running, Incarnation: 2}}
+	spec := state.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 8, Limits: cat["cifar10"].Limits()}
+	store := &fakeStore{job: &state.Job{ID: "j", Spec: spec, State: state.Running, Incarnation: 2}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
 	defer sys.Shutdown()
@@ -175,7 +175,7 @@ func TestJobActorBidsAndRepeatsUntilAcknowledged(t *testing.T) {
 // at once, as they were, without mixing them.
 func TestJobActorResumesPerTypeModels(t *testing.T) {
 	cat, _ := builtin.Catalog()
-	spec := consensus.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 8, Limits: cat["cifar10"].Limits()}
+	spec := state.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 8, Limits: cat["cifar10"].Limits()}
 	truth := goodput.Params{AlphaC: 0.02, BetaC: 0.0004, AlphaN: 0.2, BetaN: 0.01, AlphaR: 0.05, BetaR: 0.004, Gamma: 1.3}
 	slow := truth
 	slow.AlphaC, slow.BetaC = 2*truth.AlphaC, 2*truth.BetaC
@@ -187,13 +187,13 @@ func TestJobActorResumesPerTypeModels(t *testing.T) {
 	grad := goodput.GradStats{GradSqr: 1, GradVar: 10}
 	bid := bidOn(spec, profiles, grad, true)
 	bid.Session, bid.Version = 3, 5
-	var prof []consensus.ProfileEntry
+	var prof []state.ProfileEntry
 	for _, typ := range []string{"a100", "t4"} {
 		for _, key := range []profileKey{{1, 1, 128}, {1, 2, 256}} {
 			prof = append(prof, profiles[typ].entries[key])
 		}
 	}
-	store := &fakeStore{job: &consensus.Job{ID: "j", Spec: spec, State: consensus.Running, Incarnation: 4, Profile: prof,
+	store := &fakeStore{job: &state.Job{ID: "j", Spec: spec, State: state.Running, Incarnation: 4, Profile: prof,
 		Bid: bid, MeasSession: 3, MeasSeq: 2}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer/goodput"
 )
 
@@ -21,7 +21,7 @@ import (
 // typeProfile is what a job measured on one GPU type and the model it
 // fitted there.
 type typeProfile struct {
-	entries   map[profileKey]consensus.ProfileEntry
+	entries   map[profileKey]state.ProfileEntry
 	params    goodput.Params
 	hasModel  bool
 	fitted    time.Time
@@ -30,7 +30,7 @@ type typeProfile struct {
 }
 
 func newTypeProfile() *typeProfile {
-	return &typeProfile{entries: map[profileKey]consensus.ProfileEntry{}}
+	return &typeProfile{entries: map[profileKey]state.ProfileEntry{}}
 }
 
 // points are the profile's entries in configuration order.
@@ -90,7 +90,7 @@ func bestType(profiles map[string]*typeProfile) (best string, ok bool) {
 // tables are the best-known type's, and every named type with a model
 // has its part. Every table covers 1..the replica bound of the most
 // replicas profiled on any type.
-func bidOn(spec consensus.JobSpec, profiles map[string]*typeProfile, grad goodput.GradStats, hasGrad bool) consensus.Bid {
+func bidOn(spec state.JobSpec, profiles map[string]*typeProfile, grad goodput.GradStats, hasGrad bool) state.Bid {
 	most := 0
 	for _, p := range profiles {
 		most = max(most, p.mostReplicas())
@@ -103,7 +103,7 @@ func bidOn(spec consensus.JobSpec, profiles map[string]*typeProfile, grad goodpu
 		}
 		return md
 	}
-	b := consensus.Bid{HasGrad: hasGrad, MostProfiled: most}
+	b := state.Bid{HasGrad: hasGrad, MostProfiled: most}
 	if hasGrad {
 		b.Grad = grad
 	}
@@ -124,7 +124,7 @@ func bidOn(spec consensus.JobSpec, profiles map[string]*typeProfile, grad goodpu
 		if t == "" || !p.hasModel || md == nil {
 			continue
 		}
-		tb := consensus.TypeBid{GPUType: t, Params: p.params, MostProfiled: p.mostReplicas()}
+		tb := state.TypeBid{GPUType: t, Params: p.params, MostProfiled: p.mostReplicas()}
 		tb.Single, tb.Multi = tables(md, spec.Limits, grad, bound)
 		if t == best {
 			// The top-level tables are the best-known type's: the same

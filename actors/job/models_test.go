@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer/goodput"
 	"pollux/testbed/builtin"
 )
@@ -17,7 +17,7 @@ func profileFrom(typ string, p goodput.Params, count uint64, cfgs ...profileKey)
 	tp := newTypeProfile()
 	for _, c := range cfgs {
 		m := float64(c[2])
-		tp.entries[c] = consensus.ProfileEntry{ProfilePoint: goodput.ProfilePoint{Nodes: c[0], Replicas: c[1], LocalBatch: c[2],
+		tp.entries[c] = state.ProfileEntry{ProfilePoint: goodput.ProfilePoint{Nodes: c[0], Replicas: c[1], LocalBatch: c[2],
 			AccumTime: p.AccumTime(m), StepTime: p.IterTime(c[0], c[1], m, 0)}, Count: count, GPUType: typ}
 	}
 	return tp
@@ -41,7 +41,7 @@ func TestBidPerGPUType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := consensus.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 16, Limits: cat["cifar10"].Limits()}
+	spec := state.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 16, Limits: cat["cifar10"].Limits()}
 	grad := cat["cifar10"].GradStats(float64(spec.Limits.InitBatch), 0)
 	truth := goodput.Params{AlphaC: 0.02, BetaC: 0.0004, AlphaN: 0.2, BetaN: 0.01, AlphaR: 0.05, BetaR: 0.004, Gamma: 1.3}
 	slow := truth
@@ -75,7 +75,7 @@ func TestBidPerGPUType(t *testing.T) {
 			ps := fitted(t, tc.profiles)
 			b := bidOn(spec, ps, grad, true)
 			b.Session, b.Version = 1, 1
-			if err := consensus.CheckBid(&consensus.Job{ID: "j", Spec: spec}, &b); err != nil {
+			if err := state.CheckBid(&state.Job{ID: "j", Spec: spec}, &b); err != nil {
 				t.Fatalf("the bid is refused: %v", err)
 			}
 			if !b.HasModel || b.Params != ps[tc.top].params || b.MostProfiled != tc.most {
@@ -112,13 +112,13 @@ func TestBidPerGPUType(t *testing.T) {
 // only the initial batch tables.
 func TestBidWithoutModel(t *testing.T) {
 	cat, _ := builtin.Catalog()
-	spec := consensus.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 16, Limits: cat["cifar10"].Limits()}
+	spec := state.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 16, Limits: cat["cifar10"].Limits()}
 	b := bidOn(spec, map[string]*typeProfile{"t4": profileFrom("t4", goodput.Params{}, 1, profileKey{1, 1, 128})}, goodput.GradStats{}, false)
 	b.Session, b.Version = 1, 1
 	if b.HasModel || b.Types != nil || len(b.Single) != 2 {
 		t.Fatalf("bid %+v", b)
 	}
-	if err := consensus.CheckBid(&consensus.Job{ID: "j", Spec: spec}, &b); err != nil {
+	if err := state.CheckBid(&state.Job{ID: "j", Spec: spec}, &b); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -131,7 +131,7 @@ func BenchmarkBidOn(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	spec := consensus.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 64, Limits: cat["cifar10"].Limits()}
+	spec := state.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 64, Limits: cat["cifar10"].Limits()}
 	grad := cat["cifar10"].GradStats(float64(spec.Limits.InitBatch), 0)
 	truth := goodput.Params{AlphaC: 0.02, BetaC: 0.0004, AlphaN: 0.2, BetaN: 0.01, AlphaR: 0.05, BetaR: 0.004, Gamma: 1.3}
 	cfgs := []profileKey{{1, 1, 128}, {1, 2, 256}, {1, 4, 256}, {2, 8, 512}, {4, 32, 512}}

@@ -13,6 +13,7 @@ import (
 
 	"pollux/optimizer"
 	"pollux/optimizer/goodput"
+	"pollux/optimizer/topology"
 )
 
 // Bounds on what a spec may ask for. Anything beyond them is refused as
@@ -358,7 +359,7 @@ func (s Spec) Validate() error {
 		return fieldErr("topology", fmt.Sprintf("%+v", s.Topology), "%v", err)
 	}
 	if s.GPUType != "" {
-		if err := optimizer.CheckName("GPU type", s.GPUType); err != nil {
+		if err := topology.CheckName("GPU type", s.GPUType); err != nil {
 			return fieldErr("gpu_type", s.GPUType, "%v", err)
 		}
 	}

@@ -18,7 +18,7 @@ import (
 	"pollux/actors/jobspec"
 	"pollux/actors/node/workerproto"
 	"pollux/actors/pb"
-	"pollux/optimizer"
+	"pollux/optimizer/topology"
 )
 
 // DefaultGrace is the time between SIGTERM and SIGKILL.
@@ -366,13 +366,13 @@ func (a *nodeActor) checkAttrs(reg *pb.NodeAttrs) error {
 	if reg.GpuType != a.cfg.GPUType {
 		return fmt.Errorf("placed for GPU type %q, node has %q: wait for the node's new registration", reg.GpuType, a.cfg.GPUType)
 	}
-	own, err := optimizer.ParseTopology(a.cfg.Topology, reg.Levels)
+	own, err := topology.ParseTopology(a.cfg.Topology, reg.Levels)
 	if err != nil {
 		return fmt.Errorf("node topology under the cluster's levels: %w", err)
 	}
 	if !slices.Equal(own, reg.Domains) {
 		return fmt.Errorf("placed for topology %q, node is in %q: wait for the node's new registration",
-			optimizer.FormatTopology(reg.Domains, reg.Levels), optimizer.FormatTopology(own, reg.Levels))
+			topology.FormatTopology(reg.Domains, reg.Levels), topology.FormatTopology(own, reg.Levels))
 	}
 	return nil
 }

@@ -1,7 +1,7 @@
 // Package provider adds and removes the machines of an autoscaled
 // cluster (issue 19). The leader's allocator decides the cluster's size
-// (optimizer.AutoscalePollux), commits the decision with the names of the
-// machines to add or drain (consensus.ScaleDecision), and only then asks
+// (optimizer.Autoscaled), commits the decision with the names of the
+// machines to add or drain (state.ScaleDecision), and only then asks
 // a Provider: a machine is asked for by name, so a provider can make
 // every call idempotent, and a failover never asks for one twice.
 //

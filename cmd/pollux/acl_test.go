@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"pollux/actors/server/api"
+	"pollux/actors/server/api/client"
 	"pollux/cluster/pki"
 	"pollux/testbed/launch"
 )
@@ -131,7 +132,7 @@ func TestTokensOnACluster(t *testing.T) {
 	}
 
 	// No token, and an unknown one: refused with what to do.
-	if code, out := cli("", all, "jobs"); code != 2 || !strings.Contains(out, "401") || !strings.Contains(out, EnvToken) {
+	if code, out := cli("", all, "jobs"); code != 2 || !strings.Contains(out, "401") || !strings.Contains(out, client.EnvToken) {
 		t.Errorf("jobs without a token: %d %s", code, out)
 	}
 	alice, bob, reader := create("alice", "submit"), create("bob", "submit"), create("grafana", "read")

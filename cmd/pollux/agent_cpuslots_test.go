@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"reflect"
 	"syscall"
 	"testing"
 
@@ -14,26 +13,6 @@ import (
 	"pollux/actors/pb"
 	"pollux/cluster"
 )
-
-func TestSplitCPUs(t *testing.T) {
-	tests := []struct {
-		cpus []int
-		n    int
-		want [][]int
-	}{
-		{[]int{0, 1}, 2, [][]int{{0}, {1}}},
-		{[]int{0, 1, 2, 3}, 2, [][]int{{0, 1}, {2, 3}}},
-		{[]int{0, 1, 2, 3, 4}, 2, [][]int{{0, 1}, {2, 3, 4}}},
-		{[]int{2, 5, 7}, 3, [][]int{{2}, {5}, {7}}},
-		{[]int{0, 1}, 1, [][]int{{0, 1}}},
-		{[]int{0, 1}, 3, [][]int{{0}, {1}, {0}}},
-	}
-	for _, tc := range tests {
-		if got := splitCPUs(tc.cpus, tc.n); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("splitCPUs(%v, %d) = %v, want %v", tc.cpus, tc.n, got, tc.want)
-		}
-	}
-}
 
 func TestAgentRefusesBadCPUSlots(t *testing.T) {
 	for _, args := range [][]string{

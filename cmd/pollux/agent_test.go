@@ -20,9 +20,11 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 
+	"pollux/actors/agent"
 	"pollux/actors/node/workerproto"
 	"pollux/actors/pb"
 	"pollux/cluster"
+	"pollux/internal/secure"
 	"pollux/testbed/emulator"
 	"pollux/testbed/launch"
 )
@@ -45,13 +47,13 @@ var selfExec = []string{os.Args[0], "-test.run=^TestPolluxProcess$", "--"}
 
 // startAgent starts `pollux agent` as a subprocess and returns it with its
 // ready line. The process is killed at cleanup if still running.
-func startAgent(t *testing.T, name string, args ...string) (*exec.Cmd, agentReady) {
+func startAgent(t *testing.T, name string, args ...string) (*exec.Cmd, agent.Ready) {
 	t.Helper()
 	return startAgentTo(t, os.Stderr, name, args...)
 }
 
 // startAgentTo is startAgent with the agent's log written to stderr.
-func startAgentTo(t *testing.T, stderr io.Writer, name string, args ...string) (*exec.Cmd, agentReady) {
+func startAgentTo(t *testing.T, stderr io.Writer, name string, args ...string) (*exec.Cmd, agent.Ready) {
 	t.Helper()
 	full := append(slices.Clone(selfExec), "agent", "--name", name, "--fast-gossip", "--log-level", "warn",
 		"--worker-exec", strings.Join(selfExec, ","), "--pass-env", "POLLUX_TEST_PROCESS")
@@ -84,7 +86,7 @@ func startAgentTo(t *testing.T, stderr io.Writer, name string, args ...string) (
 	}()
 	select {
 	case line := <-lines:
-		var r agentReady
+		var r agent.Ready
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("ready line %q: %v", line, err)
 		}
@@ -92,7 +94,7 @@ func startAgentTo(t *testing.T, stderr io.Writer, name string, args ...string) (
 	case <-time.After(30 * time.Second):
 		t.Fatal("agent not ready within 30 s")
 	}
-	return nil, agentReady{}
+	return nil, agent.Ready{}
 }
 
 // controller is the test's side of the cluster: a gossip member and an
@@ -131,7 +133,7 @@ var testRemote = sync.OnceValue(func() *actor.ActorSystem {
 	if err != nil {
 		panic(err)
 	}
-	opts, err := (&security{creds: creds}).remoteOptions(log)
+	opts, err := secure.RemoteOptions(creds, log)
 	if err != nil {
 		panic(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"pollux/actors/agent"
 	"pollux/cluster/provider"
 	"pollux/testbed/builtin"
 	"pollux/testbed/launch"
@@ -259,7 +260,7 @@ func TestAutoscaleSeveralGPUTypes(t *testing.T) {
 		}
 		// Its ready line (the provider keeps its stdout) and its own
 		// log: one start, declaring a100, and the workers it ran.
-		var ready agentReady
+		var ready agent.Ready
 		if b, err := os.ReadFile(filepath.Join(c.AutoscaleDir(), name, "stdout")); err != nil || json.Unmarshal(b, &ready) != nil ||
 			ready.Name != name || ready.GPUType != "a100" || ready.GPUs != 4 {
 			t.Errorf("agent %s's ready line %q (%v): want %s with 4 a100 GPUs", name, b, err, name)

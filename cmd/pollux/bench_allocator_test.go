@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"pollux/testbed/artifact"
+	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 func runAllocatorBench(t *testing.T, args ...string) ([]byte, error) {
@@ -76,7 +79,7 @@ func TestBenchAllocatorBadInput(t *testing.T) {
 	} {
 		if _, err := runAllocatorBench(t, args...); err == nil {
 			t.Errorf("%v: no error", args)
-		} else if _, ok := err.(usageError); !ok {
+		} else if exitCode(err) != 2 {
 			t.Errorf("%v: %v is not a usage error", args, err)
 		}
 	}
@@ -121,5 +124,29 @@ func TestBenchAllocatorRacks(t *testing.T) {
 	}
 	if rep.Racks != 1 || rep.Hierarchical {
 		t.Errorf("one rack: %s", out)
+	}
+}
+
+// Every command's long help is read from help/ with its markers filled
+// in.
+func TestLongHelp(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if strings.Contains(c.Long, "{{") {
+			t.Errorf("%s: a marker is left in the help: %.200s", c.CommandPath(), c.Long[strings.Index(c.Long, "{{"):])
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
+	for _, name := range []string{"sim", "demo", "chaos", "fit", "worker"} {
+		c, _, err := newRootCmd().Find([]string{name})
+		if err != nil || len(c.Long) < 100 || strings.HasSuffix(c.Long, "\n") {
+			t.Errorf("%s: long help %q (%v)", name, c.Long, err)
+		}
+	}
+	if c, _, _ := newRootCmd().Find([]string{"chaos"}); strings.Contains(c.Long, "\n") || !strings.Contains(c.Long, "Scenarios: leader-kill,") {
+		t.Errorf("chaos: the help is not one paragraph naming the scenarios: %.300s", c.Long)
 	}
 }

@@ -4,13 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"text/tabwriter"
 	"time"
 
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/spf13/cobra"
 
 	"pollux/cluster/pki"
+	"pollux/internal/secure"
+	"pollux/internal/usage"
 	"pollux/testbed/controlplane"
 )
 
@@ -19,7 +20,7 @@ func init() { benchCommands = append(benchCommands, newBenchControlPlaneCmd) }
 // remoteOptionsOf configures an actor system's gRPC as servers and
 // agents do (TLS with creds, plaintext without).
 func remoteOptionsOf(creds *pki.Credentials, log *slog.Logger) ([]remote.ConfigOption, error) {
-	return (&security{creds: creds}).remoteOptions(log)
+	return secure.RemoteOptions(creds, log)
 }
 
 func newBenchControlPlaneCmd() *cobra.Command {
@@ -31,27 +32,18 @@ func newBenchControlPlaneCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "controlplane",
 		Short: "Round time, Raft writes, report ingestion and failover of the whole control plane in one process",
-		Long: "Runs a leader and two followers (Raft over TCP on 127.0.0.1, bolt logs in a temporary directory), each " +
-			"with its allocator and job host, and --nodes node actors with --gpus GPUs each whose workers are emulated " +
-			"in the process (no worker processes): --jobs jobs of the built-in applications that run for hours (bert, " +
-			"deepspeech2, imagenet, yolov3), submitted over the last four hours, every rank reporting every " +
-			"--report-every. Actors talk over protoactor's remote (one actor system per server, one for all nodes) " +
-			"unless --transport local. After a warm-up it times --rounds rounds of the leader (from the tick to the last " +
-			"node's acknowledgement, the search included), counts the Raft log entries and bytes they wrote and the " +
-			"reports the job actors took in, then kills the leader --failovers times (restarting it afterwards) and " +
-			"times each new leader's first round from its election to the last acknowledgement. Like every cluster, it runs " +
-			"secured (a CA made for the run, mutual TLS on the Raft ports and the actors' gRPC) unless --insecure.",
-		Args: cobra.NoArgs,
+		Long:  longHelp("bench-controlplane", true),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch transport {
 			case "remote":
 			case "local":
 				o.Local = true
 			default:
-				return badInput(fmt.Errorf("bench controlplane: --transport %q: want remote or local", transport))
+				return usage.Wrap(fmt.Errorf("bench controlplane: --transport %q: want remote or local", transport))
 			}
 			if err := o.Validate(); err != nil {
-				return badInput(fmt.Errorf("bench controlplane: %w", err))
+				return usage.Wrap(fmt.Errorf("bench controlplane: %w", err))
 			}
 			rep, err := controlplane.Run(cmd.Context(), o, cmd.ErrOrStderr())
 			if err != nil {
@@ -60,11 +52,7 @@ func newBenchControlPlaneCmd() *cobra.Command {
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintf(tw, "nodes\t%d\njobs\t%d\nround median / p95\t%.3f s / %.3f s\nraft writes per round\t%.2f\nraft bytes per round\t%.0f\nreports/s ingested\t%.0f\nfirst round after failover median / max\t%.3f s / %.3f s\n",
-				rep.Nodes, rep.Jobs, rep.RoundS.Median, rep.RoundS.P95, rep.RaftWritesPerRound, rep.RaftBytesPerRound, rep.ReportsPerS,
-				rep.FirstRoundAfterFailoverS.Median, rep.FirstRoundAfterFailoverS.Max)
-			return tw.Flush()
+			return rep.WriteTable(cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()

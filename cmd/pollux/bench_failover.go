@@ -1,16 +1,15 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"pollux/consensus"
+	"pollux/internal/usage"
 	"pollux/testbed/failover"
 )
 
@@ -35,19 +34,11 @@ func newBenchFailoverCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "failover",
 		Short: "Kill the Raft leader of a real cluster repeatedly and time the next committed write; measure allocation commits per second",
-		Long: `Starts --servers consensus servers as separate processes on 127.0.0.1 (TCP
-transport with mutual TLS, bolt log and file snapshots in temporary
-directories; a CA and certificates are made there too), first
-measures how many allocations per second the leader commits (pipelined in
-batches of --batch), then --trials times: SIGKILLs the leader, times from
-the kill until a write sent to a surviving server commits through a new
-leader, and restarts the killed server on its data directory. Unless
---plaintext-baseline=false it then runs the same benchmark without TLS and
-reports the cost of TLS; --insecure runs the plaintext benchmark only.`,
-		Args: failoverNoArgs,
+		Long:  longHelp("bench-failover", false),
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
-				return badInput(err)
+				return usage.Wrap(err)
 			}
 			var progress io.Writer = cmd.ErrOrStderr()
 			if asJSON {
@@ -60,7 +51,7 @@ reports the cost of TLS; --insecure runs the plaintext benchmark only.`,
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), rep)
 			}
-			return printFailover(cmd.OutOrStdout(), rep)
+			return rep.WriteTable(cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
@@ -78,38 +69,6 @@ reports the cost of TLS; --insecure runs the plaintext benchmark only.`,
 	return cmd
 }
 
-// failoverNoArgs refuses positional arguments as bad input (exit status 2).
-func failoverNoArgs(cmd *cobra.Command, args []string) error {
-	if err := cobra.NoArgs(cmd, args); err != nil {
-		return badInput(err)
-	}
-	return nil
-}
-
-func printFailover(w io.Writer, r failover.Report) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	mode := "plaintext (--insecure)"
-	if r.TLS {
-		mode = "mutual TLS"
-	}
-	fmt.Fprintf(tw, "transport\t%s\n", mode)
-	fmt.Fprintf(tw, "servers\t%d\n", r.Servers)
-	fmt.Fprintf(tw, "timeouts\theartbeat %d ms, election %d ms, lease %d ms\n", r.HeartbeatMS, r.ElectionMS, r.LeaseMS)
-	fmt.Fprintf(tw, "leader kills\t%d\n", r.Trials)
-	fmt.Fprintf(tw, "kill -> next commit\tmedian %.3f s, p95 %.3f s, max %.3f s (min %.3f s, mean %.3f s)\n", r.MedianS, r.P95S, r.MaxS, r.MinS, r.MeanS)
-	if r.Allocations > 0 {
-		fmt.Fprintf(tw, "allocations committed\t%d in batches of %d: %.0f /s\n", r.Allocations, r.Batch, r.AllocsPerS)
-	}
-	if r.ThroughputRestarts > 0 {
-		fmt.Fprintf(tw, "throughput restarts\t%d (a leader change during the run)\n", r.ThroughputRestarts)
-	}
-	if p := r.Plaintext; p != nil {
-		fmt.Fprintf(tw, "plaintext baseline\tmedian %.3f s, p95 %.3f s, max %.3f s; %.0f allocations/s\n", p.MedianS, p.P95S, p.MaxS, p.AllocsPerS)
-		fmt.Fprintf(tw, "cost of TLS\tfailover median x%.2f, allocation rate x%.2f\n", r.TLSCost.MedianRatio, r.TLSCost.AllocsRatio)
-	}
-	return tw.Flush()
-}
-
 // newConsensusMemberCmd is the hidden server process the benchmark
 // starts (failover.RunMember): mutual TLS on its Raft port and HTTPS
 // unless --insecure. It exits when its stdin closes.
@@ -119,10 +78,10 @@ func newConsensusMemberCmd() *cobra.Command {
 		Use:    "consensus-member",
 		Short:  "One consensus server process (used by pollux bench failover)",
 		Hidden: true,
-		Args:   failoverNoArgs,
+		Args:   noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
-				return badInput(err)
+				return usage.Wrap(err)
 			}
 			return failover.RunMember(o, cmd.InOrStdin(), cmd.ErrOrStderr())
 		},

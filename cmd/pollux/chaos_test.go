@@ -24,6 +24,7 @@ import (
 	"pollux/testbed/chaos/driver"
 	"pollux/testbed/chaos/netns"
 	"pollux/testbed/chaos/schedule"
+	"pollux/testbed/chaos/suite"
 	"pollux/testbed/launch"
 )
 
@@ -43,7 +44,7 @@ func runShort(t *testing.T, sc schedule.Scenario, network launch.Network) map[st
 	ctx, cancel := context.WithTimeout(context.Background(), 170*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	err := runChaos(ctx, []schedule.Scenario{sc}, nil, 7, chaosOptions(t, network), true, &out)
+	err := suite.Run(ctx, []schedule.Scenario{sc}, nil, 7, chaosOptions(t, network), true, &out)
 	var rep map[string]any
 	if jerr := json.Unmarshal(out.Bytes(), &rep); jerr != nil {
 		t.Fatalf("run: %v; output is not JSON (%v): %s", err, jerr, out.String())
@@ -381,7 +382,7 @@ func TestAttackScenario(t *testing.T) {
 		t.Skip("starts a cluster and attacks it")
 	}
 	var out bytes.Buffer
-	err := runAttack(context.Background(), attack.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Logger: testLogger(t)},
+	err := suite.Attack(context.Background(), attack.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Logger: testLogger(t)},
 		true, &out)
 	var res map[string]json.RawMessage
 	if jerr := json.Unmarshal(out.Bytes(), &res); jerr != nil {

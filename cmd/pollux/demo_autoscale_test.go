@@ -13,6 +13,7 @@ import (
 
 	"pollux/cluster/provider"
 	"pollux/testbed/builtin"
+	"pollux/testbed/demo"
 	"pollux/testbed/launch"
 )
 
@@ -30,13 +31,13 @@ func TestDemoAutoscale(t *testing.T) {
 	var out, progress bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	err := runAutoscaleDemo(ctx, &out, &progress, autoscaleDemoOpts{servers: 3, gpus: 4, maxNodes: 3, scale: 300, cost: 2,
-		spread: 20 * time.Second, timeout: 7 * time.Minute, boot: time.Second, settle: 2 * time.Minute, dir: dir, keep: true,
-		asJSON: true, exec: selfExec, env: []string{"POLLUX_TEST_PROCESS=1"}})
+	err := demo.Autoscale(ctx, demo.AutoscaleOptions{Servers: 3, GPUs: 4, MaxNodes: 3, Scale: 300, Cost: 2,
+		Spread: 20 * time.Second, Timeout: 7 * time.Minute, Boot: time.Second, Settle: 2 * time.Minute, Dir: dir, Keep: true,
+		JSON: true, Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}}, &out, &progress)
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, tail(progress.Bytes(), 4000))
 	}
-	var sum autoscaleSummary
+	var sum demo.AutoscaleSummary
 	if err := json.Unmarshal(out.Bytes(), &sum); err != nil {
 		t.Fatalf("summary %q: %v", out.String(), err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"pollux/actors/node/worker"
 	"pollux/testbed/chaos/history"
+	"pollux/testbed/demo"
 	"pollux/testbed/realdemo"
 )
 
@@ -101,7 +102,7 @@ func TestRealDemo(t *testing.T) {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	start := time.Now()
-	err := runRealDemo(ctx, o, true, &stdout, &stderr)
+	err := demo.Real(ctx, o, false, true, &stdout, &stderr)
 	t.Logf("demo took %.0f s; progress:\n%s", time.Since(start).Seconds(), stderr.String())
 	t.Logf("JSON: %s", stdout.String())
 	if err != nil && !errors.Is(err, realdemo.ErrShort) {
@@ -231,7 +232,7 @@ func TestRealDemoStopsEverythingWhenInterrupted(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	var stdout, stderr bytes.Buffer
-	go func() { done <- runRealDemo(ctx, o, true, &stdout, &stderr) }()
+	go func() { done <- demo.Real(ctx, o, false, true, &stdout, &stderr) }()
 	// Interrupt once a worker process is running the example script.
 	script := filepath.Join(dir, "worker", "train_digits.py")
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
@@ -269,8 +270,8 @@ func TestRealDemoStopsEverythingWhenInterrupted(t *testing.T) {
 // command, and starts nothing.
 func TestRealDemoNamesThePackagesWithoutTorch(t *testing.T) {
 	dir := t.TempDir()
-	err := runRealDemo(context.Background(), realdemo.Options{Exec: selfExec, Dir: dir, Python: "/nonexistent/python3"},
-		true, &bytes.Buffer{}, &bytes.Buffer{})
+	err := demo.Real(context.Background(), realdemo.Options{Exec: selfExec, Dir: dir, Python: "/nonexistent/python3"},
+		false, true, &bytes.Buffer{}, &bytes.Buffer{})
 	if !errors.Is(err, worker.ErrNoPython) || !strings.Contains(err.Error(), "apt-get install -y python3-torch python3-sklearn") {
 		t.Errorf("err = %v, want ErrNoPython naming the packages", err)
 	}

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"pollux/cluster/pki"
-	"pollux/testbed/builtin"
+	"pollux/testbed/demo"
 	"pollux/testbed/launch"
 )
 
@@ -35,10 +35,6 @@ func TestDemoUIKeepsTheDashboardUp(t *testing.T) {
 		t.Skip("runs the demo's cluster and workload")
 	}
 	needChromium(t)
-	cat, err := builtin.Catalog()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	pr, pw := io.Pipe()
 	var mu sync.Mutex
@@ -84,8 +80,8 @@ func TestDemoUIKeepsTheDashboardUp(t *testing.T) {
 	var stderr bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- runDemo(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir, Servers: 3, Agents: 2,
-			GPUsPerAgent: 4, TimeScale: 1000}, cat, 3*time.Second, 3*time.Minute, true, pw, &stderr)
+		done <- demo.Emulated(ctx, demo.Options{Cluster: launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir,
+			Servers: 3, Agents: 2, GPUsPerAgent: 4, TimeScale: 1000}, Spread: 3 * time.Second, Timeout: 3 * time.Minute, UI: true}, pw, &stderr)
 		pw.Close()
 	}()
 

@@ -10,13 +10,14 @@ import (
 	"pollux/actors/server/api"
 	"pollux/cluster/federation"
 	"pollux/testbed/builtin"
+	"pollux/testbed/fedlab"
 	"pollux/testbed/launch"
 )
 
 // logTime is the time= field of a log line.
 func logTime(t *testing.T, line string) time.Time {
 	t.Helper()
-	at, ok := lineTime(line)
+	at, ok := fedlab.LineTime(line)
 	if !ok {
 		t.Fatalf("log line without a time: %s", line)
 	}
@@ -36,7 +37,7 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
 	defer cancel()
 	names, dir := []string{"lab-a", "lab-b"}, t.TempDir()
-	ls, err := startLabs(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir,
+	ls, err := fedlab.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir,
 		Servers: 1, Agents: 1, GPUsPerAgent: 2, Interval: time.Second, TimeScale: 200},
 		names, federation.Quota{Nominal: 2, LendingLimit: 2, BorrowingLimit: 2}, 500*time.Millisecond)
 	labsStopped := false
@@ -46,7 +47,7 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 		}
 		if t.Failed() {
 			for _, n := range names {
-				if c := ls.labs[n]; c != nil {
+				if c := ls.Labs[n]; c != nil {
 					for _, m := range append(c.Servers, c.Agents...) {
 						b, _ := os.ReadFile(m.Log)
 						t.Logf("--- %s %s log (last 4000 bytes)\n%s", n, m.ID, tail(b, 4000))
@@ -54,14 +55,14 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 				}
 			}
 		}
-		if err := ls.stop(); err != nil {
+		if err := ls.Stop(); err != nil {
 			t.Errorf("stopping the labs: %v", err)
 		}
 	}()
 	if err != nil {
 		t.Fatal(err)
 	}
-	labs := ls.labs
+	labs := ls.Labs
 	cat, err := builtin.Catalog()
 	if err != nil {
 		t.Fatal(err)
@@ -100,14 +101,14 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 			t.Fatalf("no job of lab-a ran on lab-b's agent and completed while another ran there (ran there: %v, completed %q)", ranThere, completedThere)
 		}
 		for _, j := range aJobs {
-			if len(logLines(agentB, "node: worker started", "job="+j+" ")) > 0 {
+			if len(fedlab.LogLines(agentB, "node: worker started", "job="+j+" ")) > 0 {
 				ranThere[j] = true
 			}
 		}
 		js := jobs("lab-a")
 		runningThere = ""
 		for _, j := range aJobs {
-			if js[j].State != "completed" && len(logLines(agentB, "node: worker started", "job="+j+" ")) > len(logLines(agentB, "node: worker exited", "job="+j+" ")) {
+			if js[j].State != "completed" && len(fedlab.LogLines(agentB, "node: worker started", "job="+j+" ")) > len(fedlab.LogLines(agentB, "node: worker exited", "job="+j+" ")) {
 				runningThere = j
 			}
 		}
@@ -122,21 +123,21 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	t.Logf("lab-a's job %s ran on lab-b's agent and completed; %s runs there; ran there: %v", completedThere, runningThere, ranThere)
-	if refused := logLines(labs["lab-a"].Servers[0].Log, "federation: refused"); len(refused) > 0 {
+	if refused := fedlab.LogLines(labs["lab-a"].Servers[0].Log, "federation: refused"); len(refused) > 0 {
 		t.Errorf("lab-a refused: %v", refused)
 	}
-	if refused := logLines(serverB, "federation: refused"); len(refused) > 0 {
+	if refused := fedlab.LogLines(serverB, "federation: refused"); len(refused) > 0 {
 		t.Errorf("lab-b refused: %v", refused)
 	}
 	// lab-b's own job: lab-b reclaims its node and its job runs there.
 	submit("lab-b", "b-1")
-	for len(logLines(agentB, "node: worker started", "job=b-1 ")) == 0 {
+	for len(fedlab.LogLines(agentB, "node: worker started", "job=b-1 ")) == 0 {
 		if ctx.Err() != nil {
 			t.Fatal("lab-b's job never started on its own agent")
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	reclaims := logLines(serverB, "federation: lease", "op=reclaim", "reason=need")
+	reclaims := fedlab.LogLines(serverB, "federation: lease", "op=reclaim", "reason=need")
 	if len(reclaims) == 0 {
 		t.Fatalf("lab-b's job started without a reclaim (lab-a's jobs had left already?)")
 	}
@@ -144,13 +145,13 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 	// lease is not granted again within the cooldown), and those running
 	// there were asked to stop.
 	reclaimAt := logTime(t, reclaims[0])
-	for _, line := range logLines(agentB, "node: worker started", "job=a-") {
+	for _, line := range fedlab.LogLines(agentB, "node: worker started", "job=a-") {
 		if logTime(t, line).After(reclaimAt) {
 			t.Errorf("a worker of lab-a started on lab-b's agent after the reclaim at %v: %s", reclaimAt, line)
 		}
 	}
 	t.Logf("reclaim: %s", reclaims[0])
-	stopped := logLines(agentB, "node: worker exited", "job=a-", "requested=true")
+	stopped := fedlab.LogLines(agentB, "node: worker exited", "job=a-", "requested=true")
 	for _, line := range stopped {
 		t.Logf("stopped on lab-b's agent: %s", line)
 	}
@@ -183,7 +184,7 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 	// Every process stopped: the labs' servers and agents, and every
 	// worker of either lab's jobs.
 	labsStopped = true
-	if err := ls.stop(); err != nil {
+	if err := ls.Stop(); err != nil {
 		t.Errorf("stopping the labs: %v", err)
 	}
 	for _, j := range append(aJobs, "b-1") {
@@ -193,8 +194,8 @@ func TestFederatedJobsOnBorrowedGPUs(t *testing.T) {
 	}
 	// Under go test -race the processes are race-enabled too.
 	for _, n := range names {
-		for _, m := range append(ls.labs[n].Servers, ls.labs[n].Agents...) {
-			if races := logLines(m.Log, "DATA RACE"); len(races) > 0 {
+		for _, m := range append(ls.Labs[n].Servers, ls.Labs[n].Agents...) {
+			if races := fedlab.LogLines(m.Log, "DATA RACE"); len(races) > 0 {
 				b, _ := os.ReadFile(m.Log)
 				t.Errorf("%s %s: a data race:\n%s", n, m.ID, tail(b, 6000))
 			}

@@ -9,26 +9,6 @@ import (
 	"testing"
 )
 
-// The paper reports the throughput model within 10 % of measured step
-// times; hold every artifact application to that.
-func TestFitArtifactTraces(t *testing.T) {
-	fitTraces := artifact.Need(t, "pollux-artifact", "traces")
-	for _, a := range []string{"bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3"} {
-		// Leave-one-out costs one fit per placement: check it on the
-		// smallest application only (TestFitJSONShape), in-sample on all.
-		r, err := fitApp(filepath.Join(fitTraces, a), 2, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.MeanRelErr > 0.10 {
-			t.Errorf("%s: mean relative error %.3f > 0.10", a, r.MeanRelErr)
-		}
-		if err := r.Params.Validate(); err != nil {
-			t.Errorf("%s: %v", a, err)
-		}
-	}
-}
-
 func mustAbs(t *testing.T, p string) string {
 	t.Helper()
 	a, err := filepath.Abs(p)

@@ -1,11 +1,14 @@
-// Command pollux is the single binary of the project: the simulator, the
-// model fitter, the benchmarks and (later) the control-plane server and agent.
+// Command pollux is the single binary of the project: the control-plane
+// server and node agent, the clients of their API, the simulator, the
+// model fitter, the benchmarks, the demos and the fault injection. Each
+// command maps its flags to a package that does the work.
 package main
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"pollux/internal/usage"
 
 	"github.com/spf13/cobra"
 )
@@ -17,20 +20,11 @@ var subcommands []func() *cobra.Command
 // benchCommands are the children of `pollux bench`.
 var benchCommands []func() *cobra.Command
 
-// usageError marks bad user input; main exits with status 2 for it.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-// badInput wraps err so that the command exits with status 2.
-func badInput(err error) error { return usageError{err: err} }
-
 // exactArgs is cobra.ExactArgs with a wrong count as bad input.
 func exactArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
-			return badInput(err)
+			return usage.Wrap(err)
 		}
 		return nil
 	}
@@ -43,7 +37,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return badInput(err) })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage.Wrap(err) })
 	bench := &cobra.Command{
 		Use:   "bench",
 		Short: "Benchmarks that print a table (or JSON)",
@@ -70,8 +64,16 @@ func run(args []string) int {
 		return 0
 	}
 	fmt.Fprintln(os.Stderr, "pollux:", err)
-	var ue usageError
-	if errors.As(err, &ue) {
+	return exitCode(err)
+}
+
+// exitCode is the exit status for err: 0 for none, 2 for bad input, 1
+// for any other failure.
+func exitCode(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, usage.ErrBadSetting):
 		return 2
 	}
 	return 1

@@ -2,12 +2,13 @@ package main
 
 import (
 	"bytes"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"pollux/actors/server"
 )
 
 // Bad autoscaling settings stop a server at start-up (exit 2), naming
@@ -71,24 +72,20 @@ func TestDemoAutoscaleBadInput(t *testing.T) {
 	}
 }
 
-// The template flags reach the allocator's settings: --node-gpus and
-// --node-gpu-type make the node template the autoscaler adds.
-func TestServerAutoscaleTemplateType(t *testing.T) {
-	var o scaleOpts
+// The template flags reach the server's autoscaling settings:
+// --node-gpus and --node-gpu-type make the node template.
+func TestServerAutoscaleTemplateFlags(t *testing.T) {
+	var o server.Autoscale
 	f := pflag.NewFlagSet("server", pflag.ContinueOnError)
-	o.flags(f)
+	autoscaleFlags(f, &o)
 	if err := f.Parse([]string{"--autoscale", "exec", "--scale-up-command", "up", "--scale-down-command", "down",
 		"--node-gpus", "8", "--node-gpu-type", "a100", "--max-nodes", "6"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.check(f); err != nil {
+	if err := checkAutoscaleFlags(f, o.Provider); err != nil {
 		t.Fatal(err)
 	}
-	as, err := o.build(scaleEnv{dataDir: t.TempDir(), logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tmpl := as.Settings.Template; tmpl.GPUs != 8 || tmpl.Type != "a100" || as.Settings.MaxNodes != 6 {
-		t.Fatalf("settings %+v", as.Settings)
+	if o.NodeGPUs != 8 || o.NodeGPUType != "a100" || o.MaxNodes != 6 || o.UpCommand != "up" || o.DownCommand != "down" {
+		t.Fatalf("settings %+v", o)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -90,11 +89,7 @@ func runCapture(t *testing.T, args []string, errBuf *bytes.Buffer) (int, string)
 		return 0, out.String()
 	}
 	errBuf.WriteString(err.Error())
-	var ue usageError
-	if errors.As(err, &ue) {
-		return 2, out.String()
-	}
-	return 1, out.String()
+	return exitCode(err), out.String()
 }
 
 // --json prints exactly one JSON object with the promised fields, and --out

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 
-	"pollux/actors/server/api"
+	"pollux/actors/server/api/client"
 )
 
 func TestClientCommandsBadInput(t *testing.T) {
@@ -61,18 +66,50 @@ func TestClientCommandsBadInput(t *testing.T) {
 	}
 }
 
-// The EPOCH column of pollux jobs shows the epochs a job declared.
-func TestEpochColumn(t *testing.T) {
-	for _, c := range []struct {
-		job  api.Job
-		want string
-	}{
-		{api.Job{Epoch: 30, Epochs: 90}, "30/90"},
-		{api.Job{Epoch: 7}, "7"},
-		{api.Job{}, "0"},
-	} {
-		if got := epochOf(c.job); got != c.want {
-			t.Errorf("epochOf(%+v) = %q, want %q", c.job, got, c.want)
+// TestClientEnvironment: the client commands ask the servers of
+// $POLLUX_SERVERS unless --server names others, with the token of
+// $POLLUX_TOKEN; without it they ask 127.0.0.1:8080. A refusal exits 2,
+// a server error 1, and --json prints the server's answer unchanged.
+func TestClientEnvironment(t *testing.T) {
+	status := `{"leader":"s1","serving":"s2","stale":false,"term":4,"generation":9,"gpus":8,"gpus_used":2,"jobs":{"running":1}}` + "\n"
+	var mu sync.Mutex
+	var tokens []string
+	answer := func(code int, body string) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			tokens = append(tokens, r.Header.Get("Authorization"))
+			mu.Unlock()
+			w.WriteHeader(code)
+			fmt.Fprint(w, body)
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	ok, refusing, failing := answer(http.StatusOK, status), answer(http.StatusForbidden, `{"error":"api: no"}`), answer(http.StatusInternalServerError, "")
+	t.Setenv(client.EnvToken, "plx_from-the-environment")
+
+	t.Setenv(client.EnvServers, "")
+	if f := newStatusCmd().Flags().Lookup("server"); f.DefValue != "["+client.DefaultServer+"]" {
+		t.Errorf("--server default without $%s: %s", client.EnvServers, f.DefValue)
+	}
+	t.Setenv(client.EnvServers, "http://127.0.0.1:1,"+ok)
+	if code, out := runOut("status"); code != 0 || !strings.Contains(out, "leader s1, term 4, generation 9\nGPUs 2 used of 8\n") {
+		t.Errorf("status from $%s: %d %s", client.EnvServers, code, out)
+	}
+	if code, out := runOut("status", "--json"); code != 0 || out != status {
+		t.Errorf("status --json: %d %q, want the server's answer %q", code, out, status)
+	}
+	mu.Lock()
+	if len(tokens) != 2 || tokens[0] != "Bearer plx_from-the-environment" || tokens[1] != tokens[0] {
+		t.Errorf("tokens sent: %q", tokens)
+	}
+	mu.Unlock()
+	for _, tc := range []struct {
+		server string
+		code   int
+	}{{ok, 0}, {refusing, 2}, {failing, 1}} {
+		if code, out := runOut("status", "--server", tc.server); code != tc.code {
+			t.Errorf("status --server %s over $%s: exit %d (%s), want %d", tc.server, client.EnvServers, code, out, tc.code)
 		}
 	}
 }

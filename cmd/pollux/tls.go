@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"pollux/cluster"
 	"pollux/cluster/pki"
+	"pollux/internal/usage"
 )
 
 func init() { subcommands = append(subcommands, newTLSCmd, newKeygenCmd) }
@@ -27,6 +29,14 @@ func newTLSCmd() *cobra.Command {
 	return cmd
 }
 
+// pkiInput makes a bad name or file of package pki bad input.
+func pkiInput(err error) error {
+	if errors.Is(err, pki.ErrBadName) || errors.Is(err, pki.ErrBadFile) {
+		return usage.Wrap(err)
+	}
+	return err
+}
+
 func newTLSCACreateCmd() *cobra.Command {
 	var (
 		dir, name string
@@ -41,19 +51,14 @@ func newTLSCACreateCmd() *cobra.Command {
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if days < 1 {
-				return badInput(fmt.Errorf("tls ca create: --days %d, want >= 1", days))
+				return usage.Wrap(fmt.Errorf("tls ca create: --days %d, want >= 1", days))
 			}
-			ca, err := pki.NewCA(pki.CAOptions{CommonName: name, Validity: time.Duration(days) * 24 * time.Hour})
+			ca, certPath, keyPath, err := pki.CreateCA(dir, pki.CAOptions{CommonName: name, Validity: time.Duration(days) * 24 * time.Hour})
 			if err != nil {
-				return err
+				return pkiInput(err)
 			}
-			certPath, keyPath, err := pki.WriteCA(dir, ca)
-			if err != nil {
-				return badInput(err)
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "wrote %s\nwrote %s\n", certPath, keyPath)
-			fmt.Fprintf(out, "CA %q valid until %s, SHA-256 fingerprint %s\n", ca.Cert.Subject.CommonName, ca.Cert.NotAfter.UTC().Format(time.RFC3339), pki.Fingerprint(ca.Cert))
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\nwrote %s\nCA %q valid until %s, SHA-256 fingerprint %s\n", certPath, keyPath,
+				ca.Cert.Subject.CommonName, ca.Cert.NotAfter.UTC().Format(time.RFC3339), pki.Fingerprint(ca.Cert))
 			return nil
 		},
 	}
@@ -82,40 +87,26 @@ func newTLSCertCreateCmd() *cobra.Command {
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if role == "" || name == "" {
-				return badInput(errors.New("tls cert create: --role and --name are required"))
+				return usage.Wrap(errors.New("tls cert create: --role and --name are required"))
 			}
 			r, err := pki.ParseRole(role)
 			if err != nil {
-				return badInput(err)
+				return usage.Wrap(err)
 			}
 			if days < 1 {
-				return badInput(fmt.Errorf("tls cert create: --days %d, want >= 1", days))
+				return usage.Wrap(fmt.Errorf("tls cert create: --days %d, want >= 1", days))
 			}
-			if caPath == "" {
-				caPath = filepath.Join(dir, pki.CAFile)
-			}
-			if caKey == "" {
-				caKey = filepath.Join(dir, pki.CAKeyFile)
-			}
-			ca, err := pki.LoadCA(caPath, caKey)
+			ca, err := pki.LoadCA(cmp.Or(caPath, filepath.Join(dir, pki.CAFile)), cmp.Or(caKey, filepath.Join(dir, pki.CAKeyFile)))
 			if err != nil {
-				return badInput(fmt.Errorf("tls cert create: %w (make a CA with pollux tls ca create)", err))
+				return usage.Wrap(fmt.Errorf("tls cert create: %w (make a CA with pollux tls ca create)", err))
 			}
 			id := pki.Identity{Role: r, Name: name, Cluster: clusterName}
-			if err := id.Validate(); err != nil {
-				return badInput(fmt.Errorf("tls cert create: %w", err))
-			}
-			is, err := ca.Issue(pki.CertRequest{Identity: id, Hosts: hosts, Validity: time.Duration(days) * 24 * time.Hour})
+			is, certPath, keyPath, err := ca.IssueTo(dir, pki.CertRequest{Identity: id, Hosts: hosts, Validity: time.Duration(days) * 24 * time.Hour})
 			if err != nil {
-				return badInput(err)
-			}
-			certPath, keyPath, err := pki.WriteIssued(dir, id, is)
-			if err != nil {
-				return badInput(err)
+				return pkiInput(fmt.Errorf("tls cert create: %w", err))
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "wrote %s\nwrote %s\n", certPath, keyPath)
-			fmt.Fprintf(out, "%s %s (%s) valid until %s", r, name, id.URI(), is.Cert.NotAfter.UTC().Format(time.RFC3339))
+			fmt.Fprintf(out, "wrote %s\nwrote %s\n%s %s (%s) valid until %s", certPath, keyPath, r, name, id.URI(), is.Cert.NotAfter.UTC().Format(time.RFC3339))
 			if r != pki.RoleClient {
 				fmt.Fprintf(out, " for %v %v", is.Cert.IPAddresses, is.Cert.DNSNames)
 			}
@@ -157,7 +148,7 @@ func newKeygenCmd() *cobra.Command {
 // noArgs refuses positional arguments as bad input (exit status 2).
 func noArgs(cmd *cobra.Command, args []string) error {
 	if err := cobra.NoArgs(cmd, args); err != nil {
-		return badInput(err)
+		return usage.Wrap(err)
 	}
 	return nil
 }

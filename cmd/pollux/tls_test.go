@@ -27,6 +27,8 @@ import (
 	"testing"
 	"time"
 
+	"pollux/actors/agent"
+	"pollux/actors/server"
 	"pollux/actors/server/api"
 	"pollux/cluster"
 	"pollux/cluster/pki"
@@ -42,10 +44,7 @@ func runOut(args ...string) (int, string) {
 	root.SetErr(&out)
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
-		if _, ok := err.(usageError); ok {
-			return 2, out.String() + err.Error()
-		}
-		return 1, out.String() + err.Error()
+		return exitCode(err), out.String() + err.Error()
 	}
 	return 0, out.String()
 }
@@ -279,14 +278,14 @@ func TestSecurePortsRefuseStrangers(t *testing.T) {
 	srv, line := startProc(t, &srvLog, append([]string{"server", "--id", "ts0", "--data-dir", t.TempDir(), "--raft", raftAddr,
 		"--http", httpAddr, "--peers", "ts0=" + raftAddr + "=" + httpAddr, "--bootstrap", "--fast-gossip", "--interval", "500ms", "--log-level", "warn"},
 		b.Flags("ts0")...)...)
-	var sr serverReady
+	var sr server.Ready
 	if err := json.Unmarshal(line, &sr); err != nil {
 		t.Fatal(err)
 	}
 	token := bootstrapTokens(t, httpAddr)
+	var ar agent.Ready // (before the variable agent hides the package)
 	agent, line := startProc(t, &agentLog, append([]string{"agent", "--name", "a3", "--gpus", "2", "--fast-gossip", "--log-level", "warn",
 		"--join", sr.Gossip, "--worker-exec", strings.Join(selfExec, ",")}, b.Flags("a3")...)...)
-	var ar agentReady
 	if err := json.Unmarshal(line, &ar); err != nil {
 		t.Fatal(err)
 	}
@@ -422,9 +421,9 @@ func TestGossipKeyReloadOnSIGHUP(t *testing.T) {
 	flags := b.Flags("a2")
 	flags[len(flags)-1] = keyFile
 	var log logbuf.Buffer
+	var ar agent.Ready // (before the variable agent hides the package)
 	agent, line := startProc(t, &log, append([]string{"agent", "--name", "a2", "--gpus", "1", "--fast-gossip", "--log-level", "info",
 		"--worker-exec", strings.Join(selfExec, ",")}, flags...)...)
-	var ar agentReady
 	if err := json.Unmarshal(line, &ar); err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"pollux/cluster"
 	"pollux/cluster/pki"
 	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/testbed"
 	"pollux/testbed/builtin"
 	"pollux/testbed/inproc"
@@ -270,8 +271,8 @@ func (b *bench) start(ctx context.Context) error {
 	}
 	// The nodes, registered up front (gossip would, one write each).
 	l := &inproc.Launcher{Catalog: b.cat, TimeScale: 1, Tick: o.ReportEvery, ReportEvery: o.ReportEvery, AllRanks: true, Logger: b.quiet}
-	var setup []consensus.Command
-	init := consensus.NewInitCluster(filepath.Join(b.dir, "checkpoints"))
+	var setup []state.Command
+	init := state.NewInitCluster(filepath.Join(b.dir, "checkpoints"))
 	init.ID = "bench"
 	setup = append(setup, &init)
 	for i := range o.Nodes {
@@ -288,7 +289,7 @@ func (b *bench) start(ctx context.Context) error {
 		}
 		b.nodes = append(b.nodes, nd)
 		b.agents = append(b.agents, cluster.Member{Name: name, Meta: cluster.Meta{Role: cluster.RoleAgent, GPUs: o.GPUs, ActorAddr: b.nodeSys.Address()}})
-		setup = append(setup, &consensus.RegisterNode{Node: consensus.Node{ID: name, Addresses: []string{b.nodeSys.Address()}, GPUs: o.GPUs, Health: consensus.Alive}})
+		setup = append(setup, &state.RegisterNode{Node: state.Node{ID: name, Addresses: []string{b.nodeSys.Address()}, GPUs: o.GPUs, Health: state.Alive}})
 	}
 	// Jobs of hours, as in a cluster's steady state: a job completing is a
 	// Raft write of its own (FinishJob), which the timed rounds should not
@@ -309,8 +310,8 @@ func (b *bench) start(ctx context.Context) error {
 		id := fmt.Sprintf("job-%05d", i)
 		// A cluster in its steady state: jobs submitted over the last
 		// four hours (a job seconds old is never worth a restart).
-		setup = append(setup, &consensus.SubmitJob{ID: id, SubmitTime: now - 4*3600*rng.Float64(),
-			Spec: consensus.JobSpec{Name: id, App: app, MinReplicas: 1, MaxReplicas: 8, Limits: b.cat[app].Limits()}})
+		setup = append(setup, &state.SubmitJob{ID: id, SubmitTime: now - 4*3600*rng.Float64(),
+			Spec: state.JobSpec{Name: id, App: app, MinReplicas: 1, MaxReplicas: 8, Limits: b.cat[app].Limits()}})
 	}
 	for chunk := range slices.Chunk(setup, 512) {
 		c, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -374,7 +375,7 @@ func (b *bench) startActors(s *server) error {
 	id := s.id
 	props, err := allocator.NewAllocator(allocator.Config{Store: s.srv, Server: s.id, Members: b.members, Interval: b.o.Interval,
 		MaxFailures: -1, Logger: b.quiet,
-		NodePID: func(n *consensus.Node) *actor.PID { return actor.NewPID(n.Addresses[0], "node-"+n.ID) },
+		NodePID: func(n *state.Node) *actor.PID { return actor.NewPID(n.Addresses[0], "node-"+n.ID) },
 		HostPID: func(m cluster.Member) *actor.PID { return actor.NewPID(m.Meta.ActorAddr, "jobhost-"+m.Name) },
 	}, func(ri allocator.RoundInfo) {
 		b.mu.Lock()
@@ -501,7 +502,7 @@ func jobSeconds(a testbed.Application) float64 {
 	return a.EpochEnd(a.MaxEpochs()) * step
 }
 
-func gpusUsed(st *consensus.State) int {
+func gpusUsed(st *state.State) int {
 	n := 0
 	for _, g := range st.UsedGPUs() {
 		n += g

@@ -19,6 +19,7 @@ import (
 
 	"pollux/cluster/pki"
 	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer/goodput"
 )
 
@@ -139,7 +140,7 @@ func memberHandler(srv *consensus.Server) http.Handler {
 	mux.HandleFunc("POST /bench/write", func(w http.ResponseWriter, req *http.Request) {
 		ctx, cancel := context.WithTimeout(req.Context(), 20*time.Second)
 		defer cancel()
-		if err := srv.RegisterNode(ctx, consensus.Node{ID: req.URL.Query().Get("node"), GPUs: 1}); err != nil {
+		if err := srv.RegisterNode(ctx, state.Node{ID: req.URL.Query().Get("node"), GPUs: 1}); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
@@ -181,9 +182,9 @@ const (
 func commitAllocations(ctx context.Context, srv *consensus.Server, n, batch int) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	var setup []consensus.Command
+	var setup []state.Command
 	for i := range benchNodes {
-		setup = append(setup, &consensus.RegisterNode{Node: consensus.Node{ID: fmt.Sprintf("bench-node-%d", i), GPUs: 8, Health: consensus.Alive}})
+		setup = append(setup, &state.RegisterNode{Node: state.Node{ID: fmt.Sprintf("bench-node-%d", i), GPUs: 8, Health: state.Alive}})
 	}
 	st := srv.LocalState()
 	for j := range benchJobs {
@@ -191,7 +192,7 @@ func commitAllocations(ctx context.Context, srv *consensus.Server, n, batch int)
 		if _, ok := st.Jobs[id]; ok {
 			continue
 		}
-		setup = append(setup, &consensus.SubmitJob{ID: id, Spec: consensus.JobSpec{App: "bench", MinReplicas: 1, MaxReplicas: 4,
+		setup = append(setup, &state.SubmitJob{ID: id, Spec: state.JobSpec{App: "bench", MinReplicas: 1, MaxReplicas: 4,
 			Limits: goodput.Limits{InitBatch: 64, MaxBatch: 1024, MinLocal: 32, MaxLocal: 256}, CheckpointDir: "/checkpoints/" + id}})
 	}
 	if err := applyAll(ctx, srv, setup); err != nil {
@@ -209,15 +210,15 @@ func commitAllocations(ctx context.Context, srv *consensus.Server, n, batch int)
 	start := time.Now()
 	for done := 0; done < n; {
 		k := min(batch, n-done)
-		cmds := make([]consensus.Command, k)
+		cmds := make([]state.Command, k)
 		for i := range cmds {
 			gen++
-			jobs := make(map[string][]consensus.Slot, benchJobs)
+			jobs := make(map[string][]state.Slot, benchJobs)
 			for j := range benchJobs {
-				jobs[fmt.Sprintf("bench-job-%d", j)] = []consensus.Slot{{
+				jobs[fmt.Sprintf("bench-job-%d", j)] = []state.Slot{{
 					Node: fmt.Sprintf("bench-node-%d", (j+int(gen))%benchNodes), GPUs: 1 + int(gen)%2}}
 			}
-			cmds[i] = &consensus.CommitAllocation{Generation: gen, Term: term, Jobs: jobs}
+			cmds[i] = &state.CommitAllocation{Generation: gen, Term: term, Jobs: jobs}
 		}
 		if err := applyAll(ctx, srv, cmds); err != nil {
 			return 0, err
@@ -227,7 +228,7 @@ func commitAllocations(ctx context.Context, srv *consensus.Server, n, batch int)
 	return time.Since(start).Seconds(), nil
 }
 
-func applyAll(ctx context.Context, srv *consensus.Server, cmds []consensus.Command) error {
+func applyAll(ctx context.Context, srv *consensus.Server, cmds []state.Command) error {
 	if len(cmds) == 0 {
 		return nil
 	}

@@ -27,6 +27,7 @@ import (
 	"pollux/cluster/federation"
 	"pollux/cluster/pki"
 	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // ErrConfig is returned for unusable options; ErrFailed for a run whose
@@ -331,7 +332,7 @@ func ended(ctx context.Context, l *lab, ids []string) error {
 	return nil
 }
 
-func endedOn(st *consensus.State, ids []string) error {
+func endedOn(st *state.State, ids []string) error {
 	if st.Fed == nil {
 		return errors.New("no federation state")
 	}
@@ -415,7 +416,7 @@ func newLab(ctx context.Context, dir, name string, servers, nodes int, log *slog
 	}
 	for i := range nodes {
 		c, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := l.leader.RegisterNode(c, consensus.Node{ID: fmt.Sprintf("n%d", i), GPUs: 8, Addresses: []string{"127.0.0.1:1"}})
+		err := l.leader.RegisterNode(c, state.Node{ID: fmt.Sprintf("n%d", i), GPUs: 8, Addresses: []string{"127.0.0.1:1"}})
 		cancel()
 		if err != nil {
 			return l, err
@@ -461,7 +462,7 @@ func (l *lab) serve(ctx context.Context, o Options, labs []*lab, nodes int, log 
 	}
 	c, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := l.leader.ApplyCommand(c, &consensus.SetLab{Name: l.name, CA: pki.Fingerprint(cas[0]), Quota: fed.Quota, Peers: fed.LabPeers()}); err != nil {
+	if err := l.leader.ApplyCommand(c, &state.SetLab{Name: l.name, CA: pki.Fingerprint(cas[0]), Quota: fed.Quota, Peers: fed.LabPeers()}); err != nil {
 		return err
 	}
 	if l.link, err = fedlink.New(fedlink.Config{Name: l.name, Creds: creds, Federation: fed, Store: l.leader, Interval: o.Interval, Logger: log}); err != nil {

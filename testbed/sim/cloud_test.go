@@ -242,7 +242,7 @@ func TestCloudScenarioBuiltin(t *testing.T) {
 		}
 		return res
 	}
-	auto := run(optimizer.NewAutoscalePollux(as), Adaptive, 1)
+	auto := run(optimizer.NewAutoscaled(optimizer.NewPollux(), as), Adaptive, 1)
 	fixed := run(optimizer.NewPollux(), Adaptive, cloud.MaxNodes)
 	thr := run(optimizer.NewThroughputAutoscale(as), FixedLocal, 1)
 	if !(auto.Cloud.Cost < 0.8*fixed.Cloud.Cost) {

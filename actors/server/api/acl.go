@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"pollux/cluster/pki"
-	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // Paths of the token API: POST PathACLBootstrap makes the first admin
@@ -52,7 +52,7 @@ type NewToken struct {
 	Role string `json:"role"`
 }
 
-func tokenOf(t consensus.Token, bootstrap string) Token {
+func tokenOf(t state.Token, bootstrap string) Token {
 	return Token{Accessor: t.Accessor, Name: t.Name, Role: t.Role.String(), CreateTime: t.CreateTime,
 		Revoked: t.Revoked, RevokeTime: t.RevokeTime, Bootstrap: t.Accessor == bootstrap && bootstrap != ""}
 }
@@ -106,11 +106,11 @@ func (a *API) bootstrap(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, Error{err.Error()})
 		return
 	}
-	tok := consensus.Token{Accessor: acc, Name: BootstrapName, Role: consensus.RoleAdmin, Hash: consensus.HashSecret(secret), CreateTime: a.now()}
+	tok := state.Token{Accessor: acc, Name: BootstrapName, Role: state.RoleAdmin, Hash: state.HashSecret(secret), CreateTime: a.now()}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	err = a.cfg.Backend.ApplyCommand(ctx, &consensus.BootstrapACL{Token: tok})
-	if errors.Is(err, consensus.ErrACLBootstrapped) && !made {
+	err = a.cfg.Backend.ApplyCommand(ctx, &state.BootstrapACL{Token: tok})
+	if errors.Is(err, state.ErrACLBootstrapped) && !made {
 		// A retry of a bootstrap with the same secret (the first attempt
 		// may have committed without its answer arriving) succeeds.
 		if t, ok := a.awaitToken(ctx, secret); ok {
@@ -122,7 +122,7 @@ func (a *API) bootstrap(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		code := writeStatus(err)
-		if errors.Is(err, consensus.ErrACLBootstrapped) {
+		if errors.Is(err, state.ErrACLBootstrapped) {
 			a.refuse(w, r, code, principal{}, "api: this cluster's tokens were bootstrapped already (once in a cluster's life); ask an admin for a token")
 			return
 		}
@@ -143,18 +143,18 @@ func (a *API) bootstrap(w http.ResponseWriter, r *http.Request) {
 
 // awaitToken authenticates secret against the local table, waiting for
 // a follower that has not applied the bootstrap yet.
-func (a *API) awaitToken(ctx context.Context, secret string) (consensus.Token, bool) {
+func (a *API) awaitToken(ctx context.Context, secret string) (state.Token, bool) {
 	for {
 		t, boot, err := a.cfg.Backend.Authenticate(secret)
-		if err == nil && t.Role == consensus.RoleAdmin {
+		if err == nil && t.Role == state.RoleAdmin {
 			return t, true
 		}
 		if boot {
-			return consensus.Token{}, false
+			return state.Token{}, false
 		}
 		select {
 		case <-ctx.Done():
-			return consensus.Token{}, false
+			return state.Token{}, false
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -180,7 +180,7 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, Error{fmt.Sprintf("api: token body: %v (want {\"name\": ..., \"role\": \"read|submit|admin\"})", err)})
 		return
 	}
-	role, err := consensus.ParseRole(body.Role)
+	role, err := state.ParseRole(body.Role)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, Error{fmt.Sprintf("api: unknown role %q (want read, submit or admin)", body.Role)})
 		return
@@ -196,10 +196,10 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalOf(r)
-	tok := consensus.Token{Accessor: acc, Name: body.Name, Role: role, Hash: consensus.HashSecret(secret), CreateTime: a.now()}
+	tok := state.Token{Accessor: acc, Name: body.Name, Role: role, Hash: state.HashSecret(secret), CreateTime: a.now()}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	if err := a.cfg.Backend.ApplyCommand(ctx, &consensus.CreateToken{Token: tok, By: p.accessor()}); err != nil {
+	if err := a.cfg.Backend.ApplyCommand(ctx, &state.CreateToken{Token: tok, By: p.accessor()}); err != nil {
 		a.writeRefusal(w, r, p, err)
 		return
 	}
@@ -227,7 +227,7 @@ func (a *API) revokeToken(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	now := a.now()
-	if err := a.cfg.Backend.ApplyCommand(ctx, &consensus.RevokeToken{Accessor: acc, By: p.accessor(), Time: now}); err != nil {
+	if err := a.cfg.Backend.ApplyCommand(ctx, &state.RevokeToken{Accessor: acc, By: p.accessor(), Time: now}); err != nil {
 		a.writeRefusal(w, r, p, err)
 		return
 	}
@@ -239,7 +239,7 @@ func (a *API) revokeToken(w http.ResponseWriter, r *http.Request) {
 func (a *API) self(w http.ResponseWriter, r *http.Request) {
 	p := principalOf(r)
 	if p.anonymous {
-		writeJSON(w, http.StatusOK, Token{Name: "anonymous", Role: consensus.RoleAdmin.String()})
+		writeJSON(w, http.StatusOK, Token{Name: "anonymous", Role: state.RoleAdmin.String()})
 		return
 	}
 	writeJSON(w, http.StatusOK, tokenOf(p.token, a.cfg.Backend.LocalState().ACL.BootstrapAccessor()))

@@ -23,8 +23,10 @@ import (
 	"pollux/cluster"
 	"pollux/cluster/federation"
 	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer"
 	"pollux/optimizer/goodput"
+	"pollux/optimizer/topology"
 )
 
 // Paths of the API. A job's own resource is PathJobs/{id}; cancelling it
@@ -47,15 +49,15 @@ var _ Backend = (*consensus.Server)(nil)
 type Backend interface {
 	Leadership() (term uint64, leader bool)
 	Leader() (raft.ServerID, raft.ServerAddress)
-	Read(ctx context.Context) (*consensus.State, error)
-	LocalState() *consensus.State
-	LocalJob(id string) (*consensus.Job, consensus.ClusterConfig)
+	Read(ctx context.Context) (*state.State, error)
+	LocalState() *state.State
+	LocalJob(id string) (*state.Job, state.ClusterConfig)
 	// ApplyCommand commits a write (SubmitJob, CancelJob, the token
 	// commands) and returns the state machine's refusal, if any.
-	ApplyCommand(ctx context.Context, c consensus.Command) error
+	ApplyCommand(ctx context.Context, c state.Command) error
 	// Authenticate finds a token by its secret in the local copy of the
 	// token table, and says whether the table is bootstrapped.
-	Authenticate(secret string) (consensus.Token, bool, error)
+	Authenticate(secret string) (state.Token, bool, error)
 	Servers() ([]raft.Server, error)
 	AddVoter(ctx context.Context, id raft.ServerID, addr raft.ServerAddress) error
 	RemoveServer(ctx context.Context, id raft.ServerID) error
@@ -321,7 +323,7 @@ func New(id string, cfg Config) *API {
 	a.leaderships = prometheus.NewCounter(prometheus.CounterOpts{Name: "pollux_leader_changes_total", Help: "Leaderships this server has taken up."})
 	a.reg.MustRegister(a.roundTime, a.fitness, a.leaderships, stateCollector{a})
 	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{})
-	read, submit, admin := consensus.RoleRead, consensus.RoleSubmit, consensus.RoleAdmin
+	read, submit, admin := state.RoleRead, state.RoleSubmit, state.RoleAdmin
 	for _, rt := range []route{
 		{"POST " + PathJobs, submit, a.submit},
 		{"GET " + PathJobs, read, a.jobs},
@@ -423,11 +425,11 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	cs := consensus.JobSpec{Name: spec.Name, Command: spec.Command, App: spec.Application,
+	cs := state.JobSpec{Name: spec.Name, Command: spec.Command, App: spec.Application,
 		MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas, Limits: spec.Limits(), CheckpointDir: spec.CheckpointDir,
 		Topology: spec.Topology, GPUType: spec.GPUType, Epochs: spec.Epochs}
 	p := principalOf(r)
-	err = a.cfg.Backend.ApplyCommand(ctx, &consensus.SubmitJob{ID: spec.Name, Spec: cs, SubmitTime: a.now(), Submitter: p.accessor()})
+	err = a.cfg.Backend.ApplyCommand(ctx, &state.SubmitJob{ID: spec.Name, Spec: cs, SubmitTime: a.now(), Submitter: p.accessor()})
 	if err != nil {
 		a.writeRefusal(w, r, p, err)
 		return
@@ -454,7 +456,7 @@ func (a *API) checkpointRoot() string {
 
 // state reads the leader's linearizable state or, on a follower, the
 // local copy (stale true).
-func (a *API) state(ctx context.Context) (*consensus.State, bool, error) {
+func (a *API) state(ctx context.Context) (*state.State, bool, error) {
 	if _, leader := a.cfg.Backend.Leadership(); leader {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -475,7 +477,7 @@ func (a *API) jobs(w http.ResponseWriter, r *http.Request) {
 }
 
 // JobsOf lists the jobs of st by submission time.
-func JobsOf(st *consensus.State) []Job {
+func JobsOf(st *state.State) []Job {
 	out := []Job{}
 	for _, id := range st.JobIDs() {
 		out = append(out, jobOf(st, id))
@@ -484,7 +486,7 @@ func JobsOf(st *consensus.State) []Job {
 	return out
 }
 
-func jobOf(st *consensus.State, id string) Job {
+func jobOf(st *state.State, id string) Job {
 	j := st.Jobs[id]
 	slots := st.Allocation.Jobs[id]
 	k := 0
@@ -509,16 +511,16 @@ func jobOf(st *consensus.State, id string) Job {
 	}
 	out.GPUType, out.Epochs = j.Spec.GPUType, j.Spec.Epochs
 	for _, sl := range slots {
-		p := SlotJSON{Node: sl.Node, GPUs: sl.GPUs, Rack: optimizer.DefaultDomain}
+		p := SlotJSON{Node: sl.Node, GPUs: sl.GPUs, Rack: topology.DefaultDomain}
 		if n := st.Nodes[sl.Node]; n != nil {
-			p.Rack, p.GPUType = cmp.Or(n.Rack, optimizer.DefaultDomain), n.GPUType
+			p.Rack, p.GPUType = cmp.Or(n.Rack, topology.DefaultDomain), n.GPUType
 		}
 		out.Placement = append(out.Placement, p)
 	}
 	return out
 }
 
-func bidOf(b *consensus.Bid) *BidJSON {
+func bidOf(b *state.Bid) *BidJSON {
 	if b.Version == 0 {
 		return nil
 	}
@@ -539,7 +541,7 @@ func bidOf(b *consensus.Bid) *BidJSON {
 	return out
 }
 
-func choicesOf(cs []consensus.BatchChoice) []ChoiceJSON {
+func choicesOf(cs []state.BatchChoice) []ChoiceJSON {
 	var out []ChoiceJSON
 	for _, c := range cs {
 		out = append(out, ChoiceJSON{LocalBatch: c.LocalBatch, AccumSteps: c.AccumSteps, Gain: c.Gain})
@@ -570,7 +572,7 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 	p := principalOf(r)
 	// Another's job is refused from the local copy before anything is
 	// written; the state machine checks again, in log order.
-	if j, _ := a.cfg.Backend.LocalJob(id); j != nil && p.role() != consensus.RoleAdmin && j.Submitter != p.accessor() {
+	if j, _ := a.cfg.Backend.LocalJob(id); j != nil && p.role() != state.RoleAdmin && j.Submitter != p.accessor() {
 		owner := "nobody known (only an admin may cancel it)"
 		if j.Submitter != "" {
 			owner = fmt.Sprintf("token %s (%s)", j.Submitter, j.SubmitterName)
@@ -584,17 +586,17 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 	if !p.anonymous {
 		reason = "cancelled by token " + p.token.Name
 	}
-	err := a.cfg.Backend.ApplyCommand(ctx, &consensus.CancelJob{ID: id, By: p.accessor(), Reason: reason, Time: a.now()})
+	err := a.cfg.Backend.ApplyCommand(ctx, &state.CancelJob{ID: id, By: p.accessor(), Reason: reason, Time: a.now()})
 	switch {
-	case errors.Is(err, consensus.ErrUnknownJob):
+	case errors.Is(err, state.ErrUnknownJob):
 		writeJSON(w, http.StatusNotFound, Error{fmt.Sprintf("api: no job %q", id)})
-	case errors.Is(err, consensus.ErrJobFinished):
+	case errors.Is(err, state.ErrJobFinished):
 		writeJSON(w, http.StatusConflict, Error{fmt.Sprintf("api: job %q has already finished: %v", id, err)})
 	case err != nil:
 		a.writeRefusal(w, r, p, err)
 	default:
 		a.cfg.Logger.Info("api: job cancelled", "job", id, "by", p.String())
-		out := CancelResult{ID: id, State: consensus.Cancelled.String()}
+		out := CancelResult{ID: id, State: state.Cancelled.String()}
 		if inc, ok := a.finalIncarnation(ctx, id); ok {
 			out.Incarnation = &inc
 		}
@@ -644,8 +646,8 @@ func (a *API) nodes(w http.ResponseWriter, r *http.Request) {
 	out := []Node{}
 	for _, id := range st.NodeIDs() {
 		n := st.Nodes[id]
-		nd := Node{ID: id, Health: n.Health.String(), GPUs: n.GPUs, Used: used[id], Rack: cmp.Or(n.Rack, optimizer.DefaultDomain),
-			Topology: optimizer.FormatTopology(n.Domains(), st.Config.TopologyLevels()), GPUType: n.GPUType}
+		nd := Node{ID: id, Health: n.Health.String(), GPUs: n.GPUs, Used: used[id], Rack: cmp.Or(n.Rack, topology.DefaultDomain),
+			Topology: topology.FormatTopology(n.Domains(), st.Config.TopologyLevels()), GPUType: n.GPUType}
 		if len(n.Addresses) > 0 {
 			nd.Address = n.Addresses[0]
 		}
@@ -689,7 +691,7 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 // that autoscales (or not) at nodeCost per node-hour shows it: nil when
 // the autoscaler never decided anything and the server does not
 // autoscale; the cost only on a server that does.
-func AutoscaleOf(st *consensus.State, now time.Time, autoscaling bool, nodeCost float64) *AutoscaleJSON {
+func AutoscaleOf(st *state.State, now time.Time, autoscaling bool, nodeCost float64) *AutoscaleJSON {
 	sc := st.Scale
 	if sc.Seq == 0 && sc.Desired == 0 && !autoscaling {
 		return nil
@@ -737,7 +739,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		byState[j.State.String()]++
 		restarts += j.Restarts
 	}
-	for _, s := range []consensus.JobState{consensus.Pending, consensus.Running, consensus.Rescaling, consensus.Completed, consensus.Failed, consensus.Cancelled} {
+	for _, s := range []state.JobState{state.Pending, state.Running, state.Rescaling, state.Completed, state.Failed, state.Cancelled} {
 		ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(byState[s.String()]), s.String())
 	}
 	total, used := st.GPUCounts()

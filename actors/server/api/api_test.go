@@ -19,12 +19,13 @@ import (
 	"pollux/actors/fedlink"
 	"pollux/cluster/federation"
 	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer/goodput"
 )
 
 // fakeBackend is a leader (unless follower) holding a state in memory.
 type fakeBackend struct {
-	st       *consensus.State
+	st       *state.State
 	follower bool
 	// full refuses writes as a leader whose disk is full.
 	full    bool
@@ -40,15 +41,15 @@ type fakeBackend struct {
 func (f *fakeBackend) Leadership() (uint64, bool) { return 3, !f.follower }
 
 // ApplyCommand applies c to the state as the state machine does.
-func (f *fakeBackend) ApplyCommand(_ context.Context, c consensus.Command) error {
+func (f *fakeBackend) ApplyCommand(_ context.Context, c state.Command) error {
 	if f.full {
 		return consensus.ErrNoSpace
 	}
 	f.applied++
-	_, err := consensus.ApplyTo(f.st, c, 3)
+	_, err := state.ApplyTo(f.st, c, 3)
 	return err
 }
-func (f *fakeBackend) Authenticate(secret string) (consensus.Token, bool, error) {
+func (f *fakeBackend) Authenticate(secret string) (state.Token, bool, error) {
 	t, err := f.st.ACL.Authenticate(secret)
 	return t, f.st.ACL.Bootstrapped(), err
 }
@@ -65,14 +66,14 @@ func (f *fakeBackend) RemoveServer(_ context.Context, id raft.ServerID) error {
 func (f *fakeBackend) Leader() (raft.ServerID, raft.ServerAddress) {
 	return "s1", "127.0.0.1:1"
 }
-func (f *fakeBackend) Read(context.Context) (*consensus.State, error) {
+func (f *fakeBackend) Read(context.Context) (*state.State, error) {
 	if f.onRead != nil {
 		f.onRead()
 	}
 	return f.st, f.readErr
 }
-func (f *fakeBackend) LocalState() *consensus.State { return f.st }
-func (f *fakeBackend) LocalJob(id string) (*consensus.Job, consensus.ClusterConfig) {
+func (f *fakeBackend) LocalState() *state.State { return f.st }
+func (f *fakeBackend) LocalJob(id string) (*state.Job, state.ClusterConfig) {
 	return f.st.Jobs[id], f.st.Config
 }
 
@@ -85,17 +86,17 @@ const (
 )
 
 func newTest() (*API, *fakeBackend) {
-	fb := &fakeBackend{st: &consensus.State{Jobs: map[string]*consensus.Job{}, Nodes: map[string]*consensus.Node{
-		"n1": {ID: "n1", GPUs: 4, Health: consensus.Alive, Rack: "r1", Addresses: []string{"127.0.0.1:9"}},
-	}, Allocation: consensus.Allocation{Generation: 2, Jobs: map[string][]consensus.Slot{}}}}
-	for _, c := range []consensus.Command{
-		&consensus.InitCluster{ID: "c1", CheckpointRoot: "/ckpt"},
-		&consensus.BootstrapACL{Token: consensus.Token{Accessor: "acc-admin", Name: BootstrapName, Role: consensus.RoleAdmin, Hash: consensus.HashSecret(adminSecret), CreateTime: 1}},
-		&consensus.CreateToken{Token: consensus.Token{Accessor: "acc-submit", Name: "alice", Role: consensus.RoleSubmit, Hash: consensus.HashSecret(submitSecret), CreateTime: 2}},
-		&consensus.CreateToken{Token: consensus.Token{Accessor: "acc-other", Name: "bob", Role: consensus.RoleSubmit, Hash: consensus.HashSecret(otherSecret), CreateTime: 3}},
-		&consensus.CreateToken{Token: consensus.Token{Accessor: "acc-read", Name: "grafana", Role: consensus.RoleRead, Hash: consensus.HashSecret(readSecret), CreateTime: 4}},
+	fb := &fakeBackend{st: &state.State{Jobs: map[string]*state.Job{}, Nodes: map[string]*state.Node{
+		"n1": {ID: "n1", GPUs: 4, Health: state.Alive, Rack: "r1", Addresses: []string{"127.0.0.1:9"}},
+	}, Allocation: state.Allocation{Generation: 2, Jobs: map[string][]state.Slot{}}}}
+	for _, c := range []state.Command{
+		&state.InitCluster{ID: "c1", CheckpointRoot: "/ckpt"},
+		&state.BootstrapACL{Token: state.Token{Accessor: "acc-admin", Name: BootstrapName, Role: state.RoleAdmin, Hash: state.HashSecret(adminSecret), CreateTime: 1}},
+		&state.CreateToken{Token: state.Token{Accessor: "acc-submit", Name: "alice", Role: state.RoleSubmit, Hash: state.HashSecret(submitSecret), CreateTime: 2}},
+		&state.CreateToken{Token: state.Token{Accessor: "acc-other", Name: "bob", Role: state.RoleSubmit, Hash: state.HashSecret(otherSecret), CreateTime: 3}},
+		&state.CreateToken{Token: state.Token{Accessor: "acc-read", Name: "grafana", Role: state.RoleRead, Hash: state.HashSecret(readSecret), CreateTime: 4}},
 	} {
-		if _, err := consensus.ApplyTo(fb.st, c, 1); err != nil {
+		if _, err := state.ApplyTo(fb.st, c, 1); err != nil {
 			panic(err)
 		}
 	}
@@ -188,7 +189,7 @@ func TestSubmitChecksTheCheckpointDirectory(t *testing.T) {
 func TestReads(t *testing.T) {
 	a, fb := newTest()
 	do(a, "POST", PathJobs, good)
-	fb.st.Allocation.Jobs["j1"] = []consensus.Slot{{Node: "n1", GPUs: 3}}
+	fb.st.Allocation.Jobs["j1"] = []state.Slot{{Node: "n1", GPUs: 3}}
 	code, body := do(a, "GET", PathJobs, "")
 	var jobs []Job
 	if err := json.Unmarshal([]byte(body), &jobs); err != nil || code != 200 || len(jobs) != 1 || jobs[0].GPUs != 3 || jobs[0].State != "pending" {
@@ -232,10 +233,10 @@ func TestStatusShowsTheAutoscalersBill(t *testing.T) {
 	}
 	// At 1000 two machines are asked for; one never joins and is removed
 	// at 1900 (0.25 h); the other joins at 1100.
-	for _, c := range []consensus.Command{
-		&consensus.ScaleDecision{Term: 3, Time: 1000, Desired: 3, Add: []string{"auto-1", "auto-2"}},
-		&consensus.ScaleUpdate{Term: 3, Time: 1100, Name: "auto-1", Outcome: consensus.ScaleJoined},
-		&consensus.ScaleUpdate{Term: 3, Time: 1900, Name: "auto-2", Outcome: consensus.ScaleRemoved, Reason: "never joined"},
+	for _, c := range []state.Command{
+		&state.ScaleDecision{Term: 3, Time: 1000, Desired: 3, Add: []string{"auto-1", "auto-2"}},
+		&state.ScaleUpdate{Term: 3, Time: 1100, Name: "auto-1", Outcome: state.ScaleJoined},
+		&state.ScaleUpdate{Term: 3, Time: 1900, Name: "auto-2", Outcome: state.ScaleRemoved, Reason: "never joined"},
 	} {
 		if err := fb.ApplyCommand(context.Background(), c); err != nil {
 			t.Fatal(err)
@@ -279,7 +280,7 @@ func TestNoForwardingOnThePublicAPI(t *testing.T) {
 func TestJobAndCancel(t *testing.T) {
 	a, fb := newTest()
 	do(a, "POST", PathJobs, good)
-	fb.st.Jobs["j1"].Bid = consensus.Bid{Session: 1, Version: 2, Single: []consensus.BatchChoice{{LocalBatch: 128, Gain: 1}}}
+	fb.st.Jobs["j1"].Bid = state.Bid{Session: 1, Version: 2, Single: []state.BatchChoice{{LocalBatch: 128, Gain: 1}}}
 	fb.st.Jobs["j1"].Incarnation = 3
 	code, body := do(a, "GET", PathJobs+"/j1", "")
 	var j Job
@@ -301,7 +302,7 @@ func TestJobAndCancel(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d mentioning %q", tc.name, code, body, tc.code, tc.mention)
 		}
 	}
-	if fb.st.Jobs["j1"].State != consensus.Cancelled {
+	if fb.st.Jobs["j1"].State != state.Cancelled {
 		t.Errorf("state %v", fb.st.Jobs["j1"].State)
 	}
 	// The answer names the incarnation the cancel took effect in.
@@ -353,7 +354,7 @@ func TestCancelRefusals(t *testing.T) {
 	if len(fb.servers) != 0 {
 		t.Errorf("servers after an oversized add-server: %v", fb.servers)
 	}
-	if fb.st.Jobs["j1"].State != consensus.Pending {
+	if fb.st.Jobs["j1"].State != state.Pending {
 		t.Errorf("j1 %v after refused cancels", fb.st.Jobs["j1"].State)
 	}
 }
@@ -430,10 +431,10 @@ func TestStatusFederation(t *testing.T) {
 	if _, body := do(a, "GET", PathStatus, ""); strings.Contains(body, "federation") {
 		t.Errorf("a cluster in no federation: %s", body)
 	}
-	for _, c := range []consensus.Command{
-		&consensus.SetLab{Name: "lab-a", CA: "fp", Quota: federation.Quota{Nominal: 4, LendingLimit: 4},
+	for _, c := range []state.Command{
+		&state.SetLab{Name: "lab-a", CA: "fp", Quota: federation.Quota{Nominal: 4, LendingLimit: 4},
 			Peers: []federation.Peer{{Name: "lab-b", CAs: []string{"fq"}}}},
-		&consensus.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "lab-a", Lease: "l1", Lender: "lab-a", Borrower: "lab-b",
+		&state.Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "lab-a", Lease: "l1", Lender: "lab-a", Borrower: "lab-b",
 			Nodes: []federation.NodeGPUs{{Node: "n1", GPUs: 4}}, At: 10, TTL: 300}},
 	} {
 		if err := fb.ApplyCommand(context.Background(), c); err != nil {
@@ -463,17 +464,17 @@ func TestJobShowsPerTypeModels(t *testing.T) {
 	a, fb := newTest()
 	do(a, "POST", PathJobs, good)
 	j := fb.st.Jobs["j1"]
-	pt := func(typ string, k int, step float64) consensus.ProfileEntry {
-		return consensus.ProfileEntry{ProfilePoint: goodput.ProfilePoint{Nodes: 1, Replicas: k, LocalBatch: 64, AccumTime: step, StepTime: step},
+	pt := func(typ string, k int, step float64) state.ProfileEntry {
+		return state.ProfileEntry{ProfilePoint: goodput.ProfilePoint{Nodes: 1, Replicas: k, LocalBatch: 64, AccumTime: step, StepTime: step},
 			Count: 3, GPUType: typ}
 	}
-	j.Profile = []consensus.ProfileEntry{pt("", 1, 0.3), pt("a100", 1, 0.1), pt("a100", 2, 0.12), pt("t4", 1, 0.25)}
+	j.Profile = []state.ProfileEntry{pt("", 1, 0.3), pt("a100", 1, 0.1), pt("a100", 2, 0.12), pt("t4", 1, 0.25)}
 	fast := goodput.Params{AlphaC: 0.01, BetaC: 0.001, AlphaN: 0.1, BetaN: 0.01, AlphaR: 0.05, BetaR: 0.005, Gamma: 1.5}
 	slow := fast
 	slow.AlphaC, slow.BetaC = 0.025, 0.0025
-	tab := []consensus.BatchChoice{{LocalBatch: 64, Gain: 1}, {LocalBatch: 64, Gain: 1.5}}
-	j.Bid = consensus.Bid{Session: 1, Version: 3, HasModel: true, Params: fast, MostProfiled: 2, Single: tab, Multi: tab,
-		Types: []consensus.TypeBid{{GPUType: "a100", Params: fast, MostProfiled: 2, Single: tab, Multi: tab},
+	tab := []state.BatchChoice{{LocalBatch: 64, Gain: 1}, {LocalBatch: 64, Gain: 1.5}}
+	j.Bid = state.Bid{Session: 1, Version: 3, HasModel: true, Params: fast, MostProfiled: 2, Single: tab, Multi: tab,
+		Types: []state.TypeBid{{GPUType: "a100", Params: fast, MostProfiled: 2, Single: tab, Multi: tab},
 			{GPUType: "t4", Params: slow, MostProfiled: 1, Single: tab, Multi: tab}}}
 	if err := j.Bid.Validate(); err != nil {
 		t.Fatal(err)

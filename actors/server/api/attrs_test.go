@@ -12,7 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"pollux/cluster"
-	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // typedTest is a cluster of two racks and two GPU types: n1 (r1, t4, 4
@@ -20,12 +20,12 @@ import (
 // left.
 func typedTest() (*API, *fakeBackend) {
 	a, fb := newTest()
-	fb.st.Nodes = map[string]*consensus.Node{
-		"n1": {ID: "n1", GPUs: 4, Health: consensus.Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "t4"},
-		"n2": {ID: "n2", GPUs: 4, Health: consensus.Alive, Rack: "r2", Topology: []string{"r2"}, GPUType: "a100"},
-		"n3": {ID: "n3", GPUs: 4, Health: consensus.Dead, Rack: "r2", Topology: []string{"r2"}, GPUType: "a100"},
-		"n4": {ID: "n4", GPUs: 64, Health: consensus.Left, Rack: "r9", Topology: []string{"r9"}, GPUType: "h100"},
-		"n5": {ID: "n5", GPUs: 8, Health: consensus.Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "a100"},
+	fb.st.Nodes = map[string]*state.Node{
+		"n1": {ID: "n1", GPUs: 4, Health: state.Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "t4"},
+		"n2": {ID: "n2", GPUs: 4, Health: state.Alive, Rack: "r2", Topology: []string{"r2"}, GPUType: "a100"},
+		"n3": {ID: "n3", GPUs: 4, Health: state.Dead, Rack: "r2", Topology: []string{"r2"}, GPUType: "a100"},
+		"n4": {ID: "n4", GPUs: 64, Health: state.Left, Rack: "r9", Topology: []string{"r9"}, GPUType: "h100"},
+		"n5": {ID: "n5", GPUs: 8, Health: state.Alive, Rack: "r1", Topology: []string{"r1"}, GPUType: "a100"},
 	}
 	return a, fb
 }
@@ -56,7 +56,7 @@ func TestSubmitConstraints(t *testing.T) {
 		t.Errorf("stored job %+v", j)
 	}
 	// A cluster without nodes yet cannot tell: it accepts.
-	fb.st.Nodes = map[string]*consensus.Node{}
+	fb.st.Nodes = map[string]*state.Node{}
 	if code, out := do(a, "POST", PathJobs, strings.Replace(good, "j1", "late", 1)+"gpu_type: v100\n"); code != http.StatusCreated {
 		t.Errorf("no nodes yet: %d %s", code, out)
 	}
@@ -70,7 +70,7 @@ func TestReadsShowAttributes(t *testing.T) {
 	fb.st.Nodes["n3"].Topology = nil
 	fb.st.Nodes["n3"].Rack = ""
 	do(a, "POST", PathJobs, good+"gpu_type: a100\ntopology: {preferred: zone}\n")
-	fb.st.Allocation.Jobs["j1"] = []consensus.Slot{{Node: "n2", GPUs: 3}}
+	fb.st.Allocation.Jobs["j1"] = []state.Slot{{Node: "n2", GPUs: 3}}
 	_, body := do(a, "GET", PathNodes, "")
 	var nodes []Node
 	if err := json.Unmarshal([]byte(body), &nodes); err != nil {

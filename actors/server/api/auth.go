@@ -13,6 +13,7 @@ import (
 
 	"pollux/cluster/pki"
 	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // Token limits. A secret the API makes is SecretPrefix and 43 base64url
@@ -27,20 +28,20 @@ const (
 // RoleBootstrap marks the one route that takes no token: the bootstrap
 // of the token table (it needs a client certificate of the cluster CA
 // instead, unless the cluster runs --insecure).
-const roleBootstrap consensus.Role = 0
+const roleBootstrap state.Role = 0
 
 // principal is who sent a request: the token it showed, or nobody
 // (Insecure: every request acts as an admin).
 type principal struct {
-	token     consensus.Token
+	token     state.Token
 	anonymous bool
 }
 
 func (p principal) accessor() string { return p.token.Accessor }
 
-func (p principal) role() consensus.Role {
+func (p principal) role() state.Role {
 	if p.anonymous {
-		return consensus.RoleAdmin
+		return state.RoleAdmin
 	}
 	return p.token.Role
 }
@@ -62,7 +63,7 @@ func principalOf(r *http.Request) principal {
 // route is one endpoint and the role it needs.
 type route struct {
 	pattern string
-	need    consensus.Role
+	need    state.Role
 	h       http.HandlerFunc
 }
 
@@ -129,7 +130,7 @@ func checkSecret(s string, min int) error {
 // leader's API (307 and the URL), whose table is the authority once its
 // state is current; a server that cannot tell (a follower that knows no
 // leader, a leader that cannot confirm its state) answers 503: retry.
-func (a *API) authenticate(r *http.Request, need consensus.Role) (principal, int, string) {
+func (a *API) authenticate(r *http.Request, need state.Role) (principal, int, string) {
 	if a.cfg.Insecure {
 		return principal{anonymous: true}, 0, ""
 	}
@@ -138,7 +139,7 @@ func (a *API) authenticate(r *http.Request, need consensus.Role) (principal, int
 		return principal{}, http.StatusUnauthorized, "api: " + err.Error()
 	}
 	tok, bootstrapped, err := a.cfg.Backend.Authenticate(secret)
-	if err != nil && !errors.Is(err, consensus.ErrTokenRevoked) {
+	if err != nil && !errors.Is(err, state.ErrTokenRevoked) {
 		if _, leader := a.cfg.Backend.Leadership(); !leader {
 			if _, loc := a.leaderURL(r); loc != "" {
 				return principal{}, http.StatusTemporaryRedirect, loc
@@ -157,7 +158,7 @@ func (a *API) authenticate(r *http.Request, need consensus.Role) (principal, int
 		tok, bootstrapped, err = a.cfg.Backend.Authenticate(secret)
 	}
 	switch {
-	case errors.Is(err, consensus.ErrTokenRevoked):
+	case errors.Is(err, state.ErrTokenRevoked):
 		return principal{token: tok}, http.StatusUnauthorized, fmt.Sprintf("api: token %s (%s) was revoked", tok.Accessor, tok.Name)
 	case err != nil && !bootstrapped:
 		return principal{}, http.StatusUnauthorized, "api: unknown token: this cluster has no tokens yet; make its first admin token with `pollux acl bootstrap` (docs/security.md)"
@@ -228,15 +229,15 @@ func newAccessor() (string, error) {
 // machine's refusals are the client's (4xx), the rest unavailability.
 func writeStatus(err error) int {
 	switch {
-	case errors.Is(err, consensus.ErrUnknownToken), errors.Is(err, consensus.ErrTokenRevoked):
+	case errors.Is(err, state.ErrUnknownToken), errors.Is(err, state.ErrTokenRevoked):
 		return http.StatusUnauthorized
-	case errors.Is(err, consensus.ErrPermission):
+	case errors.Is(err, state.ErrPermission):
 		return http.StatusForbidden
-	case errors.Is(err, consensus.ErrJobExists), errors.Is(err, consensus.ErrACLBootstrapped), errors.Is(err, consensus.ErrTokenExists):
+	case errors.Is(err, state.ErrJobExists), errors.Is(err, state.ErrACLBootstrapped), errors.Is(err, state.ErrTokenExists):
 		return http.StatusConflict
-	case errors.Is(err, consensus.ErrLimit), errors.Is(err, consensus.ErrNoSpace):
+	case errors.Is(err, state.ErrLimit), errors.Is(err, consensus.ErrNoSpace):
 		return http.StatusInsufficientStorage
-	case errors.Is(err, consensus.ErrInvalid):
+	case errors.Is(err, state.ErrInvalid):
 		return http.StatusBadRequest
 	}
 	return http.StatusServiceUnavailable

@@ -14,6 +14,7 @@ import (
 	"pollux/cluster"
 	"pollux/cluster/pki"
 	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/internal/logbuf"
 )
 
@@ -29,21 +30,21 @@ func logged() (*API, *fakeBackend, *logbuf.Buffer) {
 // (docs/security.md): reads need read, submitting and cancelling submit,
 // the operator and token endpoints admin; only the bootstrap needs none.
 func TestRouteRoles(t *testing.T) {
-	want := map[string]consensus.Role{
-		"POST " + PathJobs:                             consensus.RoleSubmit,
-		"GET " + PathJobs:                              consensus.RoleRead,
-		"GET " + PathJobs + "/{id}":                    consensus.RoleRead,
-		"POST " + PathJobs + "/{id}/cancel":            consensus.RoleSubmit,
-		"GET " + PathNodes:                             consensus.RoleRead,
-		"GET " + PathStatus:                            consensus.RoleRead,
-		"GET /metrics":                                 consensus.RoleRead,
-		"GET " + PathPeers:                             consensus.RoleAdmin,
-		"POST " + PathPeers:                            consensus.RoleAdmin,
-		"DELETE " + PathPeers + "/{id}":                consensus.RoleAdmin,
-		"GET " + PathACLTokens:                         consensus.RoleAdmin,
-		"POST " + PathACLTokens:                        consensus.RoleAdmin,
-		"POST " + PathACLTokens + "/{accessor}/revoke": consensus.RoleAdmin,
-		"GET " + PathACLSelf:                           consensus.RoleRead,
+	want := map[string]state.Role{
+		"POST " + PathJobs:                             state.RoleSubmit,
+		"GET " + PathJobs:                              state.RoleRead,
+		"GET " + PathJobs + "/{id}":                    state.RoleRead,
+		"POST " + PathJobs + "/{id}/cancel":            state.RoleSubmit,
+		"GET " + PathNodes:                             state.RoleRead,
+		"GET " + PathStatus:                            state.RoleRead,
+		"GET /metrics":                                 state.RoleRead,
+		"GET " + PathPeers:                             state.RoleAdmin,
+		"POST " + PathPeers:                            state.RoleAdmin,
+		"DELETE " + PathPeers + "/{id}":                state.RoleAdmin,
+		"GET " + PathACLTokens:                         state.RoleAdmin,
+		"POST " + PathACLTokens:                        state.RoleAdmin,
+		"POST " + PathACLTokens + "/{accessor}/revoke": state.RoleAdmin,
+		"GET " + PathACLSelf:                           state.RoleRead,
 		"POST " + PathACLBootstrap:                     roleBootstrap,
 	}
 	a, _ := newTest()
@@ -82,14 +83,14 @@ func TestAuthorizationMatrix(t *testing.T) {
 	creds := []struct {
 		name   string
 		secret string
-		role   consensus.Role // 0: refused with 401
+		role   state.Role // 0: refused with 401
 	}{
 		{"no token", "", 0},
 		{"unknown token", "plx_unknown-secret-nobody-has-0123456789ab", 0},
 		{"revoked admin", revokedSecret, 0},
-		{"read", readSecret, consensus.RoleRead},
-		{"submit (alice)", submitSecret, consensus.RoleSubmit},
-		{"admin", adminSecret, consensus.RoleAdmin},
+		{"read", readSecret, state.RoleRead},
+		{"submit (alice)", submitSecret, state.RoleSubmit},
+		{"admin", adminSecret, state.RoleAdmin},
 	}
 	a0, _ := newTest()
 	for _, rt := range a0.routes {
@@ -99,18 +100,18 @@ func TestAuthorizationMatrix(t *testing.T) {
 		for _, c := range creds {
 			t.Run(rt.pattern+"/"+c.name, func(t *testing.T) {
 				a, fb, logs := logged()
-				for _, cmd := range []consensus.Command{
-					&consensus.CreateToken{Token: consensus.Token{Accessor: "acc-revoked", Name: "old", Role: consensus.RoleAdmin, Hash: consensus.HashSecret(revokedSecret), CreateTime: 5}},
-					&consensus.RevokeToken{Accessor: "acc-revoked", Time: 6},
+				for _, cmd := range []state.Command{
+					&state.CreateToken{Token: state.Token{Accessor: "acc-revoked", Name: "old", Role: state.RoleAdmin, Hash: state.HashSecret(revokedSecret), CreateTime: 5}},
+					&state.RevokeToken{Accessor: "acc-revoked", Time: 6},
 				} {
-					if _, err := consensus.ApplyTo(fb.st, cmd, 1); err != nil {
+					if _, err := state.ApplyTo(fb.st, cmd, 1); err != nil {
 						t.Fatal(err)
 					}
 				}
 				if code, out := doAs(a, submitSecret, "POST", PathJobs, strings.Replace(good, "j1", "alices", 1)); code != http.StatusCreated {
 					t.Fatalf("alice submits: %d %s", code, out)
 				}
-				before, applied := consensus.EncodeState(fb.st), fb.applied
+				before, applied := state.EncodeState(fb.st), fb.applied
 				method, path, body := concrete(rt.pattern)
 				code, out := doAs(a, c.secret, method, path, body)
 				want := 0
@@ -133,7 +134,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 				if json.Unmarshal([]byte(out), &e) != nil || !strings.HasPrefix(e.Error, "api: ") {
 					t.Errorf("refusal body %q is not a clear error", out)
 				}
-				if fb.applied != applied || !bytes.Equal(before, consensus.EncodeState(fb.st)) {
+				if fb.applied != applied || !bytes.Equal(before, state.EncodeState(fb.st)) {
 					t.Errorf("a refused request wrote (%d writes) or changed the state", fb.applied-applied)
 				}
 				if lines := logs.Lines("api: refused request"); len(lines) != 1 || !strings.Contains(lines[0], "peer=192.0.2.1:1234") {
@@ -165,7 +166,7 @@ func TestBadAuthorizationHeaders(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a, fb, logs := logged()
-			before := consensus.EncodeState(fb.st)
+			before := state.EncodeState(fb.st)
 			rec := httptest.NewRecorder()
 			r := httptest.NewRequest("POST", PathJobs, strings.NewReader(good))
 			for _, h := range tt.headers {
@@ -181,7 +182,7 @@ func TestBadAuthorizationHeaders(t *testing.T) {
 			if len(rec.Body.String()) > 1024 {
 				t.Errorf("the refusal echoes %d bytes", rec.Body.Len())
 			}
-			if fb.applied != 0 || !bytes.Equal(before, consensus.EncodeState(fb.st)) {
+			if fb.applied != 0 || !bytes.Equal(before, state.EncodeState(fb.st)) {
 				t.Error("a refused request changed the state")
 			}
 			if lines := logs.Lines("api: refused request"); len(lines) != 1 || len(lines[0]) > 2048 {
@@ -226,7 +227,7 @@ func TestCancelOwnJobsOnly(t *testing.T) {
 	if code, _ := doAs(a, readSecret, "POST", PathJobs+"/j1/cancel", ""); code != http.StatusForbidden {
 		t.Errorf("a read token cancels: %d", code)
 	}
-	if fb.applied != applied || fb.st.Jobs["j1"].State != consensus.Pending {
+	if fb.applied != applied || fb.st.Jobs["j1"].State != state.Pending {
 		t.Errorf("refused cancels wrote %d times; j1 is %v", fb.applied-applied, fb.st.Jobs["j1"].State)
 	}
 	if code, out := doAs(a, submitSecret, "POST", PathJobs+"/j1/cancel", ""); code != http.StatusOK {
@@ -235,7 +236,7 @@ func TestCancelOwnJobsOnly(t *testing.T) {
 	if code, out := doAs(a, adminSecret, "POST", PathJobs+"/bobs/cancel", ""); code != http.StatusOK {
 		t.Errorf("the admin cancels bob's job: %d %s", code, out)
 	}
-	if j := fb.st.Jobs["j1"]; j.State != consensus.Cancelled || j.Reason != "cancelled by token alice" {
+	if j := fb.st.Jobs["j1"]; j.State != state.Cancelled || j.Reason != "cancelled by token alice" {
 		t.Errorf("j1 %v %q", j.State, j.Reason)
 	}
 	if n := len(logs.Lines("api: refused request")); n != 3 {
@@ -281,11 +282,11 @@ func TestTokenEndpoints(t *testing.T) {
 		{`{"name":"` + strings.Repeat("n", 100) + `","role":"read"}`, "limit"},
 	}
 	for _, b := range bad {
-		before := consensus.EncodeState(fb.st)
+		before := state.EncodeState(fb.st)
 		if code, out := do(a, "POST", PathACLTokens, b.body); code != http.StatusBadRequest || !strings.Contains(out, b.mention) {
 			t.Errorf("create %s: %d %s, want 400 mentioning %q", b.body, code, out, b.mention)
 		}
-		if !bytes.Equal(before, consensus.EncodeState(fb.st)) {
+		if !bytes.Equal(before, state.EncodeState(fb.st)) {
 			t.Errorf("create %s changed the state", b.body)
 		}
 	}
@@ -322,7 +323,7 @@ func clientTLS(t *testing.T, role pki.Role) *tls.ConnectionState {
 }
 
 func TestBootstrap(t *testing.T) {
-	fb := &fakeBackend{st: &consensus.State{Jobs: map[string]*consensus.Job{}, Nodes: map[string]*consensus.Node{}}}
+	fb := &fakeBackend{st: &state.State{Jobs: map[string]*state.Job{}, Nodes: map[string]*state.Node{}}}
 	var logs logbuf.Buffer
 	a := New("s1", Config{Backend: fb, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	post := func(cs *tls.ConnectionState, body string) (int, string) {
@@ -369,7 +370,7 @@ func TestBootstrap(t *testing.T) {
 	}
 
 	// A bootstrap with the administrator's secret is safe to retry.
-	fb2 := &fakeBackend{st: &consensus.State{Jobs: map[string]*consensus.Job{}, Nodes: map[string]*consensus.Node{}}}
+	fb2 := &fakeBackend{st: &state.State{Jobs: map[string]*state.Job{}, Nodes: map[string]*state.Node{}}}
 	a = New("s1", Config{Backend: fb2, Logger: slog.New(slog.DiscardHandler)})
 	mine := `{"secret":"` + strings.Repeat("m", 40) + `"}`
 	for i, want := range []int{http.StatusCreated, http.StatusOK} {
@@ -444,8 +445,8 @@ func TestLeaderCatchesUpBeforeRefusingTokens(t *testing.T) {
 	fb.onRead = func() {
 		reads++
 		if fb.st.ACL.Bootstrapped() && reads == 1 {
-			c := &consensus.CreateToken{Token: consensus.Token{Accessor: "acc-late", Name: "late", Role: consensus.RoleRead, Hash: consensus.HashSecret(late), CreateTime: 9}}
-			if _, err := consensus.ApplyTo(fb.st, c, 3); err != nil {
+			c := &state.CreateToken{Token: state.Token{Accessor: "acc-late", Name: "late", Role: state.RoleRead, Hash: state.HashSecret(late), CreateTime: 9}}
+			if _, err := state.ApplyTo(fb.st, c, 3); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // FuzzRequestBodies sends any body to every endpoint that decodes one
@@ -38,7 +38,7 @@ func FuzzRequestBodies(f *testing.F) {
 	f.Fuzz(func(t *testing.T, route uint8, body string) {
 		a, fb := newTest()
 		path := paths[int(route)%len(paths)]
-		state, servers, applied := consensus.EncodeState(fb.st), slices.Clone(fb.servers), fb.applied
+		before, servers, applied := state.EncodeState(fb.st), slices.Clone(fb.servers), fb.applied
 		code, out := do(a, "POST", path, body)
 		if code >= 500 {
 			t.Fatalf("POST %s %q: %d %s", path, body, code, out)
@@ -47,7 +47,7 @@ func FuzzRequestBodies(f *testing.F) {
 			t.Fatalf("POST %s %q: %d, not JSON: %s", path, body, code, out)
 		}
 		if code >= 400 {
-			if !bytes.Equal(state, consensus.EncodeState(fb.st)) || fb.applied != applied {
+			if !bytes.Equal(before, state.EncodeState(fb.st)) || fb.applied != applied {
 				t.Fatalf("POST %s %q refused (%d %s) but changed the state", path, body, code, out)
 			}
 			if !slices.Equal(servers, fb.servers) {

@@ -14,8 +14,8 @@ import (
 	"github.com/hashicorp/raft"
 
 	"pollux/cluster"
-	"pollux/consensus"
-	"pollux/optimizer"
+	"pollux/consensus/state"
+	"pollux/optimizer/topology"
 )
 
 // alive is the set of servers gossip sees and, on the leader, whose
@@ -59,7 +59,7 @@ func (a *API) peers(w http.ResponseWriter, _ *http.Request) {
 		p := Peer{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter,
 			Leader: s.ID == leader, Alive: alive[string(s.ID)]}
 		if m, ok := places[p.ID]; ok {
-			p.Rack, p.Topology = cmp.Or(m.Rack, optimizer.DefaultDomain), m.Topology
+			p.Rack, p.Topology = cmp.Or(m.Rack, topology.DefaultDomain), m.Topology
 		}
 		out = append(out, p)
 	}
@@ -135,7 +135,7 @@ func (a *API) addPeer(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := a.cfg.Backend.AddVoter(ctx, raft.ServerID(p.ID), raft.ServerAddress(p.Address)); err != nil {
 		code := http.StatusServiceUnavailable
-		if errors.Is(err, consensus.ErrInvalid) {
+		if errors.Is(err, state.ErrInvalid) {
 			code = http.StatusBadRequest
 		}
 		writeJSON(w, code, Error{fmt.Sprintf("api: adding server %q: %v", p.ID, err)})

@@ -6,8 +6,9 @@ import (
 	"strings"
 
 	"pollux/actors/jobspec"
-	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer"
+	"pollux/optimizer/topology"
 )
 
 // Placeable refuses a job whose constraints the cluster's nodes can never
@@ -18,12 +19,12 @@ import (
 // gpu_type if it names one). Every registered node counts, dead ones too
 // (they may come back), except those that left. A cluster without nodes
 // yet accepts anything.
-func Placeable(st *consensus.State, spec jobspec.Spec) error {
+func Placeable(st *state.State, spec jobspec.Spec) error {
 	var nodes []optimizer.Node
 	var types []string
 	for _, id := range st.NodeIDs() {
 		n := st.Nodes[id]
-		if n.Health == consensus.Left || n.GPUs == 0 {
+		if n.Health == state.Left || n.GPUs == 0 {
 			continue
 		}
 		if !slices.Contains(types, n.GPUType) {
@@ -57,14 +58,14 @@ func Placeable(st *consensus.State, spec jobspec.Spec) error {
 		return nil
 	}
 	// The largest domain of the required level, of one GPU type.
-	all := (consensus.ClusterConfig{Levels: levels}).TopologyLevels()
+	all := (state.ClusterConfig{Levels: levels}).TopologyLevels()
 	at := slices.Index(all, spec.Topology.Required)
 	gpus := map[[2]string]int{}
 	best, bestKey := 0, [2]string{}
 	for _, n := range nodes {
 		path := make([]string, len(all))
 		for l := range all {
-			path[l] = optimizer.DefaultDomain
+			path[l] = topology.DefaultDomain
 			if l < len(n.Topology) && n.Topology[l] != "" {
 				path[l] = n.Topology[l]
 			}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"pollux/actors/server/api"
-	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // CookieName is the cookie holding the viewer's API token, set when a
@@ -153,10 +153,10 @@ func (d *Dashboard) whoami(r *http.Request, tok string) (Viewer, error) {
 		return Viewer{}, &refusal{code: http.StatusInternalServerError, msg: "dashboard: unreadable token answer: " + err.Error()}
 	}
 	v := Viewer{Name: t.Name, Role: t.Role, Accessor: t.Accessor}
-	role, err := consensus.ParseRole(t.Role)
+	role, err := state.ParseRole(t.Role)
 	if err == nil {
-		v.CancelAny = role.Allows(consensus.RoleAdmin)
-		v.CancelOwn = role.Allows(consensus.RoleSubmit)
+		v.CancelAny = role.Allows(state.RoleAdmin)
+		v.CancelOwn = role.Allows(state.RoleSubmit)
 	}
 	return v, nil
 }

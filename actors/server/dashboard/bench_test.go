@@ -11,18 +11,18 @@ import (
 	"github.com/hashicorp/raft"
 
 	"pollux/actors/server/api"
-	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // bigState is a cluster of nodes nodes of 8 GPUs in 16 racks and jobs
 // jobs, half of them running on 2 GPUs each with a model like job a's.
-func bigState(nodes, jobs int) *consensus.State {
+func bigState(nodes, jobs int) *state.State {
 	base := testState()
-	st := &consensus.State{ACL: base.ACL, Config: base.Config, Jobs: map[string]*consensus.Job{}, Nodes: map[string]*consensus.Node{},
-		Allocation: consensus.Allocation{Generation: 1, Jobs: map[string][]consensus.Slot{}}}
+	st := &state.State{ACL: base.ACL, Config: base.Config, Jobs: map[string]*state.Job{}, Nodes: map[string]*state.Node{},
+		Allocation: state.Allocation{Generation: 1, Jobs: map[string][]state.Slot{}}}
 	for i := range nodes {
 		id := fmt.Sprintf("n%04d", i)
-		st.Nodes[id] = &consensus.Node{ID: id, GPUs: 8, Health: consensus.Alive, Rack: fmt.Sprintf("r%02d", i%16)}
+		st.Nodes[id] = &state.Node{ID: id, GPUs: 8, Health: state.Alive, Rack: fmt.Sprintf("r%02d", i%16)}
 	}
 	a := base.Jobs["a"]
 	free := 0
@@ -30,10 +30,10 @@ func bigState(nodes, jobs int) *consensus.State {
 		id := fmt.Sprintf("job-%05d", i)
 		j := *a
 		j.ID, j.Spec.Name = id, id
-		j.State = consensus.Pending
+		j.State = state.Pending
 		if i%2 == 0 && free/4 < nodes {
-			j.State = consensus.Running
-			st.Allocation.Jobs[id] = []consensus.Slot{{Node: fmt.Sprintf("n%04d", free/4), GPUs: 2}}
+			j.State = state.Running
+			st.Allocation.Jobs[id] = []state.Slot{{Node: fmt.Sprintf("n%04d", free/4), GPUs: 2}}
 			free++
 		}
 		st.Jobs[id] = &j

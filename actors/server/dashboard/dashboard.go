@@ -25,7 +25,8 @@ import (
 	"pollux/actors/server/api"
 	"pollux/cluster"
 	"pollux/consensus"
-	"pollux/optimizer"
+	"pollux/consensus/state"
+	"pollux/optimizer/topology"
 )
 
 // Paths. Every page and endpoint is under Prefix; the pages are
@@ -50,8 +51,8 @@ const (
 type Backend interface {
 	Leadership() (term uint64, leader bool)
 	Leader() (raft.ServerID, raft.ServerAddress)
-	Read(ctx context.Context) (*consensus.State, error)
-	LocalState() *consensus.State
+	Read(ctx context.Context) (*state.State, error)
+	LocalState() *state.State
 	Servers() ([]raft.Server, error)
 	Unreachable() map[raft.ServerID]time.Time
 }
@@ -411,14 +412,14 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // snapshot reads the state (the leader's linearizable read, or the
 // local copy) and builds the overview, with the samples after since.
-func (d *Dashboard) snapshot(ctx context.Context, v Viewer, since float64) (Overview, *consensus.State) {
+func (d *Dashboard) snapshot(ctx context.Context, v Viewer, since float64) (Overview, *state.State) {
 	b := d.cfg.Backend
 	now := d.cfg.Now()
 	term, isLeader := b.Leadership()
 	leader, _ := b.Leader()
 	ov := Overview{Serving: d.cfg.ID, Leader: string(leader), IsLeader: isLeader, Term: term, Health: HealthOK,
 		Now: unix(now), Viewer: v, SampleEvery: d.cfg.SampleEvery.Seconds()}
-	var st *consensus.State
+	var st *state.State
 	if isLeader {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		s, err := b.Read(rctx)
@@ -479,7 +480,7 @@ func (d *Dashboard) overview(ctx context.Context, v Viewer, since float64) Overv
 }
 
 // detail is job id's page data from st and this server's history.
-func (d *Dashboard) detail(st *consensus.State, id string) (JobDetail, bool) {
+func (d *Dashboard) detail(st *state.State, id string) (JobDetail, bool) {
 	d.mu.Lock()
 	var hist []GradPoint
 	if h := d.grads[id]; h != nil {
@@ -503,7 +504,7 @@ func (d *Dashboard) peers(leader string) []Peer {
 		for _, m := range d.cfg.Members() {
 			if m.Meta.Role == cluster.RoleServer {
 				alive[m.Name] = true
-				racks[m.Name] = cmp.Or(m.Meta.Rack, optimizer.DefaultDomain)
+				racks[m.Name] = cmp.Or(m.Meta.Rack, topology.DefaultDomain)
 			}
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"pollux/actors/server/api"
 	"pollux/cluster"
 	"pollux/consensus"
+	"pollux/consensus/state"
 	"pollux/optimizer/goodput"
 )
 
@@ -29,7 +30,7 @@ import (
 // leader, or a follower (leader names the leader it knows).
 type fakeBackend struct {
 	mu       sync.Mutex
-	st       *consensus.State
+	st       *state.State
 	follower bool
 	leader   raft.ServerID
 	readErr  error
@@ -40,29 +41,29 @@ func (f *fakeBackend) Leadership() (uint64, bool) { return 7, !f.follower }
 func (f *fakeBackend) Leader() (raft.ServerID, raft.ServerAddress) {
 	return f.leader, ""
 }
-func (f *fakeBackend) Read(context.Context) (*consensus.State, error) {
+func (f *fakeBackend) Read(context.Context) (*state.State, error) {
 	if f.readErr != nil {
 		return nil, f.readErr
 	}
 	return f.LocalState(), nil
 }
-func (f *fakeBackend) LocalState() *consensus.State {
+func (f *fakeBackend) LocalState() *state.State {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.st.Clone()
 }
-func (f *fakeBackend) LocalJob(id string) (*consensus.Job, consensus.ClusterConfig) {
+func (f *fakeBackend) LocalJob(id string) (*state.Job, state.ClusterConfig) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.st.Jobs[id], f.st.Config
 }
-func (f *fakeBackend) ApplyCommand(_ context.Context, c consensus.Command) error {
+func (f *fakeBackend) ApplyCommand(_ context.Context, c state.Command) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	_, err := consensus.ApplyTo(f.st, c, 3)
+	_, err := state.ApplyTo(f.st, c, 3)
 	return err
 }
-func (f *fakeBackend) Authenticate(secret string) (consensus.Token, bool, error) {
+func (f *fakeBackend) Authenticate(secret string) (state.Token, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t, err := f.st.ACL.Authenticate(secret)
@@ -92,45 +93,45 @@ var model = goodput.Params{AlphaC: 0.01, BetaC: 0.0005, AlphaN: 0.02, BetaN: 0.0
 // testState is a cluster of two racks: n1 (4 GPUs, r1) and n2 (4, r1)
 // alive, n3 (2, r2) dead; job a runs on 3 GPUs of n1 and 2 of n2 with a
 // bid, b on 1 of n1, c pending, d cancelled. alice (submit) submitted a.
-func testState() *consensus.State {
-	st := &consensus.State{Jobs: map[string]*consensus.Job{}, Nodes: map[string]*consensus.Node{
-		"n1": {ID: "n1", GPUs: 4, Health: consensus.Alive, Rack: "r1", GPUType: "v100"},
-		"n2": {ID: "n2", GPUs: 4, Health: consensus.Alive, Rack: "r1"},
-		"n3": {ID: "n3", GPUs: 2, Health: consensus.Dead, Rack: "r2"},
-	}, Allocation: consensus.Allocation{Generation: 12, Jobs: map[string][]consensus.Slot{
+func testState() *state.State {
+	st := &state.State{Jobs: map[string]*state.Job{}, Nodes: map[string]*state.Node{
+		"n1": {ID: "n1", GPUs: 4, Health: state.Alive, Rack: "r1", GPUType: "v100"},
+		"n2": {ID: "n2", GPUs: 4, Health: state.Alive, Rack: "r1"},
+		"n3": {ID: "n3", GPUs: 2, Health: state.Dead, Rack: "r2"},
+	}, Allocation: state.Allocation{Generation: 12, Jobs: map[string][]state.Slot{
 		"a": {{Node: "n1", GPUs: 3}, {Node: "n2", GPUs: 2}},
 		"b": {{Node: "n1", GPUs: 1}},
 	}}}
-	for _, c := range []consensus.Command{
-		&consensus.InitCluster{ID: "c1", CheckpointRoot: "/ckpt"},
-		&consensus.BootstrapACL{Token: consensus.Token{Accessor: "acc-admin", Name: api.BootstrapName, Role: consensus.RoleAdmin, Hash: consensus.HashSecret(adminSecret), CreateTime: 1}},
-		&consensus.CreateToken{Token: consensus.Token{Accessor: "acc-alice", Name: "alice", Role: consensus.RoleSubmit, Hash: consensus.HashSecret(submitSecret), CreateTime: 2}},
-		&consensus.CreateToken{Token: consensus.Token{Accessor: "acc-read", Name: "grafana", Role: consensus.RoleRead, Hash: consensus.HashSecret(readSecret), CreateTime: 3}},
-		&consensus.CreateToken{Token: consensus.Token{Accessor: "acc-gone", Name: "gone", Role: consensus.RoleRead, Hash: consensus.HashSecret(revokedRead), CreateTime: 4}},
-		&consensus.RevokeToken{Accessor: "acc-gone", Time: 5},
+	for _, c := range []state.Command{
+		&state.InitCluster{ID: "c1", CheckpointRoot: "/ckpt"},
+		&state.BootstrapACL{Token: state.Token{Accessor: "acc-admin", Name: api.BootstrapName, Role: state.RoleAdmin, Hash: state.HashSecret(adminSecret), CreateTime: 1}},
+		&state.CreateToken{Token: state.Token{Accessor: "acc-alice", Name: "alice", Role: state.RoleSubmit, Hash: state.HashSecret(submitSecret), CreateTime: 2}},
+		&state.CreateToken{Token: state.Token{Accessor: "acc-read", Name: "grafana", Role: state.RoleRead, Hash: state.HashSecret(readSecret), CreateTime: 3}},
+		&state.CreateToken{Token: state.Token{Accessor: "acc-gone", Name: "gone", Role: state.RoleRead, Hash: state.HashSecret(revokedRead), CreateTime: 4}},
+		&state.RevokeToken{Accessor: "acc-gone", Time: 5},
 	} {
-		if _, err := consensus.ApplyTo(st, c, 1); err != nil {
+		if _, err := state.ApplyTo(st, c, 1); err != nil {
 			panic(err)
 		}
 	}
 	limits := goodput.Limits{InitBatch: 64, MaxBatch: 4096, MinLocal: 16, MaxLocal: 256, Accumulation: true}
-	var single, multi []consensus.BatchChoice
+	var single, multi []state.BatchChoice
 	for k := 1; k <= 8; k++ {
-		single = append(single, consensus.BatchChoice{LocalBatch: 64, AccumSteps: 0, Gain: 1 + 0.1*float64(k-1)})
-		multi = append(multi, consensus.BatchChoice{LocalBatch: 128, AccumSteps: 1, Gain: 1 + 0.2*float64(k-1)})
+		single = append(single, state.BatchChoice{LocalBatch: 64, AccumSteps: 0, Gain: 1 + 0.1*float64(k-1)})
+		multi = append(multi, state.BatchChoice{LocalBatch: 128, AccumSteps: 1, Gain: 1 + 0.2*float64(k-1)})
 	}
-	st.Jobs["a"] = &consensus.Job{ID: "a", State: consensus.Running, SubmitTime: 1, Submitter: "acc-alice", SubmitterName: "alice",
-		Spec: consensus.JobSpec{Name: "a", App: "cifar10", MaxReplicas: 8, Limits: limits}, Epoch: 3, Restarts: 2,
+	st.Jobs["a"] = &state.Job{ID: "a", State: state.Running, SubmitTime: 1, Submitter: "acc-alice", SubmitterName: "alice",
+		Spec: state.JobSpec{Name: "a", App: "cifar10", MaxReplicas: 8, Limits: limits}, Epoch: 3, Restarts: 2,
 		Grad: goodput.GradStats{GradSqr: 2, GradVar: 6}, HasGrad: true,
-		Profile: []consensus.ProfileEntry{
+		Profile: []state.ProfileEntry{
 			{ProfilePoint: goodput.ProfilePoint{Nodes: 1, Replicas: 1, LocalBatch: 64, AccumTime: 0.04, StepTime: 0.05}, Count: 3},
 			{ProfilePoint: goodput.ProfilePoint{Nodes: 1, Replicas: 2, LocalBatch: 128, AccumTime: 0.07, StepTime: 0.09}, Count: 1},
 		},
-		Bid: consensus.Bid{Session: 1, Version: 4, HasModel: true, Params: model, HasGrad: true, Grad: goodput.GradStats{GradSqr: 2, GradVar: 6},
+		Bid: state.Bid{Session: 1, Version: 4, HasModel: true, Params: model, HasGrad: true, Grad: goodput.GradStats{GradSqr: 2, GradVar: 6},
 			MostProfiled: 2, Single: single, Multi: multi}}
-	st.Jobs["b"] = &consensus.Job{ID: "b", State: consensus.Running, SubmitTime: 2, Spec: consensus.JobSpec{Name: "b", App: "bert", MaxReplicas: 4, Limits: limits}}
-	st.Jobs["c"] = &consensus.Job{ID: "c", State: consensus.Pending, SubmitTime: 3, Spec: consensus.JobSpec{Name: "c", App: "bert", Limits: limits}}
-	st.Jobs["d"] = &consensus.Job{ID: "d", State: consensus.Cancelled, SubmitTime: 4, FinishTime: 9, Spec: consensus.JobSpec{Name: "d", App: "bert", Limits: limits}}
+	st.Jobs["b"] = &state.Job{ID: "b", State: state.Running, SubmitTime: 2, Spec: state.JobSpec{Name: "b", App: "bert", MaxReplicas: 4, Limits: limits}}
+	st.Jobs["c"] = &state.Job{ID: "c", State: state.Pending, SubmitTime: 3, Spec: state.JobSpec{Name: "c", App: "bert", Limits: limits}}
+	st.Jobs["d"] = &state.Job{ID: "d", State: state.Cancelled, SubmitTime: 4, FinishTime: 9, Spec: state.JobSpec{Name: "d", App: "bert", Limits: limits}}
 	return st
 }
 
@@ -424,7 +425,7 @@ func TestOverviewShowsTheState(t *testing.T) {
 	if as := ov.Autoscale; as != nil {
 		t.Errorf("autoscaler before any decision: %+v", as)
 	}
-	if _, err := consensus.ApplyTo(f.fb.st, &consensus.ScaleDecision{Term: 4, Time: 1_000_000 - 3600, Desired: 4, Add: []string{"auto-1"}}, 4); err != nil {
+	if _, err := state.ApplyTo(f.fb.st, &state.ScaleDecision{Term: 4, Time: 1_000_000 - 3600, Desired: 4, Add: []string{"auto-1"}}, 4); err != nil {
 		t.Fatal(err)
 	}
 	as := overviewOf(t, f, readSecret).Autoscale
@@ -478,7 +479,7 @@ func TestCancelGoesThroughTheAPI(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d", tc.name, rec.Code, rec.Body.String(), tc.code)
 		}
 		j := f.fb.LocalState().Jobs[tc.job]
-		cancelled := j != nil && j.State == consensus.Cancelled && tc.job != "d"
+		cancelled := j != nil && j.State == state.Cancelled && tc.job != "d"
 		if cancelled != tc.cancel {
 			t.Errorf("%s: job %s cancelled %v, want %v", tc.name, tc.job, cancelled, tc.cancel)
 		}
@@ -523,8 +524,8 @@ func TestSeriesRingIsBoundedAndIncremental(t *testing.T) {
 	for i := range 14 {
 		if i == 5 {
 			f.fb.mu.Lock()
-			f.fb.st.Jobs["c"].State = consensus.Running
-			f.fb.st.Allocation.Jobs["c"] = []consensus.Slot{{Node: "n2", GPUs: 2}}
+			f.fb.st.Jobs["c"].State = state.Running
+			f.fb.st.Allocation.Jobs["c"] = []state.Slot{{Node: "n2", GPUs: 2}}
 			f.fb.mu.Unlock()
 		}
 		f.dash.Sample()
@@ -652,8 +653,8 @@ func TestFollowerWaitsForANewToken(t *testing.T) {
 	const fresh = "plx_a-token-made-a-moment-ago-through-the-leader"
 	go func() {
 		time.Sleep(250 * time.Millisecond)
-		_ = fb.ApplyCommand(context.Background(), &consensus.CreateToken{Token: consensus.Token{Accessor: "acc-fresh", Name: "fresh",
-			Role: consensus.RoleRead, Hash: consensus.HashSecret(fresh), CreateTime: 9}})
+		_ = fb.ApplyCommand(context.Background(), &state.CreateToken{Token: state.Token{Accessor: "acc-fresh", Name: "fresh",
+			Role: state.RoleRead, Hash: state.HashSecret(fresh), CreateTime: 9}})
 	}()
 	start := time.Now()
 	if rec := f.do(req{path: "/ui/", cookie: fresh, tls: true}); rec.Code != http.StatusOK {
@@ -675,8 +676,8 @@ func TestEmbeddedDataIsEscaped(t *testing.T) {
 	f := newFixture(t, false)
 	const evil = `x</script><script>alert(1)</script>`
 	f.fb.mu.Lock()
-	f.fb.st.Jobs[evil] = &consensus.Job{ID: evil, State: consensus.Pending, SubmitTime: 9, SubmitterName: `<img src=x onerror=alert(2)>`,
-		Spec: consensus.JobSpec{Name: evil, Limits: f.fb.st.Jobs["c"].Spec.Limits}}
+	f.fb.st.Jobs[evil] = &state.Job{ID: evil, State: state.Pending, SubmitTime: 9, SubmitterName: `<img src=x onerror=alert(2)>`,
+		Spec: state.JobSpec{Name: evil, Limits: f.fb.st.Jobs["c"].Spec.Limits}}
 	f.fb.mu.Unlock()
 	rec := f.do(req{path: "/ui/jobs", cookie: readSecret})
 	body := rec.Body.String()
@@ -702,10 +703,10 @@ func TestRunningJobUsesItsTypesModel(t *testing.T) {
 	a := st.Jobs["a"]
 	slow := model
 	slow.AlphaC, slow.BetaC = 3*model.AlphaC, 3*model.BetaC
-	tb := consensus.TypeBid{GPUType: "v100", Params: slow, MostProfiled: 2,
+	tb := state.TypeBid{GPUType: "v100", Params: slow, MostProfiled: 2,
 		Single: slices.Clone(a.Bid.Single), Multi: slices.Clone(a.Bid.Multi)}
-	tb.Multi[4] = consensus.BatchChoice{LocalBatch: 32, AccumSteps: 2, Gain: 1.2}
-	a.Bid.Types = []consensus.TypeBid{tb}
+	tb.Multi[4] = state.BatchChoice{LocalBatch: 32, AccumSteps: 2, Gain: 1.2}
+	a.Bid.Types = []state.TypeBid{tb}
 	a.Profile[1].GPUType = "v100" // measured on v100; the other entry untyped
 	if err := a.Bid.Validate(); err != nil {
 		t.Fatal(err)

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"pollux/consensus"
+	"pollux/consensus/state"
 )
 
 // Sample is one point of the time series: GPUs in use (of the alive
@@ -72,14 +72,14 @@ func (r *ring[T]) items(keep func(T) bool) []T {
 }
 
 // sampleOf computes the sample of st at t, with the jobs table js.
-func sampleOf(t float64, st *consensus.State, js []Job) Sample {
+func sampleOf(t float64, st *state.State, js []Job) Sample {
 	s := Sample{Time: t}
 	s.GPUs, s.GPUsUsed = st.GPUCounts()
 	for _, j := range st.Jobs {
 		switch j.State {
-		case consensus.Running, consensus.Rescaling:
+		case state.Running, state.Rescaling:
 			s.Running++
-		case consensus.Pending:
+		case state.Pending:
 			s.Pending++
 		}
 	}

@@ -8,9 +8,9 @@ import (
 	"sync"
 
 	"pollux/actors/server/api"
-	"pollux/consensus"
-	"pollux/optimizer"
+	"pollux/consensus/state"
 	"pollux/optimizer/goodput"
+	"pollux/optimizer/topology"
 )
 
 // Health values of an Overview: what the page may claim about its data.
@@ -217,7 +217,7 @@ func gradPoint(t float64, g goodput.GradStats, m0 int) GradPoint {
 
 // gradOf is a job's latest gradient statistics: those its workers'
 // profile recorded, else those of its actor's bid.
-func gradOf(j *consensus.Job) (goodput.GradStats, bool) {
+func gradOf(j *state.Job) (goodput.GradStats, bool) {
 	if j.HasGrad {
 		return j.Grad, true
 	}
@@ -233,11 +233,11 @@ func finite(v float64) float64 {
 }
 
 // active reports whether a job is not finished.
-func active(s consensus.JobState) bool { return !s.Terminal() }
+func active(s state.JobState) bool { return !s.Terminal() }
 
 // jobsOf builds the jobs table of st: the API's jobs and their batch
 // configuration and goodput on their placement.
-func jobsOf(st *consensus.State, bases *baseCache) []Job {
+func jobsOf(st *state.State, bases *baseCache) []Job {
 	var out []Job
 	for _, aj := range api.JobsOf(st) {
 		j := st.Jobs[aj.ID]
@@ -262,7 +262,7 @@ type baseEntry struct {
 
 // base is the best goodput of j's model md (its model on GPU type typ) on
 // one GPU (0: none).
-func (c *baseCache) base(j *consensus.Job, typ string, md *goodput.Model) float64 {
+func (c *baseCache) base(j *state.Job, typ string, md *goodput.Model) float64 {
 	if c != nil {
 		c.mu.Lock()
 		e, ok := c.m[j.ID]
@@ -287,7 +287,7 @@ func (c *baseCache) base(j *consensus.Job, typ string, md *goodput.Model) float6
 }
 
 // prune forgets the jobs that st no longer holds.
-func (c *baseCache) prune(st *consensus.State) {
+func (c *baseCache) prune(st *state.State) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for id := range c.m {
@@ -297,7 +297,7 @@ func (c *baseCache) prune(st *consensus.State) {
 	}
 }
 
-func jobOf(j *consensus.Job, aj api.Job, bases *baseCache) Job {
+func jobOf(j *state.Job, aj api.Job, bases *baseCache) Job {
 	out := Job{Job: aj, Active: active(j.State)}
 	if aj.GPUs == 0 {
 		return out
@@ -330,13 +330,13 @@ func jobOf(j *consensus.Job, aj api.Job, bases *baseCache) Job {
 }
 
 // racksOf builds the cluster grid of st: racks by name, nodes by id.
-func racksOf(st *consensus.State) []Rack {
+func racksOf(st *state.State) []Rack {
 	used := st.UsedGPUs()
 	byRack := map[string][]Node{}
 	for _, id := range st.NodeIDs() {
 		n := st.Nodes[id]
 		nd := Node{ID: id, Health: n.Health.String(), GPUType: n.GPUType, GPUs: n.GPUs, Used: used[id], Slots: make([]string, max(n.GPUs, 0))}
-		rack := cmp.Or(n.Rack, optimizer.DefaultDomain)
+		rack := cmp.Or(n.Rack, topology.DefaultDomain)
 		byRack[rack] = append(byRack[rack], nd)
 	}
 	idx := map[string]int{} // next free GPU per node
@@ -376,7 +376,7 @@ func racksOf(st *consensus.State) []Rack {
 const fitPoints = 40
 
 // detailOf builds job id's page from st and its gradient history.
-func detailOf(st *consensus.State, id string, hist []GradPoint, now float64, bases *baseCache) (JobDetail, bool) {
+func detailOf(st *state.State, id string, hist []GradPoint, now float64, bases *baseCache) (JobDetail, bool) {
 	j := st.Jobs[id]
 	if j == nil {
 		return JobDetail{}, false
@@ -452,7 +452,7 @@ func detailOf(st *consensus.State, id string, hist []GradPoint, now float64, bas
 		if tm == nil {
 			continue
 		}
-		if pts, one := speedupsOf(j, &consensus.Bid{Single: tb.Single, Multi: tb.Multi}, tm); one > 0 {
+		if pts, one := speedupsOf(j, &state.Bid{Single: tb.Single, Multi: tb.Multi}, tm); one > 0 {
 			d.TypeSpeedups = append(d.TypeSpeedups, TypeSpeedups{GPUType: tb.GPUType, OneGPU: finite(one), Points: pts})
 		}
 	}
@@ -461,7 +461,7 @@ func detailOf(st *consensus.State, id string, hist []GradPoint, now float64, bas
 
 // modelOn is j's model on GPU type typ: the one its bid fitted there, or
 // md (its top-level model) when it has none.
-func modelOn(j *consensus.Job, typ string, md *goodput.Model) *goodput.Model {
+func modelOn(j *state.Job, typ string, md *goodput.Model) *goodput.Model {
 	if tm := j.Bid.TypeModel(typ, j.Spec.Limits); tm != nil {
 		return tm
 	}
@@ -471,7 +471,7 @@ func modelOn(j *consensus.Job, typ string, md *goodput.Model) *goodput.Model {
 // speedupsOf is the goodput speedup by md of the batch choices of b for
 // 1..K replicas over md's best on one GPU, and that best (0: none, and
 // no points).
-func speedupsOf(j *consensus.Job, b *consensus.Bid, md *goodput.Model) ([]SpeedupPoint, float64) {
+func speedupsOf(j *state.Job, b *state.Bid, md *goodput.Model) ([]SpeedupPoint, float64) {
 	pts := []SpeedupPoint{}
 	one, err := md.Optimize(1, 1)
 	if err != nil || !(one.Goodput > 0) {

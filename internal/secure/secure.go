@@ -1,0 +1,218 @@
+package secure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"pollux/cluster"
+	"pollux/cluster/pki"
+	"pollux/internal/usage"
+)
+
+// Options are the transport-security settings of a server or an agent
+// (flags --ca, --cert, --key, --gossip-key and --insecure).
+type Options struct {
+	CA, Cert, Key, GossipKey string
+	Insecure                 bool
+	// Cluster, when set (pollux server --cluster with --federation), is
+	// the cluster the certificate must name.
+	Cluster string
+}
+
+// Security is what a server or agent secures its channels with. In
+// insecure mode Creds is nil (and gossip keys may still be given).
+type Security struct {
+	Creds      *pki.Credentials
+	CAPath     string // absolute
+	GossipKeys [][]byte
+	GossipFile string
+}
+
+// certWarning is how long before expiry a process warns about its
+// certificate.
+const certWarning = 30 * 24 * time.Hour
+
+// Load checks the options and reads the files. The certificate must be
+// of role, named name, and valid for every concrete host of hosts. Bad
+// options are errors marked by usage.Wrap.
+func (o Options) Load(role pki.Role, name string, hosts []string, log *slog.Logger) (*Security, error) {
+	cmd := string(role)
+	var sec Security
+	if o.GossipKey != "" {
+		keys, err := cluster.ReadKeyFile(o.GossipKey)
+		if err != nil {
+			return nil, usage.Errorf("%s: --gossip-key: %w", cmd, err)
+		}
+		sec.GossipKeys, sec.GossipFile = keys, o.GossipKey
+	}
+	if o.Insecure {
+		if o.CA != "" || o.Cert != "" || o.Key != "" {
+			return nil, usage.Errorf("%s: --insecure and --ca/--cert/--key contradict each other", cmd)
+		}
+		log.Warn("INSECURE MODE: Raft, forwarded writes, actor messages, the HTTP API and worker reports are PLAINTEXT " +
+			"and unauthenticated; anyone who reaches a port can change the cluster's state. Development only: " +
+			"see docs/security.md to run with TLS.")
+		if sec.GossipKeys == nil {
+			log.Warn("INSECURE MODE: gossip is not encrypted (no --gossip-key)")
+		}
+		return &sec, nil
+	}
+	creds, err := o.credentials(role, name, hosts)
+	if err != nil {
+		return nil, err
+	}
+	if left := time.Until(creds.NotAfter); left < certWarning {
+		log.Warn("certificate expires soon: renew it (docs/security.md)", "expires", creds.NotAfter.UTC().Format(time.RFC3339))
+	}
+	sec.Creds = creds
+	if sec.CAPath, err = filepath.Abs(o.CA); err != nil {
+		return nil, fmt.Errorf("%s: --ca: %w", cmd, err)
+	}
+	log.Info("TLS on: certificates of the cluster CA required on every internal channel", "identity", creds.Identity.String(),
+		"expires", creds.NotAfter.UTC().Format(time.RFC3339), "gossip_keys", len(sec.GossipKeys))
+	return &sec, nil
+}
+
+// credentials loads the certificate and checks that it is role's, named
+// name, of the cluster (if o names one) and valid for hosts.
+func (o Options) credentials(role pki.Role, name string, hosts []string) (*pki.Credentials, error) {
+	cmd := string(role)
+	var missing []string
+	for _, f := range []struct{ flag, v string }{{"--ca", o.CA}, {"--cert", o.Cert}, {"--key", o.Key}, {"--gossip-key", o.GossipKey}} {
+		if f.v == "" {
+			missing = append(missing, f.flag)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, usage.Errorf("%s: missing %s: a cluster runs with TLS and an encrypted gossip; make the files with "+
+			"`pollux tls ca create`, `pollux tls cert create --role %s --name %s` and `pollux keygen` (docs/security.md), "+
+			"or pass --insecure for a development cluster", cmd, strings.Join(missing, ", "), role, name)
+	}
+	creds, err := pki.LoadCredentials(o.CA, o.Cert, o.Key)
+	if err != nil {
+		return nil, usage.Errorf("%s: %w", cmd, err)
+	}
+	if got := creds.Identity; got.Role != role || got.Name != name || (o.Cluster != "" && got.Cluster != o.Cluster) {
+		want, how := pki.Identity{Role: role, Name: name, Cluster: o.Cluster}, ""
+		if o.Cluster != "" {
+			how = " --cluster " + o.Cluster
+		}
+		return nil, usage.Errorf("%s: --cert is the certificate of %s, want %s (pollux tls cert create --role %s --name %s%s)",
+			cmd, got, want, role, name, how)
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
+			continue
+		}
+		if err := creds.Cert.Leaf.VerifyHostname(h); err != nil {
+			return nil, usage.Errorf("%s: --cert is not valid for %s, where peers reach this %s: make it with --host %s (%w)",
+				cmd, h, role, h, err)
+		}
+	}
+	return creds, nil
+}
+
+// dropWhileUnreachable makes protoactor's remote give up on a peer it
+// cannot connect to after one attempt, dropping what was sent to it
+// meanwhile, instead of holding the messages through up to five
+// attempts (about ten seconds) and delivering them all once the peer is
+// back. A node agent restarted within that time would otherwise receive
+// the assignments sent while it was down, oldest first, and act on
+// them: its fencing state on disk predates them all, so it would start
+// the workers of a job cancelled (or moved) in the meantime before the
+// newer assignments stop them again. The protocol needs no redelivery:
+// every message is repeated or reconciled within a round
+// (docs/control-plane.md).
+func dropWhileUnreachable(c *remote.Config) { c.MaxRetryCount = 1 }
+
+// RemoteOptions configure protoactor's gRPC transport of a process
+// holding creds: no redelivery to an unreachable peer, and unless creds
+// is nil (insecure), TLS credentials on the dialer and the listener (a
+// refused handshake is logged naming the peer) and a bound on the
+// handshake.
+func RemoteOptions(creds *pki.Credentials, log *slog.Logger) ([]remote.ConfigOption, error) {
+	if creds == nil {
+		return []remote.ConfigOption{dropWhileUnreachable}, nil
+	}
+	srv, err1 := creds.ServerConfig(pki.ChannelActor)
+	cli, err2 := creds.ClientConfig(pki.ChannelActor)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, err
+	}
+	return []remote.ConfigOption{
+		dropWhileUnreachable,
+		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(cli))),
+		remote.WithServerOptions(grpc.Creds(loggedCreds{credentials.NewTLS(srv), log}), grpc.ConnectionTimeout(pki.DefaultHandshakeTimeout)),
+	}, nil
+}
+
+// loggedCreds logs every refused handshake of gRPC's listener once.
+type loggedCreds struct {
+	credentials.TransportCredentials
+	log *slog.Logger
+}
+
+func (c loggedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	out, info, err := c.TransportCredentials.ServerHandshake(conn)
+	if err != nil {
+		c.log.Warn("pki: refused connection", "channel", pki.ChannelActor, "peer", conn.RemoteAddr().String(), "err", err.Error())
+	}
+	return out, info, err
+}
+
+func (c loggedCreds) Clone() credentials.TransportCredentials {
+	return loggedCreds{c.TransportCredentials.Clone(), c.log}
+}
+
+// Listen wraps a listener of ch in TLS (unchanged when insecure).
+func (s *Security) Listen(ln net.Listener, ch pki.Channel, log *slog.Logger) (net.Listener, error) {
+	if s.Creds == nil {
+		return ln, nil
+	}
+	cfg, err := s.Creds.ServerConfig(ch)
+	if err != nil {
+		return nil, err
+	}
+	return pki.NewListener(ln, cfg, pki.ListenerOptions{Channel: ch, Logger: log}), nil
+}
+
+// ReloadGossipKeys re-reads the gossip key file on every SIGHUP and
+// installs its keys in m (a rotation step, docs/security.md) until ctx
+// ends. A bad file is logged and changes nothing.
+func (s *Security) ReloadGossipKeys(ctx context.Context, m *cluster.Membership, log *slog.Logger) {
+	if s.GossipFile == "" {
+		return
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+			}
+			keys, err := cluster.ReadKeyFile(s.GossipFile)
+			if err == nil {
+				err = m.SetKeys(keys)
+			}
+			if err != nil {
+				log.Error("gossip keys not reloaded", "file", s.GossipFile, "err", err)
+			}
+		}
+	}()
+}

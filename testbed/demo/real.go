@@ -1,0 +1,45 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"pollux/testbed/realdemo"
+)
+
+// Real runs the real demo with o (its Exec defaults to this binary, its
+// Dir to a temporary directory, removed afterwards unless keep), progress
+// on stderr, and prints the result on stdout (JSON with asJSON, else a
+// table) whenever the jobs completed, also when the run fell short of
+// what it shows (the error then says what).
+func Real(ctx context.Context, o realdemo.Options, keep, asJSON bool, stdout, stderr io.Writer) error {
+	done, err := prepare(&o.Exec, &o.Dir, "pollux-demo-real-", keep)
+	defer done()
+	if err != nil {
+		return err
+	}
+	o.Progress = stderr
+	start := time.Now()
+	res, err := realdemo.Run(ctx, o)
+	if err != nil && !errors.Is(err, realdemo.ErrShort) {
+		return fmt.Errorf("demo: %w", err)
+	}
+	fmt.Fprintf(stderr, "done in %.0f s\n", time.Since(start).Seconds())
+	if asJSON {
+		b, jerr := json.Marshal(res)
+		if jerr != nil {
+			return fmt.Errorf("demo: %w", jerr)
+		}
+		fmt.Fprintln(stdout, string(b))
+	} else if werr := res.WriteTable(stdout); werr != nil {
+		return fmt.Errorf("demo: %w", werr)
+	}
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	return nil
+}
