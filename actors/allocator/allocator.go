@@ -64,7 +64,8 @@ type Config struct {
 	// FirstPolicy decides the first round of a leadership (default
 	// optimizer.NewGreedy(): the committed allocation hill-climbed, a
 	// fraction of the search's time), so that a new leader acts within a
-	// second; the next round, soon after, runs Policy.
+	// second; the next round, soon after, runs Policy. Under Tiresias,
+	// which is quick and never resizes, the default is Tiresias itself.
 	FirstPolicy optimizer.Policy
 	// Interval between rounds (default 60 s).
 	Interval time.Duration
@@ -195,6 +196,9 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 	}
 	if cfg.FirstPolicy == nil {
 		cfg.FirstPolicy = optimizer.NewGreedy()
+		if _, fixed := cfg.Policy.(optimizer.Tiresias); fixed {
+			cfg.FirstPolicy = cfg.Policy
+		}
 	}
 	if cfg.TypedPolicy == nil {
 		cfg.TypedPolicy = optimizer.NewHetPollux()

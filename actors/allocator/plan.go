@@ -158,6 +158,10 @@ func buildSnapshot(st *state.State, nodes []optimizer.Node, bids map[string]*sta
 			Restarts: j.Restarts, Progress: progress(j), MinReplicas: j.Spec.MinReplicas, MaxReplicas: maxReplicas(j.Spec, bid),
 			Current: cur, Model: bid.Model(j.Spec.Limits), App: j.Spec.App,
 			Topology: j.Spec.Topology, GPUType: j.Spec.GPUType,
+			// Tiresias runs a job at the count its user asked for: a
+			// user-sized spec fixes min_replicas = max_replicas; another
+			// runs at its least.
+			Replicas: j.Spec.MinReplicas, Executed: j.Attained / float64(max(j.Spec.MinReplicas, 1)),
 		}
 		switch {
 		case len(types) == 1 && job.Model != nil:

@@ -219,3 +219,42 @@ func TestAllocatorNeverFits(t *testing.T) {
 		t.Fatalf("checked only %d files", checked)
 	}
 }
+
+// TestTiresiasRunsUserSizedJobs checks that a snapshot gives Tiresias
+// each job's user-sized replica count and that it runs them first come
+// first served, unresized.
+func TestTiresiasRunsUserSizedJobs(t *testing.T) {
+	fixed := func(k int) state.JobSpec {
+		m := 256 / k
+		return state.JobSpec{App: "x", MinReplicas: k, MaxReplicas: k,
+			Limits: goodput.Limits{InitBatch: 128, MaxBatch: 256, MinLocal: m, MaxLocal: m}}
+	}
+	st := testState()
+	st.Jobs = map[string]*state.Job{
+		"first":  {ID: "first", State: state.Running, SubmitTime: 10, Attained: 600, Spec: fixed(4), Bid: bidOfTable(4, 1)},
+		"second": {ID: "second", State: state.Pending, SubmitTime: 20, Spec: fixed(8), Bid: bidOfTable(8, 0)},
+		"third":  {ID: "third", State: state.Pending, SubmitTime: 30, Spec: fixed(2), Bid: bidOfTable(2, 0)},
+	}
+	st.Allocation.Jobs = map[string][]state.Slot{"first": {{Node: "n1", GPUs: 4}}}
+	snap, err := BuildSnapshot(st, nil, 100, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []struct {
+		replicas int
+		executed float64 // attained GPU-seconds over the replicas
+	}{{4, 150}, {8, 0}, {2, 0}} {
+		if j := snap.Jobs[i]; j.Replicas != want.replicas || j.Executed != want.executed {
+			t.Errorf("job %s: replicas %d executed %v, want %+v", j.ID, j.Replicas, j.Executed, want)
+		}
+	}
+	res, err := optimizer.Tiresias{}.Allocate(snap, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 8 slots: first keeps its 4, second (8) does not fit, third takes 2.
+	got := []int{res.Placements[0].Replicas(), res.Placements[1].Replicas(), res.Placements[2].Replicas()}
+	if !slices.Equal(got, []int{4, 0, 2}) || !res.Placements[0].Equal(snap.Jobs[0].Current) {
+		t.Errorf("replicas %v (first at %v, was %v), want [4 0 2] with first unmoved", got, res.Placements[0], snap.Jobs[0].Current)
+	}
+}

@@ -71,6 +71,14 @@ type Spec struct {
 	// near their end (docs/fidelity.md, "The jobs' own progress"); the
 	// workers still decide when the job is done.
 	Epochs int `yaml:"epochs,omitempty" json:"epochs,omitempty"`
+	// Replicas, if set, is a user-sized job's fixed replica count: it
+	// sets min_replicas and max_replicas, which must then both equal it.
+	// Batch, if set (with Replicas), is its fixed total batch: it sets
+	// max_batch_size, and min_local_batch_size and max_local_batch_size
+	// to Batch / Replicas, without accumulation. The Tiresias policy runs
+	// such a job as asked; Pollux keeps it within the same bounds.
+	Replicas int `yaml:"replicas,omitempty" json:"replicas,omitempty"`
+	Batch    int `yaml:"batch_size,omitempty" json:"batch_size,omitempty"`
 }
 
 // FieldError is a refused field: which, its value and why.
@@ -174,6 +182,8 @@ func fromNode(doc *yaml.Node) (Spec, map[string]bool, error) {
 		"topology":             &s.Topology,
 		"gpu_type":             &s.GPUType,
 		"epochs":               &s.Epochs,
+		"replicas":             &s.Replicas,
+		"batch_size":           &s.Batch,
 	}
 	seen := make(map[string]bool, len(fields))
 	for i := 0; i+1 < len(m.Content); i += 2 {
@@ -288,23 +298,62 @@ func kindOf(dst any) string {
 // applyDefaults fills the fields that were not given: min_replicas 1,
 // max_replicas 64 (at least min_replicas), max_batch_size the initial batch
 // (a fixed batch), min_local_batch_size 1, max_local_batch_size the initial
-// batch.
+// batch; for a user-sized job (replicas, batch_size) the fixed
+// configuration instead.
 func (s *Spec) applyDefaults(given map[string]bool) {
 	if !given["min_replicas"] {
-		s.MinReplicas = 1
+		s.MinReplicas = max(s.Replicas, 1)
 	}
 	if !given["max_replicas"] {
 		s.MaxReplicas = max(DefaultMaxReplicas, s.MinReplicas)
+		if s.Replicas > 0 {
+			s.MaxReplicas = s.Replicas
+		}
 	}
+	fixed := s.Batch > 0 && s.Replicas > 0
 	if !given["max_batch_size"] {
 		s.MaxBatch = s.InitBatch
+		if fixed {
+			s.MaxBatch = s.Batch
+		}
 	}
 	if !given["min_local_batch_size"] {
 		s.MinLocalBatch = 1
+		if fixed {
+			s.MinLocalBatch = s.Batch / s.Replicas
+		}
 	}
 	if !given["max_local_batch_size"] {
 		s.MaxLocalBatch = max(s.InitBatch, s.MinLocalBatch)
+		if fixed {
+			s.MaxLocalBatch = s.Batch / s.Replicas
+		}
 	}
+}
+
+// validateFixed checks a user-sized job's replicas and batch_size against
+// the bounds they set.
+func (s Spec) validateFixed() error {
+	if s.Replicas == 0 && s.Batch == 0 {
+		return nil
+	}
+	switch {
+	case s.Replicas < 0 || s.Replicas > MaxReplicas:
+		return fieldErr("replicas", s.Replicas, "want 0 (not user-sized) to %d", MaxReplicas)
+	case s.Replicas == 0:
+		return fieldErr("batch_size", s.Batch, "a fixed batch needs replicas too")
+	case s.MinReplicas != s.Replicas || s.MaxReplicas != s.Replicas:
+		return fieldErr("replicas", s.Replicas, "min_replicas (%d) and max_replicas (%d) must equal it (leave them out)", s.MinReplicas, s.MaxReplicas)
+	case s.Batch == 0:
+		return nil
+	case s.Batch < s.InitBatch || s.Batch > MaxBatch:
+		return fieldErr("batch_size", s.Batch, "want between init_batch_size (%d) and %d", s.InitBatch, MaxBatch)
+	case s.Batch%s.Replicas != 0:
+		return fieldErr("batch_size", s.Batch, "not a multiple of replicas (%d)", s.Replicas)
+	case s.MaxBatch != s.Batch || s.MinLocalBatch != s.Batch/s.Replicas || s.MaxLocalBatch != s.Batch/s.Replicas || s.Accumulation:
+		return fieldErr("batch_size", s.Batch, "fixes max_batch_size to it and the local batch sizes to %d, without accumulation (leave them out)", s.Batch/s.Replicas)
+	}
+	return nil
 }
 
 // Validate reports the first refused field of s (defaults already
@@ -329,6 +378,9 @@ func (s Spec) Validate() error {
 		{"min_local_batch_size", s.MinLocalBatch, 1, MaxBatch, ""},
 		{"max_local_batch_size", s.MaxLocalBatch, s.MinLocalBatch, MaxBatch, "min_local_batch_size"},
 	}
+	if err := s.validateFixed(); err != nil {
+		return err
+	}
 	for _, r := range ranges {
 		if r.v < r.lo || r.v > r.hi {
 			why := fmt.Sprintf("want between %d and %d", r.lo, r.hi)
@@ -338,7 +390,7 @@ func (s Spec) Validate() error {
 			return fieldErr(r.field, r.v, "%s", why)
 		}
 	}
-	if s.MinLocalBatch > s.InitBatch {
+	if s.MinLocalBatch > s.InitBatch && s.Batch == 0 {
 		return fieldErr("min_local_batch_size", s.MinLocalBatch, "must not exceed init_batch_size (%d)", s.InitBatch)
 	}
 	// The job must be able to start on min_replicas GPUs before its

@@ -61,7 +61,7 @@ func TestParseErrors(t *testing.T) {
 		{"not a mapping", "- a\n- b\n", ErrSyntax, "", "mapping"},
 		{"two documents", base + "---\n" + base, ErrSyntax, "", "one YAML document"},
 		{"broken yaml", "name: [unclosed\n", ErrSyntax, "", ""},
-		{"unknown field", base + "replicas: 3\n", ErrInvalid, "replicas", "unknown field (line 4)"},
+		{"unknown field", base + "replica: 3\n", ErrInvalid, "replica", "unknown field (line 4)"},
 		{"duplicate field", base + "name: k\n", ErrInvalid, "name", "given twice"},
 		{"wrong type", base + "min_replicas: three\n", ErrInvalid, "min_replicas", "want an integer (line 4)"},
 		{"float for int", base + "max_replicas: 2.5\n", ErrInvalid, "max_replicas", "want an integer"},
@@ -207,6 +207,53 @@ func TestParseEpochs(t *testing.T) {
 	}
 	if s, err = Parse([]byte(base)); err != nil || s.Epochs != 0 {
 		t.Fatalf("no epochs: %+v, %v", s, err)
+	}
+}
+
+// TestParseUserSized checks that replicas and batch_size fix a job's
+// configuration, and what they refuse.
+func TestParseUserSized(t *testing.T) {
+	type sized struct{ MinReplicas, MaxReplicas, MaxBatch, MinLocalBatch, MaxLocalBatch int }
+	tests := []struct {
+		name, extra string
+		want        sized // zero: an error on field
+		field       string
+	}{
+		{"replicas and batch", "replicas: 4\nbatch_size: 512\n",
+			sized{MinReplicas: 4, MaxReplicas: 4, MaxBatch: 512, MinLocalBatch: 128, MaxLocalBatch: 128}, ""},
+		{"one replica, large batch", "replicas: 1\nbatch_size: 256\n",
+			sized{MinReplicas: 1, MaxReplicas: 1, MaxBatch: 256, MinLocalBatch: 256, MaxLocalBatch: 256}, ""},
+		{"replicas only", "replicas: 2\n",
+			sized{MinReplicas: 2, MaxReplicas: 2, MaxBatch: 128, MinLocalBatch: 1, MaxLocalBatch: 128}, ""},
+		{"batch without replicas", "batch_size: 256\n", sized{}, "batch_size"},
+		{"batch below init", "replicas: 2\nbatch_size: 64\n", sized{}, "batch_size"},
+		{"batch not a multiple", "replicas: 3\nbatch_size: 256\n", sized{}, "batch_size"},
+		{"replicas beside max_replicas", "replicas: 2\nmax_replicas: 4\n", sized{}, "replicas"},
+		{"batch beside accumulation", "replicas: 2\nbatch_size: 256\naccumulation: true\n", sized{}, "batch_size"},
+		{"negative replicas", "replicas: -1\n", sized{}, "replicas"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := Parse([]byte(base + tt.extra))
+			if tt.want == (sized{}) {
+				var fe *FieldError
+				if !errors.As(err, &fe) || fe.Field != tt.field {
+					t.Fatalf("got %+v, %v; want an error on %s", s, err, tt.field)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := sized{MinReplicas: s.MinReplicas, MaxReplicas: s.MaxReplicas, MaxBatch: s.MaxBatch,
+				MinLocalBatch: s.MinLocalBatch, MaxLocalBatch: s.MaxLocalBatch}
+			if got != tt.want {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+			if err := s.Validate(); err != nil {
+				t.Fatalf("the parsed spec does not validate again: %v", err)
+			}
+		})
 	}
 }
 

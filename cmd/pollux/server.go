@@ -83,7 +83,7 @@ func newServerCmd() *cobra.Command {
 	f.StringVar(&c.Topology, "topology", "", "where this server sits: level=domain pairs, innermost first, e.g. rack=r1,zone=z1 (empty: the default rack)")
 	f.StringVar(&o.levels, "topology-levels", "rack", "the cluster's topology levels, innermost (rack) first, e.g. rack,zone: set once when the "+
 		"cluster is bootstrapped; a server given other levels refuses to run, and agents must declare every level in this order")
-	f.StringVar(&o.policy, "policy", "auto", "allocation policy: auto (pollux on one GPU type, pollux-het on several), pollux, pollux-het, sia or pollux-unaware")
+	f.StringVar(&o.policy, "policy", "auto", "allocation policy: auto (pollux on one GPU type, pollux-het on several), pollux, pollux-het, sia, pollux-unaware or tiresias (user-sized jobs, no resizing)")
 	f.Float64Var(&c.CrossRackRatio, "cross-rack-ratio", optimizer.DefaultCrossRackRatio, "how many times slower synchronising across racks is "+
 		"than within one (>= 1), for jobs that have not measured it")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")

@@ -11,7 +11,7 @@ import (
 // serverPolicies are the names `pollux server --policy` accepts: auto
 // (pollux on one GPU type, pollux-het on several) and the policies of the
 // registry that run live.
-var serverPolicies = []string{"auto", "pollux", "pollux-het", "sia", "pollux-unaware"}
+var serverPolicies = []string{"auto", "pollux", "pollux-het", "sia", "pollux-unaware", "tiresias"}
 
 // serverPolicy is the allocator's policy of `pollux server --policy`: the
 // one for rounds on one GPU type and the one for several.

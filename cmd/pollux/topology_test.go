@@ -329,7 +329,7 @@ func TestPlaceFlagsBadInput(t *testing.T) {
 		{"levels out of order", append(slices.Clone(server), "--topology-levels", "zone,rack"), `--topology-levels: optimizer: bad topology: levels "zone,rack"`},
 		{"server topology missing a level", append(slices.Clone(server), "--topology-levels", "rack,zone", "--topology", "rack=r1"),
 			`--topology does not fit --topology-levels`},
-		{"unknown policy", append(slices.Clone(server), "--policy", "fifo"), `--policy "fifo": want auto, pollux, pollux-het, sia or pollux-unaware`},
+		{"unknown policy", append(slices.Clone(server), "--policy", "fifo"), `--policy "fifo": want auto, pollux, pollux-het, sia, pollux-unaware or tiresias`},
 		{"ratio below 1", append(slices.Clone(server), "--cross-rack-ratio", "0.5"), "--cross-rack-ratio 0.5"},
 	}
 	for _, tt := range tests {
@@ -416,6 +416,19 @@ func TestServerLevelsAreTheClusters(t *testing.T) {
 		code, stderr := run(tt.extra...)
 		if code != 2 || !slices.ContainsFunc(tt.mentions, func(m string) bool { return strings.Contains(stderr, m) }) {
 			t.Errorf("%s: exit %d, want 2 mentioning one of %q:\n%s", tt.name, code, tt.mentions, tail([]byte(stderr), 1500))
+		}
+	}
+}
+
+// TestServerPolicyNames checks that --policy takes each live policy from
+// the registry, tiresias on both kinds of round.
+func TestServerPolicyNames(t *testing.T) {
+	for _, tc := range []struct{ name, single, typed string }{
+		{"auto", "pollux", "pollux-het"}, {"pollux", "pollux", "pollux"}, {"tiresias", "tiresias", "tiresias"}, {"sia", "sia", "sia"},
+	} {
+		single, typed, err := serverPolicy(tc.name)
+		if err != nil || single.Name() != tc.single || typed.Name() != tc.typed {
+			t.Errorf("--policy %s: %v, %v, %v; want %s and %s", tc.name, single, typed, err, tc.single, tc.typed)
 		}
 	}
 }

@@ -73,7 +73,7 @@ func CheckPython(ctx context.Context) error { return CheckInterpreter(ctx, Pytho
 
 // CheckInterpreter is CheckPython for another interpreter.
 func CheckInterpreter(ctx context.Context, python string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, "-c", "import torch, sklearn")
 	var stderr bytes.Buffer
