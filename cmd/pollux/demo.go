@@ -28,6 +28,7 @@ type demoFlags struct {
 	dir                   string
 	keep                  bool
 	real, asJSON, ui      bool
+	compare               bool
 	autoscale, federated  bool
 	maxNodes              int
 	nodeCost              float64
@@ -57,6 +58,7 @@ func newDemoCmd() *cobra.Command {
 	f.BoolVar(&d.keep, "keep", false, "keep the temporary directory")
 	f.BoolVar(&d.ui, "ui", false, "print the dashboard's URL (with a read token) and keep the cluster up after the workload until Ctrl-C or SIGTERM")
 	f.BoolVar(&d.real, "real", false, "run real PyTorch jobs on CPU slots instead of emulated ones")
+	f.BoolVar(&d.compare, "compare", false, "with --real: run the workload and a language model twice, under pollux and under tiresias with user-sized jobs, and compare")
 	f.BoolVar(&d.asJSON, "json", false, "with --real or --autoscale: print the result as one JSON object")
 	f.BoolVar(&d.federated, "federation", false, "run three federated labs (lab-a, lab-b, lab-c: each one server and two agents of 2 GPUs by default, "+
 		"its own CA) whose jobs arrive in turn, so that they lend each other idle GPUs and reclaim them; a table per lab at the end (docs/federation.md)")
@@ -79,7 +81,7 @@ func newDemoCmd() *cobra.Command {
 func runDemo(cmd *cobra.Command, d *demoFlags) error {
 	f := cmd.Flags()
 	if d.federated {
-		if err := refuseFlags(cmd, "demo: --%s cannot be used with --federation", "real", "ui", "json", "autoscale", "cpu-slots", "python",
+		if err := refuseFlags(cmd, "demo: --%s cannot be used with --federation", "real", "compare", "ui", "json", "autoscale", "cpu-slots", "python",
 			"augment", "min-epochs", "max-nodes", "node-cost", "boot-delay", "scale-down-delay", "settle"); err != nil {
 			return err
 		}
@@ -102,7 +104,7 @@ func runDemo(cmd *cobra.Command, d *demoFlags) error {
 	if d.real {
 		return runRealDemo(cmd, d)
 	}
-	if err := refuseFlags(cmd, "demo: --%s needs --real (or --autoscale for --json)", "json", "cpu-slots", "python", "augment", "min-epochs"); err != nil {
+	if err := refuseFlags(cmd, "demo: --%s needs --real (or --autoscale for --json)", "json", "compare", "cpu-slots", "python", "augment", "min-epochs"); err != nil {
 		return err
 	}
 	if d.servers < 1 || d.agents < 1 || d.gpus < 1 || !(d.scale > 0) || d.spread < 0 || d.timeout <= 0 {
@@ -120,7 +122,7 @@ func runDemo(cmd *cobra.Command, d *demoFlags) error {
 
 // runAutoscaleDemo is `pollux demo --autoscale`.
 func runAutoscaleDemo(cmd *cobra.Command, d *demoFlags) error {
-	if err := refuseFlags(cmd, "demo: --%s cannot be used with --autoscale", "real", "ui", "cpu-slots", "python", "augment", "min-epochs",
+	if err := refuseFlags(cmd, "demo: --%s cannot be used with --autoscale", "real", "compare", "ui", "cpu-slots", "python", "augment", "min-epochs",
 		"agents"); err != nil {
 		return err
 	}
@@ -157,9 +159,18 @@ func runRealDemo(cmd *cobra.Command, d *demoFlags) error {
 		return usage.Wrap(errors.New("demo: --real needs at least one server, agent, CPU slot, augmentation and epoch, and a positive timeout"))
 	}
 	o.Dir, o.Jobs = d.dir, realdemo.Workload(spread/2, d.augment, d.minEpochs)
+	if d.compare {
+		o.Jobs = realdemo.CompareWorkload(spread/3, d.augment, d.minEpochs)
+		if !f.Changed("timeout") {
+			timeout = 90 * time.Minute
+		}
+	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if d.compare {
+		return demo.Compare(ctx, o, d.keep, d.asJSON, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	}
 	return demo.Real(ctx, o, d.keep, d.asJSON, cmd.OutOrStdout(), cmd.ErrOrStderr())
 }

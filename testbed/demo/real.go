@@ -43,3 +43,42 @@ func Real(ctx context.Context, o realdemo.Options, keep, asJSON bool, stdout, st
 	}
 	return nil
 }
+
+// Compare runs realdemo.Compare with o (Exec and Dir as for Real),
+// progress on stderr, and prints the comparison on stdout (JSON with
+// asJSON, else a table per policy) whenever both runs completed, also
+// when they fell short of what the comparison shows.
+func Compare(ctx context.Context, o realdemo.Options, keep, asJSON bool, stdout, stderr io.Writer) error {
+	done, err := prepare(&o.Exec, &o.Dir, "pollux-demo-compare-", keep)
+	defer done()
+	if err != nil {
+		return err
+	}
+	o.Progress = stderr
+	start := time.Now()
+	res, err := realdemo.Compare(ctx, o)
+	if err != nil && !errors.Is(err, realdemo.ErrShort) {
+		return fmt.Errorf("demo: %w", err)
+	}
+	fmt.Fprintf(stderr, "done in %.0f s\n", time.Since(start).Seconds())
+	if asJSON {
+		b, jerr := json.Marshal(res)
+		if jerr != nil {
+			return fmt.Errorf("demo: %w", jerr)
+		}
+		fmt.Fprintln(stdout, string(b))
+	} else {
+		for _, name := range []string{"pollux", "tiresias"} {
+			p := res.Policies[name]
+			fmt.Fprintf(stdout, "%s: average JCT %.0f s\n", name, p.AvgJCT)
+			if werr := (realdemo.Result{Jobs: p.Jobs}).WriteTable(stdout); werr != nil {
+				return fmt.Errorf("demo: %w", werr)
+			}
+		}
+		fmt.Fprintf(stdout, "ratio (pollux / tiresias average JCT): %.3f\n", res.Ratio)
+	}
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	return nil
+}

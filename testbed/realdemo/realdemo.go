@@ -44,6 +44,9 @@ type Job struct {
 	// Args are added to the example's command (e.g. --augment 4 and
 	// --min-epochs 8 make it longer).
 	Args []string
+	// Fixed, if set, makes it a user-sized job (jobspec replicas and
+	// batch_size), as under the Tiresias policy.
+	Fixed *Fixed
 }
 
 // Workload is the demo's three jobs: two CNNs, then an MLP, submitted gap
@@ -95,6 +98,8 @@ type Options struct {
 	Grace     time.Duration
 	// Tick is how often the API is polled (default 500 ms).
 	Tick time.Duration
+	// Policy is the servers' --policy (empty: their default).
+	Policy string
 	// Progress receives progress lines (nil: none).
 	Progress io.Writer
 	// Logger receives the launcher's log (default: discarded).
@@ -154,18 +159,29 @@ type Result struct {
 	Jobs map[string]JobResult `json:"jobs"`
 }
 
-// JobResult is one job: its checkpoint's accuracy and the target it
-// trained to, how many incarnations the scheduler started (the API's
+// JobResult is one job: its checkpoint's accuracy (digits) or validation
+// loss (the language model) and the target it trained to, how many incarnations the scheduler started (the API's
 // count), the total batch size M = K m (s + 1) and the replicas K of
 // each incarnation that trained, in order (the checkpoint's run
 // history), and its completion time in seconds from submission.
 type JobResult struct {
-	Accuracy     float64 `json:"accuracy"`
+	Accuracy     float64 `json:"accuracy,omitempty"`
+	Loss         float64 `json:"loss,omitempty"`
 	Target       float64 `json:"target"`
 	Incarnations int     `json:"incarnations"`
 	BatchSizes   []int   `json:"batch_sizes"`
 	Replicas     []int   `json:"replicas"`
 	JCT          float64 `json:"jct_s"`
+	// Metric is the example's metric: "accuracy" or "loss".
+	Metric string `json:"-"`
+}
+
+// Reached reports whether the job's final metric is at its target.
+func (r JobResult) Reached() bool {
+	if r.Metric == "loss" {
+		return r.Loss <= r.Target
+	}
+	return r.Accuracy >= r.Target
 }
 
 // Resizes counts the changes of the replica count between successive
@@ -180,20 +196,32 @@ func (r JobResult) Resizes() int {
 	return n
 }
 
-// Check names what the result fails to show: a job below its target or
+// Check names what the result fails to show: a job short of its target or
 // resized fewer than MinResizes times. Nil when it shows everything.
-func (r Result) Check() error {
+func (r Result) Check() error { return r.check(true) }
+
+// check is Check, the resizes only when resized.
+func (r Result) check(resized bool) error {
 	var errs []error
 	for _, name := range r.names() {
 		j := r.Jobs[name]
-		if j.Accuracy < j.Target {
-			errs = append(errs, fmt.Errorf("%w: %s reached accuracy %.4f, below its target %.2f", ErrShort, name, j.Accuracy, j.Target))
+		if !j.Reached() {
+			errs = append(errs, fmt.Errorf("%w: %s reached %s %.4f, short of its target %.2f", ErrShort, name, j.metric(), j.value(), j.Target))
 		}
-		if n := j.Resizes(); n < MinResizes {
+		if n := j.Resizes(); resized && n < MinResizes {
 			errs = append(errs, fmt.Errorf("%w: %s was resized %d times (replicas %v), want at least %d", ErrShort, name, n, j.Replicas, MinResizes))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func (r JobResult) metric() string { return cmp.Or(r.Metric, "accuracy") }
+
+func (r JobResult) value() float64 {
+	if r.Metric == "loss" {
+		return r.Loss
+	}
+	return r.Accuracy
 }
 
 func (r Result) names() []string {
@@ -208,10 +236,10 @@ func (r Result) names() []string {
 // WriteTable prints the result as a table.
 func (r Result) WriteTable(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-14s %8s %6s %5s %5s  %-22s %s\n", "job", "accuracy", "target", "incs", "JCT s", "replicas", "batch sizes")
+	fmt.Fprintf(&b, "%-14s %-8s %8s %6s %5s %5s  %-22s %s\n", "job", "metric", "value", "target", "incs", "JCT s", "replicas", "batch sizes")
 	for _, name := range r.names() {
 		j := r.Jobs[name]
-		fmt.Fprintf(&b, "%-14s %8.4f %6.2f %5d %5.0f  %-22s %s\n", name, j.Accuracy, j.Target, j.Incarnations, j.JCT,
+		fmt.Fprintf(&b, "%-14s %-8s %8.4f %6.2f %5d %5.0f  %-22s %s\n", name, j.metric(), j.value(), j.Target, j.Incarnations, j.JCT,
 			ints(j.Replicas), ints(j.BatchSizes))
 	}
 	_, err := io.WriteString(w, b.String())
@@ -232,20 +260,30 @@ func ints(v []int) string {
 // process it started on every way out (ctx's end included). The error
 // wraps ErrJob if a job failed, ErrShort (with the result) if the run
 // did not show what it is for.
-func Run(ctx context.Context, o Options) (res Result, err error) {
-	if err := o.defaults(); err != nil {
+func Run(ctx context.Context, o Options) (Result, error) {
+	res, _, err := run(ctx, o)
+	if err != nil {
 		return Result{}, err
 	}
+	return res, res.Check()
+}
+
+// run is Run without the check; it also returns each job as the API
+// last showed it, with its bid.
+func run(ctx context.Context, o Options) (res Result, final map[string]api.Job, err error) {
+	if err := o.defaults(); err != nil {
+		return Result{}, nil, err
+	}
 	if err := worker.CheckInterpreter(ctx, o.Python); err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	dir, err := filepath.Abs(o.Dir)
 	if err != nil {
-		return Result{}, fmt.Errorf("realdemo: %w", err)
+		return Result{}, nil, fmt.Errorf("realdemo: %w", err)
 	}
 	lib, err := worker.Install(filepath.Join(dir, "worker"))
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	lib.Python = o.Python
 	specs := map[string][]byte{}
@@ -254,11 +292,16 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 		ckpt[j.Name] = filepath.Join(dir, "checkpoints", j.Name)
 		s, err := j.Example.Spec(j.Name, lib, ckpt[j.Name], j.Args...)
 		if err != nil {
-			return Result{}, err
+			return Result{}, nil, err
+		}
+		if j.Fixed != nil {
+			if s, err = j.Fixed.apply(s); err != nil {
+				return Result{}, nil, fmt.Errorf("%w: job %s: %w", ErrConfig, j.Name, err)
+			}
 		}
 		// JSON is YAML: the API decodes it.
 		if specs[j.Name], err = json.Marshal(s); err != nil {
-			return Result{}, fmt.Errorf("realdemo: %w", err)
+			return Result{}, nil, fmt.Errorf("realdemo: %w", err)
 		}
 	}
 	progressf(o.Progress, "starting %d servers and %d agents of %d CPU slots on 127.0.0.1, mutual TLS and encrypted gossip (logs in %s)",
@@ -268,9 +311,9 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 	allow := []string{"--allow-command", lib.Python + " " + lib.Dir + "/*.py **"}
 	c, err := launch.Start(ctx, launch.Options{Exec: o.Exec, Env: o.Env, Dir: dir, Servers: o.Servers, Agents: o.Agents,
 		CPUSlots: o.Slots, Interval: o.Interval, TimeScale: o.TimeScale, Grace: o.Grace, AgentArgs: allow,
-		Observe: true, Scenario: "demo-real", Logger: o.Logger})
+		Policy: o.Policy, Observe: true, Scenario: "demo-real", Logger: o.Logger})
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	defer func() {
 		progressf(o.Progress, "stopping the cluster")
@@ -278,25 +321,34 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 			err = errors.Join(err, serr)
 		}
 	}()
-	d := &driver{o: o, c: c, cl: c.Client(), specs: specs, ckpt: ckpt}
+	d := &driver{o: o, c: c, cl: c.Client(), specs: specs, ckpt: ckpt, metric: map[string]string{}}
+	for _, j := range o.Jobs {
+		d.metric[j.Name] = j.Example.Metric
+	}
 	js, err := d.run(ctx)
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
-	res, err = d.result(js)
-	if err != nil {
-		return Result{}, err
+	if res, err = d.result(js); err != nil {
+		return Result{}, nil, err
 	}
-	return res, res.Check()
+	final = map[string]api.Job{}
+	for _, j := range js {
+		if full, found, jerr := d.cl.JobAny(ctx, j.ID); jerr == nil && found {
+			final[j.ID] = full
+		}
+	}
+	return res, final, nil
 }
 
 // driver submits and follows the jobs of one run.
 type driver struct {
-	o     Options
-	c     *launch.Cluster
-	cl    *launch.Client
-	specs map[string][]byte
-	ckpt  map[string]string
+	o      Options
+	c      *launch.Cluster
+	cl     *launch.Client
+	specs  map[string][]byte
+	ckpt   map[string]string
+	metric map[string]string // job -> its example's metric
 
 	lastKey   string
 	lastPrint time.Time
@@ -318,7 +370,7 @@ func (d *driver) run(ctx context.Context) ([]api.Job, error) {
 				}
 				return nil, fmt.Errorf("%w: submitting %s: %s", ErrJob, j.Name, a.Error())
 			}
-			progressf(d.o.Progress, "%5.0fs  submitted %s (%s, target accuracy %.2f)", elapsed.Seconds(), j.Name, j.Example.Model, j.Example.Target)
+			progressf(d.o.Progress, "%5.0fs  submitted %s (%s, target %s %.2f)", elapsed.Seconds(), j.Name, j.Example.Model, j.Example.Metric, j.Example.Target)
 			pending = pending[1:]
 		}
 		js, _, jerr := d.cl.JobsAny(ctx)
@@ -372,6 +424,9 @@ func (d *driver) progress(elapsed time.Duration, js []api.Job) {
 			if acc, ok := p.Metrics["accuracy"]; ok {
 				fmt.Fprintf(&b, ", accuracy %.3f", acc)
 			}
+			if loss, ok := p.Metrics["loss"]; ok {
+				fmt.Fprintf(&b, ", loss %.3f", loss)
+			}
 		}
 	}
 	if key.String() == d.lastKey && time.Since(d.lastPrint) < 10*time.Second {
@@ -394,12 +449,18 @@ func (d *driver) result(js []api.Job) (Result, error) {
 		case !p.Done:
 			return Result{}, fmt.Errorf("%w: %s completed but its checkpoint (epoch %d) is not done", ErrJob, j.ID, p.Epoch)
 		}
-		acc, ok := p.Metrics["accuracy"]
+		metric := d.metric[j.ID]
+		v, ok := p.Metrics[metric]
 		if !ok {
-			return Result{}, fmt.Errorf("%w: %s: no accuracy in %s", ErrJob, j.ID, filepath.Join(d.ckpt[j.ID], worker.ProgressFile))
+			return Result{}, fmt.Errorf("%w: %s: no %s in %s", ErrJob, j.ID, metric, filepath.Join(d.ckpt[j.ID], worker.ProgressFile))
 		}
-		r := JobResult{Accuracy: acc, Target: p.Metrics["target"], Incarnations: int(j.Incarnation),
+		r := JobResult{Target: p.Metrics["target"], Incarnations: int(j.Incarnation), Metric: metric,
 			BatchSizes: []int{}, Replicas: []int{}, JCT: j.FinishTime - j.SubmitTime}
+		if metric == "loss" {
+			r.Loss = v
+		} else {
+			r.Accuracy = v
+		}
 		for _, run := range p.Runs {
 			r.BatchSizes = append(r.BatchSizes, run.BatchSize)
 			r.Replicas = append(r.Replicas, run.Replicas)

@@ -36,7 +36,7 @@ func TestCheck(t *testing.T) {
 	low.Accuracy = 0.96
 	once.Replicas = []int{1, 2, 2}
 	err := Result{Jobs: map[string]JobResult{"low": low, "once": once}}.Check()
-	if !errors.Is(err, ErrShort) || !strings.Contains(err.Error(), "low reached accuracy 0.9600, below its target 0.97") ||
+	if !errors.Is(err, ErrShort) || !strings.Contains(err.Error(), "low reached accuracy 0.9600, short of its target 0.97") ||
 		!strings.Contains(err.Error(), "once was resized 1 times") {
 		t.Errorf("Check = %v", err)
 	}

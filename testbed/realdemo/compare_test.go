@@ -1,0 +1,116 @@
+package realdemo
+
+import (
+	"encoding/json"
+	"errors"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"pollux/actors/node/worker"
+	"pollux/actors/server/api"
+	"pollux/optimizer/goodput"
+)
+
+func TestCompareWorkload(t *testing.T) {
+	jobs := CompareWorkload(10*time.Second, 16, 40)
+	if len(jobs) != 4 || jobs[3].Example.Metric != "loss" || jobs[3].After != 30*time.Second {
+		t.Fatalf("workload %+v", jobs)
+	}
+	l := worker.Layout{Dir: "/w", Digits: "/w/train_digits.py"}
+	for _, j := range jobs {
+		s, err := j.Example.Spec(j.Name, l, "/ck/"+j.Name, j.Args...)
+		if err != nil {
+			t.Fatalf("%s: %v", j.Name, err)
+		}
+		for _, f := range []Fixed{{1, 32}, {2, 64}, {4, 512}} {
+			fs, err := f.apply(s)
+			if err != nil {
+				t.Errorf("%s user-sized %+v: %v", j.Name, f, err)
+				continue
+			}
+			if fs.MinReplicas != f.Replicas || fs.MaxReplicas != f.Replicas || fs.MaxBatch != f.Batch ||
+				fs.MinLocalBatch != f.Batch/f.Replicas || fs.Accumulation {
+				t.Errorf("%s user-sized %+v: spec %+v", j.Name, f, fs)
+			}
+		}
+		if _, err := (Fixed{3, 64}).apply(s); err == nil {
+			t.Errorf("%s: a batch of 64 on 3 replicas accepted", j.Name)
+		}
+	}
+}
+
+// TestChoose checks the careful user's choice from a job's profile: the
+// most replicas that still scale at MinEfficiency, nothing without a
+// model.
+func TestChoose(t *testing.T) {
+	ex := worker.Examples[1] // the CNN: M0 32, local 8-256
+	if got := Choose(ex, nil, 2, 2); got != (Fixed{1, 32}) {
+		t.Errorf("without a bid: %+v", got)
+	}
+	grad := goodput.GradStats{GradSqr: 1, GradVar: 20} // noise scale 640 at M0 32: large batches pay
+	cheapSync := goodput.Params{AlphaC: 0.01, BetaC: 0.002, AlphaN: 0.002, BetaN: 0.0002, AlphaR: 0.02, BetaR: 0.001, Gamma: 1.2}
+	costlySync := cheapSync
+	costlySync.AlphaR, costlySync.AlphaN = 2, 1 // a second of sync per step on two replicas
+	for _, tc := range []struct {
+		name   string
+		params goodput.Params
+		want   func(Fixed) bool
+	}{
+		{"cheap sync scales out", cheapSync, func(f Fixed) bool { return f.Replicas == 4 && f.Batch >= 32 && f.Batch%4 == 0 }},
+		{"costly sync stays on one", costlySync, func(f Fixed) bool { return f == Fixed{1, 32} }},
+	} {
+		p, g := tc.params, grad
+		got := Choose(ex, &api.BidJSON{Model: &p, Grad: &g}, 2, 2)
+		if !tc.want(got) {
+			t.Errorf("%s: %+v", tc.name, got)
+		}
+		if got.Batch < ex.InitBatch || got.Batch%got.Replicas != 0 {
+			t.Errorf("%s: %+v is no valid user-sized batch", tc.name, got)
+		}
+	}
+}
+
+func TestLossTarget(t *testing.T) {
+	at := JobResult{Loss: 1.79, Target: 1.8, Metric: "loss"}
+	above := JobResult{Loss: 1.85, Target: 1.8, Metric: "loss"}
+	if !at.Reached() || above.Reached() {
+		t.Errorf("loss 1.79 reached %v, 1.85 reached %v (target 1.8)", at.Reached(), above.Reached())
+	}
+	err := Result{Jobs: map[string]JobResult{"lm": above}}.check(false)
+	if !errors.Is(err, ErrShort) {
+		t.Errorf("check = %v", err)
+	}
+}
+
+// TestComparisonJSON checks the fields of `pollux demo --real --compare
+// --json`.
+func TestComparisonJSON(t *testing.T) {
+	c := Comparison{Ratio: 0.7, Policies: map[string]PolicyResult{
+		"pollux": {AvgJCT: 70, Jobs: map[string]JobResult{"lm": {Loss: 1.7, Target: 1.8, Metric: "loss", Replicas: []int{1}, BatchSizes: []int{32}}}},
+		"tiresias": {AvgJCT: 100, Fixed: map[string]Fixed{"lm": {2, 64}},
+			Jobs: map[string]JobResult{"cnn": {Accuracy: 0.98, Target: 0.97, Replicas: []int{2}, BatchSizes: []int{64}}}},
+	}}
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		Policies map[string]struct {
+			AvgJCT float64                               `json:"avg_jct_s"`
+			Jobs   map[string]map[string]json.RawMessage `json:"jobs"`
+		} `json:"policies"`
+		Ratio float64 `json:"ratio"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	lm := slices.Sorted(maps.Keys(raw.Policies["pollux"].Jobs["lm"]))
+	cnn := slices.Sorted(maps.Keys(raw.Policies["tiresias"].Jobs["cnn"]))
+	if !slices.Equal(lm, []string{"batch_sizes", "incarnations", "jct_s", "loss", "replicas", "target"}) ||
+		!slices.Equal(cnn, []string{"accuracy", "batch_sizes", "incarnations", "jct_s", "replicas", "target"}) ||
+		raw.Ratio != 0.7 || raw.Policies["tiresias"].AvgJCT != 100 {
+		t.Errorf("JSON %s", b)
+	}
+}
