@@ -29,6 +29,7 @@ type demoFlags struct {
 	keep                  bool
 	real, asJSON, ui      bool
 	compare               bool
+	lmTarget              float64
 	autoscale, federated  bool
 	maxNodes              int
 	nodeCost              float64
@@ -71,6 +72,7 @@ func newDemoCmd() *cobra.Command {
 	f.DurationVar(&d.settle, "settle", 90*time.Second, "with --autoscale: how long to wait, after the last job, for the cluster to shrink to one agent")
 	f.IntVar(&d.realOpts.Slots, "cpu-slots", 2, "with --real: CPU slots per agent")
 	f.StringVar(&d.realOpts.Python, "python", worker.Python, "with --real: the interpreter of the workers (it needs torch and sklearn)")
+	f.Float64Var(&d.lmTarget, "lm-target", worker.LMTarget, "with --real --compare: the language model's target validation loss (nats per byte)")
 	f.IntVar(&d.augment, "augment", 16, "with --real: training copies of every digit (a longer epoch)")
 	f.IntVar(&d.minEpochs, "min-epochs", 60, "with --real: epochs the CNNs train at least (the MLP: 4 times as many)")
 	return cmd
@@ -81,7 +83,7 @@ func newDemoCmd() *cobra.Command {
 func runDemo(cmd *cobra.Command, d *demoFlags) error {
 	f := cmd.Flags()
 	if d.federated {
-		if err := refuseFlags(cmd, "demo: --%s cannot be used with --federation", "real", "compare", "ui", "json", "autoscale", "cpu-slots", "python",
+		if err := refuseFlags(cmd, "demo: --%s cannot be used with --federation", "real", "compare", "lm-target", "ui", "json", "autoscale", "cpu-slots", "python",
 			"augment", "min-epochs", "max-nodes", "node-cost", "boot-delay", "scale-down-delay", "settle"); err != nil {
 			return err
 		}
@@ -104,7 +106,7 @@ func runDemo(cmd *cobra.Command, d *demoFlags) error {
 	if d.real {
 		return runRealDemo(cmd, d)
 	}
-	if err := refuseFlags(cmd, "demo: --%s needs --real (or --autoscale for --json)", "json", "compare", "cpu-slots", "python", "augment", "min-epochs"); err != nil {
+	if err := refuseFlags(cmd, "demo: --%s needs --real (or --autoscale for --json)", "json", "compare", "lm-target", "cpu-slots", "python", "augment", "min-epochs"); err != nil {
 		return err
 	}
 	if d.servers < 1 || d.agents < 1 || d.gpus < 1 || !(d.scale > 0) || d.spread < 0 || d.timeout <= 0 {
@@ -122,7 +124,7 @@ func runDemo(cmd *cobra.Command, d *demoFlags) error {
 
 // runAutoscaleDemo is `pollux demo --autoscale`.
 func runAutoscaleDemo(cmd *cobra.Command, d *demoFlags) error {
-	if err := refuseFlags(cmd, "demo: --%s cannot be used with --autoscale", "real", "compare", "ui", "cpu-slots", "python", "augment", "min-epochs",
+	if err := refuseFlags(cmd, "demo: --%s cannot be used with --autoscale", "real", "compare", "lm-target", "ui", "cpu-slots", "python", "augment", "min-epochs",
 		"agents"); err != nil {
 		return err
 	}
@@ -159,8 +161,14 @@ func runRealDemo(cmd *cobra.Command, d *demoFlags) error {
 		return usage.Wrap(errors.New("demo: --real needs at least one server, agent, CPU slot, augmentation and epoch, and a positive timeout"))
 	}
 	o.Dir, o.Jobs = d.dir, realdemo.Workload(spread/2, d.augment, d.minEpochs)
+	if !d.compare && f.Changed("lm-target") {
+		return usage.Wrap(errors.New("demo: --lm-target needs --compare"))
+	}
 	if d.compare {
-		o.Jobs = realdemo.CompareWorkload(spread/3, d.augment, d.minEpochs)
+		if !(d.lmTarget > 0) {
+			return usage.Wrap(fmt.Errorf("demo: --lm-target %v: want a positive validation loss", d.lmTarget))
+		}
+		o.Jobs = realdemo.CompareWorkload(spread/3, d.augment, d.minEpochs, d.lmTarget)
 		if !f.Changed("timeout") {
 			timeout = 90 * time.Minute
 		}

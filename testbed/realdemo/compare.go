@@ -46,11 +46,15 @@ func (f Fixed) apply(s jobspec.Spec) (jobspec.Spec, error) {
 }
 
 // CompareWorkload is the comparison's four jobs: Workload's two CNNs and
-// MLP, then the language model (worker.Examples[2]) gap after the MLP.
-func CompareWorkload(gap time.Duration, augment, minEpochs int) []Job {
+// MLP, then the language model (worker.Examples[2]) gap after the MLP,
+// trained to the validation loss lmTarget (0: worker.LMTarget).
+func CompareWorkload(gap time.Duration, augment, minEpochs int, lmTarget float64) []Job {
+	lm := worker.Examples[2]
+	if lmTarget > 0 {
+		lm.Target = lmTarget
+	}
 	jobs := Workload(gap, augment, minEpochs)
-	return append(jobs, Job{Name: "lm-4", Example: worker.Examples[2], After: 3 * gap,
-		Args: []string{"--checkpoint-interval", "5"}})
+	return append(jobs, Job{Name: "lm-4", Example: lm, After: 3 * gap, Args: []string{"--checkpoint-interval", "5"}})
 }
 
 // PolicyResult is one run of a comparison: the jobs' average completion

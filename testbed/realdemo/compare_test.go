@@ -14,9 +14,12 @@ import (
 )
 
 func TestCompareWorkload(t *testing.T) {
-	jobs := CompareWorkload(10*time.Second, 16, 40)
-	if len(jobs) != 4 || jobs[3].Example.Metric != "loss" || jobs[3].After != 30*time.Second {
+	jobs := CompareWorkload(10*time.Second, 16, 40, 0)
+	if len(jobs) != 4 || jobs[3].Example.Metric != "loss" || jobs[3].Example.Target != worker.LMTarget || jobs[3].After != 30*time.Second {
 		t.Fatalf("workload %+v", jobs)
+	}
+	if lm := CompareWorkload(10*time.Second, 16, 40, 2.5)[3]; lm.Example.Target != 2.5 {
+		t.Errorf("language model's target %v, want 2.5", lm.Example.Target)
 	}
 	l := worker.Layout{Dir: "/w", Digits: "/w/train_digits.py"}
 	for _, j := range jobs {
