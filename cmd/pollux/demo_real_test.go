@@ -287,6 +287,9 @@ func TestRealDemoNamesThePackagesWithoutTorch(t *testing.T) {
 		{"demo", "--real", "--gpus", "2"},
 		{"demo", "--real", "--cpu-slots", "0"},
 		{"demo", "--real", "--min-epochs", "0"},
+		{"demo", "--compare"},
+		{"demo", "--real", "--lm-target", "2"},
+		{"demo", "--real", "--compare", "--lm-target", "0"},
 	} {
 		if code := run(args); code != 2 {
 			t.Errorf("pollux %v exited %d, want 2", args, code)
