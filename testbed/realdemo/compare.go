@@ -100,7 +100,11 @@ func Compare(ctx context.Context, o Options) (Comparison, error) {
 		fixed[j.Name] = f
 		j.Fixed = &f
 		to.Jobs = append(to.Jobs, j)
-		progressf(o.Progress, "%s: user-sized from its profile: %d replicas, batch %d", j.Name, f.Replicas, f.Batch)
+		how := "from its fitted model"
+		if b := final[j.Name].Bid; b == nil || b.Model == nil || b.Grad == nil {
+			how = "no fitted model in its last bid: the default"
+		}
+		progressf(o.Progress, "%s: user-sized (%s): %d replicas, batch %d", j.Name, how, f.Replicas, f.Batch)
 	}
 	progressf(o.Progress, "comparison, run 2 of 2: policy tiresias")
 	tres, _, err := run(ctx, to)

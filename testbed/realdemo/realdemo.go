@@ -332,13 +332,31 @@ func run(ctx context.Context, o Options) (res Result, final map[string]api.Job, 
 	if res, err = d.result(js); err != nil {
 		return Result{}, nil, err
 	}
-	final = map[string]api.Job{}
+	return res, d.final(ctx, js), nil
+}
+
+// final reads every job with its bid: from the leader, else (a busy
+// leader cannot always confirm its lease) the freshest follower's copy,
+// which is what the bid was when the job completed.
+func (d *driver) final(ctx context.Context, js []api.Job) map[string]api.Job {
+	out := map[string]api.Job{}
 	for _, j := range js {
-		if full, found, jerr := d.cl.JobAny(ctx, j.ID); jerr == nil && found {
-			final[j.ID] = full
+		if full, found, err := d.cl.JobAny(ctx, j.ID); err == nil && found {
+			out[j.ID] = full
+			continue
+		}
+		for _, m := range d.c.Servers {
+			if !m.Serving() {
+				continue
+			}
+			full, found, _, a := d.cl.Job(ctx, m, j.ID, 5*time.Second)
+			if a.OK() && found && full.State == "completed" && full.Bid != nil {
+				out[j.ID] = full
+				break
+			}
 		}
 	}
-	return res, final, nil
+	return out
 }
 
 // driver submits and follows the jobs of one run.
