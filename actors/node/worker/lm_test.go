@@ -17,18 +17,6 @@ import (
 	"pollux/optimizer/goodput"
 )
 
-// lmExample is the language-model example.
-func lmExample(t *testing.T) Example {
-	t.Helper()
-	for _, e := range Examples {
-		if e.Script == "train_lm.py" {
-			return e
-		}
-	}
-	t.Fatal("no language-model example")
-	return Example{}
-}
-
 // lmRun is a run of the language model with args after the script.
 func lmRun(l Layout, r run, args ...string) run {
 	r.script = filepath.Join(l.Dir, "train_lm.py")
