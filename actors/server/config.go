@@ -3,7 +3,6 @@ package server
 import (
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"path/filepath"
 	"slices"
@@ -59,7 +58,6 @@ type Config struct {
 	// needs auto or pollux).
 	Policy, TypedPolicy optimizer.Policy
 	PolicyName          string
-	CrossRackRatio      float64
 	// Apps are the names of the applications jobs may emulate.
 	Apps       []string
 	Security   secure.Options
@@ -138,9 +136,6 @@ func (c *Config) check() (checked, error) {
 	}
 	if c.Autoscale.Provider != "" && c.PolicyName != "auto" && c.PolicyName != "pollux" {
 		return out, usage.Errorf("server: --autoscale decides with the Pollux policy, not --policy %s", c.PolicyName)
-	}
-	if !(c.CrossRackRatio >= 1) || math.IsInf(c.CrossRackRatio, 0) {
-		return out, usage.Errorf("server: --cross-rack-ratio %v, want a finite ratio of at least 1", c.CrossRackRatio)
 	}
 	fed, err := c.Federation.check(c.Security.Insecure)
 	if err != nil {

@@ -63,7 +63,7 @@ func TestCheckLease(t *testing.T) {
 // validConfig is a configuration check accepts.
 func validConfig(t *testing.T) Config {
 	return Config{ID: "s0", DataDir: t.TempDir(), Interval: time.Second, NodeGrace: 3 * time.Second, AgentLease: allocator.DefaultLease,
-		TimeScale: 1, CrossRackRatio: 2, PolicyName: "auto", Peers: []Peer{{"s0", "127.0.0.1:7000", "127.0.0.1:8080"}}, Bootstrap: true,
+		TimeScale: 1, PolicyName: "auto", Peers: []Peer{{"s0", "127.0.0.1:7000", "127.0.0.1:8080"}}, Bootstrap: true,
 		Federation: Federation{Interval: time.Second}}
 }
 
@@ -94,7 +94,6 @@ func TestConfigCheck(t *testing.T) {
 			"--topology does not fit --topology-levels"},
 		{"bad autoscaling", func(c *Config) { c.Autoscale = validAutoscale(); c.Autoscale.MinNodes = 5 }, "--min-nodes 5 is above --max-nodes 4"},
 		{"autoscaling with sia", func(c *Config) { c.Autoscale, c.PolicyName = validAutoscale(), "sia" }, "not --policy sia"},
-		{"cross-rack ratio", func(c *Config) { c.CrossRackRatio = 0.5 }, "--cross-rack-ratio 0.5"},
 		{"default trust domain", func(c *Config) { c.Federation.Cluster = "pollux" }, "trust domain"},
 		{"federation address alone", func(c *Config) { c.Federation.Addr = "127.0.0.1:0" }, "need --federation"},
 		{"federation insecure", func(c *Config) {

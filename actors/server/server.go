@@ -268,7 +268,7 @@ func (s *server) spawnActors(ctx context.Context, scale *allocator.Autoscale, st
 	c := s.cfg
 	props, err := allocator.NewAllocator(allocator.Config{
 		Store: s.srv, Server: c.ID, Members: s.members.Load().Members, Interval: c.Interval, CheckpointRoot: c.CheckpointRoot,
-		Policy: c.Policy, TypedPolicy: c.TypedPolicy, CrossRackRatio: c.CrossRackRatio, Levels: state.NormalizeLevels(c.Levels),
+		Policy: c.Policy, TypedPolicy: c.TypedPolicy, Levels: state.NormalizeLevels(c.Levels),
 		Retain: c.Retain, TimeScale: c.TimeScale, NodeGrace: c.NodeGrace, MaxFailures: c.MaxFailures, Stats: stats, Logger: s.log,
 		Lease: c.AgentLease, Autoscale: scale, Federation: s.link, Context: ctx,
 	}, observe)

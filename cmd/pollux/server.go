@@ -16,7 +16,6 @@ import (
 	"pollux/actors/allocator"
 	"pollux/actors/server"
 	"pollux/internal/usage"
-	"pollux/optimizer"
 	"pollux/optimizer/topology"
 	"pollux/testbed/builtin"
 )
@@ -84,8 +83,6 @@ func newServerCmd() *cobra.Command {
 	f.StringVar(&o.levels, "topology-levels", "rack", "the cluster's topology levels, innermost (rack) first, e.g. rack,zone: set once when the "+
 		"cluster is bootstrapped; a server given other levels refuses to run, and agents must declare every level in this order")
 	f.StringVar(&o.policy, "policy", "auto", "allocation policy: auto (pollux on one GPU type, pollux-het on several), pollux, pollux-het, sia or pollux-unaware")
-	f.Float64Var(&c.CrossRackRatio, "cross-rack-ratio", optimizer.DefaultCrossRackRatio, "how many times slower synchronising across racks is "+
-		"than within one (>= 1), for jobs that have not measured it")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	securityFlags(f, &c.Security)
 	autoscaleFlags(f, &c.Autoscale)
