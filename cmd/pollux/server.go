@@ -46,7 +46,7 @@ func newServerCmd() *cobra.Command {
 			"starts without --bootstrap (and --peers), joins the gossip with --join, and is made a voter with " +
 			"`pollux operator raft add-server`. --topology-levels names the cluster's topology levels (set at bootstrap, like " +
 			"the checkpoint root), --topology where this server sits (a server warns when a majority of the voters share a rack), " +
-			"--policy the allocation policy (auto: pollux on one GPU type, pollux-het on several). --cluster names the cluster (once in its life) " +
+			"--policy the allocation policy (auto: pollux on one GPU type, pollux-het on several; --cross-rack-ratio was removed: a policy prices racks only by what jobs fitted). --cluster names the cluster (once in its life) " +
 			"and --federation with --federation-addr makes it a lab of a federation that lends and borrows GPUs (docs/federation.md). " +
 			"Prints one JSON line with its addresses on stdout when ready.",
 		Args: cobra.NoArgs,
