@@ -5,7 +5,7 @@ package fabric
 // per step: its model's trainable parameters as 32-bit floats. The
 // counts are those of the artifact's own model definitions
 // (petuum/adaptdl, branch osdi21-artifact, benchmark/models/; counted
-// by instantiating them, docs/fidelity.md "Racks"):
+// by instantiating them, docs/fidelity.md, Part 3):
 //
 //   - imagenet: torchvision ResNet-50, 25 557 032 parameters;
 //   - cifar10: the ResNet18 of benchmark/models/cifar10/models/resnet.py,

@@ -4,7 +4,7 @@
 // racks, so this cost comes from a model of the links rather than from
 // measurements, and no policy sees it: the jobs measure its effect on
 // their step times and fit a term of their own (docs/fidelity.md,
-// "Racks").
+// Part 3).
 //
 // Every node has a link of NodeBandwidth bytes per second; the traces,
 // taken within one rack, measured synchronisation over such links. Each

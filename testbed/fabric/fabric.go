@@ -10,12 +10,13 @@ import (
 // ErrConfig is returned for an unusable network.
 var ErrConfig = errors.New("fabric: bad configuration")
 
-// DefaultNodeBandwidth is the bytes per second of a node's link: the
-// rate of a ring all-reduce that the Pollux artifact's in-rack traces
-// imply (docs/fidelity.md, "Racks": the median over its applications of
-// 2(K-1)/K gradient bytes over the fitted inter-node network time on 4
-// nodes of 4 GPUs, 0.33 to 0.54 GB/s). It is far below the testbed's
-// nominal 50 Gb/s: what the traces measured is what counts.
+// DefaultNodeBandwidth is the bytes per second of a node's link: about
+// the rate of a ring all-reduce that the Pollux artifact's in-rack traces
+// imply (docs/fidelity.md, Part 3: 2(K-1)/K gradient bytes over the
+// fitted inter-node network time on 4 nodes of 4 GPUs gives 0.49 to
+// 0.54 GB/s over its applications; this default is a little below). It
+// is far below the testbed's nominal 50 Gb/s: what the traces measured is
+// what counts.
 const DefaultNodeBandwidth = 0.45e9
 
 // Config is a network of racks.
