@@ -586,3 +586,63 @@ func TestHalfCommittedLease(t *testing.T) {
 		t.Errorf("borrower's leases %v", b.ledger().Leases())
 	}
 }
+
+// A borrower cannot extend its lease, however it asks: its renewal (a
+// day ahead, for a day) is refused with a 403 naming the rule, logged
+// once naming the peer, and changes nothing. When it then stops
+// answering, the lease runs out by the lender's clock at its time to
+// live: the lender's rounds expire it and its orders are no longer
+// authorised (the lender stops its workers at its next Assign).
+func TestOnlyTheLenderRenews(t *testing.T) {
+	clk, a, b := pair(t)
+	ctx := context.Background()
+	at := seconds(clk.Now())
+	g := federation.Command{Op: federation.OpGrant, From: "lab-a", Lease: "l1", Lender: "lab-a", Borrower: "lab-b",
+		Nodes: []federation.NodeGPUs{{Node: "n0", GPUs: 4}}, At: at, TTL: 60}
+	if err := a.link.Commit(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	before := state.EncodeState(a.srv.LocalState())
+	for _, body := range []string{
+		fmt.Sprintf(`{"op":"renew","from":"lab-b","lease":"l1","at":%v,"ttl_s":86400}`, at+86400),
+		fmt.Sprintf(`{"op":"renew","from":"lab-b","lease":"l1","at":%v,"ttl_s":86400}`, at+1),
+		fmt.Sprintf(`{"op":"renew","from":"lab-b","lease":"l1","at":%v}`, at+1),
+	} {
+		code, text := post(t, a, b.creds, PathLease, body)
+		if code != http.StatusForbidden || !strings.Contains(text, "only its lender lab-a extends a lease") {
+			t.Errorf("the borrower's renewal %s: %d %s", body, code, text)
+		}
+	}
+	if after := state.EncodeState(a.srv.LocalState()); !bytes.Equal(after, before) {
+		t.Error("the borrower's renewals changed the lender's state")
+	}
+	if n := len(a.logs.Lines("federation: refused")); n != 3 || len(a.logs.Lines("peer=lab-b")) != 3 {
+		t.Errorf("%d refusal lines, want 3 naming lab-b:\n%s", n, a.logs.String())
+	}
+	// The ledger refuses it too, however it gets there.
+	err := a.srv.ApplyCommand(ctx, &state.Lease{Cmd: federation.Command{Op: federation.OpRenew, From: "lab-b", Lease: "l1", At: at + 1, TTL: 86400}})
+	if !errors.Is(err, federation.ErrNotParty) {
+		t.Errorf("the borrower's renewal through Raft: %v", err)
+	}
+	order := federation.Order{Borrower: "lab-b", Node: "n0", GPUs: 4, At: at + 59}
+	if err := a.ledger().Authorize(order); err != nil {
+		t.Fatalf("an order within the lease: %v", err)
+	}
+	// lab-b goes silent. Within the time to live nothing changes...
+	clk.Add(59 * time.Second)
+	a.link.Round(ctx)
+	if _, ok := a.ledger().Lease("l1"); !ok {
+		t.Fatal("the lease ended before its time to live")
+	}
+	// ...and at it, the lease is gone from the lender's ledger, whatever
+	// lab-b sent before, and lab-b's orders there are refused.
+	clk.Add(time.Second)
+	a.link.Round(ctx)
+	if _, ok := a.ledger().Lease("l1"); ok || a.ledger().Lent() != 0 {
+		t.Fatalf("the lease of the silent borrower outlived its time to live: %+v", a.ledger().Leases())
+	}
+	order.At = at + 60
+	if err := a.ledger().Authorize(order); !errors.Is(err, federation.ErrNotLeased) {
+		t.Errorf("an order of the lost borrower after the expiry: %v", err)
+	}
+}
