@@ -210,7 +210,7 @@ func (a *agent) startNode(reportTLS *tls.Config) error {
 		reportCA = filepath.Join(dir, filepath.Base(reportCA))
 	}
 	if a.cfg.DataDir != "" {
-		if err := os.MkdirAll(a.cfg.DataDir, 0o755); err != nil {
+		if err := secure.PrivateDir(a.cfg.DataDir, a.log); err != nil {
 			return usage.Errorf("agent: --data-dir: %w", err)
 		}
 	}

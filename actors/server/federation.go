@@ -93,6 +93,9 @@ func (o *Federation) check(insecure bool) (*fedlink.Federation, error) {
 // keys, which the federation's may not share.
 func joinFederationGossip(ctx context.Context, o Federation, id, bind, fedAddr string, fed *fedlink.Federation, lanKeys [][]byte,
 	log, libLog *slog.Logger) (*cluster.Membership, error) {
+	if err := pki.CheckPrivate(o.GossipKey); err != nil {
+		return nil, usage.Errorf("server: --federation-gossip-key: %w", err)
+	}
 	keys, err := cluster.ReadKeyFile(o.GossipKey)
 	if err != nil {
 		return nil, usage.Errorf("server: --federation-gossip-key: %w", err)

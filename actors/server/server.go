@@ -192,6 +192,9 @@ func raftTLS(creds *pki.Credentials) (*consensus.TLS, error) {
 // openRaft opens the Raft member on its port and data directory, and
 // bootstraps the cluster if asked.
 func (s *server) openRaft() error {
+	if err := secure.PrivateDir(s.cfg.DataDir, s.log); err != nil {
+		return err
+	}
 	ccfg := consensus.DefaultConfig(raft.ServerID(s.cfg.ID))
 	ccfg.Logger = s.lib.With("lib", "consensus")
 	trans, err := consensus.ListenTCP(s.cfg.RaftAddr, ccfg, s.raftTLS)

@@ -23,4 +23,7 @@ var (
 	// many handshakes (or connections) in progress as the listener
 	// allows.
 	ErrOverload = errors.New("pki: overloaded")
+	// ErrUnprotected is returned for a private file (a key, a token)
+	// that users other than its owner may read or write.
+	ErrUnprotected = errors.New("pki: unprotected private file")
 )

@@ -59,6 +59,14 @@ const certWarning = 30 * 24 * time.Hour
 func (o Options) Load(role pki.Role, name string, hosts []string, log *slog.Logger) (*Security, error) {
 	cmd := string(role)
 	var sec Security
+	for _, f := range []struct{ flag, path string }{{"--key", o.Key}, {"--gossip-key", o.GossipKey}} {
+		if f.path == "" {
+			continue
+		}
+		if err := pki.CheckPrivate(f.path); err != nil {
+			return nil, usage.Errorf("%s: %s: %w", cmd, f.flag, err)
+		}
+	}
 	if o.GossipKey != "" {
 		keys, err := cluster.ReadKeyFile(o.GossipKey)
 		if err != nil {
