@@ -428,12 +428,13 @@ func (d *Dashboard) apiCancel(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(rec.body.Bytes())
 }
 
-// sameOrigin reports whether the browser says r comes from this site
-// (Sec-Fetch-Site, or Origin against Host); a client that sends
-// neither (a script) passes.
+// sameOrigin reports whether the browser says r comes from this site:
+// Sec-Fetch-Site when it sends it (a page under Referrer-Policy
+// no-referrer posts its forms with Origin: null), else Origin against
+// Host; a client that sends neither (a script) passes.
 func sameOrigin(r *http.Request) bool {
-	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" {
-		return false
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" {
+		return s == "same-origin"
 	}
 	if o := r.Header.Get("Origin"); o != "" {
 		u, err := url.Parse(o)

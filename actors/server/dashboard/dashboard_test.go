@@ -230,8 +230,9 @@ func TestSignIn(t *testing.T) {
 		{"//evil.example/ui/", "/ui/", false, "pollux_token_80", "/ui/"},
 	}
 	for _, tc := range tests {
+		// A browser posts the form of a no-referrer page with Origin: null.
 		rec := f.do(req{method: "POST", path: PathLogin, form: url.Values{FormToken: {readSecret}, FormNext: {tc.next}}, tls: tc.tls,
-			header: map[string]string{"Origin": "http://example.com", "Sec-Fetch-Site": "same-origin"}})
+			header: map[string]string{"Origin": "null", "Sec-Fetch-Site": "same-origin"}})
 		if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != tc.location {
 			t.Errorf("next %q: %d to %q, want 303 to %q", tc.next, rec.Code, rec.Header().Get("Location"), tc.location)
 			continue
@@ -287,6 +288,7 @@ func TestLoginCSRF(t *testing.T) {
 		{"GET of a page with a query token", req{path: "/ui/jobs?token=" + readSecret}, 400},
 		{"POST from another origin", req{method: "POST", path: PathLogin, form: form, header: map[string]string{"Origin": "https://evil.example"}}, 403},
 		{"POST another site's browser marks", req{method: "POST", path: PathLogin, form: form, header: map[string]string{"Sec-Fetch-Site": "cross-site"}}, 403},
+		{"POST from an opaque origin", req{method: "POST", path: PathLogin, form: form, header: map[string]string{"Origin": "null"}}, 403},
 		{"POST a token in the query", req{method: "POST", path: PathLogin + "?token=" + readSecret, form: url.Values{}}, 400},
 		{"unknown token", req{method: "POST", path: PathLogin, form: url.Values{FormToken: {"plx_not-a-token-of-this-cluster-at-all-0000"}}}, 401},
 		{"malformed token", req{method: "POST", path: PathLogin, form: url.Values{FormToken: {"a;b"}}}, 400},
