@@ -413,6 +413,8 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, jobspec.ErrTooLarge) || errors.As(err, &mbe) {
 			code = http.StatusRequestEntityTooLarge
 		}
+		a.cfg.Logger.Warn("api: refused request", "peer", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "status", code,
+			"reason", err.Error())
 		writeJSON(w, code, Error{err.Error()})
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"strings"
 	"sync"
@@ -39,13 +40,19 @@ func (r *countingReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// bigBody posts a 100 MiB job spec: refused if the server answers 413 (or
-// cuts the upload) long before the body's end.
+// bigBody posts a 100 MiB job spec: refused if the server answers 413,
+// or cuts the upload long before the body's end and logs its 413
+// refusal naming the client (a slow server with no limit, or any other
+// client error, does not pass).
 func bigBody(ctx context.Context, t *target) (string, bool) {
 	const size = 100 << 20
 	body := &countingReader{left: size}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	var local string
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(ci httptrace.GotConnInfo) {
+		local = ci.Conn.LocalAddr().String()
+	}})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+t.leader.HTTP+api.PathJobs, body)
 	if err != nil {
 		return err.Error(), false
@@ -55,7 +62,12 @@ func bigBody(ctx context.Context, t *target) (string, bool) {
 	sent := body.read.Load()
 	switch {
 	case err != nil && sent < size:
-		return fmt.Sprintf("upload cut by the server after %.1f MiB of 100: %v", float64(sent)/(1<<20), err), true
+		cut := fmt.Sprintf("upload cut by the server after %.1f MiB of 100 (%v)", float64(sent)/(1<<20), err)
+		line, ok := t.logLine(t.leader, "refused request", "status=413", "peer="+local)
+		if !ok {
+			return cut + "; but " + t.leader.ID + " logged no 413 refusal naming " + local, false
+		}
+		return cut + "; " + t.leader.ID + " logged: " + logMsg(line), true
 	case err != nil:
 		return "the whole body was taken: " + err.Error(), false
 	}
