@@ -51,17 +51,39 @@ func (t *target) makeTokens(ctx context.Context) error {
 		}
 		toks[i] = tok
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+t.leader.HTTP+api.PathACLTokens+"/"+toks[2].Accessor+"/revoke", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("%w: revoking a token: %w", ErrRun, err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%w: revoking a token: %s", ErrRun, resp.Status)
+	// A 503 (an election on a loaded machine) is tried again; an earlier
+	// attempt may have committed, which a retry sees as already revoked.
+	var last string
+	for try := 0; ; try++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+t.leader.HTTP+api.PathACLTokens+"/"+toks[2].Accessor+"/revoke", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
+		if err == nil {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK || (try > 0 && bytes.Contains(msg, []byte("was revoked"))) {
+				break
+			}
+			if resp.StatusCode != http.StatusServiceUnavailable {
+				return fmt.Errorf("%w: revoking a token: %s: %s", ErrRun, resp.Status, bytes.TrimSpace(msg))
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		if try == 20 {
+			return fmt.Errorf("%w: revoking a token: %s", ErrRun, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+		if m, _, err := t.c.Leader(ctx, 10*time.Second); err == nil {
+			t.leader = m
+		}
 	}
 	t.tokens = tokens{reader: toks[0].Secret, submitter: toks[1].Secret, revoked: toks[2].Secret}
 	return nil
