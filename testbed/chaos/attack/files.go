@@ -109,7 +109,14 @@ func readableKey(ctx context.Context, t *target) (string, bool) {
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee) && ee.ExitCode() == 2 && strings.Contains(string(out), copyKey):
-		return fmt.Sprintf("the agent refused to start (exit 2): %s", firstLine(out[max(0, strings.Index(string(out), "agent:")):])), true
+		line := ""
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, copyKey) {
+				line = l
+				break
+			}
+		}
+		return fmt.Sprintf("the agent refused to start (exit 2): %.300s", line), true
 	case err == nil:
 		return "an agent with a world-readable key ran and exited 0", false
 	default:
