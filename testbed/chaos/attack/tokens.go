@@ -71,8 +71,9 @@ func (t *target) makeTokens(ctx context.Context) error {
 			}
 		}
 	}
-	// A 503 (an election on a loaded machine) is tried again; an earlier
-	// attempt may have committed, which a retry sees as already revoked.
+	// A 503 (an election on a loaded machine) or a 404 (a server that has
+	// not applied the creation yet) is tried again; an earlier attempt
+	// may have committed, which a retry sees as already revoked.
 	var last string
 	for try := 0; ; try++ {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+t.leader.HTTP+api.PathACLTokens+"/"+toks[2].Accessor+"/revoke", nil)
@@ -86,7 +87,8 @@ func (t *target) makeTokens(ctx context.Context) error {
 			if resp.StatusCode == http.StatusOK || (try > 0 && bytes.Contains(msg, []byte("was revoked"))) {
 				break
 			}
-			if resp.StatusCode != http.StatusServiceUnavailable {
+			// A 404: the server asked has not applied the creation yet.
+			if resp.StatusCode != http.StatusServiceUnavailable && resp.StatusCode != http.StatusNotFound {
 				return fmt.Errorf("%w: revoking a token: %s: %s", ErrRun, resp.Status, bytes.TrimSpace(msg))
 			}
 			last = resp.Status
