@@ -197,6 +197,9 @@ func (s *server) openRaft() error {
 	}
 	ccfg := consensus.DefaultConfig(raft.ServerID(s.cfg.ID))
 	ccfg.Logger = s.lib.With("lib", "consensus")
+	if d := s.cfg.RaftElection; d > 0 {
+		ccfg.HeartbeatTimeout, ccfg.ElectionTimeout, ccfg.LeaderLeaseTimeout = d, d, d/2
+	}
 	trans, err := consensus.ListenTCP(s.cfg.RaftAddr, ccfg, s.raftTLS)
 	if err != nil {
 		return err

@@ -128,7 +128,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	c, err := launch.Start(ctx, launch.Options{Exec: o.Exec, Env: o.Env, Dir: dir, Servers: 3, Agents: 2, GPUsPerAgent: 2,
 		Interval: 500 * time.Millisecond, TimeScale: o.TimeScale, RestartCost: 30 * time.Second, Grace: 2 * time.Second,
-		LogLevel: o.LogLevel, Network: launch.Loopback, Scenario: "attack", Logger: o.Logger, AgentArgs: allowArgs(o.AllowCommands)})
+		LogLevel: o.LogLevel, Network: launch.Loopback, Scenario: "attack", Logger: o.Logger, AgentArgs: allowArgs(o.AllowCommands),
+		ServerArgs: []string{"--raft-election-timeout", raftElection.String()}})
 	if err != nil {
 		return nil, fmt.Errorf("%w: starting the cluster: %w", ErrRun, err)
 	}
@@ -148,6 +149,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	return res, err
 }
+
+// raftElection is the attacked cluster's Raft election timeout
+// (hashicorp/raft's default rather than pollux's 200 ms): a leader change
+// during a case fails it, and on a loaded machine a 200 ms timeout elects
+// now and then on late heartbeats alone.
+const raftElection = time.Second
 
 // allowArgs are the agents' --allow-command flags for patterns.
 func allowArgs(patterns []string) []string {
