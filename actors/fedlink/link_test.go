@@ -24,6 +24,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"pollux/actors/pb"
 	"pollux/cluster"
 	"pollux/cluster/federation"
 	"pollux/cluster/pki"
@@ -628,6 +629,15 @@ func TestOnlyTheLenderRenews(t *testing.T) {
 	if err := a.ledger().Authorize(order); err != nil {
 		t.Fatalf("an order within the lease: %v", err)
 	}
+	// lab-b's workers run on n0 under the lease.
+	owner := &pb.Ref{Address: "lab-b-s0", Id: "jobhost/job-j1"}
+	if err := b.link.SendOrder(ctx, federation.BorrowedID("lab-a", "n0"),
+		&pb.Assign{ClusterId: "cluster-b", Term: 2, Generation: 5, Runs: []*pb.RunJob{run("j1", 2, owner)}}); err != nil {
+		t.Fatal(err)
+	}
+	if m := a.link.Borrowed("n0"); len(m) != 1 {
+		t.Fatalf("n0's Assign under the lease holds %v", m)
+	}
 	// lab-b goes silent. Within the time to live nothing changes...
 	clk.Add(59 * time.Second)
 	a.link.Round(ctx)
@@ -644,5 +654,12 @@ func TestOnlyTheLenderRenews(t *testing.T) {
 	order.At = at + 60
 	if err := a.ledger().Authorize(order); !errors.Is(err, federation.ErrNotLeased) {
 		t.Errorf("an order of the lost borrower after the expiry: %v", err)
+	}
+	// n0's next Assign holds none of lab-b's runs: its workers stop.
+	if m := a.link.Borrowed("n0"); len(m) != 0 {
+		t.Errorf("n0's Assign after the expiry still holds the lost borrower's runs %v", m)
+	}
+	if len(a.logs.Lines("borrowed workers stopped")) != 1 {
+		t.Errorf("no line says the lost borrower's workers stopped:\n%s", a.logs.String())
 	}
 }
