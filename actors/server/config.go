@@ -41,9 +41,9 @@ type Config struct {
 	// (the leader lease half of it) instead of consensus.DefaultConfig's
 	// (--raft-election-timeout).
 	RaftElection time.Duration
-	Interval   time.Duration
-	NodeGrace  time.Duration
-	AgentLease time.Duration
+	Interval     time.Duration
+	NodeGrace    time.Duration
+	AgentLease   time.Duration
 	// MaxFailures is --max-failures (-1: retry forever); TimeScale the
 	// emulated seconds per real second of emulated workers.
 	MaxFailures int
