@@ -36,9 +36,13 @@ type Config struct {
 	// Join are gossip addresses of members to join (--join).
 	Join       []string
 	FastGossip bool // --fast-gossip: sub-second failure detection
-	Interval   time.Duration
-	NodeGrace  time.Duration
-	AgentLease time.Duration
+	// RaftElection, if set, is Raft's heartbeat and election timeout
+	// (the leader lease half of it) instead of consensus.DefaultConfig's
+	// (--raft-election-timeout).
+	RaftElection time.Duration
+	Interval     time.Duration
+	NodeGrace    time.Duration
+	AgentLease   time.Duration
 	// MaxFailures is --max-failures (-1: retry forever); TimeScale the
 	// emulated seconds per real second of emulated workers.
 	MaxFailures int
@@ -160,6 +164,9 @@ func (c *Config) checkRun() error {
 	}
 	if err := checkLease(c.AgentLease, c.NodeGrace); err != nil {
 		return usage.Wrap(err)
+	}
+	if c.RaftElection != 0 && (c.RaftElection < 50*time.Millisecond || c.RaftElection > 10*time.Second) {
+		return usage.Errorf("server: --raft-election-timeout %v outside [50ms, 10s]", c.RaftElection)
 	}
 	if c.CheckpointRoot != "" && !filepath.IsAbs(c.CheckpointRoot) {
 		return usage.Errorf("server: --checkpoint-root %q is not an absolute path", c.CheckpointRoot)

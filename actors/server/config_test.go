@@ -89,6 +89,8 @@ func TestConfigCheck(t *testing.T) {
 		{"zero interval", func(c *Config) { c.Interval = 0 }, "--interval 0s must be positive"},
 		{"lease over the grace", func(c *Config) { c.AgentLease = 3 * time.Second }, "--agent-lease 3s leaves no margin"},
 		{"relative checkpoint root", func(c *Config) { c.CheckpointRoot = "ckpt" }, `--checkpoint-root "ckpt" is not an absolute path`},
+		{"raft election timeout", func(c *Config) { c.RaftElection = time.Second }, ""},
+		{"raft election timeout too short", func(c *Config) { c.RaftElection = 10 * time.Millisecond }, "--raft-election-timeout 10ms outside"},
 		{"bad topology", func(c *Config) { c.Topology = "zone=z1,rack=r1" }, "server: --topology: cluster: bad node metadata"},
 		{"topology missing a level", func(c *Config) { c.Topology, c.Levels = "rack=r1", []string{"rack", "zone"} },
 			"--topology does not fit --topology-levels"},

@@ -69,6 +69,8 @@ func newServerCmd() *cobra.Command {
 	f.StringSliceVar(&c.Join, "join", nil, "gossip addresses (host:port) of members to join")
 	f.BoolVar(&c.FastGossip, "fast-gossip", false, "sub-second failure detection (loopback and test clusters)")
 	f.DurationVar(&c.Interval, "interval", allocator.DefaultInterval, "scheduling interval")
+	f.DurationVar(&c.RaftElection, "raft-election-timeout", 0, "Raft's heartbeat and election timeout, the leader lease half of it "+
+		"(0: 200ms; longer rides out a loaded machine's late heartbeats, at the cost of a slower failover)")
 	f.DurationVar(&c.NodeGrace, "node-grace", 3*time.Second, "how long an agent must be missing from the membership before it is marked dead")
 	f.DurationVar(&c.AgentLease, "agent-lease", allocator.DefaultLease, "the agents' lease: the leader renews it every quarter of it; an agent "+
 		"that goes that long without a renewal pauses its workers, and no job restarts elsewhere until its lease, plus half of it, "+
