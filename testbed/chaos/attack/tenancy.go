@@ -90,20 +90,21 @@ func (t *target) tenantAccessor(ctx context.Context) (string, error) {
 	return tok.Accessor, nil
 }
 
-// countLines counts the lines of m's log holding every one of subs.
-func countLines(path string, subs ...string) int {
+// countLines counts the lines of the log file path holding every one
+// of subs, and returns the last of them.
+func countLines(path string, subs ...string) (int, string) {
 	b, _ := os.ReadFile(path)
-	n := 0
+	n, last := 0, ""
 	for _, line := range strings.Split(string(b), "\n") {
 		ok := line != ""
 		for _, s := range subs {
 			ok = ok && strings.Contains(line, s)
 		}
 		if ok {
-			n++
+			n, last = n+1, line
 		}
 	}
-	return n
+	return n, last
 }
 
 // tenantSubmit submits spec with the attackers' submit token: refused if
@@ -117,7 +118,7 @@ func tenantSubmit(spec func(*target) []byte, want int, mention, retryAfter strin
 			return err.Error(), false
 		}
 		subs := []string{"api: refused request", "accessor=" + acc, "status=" + strconv.Itoa(want)}
-		before := countLines(t.leader.Log, subs...)
+		before, _ := countLines(t.leader.Log, subs...)
 		a, err := t.request(ctx, t.tokens.submitter, http.MethodPost, api.PathJobs, spec(t))
 		if err != nil {
 			return "request failed: " + err.Error(), false
@@ -128,8 +129,12 @@ func tenantSubmit(spec func(*target) []byte, want int, mention, retryAfter strin
 		if retryAfter != "" && a.retryAfter != retryAfter {
 			return fmt.Sprintf("answer %d %s with Retry-After %q, want %q", a.code, a.body, a.retryAfter, retryAfter), false
 		}
-		line, ok := t.logLine(t.leader, subs...)
-		if n := countLines(t.leader.Log, subs...) - before; !ok || n != 1 {
+		n, line := countLines(t.leader.Log, subs...)
+		for deadline := time.Now().Add(5 * time.Second); n == before && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+			n, line = countLines(t.leader.Log, subs...)
+		}
+		if n -= before; n != 1 {
 			return fmt.Sprintf("%d %s; %d refusal lines of %s naming the token %s, want 1", a.code, a.body, n, t.leader.ID, acc), false
 		}
 		return fmt.Sprintf("%d %s (Retry-After %q); %s/%s logged: %s", a.code, a.body, a.retryAfter, t.leader.Role, t.leader.ID, logMsg(line)), true
