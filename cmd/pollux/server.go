@@ -77,10 +77,10 @@ func newServerCmd() *cobra.Command {
 		"has surely ended (docs/control-plane.md, Fencing). At most two thirds of --node-grace")
 	f.IntVar(&c.MaxFailures, "max-failures", 5, "failed incarnations in a row (without finishing an epoch) after which a job is marked failed; -1: retry forever")
 	f.Float64Var(&c.TimeScale, "time-scale", 1, "emulated seconds per real second of the cluster's emulated workers")
-	f.StringVar(&c.CheckpointRoot, "checkpoint-root", "", "the cluster's checkpoint root, ROOT/<job id> for jobs that name no directory: a directory "+
-		"every agent reaches (shared storage). Set once when the cluster is bootstrapped; a server started later with another root "+
-		"refuses to run. Without one, jobs must name their checkpoint_dir")
-	f.DurationVar(&c.Retain, "retain", 0, "prune finished jobs and dead nodes from the state this long after they finished (0: keep them)")
+	f.StringVar(&c.CheckpointRoot, "checkpoint-root", "", "the cluster's checkpoint root: each job checkpoints in ROOT/<job id> (or, with resume_from, in a finished job's of "+
+		"its submitter), a directory every agent reaches (shared storage). Set once when the cluster is bootstrapped; a server "+
+		"started later with another root refuses to run. Without one, the cluster takes no jobs")
+	f.DurationVar(&c.Retain, "retain", 7*24*time.Hour, "prune finished jobs and dead nodes from the state this long after they finished (0: keep them)")
 	f.StringVar(&c.Topology, "topology", "", "where this server sits: level=domain pairs, innermost first, e.g. rack=r1,zone=z1 (empty: the default rack)")
 	f.StringVar(&o.levels, "topology-levels", "rack", "the cluster's topology levels, innermost (rack) first, e.g. rack,zone: set once when the "+
 		"cluster is bootstrapped; a server given other levels refuses to run, and agents must declare every level in this order")

@@ -358,6 +358,11 @@ func (c *Cluster) layout(ctx context.Context) error {
 			m.args = append(m.args, "--gpu-type", o.GPUTypes[i%len(o.GPUTypes)])
 		}
 		m.args = append(append(m.args, c.tls.Flags(id)...), o.AgentArgs...)
+		if os.Geteuid() == 0 && !slices.ContainsFunc(o.AgentArgs, func(a string) bool {
+			return a == "--run-as" || a == "--run-as-range" || strings.HasPrefix(a, "--run-as=") || strings.HasPrefix(a, "--run-as-range=")
+		}) {
+			m.args = append(m.args, "--run-as", "root")
+		}
 		// Workers get a clean environment: what they need is passed on.
 		for _, name := range append(envNames(o.Env), record.EnvDir) {
 			m.args = append(m.args, "--pass-env", name)

@@ -309,6 +309,8 @@ type API struct {
 	lastRound *allocator.RoundInfo
 	lastTerm  uint64
 	root      string // the cluster's checkpoint root, once seen (it never changes)
+
+	limits limiters
 }
 
 // New returns the API of server id.
@@ -345,6 +347,8 @@ func New(id string, cfg Config) *API {
 		{"POST " + PathACLTokens, admin, a.createToken},
 		{"POST " + PathACLTokens + "/{accessor}/revoke", admin, a.revokeToken},
 		{"GET " + PathACLSelf, read, a.self},
+		{"GET " + PathACLQuotas, admin, a.listQuotas},
+		{"POST " + PathACLQuotas, admin, a.setQuota},
 		{"POST " + PathACLBootstrap, roleBootstrap, a.bootstrap},
 	} {
 		a.handle(rt)
@@ -394,6 +398,10 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func (a *API) submit(w http.ResponseWriter, r *http.Request) {
+	p := principalOf(r)
+	if !a.admitRate(w, r, p) {
+		return
+	}
 	spec, err := jobspec.Decode(http.MaxBytesReader(w, r.Body, jobspec.MaxBytes+1))
 	if err == nil && spec.Application != "" && !slices.Contains(a.cfg.Apps, spec.Application) {
 		err = &jobspec.FieldError{Field: "application", Value: fmt.Sprintf("%q", spec.Application),
@@ -413,9 +421,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, jobspec.ErrTooLarge) || errors.As(err, &mbe) {
 			code = http.StatusRequestEntityTooLarge
 		}
-		a.cfg.Logger.Warn("api: refused request", "peer", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "status", code,
-			"reason", err.Error())
-		writeJSON(w, code, Error{err.Error()})
+		a.refuse(w, r, code, p, err.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
@@ -433,9 +439,8 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	cs := state.JobSpec{Name: spec.Name, Command: spec.Command, App: spec.Application,
 		MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas, Limits: spec.Limits(), CheckpointDir: spec.CheckpointDir,
-		Topology: spec.Topology, GPUType: spec.GPUType, Epochs: spec.Epochs}
-	p := principalOf(r)
-	err = a.cfg.Backend.ApplyCommand(ctx, &state.SubmitJob{ID: spec.Name, Spec: cs, SubmitTime: a.now(), Submitter: p.accessor()})
+		Topology: spec.Topology, GPUType: spec.GPUType, Epochs: spec.Epochs, ResumeFrom: spec.ResumeFrom}
+	err = a.cfg.Backend.ApplyCommand(ctx, &state.SubmitJob{ID: spec.Name, Spec: cs, SubmitTime: a.now(), Submitter: p.accessor(), Owned: true})
 	if err != nil {
 		a.writeRefusal(w, r, p, err)
 		return

@@ -22,7 +22,7 @@ type attack struct {
 
 // attacks are run in this order, each on the cluster as the previous one
 // left it: the groups below, each a slice of its own file's cases.
-var attacks = slices.Concat(baseAttacks, floodAttacks, fileAttacks, loginAttacks)
+var attacks = slices.Concat(baseAttacks, floodAttacks, fileAttacks, loginAttacks, tenantAttacks)
 
 // Names are the names of every case, in the order they run.
 func Names() []string {
@@ -80,13 +80,15 @@ var baseAttacks = []attack{
 	{name: "checkpoint-dir-dot-dot", run: rejectedSubmit("attack-ckpt-dots", func(t *target) []byte {
 		return t.appSpec("attack-ckpt-dots", "checkpoint_dir: "+t.root+"/../pwned\n")
 	}, `has a ".."`)},
-	{name: "checkpoint-dir-symlink-out-of-the-root", run: deniedJob("attack-ckpt-link", func(t *target) []byte {
+	// (A directory that is not the job's own is refused by the servers
+	// now; checkpoint-symlink-swap has the agents refuse a link.)
+	{name: "checkpoint-dir-symlink-out-of-the-root", run: tenantSubmit(func(t *target) []byte {
 		link, err := t.escapeLink()
 		if err != nil {
 			panic(err)
 		}
 		return t.appSpec("attack-ckpt-link", "checkpoint_dir: "+link+"/job\n")
-	}, "outside the checkpoint root")},
+	}, http.StatusForbidden, "is not its own", "")},
 	// Reports to the agents, as a local process or a compromised worker.
 	{name: "report-without-its-token", run: forgedReport(victimReport(0, false, noToken, 0), "no report token")},
 	{name: "done-without-its-token", run: forgedReport(victimReport(0, true, noToken, 0), "no report token")},

@@ -236,6 +236,12 @@ func (t *target) workers() workers {
 			continue
 		}
 		w := worker{job: job, token: env["POLLUX_REPORT_TOKEN"], reportAddr: env["POLLUX_REPORT_ADDR"]}
+		if f := env["POLLUX_REPORT_TOKEN_FILE"]; w.token == "" && f != "" {
+			// The agent's file, readable by the worker's user (and so by
+			// this process, which runs as it or as root).
+			tok, _ := os.ReadFile(f)
+			w.token = strings.TrimSpace(string(tok))
+		}
 		w.pid, _ = strconv.Atoi(filepath.Base(filepath.Dir(p)))
 		w.inc, _ = strconv.ParseUint(env["POLLUX_INCARNATION"], 10, 64)
 		w.rank, _ = strconv.Atoi(env["POLLUX_RANK"])
