@@ -297,6 +297,8 @@ type API struct {
 	reg *prometheus.Registry
 	// routes are the endpoints and the role each needs.
 	routes []route
+	// openapi is the document served at PathOpenAPI.
+	openapi []byte
 
 	roundTime   prometheus.Histogram
 	fitness     prometheus.Gauge
@@ -342,9 +344,15 @@ func New(id string, cfg Config) *API {
 		{"POST " + PathACLTokens + "/{accessor}/revoke", admin, a.revokeToken},
 		{"GET " + PathACLSelf, read, a.self},
 		{"POST " + PathACLBootstrap, roleBootstrap, a.bootstrap},
+		{"GET " + PathOpenAPI, read, a.openAPIDoc},
 	} {
 		a.handle(rt)
 	}
+	needs := map[string]state.Role{}
+	for _, rt := range a.routes {
+		needs[rt.pattern] = rt.need
+	}
+	a.openapi = openAPI(needs)
 	if cfg.Insecure {
 		cfg.Logger.Warn("INSECURE MODE: API tokens are NOT checked: anyone who reaches the API acts as an admin " +
 			"(submits, cancels any job, changes the Raft membership). Development only.")

@@ -46,6 +46,7 @@ func TestRouteRoles(t *testing.T) {
 		"POST " + PathACLTokens + "/{accessor}/revoke": state.RoleAdmin,
 		"GET " + PathACLSelf:                           state.RoleRead,
 		"POST " + PathACLBootstrap:                     roleBootstrap,
+		"GET " + PathOpenAPI:                           state.RoleRead,
 	}
 	a, _ := newTest()
 	if len(a.routes) != len(want) {
