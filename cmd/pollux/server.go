@@ -15,6 +15,7 @@ import (
 
 	"pollux/actors/allocator"
 	"pollux/actors/server"
+	"pollux/internal/flagfile"
 	"pollux/internal/usage"
 	"pollux/optimizer"
 	"pollux/optimizer/topology"
@@ -28,6 +29,7 @@ func init() { subcommands = append(subcommands, newServerCmd) }
 type serverFlags struct {
 	cfg                             server.Config
 	peers, levels, policy, logLevel string
+	conf                            flagfile.Options
 }
 
 func newServerCmd() *cobra.Command {
@@ -49,9 +51,13 @@ func newServerCmd() *cobra.Command {
 			"the checkpoint root), --topology where this server sits (a server warns when a majority of the voters share a rack), " +
 			"--policy the allocation policy (auto: pollux on one GPU type, pollux-het on several). --cluster names the cluster (once in its life) " +
 			"and --federation with --federation-addr makes it a lab of a federation that lends and borrows GPUs (docs/federation.md). " +
-			"Prints one JSON line with its addresses on stdout when ready.",
+			"Prints one JSON line with its addresses on stdout when ready. --config FILE reads the flags from a YAML file " +
+			"(each key a flag's name; flags on the command line win) and --print-config prints the effective settings (docs/deploy.md).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if printed, err := o.conf.Load(cmd.Flags(), cmd.OutOrStdout()); err != nil || printed {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			return runServer(ctx, cmd, o)
@@ -90,6 +96,7 @@ func newServerCmd() *cobra.Command {
 	securityFlags(f, &c.Security)
 	autoscaleFlags(f, &c.Autoscale)
 	federationFlags(f, &c.Federation)
+	o.conf.Register(f)
 	return cmd
 }
 
