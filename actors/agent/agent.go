@@ -55,9 +55,13 @@ type Config struct {
 	// environment workers get; RunAs the user (name or uid) they run as
 	// ("": the agent's own).
 	AllowCommands []string
-	PassEnv       []string
-	RunAs         string
-	Security      secure.Options
+	// ReloadAllowCommands, if set, gives the allow-list anew on SIGHUP
+	// (pollux agent --config: the file's); runs assigned from then on
+	// are admitted by it.
+	ReloadAllowCommands func() ([]string, error)
+	PassEnv             []string
+	RunAs               string
+	Security            secure.Options
 	// Logger is the agent's log; LibLogger the actor library's (nil:
 	// Logger).
 	Logger, LibLogger *slog.Logger
@@ -253,7 +257,20 @@ func (a *agent) startGossip(ctx context.Context) error {
 	a.members = members
 	a.onClose(func() { _ = members.Leave(time.Second); _ = members.Shutdown() })
 	go member.LogEvents(members, a.log)
-	a.sec.ReloadGossipKeys(ctx, members, a.log)
+	var also []secure.Reload
+	if reload := a.cfg.ReloadAllowCommands; reload != nil {
+		also = append(also, secure.Reload{What: "allow-list", Do: func() error {
+			allow, err := reload()
+			if err == nil {
+				err = a.nd.SetAllowCommands(allow)
+			}
+			if err == nil {
+				a.log.Info("agent: allow-list reloaded", "allow_commands", allow)
+			}
+			return err
+		}})
+	}
+	a.sec.ReloadOnHangup(ctx, members, a.log, also...)
 	return nil
 }
 

@@ -208,7 +208,7 @@ func (s *server) startGossip(ctx context.Context) error {
 	s.members.Store(members)
 	s.onClose(func() { _ = members.Leave(time.Second); _ = members.Shutdown() })
 	go member.LogEvents(members, s.log)
-	s.sec.ReloadGossipKeys(ctx, members, s.log)
+	s.sec.ReloadOnHangup(ctx, members, s.log)
 	return nil
 }
 

@@ -48,8 +48,12 @@ func newAgentCmd() *cobra.Command {
 			"command line win) and --print-config prints the effective settings (docs/deploy.md).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			fromFile := o.conf.File != "" && !cmd.Flags().Changed("allow-command")
 			if printed, err := o.conf.Load(cmd.Flags(), cmd.OutOrStdout()); err != nil || printed {
 				return err
+			}
+			if fromFile {
+				o.cfg.ReloadAllowCommands = allowFromFile(o.conf.File)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
@@ -102,6 +106,21 @@ func runAgent(ctx context.Context, cmd *cobra.Command, o agentFlags) error {
 	}
 	c.OnReady = func(r agent.Ready) { printReady(cmd.OutOrStdout(), r) }
 	return agent.Run(ctx, c)
+}
+
+// allowFromFile re-reads the allow-list from the agent's settings file
+// (on SIGHUP): nil, the default, when the file names none.
+func allowFromFile(file string) func() ([]string, error) {
+	return func() ([]string, error) {
+		fs := newAgentCmd().Flags()
+		if err := flagfile.ApplyFile(fs, file); err != nil {
+			return nil, err
+		}
+		if !fs.Changed("allow-command") {
+			return nil, nil
+		}
+		return fs.GetStringArray("allow-command")
+	}
 }
 
 func quoteAll(ss []string) []string {
