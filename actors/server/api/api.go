@@ -62,6 +62,10 @@ type Backend interface {
 	AddVoter(ctx context.Context, id raft.ServerID, addr raft.ServerAddress) error
 	RemoveServer(ctx context.Context, id raft.ServerID) error
 	Unreachable() map[raft.ServerID]time.Time
+	// SaveSnapshot and RestoreSnapshot back the replicated state up and
+	// put a backup back (the leader only).
+	SaveSnapshot(ctx context.Context) ([]byte, error)
+	RestoreSnapshot(ctx context.Context, b []byte) error
 }
 
 // Config configures the API.
@@ -344,6 +348,8 @@ func New(id string, cfg Config) *API {
 		{"POST " + PathACLTokens + "/{accessor}/revoke", admin, a.revokeToken},
 		{"GET " + PathACLSelf, read, a.self},
 		{"POST " + PathACLBootstrap, roleBootstrap, a.bootstrap},
+		{"GET " + PathSnapshot, admin, a.saveSnapshot},
+		{"PUT " + PathSnapshot, admin, a.restoreSnapshot},
 		{"GET " + PathOpenAPI, read, a.openAPIDoc},
 	} {
 		a.handle(rt)
@@ -366,8 +372,11 @@ const MaxBody = 64 << 10
 
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	limit := int64(MaxBody)
-	if r.Method == http.MethodPost && r.URL.Path == PathJobs {
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == PathJobs:
 		limit = jobspec.MaxBytes + 1
+	case r.Method == http.MethodPut && r.URL.Path == PathSnapshot:
+		limit = state.MaxSnapshot
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	a.mux.ServeHTTP(w, r)

@@ -55,6 +55,16 @@ func (f *fakeBackend) Authenticate(secret string) (state.Token, bool, error) {
 }
 func (f *fakeBackend) Servers() ([]raft.Server, error)          { return f.servers, nil }
 func (f *fakeBackend) Unreachable() map[raft.ServerID]time.Time { return nil }
+func (f *fakeBackend) SaveSnapshot(context.Context) ([]byte, error) {
+	return state.EncodeState(f.st), nil
+}
+func (f *fakeBackend) RestoreSnapshot(_ context.Context, b []byte) error {
+	st, err := state.DecodeState(b)
+	if err == nil {
+		f.st, f.applied = st, f.applied+1
+	}
+	return err
+}
 func (f *fakeBackend) AddVoter(_ context.Context, id raft.ServerID, addr raft.ServerAddress) error {
 	f.servers = append(f.servers, raft.Server{ID: id, Address: addr, Suffrage: raft.Voter})
 	return nil

@@ -47,6 +47,8 @@ func TestRouteRoles(t *testing.T) {
 		"GET " + PathACLSelf:                           state.RoleRead,
 		"POST " + PathACLBootstrap:                     roleBootstrap,
 		"GET " + PathOpenAPI:                           state.RoleRead,
+		"GET " + PathSnapshot:                          state.RoleAdmin,
+		"PUT " + PathSnapshot:                          state.RoleAdmin,
 	}
 	a, _ := newTest()
 	if len(a.routes) != len(want) {

@@ -18,7 +18,8 @@ import (
 const PathOpenAPI = "/v1/openapi.json"
 
 // operation documents one route: what it does, the JSON body it reads
-// (nil: none) and the one it answers with on success (code).
+// (nil: none; a []byte: raw bytes) and the one it answers with on
+// success (code).
 type operation struct {
 	summary string
 	in      any
@@ -47,6 +48,8 @@ var operations = map[string]operation{
 	"POST " + PathACLTokens + "/{accessor}/revoke": {summary: "Revoke a token", code: http.StatusOK, out: Token{}},
 	"GET " + PathACLSelf:                           {summary: "The token of the request", code: http.StatusOK, out: Token{}},
 	"POST " + PathACLBootstrap:                     {summary: "Create the first admin token, once (needs a client certificate of the cluster CA)", in: Bootstrap{}, code: http.StatusCreated, out: Token{}},
+	"GET " + PathSnapshot:                          {summary: "A backup of the replicated state (the leader's)", code: http.StatusOK, text: "application/octet-stream"},
+	"PUT " + PathSnapshot:                          {summary: "Replace the replicated state with a backup (the Raft membership stays)", in: []byte{}, code: http.StatusOK, out: Restored{}},
 	"GET " + PathOpenAPI:                           {summary: "This document", code: http.StatusOK, out: map[string]any{}},
 }
 
@@ -87,14 +90,23 @@ func openAPI(needs map[string]state.Role) []byte {
 		if params != nil {
 			o["parameters"] = params
 		}
-		if op.in != nil {
+		switch op.in.(type) {
+		case nil:
+		case []byte:
+			o["requestBody"] = map[string]any{"required": true, "content": map[string]any{
+				"application/octet-stream": map[string]any{"schema": map[string]any{"type": "string", "format": "binary"}}}}
+		default:
 			o["requestBody"] = map[string]any{"required": true, "content": map[string]any{
 				"application/json": map[string]any{"schema": g.schema(reflect.TypeOf(op.in))}}}
 		}
 		ok200 := map[string]any{"description": http.StatusText(op.code)}
 		switch {
 		case op.text != "":
-			ok200["content"] = map[string]any{op.text: map[string]any{"schema": map[string]any{"type": "string"}}}
+			text := map[string]any{"type": "string"}
+			if op.text == "application/octet-stream" {
+				text["format"] = "binary"
+			}
+			ok200["content"] = map[string]any{op.text: map[string]any{"schema": text}}
 		case op.out != nil:
 			ok200["content"] = map[string]any{"application/json": map[string]any{"schema": g.schema(reflect.TypeOf(op.out))}}
 		}
