@@ -92,8 +92,11 @@ type Config struct {
 	// it.
 	Autoscaling bool
 	NodeCost    float64
-	Now         func() time.Time
-	Logger      *slog.Logger
+	// Interval is the scheduling interval (metric
+	// pollux_allocation_interval_seconds; 0: not exported).
+	Interval time.Duration
+	Now      func() time.Time
+	Logger   *slog.Logger
 }
 
 // Job is one job as the API shows it.
@@ -740,10 +743,19 @@ var (
 	descBids        = prometheus.NewDesc("pollux_bids_total", "Bids this server's allocator received from job actors.", nil, nil)
 	descBidsDropped = prometheus.NewDesc("pollux_bids_dropped_total", "Bids refused: malformed, absurd, of unknown or finished jobs, stale incarnations or sessions.", nil, nil)
 	descRoundDrops  = prometheus.NewDesc("pollux_round_entries_dropped_total", "Entries of committed rounds the state machine dropped (jobs finished meanwhile, stale incarnations).", nil, nil)
+
+	descLeader   = prometheus.NewDesc("pollux_raft_leader", "1 while this server is the Raft leader, else 0.", nil, nil)
+	descCrashing = prometheus.NewDesc("pollux_jobs_crash_looping", "Live jobs whose last CrashLoop or more incarnations failed in a row.", nil, nil)
+	descInterval = prometheus.NewDesc("pollux_allocation_interval_seconds", "The scheduling interval this server runs rounds at as leader.", nil, nil)
 )
 
+// CrashLoop is how many failed incarnations in a row make a live job
+// count as crash-looping (metric pollux_jobs_crash_looping).
+const CrashLoop = 2
+
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descJobs, descGPUs, descGPUTotal, descRestarts, descGen, descBids, descBidsDropped, descRoundDrops} {
+	for _, d := range []*prometheus.Desc{descJobs, descGPUs, descGPUTotal, descRestarts, descGen, descBids, descBidsDropped, descRoundDrops,
+		descLeader, descCrashing, descInterval} {
 		ch <- d
 	}
 }
@@ -751,10 +763,22 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.a.cfg.Backend.LocalState()
 	byState := map[string]int{}
-	restarts := 0
+	restarts, crashing := 0, 0
 	for _, j := range st.Jobs {
 		byState[j.State.String()]++
 		restarts += j.Restarts
+		if !j.State.Terminal() && j.Crashes >= CrashLoop {
+			crashing++
+		}
+	}
+	leader := 0.0
+	if _, ok := c.a.cfg.Backend.Leadership(); ok {
+		leader = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)
+	ch <- prometheus.MustNewConstMetric(descCrashing, prometheus.GaugeValue, float64(crashing))
+	if c.a.cfg.Interval > 0 {
+		ch <- prometheus.MustNewConstMetric(descInterval, prometheus.GaugeValue, c.a.cfg.Interval.Seconds())
 	}
 	for _, s := range []state.JobState{state.Pending, state.Running, state.Rescaling, state.Completed, state.Failed, state.Cancelled} {
 		ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(byState[s.String()]), s.String())

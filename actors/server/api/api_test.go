@@ -216,9 +216,20 @@ func TestReads(t *testing.T) {
 		t.Errorf("status: %d %s", code, body)
 	}
 	code, body = do(a, "GET", "/metrics", "")
-	for _, want := range []string{`pollux_jobs{state="pending"} 1`, "pollux_gpus_allocated 3", "pollux_allocation_generation 2"} {
+	for _, want := range []string{`pollux_jobs{state="pending"} 1`, "pollux_gpus_allocated 3", "pollux_allocation_generation 2",
+		"pollux_raft_leader 1", "pollux_jobs_crash_looping 0"} {
 		if code != 200 || !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
+		}
+	}
+	for _, j := range fb.st.Jobs {
+		j.Crashes = CrashLoop
+	}
+	fb.follower = true
+	_, body = do(a, "GET", "/metrics", "")
+	for _, want := range []string{"pollux_raft_leader 0", "pollux_jobs_crash_looping 1"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics of a follower with a crash-looping job lack %q", want)
 		}
 	}
 }
