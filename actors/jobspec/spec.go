@@ -113,17 +113,30 @@ func CheckName(s string) error {
 	return nil
 }
 
+// AppLimits gives the batch limits of the built-in application app, if
+// there is one: a spec naming it takes them for the batch fields it
+// leaves out.
+type AppLimits func(app string) (goodput.Limits, bool)
+
 // Decode reads one YAML spec from r, applies defaults and validates it.
-func Decode(r io.Reader) (Spec, error) {
+func Decode(r io.Reader) (Spec, error) { return DecodeWith(r, nil) }
+
+// DecodeWith is Decode with the built-in applications' limits as
+// defaults (nil: none).
+func DecodeWith(r io.Reader, apps AppLimits) (Spec, error) {
 	b, err := io.ReadAll(io.LimitReader(r, MaxBytes+1))
 	if err != nil {
 		return Spec{}, fmt.Errorf("jobspec: reading spec: %w", err)
 	}
-	return Parse(b)
+	return ParseWith(b, apps)
 }
 
 // Parse decodes one YAML spec, applies defaults and validates it.
-func Parse(b []byte) (Spec, error) {
+func Parse(b []byte) (Spec, error) { return ParseWith(b, nil) }
+
+// ParseWith is Parse with the built-in applications' limits as defaults
+// (nil: none).
+func ParseWith(b []byte, apps AppLimits) (Spec, error) {
 	if len(b) > MaxBytes {
 		return Spec{}, fmt.Errorf("%w: over %d bytes", ErrTooLarge, MaxBytes)
 	}
@@ -142,6 +155,11 @@ func Parse(b []byte) (Spec, error) {
 	s, given, err := fromNode(&doc)
 	if err != nil {
 		return Spec{}, err
+	}
+	if apps != nil && s.Application != "" {
+		if lim, ok := apps(s.Application); ok {
+			s.applyApp(lim, given)
+		}
 	}
 	s.applyDefaults(given)
 	if err := s.Validate(); err != nil {
@@ -282,6 +300,28 @@ func kindOf(dst any) string {
 		return "a mapping such as {required: rack} or {preferred: rack}"
 	default:
 		return "a string"
+	}
+}
+
+// applyApp fills the batch fields that were not given from a built-in
+// application's limits, and marks them given.
+func (s *Spec) applyApp(lim goodput.Limits, given map[string]bool) {
+	for _, f := range []struct {
+		field string
+		dst   *int
+		v     int
+	}{
+		{"init_batch_size", &s.InitBatch, lim.InitBatch},
+		{"max_batch_size", &s.MaxBatch, lim.MaxBatch},
+		{"min_local_batch_size", &s.MinLocalBatch, lim.MinLocal},
+		{"max_local_batch_size", &s.MaxLocalBatch, lim.MaxLocal},
+	} {
+		if !given[f.field] && f.v > 0 {
+			*f.dst, given[f.field] = f.v, true
+		}
+	}
+	if !given["accumulation"] {
+		s.Accumulation, given["accumulation"] = lim.Accumulation, true
 	}
 }
 

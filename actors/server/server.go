@@ -239,7 +239,7 @@ func (s *server) startServices(ctx context.Context) (http.Handler, error) {
 		fedPeers = s.link.Peers
 	}
 	autoscaling, cost := s.cfg.Autoscale.Provider != "", s.cfg.Autoscale.NodeCost
-	httpAPI := api.New(s.cfg.ID, api.Config{Backend: s.srv, Apps: s.cfg.Apps, Members: members.Members, Stats: stats,
+	httpAPI := api.New(s.cfg.ID, api.Config{Backend: s.srv, Apps: s.cfg.Apps, AppLimits: s.cfg.AppLimits, Members: members.Members, Stats: stats,
 		Insecure: s.cfg.Security.Insecure, Autoscaling: autoscaling, NodeCost: cost, Logger: s.log, FederationPeers: fedPeers,
 		Interval: s.cfg.Interval})
 	dash, err := dashboard.New(dashboard.Config{ID: s.cfg.ID, Backend: s.srv, API: httpAPI, Members: members.Members,

@@ -14,11 +14,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"pollux/actors/allocator"
+	"pollux/actors/jobspec"
 	"pollux/actors/server"
 	"pollux/internal/flagfile"
 	"pollux/internal/usage"
 	"pollux/optimizer"
+	"pollux/optimizer/goodput"
 	"pollux/optimizer/topology"
+	"pollux/testbed"
 	"pollux/testbed/builtin"
 )
 
@@ -127,7 +130,7 @@ func runServer(ctx context.Context, cmd *cobra.Command, o serverFlags) error {
 	if err != nil {
 		return err
 	}
-	c.Apps = catalog.Names()
+	c.Apps, c.AppLimits = catalog.Names(), appLimits(catalog)
 	c.OnReady = func(r server.Ready) { printReady(cmd.OutOrStdout(), r) }
 	return server.Run(ctx, c)
 }
@@ -159,4 +162,16 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 func printReady(w io.Writer, ready any) {
 	b, _ := json.Marshal(ready)
 	fmt.Fprintln(w, string(b))
+}
+
+// appLimits are the batch limits of the built-in applications of
+// catalog, a spec's defaults.
+func appLimits(catalog testbed.Catalog) jobspec.AppLimits {
+	return func(app string) (goodput.Limits, bool) {
+		a, ok := catalog[app]
+		if !ok {
+			return goodput.Limits{}, false
+		}
+		return a.Limits(), true
+	}
 }

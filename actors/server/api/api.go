@@ -71,8 +71,10 @@ type Backend interface {
 // Config configures the API.
 type Config struct {
 	Backend Backend
-	// Apps are the emulated applications a spec may name.
-	Apps []string
+	// Apps are the emulated applications a spec may name, and AppLimits
+	// their batch limits, the defaults of a spec naming one (nil: none).
+	Apps      []string
+	AppLimits jobspec.AppLimits
 	// FederationPeers, if set, is what the federation link knows of the
 	// peer labs (fedlink.Link.Peers), shown by the leader's status.
 	FederationPeers func() []fedlink.PeerStatus
@@ -410,7 +412,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func (a *API) submit(w http.ResponseWriter, r *http.Request) {
-	spec, err := jobspec.Decode(http.MaxBytesReader(w, r.Body, jobspec.MaxBytes+1))
+	spec, err := jobspec.DecodeWith(http.MaxBytesReader(w, r.Body, jobspec.MaxBytes+1), a.cfg.AppLimits)
 	if err == nil && spec.Application != "" && !slices.Contains(a.cfg.Apps, spec.Application) {
 		err = &jobspec.FieldError{Field: "application", Value: fmt.Sprintf("%q", spec.Application),
 			Reason: fmt.Sprintf("not a built-in application (%v)", a.cfg.Apps)}

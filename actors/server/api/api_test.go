@@ -110,7 +110,24 @@ func newTest() (*API, *fakeBackend) {
 			panic(err)
 		}
 	}
-	return New("s1", Config{Backend: fb, Apps: []string{"cifar10"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}), fb
+	limits := func(app string) (goodput.Limits, bool) {
+		return goodput.Limits{InitBatch: 128, MaxBatch: 4096, MinLocal: 32, MaxLocal: 512}, app == "cifar10"
+	}
+	return New("s1", Config{Backend: fb, Apps: []string{"cifar10"}, AppLimits: limits, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}), fb
+}
+
+// TestSubmitTakesTheApplicationsLimits: a spec with only a name, a
+// built-in application and replica limits is accepted with the
+// application's batch limits.
+func TestSubmitTakesTheApplicationsLimits(t *testing.T) {
+	a, fb := newTest()
+	code, body := do(a, "POST", PathJobs, "name: short\napplication: cifar10\nmin_replicas: 1\nmax_replicas: 4\n")
+	if code != http.StatusCreated {
+		t.Fatalf("%d %s", code, body)
+	}
+	if lim := fb.st.Jobs["short"].Spec.Limits; lim.InitBatch != 128 || lim.MaxBatch != 4096 || lim.MaxLocal != 512 {
+		t.Errorf("limits %+v, want the application's", lim)
+	}
 }
 
 // do sends a request with the admin token.
