@@ -2,6 +2,7 @@ package jobspec
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"pollux/optimizer/goodput"
@@ -50,5 +51,35 @@ func TestApplicationDefaults(t *testing.T) {
 				t.Errorf("got  %+v\nwant %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestEveryErrorWithItsLine: a bad spec reports each of its mistakes,
+// each with the line of its field.
+func TestEveryErrorWithItsLine(t *testing.T) {
+	spec := "name: Bad_Name\n" + // line 1: bad name
+		"application: cifar10\n" +
+		"min_replicas: 2.5\n" + // line 3: not an integer
+		"colour: blue\n" + // line 4: unknown
+		"init_batch_size: 128\n" +
+		"max_batch_size: 64\n" + // line 6: below init_batch_size
+		"epochs: -1\n" // line 7
+	_, err := Parse([]byte(spec))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{"name = \"Bad_Name\"", "(line 1)", `min_replicas = "2.5": want an integer (line 3)`,
+		"colour = \"blue\": unknown field (line 4)", "max_batch_size = 64: must not be below init_batch_size (128) (line 6)",
+		"epochs = -1: want 0 (not declared) to", "(line 7)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if n := strings.Count(err.Error(), "jobspec: "); n != 5 {
+		t.Errorf("%d errors, want 5:\n%v", n, err)
+	}
+	var fe *FieldError
+	if !errors.As(err, &fe) || !errors.Is(err, ErrInvalid) {
+		t.Errorf("the errors are not FieldErrors: %v", err)
 	}
 }

@@ -152,9 +152,17 @@ func ParseWith(b []byte, apps AppLimits) (Spec, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return Spec{}, fmt.Errorf("%w: want exactly one YAML document", ErrSyntax)
 	}
-	s, given, err := fromNode(&doc)
-	if err != nil {
-		return Spec{}, err
+	lines := map[string]int{}
+	s, given, errs := fromNode(&doc, lines)
+	if given == nil {
+		return Spec{}, errors.Join(errs...)
+	}
+	bad := map[string]bool{} // fields already refused
+	for _, err := range errs {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			bad[fe.Field] = true
+		}
 	}
 	if apps != nil && s.Application != "" {
 		if lim, ok := apps(s.Application); ok {
@@ -162,18 +170,30 @@ func ParseWith(b []byte, apps AppLimits) (Spec, error) {
 		}
 	}
 	s.applyDefaults(given)
-	if err := s.Validate(); err != nil {
-		return Spec{}, err
+	for _, err := range s.problems() {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			if bad[fe.Field] {
+				continue // refused above already
+			}
+			if line := lines[fe.Field]; line > 0 {
+				fe.Reason = fmt.Sprintf("%s (line %d)", fe.Reason, line)
+			}
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return Spec{}, errors.Join(errs...)
 	}
 	return s, nil
 }
 
 // fromNode walks the top-level mapping field by field, so that a type
-// error names its field.
-// It also returns which fields were given.
-func fromNode(doc *yaml.Node) (Spec, map[string]bool, error) {
+// error names its field and line. It returns which fields were given,
+// recording the line of each in lines, and every error it met.
+func fromNode(doc *yaml.Node, lines map[string]int) (Spec, map[string]bool, []error) {
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
-		return Spec{}, nil, fmt.Errorf("%w: want a mapping of fields at the top level", ErrSyntax)
+		return Spec{}, nil, []error{fmt.Errorf("%w: want a mapping of fields at the top level", ErrSyntax)}
 	}
 	m := doc.Content[0]
 	var s Spec
@@ -194,36 +214,43 @@ func fromNode(doc *yaml.Node) (Spec, map[string]bool, error) {
 		"epochs":               &s.Epochs,
 	}
 	seen := make(map[string]bool, len(fields))
+	var errs []error
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
 		if k.Kind != yaml.ScalarNode {
-			return Spec{}, nil, fmt.Errorf("%w: line %d: field names must be plain strings", ErrSyntax, k.Line)
+			errs = append(errs, fmt.Errorf("%w: line %d: field names must be plain strings", ErrSyntax, k.Line))
+			continue
 		}
 		dst, ok := fields[k.Value]
 		if !ok {
-			return Spec{}, nil, fieldErr(k.Value, v.Value, "unknown field (line %d)", k.Line)
+			errs = append(errs, fieldErr(k.Value, v.Value, "unknown field (line %d)", k.Line))
+			continue
 		}
 		if seen[k.Value] {
-			return Spec{}, nil, fieldErr(k.Value, v.Value, "given twice (line %d)", k.Line)
+			errs = append(errs, fieldErr(k.Value, v.Value, "given twice (line %d)", k.Line))
+			continue
 		}
 		seen[k.Value] = true
+		lines[k.Value] = k.Line
 		if err := checkNoAlias(v); err != nil {
-			return Spec{}, nil, fieldErr(k.Value, v.Value, "%v (line %d)", err, v.Line)
+			errs = append(errs, fieldErr(k.Value, v.Value, "%v (line %d)", err, v.Line))
+			continue
 		}
 		if !tagFits(v, dst) {
-			return Spec{}, nil, fieldErr(k.Value, v.Value, "want %s (line %d)", kindOf(dst), v.Line)
+			errs = append(errs, fieldErr(k.Value, v.Value, "want %s (line %d)", kindOf(dst), v.Line))
+			continue
 		}
 		if tc, ok := dst.(*optimizer.TopologyConstraint); ok {
 			if err := decodeTopology(v, tc); err != nil {
-				return Spec{}, nil, err
+				errs = append(errs, err)
 			}
 			continue
 		}
 		if err := v.Decode(dst); err != nil {
-			return Spec{}, nil, fieldErr(k.Value, v.Value, "want %s (line %d)", kindOf(dst), v.Line)
+			errs = append(errs, fieldErr(k.Value, v.Value, "want %s (line %d)", kindOf(dst), v.Line))
 		}
 	}
-	return s, seen, nil
+	return s, seen, errs
 }
 
 // decodeTopology reads topology: a mapping of required or preferred to a
@@ -349,12 +376,18 @@ func (s *Spec) applyDefaults(given map[string]bool) {
 
 // Validate reports the first refused field of s (defaults already
 // applied).
-func (s Spec) Validate() error {
+func (s Spec) Validate() error { return errors.Join(s.problems()...) }
+
+// problems are every refused field of s, in the order of Validate's
+// checks; those that only make sense once the ranges hold are left out
+// while a range does not.
+func (s Spec) problems() []error {
+	var errs []error
 	if err := CheckName(s.Name); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	if err := s.validateProgram(); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	ranges := []struct {
 		field  string
@@ -369,52 +402,61 @@ func (s Spec) Validate() error {
 		{"min_local_batch_size", s.MinLocalBatch, 1, MaxBatch, ""},
 		{"max_local_batch_size", s.MaxLocalBatch, s.MinLocalBatch, MaxBatch, "min_local_batch_size"},
 	}
+	inRange := true
 	for _, r := range ranges {
 		if r.v < r.lo || r.v > r.hi {
 			why := fmt.Sprintf("want between %d and %d", r.lo, r.hi)
 			if r.loWhy != "" && r.v < r.lo {
 				why = fmt.Sprintf("must not be below %s (%d)", r.loWhy, r.lo)
 			}
-			return fieldErr(r.field, r.v, "%s", why)
+			errs, inRange = append(errs, fieldErr(r.field, r.v, "%s", why)), false
 		}
 	}
-	if s.MinLocalBatch > s.InitBatch {
-		return fieldErr("min_local_batch_size", s.MinLocalBatch, "must not exceed init_batch_size (%d)", s.InitBatch)
+	if inRange {
+		errs = append(errs, s.fitProblems()...)
 	}
-	// The job must be able to start on min_replicas GPUs before its
-	// first fit, at M = max(M0, min_local*K) split as the scheduler does.
+	if err := s.Topology.CheckSyntax(); err != nil {
+		errs = append(errs, fieldErr("topology", fmt.Sprintf("%+v", s.Topology), "%v", err))
+	}
+	if s.GPUType != "" {
+		if err := topology.CheckName("GPU type", s.GPUType); err != nil {
+			errs = append(errs, fieldErr("gpu_type", s.GPUType, "%v", err))
+		}
+	}
+	if s.Epochs < 0 || s.Epochs > optimizer.MaxEpochs {
+		errs = append(errs, fieldErr("epochs", s.Epochs, "want 0 (not declared) to %d", optimizer.MaxEpochs))
+	}
+	if s.CheckpointDir != "" {
+		switch {
+		case len(s.CheckpointDir) > MaxPath:
+			errs = append(errs, fieldErr("checkpoint_dir", s.CheckpointDir, "longer than %d bytes", MaxPath))
+		case strings.ContainsRune(s.CheckpointDir, 0):
+			errs = append(errs, fieldErr("checkpoint_dir", s.CheckpointDir, "contains a NUL byte"))
+		case !filepath.IsAbs(s.CheckpointDir):
+			errs = append(errs, fieldErr("checkpoint_dir", s.CheckpointDir, "want an absolute path"))
+		}
+	}
+	return errs
+}
+
+// fitProblems check that the job can start on min_replicas GPUs before
+// its first fit, at M = max(M0, min_local*K) split as the scheduler
+// does (the ranges hold).
+func (s Spec) fitProblems() []error {
+	if s.MinLocalBatch > s.InitBatch {
+		return []error{fieldErr("min_local_batch_size", s.MinLocalBatch, "must not exceed init_batch_size (%d)", s.InitBatch)}
+	}
 	k := s.MinReplicas
 	total := max(s.InitBatch, s.MinLocalBatch*k)
 	if total > s.MaxBatch {
-		return fieldErr("min_replicas", k, "%d replicas of at least %d samples exceed max_batch_size (%d)", k, s.MinLocalBatch, s.MaxBatch)
+		return []error{fieldErr("min_replicas", k, "%d replicas of at least %d samples exceed max_batch_size (%d)", k, s.MinLocalBatch, s.MaxBatch)}
 	}
 	if m, _ := s.Limits().Split(k, float64(total)); m > s.MaxLocalBatch {
 		hint := "; set accumulation: true or raise it"
 		if s.Accumulation {
 			hint = ""
 		}
-		return fieldErr("max_local_batch_size", s.MaxLocalBatch, "batch %d on %d replica(s) needs %d per GPU%s", total, k, m, hint)
-	}
-	if err := s.Topology.CheckSyntax(); err != nil {
-		return fieldErr("topology", fmt.Sprintf("%+v", s.Topology), "%v", err)
-	}
-	if s.GPUType != "" {
-		if err := topology.CheckName("GPU type", s.GPUType); err != nil {
-			return fieldErr("gpu_type", s.GPUType, "%v", err)
-		}
-	}
-	if s.Epochs < 0 || s.Epochs > optimizer.MaxEpochs {
-		return fieldErr("epochs", s.Epochs, "want 0 (not declared) to %d", optimizer.MaxEpochs)
-	}
-	if s.CheckpointDir != "" {
-		switch {
-		case len(s.CheckpointDir) > MaxPath:
-			return fieldErr("checkpoint_dir", s.CheckpointDir, "longer than %d bytes", MaxPath)
-		case strings.ContainsRune(s.CheckpointDir, 0):
-			return fieldErr("checkpoint_dir", s.CheckpointDir, "contains a NUL byte")
-		case !filepath.IsAbs(s.CheckpointDir):
-			return fieldErr("checkpoint_dir", s.CheckpointDir, "want an absolute path")
-		}
+		return []error{fieldErr("max_local_batch_size", s.MaxLocalBatch, "batch %d on %d replica(s) needs %d per GPU%s", total, k, m, hint)}
 	}
 	return nil
 }
