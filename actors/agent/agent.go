@@ -58,10 +58,14 @@ type Config struct {
 	// own (node.Config.UIDs); "" is node.DefaultUIDRange for an agent
 	// running as root without RunAs, else the agent's own user.
 	AllowCommands []string
-	PassEnv       []string
-	RunAs         string
-	RunAsRange    string
-	Security      secure.Options
+	// ReloadAllowCommands, if set, gives the allow-list anew on SIGHUP
+	// (pollux agent --config: the file's); runs assigned from then on
+	// are admitted by it.
+	ReloadAllowCommands func() ([]string, error)
+	PassEnv             []string
+	RunAs               string
+	RunAsRange          string
+	Security            secure.Options
 	// Logger is the agent's log; LibLogger the actor library's (nil:
 	// Logger).
 	Logger, LibLogger *slog.Logger
@@ -279,7 +283,20 @@ func (a *agent) startGossip(ctx context.Context) error {
 		return out
 	})
 	go member.LogEvents(members, a.log)
-	a.sec.ReloadGossipKeys(ctx, members, a.log)
+	var also []secure.Reload
+	if reload := a.cfg.ReloadAllowCommands; reload != nil {
+		also = append(also, secure.Reload{What: "allow-list", Do: func() error {
+			allow, err := reload()
+			if err == nil {
+				err = a.nd.SetAllowCommands(allow)
+			}
+			if err == nil {
+				a.log.Info("agent: allow-list reloaded", "allow_commands", allow)
+			}
+			return err
+		}})
+	}
+	a.sec.ReloadOnHangup(ctx, members, a.log, also...)
 	return nil
 }
 

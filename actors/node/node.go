@@ -261,6 +261,21 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 // PID is the node actor.
 func (n *Node) PID() *actor.PID { return n.pid }
 
+// SetAllowCommands replaces the node's allow-list (nil: the default):
+// runs it is assigned from then on are admitted by the new one, runs
+// already started go on. A bad list changes nothing.
+func (n *Node) SetAllowCommands(patterns []string) error {
+	allow, err := ParseAllowCommands(patterns)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	_, err = n.sys.Root.RequestFuture(n.pid, setAllow(allow), 5*time.Second).Result()
+	return err
+}
+
+// setAllow is the node actor's new allow-list.
+type setAllow []CommandPattern
+
 // ReportAddr is where workers send reports ("" without a listener).
 func (n *Node) ReportAddr() string { return n.reports.addr() }
 
@@ -351,6 +366,9 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		ctx.Respond(a.renew(ctx, m))
 	case leaseCheck:
 		a.checkLease(ctx)
+	case setAllow:
+		a.allow = m
+		ctx.Respond(true)
 	case *pb.StatusRequest:
 		ctx.Respond(a.status())
 	case reportIn:

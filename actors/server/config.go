@@ -11,6 +11,7 @@ import (
 
 	"pollux/actors/allocator"
 	"pollux/actors/fedlink"
+	"pollux/actors/jobspec"
 	"pollux/cluster"
 	"pollux/internal/member"
 	"pollux/internal/secure"
@@ -62,8 +63,10 @@ type Config struct {
 	// needs auto or pollux).
 	Policy, TypedPolicy optimizer.Policy
 	PolicyName          string
-	// Apps are the names of the applications jobs may emulate.
+	// Apps are the names of the applications jobs may emulate, and
+	// AppLimits their batch limits (a spec's defaults).
 	Apps       []string
+	AppLimits  jobspec.AppLimits
 	Security   secure.Options
 	Federation Federation
 	Autoscale  Autoscale

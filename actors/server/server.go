@@ -247,7 +247,7 @@ func (s *server) startGossip(ctx context.Context) error {
 	s.members.Store(members)
 	s.onClose(func() { _ = members.Leave(time.Second); _ = members.Shutdown() })
 	go member.LogEvents(members, s.log)
-	s.sec.ReloadGossipKeys(ctx, members, s.log)
+	s.sec.ReloadOnHangup(ctx, members, s.log)
 	return nil
 }
 
@@ -278,9 +278,9 @@ func (s *server) startServices(ctx context.Context) (http.Handler, error) {
 		fedPeers = s.link.Peers
 	}
 	autoscaling, cost := s.cfg.Autoscale.Provider != "", s.cfg.Autoscale.NodeCost
-	httpAPI := api.New(s.cfg.ID, api.Config{Backend: s.srv, Apps: s.cfg.Apps, Members: members.Members, Stats: stats,
+	httpAPI := api.New(s.cfg.ID, api.Config{Backend: s.srv, Apps: s.cfg.Apps, AppLimits: s.cfg.AppLimits, Members: members.Members, Stats: stats,
 		Insecure: s.cfg.Security.Insecure, Autoscaling: autoscaling, NodeCost: cost, Logger: s.log, FederationPeers: fedPeers,
-		Collectors: []prometheus.Collector{s.sec.Collector()}})
+		Interval: s.cfg.Interval, Collectors: []prometheus.Collector{s.sec.Collector()}})
 	dash, err := dashboard.New(dashboard.Config{ID: s.cfg.ID, Backend: s.srv, API: httpAPI, Members: members.Members,
 		LastContact: s.srv.Raft().LastContact, Autoscaling: autoscaling, NodeCost: cost, Logger: s.log})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"pollux/actors/agent"
 	"pollux/actors/node"
+	"pollux/internal/flagfile"
 	"pollux/internal/usage"
 )
 
@@ -23,6 +24,7 @@ func init() { subcommands = append(subcommands, newAgentCmd) }
 type agentFlags struct {
 	cfg      agent.Config
 	logLevel string
+	conf     flagfile.Options
 }
 
 func newAgentCmd() *cobra.Command {
@@ -42,9 +44,17 @@ func newAgentCmd() *cobra.Command {
 			"POLLUX_REPORT_CA) and gossip is encrypted with --gossip-key (docs/security.md); --insecure runs plaintext. " +
 			"It runs only commands of its allow-list (--allow-command), as --run-as, with only the protocol's " +
 			"POLLUX_* variables and those named by --pass-env, and only with checkpoint directories below the " +
-			"cluster's checkpoint root.",
+			"cluster's checkpoint root. --config FILE reads the flags from a YAML file (each key a flag's name; flags on the " +
+			"command line win) and --print-config prints the effective settings (docs/deploy.md).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			fromFile := o.conf.File != "" && !cmd.Flags().Changed("allow-command")
+			if printed, err := o.conf.Load(cmd.Flags(), cmd.OutOrStdout()); err != nil || printed {
+				return err
+			}
+			if fromFile {
+				o.cfg.ReloadAllowCommands = allowFromFile(o.conf.File)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			return runAgent(ctx, cmd, o)
@@ -83,6 +93,7 @@ func newAgentCmd() *cobra.Command {
 	f.StringArrayVar(&c.PassEnv, "pass-env", nil, "name of a variable of the agent's environment to pass to workers "+
 		"(repeatable; workers get only the protocol's variables and these)")
 	securityFlags(f, &c.Security)
+	o.conf.Register(f)
 	return cmd
 }
 
@@ -98,6 +109,21 @@ func runAgent(ctx context.Context, cmd *cobra.Command, o agentFlags) error {
 	}
 	c.OnReady = func(r agent.Ready) { printReady(cmd.OutOrStdout(), r) }
 	return agent.Run(ctx, c)
+}
+
+// allowFromFile re-reads the allow-list from the agent's settings file
+// (on SIGHUP): nil, the default, when the file names none.
+func allowFromFile(file string) func() ([]string, error) {
+	return func() ([]string, error) {
+		fs := newAgentCmd().Flags()
+		if err := flagfile.ApplyFile(fs, file); err != nil {
+			return nil, err
+		}
+		if !fs.Changed("allow-command") {
+			return nil, nil
+		}
+		return fs.GetStringArray("allow-command")
+	}
 }
 
 func quoteAll(ss []string) []string {

@@ -140,6 +140,20 @@ func TestDemoUIKeepsTheDashboardUp(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("the dashboard without a token after the workload: %s, want 401", resp.Status)
 	}
+	// The line the demo prints points the CLI at the cluster: evaluated
+	// in a shell, `pollux status` works without any flag.
+	exports, _ := waitLine("export POLLUX_SERVERS=", time.Second)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "POLLUX_") {
+			env = append(env, kv)
+		}
+	}
+	sh := exec.Command("sh", append([]string{"-c", exports + ` && exec "$@" status`, "sh"}, selfExec...)...)
+	sh.Env = append(env, "POLLUX_TEST_PROCESS=1")
+	if out, err := sh.CombinedOutput(); err != nil || !strings.Contains(string(out), "leader") {
+		t.Errorf("pollux status after %s: %v\n%s", exports, err, out)
+	}
 	select {
 	case err := <-done:
 		t.Fatalf("the demo ended before it was interrupted: %v", err)

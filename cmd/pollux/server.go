@@ -14,9 +14,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"pollux/actors/allocator"
+	"pollux/actors/jobspec"
 	"pollux/actors/server"
+	"pollux/internal/flagfile"
 	"pollux/internal/usage"
+	"pollux/optimizer/goodput"
 	"pollux/optimizer/topology"
+	"pollux/testbed"
 	"pollux/testbed/builtin"
 )
 
@@ -27,6 +31,7 @@ func init() { subcommands = append(subcommands, newServerCmd) }
 type serverFlags struct {
 	cfg                             server.Config
 	peers, levels, policy, logLevel string
+	conf                            flagfile.Options
 }
 
 func newServerCmd() *cobra.Command {
@@ -48,9 +53,13 @@ func newServerCmd() *cobra.Command {
 			"the checkpoint root), --topology where this server sits (a server warns when a majority of the voters share a rack), " +
 			"--policy the allocation policy (auto: pollux on one GPU type, pollux-het on several; --cross-rack-ratio was removed: a policy prices racks only by what jobs fitted). --cluster names the cluster (once in its life) " +
 			"and --federation with --federation-addr makes it a lab of a federation that lends and borrows GPUs (docs/federation.md). " +
-			"Prints one JSON line with its addresses on stdout when ready.",
+			"Prints one JSON line with its addresses on stdout when ready. --config FILE reads the flags from a YAML file " +
+			"(each key a flag's name; flags on the command line win) and --print-config prints the effective settings (docs/deploy.md).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if printed, err := o.conf.Load(cmd.Flags(), cmd.OutOrStdout()); err != nil || printed {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			return runServer(ctx, cmd, o)
@@ -89,6 +98,7 @@ func newServerCmd() *cobra.Command {
 	securityFlags(f, &c.Security)
 	autoscaleFlags(f, &c.Autoscale)
 	federationFlags(f, &c.Federation)
+	o.conf.Register(f)
 	return cmd
 }
 
@@ -119,7 +129,7 @@ func runServer(ctx context.Context, cmd *cobra.Command, o serverFlags) error {
 	if err != nil {
 		return err
 	}
-	c.Apps = catalog.Names()
+	c.Apps, c.AppLimits = catalog.Names(), appLimits(catalog)
 	c.OnReady = func(r server.Ready) { printReady(cmd.OutOrStdout(), r) }
 	return server.Run(ctx, c)
 }
@@ -151,4 +161,16 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 func printReady(w io.Writer, ready any) {
 	b, _ := json.Marshal(ready)
 	fmt.Fprintln(w, string(b))
+}
+
+// appLimits are the batch limits of the built-in applications of
+// catalog, a spec's defaults.
+func appLimits(catalog testbed.Catalog) jobspec.AppLimits {
+	return func(app string) (goodput.Limits, bool) {
+		a, ok := catalog[app]
+		if !ok {
+			return goodput.Limits{}, false
+		}
+		return a.Limits(), true
+	}
 }

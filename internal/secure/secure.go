@@ -228,11 +228,40 @@ func (s *Security) Listen(ln net.Listener, ch pki.Channel, log *slog.Logger) (ne
 	return pki.NewListener(ln, cfg, pki.ListenerOptions{Channel: ch, Logger: log, Gate: s.Gate(ch, log, nil)}), nil
 }
 
-// ReloadGossipKeys re-reads the gossip key file on every SIGHUP and
-// installs its keys in m (a rotation step, docs/security.md) until ctx
-// ends. A bad file is logged and changes nothing.
-func (s *Security) ReloadGossipKeys(ctx context.Context, m *cluster.Membership, log *slog.Logger) {
-	if s.GossipFile == "" {
+// Reload is one thing a process re-reads on SIGHUP: its name for the
+// log and what re-reads it (an error leaves it as it was).
+type Reload struct {
+	What string
+	Do   func() error
+}
+
+// ReloadOnHangup re-reads on every SIGHUP, until ctx ends, the gossip
+// key file (installing its keys in m; a rotation step,
+// docs/security.md), the certificate and key (pki.Credentials.Renew),
+// and each of also. Each failure is logged and changes nothing of its
+// part.
+func (s *Security) ReloadOnHangup(ctx context.Context, m *cluster.Membership, log *slog.Logger, also ...Reload) {
+	var parts []Reload
+	if s.GossipFile != "" {
+		parts = append(parts, Reload{"gossip keys", func() error {
+			keys, err := cluster.ReadKeyFile(s.GossipFile)
+			if err != nil {
+				return err
+			}
+			return m.SetKeys(keys)
+		}})
+	}
+	if s.Creds != nil {
+		parts = append(parts, Reload{"certificate", func() error {
+			notAfter, err := s.Creds.Renew()
+			if err == nil {
+				log.Info("certificate reloaded", "expires", notAfter.UTC().Format(time.RFC3339))
+			}
+			return err
+		}})
+	}
+	parts = append(parts, also...)
+	if len(parts) == 0 {
 		return
 	}
 	hup := make(chan os.Signal, 1)
@@ -245,12 +274,10 @@ func (s *Security) ReloadGossipKeys(ctx context.Context, m *cluster.Membership, 
 				return
 			case <-hup:
 			}
-			keys, err := cluster.ReadKeyFile(s.GossipFile)
-			if err == nil {
-				err = m.SetKeys(keys)
-			}
-			if err != nil {
-				log.Error("gossip keys not reloaded", "file", s.GossipFile, "err", err)
+			for _, p := range parts {
+				if err := p.Do(); err != nil {
+					log.Error(p.What+" not reloaded", "err", err)
+				}
 			}
 		}
 	}()

@@ -62,13 +62,19 @@ type Backend interface {
 	AddVoter(ctx context.Context, id raft.ServerID, addr raft.ServerAddress) error
 	RemoveServer(ctx context.Context, id raft.ServerID) error
 	Unreachable() map[raft.ServerID]time.Time
+	// SaveSnapshot and RestoreSnapshot back the replicated state up and
+	// put a backup back (the leader only).
+	SaveSnapshot(ctx context.Context) ([]byte, error)
+	RestoreSnapshot(ctx context.Context, b []byte) error
 }
 
 // Config configures the API.
 type Config struct {
 	Backend Backend
-	// Apps are the emulated applications a spec may name.
-	Apps []string
+	// Apps are the emulated applications a spec may name, and AppLimits
+	// their batch limits, the defaults of a spec naming one (nil: none).
+	Apps      []string
+	AppLimits jobspec.AppLimits
 	// FederationPeers, if set, is what the federation link knows of the
 	// peer labs (fedlink.Link.Peers), shown by the leader's status.
 	FederationPeers func() []fedlink.PeerStatus
@@ -91,8 +97,11 @@ type Config struct {
 	// it.
 	Autoscaling bool
 	NodeCost    float64
-	Now         func() time.Time
-	Logger      *slog.Logger
+	// Interval is the scheduling interval (metric
+	// pollux_allocation_interval_seconds; 0: not exported).
+	Interval time.Duration
+	Now      func() time.Time
+	Logger   *slog.Logger
 }
 
 // Job is one job as the API shows it.
@@ -300,6 +309,8 @@ type API struct {
 	reg *prometheus.Registry
 	// routes are the endpoints and the role each needs.
 	routes []route
+	// openapi is the document served at PathOpenAPI.
+	openapi []byte
 
 	roundTime   prometheus.Histogram
 	fitness     prometheus.Gauge
@@ -350,9 +361,17 @@ func New(id string, cfg Config) *API {
 		{"GET " + PathACLQuotas, admin, a.listQuotas},
 		{"POST " + PathACLQuotas, admin, a.setQuota},
 		{"POST " + PathACLBootstrap, roleBootstrap, a.bootstrap},
+		{"GET " + PathSnapshot, admin, a.saveSnapshot},
+		{"PUT " + PathSnapshot, admin, a.restoreSnapshot},
+		{"GET " + PathOpenAPI, read, a.openAPIDoc},
 	} {
 		a.handle(rt)
 	}
+	needs := map[string]state.Role{}
+	for _, rt := range a.routes {
+		needs[rt.pattern] = rt.need
+	}
+	a.openapi = openAPI(needs)
 	if cfg.Insecure {
 		cfg.Logger.Warn("INSECURE MODE: API tokens are NOT checked: anyone who reaches the API acts as an admin " +
 			"(submits, cancels any job, changes the Raft membership). Development only.")
@@ -366,8 +385,11 @@ const MaxBody = 64 << 10
 
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	limit := int64(MaxBody)
-	if r.Method == http.MethodPost && r.URL.Path == PathJobs {
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == PathJobs:
 		limit = jobspec.MaxBytes + 1
+	case r.Method == http.MethodPut && r.URL.Path == PathSnapshot:
+		limit = state.MaxSnapshot
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	a.mux.ServeHTTP(w, r)
@@ -402,7 +424,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	if !a.admitRate(w, r, p) {
 		return
 	}
-	spec, err := jobspec.Decode(http.MaxBytesReader(w, r.Body, jobspec.MaxBytes+1))
+	spec, err := jobspec.DecodeWith(http.MaxBytesReader(w, r.Body, jobspec.MaxBytes+1), a.cfg.AppLimits)
 	if err == nil && spec.Application != "" && !slices.Contains(a.cfg.Apps, spec.Application) {
 		err = &jobspec.FieldError{Field: "application", Value: fmt.Sprintf("%q", spec.Application),
 			Reason: fmt.Sprintf("not a built-in application (%v)", a.cfg.Apps)}
@@ -734,10 +756,19 @@ var (
 	descBids        = prometheus.NewDesc("pollux_bids_total", "Bids this server's allocator received from job actors.", nil, nil)
 	descBidsDropped = prometheus.NewDesc("pollux_bids_dropped_total", "Bids refused: malformed, absurd, of unknown or finished jobs, stale incarnations or sessions.", nil, nil)
 	descRoundDrops  = prometheus.NewDesc("pollux_round_entries_dropped_total", "Entries of committed rounds the state machine dropped (jobs finished meanwhile, stale incarnations).", nil, nil)
+
+	descLeader   = prometheus.NewDesc("pollux_raft_leader", "1 while this server is the Raft leader, else 0.", nil, nil)
+	descCrashing = prometheus.NewDesc("pollux_jobs_crash_looping", "Live jobs whose last CrashLoop or more incarnations failed in a row.", nil, nil)
+	descInterval = prometheus.NewDesc("pollux_allocation_interval_seconds", "The scheduling interval this server runs rounds at as leader.", nil, nil)
 )
 
+// CrashLoop is how many failed incarnations in a row make a live job
+// count as crash-looping (metric pollux_jobs_crash_looping).
+const CrashLoop = 2
+
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descJobs, descGPUs, descGPUTotal, descRestarts, descGen, descBids, descBidsDropped, descRoundDrops} {
+	for _, d := range []*prometheus.Desc{descJobs, descGPUs, descGPUTotal, descRestarts, descGen, descBids, descBidsDropped, descRoundDrops,
+		descLeader, descCrashing, descInterval} {
 		ch <- d
 	}
 }
@@ -745,10 +776,22 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.a.cfg.Backend.LocalState()
 	byState := map[string]int{}
-	restarts := 0
+	restarts, crashing := 0, 0
 	for _, j := range st.Jobs {
 		byState[j.State.String()]++
 		restarts += j.Restarts
+		if !j.State.Terminal() && j.Crashes >= CrashLoop {
+			crashing++
+		}
+	}
+	leader := 0.0
+	if _, ok := c.a.cfg.Backend.Leadership(); ok {
+		leader = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)
+	ch <- prometheus.MustNewConstMetric(descCrashing, prometheus.GaugeValue, float64(crashing))
+	if c.a.cfg.Interval > 0 {
+		ch <- prometheus.MustNewConstMetric(descInterval, prometheus.GaugeValue, c.a.cfg.Interval.Seconds())
 	}
 	for _, s := range []state.JobState{state.Pending, state.Running, state.Rescaling, state.Completed, state.Failed, state.Cancelled} {
 		ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(byState[s.String()]), s.String())

@@ -48,6 +48,9 @@ func TestRouteRoles(t *testing.T) {
 		"GET " + PathACLQuotas:                         state.RoleAdmin,
 		"POST " + PathACLQuotas:                        state.RoleAdmin,
 		"POST " + PathACLBootstrap:                     roleBootstrap,
+		"GET " + PathOpenAPI:                           state.RoleRead,
+		"GET " + PathSnapshot:                          state.RoleAdmin,
+		"PUT " + PathSnapshot:                          state.RoleAdmin,
 	}
 	a, _ := newTest()
 	if len(a.routes) != len(want) {

@@ -48,6 +48,23 @@ func (f *fakeBackend) Read(context.Context) (*state.State, error) {
 	}
 	return f.LocalState(), nil
 }
+func (f *fakeBackend) SaveSnapshot(ctx context.Context) ([]byte, error) {
+	st, err := f.Read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return state.EncodeState(st), nil
+}
+func (f *fakeBackend) RestoreSnapshot(_ context.Context, b []byte) error {
+	st, err := state.DecodeState(b)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.st = st
+	return nil
+}
 func (f *fakeBackend) LocalState() *state.State {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"net/url"
 
 	"pollux/actors/server/api"
+	"pollux/consensus/state"
 )
 
 // Submit submits a job spec (the YAML of package jobspec) and returns the
@@ -88,6 +89,19 @@ func (c *Client) RevokeToken(ctx context.Context, accessor string) (api.Token, e
 // Self returns the token the client runs with.
 func (c *Client) Self(ctx context.Context) (api.Token, error) {
 	return do[api.Token](ctx, c, http.MethodGet, api.PathACLSelf, nil)
+}
+
+// SaveSnapshot returns a backup of the replicated state (the leader's,
+// after every write completed before the call).
+func (c *Client) SaveSnapshot(ctx context.Context) ([]byte, error) {
+	b, _, err := c.send(ctx, http.MethodGet, api.PathSnapshot, nil, state.MaxSnapshot)
+	return b, err
+}
+
+// RestoreSnapshot replaces the cluster's replicated state with a backup
+// SaveSnapshot made (its Raft membership stays its own).
+func (c *Client) RestoreSnapshot(ctx context.Context, backup []byte) (api.Restored, error) {
+	return do[api.Restored](ctx, c, http.MethodPut, api.PathSnapshot, backup)
 }
 
 // do sends a request and returns its answer, decoded.
