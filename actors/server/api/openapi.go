@@ -48,6 +48,8 @@ var operations = map[string]operation{
 	"POST " + PathACLTokens + "/{accessor}/revoke": {summary: "Revoke a token", code: http.StatusOK, out: Token{}},
 	"GET " + PathACLSelf:                           {summary: "The token of the request", code: http.StatusOK, out: Token{}},
 	"POST " + PathACLBootstrap:                     {summary: "Create the first admin token, once (needs a client certificate of the cluster CA)", in: Bootstrap{}, code: http.StatusCreated, out: Token{}},
+	"GET " + PathACLQuotas:                         {summary: "The submitters' quotas and the cluster's state budget", code: http.StatusOK, out: Quotas{}},
+	"POST " + PathACLQuotas:                        {summary: "Set a submitter's quota or the state budget (admin)", in: SetQuota{}, code: http.StatusOK, out: SetQuota{}},
 	"GET " + PathSnapshot:                          {summary: "A backup of the replicated state (the leader's)", code: http.StatusOK, text: "application/octet-stream"},
 	"PUT " + PathSnapshot:                          {summary: "Replace the replicated state with a backup (the Raft membership stays)", in: []byte{}, code: http.StatusOK, out: Restored{}},
 	"GET " + PathOpenAPI:                           {summary: "This document", code: http.StatusOK, out: map[string]any{}},
