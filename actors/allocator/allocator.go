@@ -150,11 +150,19 @@ type RoundInfo struct {
 	// when this server learnt it leads.
 	FirstOfTerm bool
 	Elected     time.Time
-	// Effort is the search's effort for the next round (see SearchBudget).
-	Effort float64
+	// Effort is the search's effort for the next round (see SearchBudget);
+	// SearchEffort the effort this round's search ran at (0: the policy
+	// is not budgeted, as the first round's climb).
+	Effort, SearchEffort float64
 	// Policy names the policy that decided the round ("" when there was
 	// nothing to decide).
 	Policy string
+	// Snapshot and Prev are the policy's input (nil when there was
+	// nothing to decide), so that an observer can judge the decision,
+	// e.g. against a search of full effort on the same input. Neither is
+	// changed after the round.
+	Snapshot *optimizer.Snapshot
+	Prev     *optimizer.State
 }
 
 // minEffort bounds how far a slow search is cut down.
@@ -521,7 +529,9 @@ func (a *allocator) run(ctx actor.Context) {
 		px, budgeted := search.(optimizer.Budgeted)
 		if budgeted {
 			px.SetEffort(a.effort)
+			info.SearchEffort = a.effort
 		}
+		info.Snapshot, info.Prev = snap, a.prev
 		t0 := time.Now()
 		res, err := policy.Allocate(snap, a.prev)
 		if err != nil {
