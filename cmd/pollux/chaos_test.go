@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"pollux/internal/rootgate"
 	"strings"
 	"testing"
 	"time"
@@ -94,7 +95,7 @@ func TestChaosShortNetworkScenario(t *testing.T) {
 		t.Skip("starts a 5-process cluster")
 	}
 	if err := netns.Available(); err != nil {
-		t.Skip("network namespaces unavailable, the partition scenarios skip:", err)
+		rootgate.Skip(t, "network namespaces unavailable, the partition scenarios skip: %v", err)
 	}
 	sc := schedule.Scenario{Name: "short-net", Counts: []schedule.Count{{Kind: schedule.IsolateLeader, N: 1}, {Kind: schedule.Bridge, N: 1},
 		{Kind: schedule.Latency, N: 1}}}
