@@ -45,7 +45,7 @@ func runShort(t *testing.T, sc schedule.Scenario, network launch.Network) map[st
 	ctx, cancel := context.WithTimeout(context.Background(), 170*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	err := suite.Run(ctx, []schedule.Scenario{sc}, nil, 7, chaosOptions(t, network), true, &out)
+	err := suite.Run(ctx, []schedule.Scenario{sc}, nil, 7, chaosOptions(t, network), false, true, &out)
 	var rep map[string]any
 	if jerr := json.Unmarshal(out.Bytes(), &rep); jerr != nil {
 		t.Fatalf("run: %v; output is not JSON (%v): %s", err, jerr, out.String())

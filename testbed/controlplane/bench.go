@@ -321,7 +321,7 @@ func (b *bench) startNodes(ctx context.Context) error {
 	}
 	b.nodes = make([]*nodeHost, b.o.Nodes)
 	var next atomic.Int64
-	errs := make([]error, 8)
+	errs := make([]error, 4)
 	var wg sync.WaitGroup
 	for w := range errs {
 		wg.Add(1)

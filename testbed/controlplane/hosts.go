@@ -99,10 +99,29 @@ func (b *bench) newSystem(name string) (*actor.ActorSystem, *remote.Remote, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return b.lib }))
-	rem := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0, opts...))
+	for try := 1; ; try++ {
+		sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return b.lib }))
+		rem := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0, opts...))
+		err := startRemote(rem)
+		if err == nil || try == 3 {
+			return sys, rem, err
+		}
+		b.log.Warn("controlplane: starting an actor system again", "name", name, "err", err)
+	}
+}
+
+// startRemote starts rem. protoactor panics when its endpoint manager
+// has not started within 3 s (a loaded machine starting hundreds of
+// actor systems): that is returned as an error (the listener it opened
+// stays open until the process ends).
+func startRemote(rem *remote.Remote) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("controlplane: starting an actor system's listener: %v", p)
+		}
+	}()
 	rem.Start()
-	return sys, rem, nil
+	return nil
 }
 
 // startGossip starts a gossip member of the bench's pool (LAN profile,

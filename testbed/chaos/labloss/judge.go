@@ -87,17 +87,29 @@ func judgeLeaseExpiry(res *Result, tracks []leaseTrack, ttl, interval time.Durat
 // was sent.
 func killLab(res *Result, c *launch.Cluster, lost string, members []*launch.Member, workers []launch.Worker) int64 {
 	var killErrs []error
+	killed := 0
 	for _, m := range members {
-		killErrs = append(killErrs, c.Signal(m, syscall.SIGKILL, "lab-loss", 1))
+		err := c.Signal(m, syscall.SIGKILL, "lab-loss", 1)
+		if err == nil {
+			killed++
+		}
+		killErrs = append(killErrs, err)
 	}
 	for _, w := range workers {
-		killErrs = append(killErrs, c.KillWorker(w, "lab-loss", 1))
+		// A worker that exited on its own meanwhile was not killed, and
+		// is no failure of the kill.
+		switch err := c.KillWorker(w, "lab-loss", 1); {
+		case err == nil:
+			killed++
+		case !errors.Is(err, launch.ErrNotRunning):
+			killErrs = append(killErrs, err)
+		}
 	}
 	sent := mono.Now()
 	if err := errors.Join(killErrs...); err != nil {
 		res.fail("killing %s: %v", lost, err)
 	}
-	res.ProcessesKilled = len(members) + len(workers)
+	res.ProcessesKilled = killed
 	// The process table: nothing of the lab may outlive the kill.
 	deadline := time.Now().Add(10 * time.Second)
 	for _, w := range workers {

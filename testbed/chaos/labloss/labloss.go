@@ -121,7 +121,8 @@ func (r *Result) violation(format string, a ...any) {
 func (r *Result) Summary() driver.ScenarioSummary {
 	sc := driver.ScenarioSummary{Name: r.Scenario, FaultsByKind: map[string]int{}, JobsSubmitted: r.JobsSubmitted + r.LostLabJobs,
 		JobsCompleted: r.JobsCompleted + r.LostLabCompleted, JobsFailed: r.JobsFailed, LostJobs: r.LostJobs + r.LostLabJobs - r.LostLabCompleted,
-		Violations: r.Violations, Failures: r.Failures, ElapsedS: r.ElapsedS, Dir: r.Dir, LostLab: r.LostLab, LeaseExpiryMaxS: r.LeaseExpiryMaxS}
+		Violations: r.Violations, Failures: r.Failures, ElapsedS: r.ElapsedS, Dir: r.Dir, LostLab: r.LostLab, LeaseExpiryMaxS: r.LeaseExpiryMaxS,
+		FaultsPlanned: 1}
 	if r.ProcessesKilled > 0 {
 		sc.Faults, sc.FaultsByKind["lab-kill"] = 1, 1
 	}
