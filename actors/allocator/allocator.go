@@ -292,6 +292,7 @@ type allocator struct {
 	noSizeWhy string                   // why autoscaling decides no size, logged once (scale.go)
 
 	leaseTimer *time.Timer
+	plant      plant // a planted bug's state (test binaries with the judgebugs tag only)
 
 	round     *roundState // the round awaiting acks
 	lastRound time.Time
@@ -647,6 +648,7 @@ func (a *allocator) assignOptions() AssignOptions {
 // (as messages) to end the round.
 func (a *allocator) assign(ctx actor.Context, st *state.State, info RoundInfo, begin time.Time) {
 	assign, uncovered := Assignments(st, a.assignOptions())
+	assign = a.plantStaleAllocation(st, assign)
 	for _, id := range uncovered {
 		a.cfg.Logger.Error("allocator: a placed job's bid does not cover its shape; not run this round", "job", id)
 	}
