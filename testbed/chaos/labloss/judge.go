@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
 	"pollux/cluster/federation"
+	"pollux/testbed/chaos/history"
+	"pollux/testbed/chaos/linear"
 	"pollux/testbed/chaos/mono"
 	"pollux/testbed/chaos/record"
 	"pollux/testbed/fedlab"
@@ -459,3 +463,34 @@ func judgePeerResume(res *Result, job string, ws []labWorker, names []string, lo
 }
 
 func secs(ns int64) string { return fmt.Sprintf("%.1f", float64(ns)/1e9) }
+
+// judgeLinear checks each lab's client-side API history (dir(lab)'s
+// history.jsonl) for linearizability: a history that cannot be read, an
+// operation not linearizable and a search not decided within timeout
+// fail the run.
+func judgeLinear(res *Result, labs []string, dir func(string) string, timeout time.Duration) {
+	res.Linearizable = true
+	for _, lab := range labs {
+		path := filepath.Join(dir(lab), "history.jsonl")
+		lines, err := history.ReadFile(path)
+		if err != nil {
+			res.Linearizable = false
+			res.fail("%s: API history: %v", lab, err)
+			continue
+		}
+		lr, err := linear.Check(lines, linear.Options{Timeout: timeout, VisualizeDir: dir(lab)})
+		if err != nil {
+			res.Linearizable = false
+			res.fail("%s: API history: %v", lab, err)
+			continue
+		}
+		res.LinearOps += lr.Ops
+		for _, f := range lr.Illegal {
+			res.violation("%s: linearizable: %s", lab, f)
+		}
+		if len(lr.Unknown) > 0 {
+			res.fail("%s: linearizability undecided within %v: %s", lab, timeout, strings.Join(lr.Unknown, ", "))
+		}
+		res.Linearizable = res.Linearizable && lr.Linearizable()
+	}
+}
