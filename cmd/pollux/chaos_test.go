@@ -53,7 +53,7 @@ func runShort(t *testing.T, sc schedule.Scenario, network launch.Network) map[st
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
-	for _, k := range []string{"faults", "faults_by_kind", "partitions", "jobs_submitted", "jobs_completed", "jobs_failed", "jobs_cancelled",
+	for _, k := range []string{"faults", "faults_injected", "faults_planned", "faults_skipped", "faults_skipped_why", "faults_by_kind", "partitions", "jobs_submitted", "jobs_completed", "jobs_failed", "jobs_cancelled",
 		"jobs_unsubmitted", "lost_jobs", "violations", "linearizable", "failover_median_s", "failover_max_s", "replacement_max_s"} {
 		if _, ok := rep[k]; !ok {
 			t.Errorf("JSON output lacks %q", k)
