@@ -648,7 +648,7 @@ func (a *allocator) assignOptions() AssignOptions {
 // (as messages) to end the round.
 func (a *allocator) assign(ctx actor.Context, st *state.State, info RoundInfo, begin time.Time) {
 	assign, uncovered := Assignments(st, a.assignOptions())
-	assign = a.plantStaleAllocation(st, assign)
+	assign = a.plant.staleAllocation(a, st, assign)
 	for _, id := range uncovered {
 		a.cfg.Logger.Error("allocator: a placed job's bid does not cover its shape; not run this round", "job", id)
 	}

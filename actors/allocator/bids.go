@@ -189,7 +189,7 @@ func (a *allocator) finish(job string, inc uint64, end state.JobState, reason st
 		return
 	}
 	a.finishing[key] = true
-	if a.plantDropCompletion(job, end) {
+	if a.plant.dropCompletion(a, job, end) {
 		return
 	}
 	var meas *state.Measurement

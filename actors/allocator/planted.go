@@ -11,10 +11,10 @@ import (
 // judgebugs tag (planted_judgebugs.go).
 type plant struct{}
 
-// plantStaleAllocation returns assign.
-func (a *allocator) plantStaleAllocation(_ *state.State, assign map[string]*pb.Assign) map[string]*pb.Assign {
+// staleAllocation returns assign.
+func (plant) staleAllocation(_ *allocator, _ *state.State, assign map[string]*pb.Assign) map[string]*pb.Assign {
 	return assign
 }
 
-// plantDropCompletion is false: nothing is dropped.
-func (a *allocator) plantDropCompletion(string, state.JobState) bool { return false }
+// dropCompletion is false: nothing is dropped.
+func (plant) dropCompletion(*allocator, string, state.JobState) bool { return false }

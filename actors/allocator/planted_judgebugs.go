@@ -18,12 +18,11 @@ type plant struct {
 	rounds  int          // rounds since the completion was seen
 }
 
-// plantStaleAllocation plants judgebugs.StaleAllocation: from the third
+// staleAllocation plants judgebugs.StaleAllocation: from the third
 // round after a job's completion, for four rounds, every node is sent
 // the allocation of the round before the completion, the completed job
 // under a new incarnation, as the current generation.
-func (a *allocator) plantStaleAllocation(st *state.State, assign map[string]*pb.Assign) map[string]*pb.Assign {
-	p := &a.plant
+func (p *plant) staleAllocation(a *allocator, st *state.State, assign map[string]*pb.Assign) map[string]*pb.Assign {
 	if !judgebugs.Planted(judgebugs.StaleAllocation) {
 		return assign
 	}
@@ -63,11 +62,10 @@ func completedSince(before, now *state.State) string {
 	return ""
 }
 
-// plantDropCompletion plants judgebugs.DropCompletion: it reports
+// dropCompletion plants judgebugs.DropCompletion: it reports
 // whether to drop this completion (every completion of the first job to
 // complete).
-func (a *allocator) plantDropCompletion(job string, end state.JobState) bool {
-	p := &a.plant
+func (p *plant) dropCompletion(a *allocator, job string, end state.JobState) bool {
 	if !judgebugs.Planted(judgebugs.DropCompletion) || end != state.Completed {
 		return false
 	}

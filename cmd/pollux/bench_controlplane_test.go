@@ -7,7 +7,6 @@ import (
 	"maps"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -94,9 +93,9 @@ func TestBenchControlPlaneTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds pollux and runs a control plane")
 	}
-	gobin, err := exec.LookPath("go")
+	gobin, err := exec.LookPath("go") // go test puts $GOROOT/bin first on PATH
 	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("no go command: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "pollux")
 	build := exec.Command(gobin, "build", "-o", bin, "pollux/cmd/pollux")

@@ -464,7 +464,7 @@ func (a *API) state(ctx context.Context) (*state.State, bool, error) {
 		st, err := a.cfg.Backend.Read(ctx)
 		return st, false, err
 	}
-	st, stale := a.plantStaleRead(a.cfg.Backend.LocalState())
+	st, stale := a.plant.staleRead(a, a.cfg.Backend.LocalState())
 	return st, stale, nil
 }
 

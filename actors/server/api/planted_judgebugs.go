@@ -15,16 +15,16 @@ type plant struct {
 	frozen *state.State
 }
 
-// plantStaleRead plants judgebugs.StaleRead: a follower answers from the
+// staleRead plants judgebugs.StaleRead: a follower answers from the
 // state it had at its first read, marked fresh. Without the bug it
 // returns st, marked stale.
-func (a *API) plantStaleRead(st *state.State) (*state.State, bool) {
+func (p *plant) staleRead(a *API, st *state.State) (*state.State, bool) {
 	if !judgebugs.Planted(judgebugs.StaleRead) {
 		return st, true
 	}
-	a.plant.once.Do(func() {
-		a.plant.frozen = st
+	p.once.Do(func() {
+		p.frozen = st
 		a.cfg.Logger.Warn("api: PLANTED BUG: this follower answers reads from a frozen state, marked fresh", "bug", judgebugs.StaleRead)
 	})
-	return a.plant.frozen, false
+	return p.frozen, false
 }
