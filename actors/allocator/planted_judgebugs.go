@@ -12,54 +12,50 @@ import (
 
 // plant is a planted bug's state (package judgebugs).
 type plant struct {
-	dropped string       // the job whose completions are dropped
-	prev    *state.State // the state of the previous round
-	stale   *state.State // the state before a completion, once one was seen
-	rounds  int          // rounds since the completion was seen
+	dropped string                  // the job whose completions are dropped
+	placed  map[string]*state.State // job -> the last round's state that placed it, unfinished
+	victim  string                  // the completed job the stale allocation revives
+	stale   *state.State            // the state that last placed it
+	rounds  int                     // rounds since its completion was seen
 }
 
 // staleAllocation plants judgebugs.StaleAllocation: from the third
-// round after a job's completion, for four rounds, every node is sent
-// the allocation of the round before the completion, the completed job
-// under a new incarnation, as the current generation.
+// round after this leader saw a job it had placed completed, for four
+// rounds, every node is sent the allocation of the last round that
+// placed the job, the job under a new incarnation, as the current
+// generation.
 func (p *plant) staleAllocation(a *allocator, st *state.State, assign map[string]*pb.Assign) map[string]*pb.Assign {
 	if !judgebugs.Planted(judgebugs.StaleAllocation) {
 		return assign
 	}
-	prev := p.prev
-	p.prev = st
-	if p.stale == nil {
-		if prev == nil || completedSince(prev, st) == "" {
-			return assign
+	if p.placed == nil {
+		p.placed = map[string]*state.State{}
+	}
+	for id, j := range st.Jobs {
+		switch {
+		case !j.State.Terminal() && len(st.Allocation.Jobs[id]) > 0:
+			p.placed[id] = st
+		case j.State == state.Completed && p.victim == "" && p.placed[id] != nil:
+			p.victim, p.stale = id, p.placed[id]
 		}
-		p.stale = prev
+	}
+	if p.victim == "" {
+		return assign
 	}
 	p.rounds++
 	if p.rounds < 3 || p.rounds > 6 {
 		return assign
 	}
-	victim := completedSince(p.stale, st)
 	old := *p.stale
 	old.Jobs = maps.Clone(old.Jobs)
-	j := *old.Jobs[victim]
+	j := *old.Jobs[p.victim]
 	j.Incarnation++
-	old.Jobs[victim] = &j
+	old.Jobs[p.victim] = &j
 	old.Allocation.Generation, old.Allocation.Term = st.Allocation.Generation, st.Allocation.Term
 	out, _ := Assignments(&old, a.assignOptions())
 	a.cfg.Logger.Warn("allocator: PLANTED BUG: a stale allocation sent as the current one", "bug", judgebugs.StaleAllocation,
-		"job", victim, "incarnation", j.Incarnation, "generation", st.Allocation.Generation)
+		"job", p.victim, "incarnation", j.Incarnation, "generation", st.Allocation.Generation)
 	return out
-}
-
-// completedSince is a job placed in before and completed in now ("" if
-// none).
-func completedSince(before, now *state.State) string {
-	for id, j := range now.Jobs {
-		if b := before.Jobs[id]; j.State == state.Completed && b != nil && !b.State.Terminal() && len(before.Allocation.Jobs[id]) > 0 {
-			return id
-		}
-	}
-	return ""
 }
 
 // dropCompletion plants judgebugs.DropCompletion: it reports

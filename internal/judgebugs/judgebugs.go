@@ -15,9 +15,9 @@ const (
 	// DropCompletion: the leader's allocator drops every completion of
 	// the first job to complete (it never commits it).
 	DropCompletion Bug = "drop-completion"
-	// StaleAllocation: a few rounds after a job completed, the leader
-	// sends the nodes, for four rounds, the allocation of the round
-	// before the completion (the job still placed, under a new
+	// StaleAllocation: a few rounds after the leader saw a job it had
+	// placed completed, it sends the nodes, for four rounds, the
+	// allocation of the last round that placed the job (under a new
 	// incarnation), as the current generation.
 	StaleAllocation Bug = "stale-allocation"
 	// StaleRead: a follower's API answers reads from the state it had
