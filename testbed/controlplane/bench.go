@@ -411,21 +411,38 @@ func (b *bench) setup(ctx context.Context, leader *server) error {
 			Spec: state.JobSpec{Name: id, App: app, MinReplicas: 1, MaxReplicas: 8, Limits: b.cat[app].Limits()}})
 	}
 	for chunk := range slices.Chunk(setup, 512) {
-		// Apply waits out elections (a loaded machine may hold them for
-		// long: the setup is not timed).
+		if err := b.applySetup(ctx, leader, chunk); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applySetup applies a chunk of the setup through s (a follower
+// forwards it), again when leadership moved before its commit was known
+// (a loaded machine may hold elections for long: the setup is not
+// timed). On a retry, a job or a cluster configuration that exists was
+// written by the attempt before.
+func (b *bench) applySetup(ctx context.Context, s *server, chunk []state.Command) error {
+	for try := 0; ; try++ {
 		c, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		res, err := leader.srv.Apply(c, chunk...)
+		res, err := s.srv.Apply(c, chunk...)
 		cancel()
+		moved := errors.Is(err, consensus.ErrLeadershipLost) || errors.Is(err, consensus.ErrNotLeader) || errors.Is(err, consensus.ErrNoLeader)
+		if moved && try < 5 && ctx.Err() == nil {
+			b.log.Warn("controlplane: setup: applying again", "err", err)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("controlplane: setup: %w", err)
 		}
 		for _, r := range res {
-			if r.Err != nil {
+			if r.Err != nil && !(try > 0 && (errors.Is(r.Err, state.ErrJobExists) || errors.Is(r.Err, state.ErrClusterConfig))) {
 				return fmt.Errorf("controlplane: setup: %w", r.Err)
 			}
 		}
+		return nil
 	}
-	return nil
 }
 
 func (b *bench) leader(ctx context.Context, d time.Duration) (*server, error) {
