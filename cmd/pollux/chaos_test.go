@@ -139,18 +139,10 @@ func TestGarbageOnEveryPort(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	c, err := launch.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir, Servers: 3, Agents: 2,
+	c := startCluster(ctx, t, launch.Options{Dir: dir, Servers: 3, Agents: 2,
 		GPUsPerAgent: 2, Interval: 500 * time.Millisecond, TimeScale: 800, Grace: 2 * time.Second, LogLevel: "warn",
 		Observe: true, Scenario: "garbage"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = c.Stop()
-		}
-	}()
+	defer c.finish()
 	cat, err := builtin.Catalog()
 	if err != nil {
 		t.Fatal(err)
@@ -257,7 +249,6 @@ func TestGarbageOnEveryPort(t *testing.T) {
 	if ex := exited(); len(ex) > 0 {
 		t.Errorf("processes exited: %v", ex)
 	}
-	stopped = true
 	if err := c.Stop(); err != nil {
 		t.Error(err)
 	}

@@ -143,22 +143,13 @@ type BatchChoice struct {
 }
 
 // Bid is what a job's actor offers the allocator: its fitted throughput
-// parameters and gradient statistics (from which the allocator builds the
-// job's goodput model), the most replicas it has been profiled at (which
-// bounds how far the allocator may scale it), and the batch configuration
-// it will run on each allocation shape it can be given: Single[k-1] on k
-// replicas on one node, Multi[k-1] on k replicas spread over several
-// nodes (the throughput model only distinguishes one node from many).
-// Version 0 means no bid yet.
-//
-// A job measured on nodes of named GPU types also bids per type (Types):
-// the model fitted on that type's measurements alone and the batch
-// configurations it chooses there. The top-level Params and tables are
-// then those of the type it has measured most (its best-known model: one
-// of the parts, unless that type is the untyped one), what a policy blind
-// to types reads and what a type the job has not run on is bootstrapped
-// from (a model scaled by a constant has the same best batch
-// configurations, so the top-level tables serve there).
+// parameters and gradient statistics (its goodput model), the most
+// replicas it has been profiled at (how far it may be scaled), and the
+// batch configuration it runs on each allocation shape: Single[k-1] on k
+// replicas on one node, Multi[k-1] on k replicas over several nodes.
+// Version 0 means no bid yet. A job measured on named GPU types also bids
+// per type (Types); docs/replicated-state.md ("Bids") says which model
+// the top level holds.
 type Bid struct {
 	// Session is the job actor's session (see Job.MeasSession) and
 	// Version counts its bids within it; (Session, Version) only grows.
