@@ -180,7 +180,7 @@ func (a *agent) startRemote() (*tls.Config, error) {
 	}
 	// The actor library logs every connection at info: keep its warnings.
 	libLog := a.lib.With("agent", a.cfg.Name, "lib", "protoactor")
-	remoteOpts, err := secure.RemoteOptions(a.sec.Creds, libLog)
+	remoteOpts, err := secure.RemoteOptions(a.sec.Creds, a.sec.Gate(pki.ChannelActor, libLog, nil), libLog)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +210,7 @@ func (a *agent) startNode(reportTLS *tls.Config) error {
 		reportCA = filepath.Join(dir, filepath.Base(reportCA))
 	}
 	if a.cfg.DataDir != "" {
-		if err := os.MkdirAll(a.cfg.DataDir, 0o755); err != nil {
+		if err := secure.PrivateDir(a.cfg.DataDir, a.log); err != nil {
 			return usage.Errorf("agent: --data-dir: %w", err)
 		}
 	}
@@ -218,7 +218,7 @@ func (a *agent) startNode(reportTLS *tls.Config) error {
 	nd, err := node.Start(a.sys, node.Config{
 		Name: c.Name, GPUs: a.gpus, GPUType: a.meta.GPUType, Topology: a.meta.Topology, CPUSlots: a.slots, Grace: c.Grace,
 		ReportListen: net.JoinHostPort(c.Bind, "0"), DataDir: c.DataDir, Logger: a.log,
-		ReportTLS: reportTLS, ReportCA: reportCA, AllowCommands: a.allow, RunAs: a.runAs, WorkerEnv: a.workerEnv,
+		ReportTLS: reportTLS, ReportGate: a.sec.Gate(pki.ChannelReport, a.log, nil), ReportCA: reportCA, AllowCommands: a.allow, RunAs: a.runAs, WorkerEnv: a.workerEnv,
 		Emulator: func(app string) []string {
 			return append(append([]string(nil), a.workerExec...), "worker", "--emulate", app,
 				"--time-scale", strconv.FormatFloat(c.TimeScale, 'g', -1, 64),
@@ -252,6 +252,15 @@ func (a *agent) startGossip(ctx context.Context) error {
 	}
 	a.members = members
 	a.onClose(func() { _ = members.Leave(time.Second); _ = members.Shutdown() })
+	// The gates keep room for the lab's members (servers send Assigns)
+	// and this machine (workers report from it).
+	a.sec.TrackMembers(ctx, time.Second, func() []string {
+		var out []string
+		for _, m := range members.Members() {
+			out = append(out, m.Addr, m.Meta.ActorAddr)
+		}
+		return out
+	})
 	go member.LogEvents(members, a.log)
 	a.sec.ReloadGossipKeys(ctx, members, a.log)
 	return nil

@@ -18,6 +18,7 @@ import (
 	"pollux/actors/jobspec"
 	"pollux/actors/node/workerproto"
 	"pollux/actors/pb"
+	"pollux/cluster/pki"
 	"pollux/optimizer/topology"
 )
 
@@ -56,6 +57,9 @@ type Config struct {
 	// (POLLUX_REPORT_CA); nil and "": plaintext (insecure mode).
 	ReportTLS *tls.Config
 	ReportCA  string
+	// ReportGate, if set, admits connections to the report port before
+	// their handshake (default: pki's gate, without members).
+	ReportGate *pki.Gate
 	// MaxReportConns bounds the report connections open at once (default
 	// DefaultMaxReportConns); ReportFirst is how long a new connection
 	// has to deliver its first accepted report (default

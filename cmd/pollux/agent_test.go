@@ -133,7 +133,7 @@ var testRemote = sync.OnceValue(func() *actor.ActorSystem {
 	if err != nil {
 		panic(err)
 	}
-	opts, err := secure.RemoteOptions(creds, log)
+	opts, err := secure.RemoteOptions(creds, nil, log)
 	if err != nil {
 		panic(err)
 	}

@@ -16,7 +16,6 @@ import (
 	"pollux/actors/allocator"
 	"pollux/actors/server"
 	"pollux/internal/usage"
-	"pollux/optimizer"
 	"pollux/optimizer/topology"
 	"pollux/testbed/builtin"
 )
@@ -47,7 +46,7 @@ func newServerCmd() *cobra.Command {
 			"starts without --bootstrap (and --peers), joins the gossip with --join, and is made a voter with " +
 			"`pollux operator raft add-server`. --topology-levels names the cluster's topology levels (set at bootstrap, like " +
 			"the checkpoint root), --topology where this server sits (a server warns when a majority of the voters share a rack), " +
-			"--policy the allocation policy (auto: pollux on one GPU type, pollux-het on several). --cluster names the cluster (once in its life) " +
+			"--policy the allocation policy (auto: pollux on one GPU type, pollux-het on several; --cross-rack-ratio was removed: a policy prices racks only by what jobs fitted). --cluster names the cluster (once in its life) " +
 			"and --federation with --federation-addr makes it a lab of a federation that lends and borrows GPUs (docs/federation.md). " +
 			"Prints one JSON line with its addresses on stdout when ready.",
 		Args: cobra.NoArgs,
@@ -70,6 +69,8 @@ func newServerCmd() *cobra.Command {
 	f.StringSliceVar(&c.Join, "join", nil, "gossip addresses (host:port) of members to join")
 	f.BoolVar(&c.FastGossip, "fast-gossip", false, "sub-second failure detection (loopback and test clusters)")
 	f.DurationVar(&c.Interval, "interval", allocator.DefaultInterval, "scheduling interval")
+	f.DurationVar(&c.RaftElection, "raft-election-timeout", 0, "Raft's heartbeat and election timeout, the leader lease half of it "+
+		"(0: 200ms; longer rides out a loaded machine's late heartbeats, at the cost of a slower failover)")
 	f.DurationVar(&c.NodeGrace, "node-grace", 3*time.Second, "how long an agent must be missing from the membership before it is marked dead")
 	f.DurationVar(&c.AgentLease, "agent-lease", allocator.DefaultLease, "the agents' lease: the leader renews it every quarter of it; an agent "+
 		"that goes that long without a renewal pauses its workers, and no job restarts elsewhere until its lease, plus half of it, "+
@@ -84,8 +85,6 @@ func newServerCmd() *cobra.Command {
 	f.StringVar(&o.levels, "topology-levels", "rack", "the cluster's topology levels, innermost (rack) first, e.g. rack,zone: set once when the "+
 		"cluster is bootstrapped; a server given other levels refuses to run, and agents must declare every level in this order")
 	f.StringVar(&o.policy, "policy", "auto", "allocation policy: auto (pollux on one GPU type, pollux-het on several), pollux, pollux-het, sia or pollux-unaware")
-	f.Float64Var(&c.CrossRackRatio, "cross-rack-ratio", optimizer.DefaultCrossRackRatio, "how many times slower synchronising across racks is "+
-		"than within one (>= 1), for jobs that have not measured it")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	securityFlags(f, &c.Security)
 	autoscaleFlags(f, &c.Autoscale)

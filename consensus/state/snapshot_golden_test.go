@@ -247,7 +247,7 @@ func v7State(t testing.TB) *State {
 		fedGrant("lab-a/n2@15", "n2", 2, 15),
 		fedCmd(federation.OpReclaim, "lab-a", "lab-a/n2@15", 16),
 		fedGrant("lab-a/auto-1@17", "auto-1", 4, 17),
-		fedCmd(federation.OpRenew, "lab-b", "lab-a/n1@14", 18),
+		fedCmd(federation.OpRenew, "lab-a", "lab-a/n1@14", 18),
 		borrow,
 		&Lease{Cmd: federation.Command{Op: federation.OpExpire, From: "lab-a", At: 317.5}},
 	)

@@ -291,7 +291,7 @@ func (c *Cluster) layout(ctx context.Context) error {
 		id := fmt.Sprintf("s%d", i)
 		a := addrs[i]
 		data := filepath.Join(o.Dir, id)
-		if err := os.MkdirAll(data, 0o755); err != nil {
+		if err := os.MkdirAll(data, 0o700); err != nil {
 			return fmt.Errorf("launch: %w", err)
 		}
 		if o.DataSize > 0 {
@@ -418,7 +418,7 @@ func (c *Cluster) AddServer(ctx context.Context, id string) (*Member, error) {
 		seeds = append(seeds, m.Gossip)
 	}
 	data := filepath.Join(o.Dir, id)
-	if err := os.MkdirAll(data, 0o755); err != nil {
+	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
 	a := []string{join("127.0.0.1", ports[0]), join("127.0.0.1", ports[1]), join("127.0.0.1", ports[2]), join("127.0.0.1", ports[3])}
@@ -505,7 +505,7 @@ func (c *Cluster) event(e history.Event) {
 // Start starts m's next incarnation and waits for its ready line. fault
 // and seq mark a restart that is part of a fault.
 func (c *Cluster) Start(ctx context.Context, m *Member, fault string, seq int) error {
-	logf, err := os.OpenFile(m.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	logf, err := os.OpenFile(m.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("launch: %w", err)
 	}

@@ -72,6 +72,9 @@ type Config struct {
 	// FederationPeers, if set, is what the federation link knows of the
 	// peer labs (fedlink.Link.Peers), shown by the leader's status.
 	FederationPeers func() []fedlink.PeerStatus
+	// Collectors are more metrics for /metrics (the TLS listeners'
+	// pre-authentication counters).
+	Collectors []prometheus.Collector
 	// Members lists the cluster's gossip members: which servers are
 	// alive (operator raft) and where the leader's API is (operator
 	// writes on a follower are redirected there). Nil: only this server
@@ -323,6 +326,7 @@ func New(id string, cfg Config) *API {
 	a.fitness = prometheus.NewGauge(prometheus.GaugeOpts{Name: "pollux_allocation_fitness", Help: "Fitness of the last allocation this server decided."})
 	a.leaderships = prometheus.NewCounter(prometheus.CounterOpts{Name: "pollux_leader_changes_total", Help: "Leaderships this server has taken up."})
 	a.reg.MustRegister(a.roundTime, a.fitness, a.leaderships, stateCollector{a})
+	a.reg.MustRegister(cfg.Collectors...)
 	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{})
 	read, submit, admin := state.RoleRead, state.RoleSubmit, state.RoleAdmin
 	for _, rt := range []route{
@@ -410,6 +414,8 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, jobspec.ErrTooLarge) || errors.As(err, &mbe) {
 			code = http.StatusRequestEntityTooLarge
 		}
+		a.cfg.Logger.Warn("api: refused request", "peer", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "status", code,
+			"reason", err.Error())
 		writeJSON(w, code, Error{err.Error()})
 		return
 	}
