@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"pollux/internal/rootgate"
 	"strconv"
 	"strings"
 	"syscall"
@@ -160,12 +161,10 @@ func TestPrepareCheckpointDirStaysInTheRoot(t *testing.T) {
 // nobody is the unprivileged user of the run-as tests (they need root).
 func nobody(t *testing.T) *RunAs {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: runs workers as another user")
-	}
+	rootgate.NeedRoot(t, "runs workers as another user")
 	u, err := user.Lookup("nobody")
 	if err != nil {
-		t.Skipf("no user nobody: %v", err)
+		rootgate.Skip(t, "no user nobody: %v", err)
 	}
 	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)

@@ -24,6 +24,7 @@ import (
 	"pollux/cluster/pki"
 	"pollux/cluster/provider"
 	"pollux/testbed/chaos/history"
+	"pollux/testbed/chaos/mono"
 	"pollux/testbed/chaos/netns"
 	"pollux/testbed/chaos/proc"
 	"pollux/testbed/chaos/record"
@@ -577,7 +578,7 @@ func (c *Cluster) Signal(m *Member, sig syscall.Signal, fault string, seq int) e
 	p, inc := m.p, m.inc
 	m.mu.Unlock()
 	if p == nil || p.Exited() {
-		return fmt.Errorf("%w: %s/%s is not running", ErrCluster, m.Role, m.ID)
+		return fmt.Errorf("%w: %w: %s/%s", ErrCluster, ErrNotRunning, m.Role, m.ID)
 	}
 	c.event(history.Event{Kind: history.Signal, Role: m.Role, ID: m.ID, PID: p.PID(), Inc: inc,
 		Sig: strings.TrimPrefix(unix.SignalName(sig), "SIG"), Fault: fault, Seq: seq})
@@ -641,11 +642,23 @@ func (c *Cluster) Workers() []Worker {
 	return c.watch.running()
 }
 
-// KillWorker kills worker w's process group, recording the signal.
+// WorkerAlive reports whether worker w's process still runs (the same
+// process: its start time matches, so a reused PID is not it).
+func WorkerAlive(w Worker) bool { return mono.Alive(w.PID, w.Boot) }
+
+// KillWorker kills worker w's process group, recording the signal. It
+// returns ErrNotRunning, and records nothing, if the worker had already
+// exited: a kill counts only if the process was alive.
 func (c *Cluster) KillWorker(w Worker, fault string, seq int) error {
+	if !WorkerAlive(w) {
+		return fmt.Errorf("%w: worker %s rank %d (pid %d) on %s", ErrNotRunning, w.Job, w.Rank, w.PID, w.Node)
+	}
 	c.event(history.Event{Kind: history.Signal, Role: history.Worker, ID: w.Job, Node: w.Node, PID: w.PID, Inc: w.Inc,
 		Rank: w.Rank, Sig: "KILL", Fault: fault, Seq: seq})
-	if err := syscall.Kill(-w.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+	if err := syscall.Kill(-w.PID, syscall.SIGKILL); err != nil {
+		if errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("%w: worker %s rank %d (pid %d) on %s exited as it was killed", ErrNotRunning, w.Job, w.Rank, w.PID, w.Node)
+		}
 		return fmt.Errorf("launch: killing worker pid %d: %w", w.PID, err)
 	}
 	return nil

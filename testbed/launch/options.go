@@ -20,6 +20,10 @@ var ErrConfig = errors.New("launch: bad options")
 // outlived its agent).
 var ErrCluster = errors.New("launch: cluster")
 
+// ErrNotRunning is returned when a process to signal or kill had
+// already exited: the signal was not sent, and a kill did not happen.
+var ErrNotRunning = errors.New("launch: not running")
+
 // ErrSlowStop marks, in Stop's error, a server or agent that had to be
 // killed because it was still running long after SIGTERM.
 var ErrSlowStop = errors.New("launch: slow to stop")
