@@ -176,7 +176,7 @@ func TestKeepJoinedHealsAfterDeath(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { back.Shutdown() })
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // deliberately: nothing may bring it back unasked
 	if got := names(srv.Members()); !slices.Equal(got, []string{"s1"}) {
 		t.Fatalf("without a re-join the dead member should stay unseen: %v", got)
 	}

@@ -9,17 +9,11 @@ import (
 
 // ConfirmLeadership confirms with a quorum of the voters that this server
 // leads, and returns its term: no other server had been elected when the
-// call began. It commits a barrier (a log entry that is not a command,
-// made after the call began, which a quorum must append while none of
-// them has voted for anyone else). The allocator renews the agents'
-// leases only behind it (actors/allocator, lease.go), so that a new leader
-// bounds every lease its predecessors granted by its own election.
-//
-// While the log's file system is nearly full (see roomToWrite) it falls
-// back to Raft's VerifyLeader, which needs no write but counts a
-// follower's answer to a heartbeat already under way when the call
-// began: the election it excludes is then only one earlier than the
-// heartbeat was sent (a Raft RPC's timeout at most, 2 s on TCP).
+// call began. It commits a barrier, which a quorum must append; the
+// allocator renews the agents' leases only behind it. While the disk is
+// nearly full (roomToWrite) it falls back to Raft's VerifyLeader, whose
+// bound is one heartbeat weaker (docs/control-plane.md, "Agents hold
+// leases").
 func (s *Server) ConfirmLeadership(ctx context.Context) (uint64, error) {
 	if s.closed.Load() {
 		return 0, ErrShutdown

@@ -467,10 +467,15 @@ func FuzzDecodeForward(f *testing.F) {
 }
 
 // hangingForwarder stands for a leader that was paused: the connection is
-// open but no answer ever comes.
-type hangingForwarder struct{}
+// open but no answer ever comes. Each forwarded write is announced on
+// reached.
+type hangingForwarder struct{ reached chan struct{} }
 
-func (hangingForwarder) Forward(ctx context.Context, _ raft.ServerID, _ []byte) ([]byte, error) {
+func (h hangingForwarder) Forward(ctx context.Context, _ raft.ServerID, _ []byte) ([]byte, error) {
+	select {
+	case h.reached <- struct{}{}:
+	default:
+	}
 	<-ctx.Done()
 	return nil, ctx.Err()
 }
@@ -482,11 +487,18 @@ func TestForwardGivesUpOnLeaderChange(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	old := c.leader(c.members...)
 	via := c.followers(old)[0]
-	via.srv.stores.Forwarder = hangingForwarder{}
+	reached := make(chan struct{}, 1)
+	via.srv.stores.Forwarder = hangingForwarder{reached: reached}
 	done := make(chan error, 1)
 	go func() { done <- via.srv.SubmitJob(ctxT(t, 20*time.Second), "late", testSpec(), 1) }()
-	// Let the write reach the forwarder, then depose the leader.
-	time.Sleep(50 * time.Millisecond)
+	// Once the write hangs in the forwarder, depose the leader.
+	select {
+	case <-reached:
+	case err := <-done:
+		t.Fatalf("the write returned before reaching the forwarder: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write never reached the forwarder")
+	}
 	c.isolate(old)
 	nl := c.leader(c.followers(old)...)
 	err := <-done

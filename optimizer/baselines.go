@@ -11,18 +11,10 @@ import (
 const TiresiasThreshold = 16 * 3600.0
 
 // Tiresias is the two-queue discretised least-attained-service baseline
-// (pollux-spec.md section 5) with fixed job sizes.
-//
-// Inputs per job: Replicas (its fixed K; a job with Replicas < 1 never
-// runs), Executed (seconds it has run, for demotion: a job whose
-// Executed*Replicas reaches TiresiasThreshold is in queue 1, else queue 0),
-// SubmitTime (FIFO order within a queue, ties by ID) and Current. Each
-// round it walks queue 0 then queue 1 and admits every job whose K fits in
-// the GPUs left; the others are preempted. An admitted job that already
-// has GPUs keeps its placement; a newly admitted one takes, repeatedly,
-// as many GPUs as it still needs from the node with the most free GPUs
-// (ties to the lowest node index). (A current placement of another size,
-// or one that no longer fits, is replaced.) Stateless: prev is ignored.
+// (pollux-spec.md section 5) with fixed job sizes: each round it admits,
+// queue 0 then queue 1 in submission order, every job whose Replicas fit
+// in the GPUs left, and preempts the others. Stateless: prev is ignored
+// (docs/policies.md, "The baselines").
 type Tiresias struct{}
 
 // Name implements Policy.
@@ -133,17 +125,10 @@ func takeMostFree(free []int, k int) (Placement, []int) {
 	return normalize(pl), layout
 }
 
-// Optimus is the Optimus+Oracle baseline (pollux-spec.md section 5).
-//
-// Inputs per job: Oracle (step time on k GPUs at the job's fixed batch,
-// and remaining iterations; required), MaxReplicas (the most GPUs it may
-// use, M / m_min), SubmitTime (order), Current. Each round every job, in
-// submission order, gets one GPU while any remain; then GPUs go one at a
-// time to the job with the largest (StepTime(K) - StepTime(K+1)) *
-// RemainingIters (first in submission order on ties) while that gain is
-// positive. Jobs whose GPU count did not change keep their placement; the
-// others are placed, fewest GPUs first, taking repeatedly from the node
-// with the most free GPUs. Stateless: prev is ignored.
+// Optimus is the Optimus+Oracle baseline (pollux-spec.md section 5): one
+// GPU per job in submission order, then GPUs one at a time to the job
+// whose Oracle step time gains most times its remaining iterations.
+// Stateless: prev is ignored (docs/policies.md, "The baselines").
 type Optimus struct{}
 
 // Name implements Policy.

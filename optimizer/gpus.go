@@ -13,15 +13,11 @@ type GPU struct {
 
 // AssignGPUs turns per-node counts into GPU ids. prev maps job IDs to the
 // GPUs they held; alloc holds one placement per job of jobs (same index).
-// A job keeps, on every node where its count did not change, exactly the
-// GPUs it had there, so a job whose counts did not change at all keeps all
-// of its GPUs and is not restarted. On a node where its count grew it keeps
-// its old GPUs and takes the lowest free ones; where it shrank it keeps its
-// lowest old ones. Jobs without GPUs are absent from the result.
-//
-// It fails with ErrBadAssignment when prev names an unknown node or an
-// index out of range or gives one GPU to two jobs, or when alloc does not
-// fit the nodes.
+// Where a job's count did not change it keeps exactly its GPUs (so an
+// unchanged job is not restarted); where it grew it adds the lowest free
+// ones, where it shrank it keeps its lowest. Jobs without GPUs are absent.
+// It fails with ErrBadAssignment on a prev naming an unknown node or
+// index or a GPU twice, or an alloc that does not fit the nodes.
 func AssignGPUs(nodes []Node, jobs []Job, alloc []Placement, prev map[string][]GPU) (map[string][]GPU, error) {
 	if len(alloc) != len(jobs) {
 		return nil, fmt.Errorf("%w: %d placements for %d jobs", ErrBadAssignment, len(alloc), len(jobs))

@@ -65,29 +65,13 @@ func (p *Pollux) hierarchical(pr *problem) bool {
 	return pr.tp.racks() >= hierMinRacks && pr.jobs >= hierMinJobs
 }
 
-// allocateHier is the search rack by rack. Since the objective is a sum
-// of per-job terms (under the power mean's monotone map), jobs kept
-// within different racks never interact but through the GPUs they take:
-// a round splits into one small problem per rack.
-//
-//  1. The current allocation is repaired. Jobs spanning racks keep their
-//     placement for now (their GPUs are reserved and their nodes closed
-//     to other distributed jobs); jobs within one rack belong to it; jobs
-//     without GPUs go to the rack that placed them in the previous round,
-//     else, in repair order, to the rack with the most free GPUs per job
-//     assigned to it so far.
-//  2. Every rack runs the genetic search on its jobs and nodes, with the
-//     global objective's terms (fair share, scale and restart penalty of
-//     the whole cluster), warm-started from the previous round's best
-//     allocation of its jobs. Racks are searched in parallel, each from
-//     its own random stream, so the result does not depend on the number
-//     of workers.
-//  3. The racks' best allocations are merged, repaired and hill-climbed
-//     over the whole cluster, which is where jobs move between racks and
-//     spread over them when their goodput says that pays.
-//
-// It returns the best individual, the population for the next round, the
-// evaluations and the per-rack generations.
+// allocateHier is the search rack by rack: the objective is a sum of
+// per-job terms, so jobs kept within different racks interact only through
+// the GPUs they take, and a round splits into one small genetic search per
+// rack, merged and hill-climbed over the whole cluster (docs/policies.md,
+// "The search rack by rack"). It returns the best individual, the
+// population for the next round, the evaluations and the per-rack
+// generations.
 func (p *Pollux) allocateHier(pr *problem, prev *State, seed uint64) (*indiv, [][]Placement, int, int) {
 	obj, tp := pr.obj, pr.tp
 	w := pr.newWorker()

@@ -7,15 +7,10 @@ import (
 )
 
 // RefGA is the reference-shaped search, kept to measure our search
-// against: a genetic algorithm over dense jobs x nodes matrices with the
-// Python artifact's operators applied cell by cell (single-point crossover
-// over jobs, the three mutations, the four repairs), starting from the
-// current allocation alone, population 100 for 100 generations, binary
-// tournaments and the best of parents and children surviving. It differs
-// from the artifact only in ranking by the fitness alone (the artifact's
-// NSGA-II also ranks by a cluster-utility objective for diversity, then
-// picks the fittest). Its cost grows with jobs x nodes; use it for
-// comparisons, not to schedule.
+// against: the Python artifact's genetic algorithm over dense jobs x
+// nodes matrices, ranked by fitness alone. Its cost grows with jobs x
+// nodes; use it for comparisons, not to schedule (docs/policies.md, "The
+// baselines").
 type RefGA struct {
 	PowerMean   float64
 	Population  int // 0 means 100

@@ -167,11 +167,6 @@ type Snapshot struct {
 	// Levels name the cluster's topology levels, innermost first (see
 	// topology.ParseLevels); nil is the rack alone.
 	Levels []string `json:"levels,omitempty"`
-	// CrossRackRatio is how many times slower synchronising across racks
-	// is than across the nodes of one rack (the in-rack to cross-rack
-	// bandwidth ratio), for jobs whose models have no measured cross-rack
-	// terms; 0 means 1: racks cost nothing until measured.
-	CrossRackRatio float64 `json:"cross_rack_ratio,omitempty"`
 	// Seed drives every random choice of the round.
 	Seed uint64 `json:"seed"`
 	// Now is the current time, in seconds on the caller's clock.

@@ -32,16 +32,12 @@ var archetypes = []archetype{
 		goodput.GradStats{GradSqr: 5000, GradVar: 2e8}, goodput.Limits{InitBatch: 256, MaxBatch: 32768, MinLocal: 32, MaxLocal: 32768, Accumulation: true}, 1},
 }
 
-// Synthetic builds a seeded synthetic round: gpus GPUs on nodes of perNode
-// GPUs each (the last node takes the remainder) and jobs active jobs of
-// mixed kinds and sizes. One job in ten has no model yet; the others have
-// jittered fitted-looking models. Every job has an age, attained service
-// and restarts (at most one per 300 s of age, so that a restart penalty
-// never zeroes a job outright), a max_replicas (a power of two up to 64, 1 for
-// recommendation jobs) and, for about four jobs in five, a current
-// allocation built first-fit in a random order that respects capacity
-// and the one-distributed-job-per-node rule. The benchmarks and tests use
-// it; the same arguments always give the same snapshot.
+// Synthetic builds a seeded synthetic round for benchmarks and tests:
+// gpus GPUs on nodes of perNode GPUs (the last takes the remainder) and
+// jobs active jobs of mixed kinds and sizes, one in ten without a model,
+// with ages, attained service, restarts (at most one per 300 s of age),
+// power-of-two max_replicas and, for about four in five, a valid current
+// allocation. The same arguments always give the same snapshot.
 func Synthetic(gpus, perNode, jobs int, seed uint64) (*Snapshot, error) {
 	if gpus <= 0 || perNode <= 0 || jobs < 0 {
 		return nil, fmt.Errorf("%w: synthetic cluster of %d GPUs, %d per node, %d jobs", ErrBadSnapshot, gpus, perNode, jobs)

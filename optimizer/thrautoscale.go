@@ -12,16 +12,12 @@ import (
 const DefaultScalingThreshold = 0.8
 
 // ThroughputAutoscale is the throughput-based cluster autoscaling the
-// Pollux paper compares with (Or et al., "Resource Elasticity in
-// Distributed Deep Learning", MLSys 2020): each job asks for more GPUs, a
-// node's worth at a time, while its system throughput at a fixed per-GPU
-// batch keeps scaling at least Threshold times linearly (ThroughputWant);
-// the cluster is sized to hold what the jobs ask for, and every job gets
-// what it asked for while GPUs remain, in submission order. Statistical
-// efficiency plays no part. Jobs whose GPU count does not change keep
-// their placement; the others take GPUs from the nodes with the most free
-// ones (as Optimus places). The jobs themselves are expected to run Or et
-// al.'s fixed per-GPU batch (the simulator's FixedLocal mode). Stateless.
+// Pollux paper compares with (Or et al., MLSys 2020): each job asks for
+// GPUs a node's worth at a time while its throughput at a fixed per-GPU
+// batch keeps scaling (ThroughputWant), the cluster is sized to the asks,
+// and jobs get theirs in submission order, placed as Optimus places.
+// Statistical efficiency plays no part. Stateless (docs/autoscaling.md,
+// "The throughput-based baseline").
 type ThroughputAutoscale struct {
 	// Settings bound the cluster; the template's GPUs are the step a
 	// job grows by.
@@ -112,17 +108,11 @@ func (t *ThroughputAutoscale) Allocate(snap *Snapshot, _ *State) (Result, error)
 }
 
 // ThroughputWant is the GPUs a job asks the throughput-based autoscaler
-// for on nodes of perNode GPUs: one node's worth (or its MaxReplicas if
-// fewer), then another node's worth at a time, up to MaxReplicas, while
-// the added GPUs raise its throughput by at least threshold times their
-// share of linear scaling: T(k') - T(k) >= threshold * (k'-k) * T(k)/k,
-// with T the model's throughput at a fixed per-GPU batch (M0 within the
-// job's atomic-batch range, no accumulation, the replicas packed on
-// ceil(k/perNode) nodes). A step to more replicas than the job has been
-// measured on (MaxProfiled, when known) is taken without consulting the
-// model: like Or et al.'s autoscaler, the job scales out to measure, and
-// scales back once the measurement shows the step does not pay. A job
-// without a model asks for MaxReplicas.
+// for on nodes of perNode GPUs: one node's worth, then another at a time
+// up to MaxReplicas, while the added GPUs raise its throughput at a fixed
+// per-GPU batch by at least threshold times their share of linear
+// scaling. A step beyond MaxProfiled is taken to measure; a job without a
+// model asks for MaxReplicas (docs/autoscaling.md).
 func ThroughputWant(job *Job, perNode int, threshold float64) int {
 	limit := job.MaxReplicas
 	if limit <= 0 || perNode <= 0 {

@@ -47,11 +47,6 @@ type Config struct {
 	// a time, chosen with its GPU count). Set it to Policy to use one
 	// policy whatever the cluster.
 	TypedPolicy optimizer.Policy
-	// CrossRackRatio is how many times slower synchronising across racks
-	// is than within one, for jobs whose models have no measured
-	// cross-rack terms (optimizer.Snapshot.CrossRackRatio; 0: racks cost
-	// nothing until measured).
-	CrossRackRatio float64
 	// Levels are the cluster's topology levels a cluster without a
 	// configuration is initialised with (nil: the rack alone).
 	Levels []string
@@ -511,7 +506,6 @@ func (a *allocator) run(ctx actor.Context) {
 		a.cfg.Logger.Error("allocator: building snapshot", "err", err)
 		return
 	}
-	snap.CrossRackRatio = a.cfg.CrossRackRatio
 	info := RoundInfo{Term: a.term, Jobs: len(snap.Jobs), FirstOfTerm: !a.firstDone, Elected: a.elected, Began: begin}
 	slots := map[string][]state.Slot{}
 	var scale *optimizer.ScaleDecision

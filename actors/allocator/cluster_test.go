@@ -432,6 +432,31 @@ func (c *tcluster) receiveDrops(next actor.ReceiverFunc) actor.ReceiverFunc {
 	}
 }
 
+// roundMark is how many rounds the leaders have recorded so far.
+func (c *tcluster) roundMark() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.rounds)
+}
+
+// waitRounds waits until n committed rounds recorded after mark (a
+// roundMark) satisfy ok (nil: any).
+func (c *tcluster) waitRounds(what string, mark, n int, ok func(allocator.RoundInfo) bool) {
+	c.t.Helper()
+	waitFor(c.t, what, 60*time.Second, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		got := 0
+		for _, r := range c.rounds[mark:] {
+			if r.Committed && (ok == nil || ok(r)) {
+				got++
+			}
+		}
+		return got >= n
+	})
+}
+
+// waitFor polls cond until it holds or d passes.
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)

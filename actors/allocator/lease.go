@@ -13,30 +13,12 @@ import (
 	"pollux/consensus/state"
 )
 
-// The agents' leases, the leader's side (docs/control-plane.md,
-// "Fencing"; the node's side is actors/node/lease.go).
-//
-// Every quarter of the lease the leader confirms its leadership with a
-// Raft quorum, then renews every alive node's lease (pb.LeaseRenew),
-// echoing the nonce of the newest ack it had from the node before the
-// confirmation began. The node's lease runs from when it sent that ack,
-// so it ends before the ack's arrival here plus the lease; and since no
-// other server was elected before the confirmation began, a lease granted
-// by an earlier leader ends before this leadership began plus the lease.
-//
-// The gate uses that bound: the leader never starts an incarnation of a
-// job while an older incarnation of it may still run unpaused on some
-// node. It lets an incarnation's runs into the nodes' assignments only
-// once every node known to the state either answered in this term, at
-// a generation no older than the last assignment this leader sent it
-// that listed the job, that no worker of an older incarnation is alive
-// or pending (from then on it refuses earlier leaders' assignments, and
-// this leader's no longer list them), or can no longer hold a lease: the
-// newest ack from it arrived (or this leadership began, if none did)
-// more than the lease plus LeaseMargin ago. Every path that starts a new incarnation
-// (a resize, a move, a dead node's jobs re-placed, a restart after a
-// failure, a new leader carrying on) goes through Assignments and the
-// gate, in assign and release.
+// The agents' leases, the leader's side (the node's side is
+// actors/node/lease.go): every quarter of the lease the leader confirms
+// its leadership with a quorum, then renews every alive node's lease,
+// echoing the node's newest ack. The gate holds a job's new incarnation
+// until no older one can run unpaused. docs/control-plane.md ("Agents
+// hold leases", "The gate") gives the argument.
 
 // DefaultLease is the agents' lease (Config.Lease).
 const DefaultLease = 2 * time.Second

@@ -23,6 +23,7 @@ import (
 type netState struct {
 	gone, cut map[string]bool
 	lastAck   map[string]time.Time
+	acks      map[string]int // lease acks that went through, by node
 	workers   []*workerRec
 }
 
@@ -108,9 +109,10 @@ func (c *tcluster) cutOut(name string) actor.SenderMiddleware {
 			cut := c.net.cut[name]
 			if _, ok := env.Message.(*pb.LeaseAck); ok && !cut {
 				if c.net.lastAck == nil {
-					c.net.lastAck = map[string]time.Time{}
+					c.net.lastAck, c.net.acks = map[string]time.Time{}, map[string]int{}
 				}
 				c.net.lastAck[name] = time.Now()
+				c.net.acks[name]++
 			}
 			c.mu.Unlock()
 			if !cut {
@@ -157,7 +159,14 @@ func replacedAfterCut(t *testing.T, c *tcluster, beforeCut func()) (first, secon
 	c.submit("j", "cifar10", 1)
 	first = c.waitWorker("job j's first worker", 30*time.Second, func(w *workerRec) bool { return w.job == "j" })
 	// Some renewals of its lease.
-	time.Sleep(500 * time.Millisecond)
+	c.mu.Lock()
+	acks := c.net.acks[first.node]
+	c.mu.Unlock()
+	waitFor(t, "renewals of the lease of "+first.node, 20*time.Second, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.net.acks[first.node] >= acks+3
+	})
 	if beforeCut != nil {
 		beforeCut()
 	}
@@ -236,10 +245,13 @@ func TestNewLeaderKeepsWhatItsPredecessorStarted(t *testing.T) {
 	c.submit("j", "cifar10", 4)
 	// An incarnation beyond the first (the job grew), running.
 	w := c.waitWorker("a worker of a second incarnation", 30*time.Second, func(w *workerRec) bool { return w.job == "j" && w.inc >= 2 })
-	time.Sleep(300 * time.Millisecond)
+	c.waitRounds("rounds with the worker running", c.roundMark(), 2, nil)
 	for range 2 {
-		c.kill(c.leader())
-		time.Sleep(time.Second)
+		old := c.leader()
+		term, _ := old.srv.Leadership()
+		mark := c.roundMark()
+		c.kill(old)
+		c.waitRounds("rounds of the next leader", mark, 2, func(r allocator.RoundInfo) bool { return r.Term > term })
 	}
 	st := c.waitAll(60*time.Second, "j")
 	if j := st.Jobs["j"]; j.State != state.Completed {

@@ -127,15 +127,12 @@ func (s *scaleState) shrinkTo(desired, have int, now time.Time, delay time.Durat
 
 // autoscalePolicy is the round's policy p with the size decision when
 // autoscaling is on, and the policy whose search the round runs (p, or
-// the one it wraps). On one GPU type (the template's, or untyped) a
-// type-blind optimizer.Sizer (Pollux) is wrapped in optimizer.Autoscaled
-// (a first round of a leadership, or another policy, decides no size);
-// when the alive nodes and the template have several types between
-// them, the typed policy is wrapped instead if it is a type-aware Sizer
-// (pollux-het), which adds nodes of the template's type only. A template
-// without a type on a cluster of several types, or a typed policy that
-// cannot size, decides no size (the reason is logged once per leadership
-// and change): such a cluster is only shrunk to the minimum when idle.
+// the one it wraps). On one GPU type a type-blind optimizer.Sizer
+// (Pollux) is wrapped in optimizer.Autoscaled; on several, a type-aware
+// Sizer (pollux-het), which adds nodes of the template's type only. A
+// leadership's first round decides no size; nor does a cluster that fits
+// neither case (logged once per leadership and change), which is only
+// shrunk to the minimum when idle.
 func (a *allocator) autoscalePolicy(snap *optimizer.Snapshot, p optimizer.Policy) (policy, search optimizer.Policy) {
 	s := a.cfg.Autoscale
 	if s == nil {

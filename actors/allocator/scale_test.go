@@ -155,19 +155,11 @@ func TestAutoscaleFailoverDuringScaleUpAsksOnce(t *testing.T) {
 	})
 	close(hold)
 	// Up at some point (with the jobs done it may be drained soon after).
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		st := next.srv.LocalState()
-		if m := st.Scale.Nodes[first]; m != nil && m.Phase != state.ScaleBooting {
-			break
-		}
-		if time.Now().After(deadline) {
-			adds, removes := p.counts()
-			t.Fatalf("%s not up after 60 s: managed %+v, node %+v, provider adds %v, removes %v", first, st.Scale.Nodes[first], st.Nodes[first], adds, removes)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(time.Second) // more rounds, more chances to ask twice
+	waitFor(t, first+" up", 60*time.Second, func() bool {
+		m := next.srv.LocalState().Scale.Nodes[first]
+		return m != nil && m.Phase != state.ScaleBooting
+	})
+	c.waitRounds("more rounds, more chances to ask twice", c.roundMark(), 5, nil)
 	adds, _ := p.counts()
 	for name, n := range adds {
 		if n != 1 {
@@ -245,7 +237,16 @@ func TestAutoscaleDrainMovesJobsFromCheckpoints(t *testing.T) {
 			moved = append(moved, id)
 		}
 	}
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, "a checkpoint of every job on "+machine, 60*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range moved {
+			if !slices.ContainsFunc(samples[id], func(s sample) bool { return s.inc == st.Jobs[id].Incarnation }) {
+				return false
+			}
+		}
+		return true
+	})
 	// Drain it as the leader decides (its term; the decision is what the
 	// policy would commit when the utility falls).
 	term, _ := l.srv.Leadership()
@@ -415,7 +416,7 @@ func TestAutoscaleScaleDownDelayHoldsMachines(t *testing.T) {
 		return false
 	})
 	c.waitAll(120*time.Second, jobs...)
-	time.Sleep(3 * time.Second) // 15 rounds of 200 ms with nothing to run
+	c.waitRounds("15 rounds with nothing to run", c.roundMark(), 15, nil)
 	adds, removes := p.counts()
 	if len(removes) != 0 {
 		t.Errorf("machines removed within the delay: %v (added %v)", removes, adds)

@@ -9,17 +9,14 @@ import (
 	"pollux/optimizer/goodput"
 )
 
-// A job's bid carries a model per GPU type it has run on (fitted there by
-// its actor, state.TypeBid). On a cluster of several types the round
-// gives type-aware policies those models (optimizer.Job.TypeModels) and,
-// for the types the job has not run on, what they bootstrap them from:
-// as in the simulator (and Sia), a type without a model is projected from
-// the job's modelled one, its goodput scaled by the ratio of the types'
-// one-GPU throughputs (optimizer.Job.TypeThroughput). Sia profiles every
-// job on one GPU of every type; a live job has not, so the ratio is the
-// cluster's: per type, the median over the jobs with a model on both it
-// and a reference type of their ratio of one-GPU throughputs. Until a
-// job has run on both, the types are taken as equally fast.
+// A job's bid carries a model per GPU type it has run on (state.TypeBid).
+// On a cluster of several types the round gives type-aware policies those
+// models (optimizer.Job.TypeModels) and projects a type without one from
+// the job's modelled type, its goodput scaled by the ratio of the types'
+// one-GPU throughputs (optimizer.Job.TypeThroughput): per type, the median
+// ratio over the jobs with a model on both it and a reference type (Sia
+// profiles every job on every type; a live job has not). Until a job has
+// run on both, the types count as equally fast.
 
 // typeModels are a bid's models per GPU type among types, and the most
 // replicas each was profiled at. The top-level model of a bid is its

@@ -14,18 +14,12 @@ import (
 	"pollux/cluster/federation"
 )
 
-// Workers on borrowed GPUs (docs/federation.md, "Borrowed GPUs as extra
-// nodes"). The borrower's allocator places jobs on <lender>/<node> and
-// hands each such node's Assign to SendOrder, which posts it to the
-// lender. The lender's leader keeps the newest order of each borrower
-// for each node (fenced like an Assign); its allocator merges the runs
-// its ledger authorises at that moment (Borrowed) into the Assign of its
-// own node actor, so that only the lender starts processes on its
-// machines, and a lease that ended (reclaimed, released, expired) stops
-// them at the lender's next round. The node's acks (SplitAck) and the
-// workers' reports and exits (Relay), addressed to this server's relay
-// actor, go back to the borrower's leader, which hands them to its
-// allocator (Config.OnAck) and its jobs' actors (Config.Deliver).
+// Workers on borrowed GPUs: the borrower's allocator hands each borrowed
+// node's Assign to SendOrder, which posts it to the lender; the lender
+// merges the runs its ledger authorises (Borrowed) into its own node's
+// Assign, so only the lender starts processes on its machines. Acks
+// (SplitAck), reports and exits (Relay) go back to the borrower's leader
+// (docs/federation.md, "Borrowed GPUs as extra nodes").
 
 // relayTimeout bounds one relayed message.
 const relayTimeout = 10 * time.Second

@@ -49,15 +49,17 @@ func TestTablesAreValidBids(t *testing.T) {
 	}
 }
 
-// fakeStore is a server's local state for one job.
+// fakeStore is a server's local state for one job; it counts the reads.
 type fakeStore struct {
-	mu  sync.Mutex
-	job *state.Job
+	mu    sync.Mutex
+	job   *state.Job
+	reads int
 }
 
 func (f *fakeStore) LocalJob(id string) (*state.Job, state.ClusterConfig) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.reads++
 	if f.job == nil || f.job.ID != id {
 		return nil, state.ClusterConfig{}
 	}
@@ -65,18 +67,43 @@ func (f *fakeStore) LocalJob(id string) (*state.Job, state.ClusterConfig) {
 	return &c, state.ClusterConfig{}
 }
 
-func (f *fakeStore) ack(session, seq uint64) {
+// ack acknowledges the measurements up to seq of session; it returns
+// how many reads the store had served before.
+func (f *fakeStore) ack(session, seq uint64) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.job.MeasSession, f.job.MeasSeq = session, seq
+	return f.reads
 }
 
-// bidSink stands for the allocator.
+// waitReads waits until the store has served n reads.
+func (f *fakeStore) waitReads(t *testing.T, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		f.mu.Lock()
+		got := f.reads
+		f.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store served %d reads in 5 s, want %d", got, n)
+		}
+	}
+}
+
+// bidSink stands for the allocator; it answers a flush once every
+// message sent to it before has been seen.
 type bidSink struct{ got chan *pb.Bid }
 
+type flush struct{}
+
 func (s *bidSink) Receive(ctx actor.Context) {
-	if b, ok := ctx.Message().(*pb.Bid); ok {
-		s.got <- b
+	switch m := ctx.Message().(type) {
+	case *pb.Bid:
+		s.got <- m
+	case flush:
+		ctx.Respond(m)
 	}
 }
 
@@ -156,12 +183,19 @@ func TestJobActorBidsAndRepeatsUntilAcknowledged(t *testing.T) {
 			break
 		}
 	}
-	// Another actor's session takes over: this one stops bidding.
-	store.ack(9, 1)
-	time.Sleep(150 * time.Millisecond)
+	// Another actor's session takes over: this one stops bidding. A tick
+	// reads the store twice, so two reads after the ack include one at
+	// the start of a tick, which sees the newer session; a bid of the
+	// tick before was in the sink's mailbox by then, and the flush lets
+	// the sink pass it on before the channel is drained.
+	store.waitReads(t, store.ack(9, 1)+2)
+	if _, err := sys.Root.RequestFuture(alloc, flush{}, 5*time.Second).Result(); err != nil {
+		t.Fatal(err)
+	}
 	for len(sink.got) > 0 {
 		<-sink.got
 	}
+	// Nothing within six bid intervals.
 	select {
 	case b := <-sink.got:
 		t.Fatalf("bid after another session took over: %v", b)

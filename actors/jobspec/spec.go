@@ -71,6 +71,10 @@ type Spec struct {
 	// near their end (docs/fidelity.md, "The jobs' own progress"); the
 	// workers still decide when the job is done.
 	Epochs int `yaml:"epochs,omitempty" json:"epochs,omitempty"`
+	// ResumeFrom, if set, names a finished job of the same submitter
+	// whose checkpoint directory this job takes over (no live job may
+	// hold it); empty: the job checkpoints in ROOT/<its name>.
+	ResumeFrom string `yaml:"resume_from,omitempty" json:"resume_from,omitempty"`
 }
 
 // FieldError is a refused field: which, its value and why.
@@ -174,6 +178,7 @@ func fromNode(doc *yaml.Node) (Spec, map[string]bool, error) {
 		"topology":             &s.Topology,
 		"gpu_type":             &s.GPUType,
 		"epochs":               &s.Epochs,
+		"resume_from":          &s.ResumeFrom,
 	}
 	seen := make(map[string]bool, len(fields))
 	for i := 0; i+1 < len(m.Content); i += 2 {
@@ -365,6 +370,14 @@ func (s Spec) Validate() error {
 	}
 	if s.Epochs < 0 || s.Epochs > optimizer.MaxEpochs {
 		return fieldErr("epochs", s.Epochs, "want 0 (not declared) to %d", optimizer.MaxEpochs)
+	}
+	if s.ResumeFrom != "" {
+		if !nameRE.MatchString(s.ResumeFrom) {
+			return fieldErr("resume_from", s.ResumeFrom, "not a job name (want 1-63 characters of [a-z0-9._-], starting and ending with a letter or digit)")
+		}
+		if s.ResumeFrom == s.Name {
+			return fieldErr("resume_from", s.ResumeFrom, "a job cannot resume from itself")
+		}
 	}
 	if s.CheckpointDir != "" {
 		switch {

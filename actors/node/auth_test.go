@@ -254,10 +254,24 @@ func TestReportPortProbation(t *testing.T) {
 	}
 	// Two silent connections fill the cap; a worker's third one makes
 	// room by closing the oldest.
+	admitted := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(time.Millisecond) {
+			l.mu.Lock()
+			got := len(l.conns)
+			l.mu.Unlock()
+			if got >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d connections admitted, want %d", got, n)
+			}
+		}
+	}
 	c1 := sendLine(t, l.addr(), "")
-	time.Sleep(50 * time.Millisecond)
+	admitted(1)
 	c2 := sendLine(t, l.addr(), "")
-	time.Sleep(50 * time.Millisecond)
+	admitted(2)
 	w1 := sendLine(t, l.addr(), good)
 	delivered()
 	closedWithin(t, c1, time.Second)

@@ -12,23 +12,11 @@ import (
 )
 
 // A node runs workers only while it holds a lease from the Raft leader's
-// allocator (docs/control-plane.md, "Fencing"). Without one it starts
-// nothing, and when its lease lapses it pauses its workers (SIGSTOP to
-// their process groups: a stopped process writes no checkpoint) and kills
-// those it was already stopping. The next renewal resumes the paused
-// workers (SIGCONT): a renewal is accepted only at the term and
-// generation of the newest assignment the node applied, whose runs are
-// then the leader's current wish. An assignment that no longer wants a
-// paused run has it killed, never terminated: a SIGTERM'd worker writes
-// a checkpoint, and the leader may meanwhile have started the job's next
-// incarnation elsewhere. Pausing rather than killing keeps an ordinary
-// leader failover, or a short partition, from restarting every job.
-//
-// A renewal echoes the nonce of one of the node's own recent acks, and
-// the lease runs from when the node sent that ack: the leader received
-// it later, so the leader's bound on the lease (that arrival plus the
-// lease and a margin) holds whatever the network delays, and a renewal
-// delayed or duplicated in the network extends nothing.
+// allocator: when the lease lapses it pauses its workers (SIGSTOP: a
+// stopped process writes no checkpoint), a renewal resumes them, and a
+// paused run no longer wanted is killed, never terminated. The lease runs
+// from when the node sent the ack a renewal echoes. docs/control-plane.md
+// ("Agents hold leases") gives the argument.
 
 // maxLease bounds the lease a renewal may grant.
 const maxLease = 10 * time.Minute

@@ -117,7 +117,8 @@ func TestPrepareCheckpointDirStaysInTheRoot(t *testing.T) {
 		}
 	}
 	must(os.Symlink(outside, filepath.Join(root, "escape")))
-	must(os.Symlink(filepath.Join(root, "real"), filepath.Join(root, "inside")))
+	must(os.Symlink("real", filepath.Join(root, "inside")))
+	must(os.Symlink(filepath.Join(root, "real"), filepath.Join(root, "absolute")))
 	must(os.Symlink("../outside", filepath.Join(root, "relative")))
 	must(os.Symlink(filepath.Join(base, "nowhere"), filepath.Join(root, "dangling")))
 	must(os.WriteFile(filepath.Join(root, "file"), nil, 0o644))
@@ -141,6 +142,7 @@ func TestPrepareCheckpointDirStaysInTheRoot(t *testing.T) {
 		{filepath.Join(root, "dangling", "j"), "dangling"},
 		{filepath.Join(root, "file", "j"), "not a directory"},
 		{filepath.Join(root, "file"), "not a directory"},
+		{filepath.Join(root, "absolute", "j"), "must be relative"},
 	} {
 		err := prepareCheckpointDir(root, tc.dir, nil)
 		if !errors.Is(err, errDenied) || !strings.Contains(err.Error(), tc.mention) {

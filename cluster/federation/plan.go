@@ -101,17 +101,12 @@ type Round struct {
 	Decider string
 }
 
-// Plan decides one round: reclaims (an owner's jobs need its GPUs back),
-// releases (a borrower's jobs no longer use them, after the minimum
-// hold), rebalances (another
-// peer gains clearly more from a lease than its borrower: the lease moves
-// to it), renewals (both sides still want the lease), then grants (a lab's idle or low-value GPUs to
-// the peer that gains most, while it beats the lender's loss). Labs are
-// taken in name order and leases in ID order, so the same round gives the
-// same commands. Grants lend whole nodes that no lease holds; a lab may
-// lend while it borrows (its own jobs gain less from a node than a
-// peer's), but never to a lab it borrows from: a lease runs one way
-// between two labs.
+// Plan decides one round: reclaims (an owner needs its GPUs back),
+// releases (a borrower no longer uses them), rebalances (another peer
+// gains clearly more), renewals, then grants of whole idle nodes to the
+// peer that gains most. Labs are taken in name order and leases in ID
+// order, so the same round gives the same commands; a lease runs one way
+// between two labs (docs/federation.md).
 func Plan(r Round) ([]Command, error) {
 	if err := r.Settings.Validate(); err != nil {
 		return nil, err

@@ -79,6 +79,25 @@ func writeNew(path string, data []byte, mode fs.FileMode) error {
 	return nil
 }
 
+// CheckPrivate checks that path (a private key, a gossip key, a token)
+// is a regular file that only its owner may read or write, as ssh does
+// with its keys: a key others can read is a key others have. The error
+// names the file, its mode and the fix.
+func CheckPrivate(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadFile, err)
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%w: %s is not a regular file", ErrBadFile, path)
+	}
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("%w: %s has mode %04o: other users may read or change it; make it its owner's alone (chmod 600 %s)",
+			ErrUnprotected, path, perm, path)
+	}
+	return nil
+}
+
 // maxPEMFile bounds a certificate or key file.
 const maxPEMFile = 1 << 20
 

@@ -64,20 +64,9 @@ func TestTokensOnACluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	c, err := launch.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir,
+	c := startCluster(ctx, t, launch.Options{Dir: dir,
 		Servers: 3, NoAgents: true, Interval: 500 * time.Millisecond, LogLevel: "warn"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = c.Stop()
-		if t.Failed() {
-			for _, m := range c.Servers {
-				b, _ := os.ReadFile(m.Log)
-				t.Logf("--- %s log (last 3000 bytes)\n%s", m.ID, tail(b, 3000))
-			}
-		}
-	}()
+	defer c.finish()
 	if fi, err := os.Stat(c.TokenFile()); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("admin token file: %v %v", fi, err)
 	}

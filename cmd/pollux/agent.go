@@ -75,8 +75,11 @@ func newAgentCmd() *cobra.Command {
 		strings.Join(quoteAll(node.DefaultAllowCommands), " and ")+"): words separated by spaces, each a glob "+
 		"(* and ? never match a '/') matched against the argument at its position, a last word ** allowing any "+
 		"further arguments; emulated:GLOB allows the emulated applications it matches")
-	f.StringVar(&c.RunAs, "run-as", "", "user (name or uid) workers run as, with its groups, and who owns their "+
-		"checkpoint directories (needs root; empty: the agent's own user)")
+	f.StringVar(&c.RunAs, "run-as", "", "one user (name or uid) every job's workers run as, with its groups, and who owns "+
+		"their checkpoint directories: a single-tenant agent (needs root; empty: see --run-as-range)")
+	f.StringVar(&c.RunAsRange, "run-as-range", "", "FIRST-LAST: each job's workers run as a uid of this range of their own "+
+		"while the job runs here, which owns its checkpoint directory (0700) and report token file (needs root; default "+
+		node.DefaultUIDRange.String()+" for an agent running as root without --run-as, else the agent's own user)")
 	f.StringArrayVar(&c.PassEnv, "pass-env", nil, "name of a variable of the agent's environment to pass to workers "+
 		"(repeatable; workers get only the protocol's variables and these)")
 	securityFlags(f, &c.Security)

@@ -180,7 +180,10 @@ func TestAgentRunsWorkersAsRunAsUser(t *testing.T) {
 			t.Errorf("worker environment has %s", kv)
 		}
 	}
-	if !strings.Contains(string(env), "PASSED_TO_WORKERS=yes") || !strings.Contains(string(env), workerproto.EnvReportToken+"=") {
+	// The report token is in a file of the worker's user, not in the
+	// environment.
+	if !strings.Contains(string(env), "PASSED_TO_WORKERS=yes") || !strings.Contains(string(env), workerproto.EnvReportTokenFile+"=") ||
+		strings.Contains(string(env), workerproto.EnvReportToken+"=") {
 		t.Errorf("worker environment %v", names)
 	}
 }

@@ -176,27 +176,11 @@ func TestAutoscaleSeveralGPUTypes(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	began := time.Now()
-	c, err := launch.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir, Servers: 3, Agents: 1,
+	c := startCluster(ctx, t, launch.Options{Dir: dir, Servers: 3, Agents: 1,
 		GPUsPerAgent: 4, GPUTypes: []string{"t4"}, TimeScale: 300,
 		Autoscale: &launch.Autoscale{MinNodes: 1, MaxNodes: 3, BootDelay: time.Second, ScaleDownDelay: 2 * time.Second,
 			JoinTimeout: time.Minute, GPUType: "a100"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			if err := c.Stop(); err != nil {
-				t.Error(err)
-			}
-		}
-		if t.Failed() {
-			for _, m := range c.Servers {
-				b, _ := os.ReadFile(m.Log)
-				t.Logf("--- %s log (last 3000 bytes)\n%s", m.ID, tail(b, 3000))
-			}
-		}
-	}()
+	defer c.finish()
 	t.Logf("cluster up after %v", time.Since(began).Round(time.Millisecond))
 	cat, err := builtin.Catalog()
 	if err != nil {
@@ -217,7 +201,7 @@ func TestAutoscaleSeveralGPUTypes(t *testing.T) {
 		ranOn: map[string]map[string]bool{}, policies: map[string]bool{}}
 	var done, shrunk time.Duration
 	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		alone, completed := w.sample(ctx, c, cl)
+		alone, completed := w.sample(ctx, c.Cluster, cl)
 		if done == 0 && completed == len(jobs) {
 			done = time.Since(w.began)
 		}
@@ -316,7 +300,6 @@ func TestAutoscaleSeveralGPUTypes(t *testing.T) {
 	}
 	// Everything stops: the servers, the agents (added or not) and the
 	// workers.
-	stopped = true
 	if err := c.Stop(); err != nil {
 		t.Error(err)
 	}

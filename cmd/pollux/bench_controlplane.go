@@ -20,7 +20,7 @@ func init() { benchCommands = append(benchCommands, newBenchControlPlaneCmd) }
 // remoteOptionsOf configures an actor system's gRPC as servers and
 // agents do (TLS with creds, plaintext without).
 func remoteOptionsOf(creds *pki.Credentials, log *slog.Logger) ([]remote.ConfigOption, error) {
-	return secure.RemoteOptions(creds, log)
+	return secure.RemoteOptions(creds, nil, log)
 }
 
 func newBenchControlPlaneCmd() *cobra.Command {

@@ -51,22 +51,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	c, err := launch.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir,
+	c := startCluster(ctx, t, launch.Options{Dir: dir,
 		Servers: 3, Agents: 2, GPUsPerAgent: 4, GPUTypes: []string{"a100", "t4"}, Interval: time.Second, TimeScale: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := c.Stop(); err != nil {
-			t.Error(err)
-		}
-		if t.Failed() {
-			for _, m := range append(c.Servers, c.Agents...) {
-				b, _ := os.ReadFile(m.Log)
-				t.Logf("--- %s log (last 2000 bytes)\n%s", m.ID, tail(b, 2000))
-			}
-		}
-	}()
+	defer c.finish()
 	cat, err := builtin.Catalog()
 	if err != nil {
 		t.Fatal(err)

@@ -84,23 +84,12 @@ func TestAutoscaleLeaderKilledDuringScaleUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	c, err := launch.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir, Servers: 3, Agents: 1,
+	c := startCluster(ctx, t, launch.Options{Dir: dir, Servers: 3, Agents: 1,
 		GPUsPerAgent: 4, TimeScale: 100, Autoscale: &launch.Autoscale{MinNodes: 1, MaxNodes: 3, BootDelay: 3 * time.Second, JoinTimeout: 15 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer func() {
-		if err := c.Stop(); err != nil {
-			t.Error(err)
-		}
+		c.finish()
 		if left := provider.Running(c.AutoscaleDir()); len(left) > 0 {
 			t.Errorf("agents left running: %v", left)
-		}
-		if t.Failed() {
-			for _, m := range c.Servers {
-				b, _ := os.ReadFile(m.Log)
-				t.Logf("--- %s log (last 3000 bytes)\n%s", m.ID, tail(b, 3000))
-			}
 		}
 	}()
 	cat, err := builtin.Catalog()

@@ -60,17 +60,9 @@ func TestDiskFull(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	c, err := launch.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir, Servers: 3, NoAgents: true,
+	c := startCluster(ctx, t, launch.Options{Dir: dir, Servers: 3, NoAgents: true,
 		Interval: 500 * time.Millisecond, LogLevel: "warn", DataSize: 16 << 20, Observe: true, Scenario: "disk-full"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = c.Stop()
-		}
-	}()
+	defer c.finish()
 	cat, err := builtin.Catalog()
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +105,6 @@ func TestDiskFull(t *testing.T) {
 	if _, stale, err := cl.JobsAny(ctx); err != nil || stale {
 		t.Fatalf("final read: stale %v, %v", stale, err)
 	}
-	stopped = true
 	if err := c.Stop(); err != nil {
 		t.Error(err)
 	}

@@ -86,24 +86,10 @@ func TestPartitionedAgentWritesNoSupersededCheckpoint(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 170*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	c, err := launch.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir,
+	c := startCluster(ctx, t, launch.Options{Dir: dir,
 		Servers: 3, Agents: 2, GPUsPerAgent: 1, Interval: time.Second, TimeScale: 200, Network: launch.Namespaces,
 		Observe: true, Scenario: "agent-partition"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = c.Stop()
-		}
-		if t.Failed() {
-			for _, m := range append(c.Servers, c.Agents...) {
-				b, _ := os.ReadFile(m.Log)
-				t.Logf("--- %s log (last 3000 bytes)\n%s", m.ID, tail(b, 3000))
-			}
-		}
-	}()
+	defer c.finish()
 	cat, err := builtin.Catalog()
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +114,7 @@ func TestPartitionedAgentWritesNoSupersededCheckpoint(t *testing.T) {
 	first := waitWorker(t, "the job's first worker", 60*time.Second, func() (launch.Worker, bool) {
 		return worker(func(launch.Worker) bool { return true })
 	})
-	time.Sleep(time.Second) // it trains and checkpoints
+	waitCheckpoints(t, dir, job, first.Inc, 1) // it trains and checkpoints
 	var rest []string
 	for _, m := range append(c.Servers, c.Agents...) {
 		if m.ID != first.Node {
@@ -144,8 +130,8 @@ func TestPartitionedAgentWritesNoSupersededCheckpoint(t *testing.T) {
 	})
 	t.Logf("agent %s cut off; incarnation %d started on %s %v later", first.Node, second.Inc, second.Node, time.Since(cut).Round(time.Millisecond))
 	// Long enough for the cut-off worker to have written several
-	// checkpoints, had it run on (an epoch takes well under a second).
-	time.Sleep(4 * time.Second)
+	// checkpoints, had it run on: its successor writes three.
+	waitCheckpoints(t, dir, job, second.Inc, 3)
 	if err := c.Net().Heal(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +148,6 @@ func TestPartitionedAgentWritesNoSupersededCheckpoint(t *testing.T) {
 	if _, stale, err := cl.JobsAny(ctx); err != nil || stale {
 		t.Errorf("final read: stale %v, %v", stale, err)
 	}
-	stopped = true
 	if err := c.Stop(); err != nil {
 		t.Error(err)
 	}
@@ -194,6 +179,30 @@ func waitWorker(t *testing.T, what string, d time.Duration, find func() (launch.
 			t.Fatalf("no %s within %v", what, d)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitCheckpoints waits until the records under dir show n checkpoints
+// written by incarnation inc of job.
+func waitCheckpoints(t *testing.T, dir, job string, inc uint64, n int) {
+	t.Helper()
+	got := 0
+	for deadline := time.Now().Add(60 * time.Second); got < n; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("incarnation %d of %s wrote %d checkpoints within 60 s, want %d", inc, job, got, n)
+		}
+		ws, err := record.ReadRoot(filepath.Join(dir, "records"))
+		if err != nil {
+			continue // a record being written
+		}
+		got = 0
+		for _, w := range ws {
+			for _, r := range w.Records {
+				if r.Job == job && r.Inc == inc && r.Kind == record.Checkpoint {
+					got++
+				}
+			}
+		}
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -28,20 +27,9 @@ func TestCancelRetentionAndServerReplacement(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 170*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	c, err := launch.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir,
+	c := startCluster(ctx, t, launch.Options{Dir: dir,
 		Servers: 3, Agents: 1, GPUsPerAgent: 2, Interval: 500 * time.Millisecond, TimeScale: 50, Retain: 3 * time.Second, LogLevel: "warn"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = c.Stop()
-		if t.Failed() {
-			for _, m := range append(c.Servers, c.Agents...) {
-				b, _ := os.ReadFile(m.Log)
-				t.Logf("--- %s log (last 3000 bytes)\n%s", m.ID, tail(b, 3000))
-			}
-		}
-	}()
+	defer c.finish()
 	live := func() []*launch.Member {
 		var out []*launch.Member
 		for _, m := range c.Servers {

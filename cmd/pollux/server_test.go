@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,23 +27,9 @@ func TestClusterSurvivesLeaderAndAgentKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 170*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	c, err := launch.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir,
+	c := startCluster(ctx, t, launch.Options{Dir: dir,
 		Servers: 3, Agents: 2, GPUsPerAgent: 4, Interval: time.Second, TimeScale: 400, Observe: true, Scenario: "leader-and-agent-kill"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = c.Stop()
-		}
-		if t.Failed() {
-			for _, m := range append(c.Servers, c.Agents...) {
-				b, _ := os.ReadFile(m.Log)
-				t.Logf("--- %s log (last 3000 bytes)\n%s", m.ID, tail(b, 3000))
-			}
-		}
-	}()
+	defer c.finish()
 	jobs := []launch.Job{{Name: "cifar-1", App: "cifar10"}, {Name: "cifar-2", App: "cifar10"},
 		{Name: "ds-1", App: "deepspeech2", After: time.Second}, {Name: "cifar-3", App: "cifar10", After: 2 * time.Second}}
 	cat, err := builtin.Catalog()
@@ -149,7 +134,6 @@ func TestClusterSurvivesLeaderAndAgentKill(t *testing.T) {
 	if _, stale, err := cl.JobsAny(ctx); err != nil || stale {
 		t.Errorf("final read: stale %v, %v", stale, err)
 	}
-	stopped = true
 	if err := c.Stop(); err != nil {
 		t.Error(err)
 	}

@@ -44,24 +44,10 @@ func TestRacksAndGPUTypesThroughAgents(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	types := []string{"t4", "t4", "a100", "a100"}
-	c, err := launch.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir,
+	c := startCluster(ctx, t, launch.Options{Dir: dir,
 		Servers: 3, Agents: 4, GPUsPerAgent: 4, Racks: 2, ServerRacks: true, GPUTypes: types,
 		Interval: time.Second, TimeScale: 400, Observe: true, Scenario: "racks-and-types"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = c.Stop()
-		}
-		if t.Failed() {
-			for _, m := range append(c.Servers, c.Agents...) {
-				b, _ := os.ReadFile(m.Log)
-				t.Logf("--- %s log (last 3000 bytes)\n%s", m.ID, tail(b, 3000))
-			}
-		}
-	}()
+	defer c.finish()
 	typeOf := func(node string, at int64, restarted int64) string {
 		i := slices.IndexFunc(c.Agents, func(m *launch.Member) bool { return m.ID == node })
 		if node == "a3" && restarted != 0 && at > restarted {
@@ -255,7 +241,6 @@ func TestRacksAndGPUTypesThroughAgents(t *testing.T) {
 		}
 		return fmt.Sprintf("a3 after its restart: %+v", nodes)
 	})
-	stopped = true
 	if err := c.Stop(); err != nil {
 		t.Error(err)
 	}
@@ -330,7 +315,7 @@ func TestPlaceFlagsBadInput(t *testing.T) {
 		{"server topology missing a level", append(slices.Clone(server), "--topology-levels", "rack,zone", "--topology", "rack=r1"),
 			`--topology does not fit --topology-levels`},
 		{"unknown policy", append(slices.Clone(server), "--policy", "fifo"), `--policy "fifo": want auto, pollux, pollux-het, sia or pollux-unaware`},
-		{"ratio below 1", append(slices.Clone(server), "--cross-rack-ratio", "0.5"), "--cross-rack-ratio 0.5"},
+		{"removed cross-rack ratio", append(slices.Clone(server), "--cross-rack-ratio", "2"), "unknown flag: --cross-rack-ratio"},
 	}
 	for _, tt := range tests {
 		args := append(slices.Clone(selfExec), tt.args...)
@@ -394,7 +379,9 @@ func TestServerLevelsAreTheClusters(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(time.Second) // it checks and advertises its levels within 250 ms
+	// Deliberately nothing within a second: the server checks its levels
+	// within 250 ms of the configuration, and a mismatch would stop it.
+	time.Sleep(time.Second)
 	_ = first.Process.Signal(syscall.SIGTERM)
 	if err := first.Wait(); err != nil {
 		t.Fatalf("the server with fitting levels and topology: %v\n%s", err, log.String())

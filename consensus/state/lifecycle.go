@@ -47,14 +47,10 @@ func newReportKey() string {
 
 // FinishJob ends a job exactly once, as Completed, Failed or Cancelled,
 // and frees its GPUs (the allocation generation does not change). A
-// non-zero Incarnation must be the job's current one: a done report of
-// an incarnation that has since been replaced does not complete the job
-// (its successor restores the finished checkpoint and reports done
-// itself). Meas (optional) is the job's last measurement, the one its
-// done report closed: it is merged first, as a Round would merge it, if
-// it continues the acknowledged sequence (otherwise it is left out and
-// the job finishes all the same), so that a finished job keeps its last
-// epoch, progress and profile.
+// non-zero Incarnation must be the job's current one: a done report of a
+// replaced incarnation does not complete the job. Meas (optional), the
+// measurement the done report closed, is merged first as a Round would
+// merge it, so that a finished job keeps its last epoch and profile.
 type FinishJob struct {
 	ID          string
 	Incarnation uint64

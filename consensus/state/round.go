@@ -13,13 +13,10 @@ import (
 // Round is one allocation round of the leader in a single Raft write: the
 // new allocation, the attained service accrued since the last round, and
 // per job what was gathered since (bids, measurements, failed
-// incarnations). It is fenced like CommitAllocation (Term must be the
-// term of its log entry, Generation above the committed one) and refused
-// whole otherwise. Past the fence it is applied partially and
-// deterministically, in job id order: an update or a placement naming an
-// unknown or finished job, a stale incarnation or a stale job actor
-// session is dropped (and named in the Result) and the rest applied, so a
-// job finishing while the round was decided no longer voids the round.
+// incarnations). It is fenced as a whole like CommitAllocation, then
+// applied partially in job id order: entries naming an unknown or
+// finished job, a stale incarnation or session are dropped and named in
+// the Result (docs/replicated-state.md).
 type Round struct {
 	Generation uint64
 	Term       uint64
@@ -62,19 +59,11 @@ type RoundJob struct {
 
 // Measurement is what a job actor measured, aggregated: profile entries
 // to merge (a weighted running mean per configuration) and the progress
-// reported (epoch and progress only go up). Job actors number what they
-// measure per session; From and To say which of the session's
-// measurements this is: those numbered From+1..To. It is merged only if
-// it continues the acknowledged sequence (Session equal to the job's
-// MeasSession and From equal to its MeasSeq) or opens a newer session
-// (Session above MeasSession and From 0), so nothing is merged twice:
-// not a measurement resent after a leader change, nor one of a job actor
-// that has since been replaced. Once merged, MeasSession and MeasSeq
-// acknowledge it.
-//
-// GPUType is the GPU type of the nodes the measured incarnation ran on
-// (one type: a job runs on one type at a time); the merged entries are
-// recorded under it, and the entries of Profile carry none themselves.
+// reported. It holds the session's measurements From+1..To and is merged
+// only if it continues the job's acknowledged sequence (MeasSession,
+// MeasSeq) or opens a newer session, so nothing is merged twice
+// (docs/replicated-state.md). GPUType is the type of the nodes the
+// measured incarnation ran on; the merged entries are recorded under it.
 type Measurement struct {
 	Session, From, To uint64
 	Profile           []ProfileEntry

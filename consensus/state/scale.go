@@ -6,16 +6,11 @@ import (
 	"slices"
 )
 
-// Autoscaling (issue 19). The leader's allocator decides the cluster's
-// size every round; before any provider is asked to add or remove a
-// machine, the decision is committed here, naming the machines: a
-// decision survives a failover, and since a ScaleDecision is fenced by
-// its term (like a Round), a deposed leader's decision never commits.
-// Only the leader of the term that committed a node's request acts on it
-// (asks the provider to add it), once; a later leader waits for that
-// node to join or gives it up after the join timeout (ScaleUpdate
-// removes it), so no machine is started twice and none is paid for
-// twice.
+// Autoscaling: the leader commits each size decision, naming the
+// machines, before any provider is asked to act on it; a ScaleDecision is
+// fenced by its term like a Round. Only the leader of the term that
+// committed a request asks the provider, once (docs/autoscaling.md,
+// "Failover: decided once, acted on once").
 
 // Command types 28..31 are autoscaling's.
 const (

@@ -95,6 +95,12 @@ type JobSpec struct {
 	// epoch over it as how far the job is through its work (0: not
 	// declared).
 	Epochs int
+	// ResumeFrom names the job whose checkpoint directory this job takes
+	// over (a job of the same submitter that has finished and that no
+	// other live job holds; "" for a job of its own directory). Then
+	// CheckpointDir is that job's directory, resolved when the
+	// submission applies.
+	ResumeFrom string
 }
 
 // ProfileEntry is a profiled configuration (Nodes, Replicas, LocalBatch)
@@ -143,22 +149,13 @@ type BatchChoice struct {
 }
 
 // Bid is what a job's actor offers the allocator: its fitted throughput
-// parameters and gradient statistics (from which the allocator builds the
-// job's goodput model), the most replicas it has been profiled at (which
-// bounds how far the allocator may scale it), and the batch configuration
-// it will run on each allocation shape it can be given: Single[k-1] on k
-// replicas on one node, Multi[k-1] on k replicas spread over several
-// nodes (the throughput model only distinguishes one node from many).
-// Version 0 means no bid yet.
-//
-// A job measured on nodes of named GPU types also bids per type (Types):
-// the model fitted on that type's measurements alone and the batch
-// configurations it chooses there. The top-level Params and tables are
-// then those of the type it has measured most (its best-known model: one
-// of the parts, unless that type is the untyped one), what a policy blind
-// to types reads and what a type the job has not run on is bootstrapped
-// from (a model scaled by a constant has the same best batch
-// configurations, so the top-level tables serve there).
+// parameters and gradient statistics (its goodput model), the most
+// replicas it has been profiled at (how far it may be scaled), and the
+// batch configuration it runs on each allocation shape: Single[k-1] on k
+// replicas on one node, Multi[k-1] on k replicas over several nodes.
+// Version 0 means no bid yet. A job measured on named GPU types also bids
+// per type (Types); docs/replicated-state.md ("Bids") says which model
+// the top level holds.
 type Bid struct {
 	// Session is the job actor's session (see Job.MeasSession) and
 	// Version counts its bids within it; (Session, Version) only grows.
@@ -312,6 +309,10 @@ type Job struct {
 	// Only the submitter or an admin token may cancel the job.
 	Submitter     string
 	SubmitterName string
+
+	// specBytes caches specSize(&Spec), what the job's spec counts
+	// against its submitter's quota and the cluster's state budget.
+	specBytes int64
 }
 
 // Clone returns a deep copy of the job.
@@ -434,6 +435,9 @@ type State struct {
 	// Fed is the lab's federation identity and lease ledger
 	// (federation.go); nil until the cluster joins a federation.
 	Fed *Federation
+	// Quotas are the submitters' quotas and the cluster's state budget
+	// (quota.go).
+	Quotas Quotas
 }
 
 // CheckpointDir is where job j checkpoints: its spec's directory or,
@@ -457,6 +461,7 @@ func (s *State) Clone() *State {
 	c.ACL = s.ACL.clone()
 	c.Scale = s.Scale.clone()
 	c.Fed = s.Fed.clone()
+	c.Quotas = s.Quotas.clone()
 	c.Config.Levels = slices.Clone(s.Config.Levels)
 	for id, j := range s.Jobs {
 		c.Jobs[id] = j.Clone()

@@ -102,7 +102,7 @@ func TestLoad(t *testing.T) {
 // peers and listeners stay plaintext; secure, both use TLS.
 func TestChannels(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	if opts, err := RemoteOptions(nil, log); err != nil || len(opts) != 1 {
+	if opts, err := RemoteOptions(nil, nil, log); err != nil || len(opts) != 1 {
 		t.Errorf("insecure remote options %d, %v", len(opts), err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -118,7 +118,7 @@ func TestChannels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts, err := RemoteOptions(sec.Creds, log); err != nil || len(opts) != 3 {
+	if opts, err := RemoteOptions(sec.Creds, nil, log); err != nil || len(opts) != 3 {
 		t.Errorf("secure remote options %d, %v", len(opts), err)
 	}
 	if got, err := sec.Listen(ln, pki.ChannelAPI, log); got == ln || err != nil {

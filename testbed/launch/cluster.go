@@ -290,7 +290,7 @@ func (c *Cluster) layout(ctx context.Context) error {
 		id := fmt.Sprintf("s%d", i)
 		a := addrs[i]
 		data := filepath.Join(o.Dir, id)
-		if err := os.MkdirAll(data, 0o755); err != nil {
+		if err := os.MkdirAll(data, 0o700); err != nil {
 			return fmt.Errorf("launch: %w", err)
 		}
 		if o.DataSize > 0 {
@@ -358,6 +358,11 @@ func (c *Cluster) layout(ctx context.Context) error {
 			m.args = append(m.args, "--gpu-type", o.GPUTypes[i%len(o.GPUTypes)])
 		}
 		m.args = append(append(m.args, c.tls.Flags(id)...), o.AgentArgs...)
+		if os.Geteuid() == 0 && !slices.ContainsFunc(o.AgentArgs, func(a string) bool {
+			return a == "--run-as" || a == "--run-as-range" || strings.HasPrefix(a, "--run-as=") || strings.HasPrefix(a, "--run-as-range=")
+		}) {
+			m.args = append(m.args, "--run-as", "root")
+		}
 		// Workers get a clean environment: what they need is passed on.
 		for _, name := range append(envNames(o.Env), record.EnvDir) {
 			m.args = append(m.args, "--pass-env", name)
@@ -417,7 +422,7 @@ func (c *Cluster) AddServer(ctx context.Context, id string) (*Member, error) {
 		seeds = append(seeds, m.Gossip)
 	}
 	data := filepath.Join(o.Dir, id)
-	if err := os.MkdirAll(data, 0o755); err != nil {
+	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
 	a := []string{join("127.0.0.1", ports[0]), join("127.0.0.1", ports[1]), join("127.0.0.1", ports[2]), join("127.0.0.1", ports[3])}
@@ -504,7 +509,7 @@ func (c *Cluster) event(e history.Event) {
 // Start starts m's next incarnation and waits for its ready line. fault
 // and seq mark a restart that is part of a fault.
 func (c *Cluster) Start(ctx context.Context, m *Member, fault string, seq int) error {
-	logf, err := os.OpenFile(m.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	logf, err := os.OpenFile(m.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("launch: %w", err)
 	}

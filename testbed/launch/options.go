@@ -60,7 +60,10 @@ type Options struct {
 	// AgentArgs are added to every agent's command line (e.g. the
 	// --allow-command flags that allow the programs its workers run;
 	// without any, the agents' default allows only the emulated worker
-	// and the worker library's install directory).
+	// and the worker library's install directory). Without --run-as or
+	// --run-as-range among them, an agent started as root gets
+	// --run-as root: its workers run the test binary, which the uids
+	// of the default range may not reach.
 	AgentArgs []string
 	// Interval is the scheduling interval (default 1 s); TimeScale the
 	// emulated seconds per real second (default 100); RestartCost the

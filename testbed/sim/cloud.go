@@ -10,22 +10,13 @@ import (
 )
 
 // Cloud makes the simulated cluster elastic, as in the Pollux paper's
-// cloud experiment: it starts with InitialNodes nodes of
-// Config.GPUsPerNode GPUs and, after every round, moves toward the size the
-// policy's Result.Scale asks for, within [MinNodes, MaxNodes]. A node asked
-// for joins at the first round at least BootDelay seconds later; a node is
-// released only when no unfinished job has replicas on it (the policy
-// vacates the nodes beyond the size it wants), nodes still booting being
-// cancelled first. Every node is paid for from the moment it is asked for
-// until it is released or the run ends. A policy that returns no Scale
-// keeps the cluster at InitialNodes (the fixed baseline).
-//
-// On a cluster of several GPU types (Config.Cluster), GPUType names the
-// group whose nodes the cluster adds and releases (one instance type, the
-// group's GPUs per node; its node count is not used); the nodes of the
-// other groups are fixed: present from the start to the end, never
-// released, counted in every size (MinNodes, MaxNodes and InitialNodes
-// count them too) and paid for like the others, at the same NodeCost.
+// cloud experiment: after every round the cluster moves toward the size
+// the policy's Result.Scale asks for, within [MinNodes, MaxNodes]; a node
+// joins BootDelay seconds after it is asked for, leaves once no unfinished
+// job runs on it, and is paid for from ask to release. Without a Scale the
+// cluster stays at InitialNodes. On several GPU types only group GPUType
+// grows and shrinks; the other groups' nodes stay and count in every size
+// (docs/autoscaling.md, "The elastic testbed").
 type Cloud struct {
 	MinNodes     int `json:"min_nodes"`
 	MaxNodes     int `json:"max_nodes"`

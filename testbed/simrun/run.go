@@ -48,12 +48,16 @@ type Options struct {
 	Out                string // directory for the files and plots ("": none)
 	// GroundTruth is a file of the Sia artifact's own runs whose sweep
 	// points are drawn beside ours (report.ReadGroundTruth; "": none).
-	GroundTruth     string
-	JSON            bool
-	Racks           int
-	CrossRackRatio  float64
-	CrossRackModel  string
-	CompareTopology bool
+	GroundTruth string
+	JSON        bool
+	// Racks of consecutive nodes, their uplinks Oversubscription times
+	// below their nodes' links of NodeBandwidth Gbit/s (0: the fabric
+	// package's default); the network across racks is the simulator's
+	// alone (package fabric): no policy is told it.
+	Racks            int
+	Oversubscription float64
+	NodeBandwidth    float64
+	CompareTopology  bool
 	// Policies expands the policies to run on a cluster of types GPU
 	// types (typed: named by Cluster); its error is bad input.
 	Policies func(types int, typed bool) ([]string, error)
@@ -150,15 +154,13 @@ func (o Options) config() (sim.Config, []string, error) {
 	cfg.Interference = o.Interference
 	cfg.Seed = o.Seed
 	cfg.Racks = o.Racks
-	cfg.CrossRackRatio = o.CrossRackRatio
-	if cfg.CrossRackModel, err = sim.ParseCrossRackModel(o.CrossRackModel); err != nil {
-		return cfg, nil, usage.Errorf("sim: --cross-rack-model: %w", err)
+	if o.Racks < 1 || !(o.Oversubscription >= 1) || math.IsInf(o.Oversubscription, 0) || !(o.NodeBandwidth >= 0) || math.IsInf(o.NodeBandwidth, 0) {
+		return cfg, nil, usage.Errorf("sim: --racks %d, --oversubscription %v, --node-bandwidth %v: want at least 1 rack, a finite ratio of at least 1 and a finite bandwidth (0: the default)",
+			o.Racks, o.Oversubscription, o.NodeBandwidth)
 	}
+	cfg.Oversubscription, cfg.NodeBandwidth = o.Oversubscription, o.NodeBandwidth*1e9/8
 	if err := cfg.Validate(); err != nil {
 		return cfg, nil, usage.Wrap(err)
-	}
-	if o.Racks < 1 || !(o.CrossRackRatio >= 1) || math.IsInf(o.CrossRackRatio, 0) {
-		return cfg, nil, usage.Errorf("sim: --racks %d, --cross-rack-ratio %v: want at least 1 rack and a finite ratio of at least 1", o.Racks, o.CrossRackRatio)
 	}
 	if o.CompareTopology && (o.Racks < 2 || len(policies) != 1) {
 		return cfg, nil, usage.Errorf("sim: --compare-topology needs --racks of at least 2 (got %d) and exactly one policy (got %s)", o.Racks, strings.Join(policies, ", "))

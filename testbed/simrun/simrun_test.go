@@ -20,7 +20,7 @@ import (
 // list's callback recording that it was called.
 func options(calls *[]string) Options {
 	return Options{Workload: "testdata/tiny.csv", Semantics: "auto", Nodes: 4, GPUsPerNode: 4, Interval: time.Minute, P: -1, Seed: 1,
-		Parallel: 1, Racks: 1, CrossRackRatio: optimizer.DefaultCrossRackRatio, CrossRackModel: "overlap",
+		Parallel: 1, Racks: 1, Oversubscription: 2,
 		Policies: func(types int, typed bool) ([]string, error) {
 			*calls = append(*calls, "policies")
 			if types != 1 || typed {
@@ -68,7 +68,8 @@ func TestRunBadInput(t *testing.T) {
 		{"policies", func(o *Options) {
 			o.Policies = func(int, bool) ([]string, error) { return nil, usage.Errorf("sim: unknown policy") }
 		}, "unknown policy"},
-		{"cross-rack model", func(o *Options) { o.CrossRackModel = "linear" }, "--cross-rack-model"},
+		{"oversubscription", func(o *Options) { o.Oversubscription = 0.5 }, "--oversubscription 0.5"},
+		{"node bandwidth", func(o *Options) { o.NodeBandwidth = math.Inf(1) }, "--node-bandwidth +Inf"},
 		{"zero racks", func(o *Options) { o.Racks = 0 }, "--racks 0"},
 		{"compare on one rack", func(o *Options) { o.CompareTopology = true }, "--compare-topology"},
 		{"p", func(o *Options) { o.P = math.NaN() }, "--p"},

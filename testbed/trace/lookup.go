@@ -7,16 +7,11 @@ import (
 	"pollux/testbed"
 )
 
-// StepTimes implements testbed.Application. A measured placement (up to
-// rotation) is interpolated linearly in m, as the artifacts do. Any other
-// is interpolated as the artifacts do too: piecewise-linearly over the
-// Delaunay tetrahedralisation of every measured (N, K, m) point (the
-// placements averaged by (N, K, m), and the scalability rows), with N
-// capped at 16. Outside the convex hull of the points, where the
-// artifacts have no value, it falls back to interpolating linearly in m on
-// the measured (N, K) pairs, then in K at the same replicas-per-node ratio
-// and then in N (fallback). Outside the measured range of m the nearest
-// measurement holds.
+// StepTimes implements testbed.Application as the artifacts interpolate:
+// linearly in m on a measured placement, otherwise piecewise-linearly over
+// the Delaunay tetrahedralisation of the measured (N, K, m) points (N
+// capped at 16), and outside their hull linearly in m, then K, then N
+// (fallback). Outside the measured range of m the nearest one holds.
 func (a *App) StepTimes(placement []int, m float64) (step, sync float64) {
 	norm := testbed.NormalizePlacement(placement)
 	if len(norm) == 0 {

@@ -11,16 +11,10 @@ const lpTol = 1e-9
 //	minimise sum_i lambda_i * cost[i]
 //	subject to sum_i lambda_i * pts[i] = q, sum_i lambda_i = 1, lambda >= 0
 //
-// with a dense two-phase simplex method and Bland's rule (the points are
-// often degenerate: many lie on lattices). It returns the nonzero weights
-// (indexes and values) of an optimal vertex, or ok == false when q is not
-// in the convex hull of pts.
-//
-// With cost[i] = |pts[i]|^2 the optimal weights are the barycentric
-// coordinates of q in the Delaunay simplex that contains it (the lower
-// convex hull of the points lifted onto the paraboloid), which is how the
-// Python artifacts interpolate throughput (scipy's LinearNDInterpolator).
-// Where several Delaunay triangulations exist, this picks one of them.
+// with a dense two-phase simplex method and Bland's rule, returning the
+// nonzero weights of an optimal vertex (ok false: q is outside the hull).
+// With cost[i] = |pts[i]|^2 they are q's Delaunay barycentric coordinates,
+// as scipy's LinearNDInterpolator uses (docs/fidelity.md).
 func minConvex(pts [][3]float64, cost []float64, q [3]float64) (idx []int, w []float64, ok bool) {
 	const rows = 4
 	n := len(pts)

@@ -11,15 +11,12 @@ import (
 const MaxTokenBytes = 128
 
 // ReportToken is the report token of one rank of one job incarnation:
-// HMAC-SHA256 under the incarnation's secret (itself HMAC-SHA256 under
-// the cluster's report key, of the job and incarnation), base64url
-// without padding. The leader derives the tokens of the ranks a node runs
-// and sends them in the node's assignment; the node hands each worker its
-// own (POLLUX_REPORT_TOKEN) and refuses reports that do not carry the
-// token of their rank. Knowing one rank's token tells nothing about
-// another's, nor about another incarnation's, so a worker cannot pose as
-// another rank (rank 0's done report completes the job) and a token of a
-// replaced incarnation is worthless.
+// HMAC-SHA256 under the incarnation's secret (HMAC-SHA256 of the job and
+// incarnation under the cluster's report key), base64url without padding.
+// The leader sends a node its ranks' tokens and the node hands each worker
+// its own (POLLUX_REPORT_TOKEN), refusing reports without it. One rank's
+// token tells nothing of another's or another incarnation's, so a worker
+// cannot pose as rank 0, whose done report completes the job.
 func ReportToken(key []byte, job string, incarnation uint64, rank int) string {
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte("pollux report secret\x00"))

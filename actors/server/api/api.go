@@ -72,6 +72,9 @@ type Config struct {
 	// FederationPeers, if set, is what the federation link knows of the
 	// peer labs (fedlink.Link.Peers), shown by the leader's status.
 	FederationPeers func() []fedlink.PeerStatus
+	// Collectors are more metrics for /metrics (the TLS listeners'
+	// pre-authentication counters).
+	Collectors []prometheus.Collector
 	// Members lists the cluster's gossip members: which servers are
 	// alive (operator raft) and where the leader's API is (operator
 	// writes on a follower are redirected there). Nil: only this server
@@ -306,6 +309,8 @@ type API struct {
 	lastRound *allocator.RoundInfo
 	lastTerm  uint64
 	root      string // the cluster's checkpoint root, once seen (it never changes)
+
+	limits limiters
 }
 
 // New returns the API of server id.
@@ -322,6 +327,7 @@ func New(id string, cfg Config) *API {
 	a.fitness = prometheus.NewGauge(prometheus.GaugeOpts{Name: "pollux_allocation_fitness", Help: "Fitness of the last allocation this server decided."})
 	a.leaderships = prometheus.NewCounter(prometheus.CounterOpts{Name: "pollux_leader_changes_total", Help: "Leaderships this server has taken up."})
 	a.reg.MustRegister(a.roundTime, a.fitness, a.leaderships, stateCollector{a})
+	a.reg.MustRegister(cfg.Collectors...)
 	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{})
 	read, submit, admin := state.RoleRead, state.RoleSubmit, state.RoleAdmin
 	for _, rt := range []route{
@@ -341,6 +347,8 @@ func New(id string, cfg Config) *API {
 		{"POST " + PathACLTokens, admin, a.createToken},
 		{"POST " + PathACLTokens + "/{accessor}/revoke", admin, a.revokeToken},
 		{"GET " + PathACLSelf, read, a.self},
+		{"GET " + PathACLQuotas, admin, a.listQuotas},
+		{"POST " + PathACLQuotas, admin, a.setQuota},
 		{"POST " + PathACLBootstrap, roleBootstrap, a.bootstrap},
 	} {
 		a.handle(rt)
@@ -390,6 +398,10 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func (a *API) submit(w http.ResponseWriter, r *http.Request) {
+	p := principalOf(r)
+	if !a.admitRate(w, r, p) {
+		return
+	}
 	spec, err := jobspec.Decode(http.MaxBytesReader(w, r.Body, jobspec.MaxBytes+1))
 	if err == nil && spec.Application != "" && !slices.Contains(a.cfg.Apps, spec.Application) {
 		err = &jobspec.FieldError{Field: "application", Value: fmt.Sprintf("%q", spec.Application),
@@ -409,7 +421,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, jobspec.ErrTooLarge) || errors.As(err, &mbe) {
 			code = http.StatusRequestEntityTooLarge
 		}
-		writeJSON(w, code, Error{err.Error()})
+		a.refuse(w, r, code, p, err.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
@@ -427,9 +439,8 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	cs := state.JobSpec{Name: spec.Name, Command: spec.Command, App: spec.Application,
 		MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas, Limits: spec.Limits(), CheckpointDir: spec.CheckpointDir,
-		Topology: spec.Topology, GPUType: spec.GPUType, Epochs: spec.Epochs}
-	p := principalOf(r)
-	err = a.cfg.Backend.ApplyCommand(ctx, &state.SubmitJob{ID: spec.Name, Spec: cs, SubmitTime: a.now(), Submitter: p.accessor()})
+		Topology: spec.Topology, GPUType: spec.GPUType, Epochs: spec.Epochs, ResumeFrom: spec.ResumeFrom}
+	err = a.cfg.Backend.ApplyCommand(ctx, &state.SubmitJob{ID: spec.Name, Spec: cs, SubmitTime: a.now(), Submitter: p.accessor(), Owned: true})
 	if err != nil {
 		a.writeRefusal(w, r, p, err)
 		return

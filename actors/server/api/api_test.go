@@ -159,9 +159,10 @@ func TestSubmit(t *testing.T) {
 // is stored.
 func TestSubmitChecksTheCheckpointDirectory(t *testing.T) {
 	a, fb := newTest()
-	// Before the root is known, the agents are left to refuse.
+	// Before the root is known, the state machine refuses: jobs
+	// checkpoint only below the root.
 	fb.st.Config.CheckpointRoot = ""
-	if code, body := do(a, "POST", PathJobs, good+"checkpoint_dir: /etc/x\n"); code != http.StatusCreated {
+	if code, body := do(a, "POST", PathJobs, good+"checkpoint_dir: /etc/x\n"); code != http.StatusBadRequest || !strings.Contains(body, "--checkpoint-root") {
 		t.Fatalf("without a root: %d %s", code, body)
 	}
 	fb.st.Config.CheckpointRoot = "/ck"

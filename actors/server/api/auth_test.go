@@ -45,6 +45,8 @@ func TestRouteRoles(t *testing.T) {
 		"POST " + PathACLTokens:                        state.RoleAdmin,
 		"POST " + PathACLTokens + "/{accessor}/revoke": state.RoleAdmin,
 		"GET " + PathACLSelf:                           state.RoleRead,
+		"GET " + PathACLQuotas:                         state.RoleAdmin,
+		"POST " + PathACLQuotas:                        state.RoleAdmin,
 		"POST " + PathACLBootstrap:                     roleBootstrap,
 	}
 	a, _ := newTest()

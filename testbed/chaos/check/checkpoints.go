@@ -17,15 +17,10 @@ type ckpt struct {
 }
 
 // checkCheckpoints checks, per job, the checkpoints its workers read
-// against those they wrote (all from the workers' own records):
-//
-//   - stale-checkpoint: a write by incarnation i that began after a worker
-//     of a newer incarnation had restored is superseded; no restore may
-//     read it (identified by its writer, epoch and progress, unless a
-//     write of the same values was not superseded);
-//   - lost-progress: a restore by incarnation k reads at least the
-//     progress of every checkpoint an older incarnation finished writing,
-//     not superseded, before the restore began.
+// against those they wrote, from the workers' own records: the
+// stale-checkpoint and lost-progress invariants of docs/reliability.md
+// (a restore reads no superseded write, and no less progress than an
+// older incarnation had finished writing).
 func checkCheckpoints(r *run, ls []*life) []Violation {
 	writes := map[string][]ckpt{}
 	restores := map[string][]ckpt{}

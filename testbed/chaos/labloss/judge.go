@@ -24,16 +24,10 @@ import (
 const expireCommit = 100 * time.Millisecond
 
 // expiryBound is how long after a lab's loss its peers' ledgers may
-// still hold a lease with it: the lease was last renewed before the loss
-// (its expiry at most ttl after it), and a lab's leader expires leases
-// at the start of its federation round, every interval; a round starts
-// at most two intervals after the expiry, since the round's ticker drops
-// the tick that falls while the previous round still runs (it sends the
-// lab's bid to every peer and commits its part of the plan, and a loaded
-// machine can stretch that past the interval); then the expire's commit
-// (expireCommit). The lease is out of force from its expiry whether or
-// not the ledger still lists it (orders and borrowed nodes are checked
-// against the expiry), so this bounds bookkeeping, not what may run.
+// still hold a lease with it: the time to live since the last renewal,
+// then up to two federation intervals until a round expires it and the
+// expire's commit. It bounds bookkeeping, not what may run
+// (docs/reliability.md, "Lab loss").
 func expiryBound(ttl, interval time.Duration) time.Duration { return ttl + expiryGrace(interval) }
 
 // expiryGrace is how long after its expiry a lease may still be listed:
@@ -47,17 +41,12 @@ type leaseTrack struct {
 	sight      ledgerSight
 }
 
-// judgeLeaseExpiry checks, for every lease a survivor held with the lost
-// lab at the loss (killAt: just before the signals; killSent: once they
-// were all sent): that its expiry, as the survivor's ledger last showed
-// it, is at most the time to live after the kill (no renewal after the
-// loss; 1 ms for the conversion of the ledger's Unix seconds), that no
-// poll started later than expiryGrace after that expiry still found it,
-// and that it was seen gone.
-// LeaseExpiryMaxS is the longest time from the loss to a poll that found
-// a lease gone (the polling's 250 ms included), LeaseExpiresMaxS the
-// latest expiry, LeaseHeldMaxS the latest poll that found one, and
-// LeaseExpiryBoundS that poll's bound from the loss.
+// judgeLeaseExpiry checks every lease a survivor held with the lost lab
+// at the loss (killAt: just before the signals; killSent: once all were
+// sent): its expiry is at most the time to live after the kill, no poll
+// later than expiryGrace past it still found it, and it was seen gone.
+// It sets res's LeaseExpiryMaxS, LeaseExpiresMaxS, LeaseHeldMaxS and
+// LeaseExpiryBoundS.
 func judgeLeaseExpiry(res *Result, tracks []leaseTrack, ttl, interval time.Duration, killAt, killSent int64) {
 	res.LeaseExpiryBoundS = expiryBound(ttl, interval).Seconds()
 	after := expiryGrace(interval)
@@ -268,16 +257,12 @@ type borrowedRun struct {
 	gpus                     int
 }
 
-// judgeRecords judges the workers' own records (roots: every lab's, by
-// lab) against the leases seen: a worker of a job of lab X on an agent of
-// another lab L must have run while the poller saw a lease of that node
-// from L to X (from its start to its last record, give or take the
-// polling, the federation interval and the workers' SIGTERM grace), X's
-// workers on that node together on no more GPUs than its leases of it
-// give; the jobs that were running on the lost lab with a checkpoint at
-// the loss must restore it, a peer's before the lost lab returns, the
-// lost lab's own after the restart; no restore goes back before a
-// checkpoint already written.
+// judgeRecords judges the workers' own records (roots, by lab) against
+// the leases seen: a lab's worker on another lab's agent ran only under a
+// lease of that node, on no more GPUs than its leases give; the jobs
+// running on the lost lab with a checkpoint restore it (a peer's before
+// the lost lab returns); no restore goes back before a checkpoint already
+// written (docs/reliability.md, "Lab loss").
 func judgeRecords(res *Result, roots map[string]string, seen map[string]*leaseSeen, workerGrace time.Duration,
 	names []string, lost string, states map[string]string, killAt, restartAt int64) {
 	byJob := map[string][]record.Record{}

@@ -105,3 +105,15 @@ func marshal(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
 }
+
+// Quotas lists the quotas: the defaults, the state budget and every
+// live token's (admin).
+func (c *Client) Quotas(ctx context.Context) (api.Quotas, error) {
+	return do[api.Quotas](ctx, c, http.MethodGet, api.PathACLQuotas, nil)
+}
+
+// SetQuota sets a token's quota or, with an empty accessor, the
+// defaults and the state budget (admin).
+func (c *Client) SetQuota(ctx context.Context, q api.SetQuota) (api.SetQuota, error) {
+	return do[api.SetQuota](ctx, c, http.MethodPost, api.PathACLQuotas, marshal(q))
+}

@@ -200,3 +200,21 @@ func (s *stickyWriter) Write(p []byte) (int, error) {
 	s.err = err
 	return n, err
 }
+
+// WriteQuotas prints the quotas as a table: the defaults and the state
+// budget, then one line per token (an asterisk marks a quota of its own).
+func WriteQuotas(w io.Writer, q api.Quotas) error {
+	d := q.Default
+	fmt.Fprintf(w, "default: %d jobs, %d spec bytes, %g submissions/s (burst %d)\n", d.Jobs, d.SpecBytes, d.Rate, d.Burst)
+	fmt.Fprintf(w, "state: %d of %d bytes of job specs\n", q.StateBytes, q.StateBudget)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ACCESSOR\tNAME\tJOBS\tSPEC BYTES\tRATE/S\tBURST")
+	for _, t := range q.Tokens {
+		own := ""
+		if t.Own != nil {
+			own = " *"
+		}
+		fmt.Fprintf(tw, "%s\t%s%s\t%d/%d\t%d/%d\t%g\t%d\n", t.Accessor, t.Name, own, t.Jobs, t.Quota.Jobs, t.SpecBytes, t.Quota.SpecBytes, t.Quota.Rate, t.Quota.Burst)
+	}
+	return tw.Flush()
+}

@@ -86,7 +86,7 @@
     const b = document.getElementById("banner");
     let msg = "", cls = "banner";
     if (refused) {
-      msg = "Signed out: " + refused + " — open the dashboard again with a valid token (/ui/?token=...).";
+      msg = "Signed out: " + refused + " — sign in again with a valid token (/ui/login).";
       cls += " bad";
     } else if (failing) {
       msg = "Cannot reach " + ov.serving + " since " + new Date(lastOK).toLocaleTimeString() +
