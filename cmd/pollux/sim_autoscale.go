@@ -40,6 +40,7 @@ var fixedOnlyFlags = []struct{ name, why string }{
 	{"node-bandwidth", "an elastic cluster has one rack"},
 	{"compare-topology", "an elastic cluster has one rack"},
 	{"federation", "federated labs are a separate simulation"},
+	{"ground-truth", "Sia's artifact ran no elastic cluster"},
 }
 
 // checkCloudFlags refuses flags --autoscale cannot honour, and

@@ -63,6 +63,9 @@ func TestSimBadInput(t *testing.T) {
 		{"removed cross-rack ratio", []string{"--workload", good, "--racks", "2", "--cross-rack-ratio", "4"}, "unknown flag: --cross-rack-ratio"},
 		{"removed cross-rack model", []string{"--workload", good, "--cross-rack-model", "overlap"}, "unknown flag: --cross-rack-model"},
 		{"compare on one rack", []string{"--workload", good, "--compare-topology"}, "--compare-topology"},
+		{"ground truth without out", []string{"--workload", good, "--ground-truth", notCSV}, "no --out"},
+		{"unreadable ground truth", []string{"--workload", good, "--out", dir, "--ground-truth", filepath.Join(dir, "absent.json")}, "absent.json"},
+		{"malformed ground truth", []string{"--workload", good, "--out", dir, "--ground-truth", notCSV}, "ground truth"},
 		{"compare two policies", []string{"--workload", good, "--racks", "2", "--compare-topology", "--policy", "pollux,tiresias"}, "exactly one policy"},
 	}
 	for _, tt := range tests {

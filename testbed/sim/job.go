@@ -230,14 +230,11 @@ func (j *job) maxProfiledK() int {
 	return k
 }
 
-// fraction is how much of its training the job has done: its progress
-// over the progress at which its last epoch ends, in [0, 1].
-func (j *job) fraction() float64 {
-	end := j.app.EpochEnd(j.app.MaxEpochs())
-	if !(end > 0) {
-		return 0
-	}
-	return math.Min(math.Max(j.progress/end, 0), 1)
+// reportedProgress is what the job reports of its progress, as a live
+// job does: the whole epochs it has finished over the epochs it trains for
+// (optimizer.EpochProgress), not its exact progress within an epoch.
+func (j *job) reportedProgress() float64 {
+	return optimizer.EpochProgress(j.epoch, j.app.MaxEpochs())
 }
 
 // running reports whether the job holds GPUs.

@@ -654,7 +654,7 @@ func (s *state) snapshotJob(j *job) optimizer.Job {
 		Age:         s.now - j.spec.Time,
 		Attained:    j.attained,
 		Restarts:    max(j.restarts, 0),
-		Progress:    j.fraction(),
+		Progress:    j.reportedProgress(),
 		MinReplicas: 0,
 		MaxReplicas: s.maxReplicas(j),
 		Current:     j.alloc,

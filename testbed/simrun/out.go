@@ -19,16 +19,22 @@ import (
 	"pollux/testbed/sim"
 )
 
-// writeSimOut writes summary.json, jobs.csv, the plots and index.html (a
-// page comparing the policies, the plots embedded) into dir.
-func writeSimOut(dir string, summary report.Summary, results []*sim.Result) error {
+// writeSimOut writes summary.json, jobs.csv, the plots (for a sweep, its
+// average JCTs beside refs too) and index.html (a page comparing the
+// policies, the plots embedded) into dir.
+func writeSimOut(dir string, summary report.Summary, results []*sim.Result, refs []report.RefPoint) error {
 	if err := writeSummaryAndJobs(dir, summary, results); err != nil {
 		return err
+	}
+	sweep, err := report.WriteSweepPlot(dir, summary, refs)
+	if err != nil {
+		return errors.Join(fmt.Errorf("sim: sweep plot"), err)
 	}
 	files, err := report.WritePlots(dir, results)
 	if err != nil {
 		return errors.Join(fmt.Errorf("sim: plots"), err)
 	}
+	files = append(sweep, files...)
 	var policies, workloads []string
 	for _, r := range summary.Runs {
 		if !slices.Contains(policies, r.Policy) {

@@ -46,7 +46,10 @@ type Options struct {
 	Seed               uint64
 	Parallel           int    // runs at once
 	Out                string // directory for the files and plots ("": none)
-	JSON               bool
+	// GroundTruth is a file of the Sia artifact's own runs whose sweep
+	// points are drawn beside ours (report.ReadGroundTruth; "": none).
+	GroundTruth string
+	JSON        bool
 	// Racks of consecutive nodes, their uplinks Oversubscription times
 	// below their nodes' links of NodeBandwidth Gbit/s (0: the fabric
 	// package's default); the network across racks is the simulator's
@@ -91,6 +94,10 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 			return usage.Errorf("sim: --out: %w", err)
 		}
 	}
+	refs, err := o.groundTruth()
+	if err != nil {
+		return err
+	}
 	var runs []runSpec
 	for _, p := range policies {
 		for _, wl := range wls {
@@ -109,7 +116,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	summary := report.Summarize(results)
 	if o.Out != "" {
-		if err := writeSimOut(o.Out, summary, results); err != nil {
+		if err := writeSimOut(o.Out, summary, results, refs); err != nil {
 			return err
 		}
 	}
@@ -248,4 +255,25 @@ func progressBar(stderr io.Writer, total, runs int) *progressbar.ProgressBar {
 		progressbar.OptionThrottle(200*time.Millisecond),
 		progressbar.OptionClearOnFinish(),
 	)
+}
+
+// groundTruth reads o.GroundTruth (nil without one); a file that cannot
+// be read or decoded is bad input.
+func (o Options) groundTruth() ([]report.RefPoint, error) {
+	if o.GroundTruth == "" {
+		return nil, nil
+	}
+	if o.Out == "" {
+		return nil, usage.Errorf("sim: --ground-truth draws beside the plots of --out, and there is no --out")
+	}
+	fh, err := os.Open(o.GroundTruth)
+	if err != nil {
+		return nil, usage.Errorf("sim: --ground-truth: %w", err)
+	}
+	defer fh.Close()
+	refs, err := report.ReadGroundTruth(fh)
+	if err != nil {
+		return nil, usage.Wrap(err)
+	}
+	return refs, nil
 }
