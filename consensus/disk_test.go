@@ -140,3 +140,57 @@ func TestTCPGarbage(t *testing.T) {
 		t.Fatalf("after garbage: %v, %v", st, err)
 	}
 }
+
+// TestDiskModes opens a server on a data directory others may enter, takes
+// a snapshot and checks that every directory is 0700 and every file 0600,
+// hashicorp/raft's snapshot files included.
+func TestDiskModes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig("m0")
+	addr, trans := raft.NewInmemTransport("m0")
+	s, err := OpenDisk(cfg, dir, trans, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown() })
+	if err := s.Bootstrap([]raft.Server{{ID: "m0", Address: addr}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 10*time.Second)
+	waitFor(t, 10*time.Second, "a leader", func() bool { return s.Raft().State() == raft.Leader })
+	if err := s.RegisterNode(ctx, state.Node{ID: "n", GPUs: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Raft().Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	var files int
+	err = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		want := os.FileMode(0o600)
+		if d.IsDir() {
+			want = 0o700
+		} else {
+			files++
+		}
+		if got := info.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %04o, want %04o", path, got, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 3 { // raft.db, state.bin, meta.json
+		t.Fatalf("%d files under the data directory, want the database and a snapshot", files)
+	}
+}

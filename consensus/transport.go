@@ -44,9 +44,11 @@ const (
 
 // TLS secures the Raft port: Server is the listener's configuration and
 // Client the dialer's (pki's ChannelRaft configurations: only server
-// certificates of the cluster CA, on both sides).
+// certificates of the cluster CA, on both sides). Gate, if set, admits
+// connections before their handshake (default: pki's, without members).
 type TLS struct {
 	Server, Client *tls.Config
+	Gate           *pki.Gate
 }
 
 // Transport is a server's Raft port: hashicorp/raft's network transport
@@ -81,7 +83,7 @@ func ListenTCP(addr string, cfg Config, tlsCfg *TLS) (*Transport, error) {
 		conns: map[net.Conn]struct{}{}}
 	if tlsCfg != nil {
 		m.client = tlsCfg.Client
-		m.ln = pki.NewListener(inner, tlsCfg.Server, pki.ListenerOptions{Channel: pki.ChannelRaft, Logger: cfg.Logger})
+		m.ln = pki.NewListener(inner, tlsCfg.Server, pki.ListenerOptions{Channel: pki.ChannelRaft, Logger: cfg.Logger, Gate: tlsCfg.Gate})
 	}
 	m.wg.Add(1)
 	go m.accept()

@@ -377,7 +377,7 @@ func frontOf(cache *SpeedupCache, ext *Snapshot, all []*sized) ([]SizePoint, [][
 	})
 	unit := make([]unitFn, len(ext.Jobs))
 	for j := range ext.Jobs {
-		unit[j] = cache.unitSpeed(&ext.Jobs[j], ext.CrossRackRatio)
+		unit[j] = cache.unitSpeed(&ext.Jobs[j])
 	}
 	var front []SizePoint
 	var allocs [][]Placement
@@ -439,14 +439,14 @@ func (f unitFn) at(n, k int) float64 {
 // scales. A job without a model counts as linear. When one GPU cannot hold
 // any admissible batch, the base is the fewest GPUs of one node that can,
 // counted as linear up to there (and a job feasible on none as linear).
-func (c *SpeedupCache) unitSpeed(job *Job, ratio float64) unitFn {
+func (c *SpeedupCache) unitSpeed(job *Job) unitFn {
 	if job.Model == nil {
 		return unitFn{}
 	}
 	for k0 := 1; k0 <= goodput.MemoReplicas; k0++ {
 		// Every smaller base was infeasible, so a base of k0 works at k0
 		// itself or not at all.
-		if f, err := c.get(job, ratio, 1, k0); err == nil {
+		if f, err := c.get(job, 1, k0); err == nil {
 			return unitFn{s: f.s, base: float64(k0)}
 		}
 	}

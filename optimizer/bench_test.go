@@ -54,7 +54,13 @@ func BenchmarkPolluxRound2048Racks(b *testing.B) {
 	if err := optimizer.AssignRacks(snap, 64); err != nil {
 		b.Fatal(err)
 	}
-	snap.CrossRackRatio = optimizer.DefaultCrossRackRatio
+	for j := range snap.Jobs {
+		if md := snap.Jobs[j].Model; md != nil {
+			x := *md
+			x.Params.AlphaX = x.Params.AlphaN
+			snap.Jobs[j].Model = &x
+		}
+	}
 	p := optimizer.NewPollux()
 	res, err := p.Allocate(snap, nil)
 	if err != nil {

@@ -47,8 +47,9 @@
 //     is in the default rack), a Job may require or prefer one domain of
 //     a level (TopologyConstraint: Kueue's and Volcano's hard and soft
 //     network topology). The objective prices a
-//     placement across racks with the job's cross-rack terms (measured,
-//     else derived from Snapshot.CrossRackRatio); the mutation draws a
+//     placement across racks with the cross-rack term the job fitted on
+//     its own measurements across racks (none: racks are free; no policy
+//     is told the network's cost); the mutation draws a
 //     job's new nodes mostly from its own rack, the climber grows jobs
 //     within their racks first and tries to pull a job spread over racks
 //     into one, repair keeps a required job within one domain, and a

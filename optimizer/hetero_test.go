@@ -78,6 +78,40 @@ func TestSiaRound(t *testing.T) {
 	}
 }
 
+// A new job values one GPU of every type alike: without RandomTies the
+// first type of the snapshot takes it every round, with it the seed decides
+// (every type at times, the same type for the same seed).
+func TestSiaRandomTies(t *testing.T) {
+	seen := map[string]int{}
+	for seed := uint64(0); seed < 40; seed++ {
+		snap := &optimizer.Snapshot{Nodes: hetNodes(), Seed: seed, Jobs: []optimizer.Job{{ID: "new", Age: 60, MaxReplicas: 1}}}
+		det, err := optimizer.NewSia().Allocate(snap, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if typ := snap.TypeOf(det.Placements[0]); typ != "slow" {
+			t.Fatalf("seed %d: without random ties the new job went to %q, want the first type", seed, typ)
+		}
+		s := optimizer.NewSia()
+		s.RandomTies = true
+		a, err := s.Allocate(snap, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.Allocate(snap, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !a.Placements[0].Equal(b.Placements[0]) || a.Placements[0].Replicas() != 1 {
+			t.Fatalf("seed %d: random ties gave %v then %v", seed, a.Placements[0], b.Placements[0])
+		}
+		seen[snap.TypeOf(a.Placements[0])]++
+	}
+	if seen["slow"] == 0 || seen["fast"] == 0 {
+		t.Errorf("random ties over 40 seeds: %v, want both types", seen)
+	}
+}
+
 // Pollux blind to types sees the 8-GPU node as two 4-GPU ones and never
 // leaves a job on two types.
 func TestPolluxUnawareRound(t *testing.T) {

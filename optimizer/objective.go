@@ -83,7 +83,7 @@ func (f speedFn) atRacks(r, n, k int) float64 {
 // over the fair share, K_fair = ceil(GPUs / jobs) replicas on N_fair =
 // ceil(nodes / GPUs) nodes (for a job with no feasible batch there, the
 // largest feasible K below it), and priced across racks by the job's
-// cross-rack terms (measured, else from snap.CrossRackRatio).
+// fitted cross-rack term (none fitted: racks are free).
 func NewObjective(snap *Snapshot, p float64) (*Objective, error) {
 	return newObjective(snap, p, nil)
 }
@@ -129,7 +129,7 @@ func newObjective(snap *Snapshot, p float64, cache *SpeedupCache) (*Objective, e
 		o.order[j] = j
 		age := job.Age
 		o.factor[j] = math.Max(age-float64(job.Restarts)*RestartDelay, 0) / (age + RestartDelay)
-		sf, err := cache.get(job, snap.CrossRackRatio, o.nFair, o.kFair)
+		sf, err := cache.get(job, o.nFair, o.kFair)
 		if err != nil {
 			return nil, err
 		}
@@ -160,14 +160,12 @@ type speedKey struct {
 	nFair, kFair int
 }
 
-// get returns job's speedup function, its model's unknown cross-rack
-// terms derived with ratio, from the cache when possible.
-func (c *SpeedupCache) get(job *Job, ratio float64, nFair, kFair int) (speedFn, error) {
+// get returns job's speedup function, from the cache when possible.
+func (c *SpeedupCache) get(job *Job, nFair, kFair int) (speedFn, error) {
 	if job.Model == nil {
 		return newSpeedFn(job, nil, nFair, kFair)
 	}
 	md := *job.Model
-	md.Params = md.Params.WithCrossRack(ratio)
 	if c == nil {
 		return newSpeedFn(job, &md, nFair, kFair)
 	}
@@ -231,9 +229,6 @@ func validate(snap *Snapshot) error {
 func check(snap *Snapshot) (*topo, error) {
 	if err := checkJobsNodes(snap); err != nil {
 		return nil, err
-	}
-	if r := snap.CrossRackRatio; r != 0 && !(r >= 1) || math.IsInf(r, 0) {
-		return nil, fmt.Errorf("%w: cross-rack ratio %v, want 0 (none) or a finite ratio >= 1", ErrBadSnapshot, r)
 	}
 	tp, err := buildTopo(snap)
 	if err != nil {
@@ -359,7 +354,7 @@ func (o *Objective) Speedup(j, n, k int) float64 { return o.speed[j].at(n, k) }
 func (o *Objective) Scaled(j int, pl Placement) float64 {
 	var x float64
 	if o.multiRack && o.topo.spans(0, pl) {
-		x = o.speed[j].atRacks(2, pl.Nodes(), pl.Replicas()) * o.scale
+		x = o.speed[j].atRacks(o.topo.rackCount(pl), pl.Nodes(), pl.Replicas()) * o.scale
 	} else {
 		x = o.speed[j].at(pl.Nodes(), pl.Replicas()) * o.scale
 	}
@@ -426,7 +421,7 @@ func (o *Objective) Fitness(alloc []Placement) float64 {
 func (o *Objective) restrict(jobs, nodes, capacity []int) *Objective {
 	snap := o.snap
 	local := make(map[int]int, len(nodes))
-	sub := &Snapshot{Seed: snap.Seed, Now: snap.Now, Levels: snap.Levels, CrossRackRatio: snap.CrossRackRatio,
+	sub := &Snapshot{Seed: snap.Seed, Now: snap.Now, Levels: snap.Levels,
 		Nodes: make([]Node, len(nodes)), Jobs: make([]Job, len(jobs))}
 	for i, n := range nodes {
 		local[n] = i

@@ -246,3 +246,16 @@ func TestOptimus(t *testing.T) {
 		t.Errorf("missing oracle: %v", err)
 	}
 }
+
+func TestEpochProgress(t *testing.T) {
+	for _, c := range []struct {
+		done, declared int
+		want           float64
+	}{
+		{0, 10, 0}, {3, 10, 0.3}, {10, 10, 1}, {12, 10, 1}, {5, 0, 0}, {-1, 10, 0}, {1, 2, 0.5},
+	} {
+		if got := optimizer.EpochProgress(c.done, c.declared); got != c.want {
+			t.Errorf("EpochProgress(%d, %d) = %v, want %v", c.done, c.declared, got, c.want)
+		}
+	}
+}

@@ -2,7 +2,9 @@ package optimizer
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sort"
 
@@ -48,6 +50,12 @@ type Sia struct {
 	// Cache, if set, memoises goodputs from round to round (it never
 	// changes results, only their cost).
 	Cache *GoodputCache
+	// RandomTies breaks ties between equally costed configurations of
+	// different GPU types by a random order of the types, drawn per job
+	// and round from the snapshot's seed (the artifact's MILP solver
+	// breaks them by its own path); else the type order of the snapshot
+	// decides.
+	RandomTies bool
 }
 
 // NewSia returns Sia with the artifact's defaults.
@@ -263,7 +271,8 @@ func (s *Sia) jobItem(snap *Snapshot, job *Job, types []typeInfo, configs []siaC
 		cur = slices.IndexFunc(configs, func(c siaConfig) bool { return c.typeName == typ && c.gpus == k })
 	}
 	it := choiceItem{none: math.Round(100 * s.LambdaN), forced: -1}
-	for i, c := range configs {
+	for _, i := range s.configOrder(snap, job, len(types), configs) {
+		c := configs[i]
 		if c.gpus > maxRep || c.gpus < job.MinReplicas || job.GPUType != "" && c.typeName != job.GPUType {
 			continue
 		}
@@ -282,6 +291,31 @@ func (s *Sia) jobItem(snap *Snapshot, job *Job, types []typeInfo, configs []siaC
 		}
 	}
 	return it
+}
+
+// configOrder is the order in which the job's configurations become
+// options, the first of equally costed ones winning: the table's, or with
+// RandomTies the table's within each type and the types in a random order
+// drawn from the round's seed and the job's ID.
+func (s *Sia) configOrder(snap *Snapshot, job *Job, ntypes int, configs []siaConfig) []int {
+	out := make([]int, 0, len(configs))
+	if !s.RandomTies || ntypes < 2 {
+		for i := range configs {
+			out = append(out, i)
+		}
+		return out
+	}
+	h := fnv.New64a()
+	h.Write([]byte(job.ID))
+	perm := rand.New(rand.NewPCG(snap.Seed, h.Sum64())).Perm(ntypes)
+	for _, t := range perm {
+		for i, c := range configs {
+			if c.typ == t {
+				out = append(out, i)
+			}
+		}
+	}
+	return out
 }
 
 // bestGoodput is a model's best goodput on k replicas over n nodes, 0 when

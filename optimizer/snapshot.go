@@ -58,6 +58,16 @@ func (p Placement) Equal(q Placement) bool {
 // in epochs done over them.
 const MaxEpochs = 1 << 20
 
+// EpochProgress is the Progress of a job that has finished done of the
+// epochs it declared: done / declared, at most 1; 0 when it declared
+// none. The live planner and the simulator both fill Job.Progress with it.
+func EpochProgress(done, declared int) float64 {
+	if declared <= 0 || done <= 0 {
+		return 0
+	}
+	return min(float64(done)/float64(declared), 1)
+}
+
 // Job is one active job as the allocator sees it.
 type Job struct {
 	// ID names the job (stable across rounds).
@@ -71,12 +81,13 @@ type Job struct {
 	Attained float64 `json:"attained"`
 	// Restarts counts the job's reallocations so far.
 	Restarts int `json:"restarts"`
-	// Progress is the fraction of its work the job has done, in [0, 1]
-	// (its training progress over the progress at which it completes);
-	// 0 means not known. The simulator knows every job's target; in the
-	// live system a job whose spec declares its epochs reports its epoch
-	// over them, and one that declares none (it trains to a target only
-	// its workers know) leaves it 0.
+	// Progress is the fraction of its work the job has done, in [0, 1]:
+	// the whole epochs it has finished over the epochs it declared
+	// (EpochProgress); 0 means not known. A live job whose spec declares
+	// its epochs reports them, one that declares none (it trains to a
+	// target only its workers know) leaves it 0; the simulator fills it
+	// by the same rule from the workload's epochs, never from the exact
+	// work left.
 	Progress float64 `json:"progress,omitempty"`
 	// MinReplicas and MaxReplicas bound the job's GPU count when it runs.
 	MinReplicas int `json:"min_replicas"`
@@ -156,11 +167,6 @@ type Snapshot struct {
 	// Levels name the cluster's topology levels, innermost first (see
 	// topology.ParseLevels); nil is the rack alone.
 	Levels []string `json:"levels,omitempty"`
-	// CrossRackRatio is how many times slower synchronising across racks
-	// is than across the nodes of one rack (the in-rack to cross-rack
-	// bandwidth ratio), for jobs whose models have no measured cross-rack
-	// terms; 0 means 1: racks cost nothing until measured.
-	CrossRackRatio float64 `json:"cross_rack_ratio,omitempty"`
 	// Seed drives every random choice of the round.
 	Seed uint64 `json:"seed"`
 	// Now is the current time, in seconds on the caller's clock.

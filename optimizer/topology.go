@@ -8,11 +8,6 @@ import (
 	"pollux/optimizer/topology"
 )
 
-// DefaultCrossRackRatio is the cross-rack to in-rack slowdown the
-// command-line tools assume when none is configured: the 2:1
-// oversubscription of a common top-of-rack uplink.
-const DefaultCrossRackRatio = 2.0
-
 // TopologyConstraint is where a job's replicas may run, by topology level
 // (the semantics of Kueue's topology-aware scheduling and Volcano's hard
 // and soft network topology): Required names a level all the job's
@@ -216,6 +211,25 @@ func (t *topo) spans(l int, pl Placement) bool {
 		}
 	}
 	return false
+}
+
+// rackCount is the number of distinct racks pl's nodes are in.
+func (t *topo) rackCount(pl Placement) int {
+	d := t.domain[0]
+	r := 0
+	for i, nc := range pl {
+		seen := false
+		for _, o := range pl[:i] {
+			if d[o.Node] == d[nc.Node] {
+				seen = true
+				break
+			}
+		}
+		if !seen {
+			r++
+		}
+	}
+	return r
 }
 
 // Racks is the number of distinct racks a placement's nodes are in, by

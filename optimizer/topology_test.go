@@ -103,7 +103,6 @@ func TestSnapshotTopologyRefused(t *testing.T) {
 		"too many levels": func(s *optimizer.Snapshot) { s.Nodes[0].Topology = []string{"r1", "z1", "x"} },
 		"bad domain":      func(s *optimizer.Snapshot) { s.Nodes[0].Topology = []string{"R 1"} },
 		"bad levels":      func(s *optimizer.Snapshot) { s.Levels = []string{"zone", "rack"} },
-		"ratio below 1":   func(s *optimizer.Snapshot) { s.CrossRackRatio = 0.5 },
 		"unknown level":   func(s *optimizer.Snapshot) { s.Jobs[0].Topology.Required = "row" },
 		"required+preferred": func(s *optimizer.Snapshot) {
 			s.Jobs[0].Topology = optimizer.TopologyConstraint{Required: "rack", Preferred: "zone"}
@@ -123,12 +122,12 @@ func TestSnapshotTopologyRefused(t *testing.T) {
 }
 
 // TestOneRackTopologyUnchanged: naming the one rack, adding levels above
-// it or a cross-rack ratio changes no allocation of any policy.
+// it or fitted cross-rack terms changes no allocation of any policy.
 func TestOneRackTopologyUnchanged(t *testing.T) {
 	want := oneRackCases(t, func(*optimizer.Snapshot) {})
 	got := oneRackCases(t, func(s *optimizer.Snapshot) {
 		s.Levels = []string{"rack", "zone"}
-		s.CrossRackRatio = 4
+		withCrossRack(s, 3)
 		for n := range s.Nodes {
 			s.Nodes[n].Topology = []string{"r7", "z2"}
 		}
@@ -136,9 +135,22 @@ func TestOneRackTopologyUnchanged(t *testing.T) {
 	compareDigests(t, want, got)
 }
 
+// withCrossRack gives every job with a model of snap a fitted cross-rack
+// term of x times its inter-node alpha.
+func withCrossRack(snap *optimizer.Snapshot, x float64) {
+	for j := range snap.Jobs {
+		if md := snap.Jobs[j].Model; md != nil {
+			c := *md
+			c.Params.AlphaX = x * c.Params.AlphaN
+			snap.Jobs[j].Model = &c
+		}
+	}
+}
+
 // rackedSnapshot is randomSnapshot on 2 to 6 racks (zones of 2 racks),
-// with a cross-rack ratio of 1 to 8 and about a third of the jobs
-// constrained: required or preferred, at the rack or the zone.
+// with fitted cross-rack terms of 0 to 7 times the inter-node alpha and
+// about a third of the jobs constrained: required or preferred, at the
+// rack or the zone.
 func rackedSnapshot(t testing.TB, seed uint64) *optimizer.Snapshot {
 	t.Helper()
 	snap := randomSnapshot(t, seed)
@@ -154,7 +166,7 @@ func rackedSnapshot(t testing.TB, seed uint64) *optimizer.Snapshot {
 		fmt.Sscanf(r, "rack-%d", &idx)
 		snap.Nodes[n].Topology = append(snap.Nodes[n].Topology, fmt.Sprintf("z%d", idx/2))
 	}
-	snap.CrossRackRatio = 1 + 7*rng.Float64()
+	withCrossRack(snap, 7*rng.Float64())
 	for j := range snap.Jobs {
 		switch rng.IntN(9) {
 		case 0:
@@ -250,14 +262,22 @@ func commModel() *goodput.Model {
 	}
 }
 
-// The objective prices a placement across racks by the cross-rack terms:
-// derived from the ratio when the model has none (ratio 1 costs nothing),
-// the model's own when it has them.
+// crossModel is commModel with a fitted cross-rack term of x seconds per
+// synchronisation across two racks.
+func crossModel(x float64) *goodput.Model {
+	md := commModel()
+	md.Params.AlphaX = x
+	return md
+}
+
+// The objective prices a placement across racks by the job's fitted
+// cross-rack term, more the more racks it spans; without one (nothing
+// measured across racks) racks are free.
 func TestObjectivePricesRacks(t *testing.T) {
 	across := optimizer.Placement{{Node: 1, Count: 4}, {Node: 2, Count: 4}}
 	within := optimizer.Placement{{Node: 0, Count: 4}, {Node: 1, Count: 4}}
-	scaled := func(nodes []optimizer.Node, ratio float64, md *goodput.Model, pl optimizer.Placement) float64 {
-		snap := &optimizer.Snapshot{Nodes: nodes, CrossRackRatio: ratio, Jobs: []optimizer.Job{{ID: "j", Age: 600, MaxReplicas: 8, Model: md}}}
+	scaled := func(nodes []optimizer.Node, md *goodput.Model, pl optimizer.Placement) float64 {
+		snap := &optimizer.Snapshot{Nodes: nodes, Jobs: []optimizer.Job{{ID: "j", Age: 600, MaxReplicas: 16, Model: md}}}
 		obj, err := optimizer.NewObjective(snap, optimizer.DefaultPowerMean)
 		if err != nil {
 			t.Fatal(err)
@@ -268,36 +288,40 @@ func TestObjectivePricesRacks(t *testing.T) {
 	for n := range plain {
 		plain[n].Topology = nil
 	}
-	md := commModel()
-	blind := scaled(plain, 4, md, across)
-	if got := scaled(twoRacks(), 1, md, across); got != blind {
-		t.Errorf("ratio 1: %v, rack-blind %v", got, blind)
+	blind := scaled(plain, commModel(), across)
+	if got := scaled(twoRacks(), commModel(), across); got != blind {
+		t.Errorf("no fitted term: %v, rack-blind %v", got, blind)
 	}
-	if got := scaled(twoRacks(), 0, md, across); got != blind {
-		t.Errorf("no ratio: %v, rack-blind %v", got, blind)
+	x := scaled(twoRacks(), crossModel(0.3), across)
+	if !(x < 0.9*blind) {
+		t.Errorf("fitted 0.3 s: %v, not well below the rack-blind %v", x, blind)
 	}
-	x4 := scaled(twoRacks(), 4, md, across)
-	if !(x4 < 0.9*blind) {
-		t.Errorf("ratio 4: %v, not well below the rack-blind %v", x4, blind)
-	}
-	if got := scaled(twoRacks(), 4, md, within); got != blind {
+	if got := scaled(twoRacks(), crossModel(0.3), within); got != blind {
 		t.Errorf("within one rack: %v, want the rack-blind %v", got, blind)
 	}
-	// Measured cross-rack terms win over the configured ratio.
-	fitted := *md
-	fitted.Params = fitted.Params.WithCrossRack(8)
-	if a, b := scaled(twoRacks(), 4, &fitted, across), scaled(twoRacks(), 1, &fitted, across); a != b || !(a < x4) {
-		t.Errorf("measured 8x: %v at ratio 4, %v at ratio 1, %v derived at 4", a, b, x4)
+	if y := scaled(twoRacks(), crossModel(0.6), across); !(y < x) {
+		t.Errorf("a larger fitted term costs no more: %v vs %v", y, x)
+	}
+	// Four racks of one node each: spanning all four costs more than two.
+	four := []optimizer.Node{
+		{ID: "a", GPUs: 4, Topology: []string{"r1"}}, {ID: "b", GPUs: 4, Topology: []string{"r2"}},
+		{ID: "c", GPUs: 4, Topology: []string{"r3"}}, {ID: "d", GPUs: 4, Topology: []string{"r4"}},
+	}
+	two := scaled(four, crossModel(0.3), optimizer.Placement{{Node: 0, Count: 4}, {Node: 1, Count: 4}})
+	all := scaled(four, crossModel(0.3), optimizer.Placement{{Node: 0, Count: 2}, {Node: 1, Count: 2}, {Node: 2, Count: 2}, {Node: 3, Count: 2}})
+	flat := scaled(plain, crossModel(0.3), optimizer.Placement{{Node: 0, Count: 2}, {Node: 1, Count: 2}, {Node: 2, Count: 2}, {Node: 3, Count: 2}})
+	if two != x || !(all < flat) {
+		t.Errorf("4 racks: two racks %v (want %v), four racks %v vs %v in one", two, x, all, flat)
 	}
 }
 
-// With a slow cross-rack link the search keeps a job within one rack when
-// it fits there.
+// With a costly fitted cross-rack term the search keeps a job within one
+// rack when it fits there.
 func TestSearchKeepsJobInOneRack(t *testing.T) {
 	for seed := range uint64(10) {
-		snap := &optimizer.Snapshot{Nodes: twoRacks(), CrossRackRatio: 4, Seed: seed, Jobs: []optimizer.Job{
-			{ID: "j", Age: 6000, MaxReplicas: 8, Model: commModel(), Current: optimizer.Placement{{Node: 1, Count: 1}, {Node: 2, Count: 1}}},
-			{ID: "k", Age: 6000, MaxReplicas: 4, Model: commModel(), Current: optimizer.Placement{{Node: 3, Count: 1}}},
+		snap := &optimizer.Snapshot{Nodes: twoRacks(), Seed: seed, Jobs: []optimizer.Job{
+			{ID: "j", Age: 6000, MaxReplicas: 8, Model: crossModel(0.3), Current: optimizer.Placement{{Node: 1, Count: 1}, {Node: 2, Count: 1}}},
+			{ID: "k", Age: 6000, MaxReplicas: 4, Model: crossModel(0.3), Current: optimizer.Placement{{Node: 3, Count: 1}}},
 		}}
 		res, err := smallPollux(2).Allocate(snap, nil)
 		if err != nil {
@@ -315,7 +339,7 @@ func TestPreferredRack(t *testing.T) {
 	spans := func(pref string) int {
 		n := 0
 		for seed := range uint64(20) {
-			snap := &optimizer.Snapshot{Nodes: twoRacks(), CrossRackRatio: 1, Seed: seed, Jobs: []optimizer.Job{
+			snap := &optimizer.Snapshot{Nodes: twoRacks(), Seed: seed, Jobs: []optimizer.Job{
 				{ID: "j", Age: 6000, MaxReplicas: 8, Model: commModel(), Topology: optimizer.TopologyConstraint{Preferred: pref},
 					Current: optimizer.Placement{{Node: 1, Count: 1}, {Node: 2, Count: 1}}},
 				{ID: "k", Age: 6000, MaxReplicas: 2, Model: commModel(), Current: optimizer.Placement{{Node: 3, Count: 2}}},
@@ -348,7 +372,7 @@ func TestHierarchicalSearch(t *testing.T) {
 	if err := optimizer.AssignRacks(snap, 32); err != nil {
 		t.Fatal(err)
 	}
-	snap.CrossRackRatio = 3
+	withCrossRack(snap, 2)
 	var first optimizer.Result
 	for _, workers := range []int{1, 2} {
 		p := optimizer.NewPollux()
@@ -403,7 +427,7 @@ func TestRackLossReplaced(t *testing.T) {
 	if err := optimizer.AssignRacks(snap, 3); err != nil {
 		t.Fatal(err)
 	}
-	snap.CrossRackRatio = 4
+	withCrossRack(snap, 3)
 	for j := range snap.Jobs {
 		snap.Jobs[j].Current = nil
 		snap.Jobs[j].MaxReplicas = min(snap.Jobs[j].MaxReplicas, 4)

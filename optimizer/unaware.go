@@ -63,7 +63,7 @@ func (p *PolluxUnaware) Allocate(snap *Snapshot, prev *State) (Result, error) {
 		}
 	}
 	inner := &Snapshot{Nodes: vnodes, Seed: snap.Seed, Now: snap.Now, Jobs: make([]Job, len(snap.Jobs)),
-		Levels: snap.Levels, CrossRackRatio: snap.CrossRackRatio}
+		Levels: snap.Levels}
 	used := make([]int, len(vnodes))
 	for j := range snap.Jobs {
 		job := snap.Jobs[j]

@@ -52,12 +52,20 @@ type Config struct {
 	WorkerExec []string
 	// AllowCommands are the commands workers may run (nil: the default,
 	// node.DefaultAllowCommands); PassEnv the variables of the agent's
-	// environment workers get; RunAs the user (name or uid) they run as
-	// ("": the agent's own).
+	// environment workers get; RunAs the one user (name or uid) every
+	// job's workers run as, a single-tenant agent ("": see RunAsRange).
+	// RunAsRange, FIRST-LAST, gives each job's workers a uid of their
+	// own (node.Config.UIDs); "" is node.DefaultUIDRange for an agent
+	// running as root without RunAs, else the agent's own user.
 	AllowCommands []string
-	PassEnv       []string
-	RunAs         string
-	Security      secure.Options
+	// ReloadAllowCommands, if set, gives the allow-list anew on SIGHUP
+	// (pollux agent --config: the file's); runs assigned from then on
+	// are admitted by it.
+	ReloadAllowCommands func() ([]string, error)
+	PassEnv             []string
+	RunAs               string
+	RunAsRange          string
+	Security            secure.Options
 	// Logger is the agent's log; LibLogger the actor library's (nil:
 	// Logger).
 	Logger, LibLogger *slog.Logger
@@ -97,8 +105,15 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	a.log = a.log.With("agent", cfg.Name)
-	if a.runAs == nil && os.Geteuid() == 0 {
-		a.log.Warn("agent: WORKERS RUN AS ROOT: pass --run-as USER to run them as an unprivileged user")
+	switch {
+	case a.runAs != nil:
+		a.log.Warn("agent: SINGLE-TENANT: every job's workers run as one user (--run-as "+a.runAs.User+"): they can read "+
+			"each other's checkpoints, environment and report tokens, and signal each other; use --run-as-range for "+
+			"a cluster shared by tenants", "run_as", a.runAs.User)
+	case a.uids != nil:
+		a.log.Info("agent: each job's workers run as a uid of their own", "run_as_range", a.uids.String())
+	default:
+		a.log.Warn("agent: SINGLE-TENANT: workers run as the agent's own user (it is not root, so --run-as-range cannot apply)")
 	}
 	defer a.close()
 	return a.run(ctx)
@@ -117,6 +132,7 @@ type agent struct {
 	allow      []string
 	workerEnv  []string
 	runAs      *node.RunAs
+	uids       *node.UIDRange
 	workerExec []string
 
 	sec     *secure.Security
@@ -180,7 +196,7 @@ func (a *agent) startRemote() (*tls.Config, error) {
 	}
 	// The actor library logs every connection at info: keep its warnings.
 	libLog := a.lib.With("agent", a.cfg.Name, "lib", "protoactor")
-	remoteOpts, err := secure.RemoteOptions(a.sec.Creds, libLog)
+	remoteOpts, err := secure.RemoteOptions(a.sec.Creds, a.sec.Gate(pki.ChannelActor, libLog, nil), libLog)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +216,7 @@ func (a *agent) startRemote() (*tls.Config, error) {
 // startNode starts the node actor, which runs the machine's workers.
 func (a *agent) startNode(reportTLS *tls.Config) error {
 	reportCA := a.sec.CAPath
-	if a.runAs != nil && reportCA != "" {
+	if (a.runAs != nil || a.uids != nil) && reportCA != "" {
 		// The workers' user must read the CA certificate (public).
 		dir, err := workerCA(reportCA)
 		if err != nil {
@@ -210,15 +226,20 @@ func (a *agent) startNode(reportTLS *tls.Config) error {
 		reportCA = filepath.Join(dir, filepath.Base(reportCA))
 	}
 	if a.cfg.DataDir != "" {
-		if err := os.MkdirAll(a.cfg.DataDir, 0o755); err != nil {
+		if err := secure.PrivateDir(a.cfg.DataDir, a.log); err != nil {
 			return usage.Errorf("agent: --data-dir: %w", err)
 		}
 	}
+	tokens, err := tokenDir()
+	if err != nil {
+		return err
+	}
+	a.onClose(func() { os.RemoveAll(tokens) })
 	c := a.cfg
 	nd, err := node.Start(a.sys, node.Config{
 		Name: c.Name, GPUs: a.gpus, GPUType: a.meta.GPUType, Topology: a.meta.Topology, CPUSlots: a.slots, Grace: c.Grace,
 		ReportListen: net.JoinHostPort(c.Bind, "0"), DataDir: c.DataDir, Logger: a.log,
-		ReportTLS: reportTLS, ReportCA: reportCA, AllowCommands: a.allow, RunAs: a.runAs, WorkerEnv: a.workerEnv,
+		ReportTLS: reportTLS, ReportGate: a.sec.Gate(pki.ChannelReport, a.log, nil), ReportCA: reportCA, AllowCommands: a.allow, RunAs: a.runAs, UIDs: a.uids, WorkerEnv: a.workerEnv, TokenDir: tokens,
 		Emulator: func(app string) []string {
 			return append(append([]string(nil), a.workerExec...), "worker", "--emulate", app,
 				"--time-scale", strconv.FormatFloat(c.TimeScale, 'g', -1, 64),
@@ -252,8 +273,30 @@ func (a *agent) startGossip(ctx context.Context) error {
 	}
 	a.members = members
 	a.onClose(func() { _ = members.Leave(time.Second); _ = members.Shutdown() })
+	// The gates keep room for the lab's members (servers send Assigns)
+	// and this machine (workers report from it).
+	a.sec.TrackMembers(ctx, time.Second, func() []string {
+		var out []string
+		for _, m := range members.Members() {
+			out = append(out, m.Addr, m.Meta.ActorAddr)
+		}
+		return out
+	})
 	go member.LogEvents(members, a.log)
-	a.sec.ReloadGossipKeys(ctx, members, a.log)
+	var also []secure.Reload
+	if reload := a.cfg.ReloadAllowCommands; reload != nil {
+		also = append(also, secure.Reload{What: "allow-list", Do: func() error {
+			allow, err := reload()
+			if err == nil {
+				err = a.nd.SetAllowCommands(allow)
+			}
+			if err == nil {
+				a.log.Info("agent: allow-list reloaded", "allow_commands", allow)
+			}
+			return err
+		}})
+	}
+	a.sec.ReloadOnHangup(ctx, members, a.log, also...)
 	return nil
 }
 
@@ -265,5 +308,5 @@ func (a *agent) ready() {
 			GPUs: a.gpus, Topology: m.Topology, GPUType: m.GPUType, CPUSlots: a.slots != nil})
 	}
 	a.log.Info("agent: ready", "gossip", a.members.Addr(), "actor", a.sys.Address(), "gpus", a.gpus, "cpu_slots", a.slots,
-		"topology", m.Topology, "gpu_type", m.GPUType, "allow_commands", a.allow, "run_as", c.RunAs, "pass_env", c.PassEnv)
+		"topology", m.Topology, "gpu_type", m.GPUType, "allow_commands", a.allow, "run_as", c.RunAs, "run_as_range", a.uids, "pass_env", c.PassEnv)
 }

@@ -83,6 +83,9 @@ func (a *agent) checkWorkers() error {
 	if a.runAs, err = lookupRunAs(c.RunAs); err != nil {
 		return usage.Wrap(err)
 	}
+	if a.uids, err = runAsRange(c.RunAsRange, c.RunAs, os.Geteuid()); err != nil {
+		return usage.Wrap(err)
+	}
 	a.workerExec = c.WorkerExec
 	if len(a.workerExec) == 0 {
 		exe, err := os.Executable()

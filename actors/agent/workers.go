@@ -26,6 +26,41 @@ func passEnv(names []string) ([]string, error) {
 	return env, nil
 }
 
+// runAsRange resolves --run-as-range for an agent of effective uid euid
+// with --run-as runAs: the range given, or node.DefaultUIDRange for
+// root without --run-as; nil for the agent's own user or --run-as.
+func runAsRange(s, runAs string, euid int) (*node.UIDRange, error) {
+	switch {
+	case s == "" && (runAs != "" || euid != 0):
+		return nil, nil
+	case s == "":
+		r := node.DefaultUIDRange
+		return &r, nil
+	case runAs != "":
+		return nil, fmt.Errorf("agent: --run-as %q and --run-as-range %q: want one (one user for every job, or one per job)", runAs, s)
+	case euid != 0:
+		return nil, fmt.Errorf("agent: --run-as-range %q needs the agent to run as root", s)
+	}
+	r, err := node.ParseUIDRange(s)
+	if err != nil {
+		return nil, fmt.Errorf("agent: --run-as-range: %w", err)
+	}
+	return &r, nil
+}
+
+// tokenDir makes the directory of the workers' report token files: the
+// workers' users reach their own file in it (0711) but list nothing.
+func tokenDir() (string, error) {
+	dir, err := os.MkdirTemp("", "pollux-agent-tokens-")
+	if err == nil {
+		err = os.Chmod(dir, 0o711)
+	}
+	if err != nil {
+		return "", fmt.Errorf("agent: report token directory: %w", err)
+	}
+	return dir, nil
+}
+
 // lookupRunAs resolves --run-as (a user name or uid) with its groups; ""
 // is nil (the agent's own user).
 func lookupRunAs(name string) (*node.RunAs, error) {

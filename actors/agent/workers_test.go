@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"pollux/actors/node"
 )
 
 func TestPassEnv(t *testing.T) {
@@ -69,5 +71,40 @@ func TestWorkerCA(t *testing.T) {
 	}
 	if _, err := workerCA(filepath.Join(t.TempDir(), "missing.pem")); err == nil {
 		t.Error("a missing CA copied")
+	}
+}
+
+// TestRunAsRange: an agent running as root gets the default range
+// unless --run-as says one user; a range needs root and excludes
+// --run-as.
+func TestRunAsRange(t *testing.T) {
+	for _, tc := range []struct {
+		name, s, runAs string
+		euid           int
+		want           string // "" nil
+		err            string
+	}{
+		{name: "root default", euid: 0, want: node.DefaultUIDRange.String()},
+		{name: "root with run-as", runAs: "nobody", euid: 0},
+		{name: "not root", euid: 1000},
+		{name: "given", s: "5000-5009", euid: 0, want: "5000-5009"},
+		{name: "given, not root", s: "5000-5009", euid: 1000, err: "needs the agent to run as root"},
+		{name: "both", s: "5000-5009", runAs: "nobody", euid: 0, err: "want one"},
+		{name: "bad", s: "0-9", euid: 0, err: "never root"},
+	} {
+		r, err := runAsRange(tc.s, tc.runAs, tc.euid)
+		got := ""
+		if r != nil {
+			got = r.String()
+		}
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: %v %v, want an error mentioning %q", tc.name, r, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%s: %q %v, want %q", tc.name, got, err, tc.want)
+		}
 	}
 }

@@ -47,11 +47,6 @@ type Config struct {
 	// a time, chosen with its GPU count). Set it to Policy to use one
 	// policy whatever the cluster.
 	TypedPolicy optimizer.Policy
-	// CrossRackRatio is how many times slower synchronising across racks
-	// is than within one, for jobs whose models have no measured
-	// cross-rack terms (optimizer.Snapshot.CrossRackRatio; 0: racks cost
-	// nothing until measured).
-	CrossRackRatio float64
 	// Levels are the cluster's topology levels a cluster without a
 	// configuration is initialised with (nil: the rack alone).
 	Levels []string
@@ -151,11 +146,19 @@ type RoundInfo struct {
 	// when this server learnt it leads.
 	FirstOfTerm bool
 	Elected     time.Time
-	// Effort is the search's effort for the next round (see SearchBudget).
-	Effort float64
+	// Effort is the search's effort for the next round (see SearchBudget);
+	// SearchEffort the effort this round's search ran at (0: the policy
+	// is not budgeted, as the first round's climb).
+	Effort, SearchEffort float64
 	// Policy names the policy that decided the round ("" when there was
 	// nothing to decide).
 	Policy string
+	// Snapshot and Prev are the policy's input (nil when there was
+	// nothing to decide), so that an observer can judge the decision,
+	// e.g. against a search of full effort on the same input. Neither is
+	// changed after the round.
+	Snapshot *optimizer.Snapshot
+	Prev     *optimizer.State
 }
 
 // minEffort bounds how far a slow search is cut down.
@@ -288,6 +291,7 @@ type allocator struct {
 	noSizeWhy string                   // why autoscaling decides no size, logged once (scale.go)
 
 	leaseTimer *time.Timer
+	plant      plant // a planted bug's state (test binaries with the judgebugs tag only)
 
 	round     *roundState // the round awaiting acks
 	lastRound time.Time
@@ -515,7 +519,6 @@ func (a *allocator) run(ctx actor.Context) {
 		a.cfg.Logger.Error("allocator: building snapshot", "err", err)
 		return
 	}
-	snap.CrossRackRatio = a.cfg.CrossRackRatio
 	info := RoundInfo{Term: a.term, Jobs: len(snap.Jobs), FirstOfTerm: !a.firstDone, Elected: a.elected, Began: begin}
 	slots := map[string][]state.Slot{}
 	var scale *optimizer.ScaleDecision
@@ -525,7 +528,9 @@ func (a *allocator) run(ctx actor.Context) {
 		px, budgeted := search.(optimizer.Budgeted)
 		if budgeted {
 			px.SetEffort(a.effort)
+			info.SearchEffort = a.effort
 		}
+		info.Snapshot, info.Prev = snap, a.prev
 		t0 := time.Now()
 		res, err := policy.Allocate(snap, a.prev)
 		if err != nil {
@@ -641,6 +646,7 @@ func (a *allocator) assignOptions() AssignOptions {
 // (as messages) to end the round.
 func (a *allocator) assign(ctx actor.Context, st *state.State, info RoundInfo, begin time.Time) {
 	assign, uncovered := Assignments(st, a.assignOptions())
+	assign = a.plant.staleAllocation(a, st, assign)
 	for _, id := range uncovered {
 		a.cfg.Logger.Error("allocator: a placed job's bid does not cover its shape; not run this round", "job", id)
 	}

@@ -189,6 +189,9 @@ func (a *allocator) finish(job string, inc uint64, end state.JobState, reason st
 		return
 	}
 	a.finishing[key] = true
+	if a.plant.dropCompletion(a, job, end) {
+		return
+	}
 	var meas *state.Measurement
 	if end == state.Completed {
 		meas = a.lastMeasurement(job)

@@ -197,13 +197,10 @@ func buildSnapshot(st *state.State, nodes []optimizer.Node, bids map[string]*sta
 	return snap, nil
 }
 
-// progress is how far the job is through the epochs it declared: its
-// reported epoch over them, at most 1; 0 when it declared none.
+// progress is how far the job is through the epochs it declared
+// (optimizer.EpochProgress of its reported epoch).
 func progress(j *state.Job) float64 {
-	if j.Spec.Epochs <= 0 {
-		return 0
-	}
-	return math.Min(float64(j.Epoch)/float64(j.Spec.Epochs), 1)
+	return optimizer.EpochProgress(j.Epoch, j.Spec.Epochs)
 }
 
 // placementType is the GPU type of a placement's nodes ("" untyped or

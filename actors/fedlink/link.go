@@ -666,6 +666,12 @@ func (l *Link) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.refuse(w, r, peer, http.StatusForbidden, fmt.Errorf("%w: %s command from %q, sent by %s", ErrRefused, c.Op, c.From, peer))
 		return
 	}
+	if le, ok := st.Fed.Ledger.Lease(c.Lease); ok && c.Op == federation.OpRenew && le.Lender != peer {
+		// The ledger refuses it too; said here in the protocol's words.
+		l.refuse(w, r, peer, http.StatusForbidden, fmt.Errorf("%w: renewal of lease %s by %s: only its lender %s extends a lease, "+
+			"on its own clock and with its own time to live (a borrower asks by bidding for the GPUs)", ErrRefused, c.Lease, peer, le.Lender))
+		return
+	}
 	err = l.apply(r.Context(), c)
 	switch {
 	case err == nil:

@@ -24,6 +24,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"pollux/actors/pb"
 	"pollux/cluster"
 	"pollux/cluster/federation"
 	"pollux/cluster/pki"
@@ -584,5 +585,81 @@ func TestHalfCommittedLease(t *testing.T) {
 	}
 	if len(b.ledger().Leases()) != 1 {
 		t.Errorf("borrower's leases %v", b.ledger().Leases())
+	}
+}
+
+// A borrower cannot extend its lease, however it asks: its renewal (a
+// day ahead, for a day) is refused with a 403 naming the rule, logged
+// once naming the peer, and changes nothing. When it then stops
+// answering, the lease runs out by the lender's clock at its time to
+// live: the lender's rounds expire it and its orders are no longer
+// authorised (the lender stops its workers at its next Assign).
+func TestOnlyTheLenderRenews(t *testing.T) {
+	clk, a, b := pair(t)
+	ctx := context.Background()
+	at := seconds(clk.Now())
+	g := federation.Command{Op: federation.OpGrant, From: "lab-a", Lease: "l1", Lender: "lab-a", Borrower: "lab-b",
+		Nodes: []federation.NodeGPUs{{Node: "n0", GPUs: 4}}, At: at, TTL: 60}
+	if err := a.link.Commit(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	before := state.EncodeState(a.srv.LocalState())
+	for _, body := range []string{
+		fmt.Sprintf(`{"op":"renew","from":"lab-b","lease":"l1","at":%v,"ttl_s":86400}`, at+86400),
+		fmt.Sprintf(`{"op":"renew","from":"lab-b","lease":"l1","at":%v,"ttl_s":86400}`, at+1),
+		fmt.Sprintf(`{"op":"renew","from":"lab-b","lease":"l1","at":%v}`, at+1),
+	} {
+		code, text := post(t, a, b.creds, PathLease, body)
+		if code != http.StatusForbidden || !strings.Contains(text, "only its lender lab-a extends a lease") {
+			t.Errorf("the borrower's renewal %s: %d %s", body, code, text)
+		}
+	}
+	if after := state.EncodeState(a.srv.LocalState()); !bytes.Equal(after, before) {
+		t.Error("the borrower's renewals changed the lender's state")
+	}
+	if n := len(a.logs.Lines("federation: refused")); n != 3 || len(a.logs.Lines("peer=lab-b")) != 3 {
+		t.Errorf("%d refusal lines, want 3 naming lab-b:\n%s", n, a.logs.String())
+	}
+	// The ledger refuses it too, however it gets there.
+	err := a.srv.ApplyCommand(ctx, &state.Lease{Cmd: federation.Command{Op: federation.OpRenew, From: "lab-b", Lease: "l1", At: at + 1, TTL: 86400}})
+	if !errors.Is(err, federation.ErrNotParty) {
+		t.Errorf("the borrower's renewal through Raft: %v", err)
+	}
+	order := federation.Order{Borrower: "lab-b", Node: "n0", GPUs: 4, At: at + 59}
+	if err := a.ledger().Authorize(order); err != nil {
+		t.Fatalf("an order within the lease: %v", err)
+	}
+	// lab-b's workers run on n0 under the lease.
+	owner := &pb.Ref{Address: "lab-b-s0", Id: "jobhost/job-j1"}
+	if err := b.link.SendOrder(ctx, federation.BorrowedID("lab-a", "n0"),
+		&pb.Assign{ClusterId: "cluster-b", Term: 2, Generation: 5, Runs: []*pb.RunJob{run("j1", 2, owner)}}); err != nil {
+		t.Fatal(err)
+	}
+	if m := a.link.Borrowed("n0"); len(m) != 1 {
+		t.Fatalf("n0's Assign under the lease holds %v", m)
+	}
+	// lab-b goes silent. Within the time to live nothing changes...
+	clk.Add(59 * time.Second)
+	a.link.Round(ctx)
+	if _, ok := a.ledger().Lease("l1"); !ok {
+		t.Fatal("the lease ended before its time to live")
+	}
+	// ...and at it, the lease is gone from the lender's ledger, whatever
+	// lab-b sent before, and lab-b's orders there are refused.
+	clk.Add(time.Second)
+	a.link.Round(ctx)
+	if _, ok := a.ledger().Lease("l1"); ok || a.ledger().Lent() != 0 {
+		t.Fatalf("the lease of the silent borrower outlived its time to live: %+v", a.ledger().Leases())
+	}
+	order.At = at + 60
+	if err := a.ledger().Authorize(order); !errors.Is(err, federation.ErrNotLeased) {
+		t.Errorf("an order of the lost borrower after the expiry: %v", err)
+	}
+	// n0's next Assign holds none of lab-b's runs: its workers stop.
+	if m := a.link.Borrowed("n0"); len(m) != 0 {
+		t.Errorf("n0's Assign after the expiry still holds the lost borrower's runs %v", m)
+	}
+	if len(a.logs.Lines("borrowed workers stopped")) != 1 {
+		t.Errorf("no line says the lost borrower's workers stopped:\n%s", a.logs.String())
 	}
 }

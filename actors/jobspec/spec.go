@@ -79,6 +79,10 @@ type Spec struct {
 	// such a job as asked; Pollux keeps it within the same bounds.
 	Replicas int `yaml:"replicas,omitempty" json:"replicas,omitempty"`
 	Batch    int `yaml:"batch_size,omitempty" json:"batch_size,omitempty"`
+	// ResumeFrom, if set, names a finished job of the same submitter
+	// whose checkpoint directory this job takes over (no live job may
+	// hold it); empty: the job checkpoints in ROOT/<its name>.
+	ResumeFrom string `yaml:"resume_from,omitempty" json:"resume_from,omitempty"`
 }
 
 // FieldError is a refused field: which, its value and why.
@@ -121,17 +125,30 @@ func CheckName(s string) error {
 	return nil
 }
 
+// AppLimits gives the batch limits of the built-in application app, if
+// there is one: a spec naming it takes them for the batch fields it
+// leaves out.
+type AppLimits func(app string) (goodput.Limits, bool)
+
 // Decode reads one YAML spec from r, applies defaults and validates it.
-func Decode(r io.Reader) (Spec, error) {
+func Decode(r io.Reader) (Spec, error) { return DecodeWith(r, nil) }
+
+// DecodeWith is Decode with the built-in applications' limits as
+// defaults (nil: none).
+func DecodeWith(r io.Reader, apps AppLimits) (Spec, error) {
 	b, err := io.ReadAll(io.LimitReader(r, MaxBytes+1))
 	if err != nil {
 		return Spec{}, fmt.Errorf("jobspec: reading spec: %w", err)
 	}
-	return Parse(b)
+	return ParseWith(b, apps)
 }
 
 // Parse decodes one YAML spec, applies defaults and validates it.
-func Parse(b []byte) (Spec, error) {
+func Parse(b []byte) (Spec, error) { return ParseWith(b, nil) }
+
+// ParseWith is Parse with the built-in applications' limits as defaults
+// (nil: none).
+func ParseWith(b []byte, apps AppLimits) (Spec, error) {
 	if len(b) > MaxBytes {
 		return Spec{}, fmt.Errorf("%w: over %d bytes", ErrTooLarge, MaxBytes)
 	}
@@ -147,23 +164,48 @@ func Parse(b []byte) (Spec, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return Spec{}, fmt.Errorf("%w: want exactly one YAML document", ErrSyntax)
 	}
-	s, given, err := fromNode(&doc)
-	if err != nil {
-		return Spec{}, err
+	lines := map[string]int{}
+	s, given, errs := fromNode(&doc, lines)
+	if given == nil {
+		return Spec{}, errors.Join(errs...)
+	}
+	bad := map[string]bool{} // fields already refused
+	for _, err := range errs {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			bad[fe.Field] = true
+		}
+	}
+	if apps != nil && s.Application != "" {
+		if lim, ok := apps(s.Application); ok {
+			s.applyApp(lim, given)
+		}
 	}
 	s.applyDefaults(given)
-	if err := s.Validate(); err != nil {
-		return Spec{}, err
+	for _, err := range s.problems() {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			if bad[fe.Field] {
+				continue // refused above already
+			}
+			if line := lines[fe.Field]; line > 0 {
+				fe.Reason = fmt.Sprintf("%s (line %d)", fe.Reason, line)
+			}
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return Spec{}, errors.Join(errs...)
 	}
 	return s, nil
 }
 
 // fromNode walks the top-level mapping field by field, so that a type
-// error names its field.
-// It also returns which fields were given.
-func fromNode(doc *yaml.Node) (Spec, map[string]bool, error) {
+// error names its field and line. It returns which fields were given,
+// recording the line of each in lines, and every error it met.
+func fromNode(doc *yaml.Node, lines map[string]int) (Spec, map[string]bool, []error) {
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
-		return Spec{}, nil, fmt.Errorf("%w: want a mapping of fields at the top level", ErrSyntax)
+		return Spec{}, nil, []error{fmt.Errorf("%w: want a mapping of fields at the top level", ErrSyntax)}
 	}
 	m := doc.Content[0]
 	var s Spec
@@ -184,38 +226,46 @@ func fromNode(doc *yaml.Node) (Spec, map[string]bool, error) {
 		"epochs":               &s.Epochs,
 		"replicas":             &s.Replicas,
 		"batch_size":           &s.Batch,
+		"resume_from":          &s.ResumeFrom,
 	}
 	seen := make(map[string]bool, len(fields))
+	var errs []error
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
 		if k.Kind != yaml.ScalarNode {
-			return Spec{}, nil, fmt.Errorf("%w: line %d: field names must be plain strings", ErrSyntax, k.Line)
+			errs = append(errs, fmt.Errorf("%w: line %d: field names must be plain strings", ErrSyntax, k.Line))
+			continue
 		}
 		dst, ok := fields[k.Value]
 		if !ok {
-			return Spec{}, nil, fieldErr(k.Value, v.Value, "unknown field (line %d)", k.Line)
+			errs = append(errs, fieldErr(k.Value, v.Value, "unknown field (line %d)", k.Line))
+			continue
 		}
 		if seen[k.Value] {
-			return Spec{}, nil, fieldErr(k.Value, v.Value, "given twice (line %d)", k.Line)
+			errs = append(errs, fieldErr(k.Value, v.Value, "given twice (line %d)", k.Line))
+			continue
 		}
 		seen[k.Value] = true
+		lines[k.Value] = k.Line
 		if err := checkNoAlias(v); err != nil {
-			return Spec{}, nil, fieldErr(k.Value, v.Value, "%v (line %d)", err, v.Line)
+			errs = append(errs, fieldErr(k.Value, v.Value, "%v (line %d)", err, v.Line))
+			continue
 		}
 		if !tagFits(v, dst) {
-			return Spec{}, nil, fieldErr(k.Value, v.Value, "want %s (line %d)", kindOf(dst), v.Line)
+			errs = append(errs, fieldErr(k.Value, v.Value, "want %s (line %d)", kindOf(dst), v.Line))
+			continue
 		}
 		if tc, ok := dst.(*optimizer.TopologyConstraint); ok {
 			if err := decodeTopology(v, tc); err != nil {
-				return Spec{}, nil, err
+				errs = append(errs, err)
 			}
 			continue
 		}
 		if err := v.Decode(dst); err != nil {
-			return Spec{}, nil, fieldErr(k.Value, v.Value, "want %s (line %d)", kindOf(dst), v.Line)
+			errs = append(errs, fieldErr(k.Value, v.Value, "want %s (line %d)", kindOf(dst), v.Line))
 		}
 	}
-	return s, seen, nil
+	return s, seen, errs
 }
 
 // decodeTopology reads topology: a mapping of required or preferred to a
@@ -295,6 +345,28 @@ func kindOf(dst any) string {
 	}
 }
 
+// applyApp fills the batch fields that were not given from a built-in
+// application's limits, and marks them given.
+func (s *Spec) applyApp(lim goodput.Limits, given map[string]bool) {
+	for _, f := range []struct {
+		field string
+		dst   *int
+		v     int
+	}{
+		{"init_batch_size", &s.InitBatch, lim.InitBatch},
+		{"max_batch_size", &s.MaxBatch, lim.MaxBatch},
+		{"min_local_batch_size", &s.MinLocalBatch, lim.MinLocal},
+		{"max_local_batch_size", &s.MaxLocalBatch, lim.MaxLocal},
+	} {
+		if !given[f.field] && f.v > 0 {
+			*f.dst, given[f.field] = f.v, true
+		}
+	}
+	if !given["accumulation"] {
+		s.Accumulation, given["accumulation"] = lim.Accumulation, true
+	}
+}
+
 // applyDefaults fills the fields that were not given: min_replicas 1,
 // max_replicas 64 (at least min_replicas), max_batch_size the initial batch
 // (a fixed batch), min_local_batch_size 1, max_local_batch_size the initial
@@ -358,12 +430,18 @@ func (s Spec) validateFixed() error {
 
 // Validate reports the first refused field of s (defaults already
 // applied).
-func (s Spec) Validate() error {
+func (s Spec) Validate() error { return errors.Join(s.problems()...) }
+
+// problems are every refused field of s, in the order of Validate's
+// checks; those that only make sense once the ranges hold are left out
+// while a range does not.
+func (s Spec) problems() []error {
+	var errs []error
 	if err := CheckName(s.Name); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	if err := s.validateProgram(); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	ranges := []struct {
 		field  string
@@ -379,54 +457,70 @@ func (s Spec) Validate() error {
 		{"max_local_batch_size", s.MaxLocalBatch, s.MinLocalBatch, MaxBatch, "min_local_batch_size"},
 	}
 	if err := s.validateFixed(); err != nil {
-		return err
+		errs = append(errs, err)
 	}
+	inRange := true
 	for _, r := range ranges {
 		if r.v < r.lo || r.v > r.hi {
 			why := fmt.Sprintf("want between %d and %d", r.lo, r.hi)
 			if r.loWhy != "" && r.v < r.lo {
 				why = fmt.Sprintf("must not be below %s (%d)", r.loWhy, r.lo)
 			}
-			return fieldErr(r.field, r.v, "%s", why)
+			errs, inRange = append(errs, fieldErr(r.field, r.v, "%s", why)), false
 		}
 	}
-	if s.MinLocalBatch > s.InitBatch && s.Batch == 0 {
-		return fieldErr("min_local_batch_size", s.MinLocalBatch, "must not exceed init_batch_size (%d)", s.InitBatch)
+	if inRange {
+		errs = append(errs, s.fitProblems()...)
 	}
-	// The job must be able to start on min_replicas GPUs before its
-	// first fit, at M = max(M0, min_local*K) split as the scheduler does.
+	if err := s.Topology.CheckSyntax(); err != nil {
+		errs = append(errs, fieldErr("topology", fmt.Sprintf("%+v", s.Topology), "%v", err))
+	}
+	if s.GPUType != "" {
+		if err := topology.CheckName("GPU type", s.GPUType); err != nil {
+			errs = append(errs, fieldErr("gpu_type", s.GPUType, "%v", err))
+		}
+	}
+	if s.Epochs < 0 || s.Epochs > optimizer.MaxEpochs {
+		errs = append(errs, fieldErr("epochs", s.Epochs, "want 0 (not declared) to %d", optimizer.MaxEpochs))
+	}
+	if s.ResumeFrom != "" {
+		if !nameRE.MatchString(s.ResumeFrom) {
+			errs = append(errs, fieldErr("resume_from", s.ResumeFrom, "not a job name (want 1-63 characters of [a-z0-9._-], starting and ending with a letter or digit)"))
+		} else if s.ResumeFrom == s.Name {
+			errs = append(errs, fieldErr("resume_from", s.ResumeFrom, "a job cannot resume from itself"))
+		}
+	}
+	if s.CheckpointDir != "" {
+		switch {
+		case len(s.CheckpointDir) > MaxPath:
+			errs = append(errs, fieldErr("checkpoint_dir", s.CheckpointDir, "longer than %d bytes", MaxPath))
+		case strings.ContainsRune(s.CheckpointDir, 0):
+			errs = append(errs, fieldErr("checkpoint_dir", s.CheckpointDir, "contains a NUL byte"))
+		case !filepath.IsAbs(s.CheckpointDir):
+			errs = append(errs, fieldErr("checkpoint_dir", s.CheckpointDir, "want an absolute path"))
+		}
+	}
+	return errs
+}
+
+// fitProblems check that the job can start on min_replicas GPUs before
+// its first fit, at M = max(M0, min_local*K) split as the scheduler
+// does (the ranges hold).
+func (s Spec) fitProblems() []error {
+	if s.MinLocalBatch > s.InitBatch && s.Batch == 0 {
+		return []error{fieldErr("min_local_batch_size", s.MinLocalBatch, "must not exceed init_batch_size (%d)", s.InitBatch)}
+	}
 	k := s.MinReplicas
 	total := max(s.InitBatch, s.MinLocalBatch*k)
 	if total > s.MaxBatch {
-		return fieldErr("min_replicas", k, "%d replicas of at least %d samples exceed max_batch_size (%d)", k, s.MinLocalBatch, s.MaxBatch)
+		return []error{fieldErr("min_replicas", k, "%d replicas of at least %d samples exceed max_batch_size (%d)", k, s.MinLocalBatch, s.MaxBatch)}
 	}
 	if m, _ := s.Limits().Split(k, float64(total)); m > s.MaxLocalBatch {
 		hint := "; set accumulation: true or raise it"
 		if s.Accumulation {
 			hint = ""
 		}
-		return fieldErr("max_local_batch_size", s.MaxLocalBatch, "batch %d on %d replica(s) needs %d per GPU%s", total, k, m, hint)
-	}
-	if err := s.Topology.CheckSyntax(); err != nil {
-		return fieldErr("topology", fmt.Sprintf("%+v", s.Topology), "%v", err)
-	}
-	if s.GPUType != "" {
-		if err := topology.CheckName("GPU type", s.GPUType); err != nil {
-			return fieldErr("gpu_type", s.GPUType, "%v", err)
-		}
-	}
-	if s.Epochs < 0 || s.Epochs > optimizer.MaxEpochs {
-		return fieldErr("epochs", s.Epochs, "want 0 (not declared) to %d", optimizer.MaxEpochs)
-	}
-	if s.CheckpointDir != "" {
-		switch {
-		case len(s.CheckpointDir) > MaxPath:
-			return fieldErr("checkpoint_dir", s.CheckpointDir, "longer than %d bytes", MaxPath)
-		case strings.ContainsRune(s.CheckpointDir, 0):
-			return fieldErr("checkpoint_dir", s.CheckpointDir, "contains a NUL byte")
-		case !filepath.IsAbs(s.CheckpointDir):
-			return fieldErr("checkpoint_dir", s.CheckpointDir, "want an absolute path")
-		}
+		return []error{fieldErr("max_local_batch_size", s.MaxLocalBatch, "batch %d on %d replica(s) needs %d per GPU%s", total, k, m, hint)}
 	}
 	return nil
 }

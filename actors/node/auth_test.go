@@ -315,3 +315,30 @@ func TestReportPortProbation(t *testing.T) {
 		delivered()
 	}
 }
+
+// TestSetAllowCommands: a new allow-list (an agent's SIGHUP) admits the
+// runs assigned from then on; a run already started goes on, and a bad
+// list changes nothing.
+func TestSetAllowCommands(t *testing.T) {
+	f := newFixtureIn(t, 4, time.Second, t.TempDir())
+	f.allow = []string{"emulated:serve"}
+	f.restartWith(nil)
+	first := f.run("first", 1, 1, "serve")
+	if ack := f.assign(1, first); !ack.Ok || runStatus(ack, "first", 1).GetDenied() != "" {
+		t.Fatalf("first run: %v", ack)
+	}
+	if err := f.node.SetAllowCommands([]string{"emulated:[bad"}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("bad list: %v", err)
+	}
+	if err := f.node.SetAllowCommands([]string{"emulated:other"}); err != nil {
+		t.Fatal(err)
+	}
+	second := f.run("second", 1, 1, "serve")
+	ack := f.assign(2, first, second)
+	if rs := runStatus(ack, "second", 1); !ack.Ok || rs == nil || !strings.Contains(rs.Denied, "not in this agent's allow-list") {
+		t.Errorf("a run after the list changed: %v", ack)
+	}
+	if rs := runStatus(ack, "first", 1); rs == nil || rs.Denied != "" {
+		t.Errorf("the run started before: %v", rs)
+	}
+}

@@ -22,59 +22,108 @@ func checkCheckpointDir(root, dir string) error {
 }
 
 // prepareCheckpointDir makes dir (checked by checkCheckpointDir) exist
-// as a directory whose every component resolves inside root: a symbolic
-// link below the root may point within it but never outside (that is
-// refused, an error wrapping errDenied, and nothing is created outside).
-// Missing directories are created (0755; the last one 0750), and with
-// owner the last one is given to that user (the workers' --run-as user),
-// so that they can write their checkpoints. Other errors (a root that
+// as a directory of mode 0700 inside root and gives it, with everything
+// in it, to owner (nil: left to the agent's user). Every step goes
+// through an os.Root opened at root, so no symbolic link leads out of
+// the root, even one swapped in while the directory is prepared; links
+// in dir's path may point within the root (relatively). Links inside
+// dir are given to owner themselves, never followed. A path that leaves
+// the root, a dangling link or a file in the way is refused (an error
+// wrapping errDenied, naming the component); nothing is created
+// outside. Missing parents are created 0755. Other errors (a root that
 // cannot be created, a full disk) wrap the file system's.
 func prepareCheckpointDir(root, dir string, owner *RunAs) error {
 	if err := os.MkdirAll(root, 0o755); err != nil {
-		return fmt.Errorf("node: checkpoint root: %w", err)
-	}
-	realRoot, err := filepath.EvalSymlinks(root)
-	if err != nil {
 		return fmt.Errorf("node: checkpoint root: %w", err)
 	}
 	rel, err := filepath.Rel(root, dir)
 	if err != nil {
 		return fmt.Errorf("node: checkpoint directory: %w", err)
 	}
-	cur := root
-	parts := strings.Split(rel, "/")
-	for i, part := range parts {
-		cur = filepath.Join(cur, part)
-		last := i == len(parts)-1
-		mode := fs.FileMode(0o755)
-		if last {
-			mode = 0o750
-		}
-		if err := os.Mkdir(cur, mode); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("node: checkpoint directory: %w", err)
-		}
-		real, err := filepath.EvalSymlinks(cur)
-		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%w: checkpoint directory %s: %s is a dangling link", errDenied, dir, cur)
-		}
-		if err != nil {
-			return fmt.Errorf("node: checkpoint directory: %w", err)
-		}
-		if !jobspec.Within(realRoot, real) {
-			return fmt.Errorf("%w: checkpoint directory %s: %s is a link to %s, outside the checkpoint root", errDenied, dir, cur, real)
-		}
-		st, err := os.Stat(real)
-		if err != nil {
-			return fmt.Errorf("node: checkpoint directory: %w", err)
-		}
-		if !st.IsDir() {
-			return fmt.Errorf("%w: checkpoint directory %s: %s is not a directory", errDenied, dir, cur)
-		}
-		if last && owner != nil {
-			if err := os.Lchown(real, int(owner.UID), int(owner.GID)); err != nil {
-				return fmt.Errorf("node: checkpoint directory %s for user %s: %w", dir, owner.User, err)
-			}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return fmt.Errorf("node: checkpoint root: %w", err)
+	}
+	defer r.Close()
+	if parent := filepath.Dir(rel); parent != "." {
+		if err := r.MkdirAll(parent, 0o755); err != nil {
+			return explain(root, dir, err)
 		}
 	}
+	if err := r.Mkdir(rel, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return explain(root, dir, err)
+	}
+	sub, err := r.OpenRoot(rel)
+	if err != nil {
+		return explain(root, dir, err)
+	}
+	defer sub.Close()
+	return own(sub, dir, owner)
+}
+
+// own gives the directory of sub, mode 0700, and everything in it to
+// owner (nil: only the mode).
+func own(sub *os.Root, dir string, owner *RunAs) error {
+	top, err := sub.Open(".")
+	if err != nil {
+		return fmt.Errorf("node: checkpoint directory %s: %w", dir, err)
+	}
+	defer top.Close()
+	if owner != nil {
+		uid, gid := int(owner.UID), int(owner.GID)
+		err := fs.WalkDir(sub.FS(), ".", func(p string, _ fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if p == "." {
+				return top.Chown(uid, gid)
+			}
+			return sub.Lchown(p, uid, gid)
+		})
+		if err != nil {
+			return fmt.Errorf("node: checkpoint directory %s for user %s: %w", dir, owner.User, err)
+		}
+	}
+	if err := top.Chmod(0o700); err != nil {
+		return fmt.Errorf("node: checkpoint directory %s: %w", dir, err)
+	}
 	return nil
+}
+
+// explain turns err, from making dir below root through an os.Root, into
+// a denial naming the component that is in the way (a link out of the
+// root, a dangling link, a file), found by walking the path again
+// without changing anything; an error it cannot place stays the file
+// system's.
+func explain(root, dir string, err error) error {
+	realRoot, rerr := filepath.EvalSymlinks(root)
+	if rerr != nil {
+		return fmt.Errorf("node: checkpoint directory: %w", err)
+	}
+	rel, _ := filepath.Rel(root, dir)
+	cur := root
+	for _, part := range strings.Split(rel, "/") {
+		cur = filepath.Join(cur, part)
+		fi, lerr := os.Lstat(cur)
+		if lerr != nil {
+			break
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			target, _ := os.Readlink(cur)
+			real, eerr := filepath.EvalSymlinks(cur)
+			switch {
+			case eerr != nil:
+				return fmt.Errorf("%w: checkpoint directory %s: %s is a dangling link", errDenied, dir, cur)
+			case !jobspec.Within(realRoot, real):
+				return fmt.Errorf("%w: checkpoint directory %s: %s is a link to %s, outside the checkpoint root", errDenied, dir, cur, real)
+			case filepath.IsAbs(target):
+				return fmt.Errorf("%w: checkpoint directory %s: %s is an absolute link (to %s): links below the checkpoint root must be relative", errDenied, dir, cur, target)
+			}
+			fi, _ = os.Stat(cur)
+		}
+		if fi != nil && !fi.IsDir() {
+			return fmt.Errorf("%w: checkpoint directory %s: %s is not a directory", errDenied, dir, cur)
+		}
+	}
+	return fmt.Errorf("node: checkpoint directory: %w", err)
 }

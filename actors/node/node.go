@@ -18,6 +18,7 @@ import (
 	"pollux/actors/jobspec"
 	"pollux/actors/node/workerproto"
 	"pollux/actors/pb"
+	"pollux/cluster/pki"
 	"pollux/optimizer/topology"
 )
 
@@ -56,6 +57,9 @@ type Config struct {
 	// (POLLUX_REPORT_CA); nil and "": plaintext (insecure mode).
 	ReportTLS *tls.Config
 	ReportCA  string
+	// ReportGate, if set, admits connections to the report port before
+	// their handshake (default: pki's gate, without members).
+	ReportGate *pki.Gate
 	// MaxReportConns bounds the report connections open at once (default
 	// DefaultMaxReportConns); ReportFirst is how long a new connection
 	// has to deliver its first accepted report (default
@@ -80,8 +84,19 @@ type Config struct {
 	// root (Assign.checkpoint_root).
 	AllowCommands []string
 	// RunAs is the user workers run as, and who owns their checkpoint
-	// directories (nil: the agent's own user).
+	// directories (nil: the agent's own user): one user for every job,
+	// a single-tenant node.
 	RunAs *RunAs
+	// UIDs, if set, replaces RunAs: each run's workers run as a uid of
+	// the range of their own, taken when the run is admitted and given
+	// back when it is dropped, which owns the run's checkpoint directory
+	// (mode 0700) and its report token files.
+	UIDs *UIDRange
+	// TokenDir, if set, is where the node writes each worker's report
+	// token, in a file only the worker's user reads, passed as
+	// workerproto.EnvReportTokenFile instead of the token itself. The
+	// directory must let the workers' users reach their files (0711).
+	TokenDir string
 	// WorkerOutput receives workers' stdout and stderr (default
 	// os.Stderr).
 	WorkerOutput io.Writer
@@ -119,6 +134,9 @@ type Node struct {
 func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 	if cfg.Name == "" || cfg.GPUs < 0 {
 		return nil, fmt.Errorf("%w: name %q, %d GPUs", ErrConfig, cfg.Name, cfg.GPUs)
+	}
+	if cfg.UIDs != nil && (cfg.RunAs != nil || cfg.UIDs.First == 0 || cfg.UIDs.First > cfg.UIDs.Last) {
+		return nil, fmt.Errorf("%w: uid range %v (with run-as %v): want one of them, and a range without root", ErrConfig, cfg.UIDs, cfg.RunAs != nil)
 	}
 	if cfg.CPUSlots != nil {
 		if len(cfg.CPUSlots) != cfg.GPUs {
@@ -211,7 +229,12 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 		n.reports, reportAddr = rl, rl.addr()
 	}
 	props := actor.PropsFromProducer(func() actor.Actor {
+		var uids *uidPool
+		if cfg.UIDs != nil {
+			uids = newUIDPool(*cfg.UIDs)
+		}
 		return &nodeActor{
+			uids:       uids,
 			cfg:        cfg,
 			sys:        sys,
 			reportAddr: reportAddr,
@@ -237,6 +260,21 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 
 // PID is the node actor.
 func (n *Node) PID() *actor.PID { return n.pid }
+
+// SetAllowCommands replaces the node's allow-list (nil: the default):
+// runs it is assigned from then on are admitted by the new one, runs
+// already started go on. A bad list changes nothing.
+func (n *Node) SetAllowCommands(patterns []string) error {
+	allow, err := ParseAllowCommands(patterns)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	_, err = n.sys.Root.RequestFuture(n.pid, setAllow(allow), 5*time.Second).Result()
+	return err
+}
+
+// setAllow is the node actor's new allow-list.
+type setAllow []CommandPattern
 
 // ReportAddr is where workers send reports ("" without a listener).
 func (n *Node) ReportAddr() string { return n.reports.addr() }
@@ -287,15 +325,17 @@ type runKey struct {
 // no longer lists it (and its workers have exited), so that every
 // assignment's acknowledgement tells how it ended.
 type run struct {
-	key       runKey
-	spec      *pb.RunJob
-	gpus      []int          // GPU of each local worker, once started
-	procs     map[int]Worker // alive workers by rank
-	started   bool           // workers were launched
-	stopping  bool           // asked to stop
-	done      bool           // rank 0 reported done
-	doneToken string         // the token of that report
-	exits     []*pb.WorkerExit
+	key        runKey
+	spec       *pb.RunJob
+	gpus       []int          // GPU of each local worker, once started
+	procs      map[int]Worker // alive workers by rank
+	started    bool           // workers were launched
+	stopping   bool           // asked to stop
+	done       bool           // rank 0 reported done
+	doneToken  string         // the token of that report
+	exits      []*pb.WorkerExit
+	user       *RunAs   // who the workers run as (nil: the agent's user)
+	tokenFiles []string // the workers' report token files
 }
 
 type nodeActor struct {
@@ -312,6 +352,7 @@ type nodeActor struct {
 	outbox   map[string]*outbox // reports gathered per owner
 	flushing bool               // a flush is scheduled
 	runs     map[runKey]*run
+	uids     *uidPool      // nil without Config.UIDs
 	pending  []*run        // waiting for GPUs, in assignment order
 	owner    []*run        // per GPU: the run whose worker holds it
 	shutdown chan struct{} // set once asked to shut down
@@ -325,6 +366,9 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		ctx.Respond(a.renew(ctx, m))
 	case leaseCheck:
 		a.checkLease(ctx)
+	case setAllow:
+		a.allow = m
+		ctx.Respond(true)
 	case *pb.StatusRequest:
 		ctx.Respond(a.status())
 	case reportIn:
@@ -452,6 +496,7 @@ func (a *nodeActor) assign(ctx actor.Context, m *pb.Assign) *pb.AssignAck {
 	refused := map[runKey]string{}
 	denied := map[runKey]string{}
 	var start []*pb.RunJob
+	users := map[runKey]*RunAs{}
 	for job := range next.Latest {
 		if _, dropped := next.Dropped[job]; want[job] == nil && !dropped {
 			next.Dropped[job] = m.Generation
@@ -474,7 +519,8 @@ func (a *nodeActor) assign(ctx actor.Context, m *pb.Assign) *pb.AssignAck {
 			if rj.CheckpointRoot != "" {
 				root = rj.CheckpointRoot // a borrower's run: the root its lender declared for it
 			}
-			if err := a.admit(rj, root); err != nil {
+			user, err := a.admit(rj, root)
+			if err != nil {
 				// Not run, and not recorded as run: the leader fails the
 				// job (denied) or restarts it (refused).
 				if errors.Is(err, errDenied) {
@@ -488,6 +534,7 @@ func (a *nodeActor) assign(ctx actor.Context, m *pb.Assign) *pb.AssignAck {
 				}
 				continue
 			}
+			users[key] = user
 			start = append(start, rj)
 		}
 		next.Latest[rj.Job] = max(last, rj.Incarnation)
@@ -510,6 +557,7 @@ func (a *nodeActor) assign(ctx actor.Context, m *pb.Assign) *pb.AssignAck {
 	}
 	for _, rj := range start {
 		r := &run{key: runKey{rj.Job, rj.Incarnation}, spec: rj, procs: map[int]Worker{}}
+		r.user = users[r.key]
 		a.runs[r.key] = r
 		a.auth.add(r.key, int(rj.FirstRank), rj.ReportTokens)
 		a.pending = append(a.pending, r)
@@ -546,16 +594,27 @@ func (a *nodeActor) check(rj *pb.RunJob) error {
 // admit applies the node's policy to a run it is to start: its command
 // (or emulated application) must be in the allow-list and its checkpoint
 // directory below the cluster's root, which is then prepared for the
-// workers. An error wrapping errDenied is final; others (the file
-// system's) may pass.
-func (a *nodeActor) admit(rj *pb.RunJob, root string) error {
+// workers and given to the user they run as (userFor), which admit
+// returns. An error wrapping errDenied is final; others (the file
+// system's, no free uid) may pass.
+func (a *nodeActor) admit(rj *pb.RunJob, root string) (*RunAs, error) {
 	if err := allowed(a.allow, rj.Application, rj.Command); err != nil {
-		return err
+		return nil, err
 	}
 	if err := checkCheckpointDir(root, rj.CheckpointDir); err != nil {
-		return err
+		return nil, err
 	}
-	return prepareCheckpointDir(root, rj.CheckpointDir, a.cfg.RunAs)
+	user, err := a.userFor(runKey{rj.Job, rj.Incarnation})
+	if err != nil {
+		return nil, err
+	}
+	if err := prepareCheckpointDir(root, rj.CheckpointDir, user); err != nil {
+		if a.uids != nil {
+			a.uids.give(user)
+		}
+		return nil, err
+	}
+	return user, nil
 }
 
 func (a *nodeActor) env(rj *pb.RunJob, local, gpu int) workerproto.Env {
@@ -624,9 +683,16 @@ func (a *nodeActor) launch(ctx actor.Context, r *run) {
 	self := ctx.Self()
 	for local, gpu := range r.gpus {
 		env := a.env(r.spec, local, gpu)
-		w, err := a.cfg.Launch(WorkerSpec{Argv: argv, App: r.spec.Application, Env: env,
-			Environ: append(slices.Clip(a.cfg.WorkerEnv), env.Environ()...), RunAs: a.cfg.RunAs,
-			Output: a.cfg.WorkerOutput, Report: a.deliver})
+		var err error
+		if a.cfg.TokenDir != "" && env.ReportToken != "" {
+			env.ReportTokenFile, err = a.writeTokenFile(r, env.Rank, env.ReportToken)
+		}
+		var w Worker
+		if err == nil {
+			w, err = a.cfg.Launch(WorkerSpec{Argv: argv, App: r.spec.Application, Env: env,
+				Environ: append(slices.Clip(a.cfg.WorkerEnv), env.Environ()...), RunAs: r.user,
+				Output: a.cfg.WorkerOutput, Report: a.deliver})
+		}
 		if err != nil {
 			a.cfg.Logger.Error("node: cannot start worker", "job", r.key.job, "rank", env.Rank, "err", err)
 			ev := &pb.WorkerExited{Node: a.cfg.Name, Job: r.key.job, Incarnation: r.key.incarnation,
@@ -657,6 +723,7 @@ func (a *nodeActor) stop(ctx actor.Context, r *run) {
 	if len(r.procs) == 0 {
 		delete(a.runs, r.key)
 		a.auth.remove(r.key)
+		a.release(r)
 		return
 	}
 	sig := a.stopSignal()
@@ -691,6 +758,7 @@ func (a *nodeActor) exited(ctx actor.Context, m procExited) {
 	if len(r.procs) == 0 && r.stopping {
 		delete(a.runs, r.key)
 		a.auth.remove(r.key)
+		a.release(r)
 	}
 	if len(r.procs) == 0 {
 		a.tellLeader(ctx)

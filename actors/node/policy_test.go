@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"pollux/internal/rootgate"
 	"strconv"
 	"strings"
 	"syscall"
@@ -117,7 +118,8 @@ func TestPrepareCheckpointDirStaysInTheRoot(t *testing.T) {
 		}
 	}
 	must(os.Symlink(outside, filepath.Join(root, "escape")))
-	must(os.Symlink(filepath.Join(root, "real"), filepath.Join(root, "inside")))
+	must(os.Symlink("real", filepath.Join(root, "inside")))
+	must(os.Symlink(filepath.Join(root, "real"), filepath.Join(root, "absolute")))
 	must(os.Symlink("../outside", filepath.Join(root, "relative")))
 	must(os.Symlink(filepath.Join(base, "nowhere"), filepath.Join(root, "dangling")))
 	must(os.WriteFile(filepath.Join(root, "file"), nil, 0o644))
@@ -141,6 +143,7 @@ func TestPrepareCheckpointDirStaysInTheRoot(t *testing.T) {
 		{filepath.Join(root, "dangling", "j"), "dangling"},
 		{filepath.Join(root, "file", "j"), "not a directory"},
 		{filepath.Join(root, "file"), "not a directory"},
+		{filepath.Join(root, "absolute", "j"), "must be relative"},
 	} {
 		err := prepareCheckpointDir(root, tc.dir, nil)
 		if !errors.Is(err, errDenied) || !strings.Contains(err.Error(), tc.mention) {
@@ -158,12 +161,10 @@ func TestPrepareCheckpointDirStaysInTheRoot(t *testing.T) {
 // nobody is the unprivileged user of the run-as tests (they need root).
 func nobody(t *testing.T) *RunAs {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: runs workers as another user")
-	}
+	rootgate.NeedRoot(t, "runs workers as another user")
 	u, err := user.Lookup("nobody")
 	if err != nil {
-		t.Skipf("no user nobody: %v", err)
+		rootgate.Skip(t, "no user nobody: %v", err)
 	}
 	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)

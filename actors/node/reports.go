@@ -67,7 +67,7 @@ func listenReports(cfg Config, deliver func(workerproto.Report) error) (*reportL
 		return nil, err
 	}
 	if cfg.ReportTLS != nil {
-		ln = pki.NewListener(ln, cfg.ReportTLS, pki.ListenerOptions{Channel: pki.ChannelReport, Logger: cfg.Logger})
+		ln = pki.NewListener(ln, cfg.ReportTLS, pki.ListenerOptions{Channel: pki.ChannelReport, Logger: cfg.Logger, Gate: cfg.ReportGate})
 	}
 	l := &reportListener{ln: ln, deliver: deliver, log: cfg.Logger, max: cfg.MaxReportConns, first: cfg.ReportFirst,
 		idle: cfg.ReportIdle, conns: map[net.Conn]*reportConn{}}

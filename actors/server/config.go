@@ -3,7 +3,6 @@ package server
 import (
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"path/filepath"
 	"slices"
@@ -12,6 +11,7 @@ import (
 
 	"pollux/actors/allocator"
 	"pollux/actors/fedlink"
+	"pollux/actors/jobspec"
 	"pollux/cluster"
 	"pollux/internal/member"
 	"pollux/internal/secure"
@@ -37,9 +37,13 @@ type Config struct {
 	// Join are gossip addresses of members to join (--join).
 	Join       []string
 	FastGossip bool // --fast-gossip: sub-second failure detection
-	Interval   time.Duration
-	NodeGrace  time.Duration
-	AgentLease time.Duration
+	// RaftElection, if set, is Raft's heartbeat and election timeout
+	// (the leader lease half of it) instead of consensus.DefaultConfig's
+	// (--raft-election-timeout).
+	RaftElection time.Duration
+	Interval     time.Duration
+	NodeGrace    time.Duration
+	AgentLease   time.Duration
 	// MaxFailures is --max-failures (-1: retry forever); TimeScale the
 	// emulated seconds per real second of emulated workers.
 	MaxFailures int
@@ -59,9 +63,10 @@ type Config struct {
 	// needs auto or pollux).
 	Policy, TypedPolicy optimizer.Policy
 	PolicyName          string
-	CrossRackRatio      float64
-	// Apps are the names of the applications jobs may emulate.
+	// Apps are the names of the applications jobs may emulate, and
+	// AppLimits their batch limits (a spec's defaults).
 	Apps       []string
+	AppLimits  jobspec.AppLimits
 	Security   secure.Options
 	Federation Federation
 	Autoscale  Autoscale
@@ -139,9 +144,6 @@ func (c *Config) check() (checked, error) {
 	if c.Autoscale.Provider != "" && c.PolicyName != "auto" && c.PolicyName != "pollux" {
 		return out, usage.Errorf("server: --autoscale decides with the Pollux policy, not --policy %s", c.PolicyName)
 	}
-	if !(c.CrossRackRatio >= 1) || math.IsInf(c.CrossRackRatio, 0) {
-		return out, usage.Errorf("server: --cross-rack-ratio %v, want a finite ratio of at least 1", c.CrossRackRatio)
-	}
 	fed, err := c.Federation.check(c.Security.Insecure)
 	if err != nil {
 		return out, usage.Wrap(err)
@@ -165,6 +167,9 @@ func (c *Config) checkRun() error {
 	}
 	if err := checkLease(c.AgentLease, c.NodeGrace); err != nil {
 		return usage.Wrap(err)
+	}
+	if c.RaftElection != 0 && (c.RaftElection < 50*time.Millisecond || c.RaftElection > 10*time.Second) {
+		return usage.Errorf("server: --raft-election-timeout %v outside [50ms, 10s]", c.RaftElection)
 	}
 	if c.CheckpointRoot != "" && !filepath.IsAbs(c.CheckpointRoot) {
 		return usage.Errorf("server: --checkpoint-root %q is not an absolute path", c.CheckpointRoot)

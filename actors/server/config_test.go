@@ -63,7 +63,7 @@ func TestCheckLease(t *testing.T) {
 // validConfig is a configuration check accepts.
 func validConfig(t *testing.T) Config {
 	return Config{ID: "s0", DataDir: t.TempDir(), Interval: time.Second, NodeGrace: 3 * time.Second, AgentLease: allocator.DefaultLease,
-		TimeScale: 1, CrossRackRatio: 2, PolicyName: "auto", Peers: []Peer{{"s0", "127.0.0.1:7000", "127.0.0.1:8080"}}, Bootstrap: true,
+		TimeScale: 1, PolicyName: "auto", Peers: []Peer{{"s0", "127.0.0.1:7000", "127.0.0.1:8080"}}, Bootstrap: true,
 		Federation: Federation{Interval: time.Second}}
 }
 
@@ -89,12 +89,13 @@ func TestConfigCheck(t *testing.T) {
 		{"zero interval", func(c *Config) { c.Interval = 0 }, "--interval 0s must be positive"},
 		{"lease over the grace", func(c *Config) { c.AgentLease = 3 * time.Second }, "--agent-lease 3s leaves no margin"},
 		{"relative checkpoint root", func(c *Config) { c.CheckpointRoot = "ckpt" }, `--checkpoint-root "ckpt" is not an absolute path`},
+		{"raft election timeout", func(c *Config) { c.RaftElection = time.Second }, ""},
+		{"raft election timeout too short", func(c *Config) { c.RaftElection = 10 * time.Millisecond }, "--raft-election-timeout 10ms outside"},
 		{"bad topology", func(c *Config) { c.Topology = "zone=z1,rack=r1" }, "server: --topology: cluster: bad node metadata"},
 		{"topology missing a level", func(c *Config) { c.Topology, c.Levels = "rack=r1", []string{"rack", "zone"} },
 			"--topology does not fit --topology-levels"},
 		{"bad autoscaling", func(c *Config) { c.Autoscale = validAutoscale(); c.Autoscale.MinNodes = 5 }, "--min-nodes 5 is above --max-nodes 4"},
 		{"autoscaling with sia", func(c *Config) { c.Autoscale, c.PolicyName = validAutoscale(), "sia" }, "not --policy sia"},
-		{"cross-rack ratio", func(c *Config) { c.CrossRackRatio = 0.5 }, "--cross-rack-ratio 0.5"},
 		{"default trust domain", func(c *Config) { c.Federation.Cluster = "pollux" }, "trust domain"},
 		{"federation address alone", func(c *Config) { c.Federation.Addr = "127.0.0.1:0" }, "need --federation"},
 		{"federation insecure", func(c *Config) {

@@ -22,6 +22,7 @@ import (
 	"pollux/cluster/pki"
 	"pollux/consensus"
 	"pollux/consensus/state"
+	"pollux/internal/secure"
 	"pollux/internal/usage"
 )
 
@@ -92,6 +93,9 @@ func (o *Federation) check(insecure bool) (*fedlink.Federation, error) {
 // keys, which the federation's may not share.
 func joinFederationGossip(ctx context.Context, o Federation, id, bind, fedAddr string, fed *fedlink.Federation, lanKeys [][]byte,
 	log, libLog *slog.Logger) (*cluster.Membership, error) {
+	if err := pki.CheckPrivate(o.GossipKey); err != nil {
+		return nil, usage.Errorf("server: --federation-gossip-key: %w", err)
+	}
 	keys, err := cluster.ReadKeyFile(o.GossipKey)
 	if err != nil {
 		return nil, usage.Errorf("server: --federation-gossip-key: %w", err)
@@ -246,14 +250,31 @@ func (s *server) serveFederation(ctx context.Context) (*fedlink.Link, string, fu
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("server: federation listener: %w", err)
 	}
-	ln := pki.NewListener(inner, tc, pki.ListenerOptions{Channel: pki.ChannelFederation, Logger: log})
+	// The peers' servers (the file's addresses, and those the
+	// federation's gossip knows) have room kept like the lab's members.
+	peers := &pki.AddrSet{}
+	gctx, stopTracking := context.WithCancel(ctx)
+	secure.Track(gctx, peers, time.Second, func() []string {
+		var out []string
+		for _, p := range s.fed.Peers {
+			out = append(out, p.Addresses...)
+		}
+		if cfg.Gossip != nil {
+			for _, m := range cfg.Gossip() {
+				out = append(out, m.Addr, m.Meta.FederationAddr)
+			}
+		}
+		return out
+	})
+	gate := s.sec.Gate(pki.ChannelFederation, log, peers.Contains)
+	ln := pki.NewListener(inner, tc, pki.ListenerOptions{Channel: pki.ChannelFederation, Logger: log, Gate: gate})
 	hs := &http.Server{Handler: link, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: time.Minute,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	go func() { _ = hs.Serve(ln) }()
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); link.Run(rctx) }()
-	return link, ln.Addr().String(), func() { cancel(); _ = hs.Close(); <-done; link.Close() }, nil
+	return link, ln.Addr().String(), func() { cancel(); stopTracking(); _ = hs.Close(); <-done; link.Close() }, nil
 }
 
 // leaderFederationAddr is the federation address the Raft leader

@@ -66,7 +66,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		Peers: []server.Peer{{ID: "s0", RaftAddr: raftAddr, HTTPAddr: httpAddr}}, Bootstrap: true, FastGossip: true,
 		Interval: 500 * time.Millisecond, NodeGrace: 3 * time.Second, AgentLease: allocator.DefaultLease, MaxFailures: 5, TimeScale: 1,
 		CheckpointRoot: filepath.Join(dir, "ckpt"), Topology: "rack=r1,zone=z1", Levels: []string{"rack", "zone"},
-		Policy: optimizer.NewPollux(), TypedPolicy: optimizer.NewHetPollux(), PolicyName: "auto", CrossRackRatio: optimizer.DefaultCrossRackRatio,
+		Policy: optimizer.NewPollux(), TypedPolicy: optimizer.NewHetPollux(), PolicyName: "auto",
 		Security:   secure.Options{CA: b.CA, Cert: cert, Key: key, GossipKey: b.GossipKey},
 		Federation: server.Federation{Interval: fedlink.DefaultInterval},
 		Logger:     slog.New(slog.NewTextHandler(&log, nil)), OnReady: func(r server.Ready) { ready <- r }}

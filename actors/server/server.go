@@ -14,6 +14,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"pollux/actors/allocator"
 	"pollux/actors/fedlink"
@@ -87,6 +88,9 @@ func (s *server) run(ctx context.Context) error {
 	if err := s.openRaft(); err != nil {
 		return err
 	}
+	tctx, stopTracking := context.WithCancel(ctx)
+	s.onClose(stopTracking)
+	s.trackMembers(tctx)
 	s.startRemote()
 	if err := s.startFederation(ctx); err != nil {
 		return err
@@ -138,8 +142,37 @@ func (s *server) loadSecurity() error {
 	if s.raftTLS, err = raftTLS(s.sec.Creds); err != nil {
 		return err
 	}
-	s.remoteOpts, err = secure.RemoteOptions(s.sec.Creds, s.lib.With("lib", "protoactor"))
+	if s.raftTLS != nil {
+		s.raftTLS.Gate = s.sec.Gate(pki.ChannelRaft, s.lib.With("lib", "consensus"), nil)
+	}
+	actorLog := s.lib.With("lib", "protoactor")
+	s.remoteOpts, err = secure.RemoteOptions(s.sec.Creds, s.sec.Gate(pki.ChannelActor, actorLog, nil), actorLog)
 	return err
+}
+
+// trackMembers keeps the gates' members the addresses of the servers in
+// Raft's configuration, of the lab's gossip members (and the addresses
+// they advertise) and of this machine, refreshed every second.
+func (s *server) trackMembers(ctx context.Context) {
+	s.sec.TrackMembers(ctx, time.Second, func() []string {
+		var out []string
+		if f := s.srv.Raft().GetConfiguration(); f.Error() == nil {
+			for _, sv := range f.Configuration().Servers {
+				out = append(out, string(sv.Address))
+			}
+		}
+		return out
+	}, func() []string {
+		members := s.members.Load()
+		if members == nil {
+			return nil
+		}
+		var out []string
+		for _, m := range members.Members() {
+			out = append(out, m.Addr, m.Meta.ActorAddr, m.Meta.RaftAddr, m.Meta.HTTPAddr)
+		}
+		return out
+	})
 }
 
 // raftTLS is the Raft port's TLS of a server holding creds (nil when
@@ -159,8 +192,14 @@ func raftTLS(creds *pki.Credentials) (*consensus.TLS, error) {
 // openRaft opens the Raft member on its port and data directory, and
 // bootstraps the cluster if asked.
 func (s *server) openRaft() error {
+	if err := secure.PrivateDir(s.cfg.DataDir, s.log); err != nil {
+		return err
+	}
 	ccfg := consensus.DefaultConfig(raft.ServerID(s.cfg.ID))
 	ccfg.Logger = s.lib.With("lib", "consensus")
+	if d := s.cfg.RaftElection; d > 0 {
+		ccfg.HeartbeatTimeout, ccfg.ElectionTimeout, ccfg.LeaderLeaseTimeout = d, d, d/2
+	}
 	trans, err := consensus.ListenTCP(s.cfg.RaftAddr, ccfg, s.raftTLS)
 	if err != nil {
 		return err
@@ -208,7 +247,7 @@ func (s *server) startGossip(ctx context.Context) error {
 	s.members.Store(members)
 	s.onClose(func() { _ = members.Leave(time.Second); _ = members.Shutdown() })
 	go member.LogEvents(members, s.log)
-	s.sec.ReloadGossipKeys(ctx, members, s.log)
+	s.sec.ReloadOnHangup(ctx, members, s.log)
 	return nil
 }
 
@@ -239,8 +278,9 @@ func (s *server) startServices(ctx context.Context) (http.Handler, error) {
 		fedPeers = s.link.Peers
 	}
 	autoscaling, cost := s.cfg.Autoscale.Provider != "", s.cfg.Autoscale.NodeCost
-	httpAPI := api.New(s.cfg.ID, api.Config{Backend: s.srv, Apps: s.cfg.Apps, Members: members.Members, Stats: stats,
-		Insecure: s.cfg.Security.Insecure, Autoscaling: autoscaling, NodeCost: cost, Logger: s.log, FederationPeers: fedPeers})
+	httpAPI := api.New(s.cfg.ID, api.Config{Backend: s.srv, Apps: s.cfg.Apps, AppLimits: s.cfg.AppLimits, Members: members.Members, Stats: stats,
+		Insecure: s.cfg.Security.Insecure, Autoscaling: autoscaling, NodeCost: cost, Logger: s.log, FederationPeers: fedPeers,
+		Interval: s.cfg.Interval, Collectors: []prometheus.Collector{s.sec.Collector()}})
 	dash, err := dashboard.New(dashboard.Config{ID: s.cfg.ID, Backend: s.srv, API: httpAPI, Members: members.Members,
 		LastContact: s.srv.Raft().LastContact, Autoscaling: autoscaling, NodeCost: cost, Logger: s.log})
 	if err != nil {
@@ -268,7 +308,7 @@ func (s *server) spawnActors(ctx context.Context, scale *allocator.Autoscale, st
 	c := s.cfg
 	props, err := allocator.NewAllocator(allocator.Config{
 		Store: s.srv, Server: c.ID, Members: s.members.Load().Members, Interval: c.Interval, CheckpointRoot: c.CheckpointRoot,
-		Policy: c.Policy, TypedPolicy: c.TypedPolicy, CrossRackRatio: c.CrossRackRatio, Levels: state.NormalizeLevels(c.Levels),
+		Policy: c.Policy, TypedPolicy: c.TypedPolicy, Levels: state.NormalizeLevels(c.Levels),
 		Retain: c.Retain, TimeScale: c.TimeScale, NodeGrace: c.NodeGrace, MaxFailures: c.MaxFailures, Stats: stats, Logger: s.log,
 		Lease: c.AgentLease, Autoscale: scale, Federation: s.link, Context: ctx,
 	}, observe)

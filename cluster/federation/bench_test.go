@@ -71,7 +71,7 @@ func BenchmarkLedgerGrantRenewRelease(b *testing.B) {
 		at := float64(i)
 		for _, c := range []Command{
 			grant(id, at, NodeGPUs{"n1", 4}),
-			{Op: OpRenew, From: "lab-b", Lease: id, At: at + 1},
+			{Op: OpRenew, From: "lab-a", Lease: id, At: at + 1},
 			{Op: OpRelease, From: "lab-b", Lease: id, At: at + 2},
 		} {
 			if _, err := lg.Apply(c); err != nil {

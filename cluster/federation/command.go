@@ -24,9 +24,11 @@ const (
 type Op string
 
 // The operations. A grant is issued by the lender, a release by the
-// borrower, a renewal by either party, a reclaim by the lender (its jobs
-// need the GPUs back), and expire by a cluster to its own ledger as its
-// clock passes (every lease whose time to live ran out ends).
+// borrower, a renewal by the lender (the borrower asks for one by
+// bidding for the GPUs; the lender decides, on its own clock and with
+// its own time to live), a reclaim by the lender (its jobs need the GPUs
+// back), and expire by a cluster to its own ledger as its clock passes
+// (every lease whose time to live ran out ends).
 const (
 	OpGrant   Op = "grant"
 	OpRenew   Op = "renew"
@@ -55,7 +57,7 @@ type Command struct {
 	// clock.
 	At float64 `json:"at"`
 	// TTL is the lease's time to live in seconds (grant; a renewal may
-	// give a new one, 0 keeps the lease's).
+	// give a new one, 0 keeps the lease's): the lender's lease_ttl_s.
 	TTL float64 `json:"ttl_s,omitempty"`
 	// Reason says why a lease is reclaimed: ReasonNeed (the default: the
 	// lender's own jobs need the GPUs) or ReasonRebalance (another peer

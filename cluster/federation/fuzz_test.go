@@ -101,6 +101,14 @@ func FuzzLedgerSequence(f *testing.F) {
 				if err != nil && !reflect.DeepEqual(before, snapshot(lg)) {
 					t.Fatalf("%s refused %+v (%v) and changed", lg.self.Name, cc, err)
 				}
+				// Only the lender (lab-a) moves a lease's expiry.
+				if cc.From != "lab-a" {
+					for _, l := range lg.Leases() {
+						if was, ok := leaseIn(before, l.ID); ok && was.Expires != l.Expires {
+							t.Fatalf("%s: %+v from %s moved lease %s's expiry from %v to %v", lg.self.Name, cc, cc.From, l.ID, was.Expires, l.Expires)
+						}
+					}
+				}
 				checkInvariants(t, lg)
 			}
 		}

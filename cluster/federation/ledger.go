@@ -176,6 +176,8 @@ func (lg *Ledger) apply(c Command, dry bool) ([]Lease, error) {
 		return nil, fmt.Errorf("%w: %s may not reclaim lease %s (only its lender %s)", ErrNotParty, c.From, l.ID, l.Lender)
 	case c.Op == OpRelease && c.From != l.Borrower:
 		return nil, fmt.Errorf("%w: %s may not release lease %s (only its borrower %s)", ErrNotParty, c.From, l.ID, l.Borrower)
+	case c.Op == OpRenew && c.From != l.Lender:
+		return nil, fmt.Errorf("%w: %s may not renew lease %s (only its lender %s extends it, on its own clock)", ErrNotParty, c.From, l.ID, l.Lender)
 	case dry:
 		return nil, nil
 	}

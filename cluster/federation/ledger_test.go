@@ -56,8 +56,10 @@ func TestLedgerRefusesBadCommands(t *testing.T) {
 		{"grant reusing a lease ID", "both", grant("l1", 10, NodeGPUs{"n1", 4}), ErrLeaseExists},
 		{"grant to a cluster that is no peer", "lender", Command{Op: OpGrant, From: "lab-a", Lease: "l2", Lender: "lab-a", Borrower: "lab-x", Nodes: []NodeGPUs{{"n1", 4}}, At: 10, TTL: 300}, ErrUnknownPeer},
 		{"command from a stranger", "both", Command{Op: OpRenew, From: "lab-x", Lease: "l1", At: 10}, ErrUnknownPeer},
-		{"renewal of an expired lease", "both", Command{Op: OpRenew, From: "lab-b", Lease: "l1", At: 300}, ErrExpired},
-		{"renewal of an unknown lease", "both", Command{Op: OpRenew, From: "lab-b", Lease: "l9", At: 10}, ErrUnknownLease},
+		{"renewal of an expired lease", "both", Command{Op: OpRenew, From: "lab-a", Lease: "l1", At: 300}, ErrExpired},
+		{"renewal of an unknown lease", "both", Command{Op: OpRenew, From: "lab-a", Lease: "l9", At: 10}, ErrUnknownLease},
+		{"renewal by the borrower", "both", Command{Op: OpRenew, From: "lab-b", Lease: "l1", At: 10}, ErrNotParty},
+		{"renewal by the borrower for a day", "both", Command{Op: OpRenew, From: "lab-b", Lease: "l1", At: 10, TTL: MaxTTL}, ErrNotParty},
 		{"reclaim by the borrower", "both", Command{Op: OpReclaim, From: "lab-b", Lease: "l1", At: 10}, ErrNotParty},
 		{"release by the lender", "both", Command{Op: OpRelease, From: "lab-a", Lease: "l1", At: 10}, ErrNotParty},
 		{"expire issued by a peer", "lender", Command{Op: OpExpire, From: "lab-b", At: 10}, ErrNotParty},
@@ -154,7 +156,7 @@ func TestLedgerLifecycle(t *testing.T) {
 	if err := lender.Authorize(Order{Borrower: "lab-c", Node: "n0", GPUs: 1, At: 10}); !errors.Is(err, ErrNotLeased) {
 		t.Fatalf("order of another peer: %v", err)
 	}
-	both(Command{Op: OpRenew, From: "lab-b", Lease: "l1", At: 250})
+	both(Command{Op: OpRenew, From: "lab-a", Lease: "l1", At: 250})
 	if l, _ := lender.Lease("l1"); l.Expires != 550 {
 		t.Fatalf("expires %v after renewal at 250, want 550", l.Expires)
 	}
@@ -165,7 +167,7 @@ func TestLedgerLifecycle(t *testing.T) {
 	if len(got) != 1 || got[0].ID != "l1" || lender.Lent() != 0 || lender.LentOn("n1") != 0 {
 		t.Fatalf("expire: %+v, lent %d", got, lender.Lent())
 	}
-	if _, err := lender.Apply(Command{Op: OpRenew, From: "lab-b", Lease: "l1", At: 551}); !errors.Is(err, ErrExpired) {
+	if _, err := lender.Apply(Command{Op: OpRenew, From: "lab-a", Lease: "l1", At: 551}); !errors.Is(err, ErrExpired) {
 		t.Fatalf("renewal after expiry: %v", err)
 	}
 	// The borrower's ledger expires it by its own clock, too.
@@ -269,4 +271,14 @@ func TestBorrowedNodes(t *testing.T) {
 			t.Errorf("SplitBorrowed(%q) ok", bad)
 		}
 	}
+}
+
+// leaseIn finds lease id in a snapshot.
+func leaseIn(v ledgerView, id string) (Lease, bool) {
+	for _, l := range v.Leases {
+		if l.ID == id {
+			return l, true
+		}
+	}
+	return Lease{}, false
 }

@@ -34,7 +34,7 @@ func TestLedgerStateRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(re.State(), st) || re.Lent() != lg.Lent() || re.LentOn("n3") != 4 {
 		t.Fatalf("restored %+v (lent %d), want %+v (lent %d)", re.State(), re.Lent(), st, lg.Lent())
 	}
-	if _, err := re.Apply(Command{Op: OpRenew, From: "lab-b", Lease: "l1", At: 402}); !errors.Is(err, ErrExpired) {
+	if _, err := re.Apply(Command{Op: OpRenew, From: "lab-a", Lease: "l1", At: 402}); !errors.Is(err, ErrExpired) {
 		t.Errorf("renewal of a lease that expired before the restore: %v", err)
 	}
 	if _, err := re.Apply(grant("l5", 402, NodeGPUs{"n3", 1})); !errors.Is(err, ErrNodeLeased) {

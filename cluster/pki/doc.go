@@ -21,7 +21,11 @@
 // used.
 //
 // Listener completes every TLS handshake in its own goroutine, bounded in
-// time and number, and logs each refusal once with the peer's address and
-// the identity its certificate claimed, so a refused peer never reaches
-// the code behind the socket.
+// time, and logs each refusal once with the peer's address and the
+// identity its certificate claimed, so a refused peer never reaches the
+// code behind the socket. Before the handshake, a Gate admits the
+// connection: a cap on the handshakes in progress per source address and
+// in total, and room of its own for the cluster's members (AddrSet), so
+// an anonymous flood from a few addresses keeps nobody else out; the
+// actor channel's gRPC listener goes through the same gate.
 package pki

@@ -18,4 +18,12 @@ var (
 	// ErrChannel is returned when a configuration is asked for a channel
 	// this holder's role does not serve or dial.
 	ErrChannel = errors.New("pki: channel not allowed for this role")
+	// ErrOverload is why a listener closes a connection before its
+	// handshake: its source, or everyone who is not a member, has as
+	// many handshakes (or connections) in progress as the listener
+	// allows.
+	ErrOverload = errors.New("pki: overloaded")
+	// ErrUnprotected is returned for a private file (a key, a token)
+	// that users other than its owner may read or write.
+	ErrUnprotected = errors.New("pki: unprotected private file")
 )

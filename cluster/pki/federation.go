@@ -29,9 +29,9 @@ func (c *Credentials) FederationServerConfig(pools PeerPools) (*tls.Config, erro
 		return nil, fmt.Errorf("%w: the federation channel needs a server certificate that names its cluster, not %s", ErrChannel, c.Identity)
 	}
 	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{c.Cert},
-		ClientAuth:   tls.RequireAnyClientCert,
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return c.current(), nil },
+		ClientAuth:     tls.RequireAnyClientCert,
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			certs, err := parseChain(raw)
 			if err != nil {
@@ -52,8 +52,8 @@ func (c *Credentials) FederationClientConfig(cluster string, pool *x509.CertPool
 	}
 	pools := func(name string) (*x509.CertPool, bool) { return pool, name == cluster }
 	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{c.Cert},
+		MinVersion:           tls.VersionTLS13,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return c.current(), nil },
 		// The chain is checked below against the peer cluster's pool,
 		// with the host name the address dialled.
 		InsecureSkipVerify: true,

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 )
 
@@ -75,6 +76,25 @@ func writeNew(path string, data []byte, mode fs.FileMode) error {
 	if err := errors.Join(werr, serr, cerr); err != nil {
 		os.Remove(path)
 		return fmt.Errorf("%w: writing %s: %w", ErrBadFile, path, err)
+	}
+	return nil
+}
+
+// CheckPrivate checks that path (a private key, a gossip key, a token)
+// is a regular file that only its owner may read or write, as ssh does
+// with its keys: a key others can read is a key others have. The error
+// names the file, its mode and the fix.
+func CheckPrivate(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadFile, err)
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%w: %s is not a regular file", ErrBadFile, path)
+	}
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("%w: %s has mode %04o: other users may read or change it; make it its owner's alone (chmod 600 %s)",
+			ErrUnprotected, path, perm, path)
 	}
 	return nil
 }
@@ -208,6 +228,60 @@ type Credentials struct {
 	Identity Identity
 	// NotAfter is when the certificate expires.
 	NotAfter time.Time
+
+	// certPath and keyPath are where Renew reads a renewed certificate;
+	// renewed is the newest it read (nil: Cert).
+	certPath, keyPath string
+	renewed           atomic.Pointer[tls.Certificate]
+}
+
+// current is the certificate to show peers: the newest renewal, or Cert.
+func (c *Credentials) current() *tls.Certificate {
+	if r := c.renewed.Load(); r != nil {
+		return r
+	}
+	return &c.Cert
+}
+
+// Renew re-reads the certificate and key from the files they were
+// loaded from (a certificate renewed in place, pollux tls cert create)
+// and shows it on every new connection from then on. It must chain to
+// the same CA pool and name the same identity; otherwise nothing
+// changes. It returns the new certificate's expiry.
+func (c *Credentials) Renew() (time.Time, error) {
+	if c.certPath == "" {
+		return time.Time{}, fmt.Errorf("%w: credentials not loaded from files", ErrBadFile)
+	}
+	pair, err := loadPair(c.certPath, c.keyPath)
+	if err != nil {
+		return time.Time{}, err
+	}
+	id, err := verifyLeaf(c.Pool, pair.Certificate, x509.ExtKeyUsageClientAuth, time.Now())
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s: %w", c.certPath, err)
+	}
+	if id != c.Identity {
+		return time.Time{}, fmt.Errorf("%w: %s is the certificate of %s, want %s", ErrBadFile, c.certPath, id, c.Identity)
+	}
+	c.renewed.Store(&pair)
+	return pair.Leaf.NotAfter, nil
+}
+
+// loadPair reads a certificate and its key.
+func loadPair(certPath, keyPath string) (tls.Certificate, error) {
+	cb, err := readPEMFile(certPath)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	kb, err := readPEMFile(keyPath)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	pair, err := tls.X509KeyPair(cb, kb)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("%w: %s and %s: %w", ErrBadFile, certPath, keyPath, err)
+	}
+	return pair, nil
 }
 
 // LoadCredentials reads the CA file, certificate and key, and checks that
@@ -218,22 +292,14 @@ func LoadCredentials(caPath, certPath, keyPath string) (*Credentials, error) {
 	if err != nil {
 		return nil, err
 	}
-	cb, err := readPEMFile(certPath)
+	pair, err := loadPair(certPath, keyPath)
 	if err != nil {
 		return nil, err
-	}
-	kb, err := readPEMFile(keyPath)
-	if err != nil {
-		return nil, err
-	}
-	pair, err := tls.X509KeyPair(cb, kb)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s and %s: %w", ErrBadFile, certPath, keyPath, err)
 	}
 	leaf := pair.Leaf
 	id, err := verifyLeaf(pool, pair.Certificate, x509.ExtKeyUsageClientAuth, time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", certPath, err)
 	}
-	return &Credentials{Pool: pool, Cert: pair, Identity: id, NotAfter: leaf.NotAfter}, nil
+	return &Credentials{Pool: pool, Cert: pair, Identity: id, NotAfter: leaf.NotAfter, certPath: certPath, keyPath: keyPath}, nil
 }

@@ -11,14 +11,6 @@ import (
 	"time"
 )
 
-// Listener defaults.
-const (
-	// DefaultHandshakeTimeout bounds one TLS handshake.
-	DefaultHandshakeTimeout = 10 * time.Second
-	// DefaultMaxHandshakes bounds the handshakes in progress at once.
-	DefaultMaxHandshakes = 256
-)
-
 // ListenerOptions configure NewListener. Zero fields take defaults.
 type ListenerOptions struct {
 	// Channel names the listener in log lines.
@@ -26,34 +18,34 @@ type ListenerOptions struct {
 	// Logger gets one line per refused connection (default
 	// slog.Default()).
 	Logger *slog.Logger
-	// HandshakeTimeout (default DefaultHandshakeTimeout) and
-	// MaxHandshakes (default DefaultMaxHandshakes).
+	// Gate admits connections to their handshake (default: a gate of
+	// Channel with the defaults, HandshakeTimeout and MaxHandshakes, and
+	// no members).
+	Gate *Gate
+	// HandshakeTimeout and MaxHandshakes of the default gate.
 	HandshakeTimeout time.Duration
 	MaxHandshakes    int
 }
 
 // NewListener returns a listener whose Accept returns *tls.Conn whose
-// handshake with cfg has completed. Handshakes run in their own
-// goroutines, at most MaxHandshakes at once (more are closed at once)
-// and each within HandshakeTimeout, so a slow or silent peer holds no
-// one up. A refused handshake (plaintext, a certificate of another CA,
-// expired, of the wrong role...) is logged once, naming the peer's
-// address and the error, which names the identity the certificate
-// claimed; a plaintext HTTP request gets a 400 answer saying to use
-// HTTPS. Closing the listener closes the inner one and every connection
-// not yet accepted.
+// handshake with cfg has completed. Every connection is first admitted
+// by the gate (Gate: a cap per source, a cap in total, room for the
+// members; a connection past a cap is closed at once), then its
+// handshake runs in its own goroutine within the gate's deadline, so a
+// slow or silent peer holds no one up. A refused handshake (plaintext, a
+// certificate of another CA, expired, of the wrong role...) is logged
+// once, naming the peer's address and the error, which names the
+// identity the certificate claimed; a plaintext HTTP request gets a 400
+// answer saying to use HTTPS. Closing the listener closes the inner one
+// and every connection not yet accepted.
 func NewListener(inner net.Listener, cfg *tls.Config, o ListenerOptions) net.Listener {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.HandshakeTimeout <= 0 {
-		o.HandshakeTimeout = DefaultHandshakeTimeout
+	if o.Gate == nil {
+		o.Gate = NewGate(GateOptions{Channel: o.Channel, Logger: o.Logger, HandshakeTimeout: o.HandshakeTimeout, MaxHandshakes: o.MaxHandshakes})
 	}
-	if o.MaxHandshakes <= 0 {
-		o.MaxHandshakes = DefaultMaxHandshakes
-	}
-	l := &listener{inner: inner, cfg: cfg, o: o, conns: make(chan net.Conn), done: make(chan struct{}),
-		sem: make(chan struct{}, o.MaxHandshakes)}
+	l := &listener{inner: inner, cfg: cfg, o: o, gate: o.Gate, conns: make(chan net.Conn), done: make(chan struct{})}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.loop()
@@ -64,18 +56,16 @@ type listener struct {
 	inner  net.Listener
 	cfg    *tls.Config
 	o      ListenerOptions
+	gate   *Gate
 	conns  chan net.Conn
 	done   chan struct{}
-	sem    chan struct{}
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the accept loop and handshakes, for tests
 	once   sync.Once
 
-	mu         sync.Mutex
-	err        error // why the accept loop ended
-	overloaded int   // refusals for overload since the last log line
-	lastLog    time.Time
+	mu  sync.Mutex
+	err error // why the accept loop ended
 }
 
 func (l *listener) loop() {
@@ -106,41 +96,33 @@ func (l *listener) loop() {
 			l.Close()
 			return
 		}
-		select {
-		case l.sem <- struct{}{}:
-		default:
+		t, err := l.gate.Admit(c.RemoteAddr())
+		if err != nil {
+			_ = setLinger0(c)
 			c.Close()
-			l.overload(c)
 			continue
 		}
 		l.wg.Add(1)
-		go l.handshake(c)
+		go l.handshake(t, t.Conn(c))
 	}
 }
 
-// overload logs refusals for too many handshakes at most once a second.
-func (l *listener) overload(c net.Conn) {
-	l.mu.Lock()
-	l.overloaded++
-	n := l.overloaded
-	now := time.Now()
-	if now.Sub(l.lastLog) < time.Second {
-		l.mu.Unlock()
-		return
+// setLinger0 makes closing c reset it at once, so a refused connection
+// holds no socket in TIME_WAIT or FIN_WAIT on this side.
+func setLinger0(c net.Conn) error {
+	if tc, ok := c.(*net.TCPConn); ok {
+		return tc.SetLinger(0)
 	}
-	l.overloaded, l.lastLog = 0, now
-	l.mu.Unlock()
-	l.o.Logger.Warn("pki: refused connection", "channel", l.o.Channel, "peer", c.RemoteAddr().String(),
-		"err", "too many TLS handshakes in progress", "refused_since_last_line", n)
+	return nil
 }
 
-func (l *listener) handshake(c net.Conn) {
+func (l *listener) handshake(t *Ticket, c net.Conn) {
 	defer l.wg.Done()
 	tc := tls.Server(c, l.cfg)
-	ctx, cancel := context.WithTimeout(l.ctx, l.o.HandshakeTimeout)
+	ctx, cancel := context.WithTimeout(l.ctx, l.gate.HandshakeTimeout())
 	err := tc.HandshakeContext(ctx)
 	cancel()
-	<-l.sem
+	t.Done()
 	if err != nil {
 		l.refuse(c, err)
 		return
@@ -166,7 +148,7 @@ func (l *listener) refuse(c net.Conn, err error) {
 		return // closing: not a refusal
 	default:
 	}
-	l.o.Logger.Warn("pki: refused connection", "channel", l.o.Channel, "peer", c.RemoteAddr().String(), "err", err.Error())
+	l.gate.Refuse(c.RemoteAddr(), ReasonHandshake, err)
 }
 
 func looksLikeHTTP(hdr [5]byte) bool {

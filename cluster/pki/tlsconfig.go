@@ -101,8 +101,8 @@ func (c *Credentials) ServerConfig(ch Channel) (*tls.Config, error) {
 		return nil, err
 	}
 	cfg := &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{c.Cert},
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return c.current(), nil },
 	}
 	pool := c.Pool
 	switch ch {
@@ -147,7 +147,7 @@ func (c *Credentials) ClientConfig(ch Channel) (*tls.Config, error) {
 		return nil, fmt.Errorf("%w: the federation channel checks peers against their own clusters' CAs (FederationClientConfig)", ErrChannel)
 	}
 	cfg := clientConfig(c.Pool, ch, roles)
-	cfg.Certificates = []tls.Certificate{c.Cert}
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return c.current(), nil }
 	return cfg, nil
 }
 

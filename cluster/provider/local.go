@@ -91,7 +91,7 @@ func NewLocal(l Local) (*Local, error) {
 	if l.Logger == nil {
 		l.Logger = slog.Default()
 	}
-	return &l, os.MkdirAll(l.Dir, 0o755)
+	return &l, os.MkdirAll(l.Dir, 0o700)
 }
 
 func (l *Local) machineDir(name string) string { return filepath.Join(l.Dir, name) }
@@ -112,7 +112,7 @@ func (l *Local) Add(ctx context.Context, name string) error {
 	case <-time.After(l.BootDelay):
 	}
 	dir := l.machineDir(name)
-	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
 		return fmt.Errorf("provider: %w", err)
 	}
 	args := append(append([]string{}, l.Exec[1:]...), "agent", "--name", name, "--gpus", strconv.Itoa(l.GPUs),
@@ -130,14 +130,14 @@ func (l *Local) Add(ctx context.Context, name string) error {
 		args = append(args, "--gpu-type", l.GPUType)
 	}
 	args = append(args, l.Args...)
-	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("provider: %w", err)
 	}
 	// The ready line goes to a file, not a pipe: the agent outlives this
 	// server, and a pipe without a reader would kill it at its next write.
 	readyPath := filepath.Join(dir, "stdout")
-	outf, err := os.Create(readyPath)
+	outf, err := os.OpenFile(readyPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		logf.Close()
 		return fmt.Errorf("provider: %w", err)
@@ -307,7 +307,7 @@ func running(dir, name string) int {
 // writeFileAtomic writes b to path through a temporary file and a rename.
 func writeFileAtomic(path string, b []byte) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return fmt.Errorf("provider: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {

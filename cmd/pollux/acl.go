@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,7 +30,9 @@ func newACLCmd() *cobra.Command {
 	}
 	tok := &cobra.Command{Use: "token", Short: "Create, list and revoke API tokens (admin)"}
 	tok.AddCommand(newTokenCreateCmd(), newTokenListCmd(), newTokenRevokeCmd(), newTokenSelfCmd())
-	acl.AddCommand(newACLBootstrapCmd(), tok)
+	quota := &cobra.Command{Use: "quota", Short: "List and set the submitters' quotas and the state budget (admin)"}
+	quota.AddCommand(newQuotaListCmd(), newQuotaSetCmd())
+	acl.AddCommand(newACLBootstrapCmd(), tok, quota)
 	return acl
 }
 
@@ -114,4 +117,45 @@ func newTokenRevokeCmd() *cobra.Command {
 func newTokenSelfCmd() *cobra.Command {
 	return showCmd(&cobra.Command{Use: "self", Short: "Show the token the command runs with (any role)", Args: exactArgs(0)},
 		func(ctx context.Context, c *client.Client, _ []string) (api.Token, error) { return c.Self(ctx) }, client.WriteToken)
+}
+
+func newQuotaListCmd() *cobra.Command {
+	return showCmd(&cobra.Command{Use: "list", Short: "List the default quota, the state budget and every token's quota and use", Args: exactArgs(0)},
+		func(ctx context.Context, c *client.Client, _ []string) (api.Quotas, error) { return c.Quotas(ctx) }, client.WriteQuotas)
+}
+
+func newQuotaSetCmd() *cobra.Command {
+	var q api.SetQuota
+	cmd := showCmd(&cobra.Command{
+		Use:   "set ACCESSOR|default [--jobs N] [--spec-bytes N] [--rate R] [--burst N] [--state-budget BYTES]",
+		Short: "Set a token's quota, or the defaults and the state budget",
+		Long: "Sets the quota of the token ACCESSOR, or with `default` the quota of every token without one of its own and " +
+			"the cluster's state budget (bytes of job specs the state holds). The quota replaces what was set before; a flag " +
+			"left out (0) takes the default, so `set ACCESSOR` alone gives a token the defaults again. Past a quota a " +
+			"submission gets 429 and Retry-After; past the state budget 507 (docs/security.md, Tenants).",
+		Args: exactArgs(1),
+		PreRunE: func(_ *cobra.Command, args []string) error {
+			if args[0] != "default" {
+				q.Accessor = args[0]
+				if q.StateBudget != 0 {
+					return usage.Wrap(errors.New("acl quota set: --state-budget is the cluster's: use `pollux acl quota set default --state-budget N`"))
+				}
+			}
+			return nil
+		},
+	}, func(ctx context.Context, c *client.Client, _ []string) (api.SetQuota, error) {
+		return c.SetQuota(ctx, q)
+	}, func(w io.Writer, s api.SetQuota) error {
+		who := cmp.Or(s.Accessor, "default")
+		_, err := fmt.Fprintf(w, "quota of %s: %d jobs, %d spec bytes, %g submissions/s (burst %d); 0 is the default\n",
+			who, s.Quota.Jobs, s.Quota.SpecBytes, s.Quota.Rate, s.Quota.Burst)
+		return err
+	})
+	f := cmd.Flags()
+	f.IntVar(&q.Quota.Jobs, "jobs", 0, "running plus pending jobs (0: the default)")
+	f.Int64Var(&q.Quota.SpecBytes, "spec-bytes", 0, "bytes of the specs of its jobs the state holds, finished ones until pruned (0: the default)")
+	f.Float64Var(&q.Quota.Rate, "rate", 0, "submissions per second, on each server (0: the default)")
+	f.IntVar(&q.Quota.Burst, "burst", 0, "submissions at once (0: the default)")
+	f.Int64Var(&q.StateBudget, "state-budget", 0, "with default: bytes of job specs the whole state may hold (0: the built-in budget)")
+	return cmd
 }

@@ -13,6 +13,7 @@ import (
 
 	"pollux/actors/agent"
 	"pollux/actors/node"
+	"pollux/internal/flagfile"
 	"pollux/internal/usage"
 )
 
@@ -23,6 +24,7 @@ func init() { subcommands = append(subcommands, newAgentCmd) }
 type agentFlags struct {
 	cfg      agent.Config
 	logLevel string
+	conf     flagfile.Options
 }
 
 func newAgentCmd() *cobra.Command {
@@ -42,9 +44,17 @@ func newAgentCmd() *cobra.Command {
 			"POLLUX_REPORT_CA) and gossip is encrypted with --gossip-key (docs/security.md); --insecure runs plaintext. " +
 			"It runs only commands of its allow-list (--allow-command), as --run-as, with only the protocol's " +
 			"POLLUX_* variables and those named by --pass-env, and only with checkpoint directories below the " +
-			"cluster's checkpoint root.",
+			"cluster's checkpoint root. --config FILE reads the flags from a YAML file (each key a flag's name; flags on the " +
+			"command line win) and --print-config prints the effective settings (docs/deploy.md).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			fromFile := o.conf.File != "" && !cmd.Flags().Changed("allow-command")
+			if printed, err := o.conf.Load(cmd.Flags(), cmd.OutOrStdout()); err != nil || printed {
+				return err
+			}
+			if fromFile {
+				o.cfg.ReloadAllowCommands = allowFromFile(o.conf.File)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			return runAgent(ctx, cmd, o)
@@ -75,11 +85,15 @@ func newAgentCmd() *cobra.Command {
 		strings.Join(quoteAll(node.DefaultAllowCommands), " and ")+"): words separated by spaces, each a glob "+
 		"(* and ? never match a '/') matched against the argument at its position, a last word ** allowing any "+
 		"further arguments; emulated:GLOB allows the emulated applications it matches")
-	f.StringVar(&c.RunAs, "run-as", "", "user (name or uid) workers run as, with its groups, and who owns their "+
-		"checkpoint directories (needs root; empty: the agent's own user)")
+	f.StringVar(&c.RunAs, "run-as", "", "one user (name or uid) every job's workers run as, with its groups, and who owns "+
+		"their checkpoint directories: a single-tenant agent (needs root; empty: see --run-as-range)")
+	f.StringVar(&c.RunAsRange, "run-as-range", "", "FIRST-LAST: each job's workers run as a uid of this range of their own "+
+		"while the job runs here, which owns its checkpoint directory (0700) and report token file (needs root; default "+
+		node.DefaultUIDRange.String()+" for an agent running as root without --run-as, else the agent's own user)")
 	f.StringArrayVar(&c.PassEnv, "pass-env", nil, "name of a variable of the agent's environment to pass to workers "+
 		"(repeatable; workers get only the protocol's variables and these)")
 	securityFlags(f, &c.Security)
+	o.conf.Register(f)
 	return cmd
 }
 
@@ -95,6 +109,21 @@ func runAgent(ctx context.Context, cmd *cobra.Command, o agentFlags) error {
 	}
 	c.OnReady = func(r agent.Ready) { printReady(cmd.OutOrStdout(), r) }
 	return agent.Run(ctx, c)
+}
+
+// allowFromFile re-reads the allow-list from the agent's settings file
+// (on SIGHUP): nil, the default, when the file names none.
+func allowFromFile(file string) func() ([]string, error) {
+	return func() ([]string, error) {
+		fs := newAgentCmd().Flags()
+		if err := flagfile.ApplyFile(fs, file); err != nil {
+			return nil, err
+		}
+		if !fs.Changed("allow-command") {
+			return nil, nil
+		}
+		return fs.GetStringArray("allow-command")
+	}
 }
 
 func quoteAll(ss []string) []string {

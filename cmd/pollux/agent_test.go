@@ -45,6 +45,17 @@ func TestPolluxProcess(t *testing.T) {
 
 var selfExec = []string{os.Args[0], "-test.run=^TestPolluxProcess$", "--"}
 
+// rootRunAs is --run-as root for an agent a test starts as root without
+// a --run-as flag of its own: its workers run this test binary, which
+// the uids of the default --run-as-range cannot reach (go test keeps it
+// in a directory of mode 0700).
+func rootRunAs(args []string) []string {
+	if os.Geteuid() != 0 || slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--run-as") }) {
+		return nil
+	}
+	return []string{"--run-as", "root"}
+}
+
 // startAgent starts `pollux agent` as a subprocess and returns it with its
 // ready line. The process is killed at cleanup if still running.
 func startAgent(t *testing.T, name string, args ...string) (*exec.Cmd, agent.Ready) {
@@ -58,7 +69,7 @@ func startAgentTo(t *testing.T, stderr io.Writer, name string, args ...string) (
 	full := append(slices.Clone(selfExec), "agent", "--name", name, "--fast-gossip", "--log-level", "warn",
 		"--worker-exec", strings.Join(selfExec, ","), "--pass-env", "POLLUX_TEST_PROCESS")
 	full = append(full, testBundle().Flags(name)...)
-	cmd := exec.Command(full[0], append(full[1:], args...)...)
+	cmd := exec.Command(full[0], append(append(full[1:], args...), rootRunAs(args)...)...)
 	cmd.Env = append(os.Environ(), "POLLUX_TEST_PROCESS=1")
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
@@ -133,7 +144,7 @@ var testRemote = sync.OnceValue(func() *actor.ActorSystem {
 	if err != nil {
 		panic(err)
 	}
-	opts, err := secure.RemoteOptions(creds, log)
+	opts, err := secure.RemoteOptions(creds, nil, log)
 	if err != nil {
 		panic(err)
 	}

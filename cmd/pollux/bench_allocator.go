@@ -10,7 +10,6 @@ import (
 
 	"pollux/internal/jsonout"
 	"pollux/internal/usage"
-	"pollux/optimizer"
 	"pollux/testbed/allocbench"
 )
 
@@ -57,7 +56,7 @@ func newBenchAllocatorCmd() *cobra.Command {
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the synthetic cluster and of the first round")
 	f.BoolVar(&o.Compare, "compare", false, "also run the reference-shaped GA and the greedy baseline on the first round")
 	f.IntVar(&o.Racks, "racks", 1, "racks of consecutive nodes (synthetic mode)")
-	f.Float64Var(&o.CrossRackRatio, "cross-rack-ratio", optimizer.DefaultCrossRackRatio, "how many times slower synchronising across racks is than within one (with --racks)")
+	f.Float64Var(&o.CrossRackRatio, "cross-rack-ratio", 2, "with --racks: the synthetic jobs' cross-rack term, a synchronisation across two racks adding ratio - 1 times their inter-node latency term")
 	f.BoolVar(&o.CompareFlat, "compare-flat", false, "time the search rack by rack and the flat search, each over its own rounds (needs --racks)")
 	f.StringVar(&snapshots, "snapshots", "", "directory of artifact snapshots (snapshot mode)")
 	f.IntVar(&seeds, "seeds", 5, "seeds per snapshot (snapshot mode)")

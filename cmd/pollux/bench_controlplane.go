@@ -20,7 +20,7 @@ func init() { benchCommands = append(benchCommands, newBenchControlPlaneCmd) }
 // remoteOptionsOf configures an actor system's gRPC as servers and
 // agents do (TLS with creds, plaintext without).
 func remoteOptionsOf(creds *pki.Credentials, log *slog.Logger) ([]remote.ConfigOption, error) {
-	return secure.RemoteOptions(creds, log)
+	return secure.RemoteOptions(creds, nil, log)
 }
 
 func newBenchControlPlaneCmd() *cobra.Command {
@@ -31,7 +31,7 @@ func newBenchControlPlaneCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "controlplane",
-		Short: "Round time, Raft writes, report ingestion and failover of the whole control plane in one process",
+		Short: "Round time and quality, Raft writes, report ingestion and failover of the whole control plane in one process",
 		Long:  longHelp("bench-controlplane", true),
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -68,8 +68,8 @@ func newBenchControlPlaneCmd() *cobra.Command {
 	f.DurationVar(&o.Heartbeat, "heartbeat", time.Second, "Raft heartbeat timeout (Raft's own default: three servers and the whole cluster share this machine's cores)")
 	f.DurationVar(&o.Election, "election", time.Second, "Raft election timeout")
 	f.DurationVar(&o.Lease, "lease", 500*time.Millisecond, "Raft leader lease timeout")
-	f.StringVar(&transport, "transport", "remote", "remote (protoactor over gRPC, one actor system per server) or local (one actor system)")
-	f.BoolVar(&o.Insecure, "insecure", false, "plaintext Raft and actor messages (a baseline for the cost of TLS)")
+	f.StringVar(&transport, "transport", "remote", "remote (protoactor over gRPC, an actor system and listener per server and per node) or local (one actor system)")
+	f.BoolVar(&o.Insecure, "insecure", false, "plaintext Raft, actor messages and gossip (a baseline for the cost of TLS)")
 	f.StringVar(&o.LogLevel, "log-level", "error", "log level of the servers and nodes (to stderr)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the timed rounds to this file")

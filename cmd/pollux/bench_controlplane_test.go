@@ -2,17 +2,68 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"maps"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"pollux/testbed/controlplane"
 )
 
+// benchKeys are the fields of `pollux bench controlplane --json`.
+var benchKeys = []string{"actor_systems", "elapsed_s", "failover_to_first_round_s", "failovers", "first_round_after_failover_s",
+	"fitness_vs_full", "goroutines", "gossip_members", "jobs", "node_endpoints", "nodes", "peak_rss_mib", "raft_bytes_per_round",
+	"raft_writes_per_round", "reports_per_s", "round_s", "rounds", "search_effort", "setup_s", "tls", "transport"}
+
+// checkBenchReport checks the JSON shape of a report of nodes nodes,
+// jobs jobs, rounds rounds and failovers failovers, and that every
+// figure was measured: every round decided something and was judged
+// against a search of full effort, the failovers' times are ordered
+// (the election before the first round), every node and server in the
+// leader's gossip.
+func checkBenchReport(t *testing.T, out []byte, nodes, jobs, rounds, failovers int) controlplane.Report {
+	t.Helper()
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(out, &raw); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	keys := slices.Sorted(maps.Keys(raw))
+	if !slices.Equal(keys, benchKeys) {
+		t.Fatalf("keys %v, want %v", keys, benchKeys)
+	}
+	var rep controlplane.Report
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Nodes != nodes || rep.Jobs != jobs || !(rep.RoundS.Median > 0) || rep.RoundS.P95 < rep.RoundS.Median ||
+		!(rep.RaftWritesPerRound >= 1) || !(rep.RaftBytesPerRound > 0) || !(rep.ReportsPerS > 0) ||
+		!(rep.FirstRoundAfterFailoverS.Median > 0) || rep.FirstRoundAfterFailoverS.Max < rep.FirstRoundAfterFailoverS.Median ||
+		!(rep.FailoverToFirstRoundS.Median > 0) || rep.GossipMembers != nodes+3 || !(rep.PeakRSSMiB > 0) || !(rep.SetupS > 0) ||
+		len(rep.Rounds) != rounds || len(rep.Failovers) != failovers || !(rep.FitnessVsFull.Min > 0) || rep.FitnessVsFull.Median < rep.FitnessVsFull.Min {
+		t.Fatalf("report %s", out)
+	}
+	for _, r := range rep.Rounds {
+		if r.Policy != "pollux" || !(r.SearchEffort > 0) || !(r.Fitness > 0) || !(r.FullFitness > 0) || r.FitnessVsFull != r.Fitness/r.FullFitness {
+			t.Errorf("timed round %+v: want a search judged against the full one", r)
+		}
+	}
+	for _, f := range rep.Failovers {
+		if f.Killed == f.NewLeader || !(f.ElectedAfterKillS > 0) || f.FirstRoundCommittedAfterKillS < f.ElectedAfterKillS ||
+			!(f.Round.FullFitness > 0) || f.Round.Policy == "" {
+			t.Errorf("failover %+v", f)
+		}
+	}
+	return rep
+}
+
 // TestBenchControlPlaneShape runs the control-plane benchmark small, on
 // one actor system (protoactor's remote races with a second one in a
-// process under the race detector), and checks the exact JSON shape the
-// issue names and that every figure was measured.
+// process under the race detector: TestBenchControlPlaneTLS runs the
+// remote transport), with real gossip, and checks the JSON.
 func TestBenchControlPlaneShape(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a control plane")
@@ -26,27 +77,43 @@ func TestBenchControlPlaneShape(t *testing.T) {
 	if err := root.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(out.Bytes(), &raw); err != nil {
-		t.Fatalf("%v: %s", err, out.String())
+	rep := checkBenchReport(t, out.Bytes(), 6, 10, 3, 1)
+	if rep.Transport != "local" || rep.NodeEndpoints != 1 || rep.ActorSystems != 1 {
+		t.Errorf("local transport: %d node endpoints, %d actor systems; want one shared", rep.NodeEndpoints, rep.ActorSystems)
 	}
-	var keys []string
-	for k := range raw {
-		keys = append(keys, k)
+}
+
+// TestBenchControlPlaneTLS runs the benchmark small as the must-show
+// runs it: every node and server an actor system with a TLS listener of
+// its own and a gossip member of its own. protoactor's remote races
+// with a second one in a process (it sets gRPC's global logger on every
+// start), so the benchmark runs in a `pollux` built here without the
+// race detector.
+func TestBenchControlPlaneTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds pollux and runs a control plane")
 	}
-	slices.Sort(keys)
-	want := []string{"first_round_after_failover_s", "jobs", "nodes", "raft_bytes_per_round", "raft_writes_per_round", "reports_per_s", "round_s"}
-	if !slices.Equal(keys, want) {
-		t.Fatalf("keys %v, want %v", keys, want)
+	gobin, err := exec.LookPath("go") // go test puts $GOROOT/bin first on PATH
+	if err != nil {
+		t.Fatalf("no go command: %v", err)
 	}
-	var rep controlplane.Report
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		t.Fatal(err)
+	bin := filepath.Join(t.TempDir(), "pollux")
+	build := exec.Command(gobin, "build", "-o", bin, "pollux/cmd/pollux")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
 	}
-	if rep.Nodes != 6 || rep.Jobs != 10 || !(rep.RoundS.Median > 0) || rep.RoundS.P95 < rep.RoundS.Median ||
-		!(rep.RaftWritesPerRound >= 1) || !(rep.RaftBytesPerRound > 0) || !(rep.ReportsPerS > 0) ||
-		!(rep.FirstRoundAfterFailoverS.Median > 0) || rep.FirstRoundAfterFailoverS.Max < rep.FirstRoundAfterFailoverS.Median {
-		t.Fatalf("report %+v", rep)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "bench", "controlplane", "--nodes", "8", "--jobs", "12", "--rounds", "3", "--failovers", "1",
+		"--interval", "300ms", "--settle", "2s", "--json")
+	cmd.Stdout, cmd.Stderr = &out, testWriter{t}
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("pollux bench controlplane: %v\n%s", err, out.String())
+	}
+	rep := checkBenchReport(t, out.Bytes(), 8, 12, 3, 1)
+	if rep.Transport != "remote" || !rep.TLS || rep.NodeEndpoints != 8 || rep.ActorSystems != 8+3 {
+		t.Errorf("want 8 node endpoints and 11 actor systems over TLS: %s", out.String())
 	}
 }
 

@@ -65,6 +65,8 @@ func newBenchFailoverCmd() *cobra.Command {
 	f.BoolVar(&asJSON, "json", false, "print one JSON object on stdout")
 	f.BoolVar(&o.Keep, "keep", false, "keep the servers' data directories and logs (path printed on stderr)")
 	f.BoolVar(&o.Insecure, "insecure", false, "run the servers without TLS only")
+	f.IntVar(&o.Flood, "flood", 0, "also run the benchmark under a flood of this many silent connections from "+failover.FloodSource+
+		" to each server's Raft and HTTP port, and report its failover and status times beside those without (0: no flood run)")
 	f.BoolVar(&o.Baseline, "plaintext-baseline", true, "after the TLS run, run the same benchmark without TLS and report the cost of TLS")
 	return cmd
 }

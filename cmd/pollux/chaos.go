@@ -19,6 +19,7 @@ import (
 	"pollux/testbed/chaos/labloss"
 	"pollux/testbed/chaos/schedule"
 	"pollux/testbed/chaos/suite"
+	"pollux/testbed/launch"
 )
 
 func init() { subcommands = append(subcommands, newChaosCmd) }
@@ -48,7 +49,7 @@ func newChaosCmd() *cobra.Command {
 	f.BoolVar(&c.jsonOut, "json", false, "print one JSON object instead of a table")
 	f.StringVar(&c.dir, "dir", "", "keep every run's data, logs, history and worker records under this directory (default: a temporary one, removed after a run that passes)")
 	f.StringVar(&c.judge, "judge", "", "judge again the kept run directories under DIR (from --dir) instead of running anything")
-	f.StringVar(&c.network, "network", "auto", "auto (namespaces when possible), netns or loopback; network faults need netns")
+	f.StringVar(&c.network, "network", "auto", "auto (namespaces when possible), netns or loopback; network faults need netns, and a run that cannot inject them fails unless loopback opts out")
 	f.StringVar(&c.logLevel, "log-level", "", "level of the driver's progress log on stderr (default info, warn with --json)")
 	f.StringVar(&c.o.LogLevel, "process-log-level", "warn", "log level of the servers and agents (their logs are kept with --dir)")
 	f.Float64Var(&c.o.TimeScale, "time-scale", 400, "emulated seconds per real second")
@@ -112,7 +113,7 @@ func runChaosCmd(cmd *cobra.Command, c *chaosFlags) error {
 		}
 		lo = &all
 	}
-	return suite.Run(ctx, scs, lo, c.seed, o, c.jsonOut, cmd.OutOrStdout())
+	return suite.Run(ctx, scs, lo, c.seed, o, c.network == string(launch.Loopback), c.jsonOut, cmd.OutOrStdout())
 }
 
 // labLossOptions are the lab-loss scenario's options of the flags: a

@@ -88,7 +88,8 @@ func TestDemoUIKeepsTheDashboardUp(t *testing.T) {
 	line, rest := waitLine("dashboard: ", 90*time.Second)
 	dash := strings.TrimPrefix(line, "dashboard: ")
 	u, err := url.Parse(dash)
-	if err != nil || u.Scheme != "https" || u.Path != "/ui/" || !strings.HasPrefix(u.Query().Get("token"), "plx_") {
+	frag, _ := url.ParseQuery(u.Fragment)
+	if err != nil || u.Scheme != "https" || u.Path != "/ui/login" || u.RawQuery != "" || !strings.HasPrefix(frag.Get("token"), "plx_") {
 		t.Fatalf("dashboard URL %q (%v)", dash, err)
 	}
 	// The hint is the line after the URL (the reader may not have split
@@ -124,7 +125,7 @@ func TestDemoUIKeepsTheDashboardUp(t *testing.T) {
 		t.Logf("dump %d shows no healthy cluster yet (%.200s); again", try+1, bannerOf(dom))
 		time.Sleep(2 * time.Second)
 	}
-	if bytes.Contains(dom, []byte(u.Query().Get("token"))) {
+	if bytes.Contains(dom, []byte(frag.Get("token"))) {
 		t.Error("the dumped page holds the token")
 	}
 
@@ -138,6 +139,20 @@ func TestDemoUIKeepsTheDashboardUp(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("the dashboard without a token after the workload: %s, want 401", resp.Status)
+	}
+	// The line the demo prints points the CLI at the cluster: evaluated
+	// in a shell, `pollux status` works without any flag.
+	exports, _ := waitLine("export POLLUX_SERVERS=", time.Second)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "POLLUX_") {
+			env = append(env, kv)
+		}
+	}
+	sh := exec.Command("sh", append([]string{"-c", exports + ` && exec "$@" status`, "sh"}, selfExec...)...)
+	sh.Env = append(env, "POLLUX_TEST_PROCESS=1")
+	if out, err := sh.CombinedOutput(); err != nil || !strings.Contains(string(out), "leader") {
+		t.Errorf("pollux status after %s: %v\n%s", exports, err, out)
 	}
 	select {
 	case err := <-done:

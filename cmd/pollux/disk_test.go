@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"pollux/internal/rootgate"
 	"strings"
 	"syscall"
 	"testing"
@@ -54,9 +55,7 @@ func TestDiskFull(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-process cluster")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
+	rootgate.NeedRoot(t, "mounts a tmpfs")
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	dir := t.TempDir()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"pollux/internal/rootgate"
 	"slices"
 	"strings"
 	"testing"
@@ -81,7 +82,7 @@ func TestPartitionedAgentWritesNoSupersededCheckpoint(t *testing.T) {
 		t.Skip("starts a 5-process cluster")
 	}
 	if err := netns.Available(); err != nil {
-		t.Skip("network namespaces unavailable:", err)
+		rootgate.Skip(t, "network namespaces unavailable: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 170*time.Second)
 	defer cancel()

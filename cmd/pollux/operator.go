@@ -9,6 +9,7 @@ import (
 
 	"pollux/actors/server/api"
 	"pollux/actors/server/api/client"
+	"pollux/internal/backup"
 	"pollux/internal/usage"
 )
 
@@ -32,8 +33,56 @@ func newOperatorCmd() *cobra.Command {
 		RunE: func(*cobra.Command, []string) error { return nil },
 	}
 	rf.AddCommand(newListPeersCmd(), newAddServerCmd(), newRemoveServerCmd())
-	op.AddCommand(rf)
+	snap := &cobra.Command{
+		Use:   "snapshot",
+		Short: "Back up and restore the replicated state: save FILE, restore FILE",
+		Long: "save writes the replicated state (jobs, nodes, tokens, allocation; the leader's, after every " +
+			"write before it) to FILE, readable by its owner only: it holds the tokens' hashes. restore replaces the " +
+			"state of a running cluster (a new one, after a loss of every server's data) with such a file; the " +
+			"cluster keeps its own Raft membership. docs/deploy.md, Backup and restore.",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usage.Wrap(fmt.Errorf("operator snapshot: unknown command %q (save, restore)", args[0]))
+			}
+			return usage.Wrap(errors.New("operator snapshot: want save FILE or restore FILE"))
+		},
+		RunE: func(*cobra.Command, []string) error { return nil },
+	}
+	snap.AddCommand(newSnapshotSaveCmd(), newSnapshotRestoreCmd())
+	op.AddCommand(rf, snap)
 	return op
+}
+
+func newSnapshotSaveCmd() *cobra.Command {
+	return lineCmd(&cobra.Command{
+		Use:   "save FILE",
+		Short: "Write a backup of the replicated state to FILE (mode 0600)",
+		Args:  exactArgs(1),
+	}, func(ctx context.Context, c *client.Client, args []string) (string, error) {
+		b, err := c.SaveSnapshot(ctx)
+		if err != nil {
+			return "", err
+		}
+		if err := backup.WriteFile(args[0], b); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("saved %d bytes to %s", len(b), args[0]), nil
+	})
+}
+
+func newSnapshotRestoreCmd() *cobra.Command {
+	return lineCmd(&cobra.Command{
+		Use:   "restore FILE",
+		Short: "Replace the cluster's replicated state with the backup in FILE",
+		Args:  exactArgs(1),
+	}, func(ctx context.Context, c *client.Client, args []string) (string, error) {
+		b, err := backup.ReadFile(args[0])
+		if err != nil {
+			return "", usage.Wrap(err)
+		}
+		r, err := c.RestoreSnapshot(ctx, b)
+		return fmt.Sprintf("restored %d bytes from %s: %d jobs", r.Bytes, args[0], r.Jobs), err
+	})
 }
 
 func newListPeersCmd() *cobra.Command {

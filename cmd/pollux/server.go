@@ -14,10 +14,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"pollux/actors/allocator"
+	"pollux/actors/jobspec"
 	"pollux/actors/server"
+	"pollux/internal/flagfile"
 	"pollux/internal/usage"
-	"pollux/optimizer"
+	"pollux/optimizer/goodput"
 	"pollux/optimizer/topology"
+	"pollux/testbed"
 	"pollux/testbed/builtin"
 )
 
@@ -28,6 +31,7 @@ func init() { subcommands = append(subcommands, newServerCmd) }
 type serverFlags struct {
 	cfg                             server.Config
 	peers, levels, policy, logLevel string
+	conf                            flagfile.Options
 }
 
 func newServerCmd() *cobra.Command {
@@ -47,11 +51,15 @@ func newServerCmd() *cobra.Command {
 			"starts without --bootstrap (and --peers), joins the gossip with --join, and is made a voter with " +
 			"`pollux operator raft add-server`. --topology-levels names the cluster's topology levels (set at bootstrap, like " +
 			"the checkpoint root), --topology where this server sits (a server warns when a majority of the voters share a rack), " +
-			"--policy the allocation policy (auto: pollux on one GPU type, pollux-het on several). --cluster names the cluster (once in its life) " +
+			"--policy the allocation policy (auto: pollux on one GPU type, pollux-het on several; --cross-rack-ratio was removed: a policy prices racks only by what jobs fitted). --cluster names the cluster (once in its life) " +
 			"and --federation with --federation-addr makes it a lab of a federation that lends and borrows GPUs (docs/federation.md). " +
-			"Prints one JSON line with its addresses on stdout when ready.",
+			"Prints one JSON line with its addresses on stdout when ready. --config FILE reads the flags from a YAML file " +
+			"(each key a flag's name; flags on the command line win) and --print-config prints the effective settings (docs/deploy.md).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if printed, err := o.conf.Load(cmd.Flags(), cmd.OutOrStdout()); err != nil || printed {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			return runServer(ctx, cmd, o)
@@ -70,26 +78,27 @@ func newServerCmd() *cobra.Command {
 	f.StringSliceVar(&c.Join, "join", nil, "gossip addresses (host:port) of members to join")
 	f.BoolVar(&c.FastGossip, "fast-gossip", false, "sub-second failure detection (loopback and test clusters)")
 	f.DurationVar(&c.Interval, "interval", allocator.DefaultInterval, "scheduling interval")
+	f.DurationVar(&c.RaftElection, "raft-election-timeout", 0, "Raft's heartbeat and election timeout, the leader lease half of it "+
+		"(0: 200ms; longer rides out a loaded machine's late heartbeats, at the cost of a slower failover)")
 	f.DurationVar(&c.NodeGrace, "node-grace", 3*time.Second, "how long an agent must be missing from the membership before it is marked dead")
 	f.DurationVar(&c.AgentLease, "agent-lease", allocator.DefaultLease, "the agents' lease: the leader renews it every quarter of it; an agent "+
 		"that goes that long without a renewal pauses its workers, and no job restarts elsewhere until its lease, plus half of it, "+
 		"has surely ended (docs/control-plane.md, Fencing). At most two thirds of --node-grace")
 	f.IntVar(&c.MaxFailures, "max-failures", 5, "failed incarnations in a row (without finishing an epoch) after which a job is marked failed; -1: retry forever")
 	f.Float64Var(&c.TimeScale, "time-scale", 1, "emulated seconds per real second of the cluster's emulated workers")
-	f.StringVar(&c.CheckpointRoot, "checkpoint-root", "", "the cluster's checkpoint root, ROOT/<job id> for jobs that name no directory: a directory "+
-		"every agent reaches (shared storage). Set once when the cluster is bootstrapped; a server started later with another root "+
-		"refuses to run. Without one, jobs must name their checkpoint_dir")
-	f.DurationVar(&c.Retain, "retain", 0, "prune finished jobs and dead nodes from the state this long after they finished (0: keep them)")
+	f.StringVar(&c.CheckpointRoot, "checkpoint-root", "", "the cluster's checkpoint root: each job checkpoints in ROOT/<job id> (or, with resume_from, in a finished job's of "+
+		"its submitter), a directory every agent reaches (shared storage). Set once when the cluster is bootstrapped; a server "+
+		"started later with another root refuses to run. Without one, the cluster takes no jobs")
+	f.DurationVar(&c.Retain, "retain", 7*24*time.Hour, "prune finished jobs and dead nodes from the state this long after they finished (0: keep them)")
 	f.StringVar(&c.Topology, "topology", "", "where this server sits: level=domain pairs, innermost first, e.g. rack=r1,zone=z1 (empty: the default rack)")
 	f.StringVar(&o.levels, "topology-levels", "rack", "the cluster's topology levels, innermost (rack) first, e.g. rack,zone: set once when the "+
 		"cluster is bootstrapped; a server given other levels refuses to run, and agents must declare every level in this order")
 	f.StringVar(&o.policy, "policy", "auto", "allocation policy: auto (pollux on one GPU type, pollux-het on several), pollux, pollux-het, sia, pollux-unaware or tiresias (user-sized jobs, no resizing)")
-	f.Float64Var(&c.CrossRackRatio, "cross-rack-ratio", optimizer.DefaultCrossRackRatio, "how many times slower synchronising across racks is "+
-		"than within one (>= 1), for jobs that have not measured it")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	securityFlags(f, &c.Security)
 	autoscaleFlags(f, &c.Autoscale)
 	federationFlags(f, &c.Federation)
+	o.conf.Register(f)
 	return cmd
 }
 
@@ -120,7 +129,7 @@ func runServer(ctx context.Context, cmd *cobra.Command, o serverFlags) error {
 	if err != nil {
 		return err
 	}
-	c.Apps = catalog.Names()
+	c.Apps, c.AppLimits = catalog.Names(), appLimits(catalog)
 	c.OnReady = func(r server.Ready) { printReady(cmd.OutOrStdout(), r) }
 	return server.Run(ctx, c)
 }
@@ -152,4 +161,16 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 func printReady(w io.Writer, ready any) {
 	b, _ := json.Marshal(ready)
 	fmt.Fprintln(w, string(b))
+}
+
+// appLimits are the batch limits of the built-in applications of
+// catalog, a spec's defaults.
+func appLimits(catalog testbed.Catalog) jobspec.AppLimits {
+	return func(app string) (goodput.Limits, bool) {
+		a, ok := catalog[app]
+		if !ok {
+			return goodput.Limits{}, false
+		}
+		return a.Limits(), true
+	}
 }

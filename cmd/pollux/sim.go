@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"pollux/optimizer"
+	"pollux/testbed/fabric"
 	"pollux/testbed/sim"
 	"pollux/testbed/simrun"
 )
@@ -35,6 +36,7 @@ func simAll(types int, typed bool) []string {
 // simFlags are the flags of `pollux sim`.
 type simFlags struct {
 	workload, traces, policy, out string
+	groundTruth                   string
 	cluster, semantics            string
 	federation                    string
 	nodes, gpusPerNode, parallel  int
@@ -43,8 +45,7 @@ type simFlags struct {
 	seed                          uint64
 	asJSON, pSet                  bool
 	racks                         int
-	crossRackRatio                float64
-	crossRackModel                string
+	oversubscription, bandwidth   float64
 	compareTopology               bool
 	// autoscale runs the elastic-cluster comparison (sim_autoscale.go).
 	autoscale bool
@@ -61,7 +62,7 @@ func newSimCmd() *cobra.Command {
 		RunE:  func(cmd *cobra.Command, _ []string) error { return runSim(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.workload, "workload", "", "workload CSV file, or a directory of them (default: generated)")
+	fl.StringVar(&f.workload, "workload", "", "workload CSV file, a directory of them, or a directory of such directories (a sweep) (default: generated)")
 	fl.StringVar(&f.traces, "traces", "", "trace directory in the artifact layout (default: built-in profiles)")
 	fl.StringVar(&f.policy, "policy", "pollux", "comma-separated policies ("+strings.Join(simPolicyOrder, ", ")+") or all")
 	fl.IntVar(&f.nodes, "nodes", 16, "nodes in the cluster (one untyped GPU type; see --cluster)")
@@ -74,10 +75,11 @@ func newSimCmd() *cobra.Command {
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the policies and of generated workloads")
 	fl.IntVar(&f.parallel, "parallel", runtime.NumCPU(), "runs to simulate at once")
 	fl.StringVar(&f.out, "out", "", "directory for summary.json, jobs.csv and PNG plots")
+	fl.StringVar(&f.groundTruth, "ground-truth", "", "Sia artifact's runs (testbed/sim/testdata/sia-artifact/ground-truth.json) drawn beside a sweep's plot (with --out)")
 	fl.BoolVar(&f.asJSON, "json", false, "print exactly one JSON object on stdout")
 	fl.IntVar(&f.racks, "racks", 1, "racks the nodes are spread over, consecutive nodes in each")
-	fl.Float64Var(&f.crossRackRatio, "cross-rack-ratio", optimizer.DefaultCrossRackRatio, "how many times slower synchronising across racks is than within one (>= 1; only with --racks)")
-	fl.StringVar(&f.crossRackModel, "cross-rack-model", "overlap", "how a placement across racks is slowed: overlap or exposed (see above)")
+	fl.Float64Var(&f.oversubscription, "oversubscription", 2, "with --racks: how many times less a rack's uplink carries than its nodes' links (>= 1)")
+	fl.Float64Var(&f.bandwidth, "node-bandwidth", fabric.DefaultNodeBandwidth*8/1e9, "with --racks: every node's link in Gbit/s")
 	fl.BoolVar(&f.compareTopology, "compare-topology", false, "run the policy aware of the racks and blind to them, and compare (needs --racks of at least 2 and one policy)")
 	fl.StringVar(&f.federation, "federation", "", "simulate federated labs described by a JSON file, or "+simrun.Example+" for the built-in one, isolated, merged and federated (see docs/federation.md)")
 	dc := sim.DefaultCloud()
@@ -109,7 +111,7 @@ func runSim(cmd *cobra.Command, f simFlags) error {
 	}
 	o := simrun.Options{Workload: f.workload, Traces: f.traces, Cluster: f.cluster, Semantics: f.semantics, Nodes: f.nodes,
 		GPUsPerNode: f.gpusPerNode, Interval: f.interval, Interference: f.interference, P: f.p, Seed: f.seed, Parallel: f.parallel,
-		Out: f.out, JSON: f.asJSON, Racks: f.racks, CrossRackRatio: f.crossRackRatio, CrossRackModel: f.crossRackModel,
+		Out: f.out, GroundTruth: f.groundTruth, JSON: f.asJSON, Racks: f.racks, Oversubscription: f.oversubscription, NodeBandwidth: f.bandwidth,
 		CompareTopology: f.compareTopology, PolicyOptions: simPolicyOptions(f),
 		Policies: func(types int, typed bool) ([]string, error) { return simPolicyList(f.policy, types, typed) }}
 	return simrun.Run(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -117,7 +119,7 @@ func runSim(cmd *cobra.Command, f simFlags) error {
 
 // simFederationFlags are the sim flags that do not apply with
 // --federation (the file describes the clusters and their policies).
-var simFederationFlags = []string{"cluster", "nodes", "gpus-per-node", "policy", "semantics", "interval", "interference", "out"}
+var simFederationFlags = []string{"cluster", "nodes", "gpus-per-node", "policy", "semantics", "interval", "interference", "out", "ground-truth"}
 
 // runSimFederation is `pollux sim --federation FILE`.
 func runSimFederation(cmd *cobra.Command, f simFlags) error {

@@ -36,10 +36,11 @@ var fixedOnlyFlags = []struct{ name, why string }{
 	{"semantics", "an elastic cluster follows the Pollux artifact's testbed, or Sia's simulator with --cluster"},
 	{"interference", "interference is not modelled on an elastic cluster"},
 	{"racks", "an elastic cluster has one rack"},
-	{"cross-rack-ratio", "an elastic cluster has one rack"},
-	{"cross-rack-model", "an elastic cluster has one rack"},
+	{"oversubscription", "an elastic cluster has one rack"},
+	{"node-bandwidth", "an elastic cluster has one rack"},
 	{"compare-topology", "an elastic cluster has one rack"},
 	{"federation", "federated labs are a separate simulation"},
+	{"ground-truth", "Sia's artifact ran no elastic cluster"},
 }
 
 // checkCloudFlags refuses flags --autoscale cannot honour, and

@@ -58,9 +58,14 @@ func TestSimBadInput(t *testing.T) {
 		{"bad flag", []string{"--bogus"}, "bogus"},
 		{"zero racks", []string{"--workload", good, "--racks", "0"}, "--racks"},
 		{"more racks than nodes", []string{"--workload", good, "--racks", "17"}, "17 racks for 16 nodes"},
-		{"bad cross-rack ratio", []string{"--workload", good, "--racks", "2", "--cross-rack-ratio", "0.5"}, "cross-rack ratio"},
-		{"bad cross-rack model", []string{"--workload", good, "--cross-rack-model", "linear"}, "linear"},
+		{"bad oversubscription", []string{"--workload", good, "--racks", "2", "--oversubscription", "0.5"}, "--oversubscription 0.5"},
+		{"bad node bandwidth", []string{"--workload", good, "--racks", "2", "--node-bandwidth", "-1"}, "--node-bandwidth -1"},
+		{"removed cross-rack ratio", []string{"--workload", good, "--racks", "2", "--cross-rack-ratio", "4"}, "unknown flag: --cross-rack-ratio"},
+		{"removed cross-rack model", []string{"--workload", good, "--cross-rack-model", "overlap"}, "unknown flag: --cross-rack-model"},
 		{"compare on one rack", []string{"--workload", good, "--compare-topology"}, "--compare-topology"},
+		{"ground truth without out", []string{"--workload", good, "--ground-truth", notCSV}, "no --out"},
+		{"unreadable ground truth", []string{"--workload", good, "--out", dir, "--ground-truth", filepath.Join(dir, "absent.json")}, "absent.json"},
+		{"malformed ground truth", []string{"--workload", good, "--out", dir, "--ground-truth", notCSV}, "ground truth"},
 		{"compare two policies", []string{"--workload", good, "--racks", "2", "--compare-topology", "--policy", "pollux,tiresias"}, "exactly one policy"},
 	}
 	for _, tt := range tests {
@@ -182,13 +187,18 @@ func TestSimCompareTopology(t *testing.T) {
 	dir := t.TempDir()
 	wl := writeFile(t, dir, "w.csv", wlHeader+"cifar10-0,0,cifar10,4,512\ncifar10-1,60,cifar10,4,512\nbert-2,120,bert,4,48\nncf-3,180,ncf,1,32768\n")
 	var stderr bytes.Buffer
-	code, out := runCapture(t, []string{"sim", "--policy", "pollux", "--workload", wl, "--racks", "4", "--cross-rack-ratio", "4", "--compare-topology", "--json"}, &stderr)
+	code, out := runCapture(t, []string{"sim", "--policy", "pollux", "--workload", wl, "--racks", "4", "--oversubscription", "4", "--compare-topology", "--json"}, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	var rep struct {
-		Racks     int     `json:"racks"`
-		Ratio     float64 `json:"cross_rack_ratio"`
+		Racks int     `json:"racks"`
+		Over  float64 `json:"oversubscription"`
+		Apps  map[string]struct {
+			Jobs   int     `json:"jobs"`
+			Fitted float64 `json:"fitted_cross_rack_s"`
+			True   float64 `json:"true_cross_rack_s"`
+		} `json:"applications"`
 		Reduction float64 `json:"avg_jct_reduction"`
 		RackAware struct {
 			MeanAvgJCT float64  `json:"mean_avg_jct"`
@@ -205,7 +215,7 @@ func TestSimCompareTopology(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if rep.Racks != 4 || rep.Ratio != 4 || len(rep.Runs) != 2 || rep.Runs[0].RackAware == rep.Runs[1].RackAware {
+	if rep.Racks != 4 || rep.Over != 4 || rep.Apps == nil || len(rep.Runs) != 2 || rep.Runs[0].RackAware == rep.Runs[1].RackAware {
 		t.Errorf("report %s", out)
 	}
 	if !(rep.RackAware.MeanAvgJCT > 0) || !(rep.RackBlind.MeanAvgJCT > 0) || rep.RackAware.Frac == nil || rep.RackBlind.Frac == nil {

@@ -16,6 +16,7 @@ import (
 	"pollux/actors/server/api"
 	"pollux/actors/server/api/client"
 	"pollux/internal/usage"
+	"pollux/testbed/builtin"
 )
 
 func init() {
@@ -114,7 +115,11 @@ func newSubmitCmd() *cobra.Command {
 				return usage.Wrap(err)
 			}
 			// Validate locally first for an immediate, precise error.
-			if _, err := jobspec.Parse(spec); err != nil {
+			catalog, err := builtin.Catalog()
+			if err != nil {
+				return err
+			}
+			if _, err := jobspec.ParseWith(spec, appLimits(catalog)); err != nil {
 				return usage.Wrap(err)
 			}
 			return nil

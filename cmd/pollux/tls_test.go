@@ -285,7 +285,7 @@ func TestSecurePortsRefuseStrangers(t *testing.T) {
 	token := bootstrapTokens(t, httpAddr)
 	var ar agent.Ready // (before the variable agent hides the package)
 	agent, line := startProc(t, &agentLog, append([]string{"agent", "--name", "a3", "--gpus", "2", "--fast-gossip", "--log-level", "warn",
-		"--join", sr.Gossip, "--worker-exec", strings.Join(selfExec, ",")}, b.Flags("a3")...)...)
+		"--join", sr.Gossip, "--worker-exec", strings.Join(selfExec, ",")}, append(b.Flags("a3"), rootRunAs(nil)...)...)...)
 	if err := json.Unmarshal(line, &ar); err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +423,7 @@ func TestGossipKeyReloadOnSIGHUP(t *testing.T) {
 	var log logbuf.Buffer
 	var ar agent.Ready // (before the variable agent hides the package)
 	agent, line := startProc(t, &log, append([]string{"agent", "--name", "a2", "--gpus", "1", "--fast-gossip", "--log-level", "info",
-		"--worker-exec", strings.Join(selfExec, ",")}, flags...)...)
+		"--worker-exec", strings.Join(selfExec, ",")}, append(flags, rootRunAs(nil)...)...)...)
 	if err := json.Unmarshal(line, &ar); err != nil {
 		t.Fatal(err)
 	}

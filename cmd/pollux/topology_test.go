@@ -315,7 +315,7 @@ func TestPlaceFlagsBadInput(t *testing.T) {
 		{"server topology missing a level", append(slices.Clone(server), "--topology-levels", "rack,zone", "--topology", "rack=r1"),
 			`--topology does not fit --topology-levels`},
 		{"unknown policy", append(slices.Clone(server), "--policy", "fifo"), `--policy "fifo": want auto, pollux, pollux-het, sia, pollux-unaware or tiresias`},
-		{"ratio below 1", append(slices.Clone(server), "--cross-rack-ratio", "0.5"), "--cross-rack-ratio 0.5"},
+		{"removed cross-rack ratio", append(slices.Clone(server), "--cross-rack-ratio", "2"), "unknown flag: --cross-rack-ratio"},
 	}
 	for _, tt := range tests {
 		args := append(slices.Clone(selfExec), tt.args...)

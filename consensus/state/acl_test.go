@@ -327,6 +327,10 @@ func FuzzDecodeACLState(f *testing.F) {
 	f.Add(EncodeState(a.state()))
 	a.must(f, 1, &RevokeToken{Accessor: "acc-bob", By: "acc-admin", Time: 7}, &CancelJob{ID: "alices", By: "acc-alice", Time: 8})
 	f.Add(EncodeState(a.state()))
+	a.must(f, 1, &SetQuota{Accessor: "acc-alice", Quota: Quota{Jobs: 3, Rate: 0.5}, By: "acc-admin"},
+		&SetQuota{Quota: Quota{SpecBytes: 1 << 20}, Budget: 1 << 24, By: "acc-admin"},
+		&SubmitJob{ID: "again", Spec: ownedSpec("alices"), SubmitTime: 9, Submitter: "acc-alice", Owned: true})
+	f.Add(EncodeState(a.state()))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := DecodeState(b)
 		if err != nil {
@@ -359,6 +363,10 @@ func FuzzDecodeACLCommand(f *testing.F) {
 		&RevokeToken{Accessor: "acc-bob", By: "acc-admin", Time: 3},
 		&CancelJob{ID: "alices", By: "acc-alice", Reason: "r", Time: 4},
 		&SubmitJob{ID: "j", Spec: testSpec(), SubmitTime: 1, Submitter: "acc-bob"},
+		&SubmitJob{ID: "j", Spec: ownedSpec(""), SubmitTime: 1, Submitter: "acc-bob", Owned: true},
+		&SubmitJob{ID: "j", Spec: ownedSpec("alices"), SubmitTime: 1, Submitter: "acc-alice", Owned: true},
+		&SetQuota{Accessor: "acc-bob", Quota: Quota{Jobs: 1, SpecBytes: 2, Rate: 3, Burst: 4}, By: "acc-admin"},
+		&SetQuota{Quota: Quota{Jobs: 1}, Budget: 100},
 	} {
 		b, err := Encode(c)
 		if err != nil {

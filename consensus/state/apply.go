@@ -47,6 +47,8 @@ func applyOne(s *State, c Command, term uint64) error {
 		return applyRevokeToken(s, c)
 	case *CancelJob:
 		return applyCancelJob(s, c)
+	case *SetQuota:
+		return applySetQuota(s, c)
 	case *FinishJob:
 		return applyFinish(s, c)
 	case *ScaleDecision:
@@ -118,7 +120,16 @@ func applySubmit(s *State, c *SubmitJob) error {
 	}
 	spec := c.Spec
 	spec.Command = slices.Clone(spec.Command)
-	j := &Job{ID: c.ID, Spec: spec, State: Pending, SubmitTime: c.SubmitTime}
+	if c.Owned {
+		name := ""
+		if t != nil {
+			name = t.Name
+		}
+		if spec.CheckpointDir, err = admitOwned(s, c, name); err != nil {
+			return err
+		}
+	}
+	j := &Job{ID: c.ID, Spec: spec, State: Pending, SubmitTime: c.SubmitTime, specBytes: SpecSize(&spec)}
 	if t != nil {
 		j.Submitter, j.SubmitterName = t.Accessor, t.Name
 	}

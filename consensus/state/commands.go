@@ -34,6 +34,7 @@ const (
 	typeCreateToken  byte = 17
 	typeRevokeToken  byte = 18
 	typeCancelJob    byte = 19
+	typeSetQuota     byte = 20
 	// 28..31: autoscaling (scale.go).
 	// 36..39: federation (federation.go).
 )
@@ -53,11 +54,19 @@ type Command interface {
 // or admin, and the job records it (and its name) as its submitter. It is
 // encoded last, and only when non-empty, so that entries written before
 // it existed still decode.
+//
+// An Owned submission (every one a server of this version writes) also
+// follows the rules of tenancy.go: the job checkpoints in ROOT/<its id>
+// or, with Spec.ResumeFrom, in the directory of a finished job of the
+// same submitter, never in one a live job holds; and it counts against
+// its submitter's quota and the cluster's state budget (quota.go).
+// Entries written before these rules apply as they did (Owned false).
 type SubmitJob struct {
 	ID         string
 	Spec       JobSpec
 	SubmitTime float64
 	Submitter  string
+	Owned      bool
 }
 
 // Fields of UpdateJob that are set.
@@ -190,6 +199,8 @@ func Decode(b []byte) (Command, error) {
 		c = &RevokeToken{}
 	case typeCancelJob:
 		c = &CancelJob{}
+	case typeSetQuota:
+		c = &SetQuota{}
 	case typeScaleDecision:
 		c = &ScaleDecision{}
 	case typeScaleUpdate:
@@ -220,18 +231,23 @@ func (c *SubmitJob) encode(w *writer) {
 	encodeSpec(w, &c.Spec)
 	w.f64(c.SubmitTime)
 	// Optional trailing blocks, in the order they were added: the
-	// submitter (encoded empty only when more follows), the placement
-	// constraints (encoded empty only when the epochs follow), then the
-	// declared epochs (only when declared).
-	attrs, epochs := specAttrsSet(&c.Spec), c.Spec.Epochs != 0
-	if c.Submitter != "" || attrs || epochs {
+	// submitter, the placement constraints, the declared epochs, then
+	// the tenancy block (present exactly when Owned: the resumed job).
+	// Each is left out when it and every later block are empty; an
+	// empty one is encoded only when a later one follows.
+	epochs := c.Spec.Epochs != 0 || c.Owned
+	attrs := specAttrsSet(&c.Spec) || epochs
+	if c.Submitter != "" || attrs {
 		w.str(c.Submitter)
 	}
-	if attrs || epochs {
+	if attrs {
 		encodeSpecAttrs(w, &c.Spec)
 	}
 	if epochs {
 		w.int(c.Spec.Epochs)
+	}
+	if c.Owned {
+		w.str(c.Spec.ResumeFrom)
 	}
 }
 func (c *SubmitJob) decode(r *reader) {
@@ -255,9 +271,15 @@ func (c *SubmitJob) decode(r *reader) {
 		}
 		return
 	}
-	if c.Spec.Epochs = r.int(); r.err == nil && c.Spec.Epochs == 0 {
-		r.fail("job epochs encoded as 0 (they are left out instead)")
+	c.Spec.Epochs = r.int()
+	if !r.more() {
+		if r.err == nil && c.Spec.Epochs == 0 {
+			r.fail("job epochs encoded as 0 (they are left out instead)")
+		}
+		return
 	}
+	c.Owned = true
+	c.Spec.ResumeFrom = r.str()
 }
 
 func encodeSpec(w *writer, s *JobSpec) {
@@ -519,6 +541,11 @@ func (s *JobSpec) validate() error {
 	if err := checkText("checkpoint dir", s.CheckpointDir); err != nil {
 		return err
 	}
+	if s.ResumeFrom != "" {
+		if err := checkID("resumed job", s.ResumeFrom); err != nil {
+			return err
+		}
+	}
 	if len(s.Command) == 0 && s.App == "" {
 		return invalid("job has neither a command nor an emulated app")
 	}
@@ -542,6 +569,12 @@ func (s *JobSpec) validate() error {
 func (c *SubmitJob) validate() error {
 	if err := checkID("job", c.ID); err != nil {
 		return err
+	}
+	switch r := c.Spec.ResumeFrom; {
+	case r != "" && !c.Owned:
+		return invalid("job %q resumes from %q in a submission without the tenancy rules", c.ID, r)
+	case r == c.ID:
+		return invalid("job %q resumes from itself", c.ID)
 	}
 	if err := checkBy(c.Submitter); err != nil {
 		return err

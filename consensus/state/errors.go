@@ -72,4 +72,14 @@ var (
 	// why (on the server that applied it; a forwarded refusal keeps the
 	// text).
 	ErrLeaseRefused = errors.New("state: lease command refused")
+	// ErrCheckpointHeld is returned for a submission whose checkpoint
+	// directory a live job holds (the same directory, or one inside the
+	// other).
+	ErrCheckpointHeld = errors.New("state: checkpoint directory held by another job")
+	// ErrQuota is returned for a submission beyond its submitter's quota
+	// (running plus pending jobs, bytes of specs).
+	ErrQuota = errors.New("state: submitter quota exceeded")
+	// ErrStateFull is returned for a submission beyond the cluster's
+	// state budget.
+	ErrStateFull = errors.New("state: state budget exhausted")
 )

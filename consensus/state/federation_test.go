@@ -48,7 +48,9 @@ func TestLeaseCommands(t *testing.T) {
 		{"beyond the lending limit", fedGrant("l2", "n2", 4, 11), federation.ErrLendingLimit},
 		{"a node the lab does not own", fedGrant("l2", "n9", 1, 11), federation.ErrNotOwner},
 		{"GPUs already lent", fedGrant("l2", "n1", 1, 11), federation.ErrNodeLeased},
-		{"renewal after expiry", fedCmd(federation.OpRenew, "lab-b", "l1", 310), federation.ErrExpired},
+		{"renewal after expiry", fedCmd(federation.OpRenew, "lab-a", "l1", 310), federation.ErrExpired},
+		{"renewal by the borrower", &Lease{Cmd: federation.Command{Op: federation.OpRenew, From: "lab-b", Lease: "l1", At: 200, TTL: federation.MaxTTL}},
+			federation.ErrNotParty},
 		{"reclaim by the borrower", fedCmd(federation.OpReclaim, "lab-b", "l1", 11), federation.ErrNotParty},
 		{"a cluster that is no peer", fedCmd(federation.OpRenew, "lab-x", "l1", 11), federation.ErrUnknownPeer},
 		{"expire issued by a peer", &Lease{Cmd: federation.Command{Op: federation.OpExpire, From: "lab-b", At: 400}}, federation.ErrNotParty},
@@ -62,7 +64,7 @@ func TestLeaseCommands(t *testing.T) {
 			t.Fatalf("%s: a refused lease command changed the state", tc.name)
 		}
 	}
-	a.must(t, 1, fedCmd(federation.OpRenew, "lab-b", "l1", 200))
+	a.must(t, 1, fedCmd(federation.OpRenew, "lab-a", "l1", 200))
 	l, _ := a.state().Fed.Ledger.Lease("l1")
 	if l.Expires != 500 {
 		t.Errorf("renewed lease expires at %v, want 500", l.Expires)

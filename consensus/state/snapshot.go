@@ -13,7 +13,7 @@ import (
 // CRC-32C; docs/replicated-state.md lists what each version added.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 8
+	SnapshotVersion = 9
 	// MaxSnapshot bounds the size of an encoded state.
 	MaxSnapshot = 1 << 30
 )
@@ -44,9 +44,7 @@ func EncodeState(s *State) []byte {
 	for _, id := range jobs {
 		j := s.Jobs[id]
 		w.str(j.ID)
-		encodeSpec(w, &j.Spec)
-		encodeSpecAttrs(w, &j.Spec)
-		w.int(j.Spec.Epochs)
+		encodeJobSpec(w, &j.Spec)
 		w.byte(byte(j.State))
 		w.f64(j.SubmitTime)
 		w.f64(j.FinishTime)
@@ -76,6 +74,7 @@ func EncodeState(s *State) []byte {
 	encodeACL(w, &s.ACL)
 	encodeScale(w, &s.Scale)
 	encodeFederation(w, s.Fed)
+	encodeQuotas(w, &s.Quotas)
 
 	return binary.LittleEndian.AppendUint32(w.b, crc32.Checksum(w.b, castagnoli))
 }
@@ -156,6 +155,9 @@ func DecodeState(b []byte) (*State, error) {
 		if version >= 8 {
 			j.Spec.Epochs = r.int()
 		}
+		if version >= 9 {
+			j.Spec.ResumeFrom = r.str()
+		}
 		j.State = JobState(r.byte())
 		j.SubmitTime = r.f64()
 		j.FinishTime = r.f64()
@@ -200,6 +202,7 @@ func DecodeState(b []byte) (*State, error) {
 			return nil, fmt.Errorf("%w: job %q out of order", ErrMalformed, j.ID)
 		}
 		prev = j.ID
+		j.specBytes = SpecSize(&j.Spec)
 		s.Jobs[j.ID] = j
 	}
 
@@ -227,6 +230,13 @@ func DecodeState(b []byte) (*State, error) {
 		}
 		s.Fed = fed
 	}
+	if version >= 9 && r.err == nil {
+		q, err := decodeQuotas(r, &s.ACL)
+		if err != nil {
+			return nil, err
+		}
+		s.Quotas = q
+	}
 	if err := r.done(); err != nil {
 		return nil, err
 	}
@@ -238,7 +248,7 @@ func DecodeState(b []byte) (*State, error) {
 
 // validateJob checks a job read from a snapshot.
 func validateJob(j *Job) error {
-	sub := SubmitJob{ID: j.ID, Spec: j.Spec, SubmitTime: j.SubmitTime}
+	sub := SubmitJob{ID: j.ID, Spec: j.Spec, SubmitTime: j.SubmitTime, Owned: j.Spec.ResumeFrom != ""}
 	if err := sub.validate(); err != nil {
 		return err
 	}

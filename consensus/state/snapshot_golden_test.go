@@ -12,7 +12,7 @@ import (
 	"pollux/optimizer"
 )
 
-var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v8.bin from the current encoder")
+var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v9.bin from the current encoder")
 
 // snapshotV3 is a version 3 snapshot holding everything version 3 added:
 // the token table and job submitters (API tokens), the topology levels,
@@ -247,7 +247,7 @@ func v7State(t testing.TB) *State {
 		fedGrant("lab-a/n2@15", "n2", 2, 15),
 		fedCmd(federation.OpReclaim, "lab-a", "lab-a/n2@15", 16),
 		fedGrant("lab-a/auto-1@17", "auto-1", 4, 17),
-		fedCmd(federation.OpRenew, "lab-b", "lab-a/n1@14", 18),
+		fedCmd(federation.OpRenew, "lab-a", "lab-a/n1@14", 18),
 		borrow,
 		&Lease{Cmd: federation.Command{Op: federation.OpExpire, From: "lab-a", At: 317.5}},
 	)
@@ -279,11 +279,9 @@ func TestSnapshotVersion7Golden(t *testing.T) {
 	}
 }
 
-// snapshotV8 is a version 8 snapshot: snapshotV7's state plus a job that
-// declared the epochs it trains for and reported some.
-// go test ./consensus -run TestSnapshotVersion8Golden -update rewrites
-// it; only do so for a change that keeps the version's bytes (a change
-// of the format is a new version, and this file must still decode).
+// snapshotV8 is a version 8 snapshot: snapshotV7's state plus a job
+// that declared the epochs it trains for and reported some. It was
+// written by the version 8 encoder and must still decode.
 const snapshotV8 = "testdata/snapshot-v8.bin"
 
 func v8State(t testing.TB) *State {
@@ -301,20 +299,79 @@ func v8State(t testing.TB) *State {
 
 func TestSnapshotVersion8Golden(t *testing.T) {
 	got := EncodeState(v8State(t))
-	if *updateGolden {
-		if err := os.WriteFile(snapshotV8, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	b, s := decodeFixture(t, snapshotV8, 8)
+	_, s := decodeFixture(t, snapshotV8, 8)
 	if j := s.Jobs["paced"]; j == nil || j.Spec.Epochs != 90 || j.Epoch != 30 || s.Jobs["typed"].Spec.Epochs != 0 {
 		t.Fatalf("decoded jobs %+v", s.Jobs)
 	}
 	if s.Fed == nil || s.Scale.Desired != 5 || len(s.Jobs["typed"].ProfiledTypes()) != 2 {
 		t.Errorf("versions 3 to 7 content lost")
 	}
+	// Version 8 had no quotas: the defaults hold.
+	if s.Quotas.Of("acc-alice") != DefaultQuota || s.Quotas.StateBudget() != DefaultStateBudget {
+		t.Errorf("quotas of a version 8 snapshot: %+v", s.Quotas)
+	}
+	if again := EncodeState(s); !bytes.Equal(got, again) {
+		t.Fatalf("the version 8 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
+	}
+}
+
+// snapshotV9 is a version 9 snapshot: snapshotV8's state plus a job
+// that resumes from a finished one of its submitter (owned submissions),
+// the cluster's default quota and state budget, and a submitter's own
+// quota.
+// go test ./consensus/state -run TestSnapshotVersion9Golden -update
+// rewrites it; only do so for a change that keeps the version's bytes (a
+// change of the format is a new version, and this file must still
+// decode).
+const snapshotV9 = "testdata/snapshot-v9.bin"
+
+func v9State(t testing.TB) *State {
+	t.Helper()
+	a := newApplier()
+	a.s = v8State(t)
+	first, again := testSpec(), testSpec()
+	first.Name, first.CheckpointDir = "first", ""
+	again.Name, again.CheckpointDir, again.ResumeFrom = "again", "", "first"
+	a.must(t, 7,
+		&SubmitJob{ID: "first", Spec: first, SubmitTime: 330, Submitter: "acc-alice", Owned: true},
+		&CancelJob{ID: "first", By: "acc-alice", Reason: "user", Time: 331},
+		&SubmitJob{ID: "again", Spec: again, SubmitTime: 332, Submitter: "acc-alice", Owned: true},
+		&SetQuota{Quota: Quota{Jobs: 100, Rate: 2}, Budget: 64 << 20, By: "acc-admin"},
+		&SetQuota{Accessor: "acc-alice", Quota: Quota{Jobs: 3, SpecBytes: 1 << 20, Burst: 4}, By: "acc-admin"},
+	)
+	return a.state()
+}
+
+func TestSnapshotVersion9Golden(t *testing.T) {
+	got := EncodeState(v9State(t))
+	if *updateGolden {
+		if err := os.WriteFile(snapshotV9, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	b, s := decodeFixture(t, snapshotV9, 9)
+	again := s.Jobs["again"]
+	if again == nil || again.Spec.ResumeFrom != "first" || s.CheckpointDir(again) != "/ckpt/first" || s.CheckpointDir(s.Jobs["first"]) != "/ckpt/first" {
+		t.Fatalf("decoded resumed job %+v", again)
+	}
+	if q := s.Quotas.Of("acc-alice"); q != (Quota{Jobs: 3, SpecBytes: 1 << 20, Rate: 2, Burst: 4}) {
+		t.Errorf("alice's quota %+v", q)
+	}
+	if q := s.Quotas.Of("acc-bob"); q != (Quota{Jobs: 100, SpecBytes: DefaultQuota.SpecBytes, Rate: 2, Burst: DefaultQuota.Burst}) {
+		t.Errorf("bob's quota %+v", q)
+	}
+	if s.Quotas.StateBudget() != 64<<20 {
+		t.Errorf("state budget %d", s.Quotas.StateBudget())
+	}
+	if u := s.UsageOf("acc-alice"); u.Jobs != 3 || u.SpecBytes != SpecSize(&s.Jobs["typed"].Spec)+SpecSize(&s.Jobs["paced"].Spec)+
+		SpecSize(&s.Jobs["first"].Spec)+SpecSize(&again.Spec) {
+		t.Errorf("alice's usage %+v", u)
+	}
+	if s.Fed == nil || s.Jobs["paced"].Spec.Epochs != 90 {
+		t.Errorf("versions 3 to 8 content lost")
+	}
 	if !bytes.Equal(got, b) {
-		t.Fatalf("the encoding of version 8 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+		t.Fatalf("the encoding of version 9 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
 	}
 }

@@ -95,6 +95,12 @@ type JobSpec struct {
 	// epoch over it as how far the job is through its work (0: not
 	// declared).
 	Epochs int
+	// ResumeFrom names the job whose checkpoint directory this job takes
+	// over (a job of the same submitter that has finished and that no
+	// other live job holds; "" for a job of its own directory). Then
+	// CheckpointDir is that job's directory, resolved when the
+	// submission applies.
+	ResumeFrom string
 }
 
 // ProfileEntry is a profiled configuration (Nodes, Replicas, LocalBatch)
@@ -303,6 +309,10 @@ type Job struct {
 	// Only the submitter or an admin token may cancel the job.
 	Submitter     string
 	SubmitterName string
+
+	// specBytes caches specSize(&Spec), what the job's spec counts
+	// against its submitter's quota and the cluster's state budget.
+	specBytes int64
 }
 
 // Clone returns a deep copy of the job.
@@ -425,6 +435,9 @@ type State struct {
 	// Fed is the lab's federation identity and lease ledger
 	// (federation.go); nil until the cluster joins a federation.
 	Fed *Federation
+	// Quotas are the submitters' quotas and the cluster's state budget
+	// (quota.go).
+	Quotas Quotas
 }
 
 // CheckpointDir is where job j checkpoints: its spec's directory or,
@@ -448,6 +461,7 @@ func (s *State) Clone() *State {
 	c.ACL = s.ACL.clone()
 	c.Scale = s.Scale.clone()
 	c.Fed = s.Fed.clone()
+	c.Quotas = s.Quotas.clone()
 	c.Config.Levels = slices.Clone(s.Config.Levels)
 	for id, j := range s.Jobs {
 		c.Jobs[id] = j.Clone()

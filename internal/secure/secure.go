@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -39,6 +40,13 @@ type Security struct {
 	CAPath     string // absolute
 	GossipKeys [][]byte
 	GossipFile string
+	// Members are the addresses of the cluster's own members (Raft's
+	// configuration, gossip, this machine's: TrackMembers), for which
+	// every gate keeps room.
+	Members pki.AddrSet
+
+	mu    sync.Mutex
+	gates []*pki.Gate
 }
 
 // certWarning is how long before expiry a process warns about its
@@ -51,6 +59,14 @@ const certWarning = 30 * 24 * time.Hour
 func (o Options) Load(role pki.Role, name string, hosts []string, log *slog.Logger) (*Security, error) {
 	cmd := string(role)
 	var sec Security
+	for _, f := range []struct{ flag, path string }{{"--key", o.Key}, {"--gossip-key", o.GossipKey}} {
+		if f.path == "" {
+			continue
+		}
+		if err := pki.CheckPrivate(f.path); err != nil {
+			return nil, usage.Errorf("%s: %s: %w", cmd, f.flag, err)
+		}
+	}
 	if o.GossipKey != "" {
 		keys, err := cluster.ReadKeyFile(o.GossipKey)
 		if err != nil {
@@ -140,12 +156,17 @@ func dropWhileUnreachable(c *remote.Config) { c.MaxRetryCount = 1 }
 
 // RemoteOptions configure protoactor's gRPC transport of a process
 // holding creds: no redelivery to an unreachable peer, and unless creds
-// is nil (insecure), TLS credentials on the dialer and the listener (a
-// refused handshake is logged naming the peer) and a bound on the
-// handshake.
-func RemoteOptions(creds *pki.Credentials, log *slog.Logger) ([]remote.ConfigOption, error) {
+// is nil (insecure), TLS credentials on the dialer and the listener,
+// each connection to the listener admitted by gate before its handshake
+// and its handshake bounded by gate's deadline (a refusal is logged
+// naming the peer on log). A nil gate is one of pki's defaults, without
+// members.
+func RemoteOptions(creds *pki.Credentials, gate *pki.Gate, log *slog.Logger) ([]remote.ConfigOption, error) {
 	if creds == nil {
 		return []remote.ConfigOption{dropWhileUnreachable}, nil
+	}
+	if gate == nil {
+		gate = pki.NewGate(pki.GateOptions{Channel: pki.ChannelActor, Logger: log})
 	}
 	srv, err1 := creds.ServerConfig(pki.ChannelActor)
 	cli, err2 := creds.ClientConfig(pki.ChannelActor)
@@ -155,29 +176,47 @@ func RemoteOptions(creds *pki.Credentials, log *slog.Logger) ([]remote.ConfigOpt
 	return []remote.ConfigOption{
 		dropWhileUnreachable,
 		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(cli))),
-		remote.WithServerOptions(grpc.Creds(loggedCreds{credentials.NewTLS(srv), log}), grpc.ConnectionTimeout(pki.DefaultHandshakeTimeout)),
+		remote.WithServerOptions(grpc.Creds(gatedCreds{credentials.NewTLS(srv), gate}), grpc.ConnectionTimeout(gate.HandshakeTimeout())),
 	}, nil
 }
 
-// loggedCreds logs every refused handshake of gRPC's listener once.
-type loggedCreds struct {
+// gatedCreds admits every connection of gRPC's listener through a gate
+// before its handshake (gRPC accepts without bound and hands each
+// connection to ServerHandshake in a goroutine of its own), bounds the
+// handshake by the gate's deadline and logs every refusal once.
+type gatedCreds struct {
 	credentials.TransportCredentials
-	log *slog.Logger
+	gate *pki.Gate
 }
 
-func (c loggedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	out, info, err := c.TransportCredentials.ServerHandshake(conn)
+func (c gatedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	t, err := c.gate.Admit(conn.RemoteAddr())
 	if err != nil {
-		c.log.Warn("pki: refused connection", "channel", pki.ChannelActor, "peer", conn.RemoteAddr().String(), "err", err.Error())
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		conn.Close()
+		return nil, nil, err
 	}
+	_ = conn.SetDeadline(time.Now().Add(c.gate.HandshakeTimeout()))
+	out, info, err := c.TransportCredentials.ServerHandshake(t.Conn(conn))
+	t.Done()
+	if err != nil {
+		t.Closed()
+		c.gate.Refuse(conn.RemoteAddr(), pki.ReasonHandshake, err)
+		return out, info, err
+	}
+	// gRPC reads the HTTP/2 preface next and then clears the deadline.
+	_ = conn.SetDeadline(time.Now().Add(c.gate.HandshakeTimeout()))
 	return out, info, err
 }
 
-func (c loggedCreds) Clone() credentials.TransportCredentials {
-	return loggedCreds{c.TransportCredentials.Clone(), c.log}
+func (c gatedCreds) Clone() credentials.TransportCredentials {
+	return gatedCreds{c.TransportCredentials.Clone(), c.gate}
 }
 
-// Listen wraps a listener of ch in TLS (unchanged when insecure).
+// Listen wraps a listener of ch in TLS (unchanged when insecure), its
+// connections admitted by a gate of ch (Gate).
 func (s *Security) Listen(ln net.Listener, ch pki.Channel, log *slog.Logger) (net.Listener, error) {
 	if s.Creds == nil {
 		return ln, nil
@@ -186,14 +225,43 @@ func (s *Security) Listen(ln net.Listener, ch pki.Channel, log *slog.Logger) (ne
 	if err != nil {
 		return nil, err
 	}
-	return pki.NewListener(ln, cfg, pki.ListenerOptions{Channel: ch, Logger: log}), nil
+	return pki.NewListener(ln, cfg, pki.ListenerOptions{Channel: ch, Logger: log, Gate: s.Gate(ch, log, nil)}), nil
 }
 
-// ReloadGossipKeys re-reads the gossip key file on every SIGHUP and
-// installs its keys in m (a rotation step, docs/security.md) until ctx
-// ends. A bad file is logged and changes nothing.
-func (s *Security) ReloadGossipKeys(ctx context.Context, m *cluster.Membership, log *slog.Logger) {
-	if s.GossipFile == "" {
+// Reload is one thing a process re-reads on SIGHUP: its name for the
+// log and what re-reads it (an error leaves it as it was).
+type Reload struct {
+	What string
+	Do   func() error
+}
+
+// ReloadOnHangup re-reads on every SIGHUP, until ctx ends, the gossip
+// key file (installing its keys in m; a rotation step,
+// docs/security.md), the certificate and key (pki.Credentials.Renew),
+// and each of also. Each failure is logged and changes nothing of its
+// part.
+func (s *Security) ReloadOnHangup(ctx context.Context, m *cluster.Membership, log *slog.Logger, also ...Reload) {
+	var parts []Reload
+	if s.GossipFile != "" {
+		parts = append(parts, Reload{"gossip keys", func() error {
+			keys, err := cluster.ReadKeyFile(s.GossipFile)
+			if err != nil {
+				return err
+			}
+			return m.SetKeys(keys)
+		}})
+	}
+	if s.Creds != nil {
+		parts = append(parts, Reload{"certificate", func() error {
+			notAfter, err := s.Creds.Renew()
+			if err == nil {
+				log.Info("certificate reloaded", "expires", notAfter.UTC().Format(time.RFC3339))
+			}
+			return err
+		}})
+	}
+	parts = append(parts, also...)
+	if len(parts) == 0 {
 		return
 	}
 	hup := make(chan os.Signal, 1)
@@ -206,12 +274,10 @@ func (s *Security) ReloadGossipKeys(ctx context.Context, m *cluster.Membership, 
 				return
 			case <-hup:
 			}
-			keys, err := cluster.ReadKeyFile(s.GossipFile)
-			if err == nil {
-				err = m.SetKeys(keys)
-			}
-			if err != nil {
-				log.Error("gossip keys not reloaded", "file", s.GossipFile, "err", err)
+			for _, p := range parts {
+				if err := p.Do(); err != nil {
+					log.Error(p.What+" not reloaded", "err", err)
+				}
 			}
 		}
 	}()

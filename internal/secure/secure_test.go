@@ -102,7 +102,7 @@ func TestLoad(t *testing.T) {
 // peers and listeners stay plaintext; secure, both use TLS.
 func TestChannels(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	if opts, err := RemoteOptions(nil, log); err != nil || len(opts) != 1 {
+	if opts, err := RemoteOptions(nil, nil, log); err != nil || len(opts) != 1 {
 		t.Errorf("insecure remote options %d, %v", len(opts), err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -118,7 +118,7 @@ func TestChannels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts, err := RemoteOptions(sec.Creds, log); err != nil || len(opts) != 3 {
+	if opts, err := RemoteOptions(sec.Creds, nil, log); err != nil || len(opts) != 3 {
 		t.Errorf("secure remote options %d, %v", len(opts), err)
 	}
 	if got, err := sec.Listen(ln, pki.ChannelAPI, log); got == ln || err != nil {
@@ -126,9 +126,9 @@ func TestChannels(t *testing.T) {
 	}
 }
 
-// The gossip key file is re-read on SIGHUP: a bad file is logged and
-// changes nothing, a good one is installed.
-func TestReloadGossipKeys(t *testing.T) {
+// The gossip key file and the extra parts are re-read on SIGHUP: a bad
+// file is logged and changes nothing, a good one is installed.
+func TestReloadOnHangup(t *testing.T) {
 	b := bundle(t)
 	keys, err := b.GossipKeys()
 	if err != nil {
@@ -145,7 +145,7 @@ func TestReloadGossipKeys(t *testing.T) {
 	sec := &Security{GossipKeys: keys, GossipFile: file}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sec.ReloadGossipKeys(ctx, m, logger)
+	sec.ReloadOnHangup(ctx, m, logger, Reload{"allow-list", func() error { return errors.New("test") }})
 	hup := func(content, want string) {
 		t.Helper()
 		if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
@@ -162,9 +162,14 @@ func TestReloadGossipKeys(t *testing.T) {
 		}
 	}
 	hup("not a key\n", "gossip keys not reloaded")
+
 	key, err := cluster.NewKey()
 	if err != nil {
 		t.Fatal(err)
 	}
 	hup(key+"\n", "gossip keys installed")
+	// The parts run in order: the first SIGHUP's extra part is done.
+	if n := len(log.Lines("allow-list not reloaded")); n < 1 {
+		t.Errorf("the extra part was not run (or not logged):\n%s", log.String())
+	}
 }

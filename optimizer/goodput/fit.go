@@ -48,7 +48,7 @@ const (
 	gammaMax   = 10.0
 )
 
-var fitStart = [nParams]float64{0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1.001, 0.1, 0.01}
+var fitStart = [nParams]float64{0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1.001, 0.1}
 
 // rmseEps smooths the fit's RMSE terms at an exact fit; it moves the
 // loss by at most 2 rmseEps.
@@ -67,7 +67,6 @@ const (
 	iBetaR
 	iGamma
 	iAlphaX
-	iBetaX
 	nParams
 )
 
@@ -80,10 +79,10 @@ const (
 // 1.1 times the intra-node ones); no single-node multi-GPU point pins the
 // intra-node terms; no point with K > 2 pins both retrogression terms.
 //
-// The cross-rack terms are fitted only from points spanning racks; without
-// any they stay zero (unknown), and the fit is exactly the seven-parameter
-// one. With cross-rack points but none with K > 2, beta_x is pinned and
-// then set to beta_n scaled by the fitted alpha_x / alpha_n.
+// The cross-rack term is fitted only from points spanning racks; without
+// any it stays zero (unknown), and the fit is exactly the seven-parameter
+// one. Points across racks identify it beside the inter-node terms, so
+// they do not count as multi-node points within one rack.
 func Fit(points []ProfilePoint) (Params, error) {
 	if len(points) == 0 {
 		return Params{}, ErrNoPoints
@@ -127,11 +126,8 @@ func Fit(points []ProfilePoint) (Params, error) {
 		best[iAlphaN] = math.Max(best[iAlphaN], 1.1*best[iAlphaR])
 		best[iBetaN] = math.Max(best[iBetaN], 1.1*best[iBetaR])
 	}
-	switch {
-	case !pr.crossRack:
-		best[iAlphaX], best[iBetaX] = 0, 0
-	case !pr.crossBigK:
-		best[iBetaX] = math.Max(lowerBound, best[iBetaN]*best[iAlphaX]/best[iAlphaN])
+	if !pr.crossRack {
+		best[iAlphaX] = 0
 	}
 	return paramsFrom(best), nil
 }
@@ -187,11 +183,8 @@ func Refit(points []ProfilePoint, prev Params) (Params, error) {
 		best[iAlphaN] = math.Max(best[iAlphaN], 1.1*best[iAlphaR])
 		best[iBetaN] = math.Max(best[iBetaN], 1.1*best[iBetaR])
 	}
-	switch {
-	case !pr.crossRack:
-		best[iAlphaX], best[iBetaX] = 0, 0
-	case !pr.crossBigK:
-		best[iBetaX] = math.Max(lowerBound, best[iBetaN]*best[iAlphaX]/best[iAlphaN])
+	if !pr.crossRack {
+		best[iAlphaX] = 0
 	}
 	return paramsFrom(best), nil
 }
@@ -215,9 +208,8 @@ type fitProblem struct {
 	fixed     [nParams]float64
 	free      []int // indices of the free parameters, in order
 	multiNode bool
-	// crossRack reports points across racks, crossBigK such points with
-	// K > 2.
-	crossRack, crossBigK bool
+	// crossRack reports points across racks.
+	crossRack bool
 }
 
 func newFitProblem(points []ProfilePoint) *fitProblem {
@@ -234,9 +226,8 @@ func newFitProblem(points []ProfilePoint) *fitProblem {
 		distinctM[p.LocalBatch] = true
 		meanAcc += p.AccumTime
 		switch {
-		case p.Racks > 1:
+		case p.Racks > 1 && p.Nodes > 1:
 			pr.crossRack = true
-			pr.crossBigK = pr.crossBigK || p.Replicas > 2
 		case p.Nodes > 1:
 			pr.multiNode = true
 		}
@@ -265,9 +256,6 @@ func newFitProblem(points []ProfilePoint) *fitProblem {
 	}
 	if !pr.crossRack {
 		pinned[iAlphaX] = true
-	}
-	if !pr.crossBigK {
-		pr.fixed[iBetaX], pinned[iBetaX] = lowerBound, true
 	}
 	for i := range pinned {
 		if !pinned[i] {
@@ -340,8 +328,6 @@ func (pr *fitProblem) objectiveGrad(v [nParams]float64, dv *[nParams]float64) fl
 		acc := v[iAlphaC] + v[iBetaC]*m
 		ia, ib := -1, -1
 		switch {
-		case p.Racks > 1:
-			ia, ib = iAlphaX, iBetaX
 		case p.Nodes > 1:
 			ia, ib = iAlphaN, iBetaN
 		case p.Replicas > 1:
@@ -358,6 +344,16 @@ func (pr *fitProblem) objectiveGrad(v [nParams]float64, dv *[nParams]float64) fl
 		wa, wn := math.Exp(gamma*la-mx), math.Exp(gamma*ln-mx)
 		logS := mx + math.Log(wa+wn)
 		logSync := logS / gamma
+		// Across racks the step is T_sync + alpha_x * share: its log
+		// derivative is the in-rack one times T_sync / step.
+		scale, share, step := 1.0, 0.0, 0.0
+		if p.Racks > 1 && p.Nodes > 1 {
+			sync := math.Exp(logSync)
+			share = RackShare(min(p.Racks, p.Nodes))
+			step = sync + v[iAlphaX]*share
+			scale = sync / step
+			logSync = math.Log(step)
+		}
 		r1 := la - pr.logAcc[i]
 		r2 := logSync - pr.logStep[i]
 		sse1 += r1 * r1
@@ -370,17 +366,19 @@ func (pr *fitProblem) objectiveGrad(v [nParams]float64, dv *[nParams]float64) fl
 		d1[iBetaC] += 2 * r1 / acc * m
 		// Residual 2: d logSync / d acc = (wa/(wa+wn)) / acc, likewise net.
 		fa, fn := wa/(wa+wn), wn/(wa+wn)
-		dAcc := 2 * r2 * fa / acc
+		dAcc := 2 * r2 * scale * fa / acc
 		d2[iAlphaC] += dAcc
 		d2[iBetaC] += dAcc * m
 		if ia >= 0 {
-			dNet := 2 * r2 * fn / net
+			dNet := 2 * r2 * scale * fn / net
 			d2[ia] += dNet
 			d2[ib] += dNet * retro
 		}
-		// d logSync / d gamma = (fa*la + fn*ln)/1 * (1/gamma)*gamma ... :
 		// logSync = logS/g with d logS/d g = fa*la + fn*ln.
-		d2[iGamma] += 2 * r2 * ((fa*la+fn*ln)/gamma - logS/(gamma*gamma))
+		d2[iGamma] += 2 * r2 * scale * ((fa*la+fn*ln)/gamma - logS/(gamma*gamma))
+		if share > 0 {
+			d2[iAlphaX] += 2 * r2 * share / step
+		}
 	}
 	// RMSE smoothed at an exact fit (sqrt(mse + eps^2)): the plain RMSE
 	// has a kink where every residual of a term is 0 (points of one local
@@ -389,11 +387,6 @@ func (pr *fitProblem) objectiveGrad(v [nParams]float64, dv *[nParams]float64) fl
 	rmse1, rmse2 := math.Sqrt(sse1/n+rmseEps*rmseEps), math.Sqrt(sse2/n+rmseEps*rmseEps)
 	bn, br := v[iBetaN]/v[iAlphaN], v[iBetaR]/v[iAlphaR]
 	loss := rmse1 + rmse2 + 1e-3*(gamma-1)*(gamma-1) + 1e-2*(bn*bn+br*br)
-	bx := 0.0
-	if pr.crossRack {
-		bx = v[iBetaX] / v[iAlphaX]
-		loss += 1e-2 * bx * bx
-	}
 	if dv == nil {
 		return loss
 	}
@@ -413,9 +406,5 @@ func (pr *fitProblem) objectiveGrad(v [nParams]float64, dv *[nParams]float64) fl
 	dv[iAlphaN] -= 2e-2 * bn * bn / v[iAlphaN]
 	dv[iBetaR] += 2e-2 * br / v[iAlphaR]
 	dv[iAlphaR] -= 2e-2 * br * br / v[iAlphaR]
-	if pr.crossRack {
-		dv[iBetaX] += 2e-2 * bx / v[iAlphaX]
-		dv[iAlphaX] -= 2e-2 * bx * bx / v[iAlphaX]
-	}
 	return loss
 }

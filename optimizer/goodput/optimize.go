@@ -78,12 +78,12 @@ func (md Model) Goodput(n, k, m, s int) float64 {
 	return md.GoodputRacks(1, n, k, m, s)
 }
 
-// goodputNet is GoodputRacks with the placement's network time net
-// already computed (the same arithmetic).
-func (md Model) goodputNet(net float64, k, m, s int) float64 {
+// goodputNet is GoodputRacks with the placement's network time net and
+// cross-rack time cross already computed (the same arithmetic).
+func (md Model) goodputNet(net, cross float64, k, m, s int) float64 {
 	p := md.Params
 	acc := p.AccumTime(float64(m))
-	iter := float64(s)*acc + overlap(acc, net, p.Gamma)
+	iter := float64(s)*acc + overlap(acc, net, p.Gamma) + cross
 	total := float64(k) * float64(m) * float64(s+1)
 	return total / iter * md.Grad.Efficiency(total, float64(md.Limits.InitBatch))
 }
@@ -155,7 +155,7 @@ func (md Model) optimizeRacks(r, n, k int) (Config, bool) {
 	ratio := math.Pow(hi/lo, 1/float64(candidates-1))
 	// The network time depends on the placement only: once for all
 	// candidates.
-	net := md.Params.NetworkTimeRacks(r, n, k)
+	net, cross := md.Params.NetworkTime(n, k), md.Params.CrossRackTime(min(r, n))
 	var best Config
 	found := false
 	total := lo
@@ -165,7 +165,7 @@ func (md Model) optimizeRacks(r, n, k int) (Config, bool) {
 		}
 		m, s := l.Split(k, total)
 		if m >= l.MinLocal && m <= l.MaxLocal {
-			g := md.goodputNet(net, k, m, s)
+			g := md.goodputNet(net, cross, k, m, s)
 			if !found || g > best.Goodput {
 				found = true
 				best = Config{Goodput: g, LocalBatch: m, AccumSteps: s}

@@ -194,16 +194,17 @@ func BenchmarkSpeedupLookup(b *testing.B) {
 	}
 }
 
-// Across racks: one rack and unknown cross-rack terms look up At; known
-// terms give the cross-rack optimum, never above the in-rack one (a
-// slower link), memoised without allocating after the first lookup.
+// Across racks: one rack and an unknown cross-rack term look up At; a
+// known term gives the cross-rack optimum, never above the in-rack one
+// and lower the more racks are spanned, memoised without allocating after
+// the first lookup.
 func TestSpeedupAcrossRacks(t *testing.T) {
 	blind, err := NewSpeedup(testModel(), 1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	md := testModel()
-	md.Params = md.Params.WithCrossRack(4)
+	md.Params.AlphaX = 4 * md.Params.AlphaN
 	aware, err := NewSpeedup(md, 1, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -227,8 +228,10 @@ func TestSpeedupAcrossRacks(t *testing.T) {
 			if x > aware.At(n, k) {
 				t.Errorf("AtRacks(2,%d,%d) = %v above the in-rack %v", n, k, x, aware.At(n, k))
 			}
-			if again := aware.AtRacks(3, n, k); again != x {
-				t.Errorf("AtRacks(3,%d,%d) = %v, AtRacks(2) = %v: any span of racks costs the same", n, k, again, x)
+			if n >= 3 {
+				if x3 := aware.AtRacks(3, n, k); x3 > x || (x > 0 && x3 == x) {
+					t.Errorf("AtRacks(3,%d,%d) = %v, AtRacks(2) = %v: three racks cost no more than two", n, k, x3, x)
+				}
 			}
 		}
 	}

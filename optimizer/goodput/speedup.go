@@ -27,9 +27,9 @@ type Speedup struct {
 	model Model
 	base  float64
 	memo  memoTable
-	// cross memoises placements across racks (when the model prices them
-	// differently), allocated on first use.
-	cross atomic.Pointer[memoTable]
+	// cross memoises placements across r racks (cross[r], when the model
+	// prices them differently), each table allocated on first use.
+	cross [MemoNodes + 1]atomic.Pointer[memoTable]
 }
 
 type memoTable [(MemoNodes + 1) * (MemoReplicas + 1)]atomic.Uint64
@@ -95,8 +95,8 @@ func (s *Speedup) compute(n, k int) float64 {
 }
 
 // AtRacks is the speedup on k replicas over n nodes spread over r racks
-// (r <= 1: one rack, as At). A model without cross-rack terms prices racks
-// like nodes, so its lookups are At's.
+// (r <= 1: one rack, as At). A model without a cross-rack term prices
+// racks as free, so its lookups are At's.
 func (s *Speedup) AtRacks(r, n, k int) float64 {
 	if r <= 1 || !s.model.Params.CrossRackKnown() {
 		return s.At(n, k)
@@ -107,10 +107,10 @@ func (s *Speedup) AtRacks(r, n, k int) float64 {
 	if n > MemoNodes || k > MemoReplicas {
 		return s.computeRacks(r, n, k)
 	}
-	t := s.cross.Load()
+	t := s.cross[r].Load()
 	if t == nil {
-		s.cross.CompareAndSwap(nil, newMemoTable())
-		t = s.cross.Load()
+		s.cross[r].CompareAndSwap(nil, newMemoTable())
+		t = s.cross[r].Load()
 	}
 	cell := &t[n*(MemoReplicas+1)+k]
 	if bits := cell.Load(); bits != unset {

@@ -9,19 +9,21 @@ import (
 const tiny = 1e-8
 
 // Params are the throughput-model parameters of one job: the seven of the
-// paper plus two for synchronising across racks.
+// paper plus one for synchronising across racks.
 //
 // One micro-step of compute on an atomic batch m takes AlphaC + BetaC*m.
 // One gradient synchronisation takes AlphaR + BetaR*max(K-2, tiny) within a
-// node, AlphaN + BetaN*max(K-2, tiny) across nodes of one rack and
-// AlphaX + BetaX*max(K-2, tiny) across racks. Compute and synchronisation
-// overlap as a Gamma-norm.
+// node and AlphaN + BetaN*max(K-2, tiny) across nodes. Compute and
+// synchronisation overlap as a Gamma-norm.
 //
-// The cross-rack terms are zero while unknown: Fit sets them only from
-// points measured across racks, WithCrossRack derives them from the
-// inter-node ones and a bandwidth ratio, and unknown terms price a
-// placement across racks like one across the nodes of a rack. On a
-// cluster of one rack they are never read, so the model is the paper's.
+// A placement across r > 1 racks adds CrossRackTime(r) = AlphaX *
+// 2(r-1)/r to every synchronised step, after the overlap: exchanging the
+// gradients among the racks moves 2(r-1)/r times them through each
+// rack's uplink (a ring among the racks), which the backward pass no
+// longer hides. AlphaX is zero while unknown: Fit sets it only from
+// points measured across racks, and an unknown term prices racks as
+// free. On a cluster of one rack it is never read, so the model is the
+// paper's.
 type Params struct {
 	AlphaC float64 `json:"alpha_c"`
 	BetaC  float64 `json:"beta_c"`
@@ -31,16 +33,15 @@ type Params struct {
 	BetaR  float64 `json:"beta_r"`
 	Gamma  float64 `json:"gamma"`
 	AlphaX float64 `json:"alpha_x,omitempty"`
-	BetaX  float64 `json:"beta_x,omitempty"`
 }
 
 // Validate reports whether p can be evaluated: every term finite and
-// positive, gamma in [1, 10], the cross-rack terms both zero (unknown) or
-// both finite and positive.
+// positive, gamma in [1, 10], the cross-rack term zero (unknown) or
+// finite and positive.
 func (p Params) Validate() error {
 	for i, v := range p.slice() {
-		if i >= iAlphaX && p.AlphaX == 0 && p.BetaX == 0 {
-			break
+		if i == iAlphaX && v == 0 {
+			continue
 		}
 		if !(v > 0) || math.IsInf(v, 0) {
 			return fmt.Errorf("%w: parameter %s is %v", ErrBadParams, paramNames[i], v)
@@ -53,44 +54,48 @@ func (p Params) Validate() error {
 }
 
 // paramNames name the parameters in slice order.
-var paramNames = [nParams]string{"alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma", "alpha_x", "beta_x"}
+var paramNames = [nParams]string{"alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma", "alpha_x"}
 
 func (p Params) slice() [nParams]float64 {
-	return [nParams]float64{p.AlphaC, p.BetaC, p.AlphaN, p.BetaN, p.AlphaR, p.BetaR, p.Gamma, p.AlphaX, p.BetaX}
+	return [nParams]float64{p.AlphaC, p.BetaC, p.AlphaN, p.BetaN, p.AlphaR, p.BetaR, p.Gamma, p.AlphaX}
 }
 
 func paramsFrom(v [nParams]float64) Params {
-	return Params{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]}
+	return Params{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]}
 }
 
-// CrossRackKnown reports whether p has cross-rack terms (fitted or
-// derived).
+// CrossRackKnown reports whether p has a fitted cross-rack term.
 func (p Params) CrossRackKnown() bool { return p.AlphaX > 0 }
 
-// WithCrossRack returns p with unknown cross-rack terms derived from the
-// inter-node ones: ratio times alpha_n and beta_n, ratio being how many
-// times slower synchronising across racks is than across the nodes of one
-// rack (the in-rack to cross-rack bandwidth ratio). Known terms are kept;
-// a ratio of at most 1 (or NaN) changes nothing, since unknown terms
-// already cost what the inter-node ones do.
-func (p Params) WithCrossRack(ratio float64) Params {
-	if p.CrossRackKnown() || !(ratio > 1) || math.IsInf(ratio, 0) {
-		return p
+// CrossRackTime is what spanning r racks adds to one synchronised step:
+// AlphaX * 2(r-1)/r for r > 1 (0 while the term is unknown), 0 for one
+// rack.
+func (p Params) CrossRackTime(r int) float64 {
+	if r <= 1 || !(p.AlphaX > 0) {
+		return 0
 	}
-	p.AlphaX, p.BetaX = ratio*p.AlphaN, ratio*p.BetaN
-	return p
+	return p.AlphaX * RackShare(r)
+}
+
+// RackShare is 2(r-1)/r, the gradients' multiple a ring all-reduce among
+// r racks moves through each rack's uplink (0 for one rack).
+func RackShare(r int) float64 {
+	if r <= 1 {
+		return 0
+	}
+	return 2 * float64(r-1) / float64(r)
 }
 
 // Slice returns the parameters in the order AlphaC, BetaC, AlphaN,
 // BetaN, AlphaR, BetaR, Gamma (how encodings write them). The cross-rack
-// terms are not part of it.
+// term is not part of it.
 func (p Params) Slice() [7]float64 {
 	v := p.slice()
 	return [7]float64(v[:7])
 }
 
-// ParamsFrom is the inverse of Params.Slice; the cross-rack terms are
-// zero (unknown).
+// ParamsFrom is the inverse of Params.Slice; the cross-rack term is zero
+// (unknown).
 func ParamsFrom(v [7]float64) Params {
 	var w [nParams]float64
 	copy(w[:], v[:])
@@ -116,16 +121,6 @@ func (p Params) NetworkTime(n, k int) float64 {
 	return alpha + beta*math.Max(float64(k-2), tiny)
 }
 
-// NetworkTimeRacks is the time of one gradient synchronisation among k
-// replicas on n nodes spread over r racks: the cross-rack link when r > 1
-// and the cross-rack terms are known, NetworkTime otherwise.
-func (p Params) NetworkTimeRacks(r, n, k int) float64 {
-	if r > 1 && n > 1 && p.AlphaX > 0 {
-		return p.AlphaX + p.BetaX*math.Max(float64(k-2), tiny)
-	}
-	return p.NetworkTime(n, k)
-}
-
 // SyncTime is the time of one synchronised step on atomic batch m: compute
 // and network overlapped as a gamma-norm.
 func (p Params) SyncTime(n, k int, m float64) float64 {
@@ -134,7 +129,7 @@ func (p Params) SyncTime(n, k int, m float64) float64 {
 
 // SyncTimeRacks is SyncTime on n nodes spread over r racks.
 func (p Params) SyncTimeRacks(r, n, k int, m float64) float64 {
-	return overlap(p.AccumTime(m), p.NetworkTimeRacks(r, n, k), p.Gamma)
+	return p.SyncTime(n, k, m) + p.CrossRackTime(min(r, n))
 }
 
 func overlap(acc, net, gamma float64) float64 {
@@ -153,7 +148,7 @@ func (p Params) IterTime(n, k int, m float64, s int) float64 {
 // IterTimeRacks is IterTime on n nodes spread over r racks.
 func (p Params) IterTimeRacks(r, n, k int, m float64, s int) float64 {
 	acc := p.AccumTime(m)
-	return float64(s)*acc + overlap(acc, p.NetworkTimeRacks(r, n, k), p.Gamma)
+	return float64(s)*acc + overlap(acc, p.NetworkTime(n, k), p.Gamma) + p.CrossRackTime(min(r, n))
 }
 
 // Throughput is samples per second with k replicas on n nodes, atomic batch

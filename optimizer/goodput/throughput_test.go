@@ -71,17 +71,15 @@ func TestIterTimeAndThroughput(t *testing.T) {
 func TestParamsValidate(t *testing.T) {
 	bad := []Params{
 		{},
-		{0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 0.5, 0, 0},
-		{0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 11, 0, 0},
-		{math.NaN(), 0.01, 0.1, 0.01, 0.1, 0.01, 1, 0, 0},
-		{math.Inf(1), 0.01, 0.1, 0.01, 0.1, 0.01, 1, 0, 0},
-		{0.1, -0.01, 0.1, 0.01, 0.1, 0.01, 1, 0, 0},
-		// Cross-rack terms: both unknown (zero) or both positive.
-		{0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1, 0.4, 0},
-		{0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1, 0, 0.04},
-		{0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1, math.NaN(), 0.04},
-		{0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1, 0.4, math.Inf(1)},
-		{0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1, -0.4, 0.04},
+		{0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 0.5, 0},
+		{0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 11, 0},
+		{math.NaN(), 0.01, 0.1, 0.01, 0.1, 0.01, 1, 0},
+		{math.Inf(1), 0.01, 0.1, 0.01, 0.1, 0.01, 1, 0},
+		{0.1, -0.01, 0.1, 0.01, 0.1, 0.01, 1, 0},
+		// The cross-rack term: unknown (zero) or finite and positive.
+		{0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1, math.NaN()},
+		{0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1, math.Inf(1)},
+		{0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1, -0.4},
 	}
 	for _, p := range bad {
 		if err := p.Validate(); !errors.Is(err, ErrBadParams) {
@@ -91,42 +89,40 @@ func TestParamsValidate(t *testing.T) {
 	if err := testParams.Validate(); err != nil {
 		t.Errorf("Validate(testParams) = %v", err)
 	}
-	if err := testParams.WithCrossRack(4).Validate(); err != nil {
-		t.Errorf("Validate(testParams with cross-rack terms) = %v", err)
+	x := testParams
+	x.AlphaX = 0.4
+	if err := x.Validate(); err != nil {
+		t.Errorf("Validate(testParams with a cross-rack term) = %v", err)
 	}
 }
 
-// Across racks the network term is the cross-rack one when it is known,
-// the inter-node one otherwise; within one rack nothing changes.
-func TestNetworkTimeRacks(t *testing.T) {
+// Across racks a known term adds alpha_x * 2(r-1)/r to the synchronised
+// step (capped at one rack per node); an unknown term and one rack add
+// nothing.
+func TestCrossRackTime(t *testing.T) {
 	p := testParams
 	for _, c := range [][2]int{{1, 1}, {1, 4}, {2, 2}, {2, 8}} {
-		for _, r := range []int{0, 1, 2} {
-			if got, want := p.NetworkTimeRacks(r, c[0], c[1]), p.NetworkTime(c[0], c[1]); got != want {
-				t.Errorf("unknown cross-rack terms: NetworkTimeRacks(%d,%d,%d) = %v, want %v", r, c[0], c[1], got, want)
+		for _, r := range []int{0, 1, 2, 4} {
+			if got, want := p.SyncTimeRacks(r, c[0], c[1], 10), p.SyncTime(c[0], c[1], 10); got != want {
+				t.Errorf("unknown cross-rack term: SyncTimeRacks(%d,%d,%d) = %v, want %v", r, c[0], c[1], got, want)
 			}
 		}
 	}
-	x := p.WithCrossRack(4)
-	if x.AlphaX != 4*p.AlphaN || x.BetaX != 4*p.BetaN {
-		t.Errorf("WithCrossRack(4) = %+v", x)
-	}
-	if got, want := x.NetworkTimeRacks(2, 2, 8), 0.8+0.08*6; !near(got, want) {
-		t.Errorf("cross-rack NetworkTimeRacks(2,2,8) = %v, want %v", got, want)
-	}
-	if got, want := x.NetworkTimeRacks(1, 2, 8), p.NetworkTime(2, 8); got != want {
-		t.Errorf("in-rack NetworkTimeRacks(1,2,8) = %v, want %v", got, want)
-	}
-	// Known terms are kept; ratios of at most 1 change nothing.
-	if y := x.WithCrossRack(9); y != x {
-		t.Errorf("WithCrossRack overwrote known terms: %+v", y)
-	}
-	for _, ratio := range []float64{0, 0.5, 1, math.NaN(), math.Inf(1)} {
-		if y := p.WithCrossRack(ratio); y != p {
-			t.Errorf("WithCrossRack(%v) = %+v", ratio, y)
+	x := p
+	x.AlphaX = 0.4
+	cases := []struct {
+		r, n int
+		want float64
+	}{{0, 4, 0}, {1, 4, 0}, {2, 4, 0.4}, {3, 4, 0.4 * 4 / 3}, {4, 4, 0.6}, {4, 2, 0.4}, {2, 1, 0}}
+	for _, c := range cases {
+		if got := x.SyncTimeRacks(c.r, c.n, 8, 10) - x.SyncTime(c.n, 8, 10); !near(got, c.want) {
+			t.Errorf("SyncTimeRacks(%d racks, %d nodes) adds %v, want %v", c.r, c.n, got, c.want)
 		}
 	}
-	if got := x.IterTimeRacks(2, 2, 8, 10, 1); !(got > x.IterTime(2, 8, 10, 1)) {
-		t.Errorf("an iteration across racks (%v) is not slower than within one (%v)", got, x.IterTime(2, 8, 10, 1))
+	if got, want := x.IterTimeRacks(2, 2, 8, 10, 1), x.IterTime(2, 8, 10, 1)+0.4; !near(got, want) {
+		t.Errorf("IterTimeRacks(2,2,8,10,1) = %v, want %v", got, want)
+	}
+	if RackShare(1) != 0 || RackShare(2) != 1 || !near(RackShare(4), 1.5) {
+		t.Errorf("RackShare(1, 2, 4) = %v, %v, %v", RackShare(1), RackShare(2), RackShare(4))
 	}
 }

@@ -24,9 +24,12 @@ type Options struct {
 	// Compare also runs the reference-shaped GA and the greedy baseline
 	// on the first round.
 	Compare bool
-	// Racks of consecutive nodes, synchronising CrossRackRatio times
-	// slower across racks; CompareFlat times the search rack by rack and
-	// the flat one, each over its own chain of rounds.
+	// Racks of consecutive nodes. The synthetic jobs have no
+	// measurements to fit a cross-rack term on, so CrossRackRatio gives
+	// them one: synchronising across two racks adds ratio - 1 times their
+	// inter-node alpha (goodput.Params.AlphaX). CompareFlat times the
+	// search rack by rack and the flat one, each over its own chain of
+	// rounds.
 	Racks          int
 	CrossRackRatio float64
 	CompareFlat    bool
@@ -139,7 +142,13 @@ func Synthetic(o Options) (*Report, error) {
 		if err := optimizer.AssignRacks(snap, o.Racks); err != nil {
 			return nil, usage.Errorf("--racks: %w", err)
 		}
-		snap.CrossRackRatio = o.CrossRackRatio
+		for j := range snap.Jobs {
+			if md := snap.Jobs[j].Model; md != nil {
+				x := *md
+				x.Params.AlphaX = (o.CrossRackRatio - 1) * x.Params.AlphaN
+				snap.Jobs[j].Model = &x
+			}
+		}
 		rep.CrossRackRatio = o.CrossRackRatio
 	}
 	first := *snap

@@ -9,8 +9,19 @@ import (
 // WriteTable prints the report as a table.
 func (rep *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "nodes\t%d\njobs\t%d\nround median / p95\t%.3f s / %.3f s\nraft writes per round\t%.2f\nraft bytes per round\t%.0f\nreports/s ingested\t%.0f\nfirst round after failover median / max\t%.3f s / %.3f s\n",
-		rep.Nodes, rep.Jobs, rep.RoundS.Median, rep.RoundS.P95, rep.RaftWritesPerRound, rep.RaftBytesPerRound, rep.ReportsPerS,
-		rep.FirstRoundAfterFailoverS.Median, rep.FirstRoundAfterFailoverS.Max)
+	row := func(name, format string, a ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{name}, a...)...) }
+	row("nodes", "%d (%d endpoints, %d actor systems, %s transport, TLS %v)", rep.Nodes, rep.NodeEndpoints, rep.ActorSystems, rep.Transport, rep.TLS)
+	row("jobs", "%d", rep.Jobs)
+	row("gossip members", "%d", rep.GossipMembers)
+	row("round median / p95", "%.3f s / %.3f s", rep.RoundS.Median, rep.RoundS.P95)
+	row("search effort min / median", "%.3f / %.3f", rep.SearchEffort.Min, rep.SearchEffort.Median)
+	row("fitness vs full search min / median", "%.4f / %.4f", rep.FitnessVsFull.Min, rep.FitnessVsFull.Median)
+	row("raft writes per round", "%.2f", rep.RaftWritesPerRound)
+	row("raft bytes per round", "%.0f", rep.RaftBytesPerRound)
+	row("reports/s ingested", "%.0f", rep.ReportsPerS)
+	row("kill to first round committed median / max", "%.3f s / %.3f s", rep.FailoverToFirstRoundS.Median, rep.FailoverToFirstRoundS.Max)
+	row("election to first round done median / max", "%.3f s / %.3f s", rep.FirstRoundAfterFailoverS.Median, rep.FirstRoundAfterFailoverS.Max)
+	row("setup / whole run", "%.0f s / %.0f s", rep.SetupS, rep.ElapsedS)
+	row("peak memory", "%.0f MiB (%d goroutines)", rep.PeakRSSMiB, rep.Goroutines)
 	return tw.Flush()
 }

@@ -75,6 +75,7 @@ func Emulated(ctx context.Context, o Options, out, errOut io.Writer) error {
 	}
 	fmt.Fprintf(out, "mutual TLS and encrypted gossip on (CA, certificates and gossip key in %s)\n", c.TLS().Dir)
 	fmt.Fprintf(out, "API tokens on (the cluster's admin token is in %s)\n", c.TokenFile())
+	fmt.Fprintf(out, "to use the pollux CLI against this cluster, run (or paste) in another shell:\n%s\n", c.Exports())
 	// Stop every process on every way out, Ctrl-C included.
 	defer func() {
 		fmt.Fprintln(out, "stopping the cluster")

@@ -53,6 +53,18 @@ type Report struct {
 	// baseline of the cost of TLS), and TLSCost compares the two.
 	Plaintext *Report  `json:"plaintext,omitempty"`
 	TLSCost   *TLSCost `json:"tls_cost,omitempty"`
+	// StatusMedianS and StatusMaxS time statusSamples status requests
+	// to the servers, each on a new connection, before the kills;
+	// StatusFailed counts those that failed.
+	StatusMedianS float64 `json:"status_median_s"`
+	StatusMaxS    float64 `json:"status_max_s"`
+	StatusFailed  int     `json:"status_failed"`
+	// Flood is the silent connections held from FloodSource to each
+	// server's Raft and HTTP port during the run (0: none).
+	Flood int `json:"flood"`
+	// Flooded is the same benchmark under a flood of Options.Flood
+	// connections per port, run after this one (--flood).
+	Flooded *Report `json:"flooded,omitempty"`
 }
 
 // TLSCost is the TLS run's figures over the plaintext run's.
@@ -78,6 +90,9 @@ type Options struct {
 	// directory), and Baseline runs the same benchmark without TLS right
 	// after and reports the cost of TLS.
 	Insecure, Baseline bool
+	// Flood, if positive, runs the benchmark again under a flood of this
+	// many silent connections per Raft and HTTP port (Report.Flooded).
+	Flood int
 	// Member returns the command that runs one server process with the
 	// given arguments of the consensus-member command.
 	Member func(args []string) *exec.Cmd
@@ -94,6 +109,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("%w: allocs %d, batch %d: need allocs >= 0, batch >= 1", ErrConfig, o.Allocs, o.Batch)
 	case o.Lease > o.Heartbeat || o.Heartbeat < 5*time.Millisecond || o.Election < o.Heartbeat:
 		return fmt.Errorf("%w: timeouts: need 5ms <= heartbeat <= election and lease <= heartbeat", ErrConfig)
+	case o.Flood < 0 || o.Flood > 3000:
+		return fmt.Errorf("%w: flood %d: need 0 to 3000 connections per port", ErrConfig, o.Flood)
 	case o.Member == nil:
 		return fmt.Errorf("%w: no member command", ErrConfig)
 	}
@@ -119,11 +136,21 @@ func Run(ctx context.Context, o Options, progress, notes io.Writer) (Report, err
 	if err := o.Validate(); err != nil {
 		return Report{}, err
 	}
-	rep, err := run(ctx, o, !o.Insecure, progress, notes)
-	if err != nil || o.Insecure || !o.Baseline {
+	rep, err := run(ctx, o, !o.Insecure, 0, progress, notes)
+	if err != nil {
 		return rep, err
 	}
-	plain, err := run(ctx, o, false, progress, notes)
+	if o.Flood > 0 {
+		flooded, err := run(ctx, o, !o.Insecure, o.Flood, progress, notes)
+		if err != nil {
+			return rep, fmt.Errorf("failover: under a flood: %w", err)
+		}
+		rep.Flooded = &flooded
+	}
+	if o.Insecure || !o.Baseline {
+		return rep, nil
+	}
+	plain, err := run(ctx, o, false, 0, progress, notes)
 	if err != nil {
 		return rep, fmt.Errorf("failover: plaintext baseline: %w", err)
 	}
@@ -136,8 +163,9 @@ func Run(ctx context.Context, o Options, progress, notes io.Writer) (Report, err
 }
 
 // run runs the benchmark once, over TLS (a CA and certificates made in
-// its temporary directory) or plaintext.
-func run(ctx context.Context, o Options, withTLS bool, progress, notes io.Writer) (rep Report, err error) {
+// its temporary directory) or plaintext, under a flood of flood
+// connections per port if positive.
+func run(ctx context.Context, o Options, withTLS bool, flood int, progress, notes io.Writer) (rep Report, err error) {
 	tmp, err := os.MkdirTemp("", "pollux-failover-")
 	if err != nil {
 		return rep, fmt.Errorf("failover: %w", err)
@@ -201,8 +229,22 @@ func run(ctx context.Context, o Options, withTLS bool, progress, notes io.Writer
 		return rep, err
 	}
 	rep = Report{
-		TLS: withTLS, Servers: o.Servers, Trials: o.Trials, Batch: o.Batch,
+		TLS: withTLS, Servers: o.Servers, Trials: o.Trials, Batch: o.Batch, Flood: flood,
 		HeartbeatMS: o.Heartbeat.Milliseconds(), ElectionMS: o.Election.Milliseconds(), LeaseMS: o.Lease.Milliseconds(),
+	}
+	if flood > 0 {
+		f := newFlooder(ctx, flood)
+		for _, m := range members {
+			f.aim(m.raftAddr)
+			f.aim(m.httpAddr)
+		}
+		defer func() {
+			fmt.Fprintln(notes, "bench failover: "+f.note())
+			f.stop()
+		}()
+		// Let the flood fill the ports before anything is timed.
+		sleep(ctx, 3*time.Second)
+		fmt.Fprintln(notes, "bench failover: "+f.note())
 	}
 	// A leader change during the throughput run (an election on a loaded
 	// machine) fences its allocations (stale term): the run starts over
@@ -228,6 +270,8 @@ func run(ctx context.Context, o Options, withTLS bool, progress, notes io.Writer
 			return rep, err
 		}
 	}
+
+	rep.StatusMedianS, rep.StatusMaxS, rep.StatusFailed = statusLatency(ctx, client, members)
 
 	bar := progressbar.NewOptions(o.Trials,
 		progressbar.OptionSetWriter(progress),
@@ -296,7 +340,7 @@ func freeAddr() (string, error) {
 // start runs the member's process. Its stdin is a pipe: when this process
 // dies the pipe closes and the member exits, so nothing is left behind.
 func (m *benchMember) start(member func([]string) *exec.Cmd, args []string, logDir string) error {
-	logf, err := os.OpenFile(filepath.Join(logDir, m.id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := os.OpenFile(filepath.Join(logDir, m.id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("failover: %w", err)
 	}

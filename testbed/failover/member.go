@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -75,6 +77,7 @@ func RunMember(o MemberOptions, stdin io.Reader, logw io.Writer) error {
 			return fmt.Errorf("failover: %w", err)
 		}
 		raftTLS, apiTLS = &consensus.TLS{Server: srvCfg, Client: cliCfg}, api
+		raftTLS.Gate = pki.NewGate(pki.GateOptions{Channel: pki.ChannelRaft, Logger: logger, Member: peerAddrs(servers)})
 	}
 	cfg := consensus.DefaultConfig(raft.ServerID(o.ID))
 	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = o.Heartbeat, o.Election, o.Lease
@@ -99,7 +102,10 @@ func RunMember(o MemberOptions, stdin io.Reader, logw io.Writer) error {
 		return fmt.Errorf("failover: %w", err)
 	}
 	if apiTLS != nil {
-		ln = pki.NewListener(ln, apiTLS, pki.ListenerOptions{Channel: pki.ChannelAPI, Logger: logger})
+		// The server's API gate: the members' room, and a cap on the
+		// connections a source that is not one holds.
+		gate := pki.NewGate(pki.GateOptions{Channel: pki.ChannelAPI, Logger: logger, Member: peerAddrs(servers), ConnsPerSource: 64})
+		ln = pki.NewListener(ln, apiTLS, pki.ListenerOptions{Channel: pki.ChannelAPI, Logger: logger, Gate: gate})
 	}
 	// The limits of the server's API (cmd/pollux), but a write timeout
 	// that lets the throughput run answer when it is done.
@@ -110,6 +116,19 @@ func RunMember(o MemberOptions, stdin io.Reader, logw io.Writer) error {
 	defer hs.Close()
 	_, _ = io.Copy(io.Discard, bufio.NewReader(stdin))
 	return nil
+}
+
+// peerAddrs tells the addresses of the servers' Raft ports, the
+// members whose room the gates keep (a server's gates learn them from
+// Raft's configuration).
+func peerAddrs(servers []raft.Server) func(netip.Addr) bool {
+	var addrs []netip.Addr
+	for _, s := range servers {
+		if ap, err := netip.ParseAddrPort(string(s.Address)); err == nil {
+			addrs = append(addrs, ap.Addr())
+		}
+	}
+	return func(a netip.Addr) bool { return slices.Contains(addrs, a.Unmap()) }
 }
 
 // ParsePeers parses id=raftaddr=httpaddr,... into the Raft servers (the

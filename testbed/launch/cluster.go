@@ -24,6 +24,7 @@ import (
 	"pollux/cluster/pki"
 	"pollux/cluster/provider"
 	"pollux/testbed/chaos/history"
+	"pollux/testbed/chaos/mono"
 	"pollux/testbed/chaos/netns"
 	"pollux/testbed/chaos/proc"
 	"pollux/testbed/chaos/record"
@@ -290,7 +291,7 @@ func (c *Cluster) layout(ctx context.Context) error {
 		id := fmt.Sprintf("s%d", i)
 		a := addrs[i]
 		data := filepath.Join(o.Dir, id)
-		if err := os.MkdirAll(data, 0o755); err != nil {
+		if err := os.MkdirAll(data, 0o700); err != nil {
 			return fmt.Errorf("launch: %w", err)
 		}
 		if o.DataSize > 0 {
@@ -358,6 +359,11 @@ func (c *Cluster) layout(ctx context.Context) error {
 			m.args = append(m.args, "--gpu-type", o.GPUTypes[i%len(o.GPUTypes)])
 		}
 		m.args = append(append(m.args, c.tls.Flags(id)...), o.AgentArgs...)
+		if os.Geteuid() == 0 && !slices.ContainsFunc(o.AgentArgs, func(a string) bool {
+			return a == "--run-as" || a == "--run-as-range" || strings.HasPrefix(a, "--run-as=") || strings.HasPrefix(a, "--run-as-range=")
+		}) {
+			m.args = append(m.args, "--run-as", "root")
+		}
 		// Workers get a clean environment: what they need is passed on.
 		for _, name := range append(envNames(o.Env), record.EnvDir) {
 			m.args = append(m.args, "--pass-env", name)
@@ -417,7 +423,7 @@ func (c *Cluster) AddServer(ctx context.Context, id string) (*Member, error) {
 		seeds = append(seeds, m.Gossip)
 	}
 	data := filepath.Join(o.Dir, id)
-	if err := os.MkdirAll(data, 0o755); err != nil {
+	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
 	a := []string{join("127.0.0.1", ports[0]), join("127.0.0.1", ports[1]), join("127.0.0.1", ports[2]), join("127.0.0.1", ports[3])}
@@ -504,7 +510,7 @@ func (c *Cluster) event(e history.Event) {
 // Start starts m's next incarnation and waits for its ready line. fault
 // and seq mark a restart that is part of a fault.
 func (c *Cluster) Start(ctx context.Context, m *Member, fault string, seq int) error {
-	logf, err := os.OpenFile(m.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	logf, err := os.OpenFile(m.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("launch: %w", err)
 	}
@@ -572,7 +578,7 @@ func (c *Cluster) Signal(m *Member, sig syscall.Signal, fault string, seq int) e
 	p, inc := m.p, m.inc
 	m.mu.Unlock()
 	if p == nil || p.Exited() {
-		return fmt.Errorf("%w: %s/%s is not running", ErrCluster, m.Role, m.ID)
+		return fmt.Errorf("%w: %w: %s/%s", ErrCluster, ErrNotRunning, m.Role, m.ID)
 	}
 	c.event(history.Event{Kind: history.Signal, Role: m.Role, ID: m.ID, PID: p.PID(), Inc: inc,
 		Sig: strings.TrimPrefix(unix.SignalName(sig), "SIG"), Fault: fault, Seq: seq})
@@ -636,11 +642,23 @@ func (c *Cluster) Workers() []Worker {
 	return c.watch.running()
 }
 
-// KillWorker kills worker w's process group, recording the signal.
+// WorkerAlive reports whether worker w's process still runs (the same
+// process: its start time matches, so a reused PID is not it).
+func WorkerAlive(w Worker) bool { return mono.Alive(w.PID, w.Boot) }
+
+// KillWorker kills worker w's process group, recording the signal. It
+// returns ErrNotRunning, and records nothing, if the worker had already
+// exited: a kill counts only if the process was alive.
 func (c *Cluster) KillWorker(w Worker, fault string, seq int) error {
+	if !WorkerAlive(w) {
+		return fmt.Errorf("%w: worker %s rank %d (pid %d) on %s", ErrNotRunning, w.Job, w.Rank, w.PID, w.Node)
+	}
 	c.event(history.Event{Kind: history.Signal, Role: history.Worker, ID: w.Job, Node: w.Node, PID: w.PID, Inc: w.Inc,
 		Rank: w.Rank, Sig: "KILL", Fault: fault, Seq: seq})
-	if err := syscall.Kill(-w.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+	if err := syscall.Kill(-w.PID, syscall.SIGKILL); err != nil {
+		if errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("%w: worker %s rank %d (pid %d) on %s exited as it was killed", ErrNotRunning, w.Job, w.Rank, w.PID, w.Node)
+		}
 		return fmt.Errorf("launch: killing worker pid %d: %w", w.PID, err)
 	}
 	return nil

@@ -65,10 +65,11 @@ func (c *Cluster) createToken(ctx context.Context, m *Member, body []byte) (api.
 	return t, nil
 }
 
-// DashboardURL is the URL of server m's dashboard that signs a browser
-// in with secret (exchanged for a cookie on first load).
+// DashboardURL is the URL of server m's sign-in page that signs a browser
+// in with secret: the token is in the fragment, which the page's script
+// posts (no server or log sees it in a URL).
 func DashboardURL(m *Member, secret string) string {
-	return "https://" + m.HTTP + dashboard.Prefix + "?" + dashboard.QueryToken + "=" + url.QueryEscape(secret)
+	return "https://" + m.HTTP + dashboard.PathLogin + "#" + dashboard.QueryToken + "=" + url.QueryEscape(secret)
 }
 
 // ServerKeyPins are the base64 SHA-256 hashes of the servers' public keys

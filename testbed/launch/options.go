@@ -20,6 +20,10 @@ var ErrConfig = errors.New("launch: bad options")
 // outlived its agent).
 var ErrCluster = errors.New("launch: cluster")
 
+// ErrNotRunning is returned when a process to signal or kill had
+// already exited: the signal was not sent, and a kill did not happen.
+var ErrNotRunning = errors.New("launch: not running")
+
 // ErrSlowStop marks, in Stop's error, a server or agent that had to be
 // killed because it was still running long after SIGTERM.
 var ErrSlowStop = errors.New("launch: slow to stop")
@@ -60,7 +64,10 @@ type Options struct {
 	// AgentArgs are added to every agent's command line (e.g. the
 	// --allow-command flags that allow the programs its workers run;
 	// without any, the agents' default allows only the emulated worker
-	// and the worker library's install directory).
+	// and the worker library's install directory). Without --run-as or
+	// --run-as-range among them, an agent started as root gets
+	// --run-as root: its workers run the test binary, which the uids
+	// of the default range may not reach.
 	AgentArgs []string
 	// Interval is the scheduling interval (default 1 s); TimeScale the
 	// emulated seconds per real second (default 100); RestartCost the

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"pollux/actors/server/api"
+	"pollux/actors/server/api/client"
 )
 
 // TokenFileName is the file in Dir holding the cluster's admin token.
@@ -121,3 +122,14 @@ func (t *tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // CloseIdleConnections closes the idle connections of the transport.
 func (t *tokenTransport) CloseIdleConnections() { t.base.CloseIdleConnections() }
+
+// Exports is the shell line that points the CLI at the cluster: its
+// servers' API addresses, its CA and its admin token (read from the
+// token file when evaluated).
+func (c *Cluster) Exports() string {
+	var servers []string
+	for _, m := range c.Servers {
+		servers = append(servers, m.HTTP)
+	}
+	return client.Exports(servers, c.tls.CA, c.tokenFile)
+}

@@ -142,6 +142,8 @@ func Plots(files []string) []Plot {
 func Caption(file string) string {
 	base := strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
 	switch {
+	case base == "sweep-avg-jct":
+		return "Mean average JCT per sweep point (jobs per hour for rate_R), the artifact's own runs as crosses where measured"
 	case base == "jct-cdf":
 		return "Job completion times, CDF per policy (all workloads)"
 	case strings.HasPrefix(base, "gpus-"):

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -123,8 +124,10 @@ func addLine(p *plot.Plot, name string, pts plotter.XYs, c color.Color) error {
 	return nil
 }
 
+// save writes p as dir/name, a "/" in name (a workload of a sweep,
+// "rate_10/workload-1") written as "_".
 func save(p *plot.Plot, dir, name string, files *[]string) error {
-	path := filepath.Join(dir, name)
+	path := filepath.Join(dir, strings.ReplaceAll(name, "/", "_"))
 	if err := p.Save(8*vg.Inch, 4.5*vg.Inch, path); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}

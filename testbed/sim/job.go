@@ -60,10 +60,16 @@ const mergedKey = "\x00merged"
 
 // profile is what a job has measured on one GPU type and the model it fits.
 type profile struct {
-	seen   map[[4]int]bool
+	// seen maps every profiled configuration to its point (-1: not
+	// recorded, for jobs that fit no model).
+	seen   map[[4]int]int
 	points []goodput.ProfilePoint
-	params *goodput.Params
-	maxK   int
+	// counts is how many measurements each point's times average, and
+	// fitStep each point's step time when the model was last fitted.
+	counts  []int
+	fitStep []float64
+	params  *goodput.Params
+	maxK    int
 }
 
 // job is the simulator's state of one job.
@@ -100,14 +106,16 @@ type job struct {
 	nodes    int
 	replicas int
 	m, s     int
-	// racks is how many racks the placement spans; crossRatio what a
-	// placement across racks pays on its sync time (1: nothing);
-	// rackAware whether the job knows its racks (it then records them
-	// with its measurements and sizes its batch for them).
-	racks      int
-	crossRatio float64
-	rackAware  bool
-	cross      *crossRack
+	// racks is how many racks the placement spans; rackAware whether the
+	// job knows its racks (it then records them with its measurements
+	// and sizes its batch for them); crossExtra the time the network
+	// across racks adds to each synchronised step at the moment (links),
+	// and trueCross / trueCrossTime the time average of it per
+	// goodput.RackShare, what a fitted cross-rack term should approach.
+	racks                    int
+	rackAware                bool
+	crossExtra               float64
+	trueCross, trueCrossTime float64
 
 	restartLeft float64
 	restarts    int // -1 before the first allocation
@@ -157,7 +165,6 @@ func newJob(i int, spec workload.Job, apps map[string]testbed.Application, first
 		calib:       1,
 		restartCost: 0,
 		physical:    map[string]int{},
-		crossRatio:  1,
 	}
 	j.setType(first)
 	for t, a := range apps {
@@ -202,7 +209,7 @@ func (j *job) prof() *profile {
 	}
 	p := j.profiles[key]
 	if p == nil {
-		p = &profile{seen: map[[4]int]bool{}}
+		p = &profile{seen: map[[4]int]int{}}
 		j.profiles[key] = p
 	}
 	return p
@@ -223,14 +230,11 @@ func (j *job) maxProfiledK() int {
 	return k
 }
 
-// fraction is how much of its training the job has done: its progress
-// over the progress at which its last epoch ends, in [0, 1].
-func (j *job) fraction() float64 {
-	end := j.app.EpochEnd(j.app.MaxEpochs())
-	if !(end > 0) {
-		return 0
-	}
-	return math.Min(math.Max(j.progress/end, 0), 1)
+// reportedProgress is what the job reports of its progress, as a live
+// job does: the whole epochs it has finished over the epochs it trains for
+// (optimizer.EpochProgress), not its exact progress within an epoch.
+func (j *job) reportedProgress() float64 {
+	return optimizer.EpochProgress(j.epoch, j.app.MaxEpochs())
 }
 
 // running reports whether the job holds GPUs.
@@ -326,12 +330,8 @@ func (j *job) configureSia() {
 	j.m = max(j.m, 1)
 }
 
-// model is the job's goodput model with params and limits: its unknown
-// cross-rack terms derived from the ratio when it knows its racks.
+// model is the job's goodput model with params and limits.
 func (j *job) model(params goodput.Params, l goodput.Limits) goodput.Model {
-	if j.rackAware {
-		params = params.WithCrossRack(j.crossRatio)
-	}
 	return goodput.Model{Params: params, Grad: j.grad, Limits: l}
 }
 
@@ -345,21 +345,38 @@ func (j *job) knownRacks() int {
 }
 
 // stepTimes are the true step and sync time of the current configuration:
-// the traces', made slower across racks (see crossRack).
+// the traces', plus what the network across racks adds (links).
 func (j *job) stepTimes() (step, sync float64) {
 	m := float64(j.m)
 	if m != j.cacheM {
 		j.cacheStep, j.cacheSync = j.app.StepTimes(j.norm, m)
-		if j.racks > 1 && j.crossRatio > 1 {
-			j.cacheStep, j.cacheSync = j.cross.apply(j.app, j.nodes, j.replicas, m, j.cacheStep, j.cacheSync)
+		if j.racks > 1 {
+			j.cacheStep += j.crossExtra
+			j.cacheSync += j.crossExtra
 		}
 		j.cacheM = m
 	}
 	return j.cacheStep, j.cacheSync
 }
 
+// setCrossExtra sets what the network across racks adds to each
+// synchronised step.
+func (j *job) setCrossExtra(x float64) {
+	if x != j.crossExtra {
+		j.crossExtra = x
+		j.cacheM = -1
+	}
+}
+
+// crossDrift is how far a configuration's mean step time across racks
+// may move from the one the model was fitted on before the job refits.
+const crossDrift = 0.05
+
 // observe records a profiled configuration and refits the model when it
-// is new. Fitting errors leave the previous model in place.
+// is new. Across racks, where the step time depends on the other jobs
+// crossing the same uplinks, a configuration seen again averages its
+// measurements, and the model is refitted once the mean has moved by
+// more than crossDrift. Fitting errors leave the previous model in place.
 func (j *job) observe(step, sync float64, grad goodput.GradStats) {
 	j.grad = grad
 	p := j.prof()
@@ -368,18 +385,41 @@ func (j *job) observe(step, sync float64, grad goodput.GradStats) {
 		racks = j.racks
 	}
 	key := [4]int{j.nodes, j.replicas, j.m, racks}
-	if p.seen[key] {
+	if i, ok := p.seen[key]; ok {
+		if i < 0 || j.racks < 2 {
+			return
+		}
+		p.counts[i]++
+		pt := &p.points[i]
+		w := 1 / float64(p.counts[i])
+		pt.StepTime += (step - pt.StepTime) * w
+		pt.AccumTime += (step - sync - pt.AccumTime) * w
+		if math.Abs(pt.StepTime-p.fitStep[i]) <= crossDrift*p.fitStep[i] {
+			return
+		}
+		j.refit(p)
 		return
 	}
-	p.seen[key] = true
+	p.seen[key] = -1
 	p.maxK = max(p.maxK, j.replicas)
 	if j.mode != Adaptive && j.mode != Merged && j.mode != FixedLocal {
 		return
 	}
+	p.seen[key] = len(p.points)
 	p.points = append(p.points, goodput.ProfilePoint{
 		Nodes: j.nodes, Replicas: j.replicas, LocalBatch: j.m,
 		AccumTime: step - sync, StepTime: step, Racks: racks,
 	})
+	p.counts = append(p.counts, 1)
+	p.fitStep = append(p.fitStep, step)
+	j.refit(p)
+}
+
+// refit fits p's model on its points.
+func (j *job) refit(p *profile) {
+	for i := range p.points {
+		p.fitStep[i] = p.points[i].StepTime
+	}
 	fit, err := j.cache.fit(j.spec.App, p.points)
 	if err == nil {
 		p.params = &fit

@@ -2,128 +2,107 @@ package sim
 
 import (
 	"fmt"
-	"math"
-	"strings"
 
 	"pollux/optimizer/goodput"
-	"pollux/testbed"
+	"pollux/testbed/fabric"
 )
 
-// CrossRackModel is how the simulator slows a placement across racks,
-// which no trace measured, given the ratio X of in-rack to cross-rack
-// bandwidth.
-type CrossRackModel int
-
-const (
-	// OverlapModel (the default): data-parallel training overlaps the
-	// gradient all-reduce with the backward pass, and the traces record
-	// only the part of the synchronisation left exposed; a link X times
-	// slower makes the whole all-reduce X times longer, exposing more of
-	// it. The throughput model describes this overlap (the gamma-norm of
-	// compute and network time), so a placement's step time across racks
-	// is its measured step time scaled by what the application's model,
-	// fitted once on its own in-rack step times, predicts for the same
-	// placement with its network terms X times larger. The accumulation
-	// time (no synchronisation) is unchanged: the extra time is sync.
-	// Its limit: the fitted network terms also absorb whatever else slows
-	// distributed steps down, which is then scaled too.
-	OverlapModel CrossRackModel = iota
-	// ExposedModel scales only the exposed synchronisation the traces
-	// measured: step time + (X - 1) x sync time. It assumes that what the
-	// backward pass hid stays hidden when X times longer: a lower bound.
-	ExposedModel
-)
-
-// String names the model as the --cross-rack-model flag does.
-func (m CrossRackModel) String() string {
-	if m == ExposedModel {
-		return "exposed"
-	}
-	return "overlap"
+// links is the network across racks of a run of several racks: what a
+// placement across racks pays on top of the traces (package fabric),
+// which neither the policy nor the jobs are told.
+type links struct {
+	net *fabric.Fabric
+	// bytes is every application's gradient size.
+	bytes map[string]float64
+	flows []fabric.Flow
+	on    []*job
 }
 
-// MarshalText implements encoding.TextMarshaler.
-func (m CrossRackModel) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
-
-// ParseCrossRackModel reads "overlap" or "exposed".
-func ParseCrossRackModel(s string) (CrossRackModel, error) {
-	switch strings.ToLower(s) {
-	case "overlap":
-		return OverlapModel, nil
-	case "exposed":
-		return ExposedModel, nil
+// newLinks builds the network of cfg over the racks of rackOf (nil for
+// one rack) for the applications of jobs.
+func newLinks(cfg Config, rackOf []int, jobs []*job) (*links, error) {
+	if cfg.Racks <= 1 {
+		return nil, nil
 	}
-	return 0, fmt.Errorf("%w: cross-rack model %q, want overlap or exposed", ErrBadConfig, s)
-}
-
-// crossRack applies a CrossRackModel.
-type crossRack struct {
-	ratio   float64
-	kind    CrossRackModel
-	perNode int
-	models  map[testbed.Application]*goodput.Params
-}
-
-func newCrossRack(ratio float64, kind CrossRackModel, perNode int) *crossRack {
-	return &crossRack{ratio: ratio, kind: kind, perNode: max(perNode, 1), models: map[testbed.Application]*goodput.Params{}}
-}
-
-// apply turns the in-rack step and sync times of app on placement (n
-// nodes, k replicas, atomic batch m) into the cross-rack ones.
-func (c *crossRack) apply(app testbed.Application, n, k int, m, step, sync float64) (float64, float64) {
-	if c.kind == ExposedModel {
-		return step + (c.ratio-1)*sync, c.ratio * sync
+	sizes := make([]int, cfg.Racks)
+	for _, r := range rackOf {
+		sizes[r]++
 	}
-	p := c.model(app)
-	if p == nil || n < 2 {
-		return step, sync
+	net, err := fabric.New(fabric.Config{NodeBandwidth: cfg.NodeBandwidth, Oversubscription: max(cfg.Oversubscription, 1)}, sizes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
-	in := p.SyncTime(n, k, m)
-	x := p.WithCrossRack(c.ratio).SyncTimeRacks(2, n, k, m)
-	f := x / in
-	if !(f >= 1) || math.IsInf(f, 0) {
-		return step, sync
-	}
-	extra := step * (f - 1)
-	return step + extra, sync + extra
-}
-
-// model is app's throughput model fitted on its in-rack step times over
-// a grid of placements (one GPU, one node, 2 to 16 full nodes) and atomic
-// batches; nil if the fit fails (the placement then costs nothing more).
-func (c *crossRack) model(app testbed.Application) *goodput.Params {
-	if p, ok := c.models[app]; ok {
-		return p
-	}
-	l := app.Limits()
-	var layouts [][]int
-	for _, k := range []int{1, 2, c.perNode} {
-		layouts = append(layouts, []int{k})
-	}
-	layouts = append(layouts, []int{1, 1})
-	for _, n := range []int{2, 4, 8, 16} {
-		pl := make([]int, n)
-		for i := range pl {
-			pl[i] = c.perNode
+	l := &links{net: net, bytes: map[string]float64{}}
+	for _, j := range jobs {
+		app := j.spec.App
+		if _, ok := l.bytes[app]; ok {
+			continue
 		}
-		layouts = append(layouts, pl)
+		b, ok := cfg.GradientBytes[app]
+		if !ok {
+			b, ok = fabric.GradientBytes(app)
+		}
+		if !ok || !(b > 0) {
+			return nil, fmt.Errorf("%w: application %q has no gradient size for the network across racks (Config.GradientBytes)", ErrBadConfig, app)
+		}
+		l.bytes[app] = b
 	}
-	var pts []goodput.ProfilePoint
-	for _, pl := range layouts {
-		k := testbed.Replicas(pl)
-		for i := 0; i < 6; i++ {
-			m := math.Round(float64(l.MinLocal) * math.Pow(float64(l.MaxLocal)/float64(l.MinLocal), float64(i)/5))
-			step, sync := app.StepTimes(testbed.NormalizePlacement(pl), m)
-			if !(step > sync) || !(sync >= 0) {
-				continue
+	return l, nil
+}
+
+// share sets every job's time added per synchronised step by the network
+// across racks for the moment: the jobs training across racks (not
+// restarting) share the uplinks they cross.
+func (l *links) share(jobs []*job, rackOf []int) error {
+	l.flows, l.on = l.flows[:0], l.on[:0]
+	for _, j := range jobs {
+		if j.done || !j.running() || j.restartLeft > 0 || j.racks < 2 {
+			j.setCrossExtra(0)
+			continue
+		}
+		fl := fabric.Flow{}
+		for _, nc := range j.alloc {
+			fl[rackOf[nc.Node]]++
+		}
+		l.flows = append(l.flows, fl)
+		l.on = append(l.on, j)
+	}
+	if len(l.flows) == 0 {
+		return nil
+	}
+	rates, err := l.net.Rates(l.flows)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	for i, j := range l.on {
+		j.setCrossExtra(l.net.Extra(l.flows[i], l.bytes[j.spec.App], rates[i]))
+	}
+	return nil
+}
+
+// advanceLinked is advance on a cluster of several racks: the interval is
+// cut where a job's restart ends (it then starts to use the uplinks), and
+// the uplinks are shared anew for every piece.
+func (s *state) advanceLinked(slow map[int]bool) error {
+	done := 0.0
+	for done < s.cfg.Interval {
+		piece := s.cfg.Interval - done
+		for _, j := range s.jobs {
+			if !j.done && j.running() && j.restartLeft > 0 && j.restartLeft < piece {
+				piece = j.restartLeft
 			}
-			pts = append(pts, goodput.ProfilePoint{Nodes: len(pl), Replicas: k, LocalBatch: int(m), AccumTime: step - sync, StepTime: step})
 		}
+		if err := s.links.share(s.jobs, s.rackOf); err != nil {
+			return err
+		}
+		for _, j := range s.jobs {
+			if j.crossExtra > 0 {
+				j.trueCross += piece * j.crossExtra / goodput.RackShare(j.racks)
+				j.trueCrossTime += piece
+			}
+			j.advance(s.now+done, piece, s.interference(slow, j))
+		}
+		done += piece
 	}
-	var out *goodput.Params
-	if p, err := goodput.Fit(pts); err == nil {
-		out = &p
-	}
-	c.models[app] = out
-	return out
+	return nil
 }

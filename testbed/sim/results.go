@@ -53,6 +53,12 @@ func (s *state) results(ctx context.Context, timeline []Sample) ([]JobResult, er
 			GPUType:             j.typ,
 			Fits:                j.fits,
 		}
+		if p := j.profiles[j.typ]; p != nil && p.params != nil {
+			out[j.index].FittedCrossRack = p.params.AlphaX
+		}
+		if j.trueCrossTime > 0 {
+			out[j.index].TrueCrossRack = j.trueCross / j.trueCrossTime
+		}
 	}
 	if s.cfg.isolated || s.cfg.NoFairness || s.cfg.Cloud != nil {
 		return out, nil

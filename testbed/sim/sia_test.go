@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"math"
+	"slices"
 	"testing"
 
 	"pollux/optimizer"
@@ -91,5 +92,32 @@ func TestJobOnOneType(t *testing.T) {
 	_, err := RunTyped(context.Background(), cfg, cats, wl, fixedPolicy{optimizer.Placement{{Node: 0, Count: 1}, {Node: 1, Count: 1}}}, FixedBatch, nil)
 	if err == nil {
 		t.Fatal("a placement over two GPU types was accepted")
+	}
+}
+
+// progressRecorder gives its one job one GPU of node 0 and records the
+// Progress the job reports every round.
+type progressRecorder struct{ seen []float64 }
+
+func (*progressRecorder) Name() string { return "record" }
+func (p *progressRecorder) Allocate(s *optimizer.Snapshot, _ *optimizer.State) (optimizer.Result, error) {
+	p.seen = append(p.seen, s.Jobs[0].Progress)
+	return optimizer.Result{Placements: []optimizer.Placement{{{Node: 0, Count: 1}}}}, nil
+}
+
+// A job reports whole epochs over its epochs, as a live job does, not
+// the exact fraction of its work: 4 epochs of 60 s after a 30 s start,
+// seen at rounds 60 s apart.
+func TestJobReportsWholeEpochs(t *testing.T) {
+	rec := &progressRecorder{}
+	cats := testbed.TypedCatalog{"t": testbed.Catalog{"toy": toyApp{epochs: 4}}}
+	wl := workload.Workload{Name: "w", Jobs: []workload.Job{{Name: "a", App: "toy", Replicas: 1, Batch: 8}}}
+	if _, err := RunTyped(context.Background(), siaConfig(1, 4), cats, wl, rec, FixedBatch, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Rounds at 0, 60 (half an epoch done), 120 (1.5), 180 (2.5), 240 (3.5).
+	want := []float64{0, 0, 0.25, 0.5, 0.75}
+	if !slices.Equal(rec.seen, want) {
+		t.Errorf("progress seen %v, want %v", rec.seen, want)
 	}
 }

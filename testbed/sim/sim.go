@@ -46,18 +46,21 @@ type Config struct {
 	// Racks puts the nodes, in order, into this many racks of consecutive
 	// nodes (as even as the node count allows; 0 and 1: one rack).
 	Racks int `json:"racks,omitempty"`
-	// CrossRackRatio is how many times slower synchronising across racks
-	// is than within one (0 and 1: racks cost nothing). The traces
-	// measure only placements within a rack; CrossRackModel says how the
-	// cost of a placement across racks is put on top of them.
-	CrossRackRatio float64 `json:"cross_rack_ratio,omitempty"`
-	// CrossRackModel is how a slower link slows a placement across racks
-	// (see CrossRackModel's values).
-	CrossRackModel CrossRackModel `json:"cross_rack_model,omitempty"`
+	// Oversubscription and NodeBandwidth (bytes/s) are the network across
+	// racks (package fabric; 0: 1 and fabric.DefaultNodeBandwidth). The
+	// traces measure only placements within a rack; with several racks,
+	// what a placement across racks pays on top of them comes from this
+	// network and the jobs' gradient sizes, and changes with the other
+	// jobs crossing the same uplinks. No policy is told any of it.
+	Oversubscription float64 `json:"oversubscription,omitempty"`
+	NodeBandwidth    float64 `json:"node_bandwidth,omitempty"`
+	// GradientBytes gives the gradient size of applications the network
+	// does not know (fabric.GradientBytes knows the artifact's).
+	GradientBytes map[string]float64 `json:"gradient_bytes,omitempty"`
 	// RackBlind hides the racks from the policy and the jobs, as the
-	// scheduler was before topology: the snapshot has no topology and no
-	// ratio, and jobs fit their models as if every placement were within
-	// one rack (they still run at the true, cross-rack speed).
+	// scheduler was before topology: the snapshot has no topology, and
+	// jobs fit their models as if every placement were within one rack
+	// (they still run at the true, cross-rack speed).
 	RackBlind bool `json:"rack_blind,omitempty"`
 	// Cloud, when set, makes the cluster elastic (Nodes is then unused):
 	// see Cloud. Finish-time fairness is not computed.
@@ -158,8 +161,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: %d nodes, want at most 65536", ErrBadConfig, nodes)
 	case c.Racks < 0 || c.Racks > nodes:
 		return fmt.Errorf("%w: %d racks for %d nodes, want 1..%d", ErrBadConfig, c.Racks, nodes, nodes)
-	case c.CrossRackRatio != 0 && !(c.CrossRackRatio >= 1) || math.IsInf(c.CrossRackRatio, 0):
-		return fmt.Errorf("%w: cross-rack ratio %v, want a finite ratio >= 1", ErrBadConfig, c.CrossRackRatio)
+	case c.Oversubscription != 0 && !(c.Oversubscription >= 1) || math.IsInf(c.Oversubscription, 0):
+		return fmt.Errorf("%w: oversubscription %v, want a finite ratio >= 1", ErrBadConfig, c.Oversubscription)
+	case c.NodeBandwidth != 0 && !(c.NodeBandwidth > 0) || math.IsInf(c.NodeBandwidth, 0):
+		return fmt.Errorf("%w: node bandwidth %v bytes/s, want a finite positive rate", ErrBadConfig, c.NodeBandwidth)
 	case c.MaxReplicas < 0:
 		return fmt.Errorf("%w: max replicas %d", ErrBadConfig, c.MaxReplicas)
 	case !(c.Interval >= 1) || c.Interval != math.Trunc(c.Interval) || c.Interval > 86400:
@@ -201,6 +206,14 @@ type JobResult struct {
 	FTF float64 `json:"ftf"`
 	// Fits counts the job's throughput-model refits.
 	Fits int `json:"fits"`
+	// FittedCrossRack is the cross-rack term of the job's last model
+	// (goodput.Params.AlphaX: seconds a synchronisation across two racks
+	// adds; 0 when it never measured a placement across racks it knew
+	// of). TrueCrossRack is what the network across racks added to its
+	// synchronised steps, per goodput.RackShare, averaged over the time
+	// it trained across racks: the value a perfect fit would approach.
+	FittedCrossRack float64 `json:"fitted_cross_rack_s,omitempty"`
+	TrueCrossRack   float64 `json:"true_cross_rack_s,omitempty"`
 }
 
 // Sample is the cluster at the end of one round.
@@ -326,11 +339,12 @@ func newState(cfg Config, cats testbed.TypedCatalog, wl workload.Workload, pol o
 			s.nodes = append(s.nodes, node)
 		}
 	}
-	cross := newCrossRack(cfg.CrossRackRatio, cfg.CrossRackModel, groups[0].GPUsPerNode)
 	for _, j := range s.jobs {
-		j.crossRatio = max(cfg.CrossRackRatio, 1)
 		j.rackAware = cfg.Racks > 1 && !cfg.RackBlind
-		j.cross = cross
+	}
+	var err error
+	if s.links, err = newLinks(cfg, s.rackOf, s.jobs); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -348,8 +362,10 @@ type state struct {
 	mode  Mode
 	jobs  []*job
 	nodes []optimizer.Node
-	// rackOf is every node's rack.
+	// rackOf is every node's rack; links the network across them (nil
+	// for one rack).
 	rackOf []int
+	links  *links
 	now    float64
 	round  uint64
 	prev   *optimizer.State
@@ -364,24 +380,35 @@ type state struct {
 }
 
 // advance moves every job forward by one interval.
-func (s *state) advance() {
+func (s *state) advance() error {
 	var slow map[int]bool
 	if s.cfg.Interference > 0 {
 		slow = s.interfering()
 	}
-	for _, j := range s.jobs {
-		f := 0.0
-		if slow != nil && len(j.alloc) > 1 {
-			for _, nc := range j.alloc {
-				if slow[nc.Node] {
-					f = s.cfg.Interference
-					break
-				}
-			}
+	if s.links != nil {
+		if err := s.advanceLinked(slow); err != nil {
+			return err
 		}
-		j.advance(s.now, s.cfg.Interval, f)
+	} else {
+		for _, j := range s.jobs {
+			j.advance(s.now, s.cfg.Interval, s.interference(slow, j))
+		}
 	}
 	s.now += s.cfg.Interval
+	return nil
+}
+
+// interference is the slowdown of job j this interval (slow: the nodes
+// hosting more than one distributed job).
+func (s *state) interference(slow map[int]bool, j *job) float64 {
+	if slow != nil && len(j.alloc) > 1 {
+		for _, nc := range j.alloc {
+			if slow[nc.Node] {
+				return s.cfg.Interference
+			}
+		}
+	}
+	return 0
 }
 
 // interfering is the set of nodes hosting more than one distributed job.
@@ -427,9 +454,6 @@ func (s *state) allocate() error {
 		return nil
 	}
 	snap := &optimizer.Snapshot{Nodes: s.nodes, Now: s.now, Seed: splitmix(s.cfg.Seed ^ (s.round * 0x9e3779b97f4a7c15))}
-	if s.cfg.Racks > 1 && !s.cfg.RackBlind {
-		snap.CrossRackRatio = s.cfg.CrossRackRatio
-	}
 	s.round++
 	for _, j := range act {
 		snap.Jobs = append(snap.Jobs, s.snapshotJob(j))
@@ -630,7 +654,7 @@ func (s *state) snapshotJob(j *job) optimizer.Job {
 		Age:         s.now - j.spec.Time,
 		Attained:    j.attained,
 		Restarts:    max(j.restarts, 0),
-		Progress:    j.fraction(),
+		Progress:    j.reportedProgress(),
 		MinReplicas: 0,
 		MaxReplicas: s.maxReplicas(j),
 		Current:     j.alloc,

@@ -51,7 +51,9 @@ func (st *Stepper) Advance() error {
 	if st.s.now >= st.s.cfg.Horizon {
 		return fmt.Errorf("%w: %d of %d jobs still running after %v s", ErrHorizon, len(st.s.jobs)-st.Completed(), len(st.s.jobs), st.s.cfg.Horizon)
 	}
-	st.s.advance()
+	if err := st.s.advance(); err != nil {
+		return err
+	}
 	if st.s.cloud != nil {
 		st.s.join()
 	}

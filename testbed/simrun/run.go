@@ -46,11 +46,18 @@ type Options struct {
 	Seed               uint64
 	Parallel           int    // runs at once
 	Out                string // directory for the files and plots ("": none)
-	JSON               bool
-	Racks              int
-	CrossRackRatio     float64
-	CrossRackModel     string
-	CompareTopology    bool
+	// GroundTruth is a file of the Sia artifact's own runs whose sweep
+	// points are drawn beside ours (report.ReadGroundTruth; "": none).
+	GroundTruth string
+	JSON        bool
+	// Racks of consecutive nodes, their uplinks Oversubscription times
+	// below their nodes' links of NodeBandwidth Gbit/s (0: the fabric
+	// package's default); the network across racks is the simulator's
+	// alone (package fabric): no policy is told it.
+	Racks            int
+	Oversubscription float64
+	NodeBandwidth    float64
+	CompareTopology  bool
 	// Policies expands the policies to run on a cluster of types GPU
 	// types (typed: named by Cluster); its error is bad input.
 	Policies func(types int, typed bool) ([]string, error)
@@ -87,6 +94,10 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 			return usage.Errorf("sim: --out: %w", err)
 		}
 	}
+	refs, err := o.groundTruth()
+	if err != nil {
+		return err
+	}
 	var runs []runSpec
 	for _, p := range policies {
 		for _, wl := range wls {
@@ -105,7 +116,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	summary := report.Summarize(results)
 	if o.Out != "" {
-		if err := writeSimOut(o.Out, summary, results); err != nil {
+		if err := writeSimOut(o.Out, summary, results, refs); err != nil {
 			return err
 		}
 	}
@@ -143,15 +154,13 @@ func (o Options) config() (sim.Config, []string, error) {
 	cfg.Interference = o.Interference
 	cfg.Seed = o.Seed
 	cfg.Racks = o.Racks
-	cfg.CrossRackRatio = o.CrossRackRatio
-	if cfg.CrossRackModel, err = sim.ParseCrossRackModel(o.CrossRackModel); err != nil {
-		return cfg, nil, usage.Errorf("sim: --cross-rack-model: %w", err)
+	if o.Racks < 1 || !(o.Oversubscription >= 1) || math.IsInf(o.Oversubscription, 0) || !(o.NodeBandwidth >= 0) || math.IsInf(o.NodeBandwidth, 0) {
+		return cfg, nil, usage.Errorf("sim: --racks %d, --oversubscription %v, --node-bandwidth %v: want at least 1 rack, a finite ratio of at least 1 and a finite bandwidth (0: the default)",
+			o.Racks, o.Oversubscription, o.NodeBandwidth)
 	}
+	cfg.Oversubscription, cfg.NodeBandwidth = o.Oversubscription, o.NodeBandwidth*1e9/8
 	if err := cfg.Validate(); err != nil {
 		return cfg, nil, usage.Wrap(err)
-	}
-	if o.Racks < 1 || !(o.CrossRackRatio >= 1) || math.IsInf(o.CrossRackRatio, 0) {
-		return cfg, nil, usage.Errorf("sim: --racks %d, --cross-rack-ratio %v: want at least 1 rack and a finite ratio of at least 1", o.Racks, o.CrossRackRatio)
 	}
 	if o.CompareTopology && (o.Racks < 2 || len(policies) != 1) {
 		return cfg, nil, usage.Errorf("sim: --compare-topology needs --racks of at least 2 (got %d) and exactly one policy (got %s)", o.Racks, strings.Join(policies, ", "))
@@ -246,4 +255,25 @@ func progressBar(stderr io.Writer, total, runs int) *progressbar.ProgressBar {
 		progressbar.OptionThrottle(200*time.Millisecond),
 		progressbar.OptionClearOnFinish(),
 	)
+}
+
+// groundTruth reads o.GroundTruth (nil without one); a file that cannot
+// be read or decoded is bad input.
+func (o Options) groundTruth() ([]report.RefPoint, error) {
+	if o.GroundTruth == "" {
+		return nil, nil
+	}
+	if o.Out == "" {
+		return nil, usage.Errorf("sim: --ground-truth draws beside the plots of --out, and there is no --out")
+	}
+	fh, err := os.Open(o.GroundTruth)
+	if err != nil {
+		return nil, usage.Errorf("sim: --ground-truth: %w", err)
+	}
+	defer fh.Close()
+	refs, err := report.ReadGroundTruth(fh)
+	if err != nil {
+		return nil, usage.Wrap(err)
+	}
+	return refs, nil
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +20,7 @@ import (
 // list's callback recording that it was called.
 func options(calls *[]string) Options {
 	return Options{Workload: "testdata/tiny.csv", Semantics: "auto", Nodes: 4, GPUsPerNode: 4, Interval: time.Minute, P: -1, Seed: 1,
-		Parallel: 1, Racks: 1, CrossRackRatio: optimizer.DefaultCrossRackRatio, CrossRackModel: "overlap",
+		Parallel: 1, Racks: 1, Oversubscription: 2,
 		Policies: func(types int, typed bool) ([]string, error) {
 			*calls = append(*calls, "policies")
 			if types != 1 || typed {
@@ -66,7 +68,8 @@ func TestRunBadInput(t *testing.T) {
 		{"policies", func(o *Options) {
 			o.Policies = func(int, bool) ([]string, error) { return nil, usage.Errorf("sim: unknown policy") }
 		}, "unknown policy"},
-		{"cross-rack model", func(o *Options) { o.CrossRackModel = "linear" }, "--cross-rack-model"},
+		{"oversubscription", func(o *Options) { o.Oversubscription = 0.5 }, "--oversubscription 0.5"},
+		{"node bandwidth", func(o *Options) { o.NodeBandwidth = math.Inf(1) }, "--node-bandwidth +Inf"},
 		{"zero racks", func(o *Options) { o.Racks = 0 }, "--racks 0"},
 		{"compare on one rack", func(o *Options) { o.CompareTopology = true }, "--compare-topology"},
 		{"p", func(o *Options) { o.P = math.NaN() }, "--p"},
@@ -128,6 +131,43 @@ func TestFederationBadInput(t *testing.T) {
 	} {
 		if err := Federation(context.Background(), o, &bytes.Buffer{}, &bytes.Buffer{}); !errors.Is(err, usage.ErrBadSetting) {
 			t.Errorf("%+v: err = %v, want bad input", o, err)
+		}
+	}
+}
+
+// A directory of workload directories is a sweep: --out draws its
+// average JCT per point, the ground truth's point beside it.
+func TestRunSweepOut(t *testing.T) {
+	root, out := t.TempDir(), t.TempDir()
+	tiny, err := os.ReadFile("testdata/tiny.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"rate_10", "rate_20"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, d, "workload-1.csv"), tiny, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	truth := filepath.Join(root, "truth.json")
+	if err := os.WriteFile(truth, []byte(`{"runs": [{"policy": "sia", "workload": "scale/rate_10/workload-1", "solver": "cbc", "avg_jct_h": 0.5}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var calls []string
+	o := options(&calls)
+	o.Workload, o.Out, o.GroundTruth, o.JSON = root, out, truth, true
+	var stdout, stderr bytes.Buffer
+	if err := Run(context.Background(), o, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stdout.String(), `"workload": "rate_20/workload-1"`) {
+		t.Errorf("summary lacks the sweep's workload names: %s", stdout.String())
+	}
+	for _, f := range []string{"sweep-avg-jct.png", "gpus-rate_10_workload-1.png", "index.html"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("--out: %v", err)
 		}
 	}
 }

@@ -194,8 +194,11 @@ func readChecked(path string, check func(string) error) (Workload, error) {
 }
 
 // Load reads a workload file, or every .csv file of a directory (sorted by
-// name; other files are ignored). A file given explicitly must end in
-// .csv.
+// name; other files are ignored), or, for a directory without any, every
+// .csv file of each of its subdirectories (a sweep: workload W of
+// subdirectory D is named "D/W"); a path that does not exist but is a
+// pattern (filepath.Match) names the directories of a sweep. A file given
+// explicitly must end in .csv.
 func Load(path string, known func(string) bool) ([]Workload, error) {
 	return LoadChecked(path, knownCheck(known))
 }
@@ -204,6 +207,9 @@ func Load(path string, known func(string) bool) ([]Workload, error) {
 // simulated (see DecodeChecked).
 func LoadChecked(path string, check func(app string) error) ([]Workload, error) {
 	info, err := os.Stat(path)
+	if err != nil && strings.ContainsAny(path, "*?[") {
+		return loadGlob(path, check)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoWorkload, err)
 	}
@@ -217,12 +223,61 @@ func LoadChecked(path string, check func(app string) error) ([]Workload, error) 
 		}
 		return []Workload{wl}, nil
 	}
-	matches, err := filepath.Glob(filepath.Join(path, "*.csv"))
+	out, err := loadDir(path, "", check)
+	if err != nil || len(out) > 0 {
+		return out, err
+	}
+	// A sweep: no .csv file here, one directory of them per point.
+	subs, err := os.ReadDir(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoWorkload, err)
 	}
-	if len(matches) == 0 {
-		return nil, fmt.Errorf("%w: %s holds no .csv file", ErrNoWorkload, path)
+	for _, d := range subs {
+		if !d.IsDir() {
+			continue
+		}
+		wls, err := loadDir(filepath.Join(path, d.Name()), d.Name()+"/", check)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, wls...)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: %s holds no .csv file, nor directories of them", ErrNoWorkload, path)
+	}
+	return out, nil
+}
+
+// loadGlob reads the directories pattern matches as the points of a
+// sweep (their workloads named "D/W").
+func loadGlob(pattern string, check func(app string) error) ([]Workload, error) {
+	matches, err := filepath.Glob(pattern)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrNoWorkload, pattern, err)
+	}
+	var out []Workload
+	for _, m := range matches {
+		if info, err := os.Stat(m); err != nil || !info.IsDir() {
+			continue
+		}
+		wls, err := loadDir(m, filepath.Base(m)+"/", check)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, wls...)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: %s matches no directory of .csv files", ErrNoWorkload, pattern)
+	}
+	return out, nil
+}
+
+// loadDir reads every .csv file of dir, sorted by name, each workload's
+// name prefixed with prefix.
+func loadDir(dir, prefix string, check func(app string) error) ([]Workload, error) {
+	matches, err := filepath.Glob(filepath.Join(dir, "*.csv"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoWorkload, err)
 	}
 	sort.Strings(matches)
 	out := make([]Workload, 0, len(matches))
@@ -231,6 +286,7 @@ func LoadChecked(path string, check func(app string) error) ([]Workload, error) 
 		if err != nil {
 			return nil, err
 		}
+		wl.Name = prefix + wl.Name
 		out = append(out, wl)
 	}
 	return out, nil

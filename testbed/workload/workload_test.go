@@ -135,3 +135,41 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// A directory of directories is a sweep, as is a pattern naming them:
+// each workload named after its directory.
+func TestLoadSweep(t *testing.T) {
+	root := t.TempDir()
+	row := "name,time,application,num_replicas,batch_size\na,1,ncf,1,2\n"
+	for _, p := range []string{"rate_20/workload-1.csv", "rate_10/workload-2.csv", "rate_10/workload-1.csv", "other_1/workload-1.csv"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(row), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		path string
+		want []string
+	}{
+		{root, []string{"other_1/workload-1", "rate_10/workload-1", "rate_10/workload-2", "rate_20/workload-1"}},
+		{filepath.Join(root, "rate_*"), []string{"rate_10/workload-1", "rate_10/workload-2", "rate_20/workload-1"}},
+		{filepath.Join(root, "rate_10"), []string{"workload-1", "workload-2"}},
+	} {
+		wls, err := Load(c.path, knownApps)
+		if err != nil {
+			t.Fatalf("%s: %v", c.path, err)
+		}
+		var names []string
+		for _, wl := range wls {
+			names = append(names, wl.Name)
+		}
+		if !reflect.DeepEqual(names, c.want) {
+			t.Errorf("%s: %v, want %v", c.path, names, c.want)
+		}
+	}
+	if _, err := Load(filepath.Join(root, "none_*"), knownApps); !errors.Is(err, ErrNoWorkload) {
+		t.Errorf("pattern matching nothing: %v", err)
+	}
+}

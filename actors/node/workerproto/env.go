@@ -2,8 +2,10 @@ package workerproto
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -35,7 +37,12 @@ const (
 	// report carries it. Optional in the environment (a worker started
 	// by hand has none), required by the agents' report port.
 	EnvReportToken = "POLLUX_REPORT_TOKEN"
-	EnvCUDADevices = "CUDA_VISIBLE_DEVICES"
+	// EnvReportTokenFile names a file holding the worker's report token,
+	// which an agent writes readable by the worker's user only, so that
+	// the token is in no environment (another job's worker could read
+	// it in /proc/PID/environ). It takes the place of EnvReportToken.
+	EnvReportTokenFile = "POLLUX_REPORT_TOKEN_FILE"
+	EnvCUDADevices     = "CUDA_VISIBLE_DEVICES"
 	// EnvCPUs is optional: the CPU ids of a CPU slot (`pollux agent
 	// --cpu-slots N`), comma-separated. A worker pins itself to them.
 	EnvCPUs = "POLLUX_CPUS"
@@ -81,6 +88,9 @@ type Env struct {
 	// ReportToken is the secret this worker's reports carry (the token of
 	// its job, incarnation and rank); empty: none given.
 	ReportToken string
+	// ReportTokenFile, if set, is the file the token is read from and
+	// what Environ passes instead of the token (EnvReportTokenFile).
+	ReportTokenFile string
 }
 
 // Validate reports whether e is complete and consistent.
@@ -131,6 +141,24 @@ func (e Env) Validate() error {
 	return nil
 }
 
+// readTokenFile reads a report token from the file named by
+// EnvReportTokenFile (trailing white space trimmed).
+func readTokenFile(name string) (string, error) {
+	if !filepath.IsAbs(name) {
+		return "", fmt.Errorf("%w: %s %q is not an absolute path", ErrBadEnv, EnvReportTokenFile, name)
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %w", ErrBadEnv, EnvReportTokenFile, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxTokenBytes+2))
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %w", ErrBadEnv, EnvReportTokenFile, err)
+	}
+	return strings.TrimRight(string(b), " \t\r\n"), nil
+}
+
 // Environ returns e as KEY=VALUE strings for exec.Cmd.Env (to be appended
 // to the inherited environment). It does not validate. POLLUX_REPORT_CA
 // and POLLUX_REPORT_TOKEN are left out when empty.
@@ -160,7 +188,10 @@ func (e Env) Environ() []string {
 	if e.ReportCA != "" {
 		kv = append(kv, [2]string{EnvReportCA, e.ReportCA})
 	}
-	if e.ReportToken != "" {
+	switch {
+	case e.ReportTokenFile != "":
+		kv = append(kv, [2]string{EnvReportTokenFile, e.ReportTokenFile})
+	case e.ReportToken != "":
 		kv = append(kv, [2]string{EnvReportToken, e.ReportToken})
 	}
 	if len(e.CPUs) > 0 {
@@ -203,6 +234,14 @@ func ParseEnv(lookup func(string) (string, bool)) (Env, error) {
 	}
 	e.ReportCA, _ = lookup(EnvReportCA)       // optional
 	e.ReportToken, _ = lookup(EnvReportToken) // optional
+	if f, ok := lookup(EnvReportTokenFile); ok {
+		e.ReportTokenFile = f
+		tok, err := readTokenFile(f)
+		if err != nil {
+			return Env{}, err
+		}
+		e.ReportToken = tok
+	}
 	e.GPUs = p.ints(EnvCUDADevices, p.str(EnvCUDADevices))
 	if cpus, ok := lookup(EnvCPUs); ok {
 		e.CPUs = p.ints(EnvCPUs, cpus)

@@ -2,6 +2,8 @@ package workerproto
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -117,5 +119,40 @@ func TestParseEnvRejects(t *testing.T) {
 				t.Errorf("ParseEnv = %v, want ErrBadEnv naming %s", err, tc.mention)
 			}
 		})
+	}
+}
+
+// TestEnvReportTokenFile: with a token file the environment names the
+// file, never the token, and ParseEnv reads the token from it; a
+// missing, relative or oversized file is refused.
+func TestEnvReportTokenFile(t *testing.T) {
+	want := sampleEnv()
+	want.ReportTokenFile = filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(want.ReportTokenFile, []byte(want.ReportToken+"\n"), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	kv := want.Environ()
+	if s := strings.Join(kv, " "); strings.Contains(s, EnvReportToken+"=") || strings.Contains(s, want.ReportToken) {
+		t.Fatalf("environment carries the token: %v", kv)
+	}
+	got, err := ParseEnv(lookupFrom(kv))
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+	big := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(big, []byte(strings.Repeat("x", MaxTokenBytes+5)), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ file, mention string }{
+		{filepath.Join(t.TempDir(), "none"), "no such file"},
+		{"token", "not an absolute path"},
+		{big, "bytes, at most"},
+	} {
+		bad := want
+		bad.ReportTokenFile = tc.file
+		_, err := ParseEnv(lookupFrom(bad.Environ()))
+		if !errors.Is(err, ErrBadEnv) || !strings.Contains(err.Error(), tc.mention) {
+			t.Errorf("%s: %v, want a refusal mentioning %q", tc.file, err, tc.mention)
+		}
 	}
 }

@@ -246,13 +246,21 @@ func (a *API) self(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeRefusal answers a write the backend refused; a refusal of the
-// token (the state machine's check, in log order) is logged like the
-// middleware's.
+// request (the state machine's check, in log order: the token, the
+// tenancy rules, the quotas) is logged like the middleware's, naming
+// the token.
 func (a *API) writeRefusal(w http.ResponseWriter, r *http.Request, p principal, err error) {
 	code := writeStatus(err)
 	switch code {
 	case http.StatusUnauthorized, http.StatusForbidden:
 		a.refuse(w, r, code, p, "api: "+err.Error())
+		return
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", retryAfter(quotaRetry))
+		a.refuse(w, r, code, p, err.Error())
+		return
+	case http.StatusConflict, http.StatusInsufficientStorage, http.StatusBadRequest:
+		a.refuse(w, r, code, p, err.Error())
 		return
 	case http.StatusServiceUnavailable:
 		a.cfg.Logger.Warn("api: write failed", "method", r.Method, "path", r.URL.Path, "err", err)

@@ -62,16 +62,25 @@ type Backend interface {
 	AddVoter(ctx context.Context, id raft.ServerID, addr raft.ServerAddress) error
 	RemoveServer(ctx context.Context, id raft.ServerID) error
 	Unreachable() map[raft.ServerID]time.Time
+	// SaveSnapshot and RestoreSnapshot back the replicated state up and
+	// put a backup back (the leader only).
+	SaveSnapshot(ctx context.Context) ([]byte, error)
+	RestoreSnapshot(ctx context.Context, b []byte) error
 }
 
 // Config configures the API.
 type Config struct {
 	Backend Backend
-	// Apps are the emulated applications a spec may name.
-	Apps []string
+	// Apps are the emulated applications a spec may name, and AppLimits
+	// their batch limits, the defaults of a spec naming one (nil: none).
+	Apps      []string
+	AppLimits jobspec.AppLimits
 	// FederationPeers, if set, is what the federation link knows of the
 	// peer labs (fedlink.Link.Peers), shown by the leader's status.
 	FederationPeers func() []fedlink.PeerStatus
+	// Collectors are more metrics for /metrics (the TLS listeners'
+	// pre-authentication counters).
+	Collectors []prometheus.Collector
 	// Members lists the cluster's gossip members: which servers are
 	// alive (operator raft) and where the leader's API is (operator
 	// writes on a follower are redirected there). Nil: only this server
@@ -88,8 +97,11 @@ type Config struct {
 	// it.
 	Autoscaling bool
 	NodeCost    float64
-	Now         func() time.Time
-	Logger      *slog.Logger
+	// Interval is the scheduling interval (metric
+	// pollux_allocation_interval_seconds; 0: not exported).
+	Interval time.Duration
+	Now      func() time.Time
+	Logger   *slog.Logger
 }
 
 // Job is one job as the API shows it.
@@ -297,6 +309,8 @@ type API struct {
 	reg *prometheus.Registry
 	// routes are the endpoints and the role each needs.
 	routes []route
+	// openapi is the document served at PathOpenAPI.
+	openapi []byte
 
 	roundTime   prometheus.Histogram
 	fitness     prometheus.Gauge
@@ -306,6 +320,9 @@ type API struct {
 	lastRound *allocator.RoundInfo
 	lastTerm  uint64
 	root      string // the cluster's checkpoint root, once seen (it never changes)
+
+	limits limiters
+	plant  plant // a planted bug's state (test binaries with the judgebugs tag only)
 }
 
 // New returns the API of server id.
@@ -322,6 +339,7 @@ func New(id string, cfg Config) *API {
 	a.fitness = prometheus.NewGauge(prometheus.GaugeOpts{Name: "pollux_allocation_fitness", Help: "Fitness of the last allocation this server decided."})
 	a.leaderships = prometheus.NewCounter(prometheus.CounterOpts{Name: "pollux_leader_changes_total", Help: "Leaderships this server has taken up."})
 	a.reg.MustRegister(a.roundTime, a.fitness, a.leaderships, stateCollector{a})
+	a.reg.MustRegister(cfg.Collectors...)
 	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{})
 	read, submit, admin := state.RoleRead, state.RoleSubmit, state.RoleAdmin
 	for _, rt := range []route{
@@ -341,10 +359,20 @@ func New(id string, cfg Config) *API {
 		{"POST " + PathACLTokens, admin, a.createToken},
 		{"POST " + PathACLTokens + "/{accessor}/revoke", admin, a.revokeToken},
 		{"GET " + PathACLSelf, read, a.self},
+		{"GET " + PathACLQuotas, admin, a.listQuotas},
+		{"POST " + PathACLQuotas, admin, a.setQuota},
 		{"POST " + PathACLBootstrap, roleBootstrap, a.bootstrap},
+		{"GET " + PathSnapshot, admin, a.saveSnapshot},
+		{"PUT " + PathSnapshot, admin, a.restoreSnapshot},
+		{"GET " + PathOpenAPI, read, a.openAPIDoc},
 	} {
 		a.handle(rt)
 	}
+	needs := map[string]state.Role{}
+	for _, rt := range a.routes {
+		needs[rt.pattern] = rt.need
+	}
+	a.openapi = openAPI(needs)
 	if cfg.Insecure {
 		cfg.Logger.Warn("INSECURE MODE: API tokens are NOT checked: anyone who reaches the API acts as an admin " +
 			"(submits, cancels any job, changes the Raft membership). Development only.")
@@ -358,8 +386,11 @@ const MaxBody = 64 << 10
 
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	limit := int64(MaxBody)
-	if r.Method == http.MethodPost && r.URL.Path == PathJobs {
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == PathJobs:
 		limit = jobspec.MaxBytes + 1
+	case r.Method == http.MethodPut && r.URL.Path == PathSnapshot:
+		limit = state.MaxSnapshot
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	a.mux.ServeHTTP(w, r)
@@ -390,7 +421,11 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func (a *API) submit(w http.ResponseWriter, r *http.Request) {
-	spec, err := jobspec.Decode(http.MaxBytesReader(w, r.Body, jobspec.MaxBytes+1))
+	p := principalOf(r)
+	if !a.admitRate(w, r, p) {
+		return
+	}
+	spec, err := jobspec.DecodeWith(http.MaxBytesReader(w, r.Body, jobspec.MaxBytes+1), a.cfg.AppLimits)
 	if err == nil && spec.Application != "" && !slices.Contains(a.cfg.Apps, spec.Application) {
 		err = &jobspec.FieldError{Field: "application", Value: fmt.Sprintf("%q", spec.Application),
 			Reason: fmt.Sprintf("not a built-in application (%v)", a.cfg.Apps)}
@@ -409,7 +444,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, jobspec.ErrTooLarge) || errors.As(err, &mbe) {
 			code = http.StatusRequestEntityTooLarge
 		}
-		writeJSON(w, code, Error{err.Error()})
+		a.refuse(w, r, code, p, err.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
@@ -427,9 +462,8 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	cs := state.JobSpec{Name: spec.Name, Command: spec.Command, App: spec.Application,
 		MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas, Limits: spec.Limits(), CheckpointDir: spec.CheckpointDir,
-		Topology: spec.Topology, GPUType: spec.GPUType, Epochs: spec.Epochs}
-	p := principalOf(r)
-	err = a.cfg.Backend.ApplyCommand(ctx, &state.SubmitJob{ID: spec.Name, Spec: cs, SubmitTime: a.now(), Submitter: p.accessor()})
+		Topology: spec.Topology, GPUType: spec.GPUType, Epochs: spec.Epochs, ResumeFrom: spec.ResumeFrom}
+	err = a.cfg.Backend.ApplyCommand(ctx, &state.SubmitJob{ID: spec.Name, Spec: cs, SubmitTime: a.now(), Submitter: p.accessor(), Owned: true})
 	if err != nil {
 		a.writeRefusal(w, r, p, err)
 		return
@@ -463,7 +497,8 @@ func (a *API) state(ctx context.Context) (*state.State, bool, error) {
 		st, err := a.cfg.Backend.Read(ctx)
 		return st, false, err
 	}
-	return a.cfg.Backend.LocalState(), true, nil
+	st, stale := a.plant.staleRead(a, a.cfg.Backend.LocalState())
+	return st, stale, nil
 }
 
 func (a *API) jobs(w http.ResponseWriter, r *http.Request) {
@@ -723,10 +758,19 @@ var (
 	descBids        = prometheus.NewDesc("pollux_bids_total", "Bids this server's allocator received from job actors.", nil, nil)
 	descBidsDropped = prometheus.NewDesc("pollux_bids_dropped_total", "Bids refused: malformed, absurd, of unknown or finished jobs, stale incarnations or sessions.", nil, nil)
 	descRoundDrops  = prometheus.NewDesc("pollux_round_entries_dropped_total", "Entries of committed rounds the state machine dropped (jobs finished meanwhile, stale incarnations).", nil, nil)
+
+	descLeader   = prometheus.NewDesc("pollux_raft_leader", "1 while this server is the Raft leader, else 0.", nil, nil)
+	descCrashing = prometheus.NewDesc("pollux_jobs_crash_looping", "Live jobs whose last CrashLoop or more incarnations failed in a row.", nil, nil)
+	descInterval = prometheus.NewDesc("pollux_allocation_interval_seconds", "The scheduling interval this server runs rounds at as leader.", nil, nil)
 )
 
+// CrashLoop is how many failed incarnations in a row make a live job
+// count as crash-looping (metric pollux_jobs_crash_looping).
+const CrashLoop = 2
+
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descJobs, descGPUs, descGPUTotal, descRestarts, descGen, descBids, descBidsDropped, descRoundDrops} {
+	for _, d := range []*prometheus.Desc{descJobs, descGPUs, descGPUTotal, descRestarts, descGen, descBids, descBidsDropped, descRoundDrops,
+		descLeader, descCrashing, descInterval} {
 		ch <- d
 	}
 }
@@ -734,10 +778,22 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.a.cfg.Backend.LocalState()
 	byState := map[string]int{}
-	restarts := 0
+	restarts, crashing := 0, 0
 	for _, j := range st.Jobs {
 		byState[j.State.String()]++
 		restarts += j.Restarts
+		if !j.State.Terminal() && j.Crashes >= CrashLoop {
+			crashing++
+		}
+	}
+	leader := 0.0
+	if _, ok := c.a.cfg.Backend.Leadership(); ok {
+		leader = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)
+	ch <- prometheus.MustNewConstMetric(descCrashing, prometheus.GaugeValue, float64(crashing))
+	if c.a.cfg.Interval > 0 {
+		ch <- prometheus.MustNewConstMetric(descInterval, prometheus.GaugeValue, c.a.cfg.Interval.Seconds())
 	}
 	for _, s := range []state.JobState{state.Pending, state.Running, state.Rescaling, state.Completed, state.Failed, state.Cancelled} {
 		ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(byState[s.String()]), s.String())

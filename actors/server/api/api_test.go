@@ -55,6 +55,16 @@ func (f *fakeBackend) Authenticate(secret string) (state.Token, bool, error) {
 }
 func (f *fakeBackend) Servers() ([]raft.Server, error)          { return f.servers, nil }
 func (f *fakeBackend) Unreachable() map[raft.ServerID]time.Time { return nil }
+func (f *fakeBackend) SaveSnapshot(context.Context) ([]byte, error) {
+	return state.EncodeState(f.st), nil
+}
+func (f *fakeBackend) RestoreSnapshot(_ context.Context, b []byte) error {
+	st, err := state.DecodeState(b)
+	if err == nil {
+		f.st, f.applied = st, f.applied+1
+	}
+	return err
+}
 func (f *fakeBackend) AddVoter(_ context.Context, id raft.ServerID, addr raft.ServerAddress) error {
 	f.servers = append(f.servers, raft.Server{ID: id, Address: addr, Suffrage: raft.Voter})
 	return nil
@@ -100,7 +110,24 @@ func newTest() (*API, *fakeBackend) {
 			panic(err)
 		}
 	}
-	return New("s1", Config{Backend: fb, Apps: []string{"cifar10"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}), fb
+	limits := func(app string) (goodput.Limits, bool) {
+		return goodput.Limits{InitBatch: 128, MaxBatch: 4096, MinLocal: 32, MaxLocal: 512}, app == "cifar10"
+	}
+	return New("s1", Config{Backend: fb, Apps: []string{"cifar10"}, AppLimits: limits, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}), fb
+}
+
+// TestSubmitTakesTheApplicationsLimits: a spec with only a name, a
+// built-in application and replica limits is accepted with the
+// application's batch limits.
+func TestSubmitTakesTheApplicationsLimits(t *testing.T) {
+	a, fb := newTest()
+	code, body := do(a, "POST", PathJobs, "name: short\napplication: cifar10\nmin_replicas: 1\nmax_replicas: 4\n")
+	if code != http.StatusCreated {
+		t.Fatalf("%d %s", code, body)
+	}
+	if lim := fb.st.Jobs["short"].Spec.Limits; lim.InitBatch != 128 || lim.MaxBatch != 4096 || lim.MaxLocal != 512 {
+		t.Errorf("limits %+v, want the application's", lim)
+	}
 }
 
 // do sends a request with the admin token.
@@ -159,9 +186,10 @@ func TestSubmit(t *testing.T) {
 // is stored.
 func TestSubmitChecksTheCheckpointDirectory(t *testing.T) {
 	a, fb := newTest()
-	// Before the root is known, the agents are left to refuse.
+	// Before the root is known, the state machine refuses: jobs
+	// checkpoint only below the root.
 	fb.st.Config.CheckpointRoot = ""
-	if code, body := do(a, "POST", PathJobs, good+"checkpoint_dir: /etc/x\n"); code != http.StatusCreated {
+	if code, body := do(a, "POST", PathJobs, good+"checkpoint_dir: /etc/x\n"); code != http.StatusBadRequest || !strings.Contains(body, "--checkpoint-root") {
 		t.Fatalf("without a root: %d %s", code, body)
 	}
 	fb.st.Config.CheckpointRoot = "/ck"
@@ -206,9 +234,20 @@ func TestReads(t *testing.T) {
 		t.Errorf("status: %d %s", code, body)
 	}
 	code, body = do(a, "GET", "/metrics", "")
-	for _, want := range []string{`pollux_jobs{state="pending"} 1`, "pollux_gpus_allocated 3", "pollux_allocation_generation 2"} {
+	for _, want := range []string{`pollux_jobs{state="pending"} 1`, "pollux_gpus_allocated 3", "pollux_allocation_generation 2",
+		"pollux_raft_leader 1", "pollux_jobs_crash_looping 0"} {
 		if code != 200 || !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
+		}
+	}
+	for _, j := range fb.st.Jobs {
+		j.Crashes = CrashLoop
+	}
+	fb.follower = true
+	_, body = do(a, "GET", "/metrics", "")
+	for _, want := range []string{"pollux_raft_leader 0", "pollux_jobs_crash_looping 1"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics of a follower with a crash-looping job lack %q", want)
 		}
 	}
 }

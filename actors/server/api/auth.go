@@ -233,9 +233,12 @@ func writeStatus(err error) int {
 		return http.StatusUnauthorized
 	case errors.Is(err, state.ErrPermission):
 		return http.StatusForbidden
-	case errors.Is(err, state.ErrJobExists), errors.Is(err, state.ErrACLBootstrapped), errors.Is(err, state.ErrTokenExists):
+	case errors.Is(err, state.ErrJobExists), errors.Is(err, state.ErrACLBootstrapped), errors.Is(err, state.ErrTokenExists),
+		errors.Is(err, state.ErrCheckpointHeld):
 		return http.StatusConflict
-	case errors.Is(err, state.ErrLimit), errors.Is(err, consensus.ErrNoSpace):
+	case errors.Is(err, state.ErrQuota):
+		return http.StatusTooManyRequests
+	case errors.Is(err, state.ErrLimit), errors.Is(err, consensus.ErrNoSpace), errors.Is(err, state.ErrStateFull):
 		return http.StatusInsufficientStorage
 	case errors.Is(err, state.ErrInvalid):
 		return http.StatusBadRequest

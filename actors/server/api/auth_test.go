@@ -45,7 +45,12 @@ func TestRouteRoles(t *testing.T) {
 		"POST " + PathACLTokens:                        state.RoleAdmin,
 		"POST " + PathACLTokens + "/{accessor}/revoke": state.RoleAdmin,
 		"GET " + PathACLSelf:                           state.RoleRead,
+		"GET " + PathACLQuotas:                         state.RoleAdmin,
+		"POST " + PathACLQuotas:                        state.RoleAdmin,
 		"POST " + PathACLBootstrap:                     roleBootstrap,
+		"GET " + PathOpenAPI:                           state.RoleRead,
+		"GET " + PathSnapshot:                          state.RoleAdmin,
+		"PUT " + PathSnapshot:                          state.RoleAdmin,
 	}
 	a, _ := newTest()
 	if len(a.routes) != len(want) {

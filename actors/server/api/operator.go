@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/http"
@@ -232,4 +233,59 @@ func RackMajority(peers []Peer) (rack string, voters []string) {
 		}
 	}
 	return "", nil
+}
+
+// PathSnapshot is the replicated state as a backup: GET saves it, PUT
+// restores it (on the leader; admin).
+const PathSnapshot = "/v1/operator/snapshot"
+
+// Restored is the answer to a restore: the backup's size and jobs.
+type Restored struct {
+	Bytes int `json:"bytes"`
+	Jobs  int `json:"jobs"`
+}
+
+func (a *API) saveSnapshot(w http.ResponseWriter, r *http.Request) {
+	if a.toLeader(w, r) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	b, err := a.cfg.Backend.SaveSnapshot(ctx)
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, Error{fmt.Sprintf("api: snapshot: %v", err)})
+		return
+	}
+	a.cfg.Logger.Info("api: snapshot saved", "bytes", len(b), "by", principalOf(r).String())
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_, _ = w.Write(b)
+}
+
+func (a *API) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
+	if a.toLeader(w, r) {
+		return
+	}
+	b, err := io.ReadAll(r.Body)
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		writeJSON(w, http.StatusRequestEntityTooLarge, Error{fmt.Sprintf("api: restore: a snapshot over %d bytes", state.MaxSnapshot)})
+		return
+	case err != nil:
+		writeJSON(w, http.StatusBadRequest, Error{fmt.Sprintf("api: restore: reading the snapshot: %v", err)})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
+	defer cancel()
+	if err := a.cfg.Backend.RestoreSnapshot(ctx, b); err != nil {
+		code := http.StatusServiceUnavailable
+		if errors.Is(err, state.ErrMalformed) {
+			code = http.StatusBadRequest
+		}
+		writeJSON(w, code, Error{fmt.Sprintf("api: restore: %v", err)})
+		return
+	}
+	jobs := len(a.cfg.Backend.LocalState().Jobs)
+	a.cfg.Logger.Warn("api: replicated state restored from a snapshot", "bytes", len(b), "jobs", jobs, "by", principalOf(r).String())
+	writeJSON(w, http.StatusOK, Restored{Bytes: len(b), Jobs: jobs})
 }

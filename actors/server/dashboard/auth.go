@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -15,22 +16,56 @@ import (
 	"pollux/consensus/state"
 )
 
-// CookieName is the cookie holding the viewer's API token, set when a
-// page is opened with ?token= (as Jupyter does), HttpOnly, Secure over
-// HTTPS, SameSite=Lax and scoped to Prefix.
-const CookieName = "pollux_token"
+// Sign-in: a browser signs in by POSTing the token as the form field
+// FormToken to PathLogin, from this dashboard's own page; the page at
+// PathLogin posts a token it finds in the URL's fragment (#token=SECRET,
+// which never reaches a server or a log). A token in a query is refused:
+// a GET that another site can trigger must not sign a browser in.
+const (
+	PathLogin = Prefix + "login"
+	FormToken = "token"
+	FormNext  = "next"
+	// QueryToken is the query parameter that older URLs handed the page a
+	// token in; it is refused with the way to sign in.
+	QueryToken = "token"
+)
 
-// QueryToken is the query parameter that hands the page a token.
-const QueryToken = "token"
+// CookieName is the name of the cookie that holds the viewer's token on
+// the dashboard r reaches: one per port (servers on one machine do not
+// share or overwrite each other's cookies) and, over HTTPS,
+// "__Host-" prefixed, which a browser keeps to this host, path / and
+// secure connections.
+func CookieName(r *http.Request) string {
+	port := ""
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		_, port, _ = net.SplitHostPort(a.String())
+	}
+	if port == "" {
+		_, port, _ = net.SplitHostPort(r.Host)
+	}
+	if port == "" {
+		port = "80"
+		if r.TLS != nil {
+			port = "443"
+		}
+	}
+	if r.TLS != nil {
+		return "__Host-pollux_token_" + port
+	}
+	return "pollux_token_" + port
+}
 
 // Errors of token decoding.
 var (
 	ErrNoToken  = errors.New("dashboard: no token")
 	ErrBadToken = errors.New("dashboard: malformed token")
+	// ErrQueryToken is a token in the URL's query, which no longer
+	// signs in (see PathLogin).
+	ErrQueryToken = errors.New("dashboard: a token in the URL's query does not sign in: open " + PathLogin + "#token=SECRET or sign in on " + PathLogin)
 )
 
-// ParseToken checks a token as it comes from a query, a cookie or an
-// Authorization header: 1 to api.MaxSecret characters of printable ASCII
+// ParseToken checks a token as it comes from the sign-in form, a cookie
+// or an Authorization header: 1 to api.MaxSecret characters of printable ASCII
 // that a cookie value may hold (no space, quote, comma, semicolon or
 // backslash). The API checks it against the token table.
 func ParseToken(s string) (string, error) {
@@ -49,52 +84,45 @@ func ParseToken(s string) (string, error) {
 	return s, nil
 }
 
-// tokenOf finds the request's token: its ?token= query, else its
-// cookie, else its Authorization: Bearer header (for scripts). fromQuery
-// says the query held it. No token at all is ErrNoToken.
-func tokenOf(r *http.Request) (tok string, fromQuery bool, err error) {
-	if q, ok := r.URL.Query()[QueryToken]; ok {
-		if len(q) != 1 {
-			return "", true, fmt.Errorf("%w: %d token parameters", ErrBadToken, len(q))
-		}
-		tok, err := ParseToken(q[0])
-		return tok, true, err
+// tokenOf finds the request's token: its cookie, else its
+// Authorization: Bearer header (for scripts). No token at all is
+// ErrNoToken; a token in the query is ErrQueryToken.
+func tokenOf(r *http.Request) (string, error) {
+	if r.URL.Query().Has(QueryToken) {
+		return "", ErrQueryToken
 	}
-	if c, err := r.Cookie(CookieName); err == nil {
-		tok, err := ParseToken(c.Value)
-		return tok, false, err
+	if c, err := r.Cookie(CookieName(r)); err == nil {
+		return ParseToken(c.Value)
 	}
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, secret, _ := strings.Cut(strings.TrimSpace(h), " ")
 		if !strings.EqualFold(scheme, "Bearer") {
-			return "", false, fmt.Errorf("%w: authorization scheme %.16q (want Bearer)", ErrBadToken, scheme)
+			return "", fmt.Errorf("%w: authorization scheme %.16q (want Bearer)", ErrBadToken, scheme)
 		}
-		tok, err := ParseToken(strings.TrimSpace(secret))
-		return tok, false, err
+		return ParseToken(strings.TrimSpace(secret))
 	}
-	return "", false, ErrNoToken
+	return "", ErrNoToken
 }
 
-// withoutToken is the URL of r without its token parameter, as a path
-// under Prefix and query (never another host: the redirect after a
-// token exchange stays on this server).
-func withoutToken(r *http.Request) string {
-	q := r.URL.Query()
-	q.Del(QueryToken)
-	path := r.URL.EscapedPath()
-	if !strings.HasPrefix(path, Prefix) || strings.HasPrefix(path, "//") {
-		path = Prefix
+// nextPage is where a sign-in goes on to: next if it is a path under
+// Prefix (never another host, nor the sign-in page), else Prefix.
+func nextPage(next string) string {
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || !strings.HasPrefix(u.Path, Prefix) ||
+		strings.HasPrefix(u.Path, "//") || strings.Contains(u.Path, "\\") || u.Path == PathLogin || u.Query().Has(QueryToken) {
+		return Prefix
 	}
-	if enc := q.Encode(); enc != "" {
-		return path + "?" + enc
-	}
-	return path
+	u.Fragment = ""
+	return u.String()
 }
 
 // tokenCookie is the cookie that carries tok.
 func tokenCookie(r *http.Request, tok string) *http.Cookie {
-	return &http.Cookie{Name: CookieName, Value: tok, Path: Prefix, HttpOnly: true, Secure: r.TLS != nil,
-		SameSite: http.SameSiteLaxMode}
+	c := &http.Cookie{Name: CookieName(r), Value: tok, Path: Prefix, HttpOnly: true, SameSite: http.SameSiteLaxMode}
+	if r.TLS != nil {
+		c.Secure, c.Path = true, "/"
+	}
+	return c
 }
 
 // clearCookie removes the token cookie.

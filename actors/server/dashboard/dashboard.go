@@ -16,6 +16,7 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -147,6 +148,8 @@ func New(cfg Config) (*Dashboard, error) {
 	d.mux.HandleFunc("POST "+PathJob+"{id}/cancel", d.apiCancel)
 	d.mux.HandleFunc("GET "+PathStatic+"{file...}", d.serveStatic)
 	d.mux.HandleFunc("GET "+Prefix+"logout", d.logout)
+	d.mux.HandleFunc("GET "+PathLogin, d.loginPage)
+	d.mux.HandleFunc("POST "+PathLogin, d.login)
 	d.mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		d.errorPage(w, r, http.StatusNotFound, "Not found", "There is no page "+r.URL.Path+" on this dashboard.")
 	})
@@ -222,9 +225,12 @@ type pageData struct {
 }
 
 // authorize lets r in or answers why not (an HTML page, or JSON for the
-// endpoints under api/), and exchanges a ?token= for the cookie.
+// endpoints under api/).
 func (d *Dashboard) authorize(w http.ResponseWriter, r *http.Request, asJSON bool) (Viewer, bool) {
-	tok, fromQuery, err := tokenOf(r)
+	tok, err := tokenOf(r)
+	if errors.Is(err, ErrQueryToken) {
+		d.cfg.Logger.Warn("dashboard: refused a token in a URL's query", "peer", r.RemoteAddr, "path", r.URL.Path)
+	}
 	if err != nil && !errors.Is(err, ErrNoToken) {
 		d.refuse(w, r, asJSON, http.StatusBadRequest, err.Error(), "")
 		return Viewer{}, false
@@ -234,22 +240,69 @@ func (d *Dashboard) authorize(w http.ResponseWriter, r *http.Request, asJSON boo
 	if errors.As(err, &ref) {
 		// Only a token refused as unknown or revoked is signed out: a
 		// server that cannot tell now (503) may know it in a moment.
-		if ref.code == http.StatusUnauthorized && !fromQuery && tok != "" {
-			if _, cerr := r.Cookie(CookieName); cerr == nil {
+		if ref.code == http.StatusUnauthorized && tok != "" {
+			if _, cerr := r.Cookie(CookieName(r)); cerr == nil {
 				http.SetCookie(w, clearCookie(r))
 			}
 		}
 		d.refuse(w, r, asJSON, ref.code, ref.msg, ref.leader)
 		return Viewer{}, false
 	}
-	if fromQuery {
-		// Jupyter's way: the token moves into an HttpOnly cookie and
-		// out of the address bar (and of the history).
-		http.SetCookie(w, tokenCookie(r, tok))
-		http.Redirect(w, r, withoutToken(r), http.StatusSeeOther)
-		return Viewer{}, false
-	}
 	return v, true
+}
+
+// loginData is what the sign-in page gets: whether its script may post
+// a token from the URL's fragment without a click (the browser says the
+// user opened the URL, not another site), where to go next, and why an
+// attempt failed.
+type loginData struct {
+	Auto        bool
+	Next, Error string
+	Code        int
+}
+
+// loginPage serves the sign-in form (GET PathLogin).
+func (d *Dashboard) loginPage(w http.ResponseWriter, r *http.Request) {
+	site := r.Header.Get("Sec-Fetch-Site")
+	d.render(w, http.StatusOK, "login.html.tmpl", loginData{Auto: site == "none" || site == "same-origin",
+		Next: nextPage(r.URL.Query().Get(FormNext))})
+}
+
+// login signs a browser in (POST PathLogin, form field FormToken): from
+// this dashboard's own page only (a form of another site would sign the
+// victim in with the attacker's token), with a token the API knows. The
+// token goes into the cookie and the browser on to the form's next page.
+func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
+	next := Prefix
+	fail := func(code int, msg string) {
+		d.cfg.Logger.Warn("dashboard: sign-in refused", "peer", r.RemoteAddr, "code", code, "reason", msg)
+		d.render(w, code, "login.html.tmpl", loginData{Next: next, Error: msg, Code: code})
+	}
+	if !sameOrigin(r) {
+		fail(http.StatusForbidden, "a sign-in must come from this dashboard's own page, not from another site")
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		fail(http.StatusBadRequest, "dashboard: sign-in form: "+err.Error())
+		return
+	}
+	next = nextPage(r.PostForm.Get(FormNext))
+	tok, err := ParseToken(strings.TrimSpace(r.PostForm.Get(FormToken)))
+	if err != nil {
+		fail(http.StatusBadRequest, err.Error())
+		return
+	}
+	if _, err := d.whoami(r, tok); err != nil {
+		var ref *refusal
+		if errors.As(err, &ref) {
+			fail(ref.code, ref.msg)
+			return
+		}
+		fail(http.StatusUnauthorized, err.Error())
+		return
+	}
+	http.SetCookie(w, tokenCookie(r, tok))
+	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 func (d *Dashboard) refuse(w http.ResponseWriter, r *http.Request, asJSON bool, code int, msg, leader string) {
@@ -257,8 +310,8 @@ func (d *Dashboard) refuse(w http.ResponseWriter, r *http.Request, asJSON bool, 
 		writeJSON(w, code, api.Error{Error: msg})
 		return
 	}
-	hint := "Open the dashboard with a token of this cluster (read is enough): " + Prefix + "?token=SECRET " +
-		"(pollux demo --ui prints such a URL; `pollux acl token create --role read` makes a token)."
+	hint := "Sign in with a token of this cluster (read is enough) at " + PathLogin + ", or open " + PathLogin + "#token=SECRET " +
+		"(pollux demo --ui prints such a URL; `pollux acl token create --role read` makes a token):"
 	if leader != "" {
 		if u, err := url.Parse(leader); err == nil && (u.Scheme == "https" || u.Scheme == "http") {
 			d.render(w, code, "error.html.tmpl", errorData{Code: code, Title: http.StatusText(code), Message: msg,
@@ -267,7 +320,8 @@ func (d *Dashboard) refuse(w http.ResponseWriter, r *http.Request, asJSON bool, 
 		}
 	}
 	title := http.StatusText(code)
-	d.render(w, code, "error.html.tmpl", errorData{Code: code, Title: title, Message: msg, Hint: hint})
+	d.render(w, code, "error.html.tmpl", errorData{Code: code, Title: title, Message: msg, Hint: hint,
+		Link: PathLogin + "?" + url.Values{FormNext: {nextPage(r.URL.RequestURI())}}.Encode()})
 }
 
 // errorData is what the error page shows: Hint, then a link to Link.
@@ -367,19 +421,20 @@ func (d *Dashboard) apiCancel(w http.ResponseWriter, r *http.Request) {
 	if _, ok := d.authorize(w, r, true); !ok {
 		return
 	}
-	tok, _, _ := tokenOf(r)
+	tok, _ := tokenOf(r)
 	rec := d.callAPI(r.Context(), r, http.MethodPost, api.PathJobs+"/"+url.PathEscape(r.PathValue("id"))+"/cancel", tok)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(rec.code)
 	_, _ = w.Write(rec.body.Bytes())
 }
 
-// sameOrigin reports whether the browser says r comes from this site
-// (Sec-Fetch-Site, or Origin against Host); a client that sends
-// neither (a script) passes.
+// sameOrigin reports whether the browser says r comes from this site:
+// Sec-Fetch-Site when it sends it (a page under Referrer-Policy
+// no-referrer posts its forms with Origin: null), else Origin against
+// Host; a client that sends neither (a script) passes.
 func sameOrigin(r *http.Request) bool {
-	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" {
-		return false
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" {
+		return s == "same-origin"
 	}
 	if o := r.Header.Get("Origin"); o != "" {
 		u, err := url.Parse(o)
@@ -400,7 +455,7 @@ func (d *Dashboard) serveStatic(w http.ResponseWriter, r *http.Request) {
 func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, clearCookie(r))
 	d.render(w, http.StatusOK, "error.html.tmpl", errorData{Code: http.StatusOK, Title: "Signed out",
-		Message: "The dashboard's token cookie is removed from this browser.", Hint: "Sign in again with " + Prefix + "?token=SECRET."})
+		Message: "The dashboard's token cookie is removed from this browser.", Hint: "Sign in again:", Link: PathLogin})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

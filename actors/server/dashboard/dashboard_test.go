@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -46,6 +47,23 @@ func (f *fakeBackend) Read(context.Context) (*state.State, error) {
 		return nil, f.readErr
 	}
 	return f.LocalState(), nil
+}
+func (f *fakeBackend) SaveSnapshot(ctx context.Context) ([]byte, error) {
+	st, err := f.Read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return state.EncodeState(st), nil
+}
+func (f *fakeBackend) RestoreSnapshot(_ context.Context, b []byte) error {
+	st, err := state.DecodeState(b)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.st = st
+	return nil
 }
 func (f *fakeBackend) LocalState() *state.State {
 	f.mu.Lock()
@@ -174,22 +192,30 @@ type req struct {
 	cookie       string // token in the cookie
 	bearer       string // token in the Authorization header
 	header       map[string]string
+	form         url.Values // a form body
 	tls          bool
 }
 
 func (f *fixture) do(r req) *httptest.ResponseRecorder {
-	hr := httptest.NewRequest(cmpOr(r.method, "GET"), r.path, nil)
+	var body io.Reader
+	if r.form != nil {
+		body = strings.NewReader(r.form.Encode())
+	}
+	hr := httptest.NewRequest(cmpOr(r.method, "GET"), r.path, body)
+	if r.form != nil {
+		hr.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if r.tls {
+		hr.TLS = &tls.ConnectionState{}
+	}
 	if r.cookie != "" {
-		hr.AddCookie(&http.Cookie{Name: CookieName, Value: r.cookie})
+		hr.AddCookie(&http.Cookie{Name: CookieName(hr), Value: r.cookie})
 	}
 	if r.bearer != "" {
 		hr.Header.Set("Authorization", "Bearer "+r.bearer)
 	}
 	for k, v := range r.header {
 		hr.Header.Set(k, v)
-	}
-	if r.tls {
-		hr.TLS = &tls.ConnectionState{}
 	}
 	rec := httptest.NewRecorder()
 	f.h.ServeHTTP(rec, hr)
@@ -203,32 +229,41 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-func TestTokenExchangedForCookie(t *testing.T) {
+// TestSignIn signs in by the POST form: a known token becomes a cookie
+// (one per port, __Host- over HTTPS) and the browser goes on to the
+// form's next page on this server; the sign-in page itself answers any
+// GET and sets nothing.
+func TestSignIn(t *testing.T) {
 	f := newFixture(t, false)
 	tests := []struct {
-		path, location string
+		next, location string
 		tls            bool
+		name, path     string
 	}{
-		{"/ui/?token=" + readSecret, "/ui/", true},
-		{"/ui/jobs?x=1&token=" + readSecret, "/ui/jobs?x=1", false},
-		{"/ui/jobs/a?token=" + readSecret, "/ui/jobs/a", true},
+		{"", "/ui/", true, "__Host-pollux_token_443", "/"},
+		{"/ui/jobs?x=1", "/ui/jobs?x=1", false, "pollux_token_80", "/ui/"},
+		{"/ui/jobs/a", "/ui/jobs/a", true, "__Host-pollux_token_443", "/"},
+		{"https://evil.example/ui/", "/ui/", false, "pollux_token_80", "/ui/"},
+		{"//evil.example/ui/", "/ui/", false, "pollux_token_80", "/ui/"},
 	}
 	for _, tc := range tests {
-		rec := f.do(req{path: tc.path, tls: tc.tls})
+		// A browser posts the form of a no-referrer page with Origin: null.
+		rec := f.do(req{method: "POST", path: PathLogin, form: url.Values{FormToken: {readSecret}, FormNext: {tc.next}}, tls: tc.tls,
+			header: map[string]string{"Origin": "null", "Sec-Fetch-Site": "same-origin"}})
 		if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != tc.location {
-			t.Errorf("%s: %d to %q, want 303 to %q", tc.path, rec.Code, rec.Header().Get("Location"), tc.location)
+			t.Errorf("next %q: %d to %q, want 303 to %q", tc.next, rec.Code, rec.Header().Get("Location"), tc.location)
 			continue
 		}
 		cs := rec.Result().Cookies()
 		if len(cs) != 1 {
-			t.Fatalf("%s: cookies %v", tc.path, cs)
+			t.Fatalf("next %q: cookies %v", tc.next, cs)
 		}
 		c := cs[0]
-		if c.Name != CookieName || c.Value != readSecret || !c.HttpOnly || c.Path != Prefix || c.SameSite != http.SameSiteLaxMode || c.Secure != tc.tls {
-			t.Errorf("%s: cookie %+v", tc.path, c)
+		if c.Name != tc.name || c.Value != readSecret || !c.HttpOnly || c.Path != tc.path || c.SameSite != http.SameSiteLaxMode || c.Secure != tc.tls {
+			t.Errorf("next %q: cookie %+v", tc.next, c)
 		}
 		if strings.Contains(rec.Body.String(), readSecret) {
-			t.Errorf("%s: the answer repeats the token", tc.path)
+			t.Errorf("next %q: the answer repeats the token", tc.next)
 		}
 	}
 	// The cookie then opens the page, which names every node and job.
@@ -244,10 +279,45 @@ func TestTokenExchangedForCookie(t *testing.T) {
 	if strings.Contains(rec.Body.String(), readSecret) {
 		t.Error("the page holds the token")
 	}
-	// A bad token in the query is refused, and sets no cookie.
-	rec = f.do(req{path: "/ui/?token=plx_not-a-token-of-this-cluster-at-all-0000"})
-	if rec.Code != http.StatusUnauthorized || len(rec.Result().Cookies()) != 0 {
-		t.Errorf("unknown token in the query: %d, cookies %v", rec.Code, rec.Result().Cookies())
+	// The sign-in page: auto-sent only when the user opened the address.
+	for site, auto := range map[string]bool{"none": true, "same-origin": true, "cross-site": false, "": false} {
+		rec := f.do(req{path: PathLogin + "?next=/ui/jobs", header: map[string]string{"Sec-Fetch-Site": site}})
+		body := rec.Body.String()
+		if rec.Code != http.StatusOK || len(rec.Result().Cookies()) != 0 || strings.Contains(body, `data-auto="1"`) != auto ||
+			!strings.Contains(body, `value="/ui/jobs"`) || !strings.Contains(body, "/ui/static/login.js") {
+			t.Errorf("sign-in page from %q: %d %.300s", site, rec.Code, body)
+		}
+	}
+}
+
+// TestLoginCSRF: nothing another site can make a browser send signs it
+// in: a GET with the token in the query, a form POST from another
+// origin; a bad token is refused and sets no cookie either.
+func TestLoginCSRF(t *testing.T) {
+	f := newFixture(t, false)
+	form := url.Values{FormToken: {readSecret}}
+	tests := []struct {
+		name string
+		r    req
+		code int
+	}{
+		{"GET with a query token", req{path: "/ui/?token=" + readSecret, header: map[string]string{"Sec-Fetch-Site": "cross-site"}}, 400},
+		{"GET of a page with a query token", req{path: "/ui/jobs?token=" + readSecret}, 400},
+		{"POST from another origin", req{method: "POST", path: PathLogin, form: form, header: map[string]string{"Origin": "https://evil.example"}}, 403},
+		{"POST another site's browser marks", req{method: "POST", path: PathLogin, form: form, header: map[string]string{"Sec-Fetch-Site": "cross-site"}}, 403},
+		{"POST from an opaque origin", req{method: "POST", path: PathLogin, form: form, header: map[string]string{"Origin": "null"}}, 403},
+		{"POST a token in the query", req{method: "POST", path: PathLogin + "?token=" + readSecret, form: url.Values{}}, 400},
+		{"unknown token", req{method: "POST", path: PathLogin, form: url.Values{FormToken: {"plx_not-a-token-of-this-cluster-at-all-0000"}}}, 401},
+		{"malformed token", req{method: "POST", path: PathLogin, form: url.Values{FormToken: {"a;b"}}}, 400},
+	}
+	for _, tc := range tests {
+		rec := f.do(tc.r)
+		if rec.Code != tc.code || len(rec.Result().Cookies()) != 0 {
+			t.Errorf("%s: %d, cookies %v, want %d and none", tc.name, rec.Code, rec.Result().Cookies(), tc.code)
+		}
+		if strings.Contains(rec.Body.String(), readSecret) {
+			t.Errorf("%s: the answer repeats the token", tc.name)
+		}
 	}
 }
 
@@ -261,13 +331,12 @@ func TestAccess(t *testing.T) {
 		mention string
 		cleared bool
 	}{
-		{"no token page", req{path: "/ui/"}, 401, "?token=", false},
+		{"no token page", req{path: "/ui/"}, 401, "/ui/login#token=", false},
 		{"no token api", req{path: PathOverview}, 401, "no token", false},
 		{"unknown cookie", req{path: "/ui/", cookie: "plx_unknown-secret-unknown-secret-unknown"}, 401, "unknown token", true},
 		{"revoked cookie", req{path: "/ui/jobs", cookie: revokedRead}, 401, "revoked", true},
 		{"revoked bearer", req{path: PathOverview, bearer: revokedRead}, 401, "revoked", false},
-		{"malformed query", req{path: "/ui/?token=a%20b"}, 400, "malformed", false},
-		{"two tokens", req{path: "/ui/?token=x&token=y"}, 400, "2 token parameters", false},
+		{"query token", req{path: "/ui/?token=a"}, 400, "does not sign in", false},
 		{"other scheme", req{path: PathOverview, header: map[string]string{"Authorization": "Basic eDp5"}}, 400, "Bearer", false},
 		{"read cookie", req{path: "/ui/control", cookie: readSecret}, 200, `data-view="control"`, false},
 		{"read bearer api", req{path: PathOverview, bearer: readSecret}, 200, `"serving":"s1"`, false},
@@ -285,7 +354,7 @@ func TestAccess(t *testing.T) {
 		if rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.mention) {
 			t.Errorf("%s: %d %.300s, want %d mentioning %q", tc.name, rec.Code, rec.Body.String(), tc.code, tc.mention)
 		}
-		cleared := slices.ContainsFunc(rec.Result().Cookies(), func(c *http.Cookie) bool { return c.Name == CookieName && c.MaxAge < 0 })
+		cleared := slices.ContainsFunc(rec.Result().Cookies(), func(c *http.Cookie) bool { return strings.HasPrefix(c.Name, "pollux_token_") && c.MaxAge < 0 })
 		if cleared != tc.cleared {
 			t.Errorf("%s: cookie cleared %v, want %v", tc.name, cleared, tc.cleared)
 		}
@@ -304,7 +373,7 @@ func TestUndecidedTokenKeepsTheCookie(t *testing.T) {
 	f.fb.readErr = consensus.ErrNotLeader
 	f.fb.mu.Unlock()
 	rec := f.do(req{path: "/ui/", cookie: "plx_made-a-moment-ago-on-the-old-leader-01"})
-	cleared := slices.ContainsFunc(rec.Result().Cookies(), func(c *http.Cookie) bool { return c.Name == CookieName && c.MaxAge < 0 })
+	cleared := slices.ContainsFunc(rec.Result().Cookies(), func(c *http.Cookie) bool { return strings.HasPrefix(c.Name, "pollux_token_") && c.MaxAge < 0 })
 	if rec.Code != http.StatusServiceUnavailable || cleared {
 		t.Errorf("undecided token: %d (cookie cleared %v) %.300s", rec.Code, cleared, rec.Body.String())
 	}

@@ -16,11 +16,12 @@
 // Authentication is the API's own: the dashboard asks the API, in
 // process, who a token is (GET /v1/acl/self) and sends cancels through
 // the API's endpoint, so a read token is enough to look and nothing
-// changes state that the token may not change. A page opened with
-// ?token=SECRET has the token moved into an HttpOnly cookie and is
-// redirected to itself without it (as Jupyter does). Cancels also need
-// the page's own header (X-Pollux-UI), which no other site's page can
-// send.
+// changes state that the token may not change. A browser signs in by
+// POSTing the token from the sign-in page's form (or its URL fragment,
+// which no server sees), never by a GET another site could trigger; the
+// token then lives in an HttpOnly cookie named per port. Cancels also
+// need the page's own header (X-Pollux-UI), which no other site's page
+// can send.
 //
 // Every page is served with its data embedded, then polls its own
 // server's PathOverview every second: a follower answers from its copy

@@ -1,7 +1,10 @@
 package dashboard
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -36,49 +39,77 @@ func TestParseToken(t *testing.T) {
 	}
 }
 
-func TestTokenOfPrefersQueryThenCookieThenHeader(t *testing.T) {
-	r := httptest.NewRequest("GET", "/ui/?token=q", nil)
-	r.AddCookie(&http.Cookie{Name: CookieName, Value: "c"})
+func TestTokenOfPrefersCookieThenHeader(t *testing.T) {
+	r := httptest.NewRequest("GET", "/ui/", nil)
+	r.AddCookie(&http.Cookie{Name: CookieName(r), Value: "c"})
+	r.AddCookie(&http.Cookie{Name: "pollux_token_8080", Value: "another port's"})
 	r.Header.Set("Authorization", "Bearer h")
-	if tok, q, err := tokenOf(r); tok != "q" || !q || err != nil {
-		t.Errorf("query: %q %v %v", tok, q, err)
-	}
-	r.URL.RawQuery = ""
-	if tok, q, err := tokenOf(r); tok != "c" || q || err != nil {
-		t.Errorf("cookie: %q %v %v", tok, q, err)
+	if tok, err := tokenOf(r); tok != "c" || err != nil {
+		t.Errorf("cookie: %q %v", tok, err)
 	}
 	r.Header.Del("Cookie")
-	if tok, q, err := tokenOf(r); tok != "h" || q || err != nil {
-		t.Errorf("header: %q %v %v", tok, q, err)
+	if tok, err := tokenOf(r); tok != "h" || err != nil {
+		t.Errorf("header: %q %v", tok, err)
 	}
 	r.Header.Del("Authorization")
-	if _, _, err := tokenOf(r); !errors.Is(err, ErrNoToken) {
+	if _, err := tokenOf(r); !errors.Is(err, ErrNoToken) {
 		t.Errorf("none: %v", err)
+	}
+	r.URL.RawQuery = "token=q"
+	if _, err := tokenOf(r); !errors.Is(err, ErrQueryToken) {
+		t.Errorf("query: %v", err)
 	}
 }
 
-func TestRedirectStaysOnThisServer(t *testing.T) {
-	for _, tc := range []struct{ target, want string }{
-		{"/ui/?token=x", "/ui/"},
-		{"/ui/jobs/a%2Fb?token=x&y=1", "/ui/jobs/a%2Fb?y=1"},
-		{"/ui/jobs?token=x&token=y", "/ui/jobs"},
+func TestCookieNamePerPort(t *testing.T) {
+	for _, tc := range []struct {
+		host string
+		tls  bool
+		want string
+	}{
+		{"127.0.0.1:8080", false, "pollux_token_8080"},
+		{"127.0.0.1:8081", true, "__Host-pollux_token_8081"},
+		{"example.com", true, "__Host-pollux_token_443"},
+		{"[::1]:9000", false, "pollux_token_9000"},
 	} {
-		r := httptest.NewRequest("GET", tc.target, nil)
-		if got := withoutToken(r); got != tc.want {
-			t.Errorf("%s: %q, want %q", tc.target, got, tc.want)
+		r := httptest.NewRequest("GET", "/ui/", nil)
+		r.Host = tc.host
+		if tc.tls {
+			r.TLS = &tls.ConnectionState{}
+		}
+		if got := CookieName(r); got != tc.want {
+			t.Errorf("%s (tls %v): %q, want %q", tc.host, tc.tls, got, tc.want)
 		}
 	}
-	// A request that is somehow not under the prefix goes to the prefix.
-	r := httptest.NewRequest("GET", "/x?token=1", nil)
-	r.URL.Path = "//evil.example/ui/"
-	if got := withoutToken(r); got != Prefix {
-		t.Errorf("foreign path: %q", got)
+	// The listener's own port wins over the Host header.
+	r := httptest.NewRequest("GET", "/ui/", nil)
+	r.Host = "127.0.0.1:1"
+	r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7000}))
+	if got := CookieName(r); got != "pollux_token_7000" {
+		t.Errorf("local address: %q", got)
+	}
+}
+
+func TestNextPageStaysOnThisServer(t *testing.T) {
+	for _, tc := range []struct{ next, want string }{
+		{"", "/ui/"},
+		{"/ui/jobs/a%2Fb?y=1", "/ui/jobs/a%2Fb?y=1"},
+		{"/ui/jobs?token=x", "/ui/"},
+		{"/ui/login", "/ui/"},
+		{"//evil.example/ui/", "/ui/"},
+		{"https://evil.example/ui/", "/ui/"},
+		{"/v1/jobs", "/ui/"},
+		{"/ui/#x", "/ui/"},
+	} {
+		if got := nextPage(tc.next); got != tc.want {
+			t.Errorf("%q: %q, want %q", tc.next, got, tc.want)
+		}
 	}
 }
 
 // FuzzTokenOf feeds arbitrary queries, cookies and headers to the
 // token decoding: it never panics, and a token it accepts survives the
-// cookie it is put in and the redirect it is removed by.
+// cookie it is put in; nextPage never leaves the dashboard.
 func FuzzTokenOf(f *testing.F) {
 	for _, s := range []string{"token=plx_abc", "token=a%20b", "token=%00", "token=x&token=y", "a=b", "token=" + strings.Repeat("z", 300)} {
 		f.Add(s, "plx_cookie", "Bearer plx_h")
@@ -89,12 +120,15 @@ func FuzzTokenOf(f *testing.F) {
 		r := httptest.NewRequest("GET", "/ui/jobs", nil)
 		r.URL.RawQuery = query
 		if cookie != "" {
-			r.Header.Set("Cookie", CookieName+"="+cookie)
+			r.Header.Set("Cookie", CookieName(r)+"="+cookie)
 		}
 		if header != "" {
 			r.Header.Set("Authorization", header)
 		}
-		tok, fromQuery, err := tokenOf(r)
+		if u, err := url.Parse(nextPage(query)); err != nil || u.Host != "" || u.Scheme != "" || !strings.HasPrefix(u.Path, Prefix) {
+			t.Fatalf("nextPage(%q) = %q", query, nextPage(query))
+		}
+		tok, err := tokenOf(r)
 		if err != nil {
 			if tok != "" {
 				t.Fatalf("error %v with token %q", err, tok)
@@ -108,16 +142,9 @@ func FuzzTokenOf(f *testing.F) {
 		c := tokenCookie(r, tok)
 		back := httptest.NewRequest("GET", "/ui/", nil)
 		back.Header.Set("Cookie", strings.SplitN(c.String(), ";", 2)[0])
-		got, err := back.Cookie(CookieName)
+		got, err := back.Cookie(CookieName(back))
 		if err != nil || got.Value != tok {
 			t.Fatalf("token %q through its cookie: %v %v", tok, got, err)
-		}
-		if fromQuery {
-			loc := withoutToken(r)
-			u, err := url.Parse(loc)
-			if err != nil || u.Host != "" || !strings.HasPrefix(u.Path, Prefix) || u.Query().Has(QueryToken) {
-				t.Fatalf("redirect %q after the exchange", loc)
-			}
 		}
 	})
 }

@@ -128,7 +128,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	c, err := launch.Start(ctx, launch.Options{Exec: o.Exec, Env: o.Env, Dir: dir, Servers: 3, Agents: 2, GPUsPerAgent: 2,
 		Interval: 500 * time.Millisecond, TimeScale: o.TimeScale, RestartCost: 30 * time.Second, Grace: 2 * time.Second,
-		LogLevel: o.LogLevel, Network: launch.Loopback, Scenario: "attack", Logger: o.Logger, AgentArgs: allowArgs(o.AllowCommands)})
+		LogLevel: o.LogLevel, Network: launch.Loopback, Scenario: "attack", Logger: o.Logger, AgentArgs: allowArgs(o.AllowCommands),
+		ServerArgs: []string{"--raft-election-timeout", raftElection.String()}})
 	if err != nil {
 		return nil, fmt.Errorf("%w: starting the cluster: %w", ErrRun, err)
 	}
@@ -148,6 +149,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	return res, err
 }
+
+// raftElection is the attacked cluster's Raft election timeout
+// (hashicorp/raft's default rather than pollux's 200 ms): a leader change
+// during a case fails it, and on a loaded machine a 200 ms timeout elects
+// now and then on late heartbeats alone.
+const raftElection = time.Second
 
 // allowArgs are the agents' --allow-command flags for patterns.
 func allowArgs(patterns []string) []string {
@@ -219,6 +226,7 @@ func attackCluster(ctx context.Context, c *launch.Cluster, cat testbed.Catalog, 
 			return res, fmt.Errorf("%w: observing before %s: %w", ErrRun, a.name, err)
 		}
 		how, refused := a.run(ctx, t)
+		ended := time.Now()
 		after, err := t.observe(ctx)
 		if err != nil {
 			refused, how = false, how+"; the cluster cannot be observed afterwards: "+err.Error()
@@ -229,6 +237,9 @@ func attackCluster(ctx context.Context, c *launch.Cluster, cat testbed.Catalog, 
 			}
 			if len(notes) > 0 {
 				how += "; " + strings.Join(notes, ", ")
+			}
+			if why := leaderChange(a, before, after, time.Since(ended)); why != "" {
+				refused, how = false, how+"; "+why
 			}
 		}
 		res.Attacks++
@@ -242,6 +253,24 @@ func attackCluster(ctx context.Context, c *launch.Cluster, cat testbed.Catalog, 
 	}
 	res.After = t.normalJob(ctx)
 	return res, nil
+}
+
+// leaderChange says why a leader change between before and after fails
+// case a ("" if none happened, or a is about availability and the
+// cluster served again, served being how long after the case the
+// observer read its state, within a's bound).
+func leaderChange(a attack, before, after *view, served time.Duration) string {
+	if before.leader == after.leader && before.term == after.term {
+		return ""
+	}
+	change := fmt.Sprintf("the leader changed during the case (%s term %d became %s term %d)", before.leader, before.term, after.leader, after.term)
+	switch {
+	case a.bound == 0:
+		return change
+	case served > a.bound:
+		return fmt.Sprintf("%s and the cluster served again after %v, past the case's bound of %v", change, served.Round(time.Millisecond), a.bound)
+	}
+	return ""
 }
 
 // victimSettled is how many committed allocations the victim must keep
@@ -342,9 +371,26 @@ func (t *target) normalJob(ctx context.Context) error {
 // logLine waits up to 5 s for a line of m's log holding every one of
 // subs, and returns it.
 func (t *target) logLine(m *launch.Member, subs ...string) (string, bool) {
+	return t.logLineAfter(m, 0, subs...)
+}
+
+// logSize is the length of m's log now (an offset for logLineAfter).
+func (t *target) logSize(m *launch.Member) int64 {
+	st, err := os.Stat(m.Log)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// logLineAfter is logLine for the lines written after offset.
+func (t *target) logLineAfter(m *launch.Member, offset int64, subs ...string) (string, bool) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		b, _ := os.ReadFile(m.Log)
+		if int64(len(b)) >= offset {
+			b = b[offset:]
+		}
 		for _, line := range strings.Split(string(b), "\n") {
 			ok := line != ""
 			for _, s := range subs {

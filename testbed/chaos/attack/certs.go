@@ -18,11 +18,13 @@ import (
 )
 
 // certs are the certificates an attacker may hold: the cluster's own of
-// the wrong role (stolen from an agent or a user), a self-signed one
+// the wrong role (and a server's, for the members' own connections
+// during a flood) (stolen from an agent or a user), a self-signed one
 // claiming to be a server, an expired server certificate of the cluster
 // CA, and one of another CA.
 type certs struct {
-	agent, otherAgent, client    tls.Certificate
+	server, agent, otherAgent    tls.Certificate
+	client                       tls.Certificate
 	selfSigned, expired, otherCA tls.Certificate
 }
 
@@ -32,7 +34,7 @@ func makeCerts(b *pki.Bundle, server, agent string) (certs, error) {
 	if agent == other {
 		other = "a0"
 	}
-	for name, dst := range map[string]*tls.Certificate{agent: &cs.agent, other: &cs.otherAgent, pki.DevClient: &cs.client} {
+	for name, dst := range map[string]*tls.Certificate{server: &cs.server, agent: &cs.agent, other: &cs.otherAgent, pki.DevClient: &cs.client} {
 		c, err := b.Credentials(name)
 		if err != nil {
 			return cs, err

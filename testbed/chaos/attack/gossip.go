@@ -14,7 +14,9 @@ import (
 // all; else a key of its own), claiming to be an agent named name with
 // gpus GPUs. Refused if the join fails and, after a few gossip rounds,
 // no node of that name (or, for an impersonation, no change to it) is
-// registered; the observer checks the nodes too.
+// registered, and the leader's own log holds its memberlist's refusal
+// of a stream from the intruder (it could not decrypt it) written during
+// the case; the observer checks the nodes too.
 func gossipJoin(name string, gpus int, keyless bool) func(context.Context, *target) (string, bool) {
 	return func(ctx context.Context, t *target) (string, bool) {
 		var keys [][]byte
@@ -33,6 +35,7 @@ func gossipJoin(name string, gpus int, keyless bool) func(context.Context, *targ
 			return "cannot start a gossip member: " + err.Error(), false
 		}
 		defer m.Shutdown()
+		offset := t.logSize(t.leader)
 		n, err := m.Join([]string{t.leader.Gossip})
 		if err == nil {
 			return fmt.Sprintf("joined through %d members", n), false
@@ -49,7 +52,11 @@ func gossipJoin(name string, gpus int, keyless bool) func(context.Context, *targ
 				return fmt.Sprintf("join failed (%v) but %s is registered with %d GPUs", err, name, gpus), false
 			}
 		}
-		return fmt.Sprintf("join refused: %v; no node %s with %d GPUs registered", err, name, gpus), true
+		line, ok := t.logLineAfter(t.leader, offset, "memberlist: failed to receive", "from=127.0.0.1:")
+		if !ok {
+			return fmt.Sprintf("join failed (%v) and no node %s registered, but %s logged no refusal of the intruder's stream", err, name, t.leader.ID), false
+		}
+		return fmt.Sprintf("join refused: %v; no node %s with %d GPUs registered; %s logged: %s", err, name, gpus, t.leader.ID, logMsg(line)), true
 	}
 }
 

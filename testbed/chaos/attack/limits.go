@@ -8,10 +8,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"pollux/actors/node/workerproto"
@@ -39,13 +41,19 @@ func (r *countingReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// bigBody posts a 100 MiB job spec: refused if the server answers 413 (or
-// cuts the upload) long before the body's end.
+// bigBody posts a 100 MiB job spec: refused if the server answers 413,
+// or cuts the upload long before the body's end and logs its 413
+// refusal naming the client (a slow server with no limit, or any other
+// client error, does not pass).
 func bigBody(ctx context.Context, t *target) (string, bool) {
 	const size = 100 << 20
 	body := &countingReader{left: size}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	var local string
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(ci httptrace.GotConnInfo) {
+		local = ci.Conn.LocalAddr().String()
+	}})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+t.leader.HTTP+api.PathJobs, body)
 	if err != nil {
 		return err.Error(), false
@@ -55,7 +63,12 @@ func bigBody(ctx context.Context, t *target) (string, bool) {
 	sent := body.read.Load()
 	switch {
 	case err != nil && sent < size:
-		return fmt.Sprintf("upload cut by the server after %.1f MiB of 100: %v", float64(sent)/(1<<20), err), true
+		cut := fmt.Sprintf("upload cut by the server after %.1f MiB of 100 (%v)", float64(sent)/(1<<20), err)
+		line, ok := t.logLine(t.leader, "refused request", "status=413", "peer="+local)
+		if !ok {
+			return cut + "; but " + t.leader.ID + " logged no 413 refusal naming " + local, false
+		}
+		return cut + "; " + t.leader.ID + " logged: " + logMsg(line), true
 	case err != nil:
 		return "the whole body was taken: " + err.Error(), false
 	}
@@ -70,8 +83,9 @@ func bigBody(ctx context.Context, t *target) (string, bool) {
 // slowAPI holds connections to the API that never finish: 100 that
 // never start the TLS handshake and 50 that send half a request's
 // headers. Refused if a normal request is served while they are held and
-// the server closes every one of them within its handshake (10 s) and
-// header (5 s) deadlines.
+// the server resets those past its pre-authentication caps at once and
+// closes every other within its handshake (3 s) and header (5 s)
+// deadlines.
 func slowAPI(ctx context.Context, t *target) (string, bool) {
 	var conns []net.Conn
 	defer func() {
@@ -80,17 +94,28 @@ func slowAPI(ctx context.Context, t *target) (string, bool) {
 		}
 	}()
 	begin := time.Now()
+	// Connections past the gate's caps are reset at once: the flood
+	// gets fewer, which is the point.
+	var reset int
 	for range 100 {
 		c, err := net.DialTimeout("tcp", t.leader.HTTP, 3*time.Second)
 		if err != nil {
-			return "cannot connect: " + err.Error(), false
+			if !errors.Is(err, syscall.ECONNRESET) {
+				return "cannot connect: " + err.Error(), false
+			}
+			reset++
+			continue
 		}
 		conns = append(conns, c)
 	}
 	for range 50 {
 		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 3 * time.Second}, "tcp", t.leader.HTTP, t.tlsConfig(&t.certs.client, "http/1.1"))
 		if err != nil {
-			return "cannot connect over TLS: " + err.Error(), false
+			if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, io.EOF) {
+				return "cannot connect over TLS: " + err.Error(), false
+			}
+			reset++
+			continue
 		}
 		if _, err := c.Write([]byte("GET " + api.PathStatus + " HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")); err != nil {
 			return "write: " + err.Error(), false
@@ -104,8 +129,8 @@ func slowAPI(ctx context.Context, t *target) (string, bool) {
 	if open > 0 {
 		return fmt.Sprintf("%d of %d slow connections still open 20 s later", open, len(conns)), false
 	}
-	return fmt.Sprintf("a normal request was served meanwhile; all %d slow connections closed by the server within %v",
-		len(conns), time.Since(begin).Round(time.Second)), true
+	return fmt.Sprintf("a normal request was served meanwhile; %d connections reset at once by the gate, the other %d closed by the server within %v",
+		reset, len(conns), time.Since(begin).Round(time.Second)), true
 }
 
 // closedBy waits until deadline for the peer to close every connection

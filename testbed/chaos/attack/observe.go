@@ -144,9 +144,8 @@ func getJSON[T any](ctx context.Context, t *target, path string) (T, error) {
 // does by itself (the victim's progress, the allocation generation) and
 // the jobs the attacks submitted on purpose, as long as each ended as
 // expected (failed, its reason naming the refusal, no worker). notes are
-// differences that are not changes of the state: an election (a loaded
-// machine delays heartbeats; no attack reaches Raft, and a crash or a
-// stopped server would show as a member not running).
+// differences that are not changes of the state: an election, which the
+// run then judges by the case's availability bound (leaderChange).
 func (t *target) changes(before, after *view) (out, notes []string) {
 	if before.leader != after.leader || before.term != after.term {
 		notes = append(notes, fmt.Sprintf("meanwhile leader %s term %d became %s term %d", before.leader, before.term, after.leader, after.term))
@@ -237,6 +236,12 @@ func (t *target) workers() workers {
 			continue
 		}
 		w := worker{job: job, token: env["POLLUX_REPORT_TOKEN"], reportAddr: env["POLLUX_REPORT_ADDR"]}
+		if f := env["POLLUX_REPORT_TOKEN_FILE"]; w.token == "" && f != "" {
+			// The agent's file, readable by the worker's user (and so by
+			// this process, which runs as it or as root).
+			tok, _ := os.ReadFile(f)
+			w.token = strings.TrimSpace(string(tok))
+		}
 		w.pid, _ = strconv.Atoi(filepath.Base(filepath.Dir(p)))
 		w.inc, _ = strconv.ParseUint(env["POLLUX_INCARNATION"], 10, 64)
 		w.rank, _ = strconv.Atoi(env["POLLUX_RANK"])

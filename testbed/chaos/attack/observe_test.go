@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"pollux/actors/server/api"
 )
@@ -73,5 +74,46 @@ func TestChanges(t *testing.T) {
 				t.Errorf("notes %q, want one mentioning %q", got, tc.note)
 			}
 		})
+	}
+}
+
+// TestLeaderChange: an election during a case fails it, unless the case
+// is about availability and the cluster served again within its bound.
+func TestLeaderChange(t *testing.T) {
+	same := baseView()
+	moved := clone(same)
+	moved.leader, moved.term = "s1", 4
+	tests := []struct {
+		name   string
+		bound  time.Duration
+		after  *view
+		served time.Duration
+		fails  bool
+	}{
+		{"no election", 0, same, time.Minute, false},
+		{"election in a case without a bound", 0, moved, time.Millisecond, true},
+		{"election within the bound", 5 * time.Second, moved, 2 * time.Second, false},
+		{"election past the bound", 5 * time.Second, moved, 6 * time.Second, true},
+	}
+	for _, tc := range tests {
+		why := leaderChange(attack{name: tc.name, bound: tc.bound}, same, tc.after, tc.served)
+		if (why != "") != tc.fails {
+			t.Errorf("%s: %q, want failing %v", tc.name, why, tc.fails)
+		}
+	}
+}
+
+// TestNames: every case has a name of its own.
+func TestNames(t *testing.T) {
+	names := Names()
+	seen := map[string]bool{}
+	for _, n := range names {
+		if n == "" || seen[n] {
+			t.Errorf("case name %q empty or repeated", n)
+		}
+		seen[n] = true
+	}
+	if len(names) < 54 { // the 45 of issue 12 and those of issue 26
+		t.Errorf("%d cases", len(names))
 	}
 }

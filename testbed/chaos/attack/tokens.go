@@ -45,23 +45,67 @@ func (t *target) makeTokens(ctx context.Context) error {
 	}
 	var toks [3]api.Token
 	for i, spec := range [][2]string{{"attack-reader", "read"}, {"attack-submitter", "submit"}, {"attack-revoked", "submit"}} {
-		tok, err := create(spec[0], spec[1])
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrRun, err)
+		// An election (a loaded machine) fails a creation with a 503,
+		// which may have committed: a retry makes the token anew under
+		// a name of its own.
+		for try := 0; ; try++ {
+			name := spec[0]
+			if try > 0 {
+				name = fmt.Sprintf("%s-%d", spec[0], try)
+			}
+			tok, err := create(name, spec[1])
+			if err == nil {
+				toks[i] = tok
+				break
+			}
+			if try == 20 || !strings.Contains(err.Error(), "503") {
+				return fmt.Errorf("%w: %w", ErrRun, err)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(500 * time.Millisecond):
+			}
+			if m, _, err := t.c.Leader(ctx, 10*time.Second); err == nil {
+				t.leader = m
+			}
 		}
-		toks[i] = tok
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+t.leader.HTTP+api.PathACLTokens+"/"+toks[2].Accessor+"/revoke", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("%w: revoking a token: %w", ErrRun, err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%w: revoking a token: %s", ErrRun, resp.Status)
+	// A 503 (an election on a loaded machine) or a 404 (a server that has
+	// not applied the creation yet) is tried again; an earlier attempt
+	// may have committed, which a retry sees as already revoked.
+	var last string
+	for try := 0; ; try++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+t.leader.HTTP+api.PathACLTokens+"/"+toks[2].Accessor+"/revoke", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
+		if err == nil {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK || (try > 0 && bytes.Contains(msg, []byte("was revoked"))) {
+				break
+			}
+			// A 404: the server asked has not applied the creation yet.
+			if resp.StatusCode != http.StatusServiceUnavailable && resp.StatusCode != http.StatusNotFound {
+				return fmt.Errorf("%w: revoking a token: %s: %s", ErrRun, resp.Status, bytes.TrimSpace(msg))
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		if try == 20 {
+			return fmt.Errorf("%w: revoking a token: %s", ErrRun, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+		if m, _, err := t.c.Leader(ctx, 10*time.Second); err == nil {
+			t.leader = m
+		}
 	}
 	t.tokens = tokens{reader: toks[0].Secret, submitter: toks[1].Secret, revoked: toks[2].Secret}
 	return nil

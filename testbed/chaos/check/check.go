@@ -46,7 +46,9 @@ const (
 	// cancel whose answer names no incarnation: in any); and a worker of
 	// the cancelled incarnation that starts after the cancel was
 	// acknowledged (its assignment was on its way) ends within
-	// cancelStopWithin of it.
+	// cancelStopWithin of it; a late rank of the completed incarnation
+	// (queued when rank 0 finished) starts at most once and ends within
+	// lateRankWithin of the completion read.
 	RanAfterFinish Invariant = "ran-after-finish"
 	// ExistsBeforeSubmit: no submission is answered "exists" unless one
 	// was sent before.

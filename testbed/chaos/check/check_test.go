@@ -261,6 +261,14 @@ func TestViolations(t *testing.T) {
 		{"worker started after the job was read completed", func(f *fixture) {
 			f.workers["b2"] = start("n1", 2580, "b", 2, 400, 2).exit(2590)
 		}, RanAfterFinish, "job b incarnation 2 rank 0 (pid 400 on n1, GPUs [2]) started at 2.580s, after the job was read completed in incarnation 1 at 2.560s"},
+		{"rank of the completed incarnation started again after the completion", func(f *fixture) {
+			f.workers["b1again"] = start("n1", 2580, "b", 1, 402, 3).exit(2600)
+		}, RanAfterFinish, "that rank had run before: a late rank starts at most once"},
+		{"late rank of the completed incarnation that ran on", func(f *fixture) {
+			w := start("n1", 2580, "b", 1, 403, 3).exit(17600)
+			w.w.Records[0].Rank = 1
+			f.workers["b1late"] = w
+		}, RanAfterFinish, "had not ended within 15s of it (a late rank's bound)"},
 		{"completion read alone, before its done record", func(f *fixture) {
 			f.h.op(1000, 1010, history.GetJob, "b", history.OK, 200, func(o *history.Op) { o.Jobs = []history.Job{jv("b", "completed", 1, 2, 200)} })
 		}, CompletionBacked, "job b read completed in incarnation 1 at 1.010s"},
@@ -344,7 +352,9 @@ func TestNearMisses(t *testing.T) {
 			f.workers["q1"] = start("n3", 900, "q", 1, 900, 0).done(950, 1, 1).exit(960)
 		},
 		"a rank of the completed incarnation starting late": func(f *fixture) {
-			f.workers["b1r1"] = start("n1", 2580, "b", 1, 401, 2).exit(2590)
+			w := start("n1", 2580, "b", 1, 401, 2).exit(2590)
+			w.w.Records[0].Rank = 1
+			f.workers["b1r1"] = w
 		},
 		"stale read shows the past": func(f *fixture) {
 			f.h.op(2650, 2660, history.Jobs, "", history.OK, 200, func(o *history.Op) {

@@ -15,6 +15,15 @@ import (
 // stops it, with the workers' SIGTERM grace.
 const cancelStopWithin = 15 * time.Second
 
+// lateRankWithin bounds how long after a job was read completed a late
+// rank of the completed incarnation (one queued on a busy node when rank
+// 0 finished) may still run: it restores the finished checkpoint and
+// ends at once, and the next round, which no longer assigns the job,
+// drops it from its node's queue (within a scheduling interval and the
+// workers' SIGTERM grace). Each rank starts at most once: a rank of that
+// incarnation that had run before may not start again.
+const lateRankWithin = 15 * time.Second
+
 // Outcome is what became of a job the harness tried to submit.
 type Outcome string
 
@@ -169,7 +178,9 @@ func describeFailure(p *op) string {
 // was read completed, nor any worker after its cancel was acknowledged.
 // (Ranks of incarnation I itself may start late: emulated ranks do not
 // wait for each other, so rank 0 can finish from a finished checkpoint
-// while the others are still queued on a busy node.)
+// while the others are still queued on a busy node; such a rank must
+// not have run before, and must have ended within lateRankWithin of the
+// read.)
 func checkCompletions(r *run, ls []*life) []Violation {
 	done := map[string][]record.Record{}
 	for _, l := range ls {
@@ -222,6 +233,18 @@ func checkCompletions(r *run, ls []*life) []Violation {
 			}
 		}
 	}
+	type rankKey struct {
+		job  string
+		inc  uint64
+		rank int
+	}
+	firstStart := map[rankKey]int64{}
+	for _, l := range ls {
+		k := rankKey{l.start.Job, l.start.Inc, l.start.Rank}
+		if t, ok := firstStart[k]; !ok || l.start.T < t {
+			firstStart[k] = l.start.T
+		}
+	}
 	for _, l := range ls {
 		f, ok := finished[l.start.Job]
 		switch {
@@ -236,6 +259,15 @@ func checkCompletions(r *run, ls []*life) []Violation {
 			out = append(out, Violation{RanAfterFinish, l.start.T, fmt.Sprintf(
 				"%s started at %s, after the job was %s at %s, and was not stopped within %v of it",
 				l, r.at(l.start.T), f.what, r.at(f.t), cancelStopWithin)})
+		case f.cancel:
+		case firstStart[rankKey{l.start.Job, l.start.Inc, l.start.Rank}] < l.start.T:
+			out = append(out, Violation{RanAfterFinish, l.start.T, fmt.Sprintf(
+				"%s started at %s, after the job was %s at %s, and that rank had run before: a late rank starts at most once",
+				l, r.at(l.start.T), f.what, r.at(f.t))})
+		case !(l.end != 0 && l.end-f.t <= int64(lateRankWithin)):
+			out = append(out, Violation{RanAfterFinish, l.start.T, fmt.Sprintf(
+				"%s started at %s, after the job was %s at %s, and had not ended within %v of it (a late rank's bound)",
+				l, r.at(l.start.T), f.what, r.at(f.t), lateRankWithin)})
 		}
 	}
 	return out

@@ -134,15 +134,15 @@ func TestSummaryAddJudged(t *testing.T) {
 	s := NewSummary(1)
 	s.Add(&Result{Scenario: "a", Check: &check.Result{Outcomes: check.Outcomes{Submitted: 2, Completed: 2},
 		Metrics: check.Metrics{Planned: 1, Faults: 1, ByKind: map[string]int{"leader-kill": 1}}}})
-	s.AddJudged(ScenarioSummary{Name: "lab-loss", Faults: 1, FaultsByKind: map[string]int{"lab-kill": 1}, JobsSubmitted: 4,
-		JobsCompleted: 4, LostLab: "lab-b", LeaseExpiryMaxS: 10.1})
-	if !s.Pass() || !s.Linearizable || s.Faults != 2 || s.JobsSubmitted != 6 || s.FaultsByKind["lab-kill"] != 1 || len(s.Notes) != 1 ||
-		s.Scenarios[1].Linearizable || s.Scenarios[1].LostLab != "lab-b" {
+	s.AddJudged(ScenarioSummary{Name: "lab-loss", Faults: 1, FaultsPlanned: 1, FaultsByKind: map[string]int{"lab-kill": 1}, JobsSubmitted: 4,
+		JobsCompleted: 4, LostLab: "lab-b", LeaseExpiryMaxS: 10.1, Linearizable: true})
+	if !s.Pass() || !s.Linearizable || s.Faults != 2 || s.FaultsInjected != 2 || s.FaultsPlanned != 2 || s.FaultsSkipped != 0 ||
+		s.JobsSubmitted != 6 || s.FaultsByKind["lab-kill"] != 1 || len(s.Notes) != 0 || !s.Scenarios[1].Linearizable || s.Scenarios[1].LostLab != "lab-b" {
 		t.Errorf("after a passing lab-loss run: %+v", s)
 	}
 	s.AddJudged(ScenarioSummary{Name: "lab-loss", JobsSubmitted: 4, JobsCompleted: 3, LostJobs: 1, Violations: 1,
 		Failures: []string{"job a-1 of lab-a failed"}})
-	if s.Pass() || s.LostJobs != 1 || s.Violations != 1 || len(s.Failures) != 1 || s.Failures[0] != "lab-loss: job a-1 of lab-a failed" {
+	if s.Pass() || s.Linearizable || s.LostJobs != 1 || s.Violations != 1 || len(s.Failures) != 1 || s.Failures[0] != "lab-loss: job a-1 of lab-a failed" {
 		t.Errorf("after a failing lab-loss run: %+v", s)
 	}
 }

@@ -201,7 +201,9 @@ func (r *run) one(ctx context.Context, f schedule.Fault) error {
 		deadline := r.since() + 20*time.Second
 		extra := r.since() + 3*time.Second
 		for {
-			if ws := c.Workers(); len(ws) > 0 {
+			// Only a worker that still runs: a kill counts only if the
+			// process was alive (the records may list one just gone).
+			if ws := slices.DeleteFunc(c.Workers(), func(w launch.Worker) bool { return !launch.WorkerAlive(w) }); len(ws) > 0 {
 				w := pick(ws, f.Pick)
 				r.begin(f, []string{w.Node}, "", false)
 				if err := c.KillWorker(w, kind, seq); err != nil {

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"fmt"
 	"time"
 
 	"pollux/testbed/chaos/check"
@@ -10,14 +11,21 @@ import (
 // field names are stable: other tools read them.
 type Summary struct {
 	Seed uint64 `json:"seed"`
-	// Faults are the faults injected (FaultsPlanned were scheduled),
-	// FaultsByKind by kind; NetworkFaults and Partitions count the
-	// network faults among them and the partitions among those.
-	Faults        int            `json:"faults"`
-	FaultsByKind  map[string]int `json:"faults_by_kind"`
-	Partitions    int            `json:"partitions"`
-	NetworkFaults int            `json:"network_faults"`
-	FaultsPlanned int            `json:"faults_planned"`
+	// FaultsPlanned were scheduled: FaultsInjected of them were injected
+	// (Faults, the older name, is the same count), FaultsSkipped not,
+	// each with why in SkippedFaults (a fault the run did not try,
+	// lacking network namespaces, or one it tried and failed).
+	// FaultsByKind counts the injected ones by kind; NetworkFaults and
+	// Partitions the network faults among them and the partitions among
+	// those.
+	Faults         int            `json:"faults"`
+	FaultsInjected int            `json:"faults_injected"`
+	FaultsByKind   map[string]int `json:"faults_by_kind"`
+	Partitions     int            `json:"partitions"`
+	NetworkFaults  int            `json:"network_faults"`
+	FaultsPlanned  int            `json:"faults_planned"`
+	FaultsSkipped  int            `json:"faults_skipped"`
+	SkippedFaults  []string       `json:"faults_skipped_why"`
 	// Every job the harness tried to submit, and what became of it.
 	JobsSubmitted   int `json:"jobs_submitted"`
 	JobsCompleted   int `json:"jobs_completed"`
@@ -68,6 +76,8 @@ type ScenarioSummary struct {
 	ReplacementMaxS float64        `json:"replacement_max_s"`
 	Failures        []string       `json:"failures"`
 	ElapsedS        float64        `json:"elapsed_s"`
+	// FaultsPlanned were scheduled (Faults of them injected).
+	FaultsPlanned int `json:"faults_planned"`
 	// Dir is the run's directory, if kept.
 	Dir string `json:"dir,omitempty"`
 	// LostLab and LeaseExpiryMaxS are the lab-loss scenario's: the lab
@@ -79,7 +89,8 @@ type ScenarioSummary struct {
 
 // NewSummary starts an empty summary for seed.
 func NewSummary(seed uint64) *Summary {
-	return &Summary{Seed: seed, FaultsByKind: map[string]int{}, Linearizable: true, Failures: []string{}, Scenarios: []ScenarioSummary{}}
+	return &Summary{Seed: seed, FaultsByKind: map[string]int{}, Linearizable: true, Failures: []string{}, SkippedFaults: []string{},
+		Scenarios: []ScenarioSummary{}}
 }
 
 // Add folds one run in.
@@ -95,8 +106,8 @@ func (s *Summary) Add(r *Result) {
 			sc.FaultsByKind[k] += n
 			s.FaultsByKind[k] += n
 		}
-		s.Faults += m.Faults
-		s.FaultsPlanned += m.Planned
+		sc.FaultsPlanned = m.Planned
+		s.addFaults(r.Scenario, m.Faults, m.Planned, m.NotInjected)
 		s.NetworkFaults += m.Network
 		s.Partitions += m.Partitions
 		sc.JobsSubmitted, sc.JobsCompleted, sc.JobsFailed, sc.JobsCancelled = o.Submitted, o.Completed, o.Failed, o.Cancelled
@@ -108,7 +119,12 @@ func (s *Summary) Add(r *Result) {
 		s.replacements = append(s.replacements, m.Replacements...)
 	} else {
 		sc.Linearizable = false
-		s.FaultsPlanned += len(r.Faults)
+		sc.FaultsPlanned = len(r.Faults)
+		var why []string
+		for _, f := range r.Faults {
+			why = append(why, f.String()+" (the run was not judged)")
+		}
+		s.addFaults(r.Scenario, 0, len(r.Faults), why)
 	}
 	s.tally(sc)
 	s.Linearizable = s.Linearizable && sc.Linearizable
@@ -125,6 +141,18 @@ func (s *Summary) Add(r *Result) {
 	s.Scenarios = append(s.Scenarios, sc)
 }
 
+// addFaults counts a run's planned faults, injected of them injected,
+// the rest not, each with why.
+func (s *Summary) addFaults(scenario string, injected, planned int, why []string) {
+	s.Faults += injected
+	s.FaultsInjected += injected
+	s.FaultsPlanned += planned
+	s.FaultsSkipped += planned - injected
+	for _, w := range why {
+		s.SkippedFaults = append(s.SkippedFaults, scenario+": "+w)
+	}
+}
+
 // tally adds sc's jobs and violations to the summary's.
 func (s *Summary) tally(sc ScenarioSummary) {
 	s.JobsSubmitted += sc.JobsSubmitted
@@ -137,17 +165,19 @@ func (s *Summary) tally(sc ScenarioSummary) {
 }
 
 // AddJudged folds in a run judged outside this package (the lab-loss
-// scenario of three labs: no single history to check for
-// linearizability): its figures as given. Its Linearizable is false,
-// which the summary's does not take in: a note says its API history was
-// not checked.
+// scenario of three labs, each lab's API history checked on its own):
+// its figures as given.
 func (s *Summary) AddJudged(sc ScenarioSummary) {
 	if sc.Failures == nil {
 		sc.Failures = []string{}
 	}
-	sc.Linearizable = false
-	s.Faults += sc.Faults
-	s.FaultsPlanned += sc.Faults
+	s.Linearizable = s.Linearizable && sc.Linearizable
+	var why []string
+	if sc.Faults < sc.FaultsPlanned {
+		why = append(why, fmt.Sprintf("%d of %d planned faults not injected", sc.FaultsPlanned-sc.Faults, sc.FaultsPlanned))
+		sc.Failures = append(sc.Failures, why[0])
+	}
+	s.addFaults(sc.Name, sc.Faults, sc.FaultsPlanned, why)
 	for k, n := range sc.FaultsByKind {
 		s.FaultsByKind[k] += n
 	}
@@ -156,7 +186,6 @@ func (s *Summary) AddJudged(sc ScenarioSummary) {
 		s.Failures = append(s.Failures, sc.Name+": "+f)
 	}
 	s.ElapsedS += sc.ElapsedS
-	s.Notes = append(s.Notes, sc.Name+": linearizability not checked (its judge reads the labs' APIs and worker records)")
 	s.Scenarios = append(s.Scenarios, sc)
 }
 
@@ -169,6 +198,17 @@ func (s *Summary) Fail(scenario string, err error) {
 
 // Skip records a scenario that was not run, and why.
 func (s *Summary) Skip(scenario, why string) { s.Skipped = append(s.Skipped, scenario+": "+why) }
+
+// SkipFaults records n planned faults of a kind that a scenario did not
+// try to inject, and why; fail makes that a failure of the run.
+func (s *Summary) SkipFaults(scenario, kind string, n int, why string, fail bool) {
+	s.addFaults(scenario, 0, n, []string{fmt.Sprintf("%d %s: %s", n, kind, why)})
+	if fail {
+		s.Failures = append(s.Failures, fmt.Sprintf("%s: %d %s faults planned but not injected: %s (--network loopback opts out)", scenario, n, kind, why))
+	} else {
+		s.Notes = append(s.Notes, fmt.Sprintf("%s: %d %s faults skipped: the run opted out of network faults (--network loopback)", scenario, n, kind))
+	}
+}
 
 // Pass reports whether every run passed.
 func (s *Summary) Pass() bool { return len(s.Failures) == 0 && len(s.Scenarios) > 0 }

@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
 	"pollux/cluster/federation"
+	"pollux/testbed/chaos/history"
+	"pollux/testbed/chaos/linear"
 	"pollux/testbed/chaos/mono"
 	"pollux/testbed/chaos/record"
 	"pollux/testbed/fedlab"
@@ -76,17 +80,29 @@ func judgeLeaseExpiry(res *Result, tracks []leaseTrack, ttl, interval time.Durat
 // was sent.
 func killLab(res *Result, c *launch.Cluster, lost string, members []*launch.Member, workers []launch.Worker) int64 {
 	var killErrs []error
+	killed := 0
 	for _, m := range members {
-		killErrs = append(killErrs, c.Signal(m, syscall.SIGKILL, "lab-loss", 1))
+		err := c.Signal(m, syscall.SIGKILL, "lab-loss", 1)
+		if err == nil {
+			killed++
+		}
+		killErrs = append(killErrs, err)
 	}
 	for _, w := range workers {
-		killErrs = append(killErrs, c.KillWorker(w, "lab-loss", 1))
+		// A worker that exited on its own meanwhile was not killed, and
+		// is no failure of the kill.
+		switch err := c.KillWorker(w, "lab-loss", 1); {
+		case err == nil:
+			killed++
+		case !errors.Is(err, launch.ErrNotRunning):
+			killErrs = append(killErrs, err)
+		}
 	}
 	sent := mono.Now()
 	if err := errors.Join(killErrs...); err != nil {
 		res.fail("killing %s: %v", lost, err)
 	}
-	res.ProcessesKilled = len(members) + len(workers)
+	res.ProcessesKilled = killed
 	// The process table: nothing of the lab may outlive the kill.
 	deadline := time.Now().Add(10 * time.Second)
 	for _, w := range workers {
@@ -432,3 +448,34 @@ func judgePeerResume(res *Result, job string, ws []labWorker, names []string, lo
 }
 
 func secs(ns int64) string { return fmt.Sprintf("%.1f", float64(ns)/1e9) }
+
+// judgeLinear checks each lab's client-side API history (dir(lab)'s
+// history.jsonl) for linearizability: a history that cannot be read, an
+// operation not linearizable and a search not decided within timeout
+// fail the run.
+func judgeLinear(res *Result, labs []string, dir func(string) string, timeout time.Duration) {
+	res.Linearizable = true
+	for _, lab := range labs {
+		path := filepath.Join(dir(lab), "history.jsonl")
+		lines, err := history.ReadFile(path)
+		if err != nil {
+			res.Linearizable = false
+			res.fail("%s: API history: %v", lab, err)
+			continue
+		}
+		lr, err := linear.Check(lines, linear.Options{Timeout: timeout, VisualizeDir: dir(lab)})
+		if err != nil {
+			res.Linearizable = false
+			res.fail("%s: API history: %v", lab, err)
+			continue
+		}
+		res.LinearOps += lr.Ops
+		for _, f := range lr.Illegal {
+			res.violation("%s: linearizable: %s", lab, f)
+		}
+		if len(lr.Unknown) > 0 {
+			res.fail("%s: linearizability undecided within %v: %s", lab, timeout, strings.Join(lr.Unknown, ", "))
+		}
+		res.Linearizable = res.Linearizable && lr.Linearizable()
+	}
+}

@@ -30,8 +30,11 @@ type Options struct {
 	TimeScale float64
 	TTL       time.Duration // the leases' time to live
 	Converge  time.Duration // bound on the wait for every job after the restart
-	LogLevel  string        // of the processes
-	Logger    *slog.Logger  // the run's progress (nil: discarded)
+	// LinearTimeout bounds the linearizability search of one partition
+	// of a lab's API history (default 2 minutes).
+	LinearTimeout time.Duration
+	LogLevel      string       // of the processes
+	Logger        *slog.Logger // the run's progress (nil: discarded)
 }
 
 // Check refuses options a run cannot honour.
@@ -96,8 +99,15 @@ type Result struct {
 	LeaseExpiresMaxS  float64 `json:"lease_expires_max_s"`
 	LeaseHeldMaxS     float64 `json:"lease_held_max_s"`
 	LeaseExpiryBoundS float64 `json:"lease_expiry_bound_s"`
-	// ProcessesKilled are the lab's servers, agents and workers killed.
+	// ProcessesKilled are the lab's servers, agents and workers killed
+	// (those alive when signalled).
 	ProcessesKilled int `json:"processes_killed"`
+	// Linearizable says every lab's client-side API history (each lab
+	// is its own Raft cluster, the lost one across its loss and
+	// restart) was shown linearizable (package linear); LinearOps counts
+	// the operations checked.
+	Linearizable bool `json:"linearizable"`
+	LinearOps    int  `json:"linear_ops"`
 	// Violations: a worker on a GPU its job's lab did not lease then, or
 	// a restore that went back before a checkpoint already written.
 	Violations int      `json:"violations"`
@@ -121,7 +131,8 @@ func (r *Result) violation(format string, a ...any) {
 func (r *Result) Summary() driver.ScenarioSummary {
 	sc := driver.ScenarioSummary{Name: r.Scenario, FaultsByKind: map[string]int{}, JobsSubmitted: r.JobsSubmitted + r.LostLabJobs,
 		JobsCompleted: r.JobsCompleted + r.LostLabCompleted, JobsFailed: r.JobsFailed, LostJobs: r.LostJobs + r.LostLabJobs - r.LostLabCompleted,
-		Violations: r.Violations, Failures: r.Failures, ElapsedS: r.ElapsedS, Dir: r.Dir, LostLab: r.LostLab, LeaseExpiryMaxS: r.LeaseExpiryMaxS}
+		Violations: r.Violations, Failures: r.Failures, ElapsedS: r.ElapsedS, Dir: r.Dir, LostLab: r.LostLab, LeaseExpiryMaxS: r.LeaseExpiryMaxS,
+		FaultsPlanned: 1, Linearizable: r.Linearizable}
 	if r.ProcessesKilled > 0 {
 		sc.Faults, sc.FaultsByKind["lab-kill"] = 1, 1
 	}

@@ -290,4 +290,5 @@ func (r *run) judge() {
 			}
 		}
 	}
+	judgeLinear(res, r.names, func(lab string) string { return r.ls.Labs[lab].Options().Dir }, r.o.LinearTimeout)
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"pollux/internal/rootgate"
 	"slices"
 	"strings"
 	"testing"
@@ -23,7 +24,7 @@ type lab struct {
 func newLab(t *testing.T) *lab {
 	t.Helper()
 	if err := Available(); err != nil {
-		t.Skip("network namespaces unavailable:", err)
+		rootgate.Skip(t, "network namespaces unavailable: %v", err)
 	}
 	ctx := context.Background()
 	n, err := New(ctx, []Member{{Name: "a", Labels: map[string]string{"rack": "r1"}}, {Name: "b", Labels: map[string]string{"rack": "r2"}},
@@ -248,7 +249,7 @@ func TestLoss(t *testing.T) {
 
 func TestSweepAndClose(t *testing.T) {
 	if err := Available(); err != nil {
-		t.Skip("network namespaces unavailable:", err)
+		rootgate.Skip(t, "network namespaces unavailable: %v", err)
 	}
 	// A namespace named as if left by a dead run.
 	dead := "px999999999-1-zz"

@@ -60,19 +60,29 @@ func Judge(dir string, jsonOut bool, w io.Writer) error {
 	return Print(sum, jsonOut, w)
 }
 
+// noNetns is why a run without network namespaces skips network faults.
+const noNetns = "network faults need network namespaces (root and iptables)"
+
 // Run runs the scenarios one after another, each on a fresh cluster,
 // then, when labLoss is not nil, the lab-loss scenario, and prints the
-// summary.
-func Run(ctx context.Context, scs []schedule.Scenario, labLoss *labloss.Options, seed uint64, o driver.Options, jsonOut bool, w io.Writer) error {
+// summary. Without network namespaces the network faults are skipped,
+// each listed with why; that fails the run unless it opted out of them
+// (optOut: --network loopback).
+func Run(ctx context.Context, scs []schedule.Scenario, labLoss *labloss.Options, seed uint64, o driver.Options, optOut bool, jsonOut bool, w io.Writer) error {
 	sum := driver.NewSummary(seed)
 	for _, sc := range scs {
 		if sc.Network() && o.Network != launch.Namespaces {
 			local := sc.WithoutNetwork()
+			for _, c := range sc.Counts {
+				if c.N > 0 && c.Kind.Network() {
+					sum.SkipFaults(sc.Name, string(c.Kind), c.N, noNetns, !optOut)
+				}
+			}
 			if local.Total() == 0 {
-				sum.Skip(sc.Name, "network faults need network namespaces (root and iptables)")
+				sum.Skip(sc.Name, noNetns)
 				continue
 			}
-			sum.Skip(sc.Name+" (network faults only)", "network faults need network namespaces (root and iptables)")
+			sum.Skip(sc.Name+" (network faults only)", noNetns)
 			sc = local
 		}
 		res, err := driver.Run(ctx, sc, seed, o)
@@ -129,8 +139,8 @@ func Print(sum *driver.Summary, jsonOut bool, w io.Writer) error {
 		return err
 	}
 	if !sum.Pass() {
-		return fmt.Errorf("%w: %d failures (%d lost, %d unsubmitted, %d failed jobs, %d violations, linearizable %v)", ErrFailed,
-			len(sum.Failures), sum.LostJobs, sum.JobsUnsubmitted, sum.JobsFailed, sum.Violations, sum.Linearizable)
+		return fmt.Errorf("%w: %d failures (%d lost, %d unsubmitted, %d failed jobs, %d violations, linearizable %v, %d of %d faults not injected)", ErrFailed,
+			len(sum.Failures), sum.LostJobs, sum.JobsUnsubmitted, sum.JobsFailed, sum.Violations, sum.Linearizable, sum.FaultsSkipped, sum.FaultsPlanned)
 	}
 	return nil
 }
@@ -160,9 +170,13 @@ func writeTable(w io.Writer, s *driver.Summary) error {
 	for _, k := range kinds {
 		parts = append(parts, fmt.Sprintf("%s %d", k, s.FaultsByKind[k]))
 	}
-	fmt.Fprintf(w, "faults: %d of %d planned injected (%d network, %d partitions): %s\n", s.Faults, s.FaultsPlanned, s.NetworkFaults, s.Partitions, strings.Join(parts, ", "))
+	fmt.Fprintf(w, "faults: %d of %d planned injected, %d skipped (%d network, %d partitions): %s\n", s.FaultsInjected, s.FaultsPlanned,
+		s.FaultsSkipped, s.NetworkFaults, s.Partitions, strings.Join(parts, ", "))
 	for _, sk := range s.Skipped {
 		fmt.Fprintln(w, "skipped:", sk)
+	}
+	for _, sk := range s.SkippedFaults {
+		fmt.Fprintln(w, "fault skipped:", sk)
 	}
 	for _, n := range s.Notes {
 		fmt.Fprintln(w, "note:", n)
@@ -180,7 +194,7 @@ func Network(network string, log *slog.Logger) (launch.Network, error) {
 	switch network {
 	case "auto":
 		if err := netns.Available(); err != nil {
-			log.Warn("chaos: no network namespaces: network faults are skipped", "why", err)
+			log.Warn("chaos: no network namespaces: network faults are skipped, which fails the run (--network loopback opts out)", "why", err)
 			return launch.Loopback, nil
 		}
 		return launch.Namespaces, nil

@@ -2,8 +2,10 @@ package suite
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,14 +14,19 @@ import (
 	"pollux/testbed/chaos/attack"
 	"pollux/testbed/chaos/driver"
 	"pollux/testbed/chaos/labloss"
+	"pollux/testbed/chaos/schedule"
+	"pollux/testbed/launch"
 )
 
 func TestPrint(t *testing.T) {
 	passed := driver.NewSummary(3)
-	passed.AddJudged(driver.ScenarioSummary{Name: "lab-loss", Faults: 1, FaultsByKind: map[string]int{"lab-kill": 1}, JobsSubmitted: 4,
+	passed.AddJudged(driver.ScenarioSummary{Name: "lab-loss", Faults: 1, FaultsPlanned: 1, FaultsByKind: map[string]int{"lab-kill": 1}, JobsSubmitted: 4,
 		JobsCompleted: 4, Failures: []string{}, LostLab: "lab-b"})
 	failed := driver.NewSummary(3)
 	failed.Fail("mixed", errors.New("no leader"))
+	unkilled := driver.NewSummary(3)
+	unkilled.AddJudged(driver.ScenarioSummary{Name: "lab-loss", FaultsPlanned: 1, FaultsByKind: map[string]int{}, JobsSubmitted: 4,
+		JobsCompleted: 4, Failures: []string{}, LostLab: "lab-b"})
 	for _, tc := range []struct {
 		name    string
 		sum     *driver.Summary
@@ -27,7 +34,9 @@ func TestPrint(t *testing.T) {
 		fails   bool
 		content []string
 	}{
-		{"a passing run as a table", passed, false, false, []string{"lab-loss", "total", "faults: 1 of 1 planned injected (0 network, 0 partitions): lab-kill 1"}},
+		{"a passing run as a table", passed, false, false, []string{"lab-loss", "total", "faults: 1 of 1 planned injected, 0 skipped (0 network, 0 partitions): lab-kill 1"}},
+		{"a lab loss that killed nothing", unkilled, true, true, []string{`"faults_planned": 1`, `"faults_injected": 0`, `"faults_skipped": 1`,
+			"lab-loss: 1 of 1 planned faults not injected"}},
 		{"a passing run as JSON", passed, true, false, []string{`"lost_lab": "lab-b"`, `"jobs_completed": 4`}},
 		{"a failed run as a table", failed, false, true, []string{"FAIL: mixed: no leader"}},
 		{"a failed run as JSON", failed, true, true, []string{`"failures": [`}},
@@ -47,6 +56,32 @@ func TestPrint(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRunSkippedNetworkFaults runs a scenario of network faults only on
+// the loopback network (so no cluster starts): the faults are listed as
+// skipped with why, and fail the run unless it opted out.
+func TestRunSkippedNetworkFaults(t *testing.T) {
+	sc := schedule.Scenario{Name: "net", Counts: []schedule.Count{{Kind: schedule.Loss, N: 2}, {Kind: schedule.Split21, N: 1}}}
+	o := driver.Options{Exec: []string{"/bin/false"}, Network: launch.Loopback}
+	for _, optOut := range []bool{false, true} {
+		var out bytes.Buffer
+		err := Run(context.Background(), []schedule.Scenario{sc}, nil, 1, o, optOut, true, &out)
+		var sum driver.Summary
+		if jerr := json.Unmarshal(out.Bytes(), &sum); jerr != nil {
+			t.Fatalf("opt-out %v: %v: %s", optOut, jerr, out.String())
+		}
+		if !errors.Is(err, ErrFailed) || sum.FaultsPlanned != 3 || sum.FaultsInjected != 0 || sum.FaultsSkipped != 3 ||
+			len(sum.SkippedFaults) != 2 || !strings.Contains(sum.SkippedFaults[0], "net: 2 loss: network faults need network namespaces") {
+			t.Errorf("opt-out %v: err %v, summary %s", optOut, err, out.String())
+		}
+		named := strings.Contains(err.Error(), "3 of 3 faults not injected") && slices.ContainsFunc(sum.Failures, func(f string) bool {
+			return strings.Contains(f, "2 loss faults planned but not injected")
+		})
+		if named == optOut {
+			t.Errorf("opt-out %v: the failures name the skipped faults: %v (%v)", optOut, named, sum.Failures)
+		}
 	}
 }
 

@@ -103,7 +103,7 @@ def main():
     wall = time.time() - t0
     import cvxpy
     print("SIAREF-DONE", json.dumps({"wall_s": round(wall, 1), "solver": os.environ.get("SIAREF_SOLVER", "cbc"),
-                                     "solver_stats": cvxpy.STATS}), flush=True)
+                                     "seed": args.seed, "solver_stats": cvxpy.STATS}), flush=True)
 
 
 if __name__ == "__main__":

@@ -143,6 +143,8 @@ def main():
                 r = {"policy": policy, "workload": wl,
                      # the solver of Sia's MILP (Pollux has none)
                      "solver": info.get("solver") if policy == "sia" else None,
+                     # runs before the seed was printed used seed 1
+                     "seed": info.get("seed", 1),
                      "wall_s": info.get("wall_s"),
                      "solver_stats": info.get("solver_stats"),
                      "artifact_argv": info.get("artifact_argv")}
@@ -155,7 +157,7 @@ def main():
         name, _, prefix = parts[-1].partition("@")
         num = int(name.split("-")[-1])
         return (r["policy"] != "sia", order.get(parts[0], 9), parts[:-1], num,
-                int(prefix or 0), r["solver"] not in ("cbc", None))
+                int(prefix or 0), r["solver"] not in ("cbc", None), r["seed"])
 
     runs.sort(key=key)
     doc = {"artifact": "siasosp23/artifacts sia-simulator",

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log"
@@ -35,6 +36,19 @@ func (f *fakeBackend) Leader() (raft.ServerID, raft.ServerAddress) {
 	return "s1", "127.0.0.1:7001"
 }
 func (f *fakeBackend) Read(context.Context) (*state.State, error) { return f.LocalState(), nil }
+func (f *fakeBackend) SaveSnapshot(context.Context) ([]byte, error) {
+	return state.EncodeState(f.LocalState()), nil
+}
+func (f *fakeBackend) RestoreSnapshot(_ context.Context, b []byte) error {
+	st, err := state.DecodeState(b)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.st = st
+	return nil
+}
 func (f *fakeBackend) LocalState() *state.State {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -143,6 +157,8 @@ func startTLS(t *testing.T, srv *httptest.Server, b *pki.Bundle) {
 	if srv.TLS, err = creds.ServerConfig(pki.ChannelAPI); err != nil {
 		t.Fatal(err)
 	}
+	// httptest shows its own certificate unless the config lists one.
+	srv.TLS.Certificates = []tls.Certificate{creds.Cert}
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.StartTLS()
 	t.Cleanup(srv.Close)

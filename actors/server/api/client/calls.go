@@ -7,6 +7,7 @@ import (
 	"net/url"
 
 	"pollux/actors/server/api"
+	"pollux/consensus/state"
 )
 
 // Submit submits a job spec (the YAML of package jobspec) and returns the
@@ -90,6 +91,19 @@ func (c *Client) Self(ctx context.Context) (api.Token, error) {
 	return do[api.Token](ctx, c, http.MethodGet, api.PathACLSelf, nil)
 }
 
+// SaveSnapshot returns a backup of the replicated state (the leader's,
+// after every write completed before the call).
+func (c *Client) SaveSnapshot(ctx context.Context) ([]byte, error) {
+	b, _, err := c.send(ctx, http.MethodGet, api.PathSnapshot, nil, state.MaxSnapshot)
+	return b, err
+}
+
+// RestoreSnapshot replaces the cluster's replicated state with a backup
+// SaveSnapshot made (its Raft membership stays its own).
+func (c *Client) RestoreSnapshot(ctx context.Context, backup []byte) (api.Restored, error) {
+	return do[api.Restored](ctx, c, http.MethodPut, api.PathSnapshot, backup)
+}
+
 // do sends a request and returns its answer, decoded.
 func do[T any](ctx context.Context, c *Client, method, path string, body []byte) (T, error) {
 	var v T
@@ -104,4 +118,16 @@ func jobPath(id string) string { return api.PathJobs + "/" + url.PathEscape(id) 
 func marshal(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
+}
+
+// Quotas lists the quotas: the defaults, the state budget and every
+// live token's (admin).
+func (c *Client) Quotas(ctx context.Context) (api.Quotas, error) {
+	return do[api.Quotas](ctx, c, http.MethodGet, api.PathACLQuotas, nil)
+}
+
+// SetQuota sets a token's quota or, with an empty accessor, the
+// defaults and the state budget (admin).
+func (c *Client) SetQuota(ctx context.Context, q api.SetQuota) (api.SetQuota, error) {
+	return do[api.SetQuota](ctx, c, http.MethodPost, api.PathACLQuotas, marshal(q))
 }

@@ -195,6 +195,19 @@ func explain(err error, ca string) error {
 // call sends one request to the first server that answers and decodes
 // its answer into out (nil: the answer is not decoded).
 func (c *Client) call(ctx context.Context, method, path string, body []byte, out any) error {
+	data, s, err := c.send(ctx, method, path, body, maxAnswer)
+	if err != nil || out == nil {
+		return err
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("client: %s %s: the answer of %s: %w", method, path, s, err)
+	}
+	return nil
+}
+
+// send sends one request to the first server that answers and returns
+// its answer (at most limit bytes) and the server.
+func (c *Client) send(ctx context.Context, method, path string, body []byte, limit int64) ([]byte, string, error) {
 	if c.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.Timeout)
@@ -202,10 +215,10 @@ func (c *Client) call(ctx context.Context, method, path string, body []byte, out
 	}
 	var errs []error
 	for _, s := range c.cfg.Servers {
-		data, err := c.ask(ctx, s, method, path, body)
+		data, err := c.ask(ctx, s, method, path, body, limit)
 		var refused *APIError
 		if errors.As(err, &refused) || errors.Is(err, ErrConfig) {
-			return err
+			return nil, s, err
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -214,20 +227,14 @@ func (c *Client) call(ctx context.Context, method, path string, body []byte, out
 		if c.raw != nil {
 			*c.raw = data
 		}
-		if out == nil {
-			return nil
-		}
-		if err := json.Unmarshal(data, out); err != nil {
-			return fmt.Errorf("client: %s %s: the answer of %s: %w", method, path, s, err)
-		}
-		return nil
+		return data, s, nil
 	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, errors.Join(errs...))
+	return nil, "", fmt.Errorf("%w: %w", ErrUnavailable, errors.Join(errs...))
 }
 
 // ask sends one request to server s and returns the body of its 2xx
 // answer.
-func (c *Client) ask(ctx context.Context, s, method, path string, body []byte) ([]byte, error) {
+func (c *Client) ask(ctx context.Context, s, method, path string, body []byte, limit int64) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, method, apiURL(s, path), bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("%w: server %q: %w", ErrConfig, s, err)
@@ -240,9 +247,12 @@ func (c *Client) ask(ctx context.Context, s, method, path string, body []byte) (
 		return nil, explain(err, c.cfg.CA)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s: an answer over %d bytes", s, limit)
 	}
 	if resp.StatusCode < 300 {
 		return data, nil

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"pollux/actors/server/api"
+	"pollux/optimizer/goodput"
 )
 
 // WriteJobs writes jobs as the table `pollux jobs` prints.
@@ -48,11 +49,17 @@ func WriteJob(out io.Writer, j api.Job) error {
 		fmt.Fprintln(w, "no bid yet")
 		return w.err
 	}
-	model := "none yet (linear speedup)"
-	if b.Model != nil {
-		model = fmt.Sprintf("%+v", *b.Model)
+	fmt.Fprintf(w, "bid version %d, profiled up to %d replicas\n", b.Version, b.MostProfiled)
+	switch {
+	case b.Model == nil:
+		fmt.Fprintln(w, "throughput model: none fitted yet (linear speedup): the job's actor fits one from its workers' first measurements")
+	case len(b.Types) > 1:
+		for _, tb := range b.Types {
+			writeModel(w, "throughput model on "+cmp.Or(tb.GPUType, "untyped")+" GPUs", tb.Model)
+		}
+	default:
+		writeModel(w, "throughput model", *b.Model)
 	}
-	fmt.Fprintf(w, "bid version %d, profiled up to %d replicas, model %s\n", b.Version, b.MostProfiled, model)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "K\tONE NODE m/s/gain\tSEVERAL NODES m/s/gain")
 	for k := range b.Single {
@@ -66,6 +73,21 @@ func WriteJob(out io.Writer, j api.Job) error {
 	}
 	tw.Flush()
 	return w.err
+}
+
+// writeModel writes a throughput model as the dashboard shows it: each
+// term named, with its unit (m is the per-GPU batch, K the replicas).
+func writeModel(w io.Writer, title string, p goodput.Params) {
+	fmt.Fprintf(w, "%s (one step: compute and synchronisation overlapped as a γ-norm):\n", title)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "  compute\tα_c %.4g s + β_c %.4g s/sample × m\n", p.AlphaC, p.BetaC)
+	fmt.Fprintf(tw, "  sync within a node\tα_r %.4g s + β_r %.4g s × (K-2)\n", p.AlphaR, p.BetaR)
+	fmt.Fprintf(tw, "  sync across nodes\tα_n %.4g s + β_n %.4g s × (K-2)\n", p.AlphaN, p.BetaN)
+	if p.AlphaX != 0 {
+		fmt.Fprintf(tw, "  sync across racks\tα_x %.4g s × 2(r-1)/r for r racks\n", p.AlphaX)
+	}
+	fmt.Fprintf(tw, "  overlap\tγ %.3g (1: sum, larger: max)\n", p.Gamma)
+	tw.Flush()
 }
 
 // WriteNodes writes nodes as the table `pollux nodes` prints.
@@ -199,4 +221,22 @@ func (s *stickyWriter) Write(p []byte) (int, error) {
 	n, err := s.w.Write(p)
 	s.err = err
 	return n, err
+}
+
+// WriteQuotas prints the quotas as a table: the defaults and the state
+// budget, then one line per token (an asterisk marks a quota of its own).
+func WriteQuotas(w io.Writer, q api.Quotas) error {
+	d := q.Default
+	fmt.Fprintf(w, "default: %d jobs, %d spec bytes, %g submissions/s (burst %d)\n", d.Jobs, d.SpecBytes, d.Rate, d.Burst)
+	fmt.Fprintf(w, "state: %d of %d bytes of job specs\n", q.StateBytes, q.StateBudget)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ACCESSOR\tNAME\tJOBS\tSPEC BYTES\tRATE/S\tBURST")
+	for _, t := range q.Tokens {
+		own := ""
+		if t.Own != nil {
+			own = " *"
+		}
+		fmt.Fprintf(tw, "%s\t%s%s\t%d/%d\t%d/%d\t%g\t%d\n", t.Accessor, t.Name, own, t.Jobs, t.Quota.Jobs, t.SpecBytes, t.Quota.SpecBytes, t.Quota.Rate, t.Quota.Burst)
+	}
+	return tw.Flush()
 }

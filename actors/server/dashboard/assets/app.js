@@ -86,7 +86,7 @@
     const b = document.getElementById("banner");
     let msg = "", cls = "banner";
     if (refused) {
-      msg = "Signed out: " + refused + " — open the dashboard again with a valid token (/ui/?token=...).";
+      msg = "Signed out: " + refused + " — sign in again with a valid token (/ui/login).";
       cls += " bad";
     } else if (failing) {
       msg = "Cannot reach " + ov.serving + " since " + new Date(lastOK).toLocaleTimeString() +
@@ -322,8 +322,8 @@
     const m = j.model;
     document.getElementById("job-model").replaceChildren(m ? kv([
       ["α_c, β_c (compute, s and s/sample)", fmt(m.alpha_c, 4) + ", " + fmt(m.beta_c, 5)],
-      ["α_n, β_n (one node)", fmt(m.alpha_n, 4) + ", " + fmt(m.beta_n, 5)],
-      ["α_r, β_r (several nodes)", fmt(m.alpha_r, 4) + ", " + fmt(m.beta_r, 5)],
+      ["α_r, β_r (sync within a node, s and s per replica beyond 2)", fmt(m.alpha_r, 4) + ", " + fmt(m.beta_r, 5)],
+      ["α_n, β_n (sync across nodes, s and s per replica beyond 2)", fmt(m.alpha_n, 4) + ", " + fmt(m.beta_n, 5)],
       ["γ (overlap)", fmt(m.gamma, 3)],
       ["limits", "init batch " + j.limits.init_batch_size + ", max batch " + j.limits.max_batch_size + ", local " +
         j.limits.min_local_bsz + "–" + j.limits.max_local_bsz + (j.limits.accumulation ? ", accumulation" : "")]])

@@ -34,6 +34,11 @@ CPUS = "POLLUX_CPUS"
 REPORT_CA = "POLLUX_REPORT_CA"
 # Optional: the per-incarnation secret every report carries.
 REPORT_TOKEN = "POLLUX_REPORT_TOKEN"
+# A file holding the report token, readable by the worker's user only
+# (the agent's way: the token is then in no environment).
+REPORT_TOKEN_FILE = "POLLUX_REPORT_TOKEN_FILE"
+# Longest report token read (workerproto.MaxTokenBytes).
+MAX_TOKEN_BYTES = 128
 
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 
@@ -152,4 +157,15 @@ def parse(environ=None):
     if e.report_ca is not None and not os.path.isfile(e.report_ca):
         raise EnvError("%s %r: no such file" % (REPORT_CA, e.report_ca))
     e.report_token = environ.get(REPORT_TOKEN) or None
+    token_file = environ.get(REPORT_TOKEN_FILE)
+    if token_file:
+        if not os.path.isabs(token_file):
+            raise EnvError("%s %r: not an absolute path" %
+                           (REPORT_TOKEN_FILE, token_file))
+        try:
+            with open(token_file, "rb") as f:
+                raw = f.read(MAX_TOKEN_BYTES + 2)
+        except OSError as err:
+            raise EnvError("%s: %s" % (REPORT_TOKEN_FILE, err)) from err
+        e.report_token = raw.decode("ascii", "replace").rstrip() or None
     return e

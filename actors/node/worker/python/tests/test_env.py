@@ -28,6 +28,19 @@ class EnvTest(unittest.TestCase):
         self.assertEqual(e.gpus, [])
         self.assertIsNone(e.report_ca)
 
+    def test_report_token_file(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "token")
+            with open(path, "w") as f:
+                f.write("tok-123\n")
+            e = env.parse(dict(GOOD, POLLUX_REPORT_TOKEN_FILE=path))
+            self.assertEqual(e.report_token, "tok-123")
+            for bad in ("token", os.path.join(d, "none")):
+                with self.assertRaises(env.EnvError) as cm:
+                    env.parse(dict(GOOD, POLLUX_REPORT_TOKEN_FILE=bad))
+                self.assertIn("POLLUX_REPORT_TOKEN_FILE", str(cm.exception))
+
     def test_rejects_naming_the_variable(self):
         cases = [
             ("POLLUX_REPORT_ADDR", None),
