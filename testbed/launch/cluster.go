@@ -332,6 +332,9 @@ func (c *Cluster) layout(ctx context.Context) error {
 			for _, name := range envNames(o.Env) {
 				c.Servers[i].args = append(c.Servers[i].args, "--autoscale-agent-arg=--pass-env="+name)
 			}
+			if workersAsRoot(o.AgentArgs) {
+				c.Servers[i].args = append(c.Servers[i].args, "--autoscale-agent-arg=--run-as=root")
+			}
 			if as.JoinTimeout > 0 {
 				c.Servers[i].args = append(c.Servers[i].args, "--join-timeout", as.JoinTimeout.String())
 			}
@@ -359,9 +362,7 @@ func (c *Cluster) layout(ctx context.Context) error {
 			m.args = append(m.args, "--gpu-type", o.GPUTypes[i%len(o.GPUTypes)])
 		}
 		m.args = append(append(m.args, c.tls.Flags(id)...), o.AgentArgs...)
-		if os.Geteuid() == 0 && !slices.ContainsFunc(o.AgentArgs, func(a string) bool {
-			return a == "--run-as" || a == "--run-as-range" || strings.HasPrefix(a, "--run-as=") || strings.HasPrefix(a, "--run-as-range=")
-		}) {
+		if workersAsRoot(o.AgentArgs) {
 			m.args = append(m.args, "--run-as", "root")
 		}
 		// Workers get a clean environment: what they need is passed on.
@@ -817,4 +818,14 @@ func (r *Reserved) Close() {
 	for i := range r.lns {
 		r.Release(i)
 	}
+}
+
+// workersAsRoot says whether agents started with args (by the launcher,
+// or by the servers' autoscaler) must be told --run-as root: the
+// launcher runs as root and args choose no user. Their workers run the
+// test binary, which sits in a directory the uid range cannot enter.
+func workersAsRoot(args []string) bool {
+	return os.Geteuid() == 0 && !slices.ContainsFunc(args, func(a string) bool {
+		return a == "--run-as" || a == "--run-as-range" || strings.HasPrefix(a, "--run-as=") || strings.HasPrefix(a, "--run-as-range=")
+	})
 }

@@ -42,7 +42,9 @@ func forgedAssign(cert func(*target) *tls.Certificate) func(context.Context, *ta
 			remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(t.tlsConfig(cert(t), "h2"))), grpc.WithContextDialer(dial)),
 			func(c *remote.Config) { c.MaxRetryCount = 1 }))
 		rem.Start()
-		defer rem.Shutdown(false)
+		// A graceful stop closes its gRPC connections before the next case
+		// starts a remote (protoactor sets gRPC's process-wide logger).
+		defer rem.Shutdown(true)
 		msg := &pb.Assign{Generation: 1 << 40, Term: 1 << 40, ClusterId: "forged", CheckpointRoot: t.root,
 			Runs: []*pb.RunJob{{Job: "attack-forged-assign", Incarnation: 1, Application: "ncf", Replicas: 1, WorldSize: 1, NumNodes: 1,
 				InitBatch: 64, AtomicBatch: 64}}}
