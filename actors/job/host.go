@@ -121,6 +121,13 @@ func (h *host) apply(ctx actor.Context, m *pb.HostJobs) {
 			}
 			h.jobs[hj.Job] = pid
 		}
-		ctx.Send(pid, plan{incarnation: hj.Incarnation, nodes: int(hj.Nodes), reps: int(hj.Replicas), gpuType: hj.GpuType, allocator: alloc})
+		// (one rack is 0, as profile entries count racks; a count beyond
+		// the nodes is no placement's and is taken as one rack)
+		racks := int(hj.Racks)
+		if racks < 2 || racks > int(hj.Nodes) {
+			racks = 0
+		}
+		ctx.Send(pid, plan{incarnation: hj.Incarnation, nodes: int(hj.Nodes), reps: int(hj.Replicas), racks: racks,
+			gpuType: hj.GpuType, allocator: alloc})
 	}
 }
