@@ -1,0 +1,81 @@
+package launch
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// commaLists are the flags of the command lines the launcher makes whose
+// one value is a comma-separated list; a settings file gives their items
+// as a YAML list.
+var commaLists = map[string]bool{"join": true, "worker-exec": true}
+
+// ConfigFile is the settings file m runs from with Options.ConfigFiles:
+// Dir/<id>.yaml, written from m's command line at each of its starts.
+func (c *Cluster) ConfigFile(m *Member) string { return filepath.Join(c.o.Dir, m.ID+".yaml") }
+
+// configArgs writes m's settings (its command line after the command:
+// every --name value, --name=value and --name of a boolean flag) to
+// ConfigFile(m), readable by its owner only, and returns the command
+// line that runs m from the file alone. Call it with m.mu held.
+func (c *Cluster) configArgs(m *Member) ([]string, error) {
+	if len(m.args) == 0 {
+		return nil, fmt.Errorf("%w: %s/%s has no command", ErrCluster, m.Role, m.ID)
+	}
+	root := &yaml.Node{Kind: yaml.MappingNode}
+	values := map[string]*yaml.Node{}
+	add := func(name, value string, plain bool) {
+		items := []string{value}
+		if commaLists[name] {
+			items = strings.Split(value, ",")
+		}
+		v := values[name]
+		if v == nil {
+			v = &yaml.Node{Kind: yaml.SequenceNode}
+			values[name] = v
+			root.Content = append(root.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: name}, v)
+		}
+		for _, item := range items {
+			n := &yaml.Node{Kind: yaml.ScalarNode, Value: item, Style: yaml.DoubleQuotedStyle}
+			if plain {
+				n.Style = 0
+			}
+			v.Content = append(v.Content, n)
+		}
+	}
+	args := m.args[1:]
+	for i := 0; i < len(args); i++ {
+		name, ok := strings.CutPrefix(args[i], "--")
+		if !ok {
+			return nil, fmt.Errorf("%w: %s/%s: argument %q is no flag", ErrCluster, m.Role, m.ID, args[i])
+		}
+		switch n, v, hasValue := strings.Cut(name, "="); {
+		case hasValue:
+			add(n, v, false)
+		case i+1 < len(args) && !strings.HasPrefix(args[i+1], "--"):
+			add(name, args[i+1], false)
+			i++
+		default:
+			add(name, "true", true) // a boolean flag
+		}
+	}
+	// A flag given once, but for a comma list, is a scalar.
+	for name, v := range values {
+		if len(v.Content) == 1 && !commaLists[name] {
+			*v = *v.Content[0]
+		}
+	}
+	data, err := yaml.Marshal(root)
+	if err != nil {
+		return nil, fmt.Errorf("launch: %s/%s settings: %w", m.Role, m.ID, err)
+	}
+	file := c.ConfigFile(m)
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	return []string{m.args[0], "--config", file}, nil
+}
