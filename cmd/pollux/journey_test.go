@@ -230,7 +230,7 @@ func TestOperatorJourney(t *testing.T) {
 				return strings.Count(string(b), "agent: allow-list reloaded")
 			}
 			before := reloads()
-			if err := syscall.Kill(m.PID(), syscall.SIGHUP); err != nil {
+			if err := c.Signal(m, syscall.SIGHUP, "", 0); err != nil {
 				t.Fatal(err)
 			}
 			for deadline := time.Now().Add(30 * time.Second); reloads() == before; time.Sleep(100 * time.Millisecond) {
