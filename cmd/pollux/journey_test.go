@@ -176,6 +176,7 @@ func TestOperatorJourney(t *testing.T) {
 	var firstInit int
 	t.Run("eval the bootstrap line, then status and submit without flags", func(t *testing.T) {
 		line := j.bootstrapLine(time.Minute)
+		t.Logf("acl bootstrap ends with: %s", line)
 		var env []string
 		for _, kv := range os.Environ() {
 			if !strings.HasPrefix(kv, "POLLUX_") {
