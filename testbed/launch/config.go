@@ -9,11 +9,6 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// commaLists are the flags of the command lines the launcher makes whose
-// one value is a comma-separated list; a settings file gives their items
-// as a YAML list.
-var commaLists = map[string]bool{"join": true, "worker-exec": true}
-
 // ConfigFile is the settings file m runs from with Options.ConfigFiles:
 // Dir/<id>.yaml, written from m's command line at each of its starts.
 func (c *Cluster) ConfigFile(m *Member) string { return filepath.Join(c.o.Dir, m.ID+".yaml") }
@@ -29,23 +24,17 @@ func (c *Cluster) configArgs(m *Member) ([]string, error) {
 	root := &yaml.Node{Kind: yaml.MappingNode}
 	values := map[string]*yaml.Node{}
 	add := func(name, value string, plain bool) {
-		items := []string{value}
-		if commaLists[name] {
-			items = strings.Split(value, ",")
-		}
 		v := values[name]
 		if v == nil {
 			v = &yaml.Node{Kind: yaml.SequenceNode}
 			values[name] = v
 			root.Content = append(root.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: name}, v)
 		}
-		for _, item := range items {
-			n := &yaml.Node{Kind: yaml.ScalarNode, Value: item, Style: yaml.DoubleQuotedStyle}
-			if plain {
-				n.Style = 0
-			}
-			v.Content = append(v.Content, n)
+		n := &yaml.Node{Kind: yaml.ScalarNode, Value: value, Style: yaml.DoubleQuotedStyle}
+		if plain {
+			n.Style = 0
 		}
+		v.Content = append(v.Content, n)
 	}
 	args := m.args[1:]
 	for i := 0; i < len(args); i++ {
@@ -63,9 +52,10 @@ func (c *Cluster) configArgs(m *Member) ([]string, error) {
 			add(name, "true", true) // a boolean flag
 		}
 	}
-	// A flag given once, but for a comma list, is a scalar.
-	for name, v := range values {
-		if len(v.Content) == 1 && !commaLists[name] {
+	// A flag given once is a scalar (a comma list's items are split as
+	// on the command line).
+	for _, v := range values {
+		if len(v.Content) == 1 {
 			*v = *v.Content[0]
 		}
 	}
