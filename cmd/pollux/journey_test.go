@@ -20,6 +20,7 @@ import (
 	"pollux/actors/server/api"
 	"pollux/cluster/pki"
 	"pollux/consensus/state"
+	"pollux/testbed/builtin"
 	"pollux/testbed/launch"
 )
 
@@ -206,9 +207,14 @@ func TestOperatorJourney(t *testing.T) {
 			t.Fatalf("status and submit after eval of %s: %v\n%s", line, err, out)
 		}
 		job := j.waitJob("first", "placed", 2*time.Minute, placed)
-		if job.Submitter != api.BootstrapName || job.App != "cifar10" || job.InitBatch <= 0 {
-			t.Errorf("first: submitter %q, application %q, init batch %d; want the bootstrap token's, cifar10's defaults",
-				job.Submitter, job.App, job.InitBatch)
+		catalog, err := builtin.Catalog()
+		if err != nil {
+			t.Fatal(err)
+		}
+		limits, _ := appLimits(catalog)("cifar10")
+		if job.Submitter != api.BootstrapName || job.App != "cifar10" || job.InitBatch != limits.InitBatch {
+			t.Errorf("first: submitter %q, application %q, init batch %d; want the bootstrap token's, cifar10's default %d",
+				job.Submitter, job.App, job.InitBatch, limits.InitBatch)
 		}
 		firstInit = job.InitBatch
 	})
