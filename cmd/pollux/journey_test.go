@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -43,6 +44,24 @@ func (j *journey) cli(args ...string) (int, string) {
 	return runOut(append(args, "--server", strings.Join(hs, ","), "--ca", j.c.TLS().CA, "--token", j.c.AdminToken(), "--timeout", "30s")...)
 }
 
+// unavailable is the exit status of the CLI when no server could answer
+// (none reachable, or each answered 5xx: no leader, say).
+const unavailable = 1
+
+// again runs f, as an operator would run a command again, while it exits
+// with status unavailable (elections on a loaded machine), for at most
+// two minutes, and returns its last exit status and output.
+func (j *journey) again(what string, f func() (int, string)) (int, string) {
+	j.t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
+		code, out := f()
+		if code != unavailable || time.Now().After(deadline) {
+			return code, out
+		}
+		j.t.Logf("%s, to be run again: %s", what, out)
+	}
+}
+
 // spec writes a job spec of name, app and replica limits only, and
 // returns its file.
 func (j *journey) spec(name, app string, minReplicas, maxReplicas int) string {
@@ -61,7 +80,8 @@ func (j *journey) spec(name, app string, minReplicas, maxReplicas int) string {
 // names here are new, so it is this one.
 func (j *journey) submit(name, app string, minReplicas, maxReplicas int) {
 	j.t.Helper()
-	code, out := j.cli("submit", j.spec(name, app, minReplicas, maxReplicas))
+	f := j.spec(name, app, minReplicas, maxReplicas)
+	code, out := j.again("submit "+name, func() (int, string) { return j.cli("submit", f) })
 	switch {
 	case code == 0:
 	case strings.Contains(out, fmt.Sprintf("job already exists: %q", name)):
@@ -201,25 +221,33 @@ func TestOperatorJourney(t *testing.T) {
 			}
 		}
 		// pollux ARGS in a shell that evaluated the line first.
-		shell := func(args ...string) (string, error) {
+		shell := func(args ...string) (int, string) {
 			sh := exec.CommandContext(ctx, "sh", append(append([]string{"-c", `eval "$JOURNEY_EXPORTS" && exec "$@"`, "sh"}, selfExec...), args...)...)
 			sh.Env = append(env, "POLLUX_TEST_PROCESS=1", "JOURNEY_EXPORTS="+line)
 			out, err := sh.CombinedOutput()
-			return string(out), err
+			var exit *exec.ExitError
+			switch {
+			case errors.As(err, &exit):
+				return exit.ExitCode(), string(out)
+			case err != nil:
+				t.Fatalf("sh: %v", err)
+			}
+			return 0, string(out)
 		}
-		if out, err := shell("status"); err != nil || !strings.Contains(out, "leader") {
-			t.Fatalf("status after eval of %s: %v\n%s", line, err, out)
+		if code, out := j.again("status after eval", func() (int, string) { return shell("status") }); code != 0 || !strings.Contains(out, "leader") {
+			t.Fatalf("status after eval of %s: exit %d\n%s", line, code, out)
 		}
 		// A submission whose answer is lost (a slow server) is retried by
 		// the CLI on the next server, which may answer that the job
 		// exists: "first" is new, so it is this one.
-		out, err := shell("submit", j.spec("first", "cifar10", 1, 2))
+		spec := j.spec("first", "cifar10", 1, 2)
+		code, out := j.again("submit after eval", func() (int, string) { return shell("submit", spec) })
 		switch {
-		case err == nil && strings.Contains(out, "submitted first"):
+		case code == 0 && strings.Contains(out, "submitted first"):
 		case strings.Contains(out, `job already exists: "first"`):
 			t.Logf("submit after eval, answered after a retry: %s", out)
 		default:
-			t.Fatalf("submit after eval of %s: %v\n%s", line, err, out)
+			t.Fatalf("submit after eval of %s: exit %d\n%s", line, code, out)
 		}
 		job := j.waitJob("first", "placed", 2*time.Minute, placed)
 		catalog, err := builtin.Catalog()
@@ -242,7 +270,7 @@ func TestOperatorJourney(t *testing.T) {
 		j.waitJob("imagenet-before", "placed", 2*time.Minute, placed)
 		// A cancel whose answer is lost (a slow server) is retried by the
 		// CLI on the next server, which may answer that it is cancelled.
-		if code, out := j.cli("cancel", "imagenet-before"); code != 0 && !strings.Contains(out, `"imagenet-before" is cancelled`) {
+		if code, out := j.again("cancel", func() (int, string) { return j.cli("cancel", "imagenet-before") }); code != 0 && !strings.Contains(out, `"imagenet-before" is cancelled`) {
 			t.Fatalf("cancel imagenet-before: %d %s", code, out)
 		}
 		j.waitJob("imagenet-before", "cancelled", time.Minute, func(job api.Job) bool { return job.State == state.Cancelled.String() })
@@ -291,11 +319,14 @@ func TestOperatorJourney(t *testing.T) {
 
 	t.Run("snapshot save, wipe every server, restore: every job back", func(t *testing.T) {
 		saved := j.jobs()
+		for deadline := time.Now().Add(time.Minute); saved == nil && time.Now().Before(deadline); time.Sleep(time.Second) {
+			saved = j.jobs() // no server answered: again
+		}
 		if len(saved) != 3 {
 			t.Fatalf("jobs before the backup: %v", slices.Sorted(maps.Keys(saved)))
 		}
 		backup := filepath.Join(j.dir, "pollux.snap")
-		if code, out := j.cli("operator", "snapshot", "save", backup); code != 0 || !strings.Contains(out, "saved") {
+		if code, out := j.again("snapshot save", func() (int, string) { return j.cli("operator", "snapshot", "save", backup) }); code != 0 || !strings.Contains(out, "saved") {
 			t.Fatalf("snapshot save: %d %s", code, out)
 		}
 		for _, m := range c.Servers {
@@ -333,17 +364,8 @@ func TestOperatorJourney(t *testing.T) {
 			}
 		}
 		j.bootstrapLine(2 * time.Minute)
-		// As an operator would: again while no server could take it (the
-		// new cluster's leadership may move on a loaded machine).
-		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
-			code, out := j.cli("operator", "snapshot", "restore", backup)
-			if code == 0 && strings.Contains(out, "3 jobs") {
-				break
-			}
-			if code != 1 || time.Now().After(deadline) {
-				t.Fatalf("snapshot restore: %d %s", code, out)
-			}
-			t.Logf("snapshot restore, to be retried: %s", out)
+		if code, out := j.again("snapshot restore", func() (int, string) { return j.cli("operator", "snapshot", "restore", backup) }); code != 0 || !strings.Contains(out, "3 jobs") {
+			t.Fatalf("snapshot restore: %d %s", code, out)
 		}
 		var got map[string]api.Job
 		for deadline := time.Now().Add(time.Minute); ; time.Sleep(300 * time.Millisecond) {
