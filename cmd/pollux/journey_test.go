@@ -319,7 +319,7 @@ func TestOperatorJourney(t *testing.T) {
 
 	t.Run("snapshot save, wipe every server, restore: every job back", func(t *testing.T) {
 		saved := j.jobs()
-		for deadline := time.Now().Add(time.Minute); saved == nil && time.Now().Before(deadline); time.Sleep(time.Second) {
+		for deadline := time.Now().Add(2 * time.Minute); saved == nil && time.Now().Before(deadline); time.Sleep(time.Second) {
 			saved = j.jobs() // no server answered: again
 		}
 		if len(saved) != 3 {
@@ -354,7 +354,7 @@ func TestOperatorJourney(t *testing.T) {
 		}
 		// The wiped cluster knows no token: it has to be bootstrapped
 		// again before the backup can be restored.
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(300 * time.Millisecond) {
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(300 * time.Millisecond) {
 			code, out := j.cli("jobs")
 			if code == 2 && strings.Contains(out, "no tokens yet") {
 				break
@@ -368,7 +368,7 @@ func TestOperatorJourney(t *testing.T) {
 			t.Fatalf("snapshot restore: %d %s", code, out)
 		}
 		var got map[string]api.Job
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(300 * time.Millisecond) {
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(300 * time.Millisecond) {
 			if got = j.jobs(); len(got) == len(saved) {
 				break
 			}
