@@ -13,6 +13,7 @@ import (
 
 	"pollux/actors/agent"
 	"pollux/actors/node"
+	"pollux/actors/node/workerlog"
 	"pollux/internal/flagfile"
 	"pollux/internal/usage"
 )
@@ -78,6 +79,10 @@ func newAgentCmd() *cobra.Command {
 	f.DurationVar(&c.RestartCost, "restart-cost", 30*time.Second, "simulated start-up time of emulated workers")
 	f.StringVar(&c.DataDir, "data-dir", "", "directory of the agent's fencing state (the newest term, generation and job "+
 		"incarnations it accepted), so a restarted agent never reruns an old incarnation; empty: kept in memory only")
+	f.StringVar(&c.LogDir, "log-dir", "", "directory of the workers' logs, one file per job, incarnation and rank (0700; "+
+		"empty: logs under --data-dir, or a temporary directory removed when the agent stops)")
+	f.Int64Var(&c.LogMaxBytes, "worker-log-max", workerlog.DefaultMaxBytes, "bytes of disk each worker's log may take: "+
+		"beyond half of it the older half is deleted (pollux logs then says how much was dropped)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringSliceVar(&c.WorkerExec, "worker-exec", nil, "program (and leading arguments) that runs `pollux worker` (default: this binary)")
 	_ = f.MarkHidden("worker-exec")

@@ -2,8 +2,8 @@ package workerlog
 
 import (
 	"bufio"
-	"cmp"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -117,6 +117,9 @@ func Open(cfg Config) (*Store, error) {
 	}
 	return &Store{cfg: cfg, open: map[Key]*Writer{}}, nil
 }
+
+// MaxBytes is the cap of each worker's log.
+func (s *Store) MaxBytes() int64 { return s.cfg.MaxBytes }
 
 // Dir is the store's directory.
 func (s *Store) Dir() string { return s.cfg.Dir }
