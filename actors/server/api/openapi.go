@@ -25,9 +25,16 @@ type operation struct {
 	in      any
 	code    int
 	out     any
-	// text is the media type of a non-JSON answer (out is then nil).
+	// text is the media type of a non-JSON answer (out, if set, is
+	// then the schema of each of its lines).
 	text string
+	// query are the query parameters it takes.
+	query []queryParam
 }
+
+// queryParam is one query parameter: its name, JSON schema type and
+// what it means.
+type queryParam struct{ name, typ, desc string }
 
 // operations document every route of New, keyed by its pattern. The
 // OpenAPI document is made from them, and a test checks them against
@@ -37,6 +44,7 @@ var operations = map[string]operation{
 	"GET " + PathJobs:                              {summary: "List the jobs, oldest first", code: http.StatusOK, out: []Job{}},
 	"GET " + PathJobs + "/{id}":                    {summary: "One job with its latest bid (throughput model and batch configurations)", code: http.StatusOK, out: Job{}},
 	"POST " + PathJobs + "/{id}/cancel":            {summary: "Cancel a job (its submitter or an admin)", code: http.StatusOK, out: CancelResult{}},
+	"GET " + PathJobs + "/{id}/logs":               logsOperation,
 	"GET " + PathNodes:                             {summary: "List the nodes with their GPUs in use", code: http.StatusOK, out: []Node{}},
 	"GET " + PathStatus:                            {summary: "The cluster in brief: leader, GPUs, jobs by state, last round", code: http.StatusOK, out: Status{}},
 	"GET /metrics":                                 {summary: "Prometheus metrics of this server", code: http.StatusOK, text: "text/plain"},
@@ -54,6 +62,13 @@ var operations = map[string]operation{
 	"PUT " + PathSnapshot:                          {summary: "Replace the replicated state with a backup (the Raft membership stays)", in: []byte{}, code: http.StatusOK, out: Restored{}},
 	"GET " + PathOpenAPI:                           {summary: "This document", code: http.StatusOK, out: map[string]any{}},
 }
+
+// logsOperation documents GET PathJobs/{id}/logs.
+var logsOperation = operation{summary: "A worker's log, one JSON object a line; the job's submitter or an admin",
+	code: http.StatusOK, text: "application/x-ndjson", out: LogLine{},
+	query: []queryParam{{"incarnation", "integer", "the incarnation (default: the newest with a log; with follow, newer ones as they start)"},
+		{"rank", "integer", "the worker's rank (default 0)"}, {"follow", "boolean", "stream new lines as they are written"},
+		{"tail", "integer", "start at the tail-th line from the end"}}}
 
 // roleNames name the roles in the document.
 var roleNames = map[state.Role]string{roleBootstrap: "none (client certificate)", state.RoleRead: "read", state.RoleSubmit: "submit", state.RoleAdmin: "admin"}
@@ -89,6 +104,10 @@ func openAPI(needs map[string]state.Role) []byte {
 		for _, m := range pathParam.FindAllStringSubmatch(path, -1) {
 			params = append(params, map[string]any{"name": m[1], "in": "path", "required": true, "schema": map[string]any{"type": "string"}})
 		}
+		for _, qp := range op.query {
+			params = append(params, map[string]any{"name": qp.name, "in": "query", "required": false, "description": qp.desc,
+				"schema": map[string]any{"type": qp.typ}})
+		}
 		if params != nil {
 			o["parameters"] = params
 		}
@@ -103,6 +122,8 @@ func openAPI(needs map[string]state.Role) []byte {
 		}
 		ok200 := map[string]any{"description": http.StatusText(op.code)}
 		switch {
+		case op.text != "" && op.out != nil:
+			ok200["content"] = map[string]any{op.text: map[string]any{"schema": g.schema(reflect.TypeOf(op.out))}}
 		case op.text != "":
 			text := map[string]any{"type": "string"}
 			if op.text == "application/octet-stream" {
