@@ -112,3 +112,24 @@ func DecodeLogs(r io.Reader, fn func(api.LogLine) error) error {
 	}
 	return nil
 }
+
+// LogPrinter returns a Logs callback that prints each line to out: the
+// worker's line as it wrote it, or with asJSON the api.LogLine as one
+// JSON object a line. A gap the size cap left is noted on notes.
+func LogPrinter(out, notes io.Writer, asJSON bool) func(api.LogLine) error {
+	return func(l api.LogLine) error {
+		if l.SkippedBytes > 0 && notes != nil {
+			fmt.Fprintf(notes, "pollux: %d bytes of the log of incarnation %d rank %d were rotated away (the agent's --worker-log-max) before the next line\n",
+				l.SkippedBytes, l.Incarnation, l.Rank)
+		}
+		if !asJSON {
+			_, err := fmt.Fprintln(out, l.Line)
+			return err
+		}
+		b, err := json.Marshal(l)
+		if err == nil {
+			_, err = out.Write(append(b, '\n'))
+		}
+		return err
+	}
+}
