@@ -45,7 +45,8 @@ func newAgentCmd() *cobra.Command {
 			"POLLUX_REPORT_CA) and gossip is encrypted with --gossip-key (docs/security.md); --insecure runs plaintext. " +
 			"It runs only commands of its allow-list (--allow-command), as --run-as, with only the protocol's " +
 			"POLLUX_* variables and those named by --pass-env, and only with checkpoint directories below the " +
-			"cluster's checkpoint root. --config FILE reads the flags from a YAML file (each key a flag's name; flags on the " +
+			"cluster's checkpoint root. Each worker's stdout and stderr go to a log file of its own under --log-dir, " +
+			"capped by --worker-log-max, which `pollux logs` reads (docs/logs.md). --config FILE reads the flags from a YAML file (each key a flag's name; flags on the " +
 			"command line win) and --print-config prints the effective settings (docs/deploy.md).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

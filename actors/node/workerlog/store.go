@@ -28,6 +28,9 @@ const (
 	DefaultKeep = 16
 	// MaxLine is the longest line kept whole; a longer one is split.
 	MaxLine = 16 << 10
+	// MinMaxBytes is the smallest cap: each half holds the longest
+	// record.
+	MinMaxBytes = 4 * MaxLine
 	// DefaultReadBytes bounds one Read's answer (see Read's max).
 	DefaultReadBytes = 256 << 10
 	// MaxTail bounds the lines a Read's tail may ask for.
@@ -100,8 +103,8 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = DefaultMaxBytes
 	}
-	if cfg.MaxBytes < 2*MaxLine {
-		return nil, fmt.Errorf("%w: a cap of %d bytes is below two lines of %d", ErrBadRequest, cfg.MaxBytes, MaxLine)
+	if cfg.MaxBytes < MinMaxBytes {
+		return nil, fmt.Errorf("%w: a cap of %d bytes (want at least %d)", ErrBadRequest, cfg.MaxBytes, MinMaxBytes)
 	}
 	if cfg.Keep <= 0 {
 		cfg.Keep = DefaultKeep
