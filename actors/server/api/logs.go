@@ -230,6 +230,9 @@ func (s *logStream) find(ctx context.Context, after uint64) (string, *pb.LogChun
 		sem     = make(chan struct{}, logFanOut)
 	)
 	req := &pb.LogRead{Job: s.job, Incarnation: s.q.Incarnation, Rank: uint32(s.q.Rank), Tail: uint32(s.q.Tail)}
+	if after > 0 {
+		req.Tail = 0 // a next incarnation's log is read whole
+	}
 	for _, id := range st.NodeIDs() {
 		n := st.Nodes[id]
 		if len(n.Addresses) == 0 {
