@@ -28,13 +28,11 @@ type operation struct {
 	// text is the media type of a non-JSON answer (out, if set, is
 	// then the schema of each of its lines).
 	text string
-	// query are the query parameters it takes.
-	query []queryParam
+	// query names the query parameters (strings) and stream the media
+	// type of the answer's streamed form, if any.
+	query  []string
+	stream string
 }
-
-// queryParam is one query parameter: its name, JSON schema type and
-// what it means.
-type queryParam struct{ name, typ, desc string }
 
 // operations document every route of New, keyed by its pattern. The
 // OpenAPI document is made from them, and a test checks them against
@@ -64,11 +62,10 @@ var operations = map[string]operation{
 }
 
 // logsOperation documents GET PathJobs/{id}/logs.
-var logsOperation = operation{summary: "A worker's log, one JSON object a line; the job's submitter or an admin",
-	code: http.StatusOK, text: "application/x-ndjson", out: LogLine{},
-	query: []queryParam{{"incarnation", "integer", "the incarnation (default: the newest with a log; with follow, newer ones as they start)"},
-		{"rank", "integer", "the worker's rank (default 0)"}, {"follow", "boolean", "stream new lines as they are written"},
-		{"tail", "integer", "start at the tail-th line from the end"}}}
+var logsOperation = operation{summary: "A worker's log, one JSON object a line; the job's submitter or an admin. incarnation=N " +
+	"(default: the newest with a log; with follow, the newer ones as they start), rank=R (default 0), follow=true (stream new " +
+	"lines as they are written, until the worker exits), tail=N (start at the N-th line from the end)",
+	code: http.StatusOK, text: "application/x-ndjson", out: LogLine{}, query: []string{"incarnation", "rank", "follow", "tail"}}
 
 // roleNames name the roles in the document.
 var roleNames = map[state.Role]string{roleBootstrap: "none (client certificate)", state.RoleRead: "read", state.RoleSubmit: "submit", state.RoleAdmin: "admin"}
@@ -104,9 +101,8 @@ func openAPI(needs map[string]state.Role) []byte {
 		for _, m := range pathParam.FindAllStringSubmatch(path, -1) {
 			params = append(params, map[string]any{"name": m[1], "in": "path", "required": true, "schema": map[string]any{"type": "string"}})
 		}
-		for _, qp := range op.query {
-			params = append(params, map[string]any{"name": qp.name, "in": "query", "required": false, "description": qp.desc,
-				"schema": map[string]any{"type": qp.typ}})
+		for _, name := range op.query {
+			params = append(params, map[string]any{"name": name, "in": "query", "required": false, "schema": map[string]any{"type": "string"}})
 		}
 		if params != nil {
 			o["parameters"] = params
