@@ -28,10 +28,8 @@ type operation struct {
 	// text is the media type of a non-JSON answer (out, if set, is
 	// then the schema of each of its lines).
 	text string
-	// query names the query parameters (strings) and stream the media
-	// type of the answer's streamed form, if any.
-	query  []string
-	stream string
+	// query names the query parameters (strings).
+	query []string
 }
 
 // operations document every route of New, keyed by its pattern. The
