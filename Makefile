@@ -83,4 +83,4 @@ clean:
 #   go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO ?= $(shell $(GO) env GOPATH)/bin/protoc-gen-go
 proto:
-	protoc --plugin=protoc-gen-go=$(PROTOC_GEN_GO) --go_out=. --go_opt=module=pollux actors/pb/messages.proto actors/pb/lease.proto
+	protoc --plugin=protoc-gen-go=$(PROTOC_GEN_GO) --go_out=. --go_opt=module=pollux actors/pb/messages.proto actors/pb/lease.proto actors/pb/logs.proto
