@@ -391,4 +391,12 @@ func TestOperatorJourney(t *testing.T) {
 			t.Errorf("first after the restore: init batch %d, was %d", job.InitBatch, firstInit)
 		}
 	})
+
+	// The logs steps run last, on a job of their own (the snapshot step
+	// counts the jobs, the SIGHUP step needs "first" running).
+	t.Run("logs: followed within 1 s, an earlier incarnation's after a resize, none for a read token", func(t *testing.T) {
+		steps := *j
+		steps.t = t
+		steps.logSteps(ctx, "chatty")
+	})
 }
