@@ -115,6 +115,28 @@ func (j *journey) logSteps(ctx context.Context, id string) {
 	var latencies []time.Duration
 	var earlier *api.LogLine // a measured line of an incarnation before the job's newest
 	var now api.Job
+	take := func(f followed) {
+		seen = append(seen, f)
+		m := workerTime.FindStringSubmatch(f.line.Line)
+		if m == nil {
+			t.Logf("followed (no worker time): %+v", f.line)
+			return
+		}
+		wrote, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil {
+			t.Logf("followed (bad worker time %q): %+v", m[1], f.line)
+			return
+		}
+		if wrote.Before(began) {
+			t.Logf("followed (written before the follower started, not measured): %+v", f.line)
+			return
+		}
+		d := f.at.Sub(wrote)
+		latencies = append(latencies, d)
+		t.Logf("followed: worker wrote at %s, agent read at %s, pollux logs -f printed at %s: %s after the worker (%s after the agent): %q",
+			wrote.Format(time.StampMilli), f.line.Time.Format(time.StampMilli), f.at.Format(time.StampMilli),
+			d.Round(time.Millisecond), f.at.Sub(f.line.Time).Round(time.Millisecond), f.line.Line)
+	}
 	for deadline := time.Now().Add(3 * time.Minute); earlier == nil; {
 		if job := j.job(id); job != nil {
 			now = *job
@@ -141,32 +163,29 @@ func (j *journey) logSteps(ctx context.Context, id string) {
 					lines = nil
 					break drain
 				}
-				seen = append(seen, f)
-				m := workerTime.FindStringSubmatch(f.line.Line)
-				if m == nil {
-					t.Logf("followed (no worker time): %+v", f.line)
-					continue
-				}
-				wrote, err := time.Parse(time.RFC3339Nano, m[1])
-				if err != nil {
-					t.Logf("followed (bad worker time %q): %+v", m[1], f.line)
-					continue
-				}
-				if wrote.Before(began) {
-					t.Logf("followed (written before the follower started, not measured): %+v", f.line)
-					continue
-				}
-				d := f.at.Sub(wrote)
-				latencies = append(latencies, d)
-				t.Logf("followed: worker wrote at %s, agent read at %s, pollux logs -f printed at %s: %s after the worker (%s after the agent): %q",
-					wrote.Format(time.StampMilli), f.line.Time.Format(time.StampMilli), f.at.Format(time.StampMilli),
-					d.Round(time.Millisecond), f.at.Sub(f.line.Time).Round(time.Millisecond), f.line.Line)
+				take(f)
 			case <-wait:
 				break drain
 			}
 		}
 		if lines == nil {
 			time.Sleep(time.Second) // the job's state, again
+		}
+	}
+	// More lines to measure: the follower goes on through the job's next
+	// incarnations until the job ends (cifar10 at the launcher's time
+	// scale: well within a minute), or a minute has passed.
+	for more := time.After(time.Minute); lines != nil; {
+		select {
+		case f, ok := <-lines:
+			if ok {
+				take(f)
+			} else {
+				lines = nil
+			}
+		case <-more:
+			t.Logf("pollux logs -f %s still follows after a minute more", id)
+			lines = nil
 		}
 	}
 	if len(latencies) == 0 {
