@@ -180,7 +180,10 @@ func (j *journey) bootstrapLine(within time.Duration) string {
 // other flag; a SIGHUP after an application is revoked from the agents'
 // allow-list stops new workers of it while others run on; and `pollux
 // operator snapshot save`, a wipe of every server's data and `snapshot
-// restore` bring every job back, running again.
+// restore` bring every job back, running again; and, on a job of its
+// own (journey_logs_test.go), `pollux logs -f` prints the worker's lines
+// within 1 s, an earlier incarnation's log stays readable after a
+// resize, and a read token gets 403 on the logs.
 func TestOperatorJourney(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a multi-process cluster")
