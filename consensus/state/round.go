@@ -482,7 +482,7 @@ func applyRound(s *State, c *Round, term uint64) ([]Drop, error) {
 	}
 	next, pdrops := admitPlacements(s, c.Jobs, c.Time)
 	drops = append(drops, pdrops...)
-	reallocate(s, c.Generation, c.Term, next, restart)
+	reallocate(s, c.Generation, c.Term, next, restart, c.Time)
 	s.LastRound = c.Time
 	return drops, nil
 }
@@ -531,6 +531,7 @@ func applyRoundJob(s *State, j *Job, u *RoundJob, maxFailures int, now float64) 
 			j.State, j.FinishTime = Failed, now
 			j.Reason = fmt.Sprintf("workers failed in %d incarnations in a row without finishing an epoch", j.Crashes)
 			delete(s.Allocation.Jobs, j.ID)
+			emit(s, EventFailed, now, j.ID, "", j.Reason)
 		}
 	}
 	if first != nil {
