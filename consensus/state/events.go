@@ -223,7 +223,11 @@ func slotsText(slots []Slot) string {
 		k += sl.GPUs
 		parts = append(parts, fmt.Sprintf("%s (%d)", sl.Node, sl.GPUs))
 	}
-	return fmt.Sprintf("%d GPUs on %s", k, strings.Join(parts, ", "))
+	unit := "GPUs"
+	if k == 1 {
+		unit = "GPU"
+	}
+	return fmt.Sprintf("%d %s on %s", k, unit, strings.Join(parts, ", "))
 }
 
 // batchText describes the batch configuration j's bid chooses on slots

@@ -64,7 +64,7 @@ func TestApplyEmitsEvents(t *testing.T) {
 		{"submit f", &SubmitJob{ID: "f", Spec: testSpec(), SubmitTime: 100}, false,
 			[]wantEvent{{EventSubmitted, "f", "", 100, "submitted"}}},
 		{"place f", &Round{Generation: 6, Term: 2, Time: 110, Jobs: map[string][]Slot{"f": {{"n1", 1}}}}, false,
-			[]wantEvent{{EventPlaced, "f", "", 110, "placed on 1 GPUs on n1 (1)"}}},
+			[]wantEvent{{EventPlaced, "f", "", 110, "placed on 1 GPU on n1 (1)"}}},
 		{"fail f", &Round{Generation: 7, Term: 2, Time: 120, MaxFailures: 1, Jobs: map[string][]Slot{},
 			Updates: []RoundJob{{ID: "f", Incarnation: 1, Restart: true}}}, false,
 			[]wantEvent{{EventFailed, "f", "", 120, "workers failed in 1 incarnations in a row"}}},

@@ -37,6 +37,7 @@ func TestRouteRoles(t *testing.T) {
 		"POST " + PathJobs + "/{id}/cancel":            state.RoleSubmit,
 		"GET " + PathNodes:                             state.RoleRead,
 		"GET " + PathStatus:                            state.RoleRead,
+		"GET " + PathEvents:                            state.RoleRead,
 		"GET /metrics":                                 state.RoleRead,
 		"GET " + PathPeers:                             state.RoleAdmin,
 		"POST " + PathPeers:                            state.RoleAdmin,

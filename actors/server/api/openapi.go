@@ -27,18 +27,25 @@ type operation struct {
 	out     any
 	// text is the media type of a non-JSON answer (out is then nil).
 	text string
+	// query names the query parameters (strings) and stream the media
+	// type of the answer's streamed form, if any.
+	query  []string
+	stream string
 }
 
 // operations document every route of New, keyed by its pattern. The
 // OpenAPI document is made from them, and a test checks them against
 // the routes the API really serves.
 var operations = map[string]operation{
-	"POST " + PathJobs:                             {summary: "Submit a job (its spec, YAML or JSON; the job's name is its id)", in: jobspec.Spec{}, code: http.StatusCreated, out: map[string]string{}},
-	"GET " + PathJobs:                              {summary: "List the jobs, oldest first", code: http.StatusOK, out: []Job{}},
-	"GET " + PathJobs + "/{id}":                    {summary: "One job with its latest bid (throughput model and batch configurations)", code: http.StatusOK, out: Job{}},
-	"POST " + PathJobs + "/{id}/cancel":            {summary: "Cancel a job (its submitter or an admin)", code: http.StatusOK, out: CancelResult{}},
-	"GET " + PathNodes:                             {summary: "List the nodes with their GPUs in use", code: http.StatusOK, out: []Node{}},
-	"GET " + PathStatus:                            {summary: "The cluster in brief: leader, GPUs, jobs by state, last round", code: http.StatusOK, out: Status{}},
+	"POST " + PathJobs:                  {summary: "Submit a job (its spec, YAML or JSON; the job's name is its id)", in: jobspec.Spec{}, code: http.StatusCreated, out: map[string]string{}},
+	"GET " + PathJobs:                   {summary: "List the jobs, oldest first", code: http.StatusOK, out: []Job{}},
+	"GET " + PathJobs + "/{id}":         {summary: "One job with its latest bid (throughput model and batch configurations)", code: http.StatusOK, out: Job{}},
+	"POST " + PathJobs + "/{id}/cancel": {summary: "Cancel a job (its submitter or an admin)", code: http.StatusOK, out: CancelResult{}},
+	"GET " + PathNodes:                  {summary: "List the nodes with their GPUs in use", code: http.StatusOK, out: []Node{}},
+	"GET " + PathStatus:                 {summary: "The cluster in brief: leader, GPUs, jobs by state, last round", code: http.StatusOK, out: Status{}},
+	"GET " + PathEvents: {summary: "The cluster's events (of one job with job=ID) after sequence number since=SEQ; with follow=true or Accept: text/event-stream, " +
+		"a stream of server-sent events (id: the sequence number; resume with Last-Event-ID), which ends when a followed job has finished",
+		code: http.StatusOK, out: Events{}, query: []string{"job", "since", "follow"}, stream: "text/event-stream"},
 	"GET /metrics":                                 {summary: "Prometheus metrics of this server", code: http.StatusOK, text: "text/plain"},
 	"GET " + PathPeers:                             {summary: "List the Raft servers", code: http.StatusOK, out: []Peer{}},
 	"POST " + PathPeers:                            {summary: "Make a running server a voter", in: AddPeer{}, code: http.StatusOK, out: map[string]string{}},
@@ -89,6 +96,9 @@ func openAPI(needs map[string]state.Role) []byte {
 		for _, m := range pathParam.FindAllStringSubmatch(path, -1) {
 			params = append(params, map[string]any{"name": m[1], "in": "path", "required": true, "schema": map[string]any{"type": "string"}})
 		}
+		for _, name := range op.query {
+			params = append(params, map[string]any{"name": name, "in": "query", "required": false, "schema": map[string]any{"type": "string"}})
+		}
 		if params != nil {
 			o["parameters"] = params
 		}
@@ -110,7 +120,11 @@ func openAPI(needs map[string]state.Role) []byte {
 			}
 			ok200["content"] = map[string]any{op.text: map[string]any{"schema": text}}
 		case op.out != nil:
-			ok200["content"] = map[string]any{"application/json": map[string]any{"schema": g.schema(reflect.TypeOf(op.out))}}
+			content := map[string]any{"application/json": map[string]any{"schema": g.schema(reflect.TypeOf(op.out))}}
+			if op.stream != "" {
+				content[op.stream] = map[string]any{"schema": map[string]any{"type": "string"}}
+			}
+			ok200["content"] = content
 		}
 		errBody := map[string]any{"description": "refused: the body's error says why", "content": map[string]any{
 			"application/json": map[string]any{"schema": g.schema(reflect.TypeOf(Error{}))}}}
