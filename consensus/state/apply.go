@@ -295,7 +295,7 @@ func applyAllocation(s *State, c *CommitAllocation, term uint64) error {
 		sortSlots(slots)
 		next[id] = slots
 	}
-	reallocate(s, c.Generation, c.Term, next, nil, s.LastRound)
+	reallocate(s, c.Generation, c.Term, next, nil, s.LastRound, "")
 	return nil
 }
 
@@ -317,8 +317,8 @@ func fence(s *State, what string, gen, decided, term uint64) error {
 // change, or that restarts on slots, enters a new incarnation: pending
 // without slots, running when it had none, otherwise rescaling (a
 // restart, counted when its slots changed). Each change is an event at
-// time at.
-func reallocate(s *State, gen, term uint64, next map[string][]Slot, restart map[string]bool, at float64) {
+// time at, quoting note (why the leader chose next) if set.
+func reallocate(s *State, gen, term uint64, next map[string][]Slot, restart map[string]bool, at float64, note string) {
 	for _, id := range s.JobIDs() {
 		j := s.Jobs[id]
 		if j.State.Terminal() {
@@ -340,7 +340,7 @@ func reallocate(s *State, gen, term uint64, next map[string][]Slot, restart map[
 				j.Restarts++
 			}
 		}
-		emitReallocation(s, j, old, cur, restart[id], gen, at)
+		emitReallocation(s, j, old, cur, restart[id], gen, at, note)
 	}
 	s.Allocation = Allocation{Generation: gen, Term: term, Jobs: next}
 }

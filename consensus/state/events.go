@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -108,15 +109,10 @@ func (e *Events) Len() int { return len(e.list) }
 // Since returns up to limit events (all when limit <= 0) after sequence
 // number since, of job only unless job is "", oldest first.
 func (e *Events) Since(job string, since uint64, limit int) []Event {
-	i, _ := slices.BinarySearchFunc(e.list, since+1, func(ev Event, seq uint64) int {
-		switch {
-		case ev.Seq < seq:
-			return -1
-		case ev.Seq > seq:
-			return 1
-		}
-		return 0
-	})
+	i, found := slices.BinarySearchFunc(e.list, since, func(ev Event, seq uint64) int { return cmp.Compare(ev.Seq, seq) })
+	if found {
+		i++
+	}
 	var out []Event
 	for _, ev := range e.list[i:] {
 		if limit > 0 && len(out) == limit {
@@ -256,9 +252,13 @@ func lostNode(s *State, slots []Slot) string {
 }
 
 // emitReallocation records what reallocate did to job j, whose slots go
-// from old to cur, at generation gen; restart says its workers failed.
-func emitReallocation(s *State, j *Job, old, cur []Slot, restart bool, gen uint64, at float64) {
+// from old to cur, at generation gen; restart says its workers failed,
+// note why the leader chose the allocation.
+func emitReallocation(s *State, j *Job, old, cur []Slot, restart bool, gen uint64, at float64, note string) {
 	why := fmt.Sprintf("a better allocation (generation %d)", gen)
+	if note != "" {
+		why = fmt.Sprintf("a better allocation (generation %d: %s)", gen, note)
+	}
 	if restart {
 		why = fmt.Sprintf("its workers failed (%d in a row)", j.Crashes)
 	} else if n := lostNode(s, old); n != "" {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -143,6 +144,16 @@ func TestEventRetention(t *testing.T) {
 	}
 	if b.s.Events.Len() != MaxEvents || b.s.Events.LastSeq() != MaxEvents+5 || b.s.Events.Since("", 0, 1)[0].Job != "j00005" {
 		t.Fatalf("%d events up to %d", b.s.Events.Len(), b.s.Events.LastSeq())
+	}
+	// Since: after a dropped event, after the last, after the largest
+	// sequence number there is.
+	for _, tc := range []struct {
+		since uint64
+		n     int
+	}{{3, MaxEvents}, {MaxEvents, 5}, {MaxEvents + 5, 0}, {math.MaxUint64, 0}} {
+		if got := len(b.s.Events.Since("", tc.since, 0)); got != tc.n {
+			t.Errorf("since %d: %d events, want %d", tc.since, got, tc.n)
+		}
 	}
 	// Pruning a job forgets its events (its submission and its
 	// cancellation, which dropped the oldest of the cluster).
@@ -317,5 +328,42 @@ func TestSnapshotVersion10Golden(t *testing.T) {
 	}
 	if !bytes.Equal(got, b) {
 		t.Fatalf("the encoding of version 10 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+	}
+}
+
+// TestRoundNote: a round's note is encoded last and only when set (a
+// round without one encodes as before), an empty note encoded is
+// malformed, and the events of the jobs the round moves quote it.
+func TestRoundNote(t *testing.T) {
+	plain := &Round{Generation: 2, Term: 1, Time: 20, Jobs: map[string][]Slot{"j": {{"n1", 2}}}}
+	noted := *plain
+	noted.Note = "policy pollux, fitness 1.2 against 1 in the last round (+20.0%)"
+	pb, nb := mustEncode(t, plain), mustEncode(t, &noted)
+	if !bytes.HasPrefix(nb, pb) {
+		t.Fatal("the note is not encoded last")
+	}
+	c, err := Decode(nb)
+	if err != nil || c.(*Round).Note != noted.Note {
+		t.Fatalf("decoded %+v, %v", c, err)
+	}
+	w := &writer{b: pb}
+	w.str("")
+	if _, err := Decode(w.b); !errors.Is(err, ErrMalformed) {
+		t.Errorf("an empty note encoded: %v", err)
+	}
+	noted.Note = strings.Repeat("x", maxEventReason+1)
+	if _, err := Encode(&noted); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a long note: %v", err)
+	}
+	noted.Note = "policy pollux, fitness 1.2 against 1 in the last round (+20.0%)"
+
+	a := newApplier()
+	a.must(t, 1, &RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive}},
+		&SubmitJob{ID: "j", Spec: testSpec(), SubmitTime: 1},
+		&Round{Generation: 1, Term: 1, Time: 10, Jobs: map[string][]Slot{"j": {{"n1", 1}}}},
+		&noted)
+	evs := a.s.Events.Since("j", 0, 0)
+	if last := evs[len(evs)-1]; last.Type != EventResized || !strings.Contains(last.Reason, "a better allocation (generation 2: "+noted.Note+")") {
+		t.Errorf("resized event %+v", last)
 	}
 }

@@ -17,7 +17,7 @@ import (
 
 // placeJ1 submits job j1 through the API and places it on n1 (the
 // fake's state), then resizes it.
-func placeJ1(t *testing.T, a *API, fb *fakeBackend) {
+func placeJ1(t testing.TB, a *API, fb *fakeBackend) {
 	t.Helper()
 	if code, body := doAs(a, submitSecret, "POST", PathJobs, good); code != http.StatusCreated {
 		t.Fatalf("submit: %d %s", code, body)
@@ -207,4 +207,54 @@ func TestEventsStreamResumes(t *testing.T) {
 	if strings.Join(rest, " ") != "resized completed" {
 		t.Errorf("follow=true since 2: %v", rest)
 	}
+}
+
+// FuzzEventsQuery sends any query and Last-Event-ID to PathEvents as a
+// read token: never a 5xx; a JSON answer is valid and holds only events
+// after the sequence number asked for; a stream (follow) is server-sent
+// events. (The request's context is over, so a stream ends after one
+// poll.)
+func FuzzEventsQuery(f *testing.F) {
+	for _, seed := range []struct{ query, lastID string }{
+		{"job=j1", ""}, {"job=j1&since=1", ""}, {"since=2", "1"}, {"follow=true&job=j1", "2"},
+		{"since=18446744073709551616", ""}, {"job=%00&since=-0", "x"}, {"follow=1", ""}, {"job=nope", ""},
+	} {
+		f.Add(seed.query, seed.lastID)
+	}
+	a, fb := newTest()
+	placeJ1(f, a, fb)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	f.Fuzz(func(t *testing.T, query, lastID string) {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequestWithContext(ctx, "GET", "/", nil)
+		r.URL.Path, r.URL.RawQuery = PathEvents, query
+		r.Header.Set("Authorization", "Bearer "+readSecret)
+		if lastID != "" && !strings.ContainsAny(lastID, "\r\n\x00") {
+			r.Header.Set("Last-Event-ID", lastID)
+		}
+		a.ServeHTTP(rec, r)
+		out := rec.Body.String()
+		switch {
+		case rec.Code >= 500:
+			t.Fatalf("%q (Last-Event-ID %q): %d %s", query, lastID, rec.Code, out)
+		case rec.Header().Get("Content-Type") == "text/event-stream":
+			if rec.Code != http.StatusOK || (out != "" && !strings.HasPrefix(out, "id: ")) {
+				t.Fatalf("%q: stream %d %q", query, rec.Code, out)
+			}
+		case !json.Valid([]byte(out)):
+			t.Fatalf("%q: %d, not JSON: %s", query, rec.Code, out)
+		case rec.Code == http.StatusOK:
+			eq, err := parseEventsQuery(r)
+			var got Events
+			if err != nil || json.Unmarshal([]byte(out), &got) != nil {
+				t.Fatalf("%q: answered %s to a query that does not parse (%v)", query, out, err)
+			}
+			for _, ev := range got.Events {
+				if ev.Seq <= eq.since || (eq.job != "" && ev.Job != eq.job) {
+					t.Fatalf("%q: event %+v after %d of job %q", query, ev, eq.since, eq.job)
+				}
+			}
+		}
+	})
 }
