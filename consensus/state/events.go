@@ -3,6 +3,7 @@ package state
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -90,9 +91,14 @@ type Events struct {
 	// last is the sequence number of the last event ever appended (0:
 	// none); it outlives the events retention drops.
 	last uint64
+	// list holds the events from head on, in sequence order; an event
+	// retention dropped after head is a hole (its Seq kept, Type 0)
+	// until the list is compacted, so that dropping is O(1).
 	list []Event
-	// perJob counts the events of each job in list, and bytes what list
-	// counts against the state budget (both derived from list).
+	head int
+	// n counts the events held, perJob those of each job, and bytes
+	// what they count against the state budget (all derived from list).
+	n      int
 	perJob map[string]int
 	bytes  int64
 }
@@ -104,21 +110,22 @@ func (e *Events) LastSeq() uint64 { return e.last }
 func (e *Events) Bytes() int64 { return e.bytes }
 
 // Len is how many events the state holds.
-func (e *Events) Len() int { return len(e.list) }
+func (e *Events) Len() int { return e.n }
 
 // Since returns up to limit events (all when limit <= 0) after sequence
 // number since, of job only unless job is "", oldest first.
 func (e *Events) Since(job string, since uint64, limit int) []Event {
-	i, found := slices.BinarySearchFunc(e.list, since, func(ev Event, seq uint64) int { return cmp.Compare(ev.Seq, seq) })
+	live := e.list[e.head:]
+	i, found := slices.BinarySearchFunc(live, since, func(ev Event, seq uint64) int { return cmp.Compare(ev.Seq, seq) })
 	if found {
 		i++
 	}
 	var out []Event
-	for _, ev := range e.list[i:] {
+	for _, ev := range live[i:] {
 		if limit > 0 && len(out) == limit {
 			break
 		}
-		if job == "" || ev.Job == job {
+		if ev.Type != 0 && (job == "" || ev.Job == job) {
 			out = append(out, ev)
 		}
 	}
@@ -139,29 +146,54 @@ func (e *Events) add(ev Event, budget int64) {
 		e.perJob = map[string]int{}
 	}
 	if ev.Job != "" && e.perJob[ev.Job] >= MaxJobEvents {
-		i := slices.IndexFunc(e.list, func(o Event) bool { return o.Job == ev.Job })
-		e.remove(i)
+		for i := e.head; i < len(e.list); i++ {
+			if e.list[i].Type != 0 && e.list[i].Job == ev.Job {
+				e.drop(i)
+				break
+			}
+		}
 	}
 	e.list = append(e.list, ev)
+	e.n++
 	e.bytes += eventSize(&ev)
 	if ev.Job != "" {
 		e.perJob[ev.Job]++
 	}
-	for len(e.list) > 1 && (len(e.list) > MaxEvents || e.bytes > budget) {
-		e.remove(0)
+	for e.n > 1 && (e.n > MaxEvents || e.bytes > budget) {
+		e.drop(e.head)
+	}
+	if holes := len(e.list) - e.n; holes >= 64 && holes > len(e.list)/2 {
+		e.list, e.head = e.held(), 0
 	}
 }
 
-// remove drops the i-th event.
-func (e *Events) remove(i int) {
+// drop makes the i-th event a hole and moves head past the holes at the
+// front.
+func (e *Events) drop(i int) {
 	ev := &e.list[i]
+	e.n--
 	e.bytes -= eventSize(ev)
 	if ev.Job != "" {
 		if e.perJob[ev.Job]--; e.perJob[ev.Job] == 0 {
 			delete(e.perJob, ev.Job)
 		}
 	}
-	e.list = slices.Delete(e.list, i, i+1)
+	e.list[i] = Event{Seq: ev.Seq}
+	for e.head < len(e.list) && e.list[e.head].Type == 0 {
+		e.list[e.head] = Event{}
+		e.head++
+	}
+}
+
+// held is a new list of the events held, without holes.
+func (e *Events) held() []Event {
+	out := make([]Event, 0, e.n)
+	for _, ev := range e.list[e.head:] {
+		if ev.Type != 0 {
+			out = append(out, ev)
+		}
+	}
+	return out
 }
 
 // forget drops the events of the jobs in gone (pruned jobs).
@@ -169,25 +201,29 @@ func (e *Events) forget(gone map[string]bool) {
 	if len(gone) == 0 {
 		return
 	}
-	e.list = slices.DeleteFunc(e.list, func(ev Event) bool { return gone[ev.Job] })
+	e.list = slices.DeleteFunc(e.held(), func(ev Event) bool { return gone[ev.Job] })
+	e.head = 0
 	e.recount()
 }
 
-// recount derives perJob and bytes from list.
+// recount derives n, perJob and bytes from list.
 func (e *Events) recount() {
-	e.perJob, e.bytes = map[string]int{}, 0
-	for i := range e.list {
-		e.bytes += eventSize(&e.list[i])
-		if j := e.list[i].Job; j != "" {
-			e.perJob[j]++
+	e.n, e.perJob, e.bytes = 0, map[string]int{}, 0
+	for i := e.head; i < len(e.list); i++ {
+		ev := &e.list[i]
+		if ev.Type == 0 {
+			continue
+		}
+		e.n++
+		e.bytes += eventSize(ev)
+		if ev.Job != "" {
+			e.perJob[ev.Job]++
 		}
 	}
 }
 
 func (e *Events) clone() Events {
-	c := Events{last: e.last, list: slices.Clone(e.list)}
-	c.recount()
-	return c
+	return Events{last: e.last, list: e.held(), n: e.n, perJob: maps.Clone(e.perJob), bytes: e.bytes}
 }
 
 // cutReason cuts a reason to maxEventReason bytes at a rune boundary.
@@ -290,9 +326,11 @@ func finishEvent(st JobState) EventType {
 // encodeEvents writes the events (snapshots of version 10).
 func encodeEvents(w *writer, e *Events) {
 	w.uvarint(e.last)
-	w.uvarint(uint64(len(e.list)))
-	for i := range e.list {
-		encodeEvent(w, &e.list[i])
+	w.uvarint(uint64(e.n))
+	for i := e.head; i < len(e.list); i++ {
+		if e.list[i].Type != 0 {
+			encodeEvent(w, &e.list[i])
+		}
 	}
 }
 

@@ -216,7 +216,9 @@ func TestEventsSnapshotRoundTrip(t *testing.T) {
 func TestDecodeEventsRefuses(t *testing.T) {
 	enc := func(last uint64, evs ...Event) []byte {
 		w := &writer{}
-		encodeEvents(w, &Events{last: last, list: evs})
+		e := Events{last: last, list: evs}
+		e.recount()
+		encodeEvents(w, &e)
 		return w.b
 	}
 	ok := Event{Seq: 1, Time: 1, Type: EventSubmitted, Job: "j", Reason: "r"}
@@ -365,5 +367,31 @@ func TestRoundNote(t *testing.T) {
 	evs := a.s.Events.Since("j", 0, 0)
 	if last := evs[len(evs)-1]; last.Type != EventResized || !strings.Contains(last.Reason, "a better allocation (generation 2: "+noted.Note+")") {
 		t.Errorf("resized event %+v", last)
+	}
+}
+
+// BenchmarkRoundEvents is a round that moves 100 jobs of a state whose
+// event history is full: the events it writes and the retention.
+func BenchmarkRoundEvents(b *testing.B) {
+	a := newApplier()
+	a.must(b, 1, &RegisterNode{Node: Node{ID: "n1", GPUs: 1000, Health: Alive}})
+	for i := range MaxEvents {
+		a.must(b, 1, &SubmitJob{ID: fmt.Sprintf("j%05d", i), Spec: testSpec(), SubmitTime: float64(i)})
+	}
+	rounds := [2]*Round{}
+	for r := range rounds {
+		jobs := map[string][]Slot{}
+		for i := range 100 {
+			jobs[fmt.Sprintf("j%05d", i)] = []Slot{{"n1", 1 + r}}
+		}
+		rounds[r] = &Round{Term: 1, Jobs: jobs, Note: "policy pollux, fitness 1"}
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		r := rounds[i%2]
+		r.Generation, r.Time = uint64(i+1), float64(i)
+		if _, err := ApplyTo(a.s, r, 1); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
