@@ -395,3 +395,51 @@ func BenchmarkRoundEvents(b *testing.B) {
 		}
 	}
 }
+
+// TestEventRetentionAcrossSnapshots: a state restored from a snapshot
+// every few commands keeps exactly the events of one that never was,
+// whether retention drops a job's oldest event from the middle of the
+// history (three jobs moved in turn past MaxJobEvents) or the cluster's
+// oldest (a state budget of a few events): the holes a live state keeps
+// never show.
+func TestEventRetentionAcrossSnapshots(t *testing.T) {
+	for _, budget := range []int64{0, 8 * 2000} {
+		a, b := newApplier(), newApplier()
+		setup := []Command{&RegisterNode{Node: Node{ID: "n1", GPUs: 8, Health: Alive}}}
+		if budget > 0 {
+			setup = append(setup, &SetQuota{Budget: budget})
+		}
+		for _, id := range []string{"a", "b", "c"} {
+			setup = append(setup, &SubmitJob{ID: id, Spec: testSpec(), SubmitTime: 1})
+		}
+		a.must(t, 1, setup...)
+		b.must(t, 1, setup...)
+		for gen := uint64(1); gen <= 3*MaxJobEvents+50; gen++ {
+			// a moves every round, b every fifth, c never after its
+			// placement: a's oldest event is mostly behind b's and c's.
+			jobs := map[string][]Slot{"a": {{"n1", 1 + int(gen%2)}}, "b": {{"n1", 1 + int(gen/5%2)}}, "c": {{"n1", 1}}}
+			r := &Round{Generation: gen, Term: 1, Time: float64(gen), Jobs: jobs}
+			a.must(t, 1, r)
+			b.must(t, 1, r)
+			if gen%37 == 0 {
+				s, err := DecodeState(EncodeState(b.s))
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.s = s
+			}
+			if !bytes.Equal(EncodeState(a.s), EncodeState(b.s)) || a.s.Events.Len() != b.s.Events.Len() || a.s.Events.Bytes() != b.s.Events.Bytes() {
+				t.Fatalf("budget %d, generation %d: the restored state's events differ", budget, gen)
+			}
+		}
+		if n := len(a.s.Events.Since("a", 0, 0)); (budget == 0 && n != MaxJobEvents) || n == 0 {
+			t.Errorf("budget %d: job a has %d events", budget, n)
+		}
+		if budget == 0 && len(a.s.Events.Since("c", 0, 0)) != 2 {
+			t.Errorf("job c's events (submitted, placed) were dropped: %+v", a.s.Events.Since("c", 0, 0))
+		}
+		if budget > 0 && a.s.Events.Bytes() > budget/8 {
+			t.Errorf("events take %d bytes, over %d", a.s.Events.Bytes(), budget/8)
+		}
+	}
+}
