@@ -601,13 +601,14 @@ func (a *allocator) run(ctx actor.Context) {
 }
 
 // roundNote says why a round chose its allocation, for the events of
-// the jobs it moves: the policy and its fitness against the last
-// round's (prev 0: none).
+// the jobs it moves: the policy, its fitness and the last round's (prev
+// 0: none). The two are fitnesses of different rounds' jobs, so the note
+// shows both rather than a gain.
 func roundNote(policy string, prev, fitness float64) string {
 	if finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }; prev == 0 || !finite(prev) || !finite(fitness) {
 		return fmt.Sprintf("policy %s, fitness %.4g", policy, fitness)
 	}
-	return fmt.Sprintf("policy %s, fitness %.4g against %.4g in the last round (%+.1f%%)", policy, fitness, prev, 100*(fitness-prev)/math.Abs(prev))
+	return fmt.Sprintf("policy %s, fitness %.4g (the last round's %.4g)", policy, fitness, prev)
 }
 
 // policy is the policy of a round: TypedPolicy when the alive nodes have

@@ -5,17 +5,17 @@ import (
 	"testing"
 )
 
-// TestRoundNote: a round's note names the policy and compares its
-// fitness with the last round's when there is one to compare with.
+// TestRoundNote: a round's note names the policy and its fitness, and
+// the last round's when there is one.
 func TestRoundNote(t *testing.T) {
 	for _, tc := range []struct {
 		prev, fitness float64
 		want          string
 	}{
 		{0, 0.8, "policy pollux, fitness 0.8"},
-		{0.8, 0.9, "policy pollux, fitness 0.9 against 0.8 in the last round (+12.5%)"},
-		{2, 1, "policy pollux, fitness 1 against 2 in the last round (-50.0%)"},
-		{-2, -1, "policy pollux, fitness -1 against -2 in the last round (+50.0%)"},
+		{0.8, 0.9, "policy pollux, fitness 0.9 (the last round's 0.8)"},
+		{2, 1, "policy pollux, fitness 1 (the last round's 2)"},
+		{-2, -1, "policy pollux, fitness -1 (the last round's -2)"},
 		{math.NaN(), 1, "policy pollux, fitness 1"},
 		{1, math.Inf(1), "policy pollux, fitness +Inf"},
 	} {

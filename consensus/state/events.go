@@ -291,9 +291,9 @@ func lostNode(s *State, slots []Slot) string {
 // from old to cur, at generation gen; restart says its workers failed,
 // note why the leader chose the allocation.
 func emitReallocation(s *State, j *Job, old, cur []Slot, restart bool, gen uint64, at float64, note string) {
-	why := fmt.Sprintf("a better allocation (generation %d)", gen)
+	why := fmt.Sprintf("the allocator's new allocation (generation %d)", gen)
 	if note != "" {
-		why = fmt.Sprintf("a better allocation (generation %d: %s)", gen, note)
+		why = fmt.Sprintf("the allocator's new allocation (generation %d: %s)", gen, note)
 	}
 	if restart {
 		why = fmt.Sprintf("its workers failed (%d in a row)", j.Crashes)

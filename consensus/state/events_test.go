@@ -42,7 +42,7 @@ func TestApplyEmitsEvents(t *testing.T) {
 			[]wantEvent{{EventPlaced, "j", "", 20, "placed on 2 GPUs on n1 (2) (generation 1, incarnation 1)"}}},
 		{"resize", &Round{Generation: 2, Term: 1, Time: 30, Jobs: map[string][]Slot{"j": {{"n1", 2}, {"n2", 2}}},
 			Updates: []RoundJob{{ID: "j", Incarnation: 1, HasBid: true, Bid: testBid(1, 1)}}}, false,
-			[]wantEvent{{EventResized, "j", "", 30, "resized from 2 GPUs on n1 (2) to 4 GPUs on n1 (2), n2 (2) (incarnation 2): a better allocation (generation 2); local batch 64, 1 accumulation steps"}}},
+			[]wantEvent{{EventResized, "j", "", 30, "resized from 2 GPUs on n1 (2) to 4 GPUs on n1 (2), n2 (2) (incarnation 2): the allocator's new allocation (generation 2); local batch 64, 1 accumulation steps"}}},
 		{"stale round", &Round{Generation: 2, Term: 1, Time: 31, Jobs: map[string][]Slot{}}, true, nil},
 		{"restart", &Round{Generation: 3, Term: 1, Time: 40, Jobs: map[string][]Slot{"j": {{"n1", 2}, {"n2", 2}}},
 			Updates: []RoundJob{{ID: "j", Incarnation: 2, Restart: true}}}, false,
@@ -54,7 +54,7 @@ func TestApplyEmitsEvents(t *testing.T) {
 		{"resize off a lost node", &Round{Generation: 4, Term: 1, Time: 50, Jobs: map[string][]Slot{"j": {{"n1", 2}}}}, false,
 			[]wantEvent{{EventResized, "j", "", 50, "to 2 GPUs on n1 (2) (incarnation 4): node n2 was lost"}}},
 		{"preempt", &Round{Generation: 5, Term: 1, Time: 60, Jobs: map[string][]Slot{}}, false,
-			[]wantEvent{{EventPreempted, "j", "", 60, "lost its 2 GPUs on n1 (2): a better allocation (generation 5)"}}},
+			[]wantEvent{{EventPreempted, "j", "", 60, "lost its 2 GPUs on n1 (2): the allocator's new allocation (generation 5)"}}},
 		{"complete", &FinishJob{ID: "j", State: Completed, Reason: "trained 90 epochs", Time: 70}, false,
 			[]wantEvent{{EventCompleted, "j", "", 70, "trained 90 epochs"}}},
 		{"complete again", &FinishJob{ID: "j", State: Completed, Time: 71}, true, nil},
@@ -339,7 +339,7 @@ func TestSnapshotVersion10Golden(t *testing.T) {
 func TestRoundNote(t *testing.T) {
 	plain := &Round{Generation: 2, Term: 1, Time: 20, Jobs: map[string][]Slot{"j": {{"n1", 2}}}}
 	noted := *plain
-	noted.Note = "policy pollux, fitness 1.2 against 1 in the last round (+20.0%)"
+	noted.Note = "policy pollux, fitness 1.2 (the last round's 1)"
 	pb, nb := mustEncode(t, plain), mustEncode(t, &noted)
 	if !bytes.HasPrefix(nb, pb) {
 		t.Fatal("the note is not encoded last")
@@ -357,7 +357,7 @@ func TestRoundNote(t *testing.T) {
 	if _, err := Encode(&noted); !errors.Is(err, ErrInvalid) {
 		t.Errorf("a long note: %v", err)
 	}
-	noted.Note = "policy pollux, fitness 1.2 against 1 in the last round (+20.0%)"
+	noted.Note = "policy pollux, fitness 1.2 (the last round's 1)"
 
 	a := newApplier()
 	a.must(t, 1, &RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive}},
@@ -365,7 +365,7 @@ func TestRoundNote(t *testing.T) {
 		&Round{Generation: 1, Term: 1, Time: 10, Jobs: map[string][]Slot{"j": {{"n1", 1}}}},
 		&noted)
 	evs := a.s.Events.Since("j", 0, 0)
-	if last := evs[len(evs)-1]; last.Type != EventResized || !strings.Contains(last.Reason, "a better allocation (generation 2: "+noted.Note+")") {
+	if last := evs[len(evs)-1]; last.Type != EventResized || !strings.Contains(last.Reason, "the allocator's new allocation (generation 2: "+noted.Note+")") {
 		t.Errorf("resized event %+v", last)
 	}
 }

@@ -59,7 +59,7 @@ func ExampleClient_Events() {
 	// Output:
 	// 1 submitted: submitted by bootstrap for 1 to 64 GPUs
 	// 2 placed: placed on 1 GPU on n1 (1) (generation 3, incarnation 1)
-	// 3 resized: resized from 1 GPU on n1 (1) to 2 GPUs on n1 (2) (incarnation 2): a better allocation (generation 4)
+	// 3 resized: resized from 1 GPU on n1 (1) to 2 GPUs on n1 (2) (incarnation 2): the allocator's new allocation (generation 4)
 }
 
 // TestFollowEventsResumesOnAnotherServer: a stream that breaks after an
