@@ -46,7 +46,9 @@ func EventOf(ev state.Event) Event {
 // Streaming: the state is polled every eventPoll; a comment line is sent
 // after keepAliveEvery polls without an event, so that proxies and
 // clients see a live stream; each write may take up to eventWriteTimeout
-// (the server's write timeout does not end a stream).
+// (the server's write timeout does not end a stream; its read timeout
+// does not either, as net/http clears the read deadline once it has read
+// a request without a body).
 const (
 	eventPoll         = 200 * time.Millisecond
 	keepAliveEvery    = 75

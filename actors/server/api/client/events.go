@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,21 +46,31 @@ const maxEventLine = 64 << 10
 
 // FollowEvents streams the events after since (of job only unless job
 // is "") to fn, oldest first, until ctx ends, fn fails or, for one job,
-// the job has finished and its last event is delivered (then it returns
-// nil). A stream that breaks is resumed after the last event delivered
-// (Last-Event-ID), from the next server that answers, so no event is
-// delivered twice; it gives up when every server failed in a row.
+// the job's event that it finished (completed, failed, cancelled) is
+// delivered or the server ends a stream that had nothing more (then it
+// returns nil). A stream that breaks, or ends after events but before
+// that one, is resumed after the last event delivered (Last-Event-ID),
+// from the next server that answers, so no event is delivered twice; it
+// gives up when every server failed in a row.
 func (c *Client) FollowEvents(ctx context.Context, job string, since uint64, fn func(api.Event) error) error {
 	path := eventsPath(job, 0, true)
+	finished := false
+	deliver := func(ev api.Event) error {
+		if err := fn(ev); err != nil {
+			return err
+		}
+		finished = job != "" && ev.Job == job && slices.Contains([]string{"completed", "failed", "cancelled"}, ev.Type)
+		return nil
+	}
 	var errs []error
 	for failed := 0; failed < len(c.cfg.Servers); {
 		for _, s := range c.cfg.Servers {
 			before := since
-			err := c.stream(ctx, s, path, &since, fn)
+			err := c.stream(ctx, s, path, &since, deliver)
 			var refused *APIError
 			var stop *fnError
 			switch {
-			case err == nil && job != "":
+			case finished, err == nil && job != "" && since == before:
 				return nil
 			case ctx.Err() != nil:
 				return ctx.Err()
