@@ -62,11 +62,20 @@ func ExampleClient_Events() {
 	// 3 resized: resized from 1 GPU on n1 (1) to 2 GPUs on n1 (2) (incarnation 2): the allocator's new allocation (generation 4)
 }
 
-// TestFollowEventsResumesOnAnotherServer: a stream that breaks after an
-// event is resumed on the next server after that event (Last-Event-ID),
+// TestFollowEventsResumesOnAnotherServer: a stream that breaks or ends
+// after an event, before the job's end, is resumed on the next server
+// after that event (Last-Event-ID),
 // nothing is delivered twice, events written meanwhile arrive, and
 // following a job ends when it has finished.
 func TestFollowEventsResumesOnAnotherServer(t *testing.T) {
+	for _, abort := range []bool{true, false} {
+		t.Run(fmt.Sprintf("abort=%v", abort), func(t *testing.T) { followAcrossServers(t, abort) })
+	}
+}
+
+// followAcrossServers follows a job whose first server sends one event,
+// then dies (abort) or ends the stream (not abort).
+func followAcrossServers(t *testing.T, abort bool) {
 	srv, fb := newServer()
 	defer srv.Close()
 	admin := newClient(t, client.Config{Servers: []string{srv.URL}, Token: adminSecret})
@@ -74,14 +83,17 @@ func TestFollowEventsResumesOnAnotherServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The first server sends the first event, then dies mid-stream.
+	// The first server sends the first event, then dies mid-stream or
+	// ends the stream.
 	first := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		evs, _ := fb.LocalEvents("resnet", 0, 1)
 		data, _ := json.Marshal(api.EventOf(evs[0]))
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", evs[0].Seq, evs[0].Type, data)
 		w.(http.Flusher).Flush()
-		panic(http.ErrAbortHandler)
+		if abort {
+			panic(http.ErrAbortHandler)
+		}
 	}))
 	defer first.Close()
 	var mu sync.Mutex
