@@ -323,7 +323,7 @@ func finishEvent(st JobState) EventType {
 	return EventCompleted
 }
 
-// encodeEvents writes the events (snapshots of version 10).
+// encodeEvents writes the events (snapshots of version 11).
 func encodeEvents(w *writer, e *Events) {
 	w.uvarint(e.last)
 	w.uvarint(uint64(e.n))

@@ -277,18 +277,18 @@ func FuzzDecodeEvents(f *testing.F) {
 	})
 }
 
-// snapshotV10 is a version 10 snapshot: snapshotV9's state plus the
+// snapshotV11 is a version 11 snapshot: snapshotV10's state plus the
 // events of a job placed, resized off a lost node and completed.
-// go test ./consensus/state -run TestSnapshotVersion10Golden -update
+// go test ./consensus/state -run TestSnapshotVersion11Golden -update
 // rewrites it; only do so for a change that keeps the version's bytes (a
 // change of the format is a new version, and this file must still
 // decode).
-const snapshotV10 = "testdata/snapshot-v10.bin"
+const snapshotV11 = "testdata/snapshot-v11.bin"
 
-func v10State(t testing.TB) *State {
+func v11State(t testing.TB) *State {
 	t.Helper()
 	a := newApplier()
-	a.s = v9State(t)
+	a.s = v10State(t)
 	gen := a.s.Allocation.Generation
 	place := func(slots ...Slot) map[string][]Slot {
 		m := map[string][]Slot{"again": slots}
@@ -298,23 +298,23 @@ func v10State(t testing.TB) *State {
 		return m
 	}
 	a.must(t, 8,
-		&Round{Generation: gen + 1, Term: 8, Time: 340, Jobs: place(Slot{"auto-1", 2}, Slot{"n2", 2})},
+		&Round{Generation: gen + 1, Term: 8, Time: 410, Jobs: place(Slot{"auto-1", 2}, Slot{"n2", 2})},
 		&MarkNode{ID: "n2", Health: Dead},
-		&Round{Generation: gen + 2, Term: 8, Time: 350, Jobs: place(Slot{"auto-1", 2})},
-		&FinishJob{ID: "again", State: Completed, Reason: "trained", Time: 360},
+		&Round{Generation: gen + 2, Term: 8, Time: 420, Jobs: place(Slot{"auto-1", 2})},
+		&FinishJob{ID: "again", State: Completed, Reason: "trained", Time: 430},
 	)
 	return a.state()
 }
 
-func TestSnapshotVersion10Golden(t *testing.T) {
-	got := EncodeState(v10State(t))
+func TestSnapshotVersion11Golden(t *testing.T) {
+	got := EncodeState(v11State(t))
 	if *updateGolden {
-		if err := os.WriteFile(snapshotV10, got, 0o644); err != nil {
+		if err := os.WriteFile(snapshotV11, got, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	b, s := decodeFixture(t, snapshotV10, 10)
+	b, s := decodeFixture(t, snapshotV11, 11)
 	var types []string
 	for _, ev := range s.Events.Since("again", 0, 0) {
 		types = append(types, ev.Type.String())
@@ -325,11 +325,11 @@ func TestSnapshotVersion10Golden(t *testing.T) {
 	if lost := s.Events.Since("", 0, 0); !strings.Contains(fmt.Sprint(lost), "node n2 is dead") {
 		t.Errorf("no node_lost event in %+v", lost)
 	}
-	if s.Quotas.StateBudget() != 64<<20 || s.Jobs["again"].State != Completed {
-		t.Errorf("version 9 content lost")
+	if s.Quotas.StateBudget() != 64<<20 || s.Jobs["again"].State != Completed || s.Jobs["typed"].Bid.Params.AlphaX != 0.25 {
+		t.Errorf("versions 9 and 10 content lost")
 	}
 	if !bytes.Equal(got, b) {
-		t.Fatalf("the encoding of version 10 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+		t.Fatalf("the encoding of version 11 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 	"pollux/optimizer"
 )
 
-var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v10.bin from the current encoder")
+var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v11.bin from the current encoder")
 
 // snapshotV3 is a version 3 snapshot holding everything version 3 added:
 // the token table and job submitters (API tokens), the topology levels,
@@ -318,6 +318,7 @@ func TestSnapshotVersion8Golden(t *testing.T) {
 // that resumes from a finished one of its submitter (owned submissions),
 // the cluster's default quota and state budget, and a submitter's own
 // quota.
+// It was written by the version 9 encoder and must still decode.
 const snapshotV9 = "testdata/snapshot-v9.bin"
 
 func v9State(t testing.TB) *State {
@@ -364,13 +365,13 @@ func TestSnapshotVersion9Golden(t *testing.T) {
 		t.Errorf("a version 9 snapshot decodes with events: %+v", s.Events)
 	}
 	// The state decoded from the fixture is the state the commands make,
-	// but for the events version 10 added.
+	// but for the events version 11 added.
 	if again := EncodeState(s); !bytes.Equal(got, again) {
 		t.Fatalf("the version 9 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
 	}
 }
 
-// withoutEvents is s without its events (what snapshots before version 10
+// withoutEvents is s without its events (what snapshots before version 11
 // hold of the state the same commands make).
 func withoutEvents(s *State) *State {
 	s.Events = Events{}

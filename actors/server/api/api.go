@@ -217,6 +217,9 @@ type Profiled struct {
 	Replicas   int    `json:"replicas"`
 	LocalBatch int    `json:"local_bsz"`
 	GPUType    string `json:"gpu_type,omitempty"`
+	// Racks is how many racks the configuration spanned (left out for
+	// one).
+	Racks int `json:"racks,omitempty"`
 }
 
 // Node is one node as the API shows it.
@@ -538,7 +541,7 @@ func jobOf(st *state.State, id string) Job {
 		SubmitTime: j.SubmitTime, FinishTime: j.FinishTime, InitBatch: j.Spec.Limits.InitBatch, Reason: j.Reason, Crashes: j.Crashes,
 		Submitter: j.SubmitterName, SubmitterAccessor: j.Submitter}
 	for _, e := range j.Profile {
-		out.Profiled = append(out.Profiled, Profiled{Nodes: e.Nodes, Replicas: e.Replicas, LocalBatch: e.LocalBatch, GPUType: e.GPUType})
+		out.Profiled = append(out.Profiled, Profiled{Nodes: e.Nodes, Replicas: e.Replicas, LocalBatch: e.LocalBatch, GPUType: e.GPUType, Racks: e.Racks})
 	}
 	for _, t := range j.ProfiledTypes() {
 		if t != "" {
