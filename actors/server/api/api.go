@@ -90,6 +90,9 @@ type Config struct {
 	// writes on a follower are redirected there). Nil: only this server
 	// is known to be alive.
 	Members func() []cluster.Member
+	// Logs reads workers' logs from the agents (nil: GET
+	// PathJobs/{id}/logs answers 503).
+	Logs LogFetcher
 	// Stats are the allocator's counters, exported as metrics (nil: none).
 	Stats *allocator.Stats
 	// Insecure turns the token check off (pollux server --insecure):
@@ -356,6 +359,8 @@ func New(id string, cfg Config) *API {
 		// Its own jobs only, unless admin (checked by the handler and
 		// the state machine).
 		{"POST " + PathJobs + "/{id}/cancel", submit, a.cancel},
+		// Its own jobs only, unless admin (checked by the handler).
+		{"GET " + PathJobs + "/{id}/logs", submit, a.logs},
 		{"GET " + PathNodes, read, a.nodes},
 		{"GET " + PathStatus, read, a.status},
 		{"GET " + PathEvents, read, a.events},

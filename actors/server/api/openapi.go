@@ -25,7 +25,8 @@ type operation struct {
 	in      any
 	code    int
 	out     any
-	// text is the media type of a non-JSON answer (out is then nil).
+	// text is the media type of a non-JSON answer (out, if set, is
+	// then the schema of each of its lines).
 	text string
 	// query names the query parameters (strings) and stream the media
 	// type of the answer's streamed form, if any.
@@ -37,15 +38,14 @@ type operation struct {
 // OpenAPI document is made from them, and a test checks them against
 // the routes the API really serves.
 var operations = map[string]operation{
-	"POST " + PathJobs:                  {summary: "Submit a job (its spec, YAML or JSON; the job's name is its id)", in: jobspec.Spec{}, code: http.StatusCreated, out: map[string]string{}},
-	"GET " + PathJobs:                   {summary: "List the jobs, oldest first", code: http.StatusOK, out: []Job{}},
-	"GET " + PathJobs + "/{id}":         {summary: "One job with its latest bid (throughput model and batch configurations)", code: http.StatusOK, out: Job{}},
-	"POST " + PathJobs + "/{id}/cancel": {summary: "Cancel a job (its submitter or an admin)", code: http.StatusOK, out: CancelResult{}},
-	"GET " + PathNodes:                  {summary: "List the nodes with their GPUs in use", code: http.StatusOK, out: []Node{}},
-	"GET " + PathStatus:                 {summary: "The cluster in brief: leader, GPUs, jobs by state, last round", code: http.StatusOK, out: Status{}},
-	"GET " + PathEvents: {summary: "The cluster's events (of one job with job=ID) after sequence number since=SEQ; with follow=true or Accept: text/event-stream, " +
-		"a stream of server-sent events (id: the sequence number; resume with Last-Event-ID), which ends when a followed job has finished",
-		code: http.StatusOK, out: Events{}, query: []string{"job", "since", "follow"}, stream: "text/event-stream"},
+	"POST " + PathJobs:                             {summary: "Submit a job (its spec, YAML or JSON; the job's name is its id)", in: jobspec.Spec{}, code: http.StatusCreated, out: map[string]string{}},
+	"GET " + PathJobs:                              {summary: "List the jobs, oldest first", code: http.StatusOK, out: []Job{}},
+	"GET " + PathJobs + "/{id}":                    {summary: "One job with its latest bid (throughput model and batch configurations)", code: http.StatusOK, out: Job{}},
+	"POST " + PathJobs + "/{id}/cancel":            {summary: "Cancel a job (its submitter or an admin)", code: http.StatusOK, out: CancelResult{}},
+	"GET " + PathJobs + "/{id}/logs":               logsOperation,
+	"GET " + PathNodes:                             {summary: "List the nodes with their GPUs in use", code: http.StatusOK, out: []Node{}},
+	"GET " + PathStatus:                            {summary: "The cluster in brief: leader, GPUs, jobs by state, last round", code: http.StatusOK, out: Status{}},
+	"GET " + PathEvents:                            eventsOperation,
 	"GET /metrics":                                 {summary: "Prometheus metrics of this server", code: http.StatusOK, text: "text/plain"},
 	"GET " + PathPeers:                             {summary: "List the Raft servers", code: http.StatusOK, out: []Peer{}},
 	"POST " + PathPeers:                            {summary: "Make a running server a voter", in: AddPeer{}, code: http.StatusOK, out: map[string]string{}},
@@ -61,6 +61,17 @@ var operations = map[string]operation{
 	"PUT " + PathSnapshot:                          {summary: "Replace the replicated state with a backup (the Raft membership stays)", in: []byte{}, code: http.StatusOK, out: Restored{}},
 	"GET " + PathOpenAPI:                           {summary: "This document", code: http.StatusOK, out: map[string]any{}},
 }
+
+// eventsOperation documents GET PathEvents.
+var eventsOperation = operation{summary: "The cluster's events (of one job with job=ID) after sequence number since=SEQ; with follow=true or " +
+	"Accept: text/event-stream, a stream of server-sent events (id: the sequence number; resume with Last-Event-ID), which ends when a " +
+	"followed job has finished", code: http.StatusOK, out: Events{}, query: []string{"job", "since", "follow"}, stream: "text/event-stream"}
+
+// logsOperation documents GET PathJobs/{id}/logs.
+var logsOperation = operation{summary: "A worker's log, one JSON object a line; the job's submitter or an admin. incarnation=N " +
+	"(default: the newest with a log; with follow, the newer ones as they start), rank=R (default 0), follow=true (stream new " +
+	"lines as they are written, until the worker exits), tail=N (start at the N-th line from the end)",
+	code: http.StatusOK, text: "application/x-ndjson", out: LogLine{}, query: []string{"incarnation", "rank", "follow", "tail"}}
 
 // roleNames name the roles in the document.
 var roleNames = map[state.Role]string{roleBootstrap: "none (client certificate)", state.RoleRead: "read", state.RoleSubmit: "submit", state.RoleAdmin: "admin"}
@@ -113,6 +124,8 @@ func openAPI(needs map[string]state.Role) []byte {
 		}
 		ok200 := map[string]any{"description": http.StatusText(op.code)}
 		switch {
+		case op.text != "" && op.out != nil:
+			ok200["content"] = map[string]any{op.text: map[string]any{"schema": g.schema(reflect.TypeOf(op.out))}}
 		case op.text != "":
 			text := map[string]any{"type": "string"}
 			if op.text == "application/octet-stream" {
