@@ -37,6 +37,7 @@ var tenantAttacks = []attack{
 	{name: "quota-submissions-per-second", run: withQuota(api.SetQuota{Quota: api.Quota{Rate: 0.01, Burst: 1}}, rateLimited)},
 	{name: "quota-spec-bytes", run: withQuota(api.SetQuota{Quota: api.Quota{SpecBytes: 16}}, tenantSubmit(attackSpec("attack-quota-bytes"),
 		http.StatusTooManyRequests, "bytes of job specs", "30"))},
+	{name: "quota-running-and-pending-jobs", run: withQuota(api.SetQuota{Quota: api.Quota{Jobs: 1}}, jobsQuota)},
 	{name: "state-budget-full", run: stateBudgetFull},
 	{name: "checkpoint-symlink-swap", run: deniedJob("attack-swap", func(t *target) []byte {
 		// Someone who can write in the root puts a link out of it
@@ -181,6 +182,30 @@ func rateLimited(ctx context.Context, t *target) (string, bool) {
 	}
 	how, refused := tenantSubmit(attackSpec("attack-rate"), http.StatusTooManyRequests, "submissions per second", "")(ctx, t)
 	return "after one bad submission: " + how, refused
+}
+
+// jobsQuota submits, with a quota of one live job, a first job (one the
+// agents refuse to run, so that it fails soon after) and at once a
+// second: refused with 429 while the first is pending; the first must
+// then end failed by the agents' policy.
+func jobsQuota(ctx context.Context, t *target) (string, bool) {
+	const first = "attack-quota-first"
+	t.expect[first] = "refuses to run it"
+	a, err := t.request(ctx, t.tokens.submitter, http.MethodPost, api.PathJobs, t.commandSpec(first, []string{"/bin/sh", "-c", "true"}))
+	if err != nil || a.code != http.StatusCreated {
+		return fmt.Sprintf("the first submission: %v %d %s", err, a.code, a.body), false
+	}
+	how, refused := tenantSubmit(attackSpec("attack-quota-jobs"), http.StatusTooManyRequests, "running or pending jobs", "")(ctx, t)
+	how = "with one job pending: " + how
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		j, found, _, ans := t.c.Client().Job(ctx, t.leader, first, 5*time.Second)
+		if ans.OK() && found && j.State == "failed" {
+			return how, refused
+		}
+		if time.Now().After(deadline) {
+			return fmt.Sprintf("%s; the first job is %s, not failed, 60 s later", how, j.State), false
+		}
+	}
 }
 
 // stateBudgetFull sets the cluster's state budget to what the state

@@ -177,10 +177,23 @@ func jobsPath(*target) string           { return api.PathJobs }
 func cancelVictimPath(*target) string   { return api.PathJobs + "/attack-victim/cancel" }
 func tokensPath(*target) string         { return api.PathACLTokens }
 func removeLeaderPath(t *target) string { return api.PathPeers + "/" + t.leader.ID }
+func quotasPath(*target) string         { return api.PathACLQuotas }
+func snapshotPath(*target) string       { return api.PathSnapshot }
 
 func attackSpec(name string) func(*target) []byte {
 	return func(t *target) []byte { return t.appSpec(name, "") }
 }
+
+// raisedQuotas are cluster-wide quotas and a state budget large enough
+// to flood the state.
+func raisedQuotas(*target) []byte {
+	b, _ := json.Marshal(api.SetQuota{Quota: api.Quota{Jobs: 1 << 20, SpecBytes: 1 << 40, Rate: 1e6, Burst: 1 << 20}, StateBudget: 1 << 40})
+	return b
+}
+
+// emptySnapshot is a state to restore: nothing (the restore must be
+// refused before the body is read).
+func emptySnapshot(*target) []byte { return nil }
 
 func newAdminToken(*target) []byte {
 	b, _ := json.Marshal(api.NewToken{Name: "attack-escalation", Role: "admin"})
