@@ -187,7 +187,7 @@ func attackSpec(name string) func(*target) []byte {
 // raisedQuotas are cluster-wide quotas and a state budget large enough
 // to flood the state.
 func raisedQuotas(*target) []byte {
-	b, _ := json.Marshal(api.SetQuota{Quota: api.Quota{Jobs: 1 << 20, SpecBytes: 1 << 40, Rate: 1e6, Burst: 1 << 20}, StateBudget: 1 << 40})
+	b, _ := json.Marshal(api.SetQuota{Quota: api.Quota{Jobs: 1 << 20, SpecBytes: 1 << 40, Rate: 1e6, Burst: 1 << 20}, StateBudget: 512 << 20})
 	return b
 }
 
