@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"pollux/actors/server/api"
+	"pollux/consensus/state"
 )
 
 // tokens are the API tokens the attackers hold, made at setup by the
@@ -184,10 +185,11 @@ func attackSpec(name string) func(*target) []byte {
 	return func(t *target) []byte { return t.appSpec(name, "") }
 }
 
-// raisedQuotas are cluster-wide quotas and a state budget large enough
-// to flood the state.
+// raisedQuotas are the largest cluster-wide quotas and state budget the
+// servers take: enough to flood the state.
 func raisedQuotas(*target) []byte {
-	b, _ := json.Marshal(api.SetQuota{Quota: api.Quota{Jobs: 1 << 20, SpecBytes: 1 << 40, Rate: 1e6, Burst: 1 << 20}, StateBudget: 512 << 20})
+	b, _ := json.Marshal(api.SetQuota{Quota: api.Quota{Jobs: state.MaxJobs, SpecBytes: state.MaxStateBudget, Rate: state.MaxQuotaRate,
+		Burst: state.MaxQuotaBurst}, StateBudget: state.MaxStateBudget})
 	return b
 }
 
