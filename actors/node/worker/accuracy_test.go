@@ -131,13 +131,13 @@ func quantile(v []float64, q float64) float64 {
 func TestThroughputModelPredictsAnUnseenPlacement(t *testing.T) {
 	l := library(t)
 	s := newSink(t)
-	seen := []placement{{1, 32, 0, 1}, {1, 64, 0, 1}, {1, 128, 0, 1}, {2, 32, 0, 1}, {2, 128, 0, 1}}
-	unseen := placement{2, 64, 0, 1}
+	seen := []placement{{1, 64, 0, 1}, {1, 128, 0, 1}, {1, 256, 0, 1}, {2, 64, 0, 1}, {2, 256, 0, 1}}
+	unseen := placement{2, 128, 0, 1}
 	var inc uint64
 	cnn := func(p placement, inc uint64) run {
 		return run{job: "digits-tput", incarnation: inc, replicas: p.replicas, initBatch: 32, atomicBatch: p.atomic,
 			accumSteps: p.accum, dir: filepath.Join(t.TempDir(), "ck"), reportAddr: s.addr(),
-			args: Examples[1].Command(l, "--augment", "4", "--min-epochs", "2", "--max-epochs", "2",
+			args: Examples[1].Command(l, "--augment", "8", "--min-epochs", "2", "--max-epochs", "2",
 				"--report-every", "0.1")[2:]}
 	}
 	all := profile(t, l, s, &inc, append(slices.Clone(seen), unseen), cnn, nil)

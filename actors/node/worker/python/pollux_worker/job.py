@@ -14,6 +14,7 @@ import torch.distributed as dist
 from . import checkpoint as ckpt
 from . import comm
 from . import env as envmod
+from . import malloc
 from .data import ElasticLoader
 from .accumulator import Accumulator
 from .optim import SCALER_KEY, AdaptiveOptimizer, ParallelModel
@@ -112,6 +113,7 @@ class Job:
         self._last_ckpt = clock()
 
         signal.signal(signal.SIGTERM, self._on_sigterm)
+        malloc.steady(os.environ)
         if env.cpus:
             try:
                 os.sched_setaffinity(0, env.cpus)
