@@ -11,7 +11,9 @@ import (
 
 // TestAttackScenarioFederation runs a peer lab's attacks on two
 // federated labs: the borrower renewing or granting itself the lender's
-// node, and the borrower lost while it holds the lease. Each is refused
+// node or ordering workers on one it does not lease, a flood of the
+// lender's federation port, and the borrower lost while it holds the
+// lease. Each is refused
 // on the lender's side (its log naming the borrower, its ledger), and
 // the lender's own job runs on its node after the loss.
 func TestAttackScenarioFederation(t *testing.T) {
@@ -20,7 +22,7 @@ func TestAttackScenarioFederation(t *testing.T) {
 	}
 	var only []string
 	for _, name := range attack.Names() {
-		if strings.HasPrefix(name, "federation-") {
+		if strings.HasPrefix(name, "federation-") || name == "flood-federation" {
 			only = append(only, name)
 		}
 	}
@@ -40,7 +42,7 @@ func TestAttackScenarioFederation(t *testing.T) {
 			t.Logf("%s: %s", name, c.How)
 		}
 	}
-	if !res.Pass() || res.Attacks != len(only) || len(only) < 4 {
+	if !res.Pass() || res.Attacks != len(only) || len(only) < 6 {
 		t.Errorf("%d attacks of %d, %d refused", res.Attacks, len(only), res.Refused)
 	}
 }

@@ -3,9 +3,11 @@ package attack
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -17,6 +19,7 @@ import (
 	"pollux/actors/fedlink"
 	"pollux/actors/pb"
 	"pollux/cluster/federation"
+	"pollux/cluster/pki"
 	"pollux/testbed/builtin"
 	"pollux/testbed/fedlab"
 	"pollux/testbed/launch"
@@ -38,6 +41,7 @@ var fedAttacks = []attack{
 			Nodes: []federation.NodeGPUs{{Node: f.free, GPUs: 2}}, At: at, TTL: federation.MaxTTL}
 	}, http.StatusConflict, "not by its lender "+lender)},
 	{name: "federation-order-on-a-node-not-leased", fed: forged(fedlink.PathOrder, orderOnFreeNode, http.StatusConflict, "not leased to the borrower")},
+	{name: "flood-federation", fed: floodFederation},
 	{name: "federation-lost-borrowers-lease", fed: lostBorrower},
 }
 
@@ -60,7 +64,8 @@ type fedTarget struct {
 	lent   federation.Lease
 	free   string // a node of the lender's that it does not lend
 	client *http.Client
-	addr   string // the lender's federation address
+	tls    *tls.Config // the borrower's server's, dialling the lender
+	addr   string      // the lender's federation address
 	log    func(msg string, args ...any)
 }
 
@@ -141,7 +146,7 @@ func startFederation(ctx context.Context, dir string, o Options) (*fedTarget, er
 	if err != nil {
 		return f, fmt.Errorf("%w: %w", ErrRun, err)
 	}
-	f.client = &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 10 * time.Second}
+	f.tls, f.client = tc, &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 10 * time.Second}
 	f.addr = fed.Peers[0].Addresses[0]
 	cat, err := builtin.Catalog()
 	if err != nil {
@@ -308,6 +313,61 @@ func forged(path string, build func(f *fedTarget, at float64) (string, any), wan
 		}
 		return fmt.Sprintf("%s; %s logged: %s; its leases %s, each expiring within its own %v", how, lender, logMsg(line), ids(after), fedTTL), true
 	}
+}
+
+// floodFederation opens floodConns silent TCP connections from
+// floodSource to the lender's federation port. Refused if, while they
+// are held, the borrower's server completes its handshake there within
+// memberWithin, the lender logs the flooder on the federation channel
+// and its pollux_preauth_refused_total of that channel grows.
+func floodFederation(ctx context.Context, f *fedTarget) (string, bool) {
+	srv := f.lender.Servers[0]
+	hc := f.lender.HTTPClient(10 * time.Second)
+	before, err := refusedMetric(ctx, hc, srv, pki.ChannelFederation)
+	if err != nil {
+		return "cannot read /metrics before the flood: " + err.Error(), false
+	}
+	d := net.Dialer{Timeout: 3 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(floodSource)}}
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	var dialErrs int
+	for range floodConns {
+		c, err := d.DialContext(ctx, "tcp", f.addr)
+		if err != nil {
+			dialErrs++
+			continue
+		}
+		conns = append(conns, c)
+	}
+	begin := time.Now()
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: memberWithin}, "tcp", f.addr, f.tls)
+	if err != nil {
+		return fmt.Sprintf("with %d silent connections from %s held, the borrower's handshake: %v", len(conns), floodSource, err), false
+	}
+	c.Close()
+	took := time.Since(begin)
+	if took > memberWithin {
+		return fmt.Sprintf("with %d silent connections from %s held the borrower waited %v (bound %v)", len(conns), floodSource,
+			took.Round(time.Millisecond), memberWithin), false
+	}
+	line, ok := logLineIn(srv.Log, 5*time.Second, "refused connection", "channel="+string(pki.ChannelFederation), "peer="+floodSource+":")
+	if !ok {
+		return fmt.Sprintf("%s logged no refusal of %s on the federation channel", lender, floodSource), false
+	}
+	how := fmt.Sprintf("%d silent connections from %s (%d not even accepted); the borrower's server got through in %v; %s logged: %s",
+		len(conns), floodSource, dialErrs, took.Round(time.Millisecond), lender, logMsg(line))
+	after, err := refusedMetric(ctx, hc, srv, pki.ChannelFederation)
+	if err != nil {
+		return how + "; cannot read /metrics after the flood: " + err.Error(), false
+	}
+	if after <= before {
+		return how + fmt.Sprintf("; pollux_preauth_refused_total{channel=%q} stayed %v", pki.ChannelFederation, before), false
+	}
+	return how + fmt.Sprintf("; pollux_preauth_refused_total{channel=%q} %v -> %v", pki.ChannelFederation, before, after), true
 }
 
 // ids lists the IDs, lenders and borrowers of leases.
