@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -39,7 +40,8 @@ func newACLCmd() *cobra.Command {
 func newACLBootstrapCmd() *cobra.Command {
 	var secretFile string
 	var b api.Bootstrap
-	cmd := showCmd(&cobra.Command{
+	var cmd *cobra.Command
+	cmd = showCmd(&cobra.Command{
 		Use:   "bootstrap",
 		Short: "Make the cluster's first admin token (works once in a cluster's life)",
 		Long: "Makes the cluster's bootstrap token, an admin token, and prints its secret once. It works once in the " +
@@ -47,7 +49,9 @@ func newACLBootstrapCmd() *cobra.Command {
 			"needs a client certificate of the cluster CA (--cert/--key, `pollux tls cert create --role client`), so " +
 			"that nobody who merely reaches the API can take a new cluster first. With --secret-file the token's secret " +
 			"is the one in FILE (at least 32 printable characters, made by you, e.g. from /dev/urandom): the command is " +
-			"then safe to repeat (the same secret answers OK), and the secret never crosses the network from the server.",
+			"then safe to repeat (the same secret answers OK), and the secret never crosses the network from the server. " +
+			"Its last line sets $" + client.EnvServers + ", $" + client.EnvCA + " and $" + client.EnvToken + " for the CLI when a shell " +
+			"evaluates it (the token read from --secret-file then, not shown): eval \"$(pollux acl bootstrap ... | tail -n 1)\".",
 		Args: cobra.NoArgs,
 		PreRunE: func(*cobra.Command, []string) error {
 			if secretFile == "" {
@@ -67,10 +71,48 @@ func newACLBootstrapCmd() *cobra.Command {
 		return c.Bootstrap(ctx, b)
 	}, func(w io.Writer, t api.Token) error {
 		fmt.Fprintln(w, "bootstrap token made:")
-		return client.WriteToken(w, t)
+		if err := client.WriteToken(w, t); err != nil {
+			return err
+		}
+		line, err := bootstrapExports(cmd, secretFile, t.Secret)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "to point the pollux CLI at this cluster, run (or paste) in a shell:\n%s\n", line)
+		return err
 	})
 	cmd.Flags().StringVar(&secretFile, "secret-file", "", "file holding the secret the bootstrap token gets (default: the server makes one)")
 	return cmd
+}
+
+// bootstrapExports is the shell line that points the CLI at the servers
+// and CA cmd ran with and at the bootstrap token: read from secretFile
+// when evaluated if there is one, else the secret the server made.
+func bootstrapExports(cmd *cobra.Command, secretFile, secret string) (string, error) {
+	servers, err := cmd.Flags().GetStringSlice("server")
+	if err != nil {
+		return "", err
+	}
+	ca, err := cmd.Flags().GetString("ca")
+	if err != nil {
+		return "", err
+	}
+	abs := func(p string) (string, error) {
+		if p == "" {
+			return "", nil
+		}
+		return filepath.Abs(p)
+	}
+	if ca, err = abs(ca); err != nil {
+		return "", fmt.Errorf("acl bootstrap: --ca: %w", err)
+	}
+	if secretFile == "" {
+		return client.ExportsSecret(servers, ca, secret), nil
+	}
+	if secretFile, err = abs(secretFile); err != nil {
+		return "", fmt.Errorf("acl bootstrap: --secret-file: %w", err)
+	}
+	return client.Exports(servers, ca, secretFile), nil
 }
 
 func newTokenCreateCmd() *cobra.Command {

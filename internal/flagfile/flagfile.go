@@ -1,6 +1,7 @@
 package flagfile
 
 import (
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
@@ -177,12 +178,22 @@ func resolve(n *yaml.Node) *yaml.Node {
 }
 
 // valuesOf are the texts to Set flag f to from node v: one for a
-// scalar, one per item of a sequence (repeatable flags only).
+// scalar (or, for a comma-list flag, its comma-separated items), one per
+// item of a sequence (repeatable flags only).
 func valuesOf(f *pflag.Flag, v *yaml.Node) ([]string, error) {
 	_, repeatable := f.Value.(pflag.SliceValue)
 	switch {
 	case v.Kind == yaml.ScalarNode && v.Tag == "!!null":
 		return nil, fmt.Errorf("%w: no value (leave the key out for the default)", ErrBadValue)
+	case v.Kind == yaml.ScalarNode && f.Value.Type() == "stringSlice" && v.Value == "":
+		return []string{}, nil
+	case v.Kind == yaml.ScalarNode && f.Value.Type() == "stringSlice":
+		// Comma-separated, as on the command line (--join a:1,b:2).
+		items, err := csv.NewReader(strings.NewReader(v.Value)).Read()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadValue, err)
+		}
+		return items, nil
 	case v.Kind == yaml.ScalarNode:
 		return []string{v.Value}, nil
 	case v.Kind == yaml.SequenceNode && repeatable:

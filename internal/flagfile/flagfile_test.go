@@ -82,6 +82,35 @@ func TestApply(t *testing.T) {
 	}
 }
 
+// TestCommaListScalar: a comma-list flag given one value in a file is
+// split as on the command line; a repeatable flag of whole values is not.
+func TestCommaListScalar(t *testing.T) {
+	tests := []struct {
+		name, data  string
+		join, allow []string
+	}{
+		{"two addresses", "join: 10.0.0.2:7946,10.0.0.3:7946\n", []string{"10.0.0.2:7946", "10.0.0.3:7946"}, []string{"python3 **"}},
+		{"one address", "join: 10.0.0.2:7946\n", []string{"10.0.0.2:7946"}, []string{"python3 **"}},
+		{"empty", "join: ''\n", []string{}, []string{"python3 **"}},
+		{"a command with a comma", "allow-command: python3 a,b.py\n", nil, []string{"python3 a,b.py"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs, s := newFlags()
+			if err := flagfile.Apply(fs, "test.yaml", []byte(tt.data)); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(s.Join, tt.join) || !reflect.DeepEqual(s.Allow, tt.allow) {
+				t.Errorf("join %q, allow-command %q; want %q, %q", s.Join, s.Allow, tt.join, tt.allow)
+			}
+		})
+	}
+	fs, _ := newFlags()
+	if err := flagfile.Apply(fs, "test.yaml", []byte("join: 'a:1,\"b:2'\n")); !errors.Is(err, flagfile.ErrBadValue) || !strings.Contains(err.Error(), "test.yaml:1") {
+		t.Errorf("a malformed list: %v", err)
+	}
+}
+
 // TestBadFiles checks that every mistake is reported with its line, and
 // that a refused file changes no flag.
 func TestBadFiles(t *testing.T) {

@@ -517,12 +517,20 @@ func (c *Cluster) Start(ctx context.Context, m *Member, fault string, seq int) e
 	}
 	rw := &readyWriter{ready: make(chan struct{})}
 	m.mu.Lock()
-	full := append(append(slices.Clone(m.prefix), c.o.Exec...), m.args...)
 	if m.p != nil && !m.p.Exited() {
 		m.mu.Unlock()
 		logf.Close()
 		return fmt.Errorf("%w: %s/%s is already running", ErrCluster, m.Role, m.ID)
 	}
+	args := m.args
+	if c.o.ConfigFiles {
+		if args, err = c.configArgs(m); err != nil {
+			m.mu.Unlock()
+			logf.Close()
+			return err
+		}
+	}
+	full := append(append(slices.Clone(m.prefix), c.o.Exec...), args...)
 	p, err := c.group.Start(proc.Spec{Name: string(m.Role) + "/" + m.ID, Path: full[0], Args: full[1:],
 		Env: append(slices.Clone(c.o.Env), m.env...), Stdout: rw, Stderr: logf})
 	if err != nil {

@@ -120,6 +120,10 @@ type Options struct {
 	// Dir/checkpoints (labs of a federation share one: a borrower's jobs
 	// checkpoint where the lender's agents may write).
 	CheckpointRoot string
+	// ConfigFiles starts every server and agent from a settings file
+	// alone (`pollux server --config FILE`, see Cluster.ConfigFile)
+	// instead of flags.
+	ConfigFiles bool
 	// Logger receives the launcher's progress (default: discarded).
 	Logger *slog.Logger
 }

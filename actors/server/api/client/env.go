@@ -10,6 +10,27 @@ import (
 // line is evaluated (so that the secret is never printed), a token.
 // Empty parts are left out.
 func Exports(servers []string, ca, tokenFile string) string {
+	token := ""
+	if tokenFile != "" {
+		token = fmt.Sprintf(`"$(cat %s)"`, shellQuote(tokenFile))
+	}
+	return exports(servers, ca, token)
+}
+
+// ExportsSecret is Exports with the token's secret itself in the line,
+// for a command that shows the secret anyway (pollux acl bootstrap
+// without a secret file).
+func ExportsSecret(servers []string, ca, secret string) string {
+	token := ""
+	if secret != "" {
+		token = shellQuote(secret)
+	}
+	return exports(servers, ca, token)
+}
+
+// exports is the export line of servers, ca and token, the last already
+// quoted for the shell.
+func exports(servers []string, ca, token string) string {
 	parts := []string{"export"}
 	if len(servers) > 0 {
 		parts = append(parts, EnvServers+"="+shellQuote(strings.Join(servers, ",")))
@@ -17,8 +38,8 @@ func Exports(servers []string, ca, tokenFile string) string {
 	if ca != "" {
 		parts = append(parts, EnvCA+"="+shellQuote(ca))
 	}
-	if tokenFile != "" {
-		parts = append(parts, fmt.Sprintf(`%s="$(cat %s)"`, EnvToken, shellQuote(tokenFile)))
+	if token != "" {
+		parts = append(parts, EnvToken+"="+token)
 	}
 	return strings.Join(parts, " ")
 }

@@ -12,8 +12,9 @@ import (
 )
 
 // TestExportsEvaluate evaluates the line in a shell and reads it back
-// with FromEnv: the addresses, the CA and the token file's secret, for
-// paths with spaces and quotes too.
+// with FromEnv: the addresses, the CA and the token file's secret (or
+// the secret itself), for paths and secrets with spaces, quotes and shell
+// syntax too.
 func TestExportsEvaluate(t *testing.T) {
 	sh, err := exec.LookPath("sh")
 	if err != nil {
@@ -31,16 +32,22 @@ func TestExportsEvaluate(t *testing.T) {
 		name      string
 		servers   []string
 		ca, token string
-		want      []string // POLLUX_SERVERS, POLLUX_CA, POLLUX_TOKEN
+		// secret: token is the secret itself (ExportsSecret), not its file.
+		secret bool
+		want   []string // POLLUX_SERVERS, POLLUX_CA, POLLUX_TOKEN
 	}{
-		{"all", []string{"127.0.0.1:8080", "127.0.0.1:8081"}, filepath.Join(dir, "ca.pem"), tokenFile,
+		{"all", []string{"127.0.0.1:8080", "127.0.0.1:8081"}, filepath.Join(dir, "ca.pem"), tokenFile, false,
 			[]string{"127.0.0.1:8080,127.0.0.1:8081", filepath.Join(dir, "ca.pem"), "plx_secret-of-the-test"}},
-		{"insecure", []string{"http://127.0.0.1:8080"}, "", "", []string{"http://127.0.0.1:8080", "", ""}},
+		{"insecure", []string{"http://127.0.0.1:8080"}, "", "", false, []string{"http://127.0.0.1:8080", "", ""}},
+		{"secret", []string{"127.0.0.1:8080"}, filepath.Join(dir, "ca.pem"), "plx_it's-$(true)-a `secret`", true,
+			[]string{"127.0.0.1:8080", filepath.Join(dir, "ca.pem"), "plx_it's-$(true)-a `secret`"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			line := client.Exports(tt.servers, tt.ca, tt.token)
-			if strings.Contains(line, "plx_secret") {
+			if tt.secret {
+				line = client.ExportsSecret(tt.servers, tt.ca, tt.token)
+			} else if strings.Contains(line, "plx_secret") {
 				t.Fatalf("the line shows the secret: %s", line)
 			}
 			out, err := exec.Command(sh, "-c", line+`; printf '%s\n%s\n%s' "$POLLUX_SERVERS" "$POLLUX_CA" "$POLLUX_TOKEN"`).Output()
