@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"pollux/actors/jobspec"
 )
@@ -85,21 +86,23 @@ func claim(r *os.Root, rel, dir, submitter string) error {
 		return nil
 	}
 	path := filepath.Join(filepath.Dir(rel), "."+filepath.Base(rel)+".submitter")
-	f, err := r.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	// Written whole under a name of its own, then linked into place,
+	// which fails if the claim exists: agents sharing the root that
+	// prepare the directory at once (a job's nodes) never read half a
+	// claim.
+	tmp := fmt.Sprintf("%s.%d.%d", path, os.Getpid(), claims.Add(1))
+	if err := r.WriteFile(tmp, []byte(submitter+"\n"), 0o600); err != nil {
+		return explain(r.Name(), dir, err)
+	}
+	err := r.Link(tmp, path)
+	_ = r.Remove(tmp)
 	if err == nil {
-		_, werr := f.WriteString(submitter + "\n")
-		if cerr := f.Close(); werr == nil {
-			werr = cerr
-		}
-		if werr != nil {
-			return fmt.Errorf("node: checkpoint directory %s: claiming it: %w", dir, werr)
-		}
 		return nil
 	}
 	if !errors.Is(err, fs.ErrExist) {
 		return explain(r.Name(), dir, err)
 	}
-	f, err = r.Open(path)
+	f, err := r.Open(path)
 	if err != nil {
 		return explain(r.Name(), dir, err)
 	}
@@ -112,6 +115,9 @@ func claim(r *os.Root, rel, dir, submitter string) error {
 	}
 	return nil
 }
+
+// claims numbers the temporary files of claim.
+var claims atomic.Uint64
 
 // own gives the directory of sub, mode 0700, and everything in it to
 // owner (nil: only the mode).

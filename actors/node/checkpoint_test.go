@@ -66,3 +66,25 @@ func TestCheckpointClaim(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckpointClaimAtOnce: the agents of a job's nodes, sharing the
+// root, prepare its directory at once: each gets it, none reads half a
+// claim.
+func TestCheckpointClaimAtOnce(t *testing.T) {
+	for range 50 {
+		root := t.TempDir()
+		dir := filepath.Join(root, "job")
+		errs := make(chan error, 8)
+		for range cap(errs) {
+			go func() { errs <- prepareCheckpointDir(root, dir, nil, "acc-alice") }()
+		}
+		for range cap(errs) {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ents, _ := os.ReadDir(root); len(ents) != 2 {
+			t.Fatalf("the root holds %d entries, want the directory and its claim: %v", len(ents), ents)
+		}
+	}
+}
