@@ -73,12 +73,14 @@ type Event struct {
 }
 
 // Retention of events: the state keeps the last MaxJobEvents of each job
-// and the last MaxEvents of the cluster, in at most an eighth of the
-// state budget (Quotas.StateBudget); older ones are dropped when newer
-// ones are appended.
+// and the last MaxEvents of the cluster, in at most MaxEventBytes; older
+// ones are dropped when newer ones are appended. The bound does not
+// depend on the state budget they count against, so that lowering the
+// budget never frees room by dropping events.
 const (
-	MaxJobEvents = 64
-	MaxEvents    = 8192
+	MaxJobEvents  = 64
+	MaxEvents     = 8192
+	MaxEventBytes = 2 << 20
 	// maxEventReason bounds an event's reason (longer ones are cut).
 	maxEventReason = 512
 	// eventOverhead is what an event counts against the state budget
@@ -136,9 +138,8 @@ func eventSize(ev *Event) int64 {
 	return eventOverhead + int64(len(ev.Job)+len(ev.Node)+len(ev.Reason))
 }
 
-// add appends ev with the next sequence number, then applies retention
-// within budget bytes.
-func (e *Events) add(ev Event, budget int64) {
+// add appends ev with the next sequence number, then applies retention.
+func (e *Events) add(ev Event) {
 	ev.Reason = cutReason(ev.Reason)
 	e.last++
 	ev.Seq = e.last
@@ -159,7 +160,7 @@ func (e *Events) add(ev Event, budget int64) {
 	if ev.Job != "" {
 		e.perJob[ev.Job]++
 	}
-	for e.n > 1 && (e.n > MaxEvents || e.bytes > budget) {
+	for e.n > 1 && (e.n > MaxEvents || e.bytes > MaxEventBytes) {
 		e.drop(e.head)
 	}
 	if holes := len(e.list) - e.n; holes >= 64 && holes > len(e.list)/2 {
@@ -238,13 +239,9 @@ func cutReason(s string) string {
 	return s[:n] + "..."
 }
 
-// eventBudget is the bytes the events of s may take: an eighth of the
-// state budget.
-func eventBudget(s *State) int64 { return s.Quotas.StateBudget() / 8 }
-
 // emit appends an event about job (or, with job "", node) to s.
 func emit(s *State, t EventType, at float64, job, node, reason string) {
-	s.Events.add(Event{Time: at, Type: t, Job: job, Node: node, Reason: reason}, eventBudget(s))
+	s.Events.add(Event{Time: at, Type: t, Job: job, Node: node, Reason: reason})
 }
 
 // slotsText describes slots: "4 GPUs on n1 (2), n2 (2)".

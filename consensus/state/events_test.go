@@ -123,8 +123,8 @@ func TestReRegisterEmitsPreempted(t *testing.T) {
 }
 
 // TestEventRetention: the state keeps the last MaxJobEvents of a job,
-// the last MaxEvents of the cluster and events within an eighth of the
-// state budget; sequence numbers go on; a pruned job's events go.
+// the last MaxEvents of the cluster and events within MaxEventBytes;
+// sequence numbers go on; a pruned job's events go.
 func TestEventRetention(t *testing.T) {
 	a := newApplier()
 	a.must(t, 1, &RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive}},
@@ -162,14 +162,26 @@ func TestEventRetention(t *testing.T) {
 		t.Errorf("%d events of a pruned job, %d in all", n, b.s.Events.Len())
 	}
 
-	// The budget's share.
-	b.must(t, 1, &SetQuota{Budget: 8 << 10})
-	b.must(t, 1, &CancelJob{ID: "j00009", Time: 2})
-	if got := b.s.Events.Bytes(); got > 1<<10 || got <= 0 {
-		t.Errorf("events take %d bytes, budget share %d", got, 1<<10)
+	// The bytes' cap: cancellations with long reasons.
+	long := strings.Repeat("r", maxEventReason)
+	for i := 10; i < 4510; i++ {
+		b.must(t, 1, &CancelJob{ID: fmt.Sprintf("j%05d", i), Reason: long, Time: 2})
 	}
-	if evs := b.s.Events.Since("", 0, 0); evs[len(evs)-1].Type != EventCancelled {
+	if got := b.s.Events.Bytes(); got > MaxEventBytes || got < MaxEventBytes-2*maxEventReason || b.s.Events.Len() >= MaxEvents {
+		t.Errorf("%d events take %d bytes (cap %d)", b.s.Events.Len(), got, MaxEventBytes)
+	}
+	if evs := b.s.Events.Since("", 0, 0); evs[len(evs)-1].Job != "j04509" || evs[len(evs)-1].Type != EventCancelled {
 		t.Errorf("the newest event was dropped: %+v", evs[len(evs)-1])
+	}
+	// A budget set to what the state holds (specs and events) refuses the
+	// next submission: lowering it drops no event.
+	held := b.s.Events.Len()
+	b.must(t, 1, &InitCluster{ID: "c", CheckpointRoot: "/ckpt"})
+	b.must(t, 1, &SetQuota{Budget: b.s.SpecBytes() + b.s.Events.Bytes()})
+	late := testSpec()
+	late.CheckpointDir = ""
+	if err := b.apply(t, 1, &SubmitJob{ID: "late", Spec: late, SubmitTime: 3, Owned: true}); !errors.Is(err, ErrStateFull) || b.s.Events.Len() != held {
+		t.Errorf("submission at the budget: %v (%d events, were %d)", err, b.s.Events.Len(), held)
 	}
 }
 
@@ -398,48 +410,39 @@ func BenchmarkRoundEvents(b *testing.B) {
 
 // TestEventRetentionAcrossSnapshots: a state restored from a snapshot
 // every few commands keeps exactly the events of one that never was,
-// whether retention drops a job's oldest event from the middle of the
-// history (three jobs moved in turn past MaxJobEvents) or the cluster's
-// oldest (a state budget of a few events): the holes a live state keeps
-// never show.
+// when retention drops a job's oldest event from the middle of the
+// history (three jobs moved at different rates past MaxJobEvents) or
+// from its head: the holes a live state keeps never show.
 func TestEventRetentionAcrossSnapshots(t *testing.T) {
-	for _, budget := range []int64{0, 8 * 2000} {
-		a, b := newApplier(), newApplier()
-		setup := []Command{&RegisterNode{Node: Node{ID: "n1", GPUs: 8, Health: Alive}}}
-		if budget > 0 {
-			setup = append(setup, &SetQuota{Budget: budget})
-		}
-		for _, id := range []string{"a", "b", "c"} {
-			setup = append(setup, &SubmitJob{ID: id, Spec: testSpec(), SubmitTime: 1})
-		}
-		a.must(t, 1, setup...)
-		b.must(t, 1, setup...)
-		for gen := uint64(1); gen <= 3*MaxJobEvents+50; gen++ {
-			// a moves every round, b every fifth, c never after its
-			// placement: a's oldest event is mostly behind b's and c's.
-			jobs := map[string][]Slot{"a": {{"n1", 1 + int(gen%2)}}, "b": {{"n1", 1 + int(gen/5%2)}}, "c": {{"n1", 1}}}
-			r := &Round{Generation: gen, Term: 1, Time: float64(gen), Jobs: jobs}
-			a.must(t, 1, r)
-			b.must(t, 1, r)
-			if gen%37 == 0 {
-				s, err := DecodeState(EncodeState(b.s))
-				if err != nil {
-					t.Fatal(err)
-				}
-				b.s = s
+	a, b := newApplier(), newApplier()
+	setup := []Command{&RegisterNode{Node: Node{ID: "n1", GPUs: 8, Health: Alive}}}
+	for _, id := range []string{"a", "b", "c"} {
+		setup = append(setup, &SubmitJob{ID: id, Spec: testSpec(), SubmitTime: 1})
+	}
+	a.must(t, 1, setup...)
+	b.must(t, 1, setup...)
+	for gen := uint64(1); gen <= 3*MaxJobEvents+50; gen++ {
+		// a moves every round, b every fifth, c never after its
+		// placement: a's oldest event is mostly behind b's and c's.
+		jobs := map[string][]Slot{"a": {{"n1", 1 + int(gen%2)}}, "b": {{"n1", 1 + int(gen/5%2)}}, "c": {{"n1", 1}}}
+		r := &Round{Generation: gen, Term: 1, Time: float64(gen), Jobs: jobs}
+		a.must(t, 1, r)
+		b.must(t, 1, r)
+		if gen%37 == 0 {
+			s, err := DecodeState(EncodeState(b.s))
+			if err != nil {
+				t.Fatal(err)
 			}
-			if !bytes.Equal(EncodeState(a.s), EncodeState(b.s)) || a.s.Events.Len() != b.s.Events.Len() || a.s.Events.Bytes() != b.s.Events.Bytes() {
-				t.Fatalf("budget %d, generation %d: the restored state's events differ", budget, gen)
-			}
+			b.s = s
 		}
-		if n := len(a.s.Events.Since("a", 0, 0)); (budget == 0 && n != MaxJobEvents) || n == 0 {
-			t.Errorf("budget %d: job a has %d events", budget, n)
+		if !bytes.Equal(EncodeState(a.s), EncodeState(b.s)) || a.s.Events.Len() != b.s.Events.Len() || a.s.Events.Bytes() != b.s.Events.Bytes() {
+			t.Fatalf("generation %d: the restored state's events differ", gen)
 		}
-		if budget == 0 && len(a.s.Events.Since("c", 0, 0)) != 2 {
-			t.Errorf("job c's events (submitted, placed) were dropped: %+v", a.s.Events.Since("c", 0, 0))
-		}
-		if budget > 0 && a.s.Events.Bytes() > budget/8 {
-			t.Errorf("events take %d bytes, over %d", a.s.Events.Bytes(), budget/8)
-		}
+	}
+	if n := len(a.s.Events.Since("a", 0, 0)); n != MaxJobEvents {
+		t.Errorf("job a has %d events", n)
+	}
+	if len(a.s.Events.Since("c", 0, 0)) != 2 {
+		t.Errorf("job c's events (submitted, placed) were dropped: %+v", a.s.Events.Since("c", 0, 0))
 	}
 }
