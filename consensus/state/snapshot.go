@@ -13,7 +13,7 @@ import (
 // CRC-32C; docs/replicated-state.md lists what each version added.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 9
+	SnapshotVersion = 10
 	// MaxSnapshot bounds the size of an encoded state.
 	MaxSnapshot = 1 << 30
 )
@@ -66,6 +66,8 @@ func EncodeState(s *State) []byte {
 		w.uvarint(j.MeasSeq)
 		w.str(j.Submitter)
 		w.str(j.SubmitterName)
+		w.str(j.SubmitKey)
+		w.str(j.CancelKey)
 	}
 
 	w.uvarint(s.Allocation.Generation)
@@ -189,6 +191,10 @@ func DecodeState(b []byte) (*State, error) {
 			j.Submitter = r.str()
 			j.SubmitterName = r.str()
 		}
+		if version >= 10 {
+			j.SubmitKey = r.str()
+			j.CancelKey = r.str()
+		}
 		if r.err != nil {
 			break
 		}
@@ -254,6 +260,15 @@ func validateJob(j *Job) error {
 	}
 	if !j.State.valid() {
 		return invalid("job %q in state %d", j.ID, j.State)
+	}
+	if err := checkKey(j.SubmitKey); err != nil {
+		return err
+	}
+	if err := checkKey(j.CancelKey); err != nil {
+		return err
+	}
+	if j.CancelKey != "" && j.State != Cancelled {
+		return invalid("job %q has a cancel key but is %v", j.ID, j.State)
 	}
 	if err := checkText("reason", j.Reason); err != nil {
 		return err

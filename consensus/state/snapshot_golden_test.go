@@ -12,7 +12,7 @@ import (
 	"pollux/optimizer"
 )
 
-var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v9.bin from the current encoder")
+var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v10.bin from the current encoder")
 
 // snapshotV3 is a version 3 snapshot holding everything version 3 added:
 // the token table and job submitters (API tokens), the topology levels,
@@ -319,10 +319,6 @@ func TestSnapshotVersion8Golden(t *testing.T) {
 // that resumes from a finished one of its submitter (owned submissions),
 // the cluster's default quota and state budget, and a submitter's own
 // quota.
-// go test ./consensus/state -run TestSnapshotVersion9Golden -update
-// rewrites it; only do so for a change that keeps the version's bytes (a
-// change of the format is a new version, and this file must still
-// decode).
 const snapshotV9 = "testdata/snapshot-v9.bin"
 
 func v9State(t testing.TB) *State {
@@ -344,13 +340,7 @@ func v9State(t testing.TB) *State {
 
 func TestSnapshotVersion9Golden(t *testing.T) {
 	got := EncodeState(v9State(t))
-	if *updateGolden {
-		if err := os.WriteFile(snapshotV9, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	b, s := decodeFixture(t, snapshotV9, 9)
+	_, s := decodeFixture(t, snapshotV9, 9)
 	again := s.Jobs["again"]
 	if again == nil || again.Spec.ResumeFrom != "first" || s.CheckpointDir(again) != "/ckpt/first" || s.CheckpointDir(s.Jobs["first"]) != "/ckpt/first" {
 		t.Fatalf("decoded resumed job %+v", again)
@@ -371,7 +361,48 @@ func TestSnapshotVersion9Golden(t *testing.T) {
 	if s.Fed == nil || s.Jobs["paced"].Spec.Epochs != 90 {
 		t.Errorf("versions 3 to 8 content lost")
 	}
+	if again := EncodeState(s); !bytes.Equal(got, again) {
+		t.Fatalf("the version 9 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
+	}
+}
+
+// snapshotV10 is a version 10 snapshot: snapshotV9's state plus a job
+// submitted and cancelled with idempotency keys.
+// go test ./consensus/state -run TestSnapshotVersion10Golden -update
+// rewrites it; only do so for a change that keeps the version's bytes (a
+// change of the format is a new version, and this file must still
+// decode).
+const snapshotV10 = "testdata/snapshot-v10.bin"
+
+func v10State(t testing.TB) *State {
+	t.Helper()
+	a := newApplier()
+	a.s = v9State(t)
+	keyed := testSpec()
+	keyed.Name, keyed.CheckpointDir = "keyed", ""
+	a.must(t, 8,
+		&SubmitJob{ID: "keyed", Spec: keyed, SubmitTime: 340, Submitter: "acc-admin", Owned: true, Key: "sub-1"},
+		&CancelJob{ID: "keyed", By: "acc-admin", Reason: "user", Time: 341, Key: "can-1"},
+	)
+	return a.state()
+}
+
+func TestSnapshotVersion10Golden(t *testing.T) {
+	got := EncodeState(v10State(t))
+	if *updateGolden {
+		if err := os.WriteFile(snapshotV10, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	b, s := decodeFixture(t, snapshotV10, 10)
+	if j := s.Jobs["keyed"]; j == nil || j.SubmitKey != "sub-1" || j.CancelKey != "can-1" || j.State != Cancelled {
+		t.Fatalf("decoded keyed job %+v", j)
+	}
+	if j := s.Jobs["again"]; j == nil || j.SubmitKey != "" || j.CancelKey != "" {
+		t.Errorf("a job submitted without a key decodes with one: %+v", j)
+	}
 	if !bytes.Equal(got, b) {
-		t.Fatalf("the encoding of version 9 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+		t.Fatalf("the encoding of version 10 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
 	}
 }
