@@ -22,10 +22,15 @@ vet:
 # tests fit and predict, run last and alone, so that no other package's
 # processes share their cores; so do the real demo's tests of cmd/pollux
 # (a whole cluster training three real jobs).
+# Tests that host two protoactor remotes in one process race inside the
+# library (deps-notes) and are built with !race: they run once more
+# without the detector.
 SOLO      := pollux/actors/node/worker
 SOLOTESTS := ^TestRealDemo
+NORACE    := ^TestLogsActorAnswersServers$$
 test: fmt-check vet
 	$(GO) test -race -timeout 40m -skip '$(SOLOTESTS)' $$($(GO) list $(PKGS) | grep -vx '$(SOLO)')
+	$(GO) test -timeout 10m -run '$(NORACE)' ./actors/agent
 	$(GO) test -race -timeout 20m $(SOLO)
 	$(GO) test -race -timeout 20m -run '$(SOLOTESTS)' ./cmd/pollux
 
@@ -83,4 +88,4 @@ clean:
 #   go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO ?= $(shell $(GO) env GOPATH)/bin/protoc-gen-go
 proto:
-	protoc --plugin=protoc-gen-go=$(PROTOC_GEN_GO) --go_out=. --go_opt=module=pollux actors/pb/messages.proto actors/pb/lease.proto
+	protoc --plugin=protoc-gen-go=$(PROTOC_GEN_GO) --go_out=. --go_opt=module=pollux actors/pb/messages.proto actors/pb/lease.proto actors/pb/logs.proto

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 
 	"pollux/actors/node"
+	"pollux/actors/node/workerlog"
+	"pollux/actors/pb"
 	"pollux/cluster"
 	"pollux/cluster/pki"
 	"pollux/internal/member"
@@ -48,6 +51,12 @@ type Config struct {
 	RestartCost time.Duration
 	// DataDir keeps the agent's fencing state ("": memory only).
 	DataDir string
+	// LogDir keeps the workers' logs (--log-dir; "": DataDir/logs, or
+	// without DataDir a temporary directory removed when the agent
+	// stops); LogMaxBytes caps each worker's log (--worker-log-max; 0:
+	// workerlog.DefaultMaxBytes).
+	LogDir      string
+	LogMaxBytes int64
 	// WorkerExec runs `pollux worker` (default: this binary).
 	WorkerExec []string
 	// AllowCommands are the commands workers may run (nil: the default,
@@ -235,11 +244,16 @@ func (a *agent) startNode(reportTLS *tls.Config) error {
 		return err
 	}
 	a.onClose(func() { os.RemoveAll(tokens) })
+	logs, err := a.startLogs()
+	if err != nil {
+		return err
+	}
 	c := a.cfg
 	nd, err := node.Start(a.sys, node.Config{
 		Name: c.Name, GPUs: a.gpus, GPUType: a.meta.GPUType, Topology: a.meta.Topology, CPUSlots: a.slots, Grace: c.Grace,
 		ReportListen: net.JoinHostPort(c.Bind, "0"), DataDir: c.DataDir, Logger: a.log,
 		ReportTLS: reportTLS, ReportGate: a.sec.Gate(pki.ChannelReport, a.log, nil), ReportCA: reportCA, AllowCommands: a.allow, RunAs: a.runAs, UIDs: a.uids, WorkerEnv: a.workerEnv, TokenDir: tokens,
+		Logs: logs,
 		Emulator: func(app string) []string {
 			return append(append([]string(nil), a.workerExec...), "worker", "--emulate", app,
 				"--time-scale", strconv.FormatFloat(c.TimeScale, 'g', -1, 64),
@@ -256,6 +270,38 @@ func (a *agent) startNode(reportTLS *tls.Config) error {
 		}
 	})
 	return nil
+}
+
+// startLogs opens the workers' log store and spawns the logs actor,
+// which answers the servers' pb.LogRead over the actor channel.
+func (a *agent) startLogs() (*workerlog.Store, error) {
+	if a.cfg.LogMaxBytes < 0 {
+		return nil, usage.Errorf("agent: --worker-log-max %d: want a positive size", a.cfg.LogMaxBytes)
+	}
+	dir := a.cfg.LogDir
+	switch {
+	case dir != "":
+	case a.cfg.DataDir != "":
+		dir = filepath.Join(a.cfg.DataDir, "logs")
+	default:
+		tmp, err := os.MkdirTemp("", "pollux-agent-logs-")
+		if err != nil {
+			return nil, fmt.Errorf("agent: worker log directory: %w", err)
+		}
+		a.onClose(func() { os.RemoveAll(tmp) })
+		dir = tmp
+	}
+	logs, err := workerlog.Open(workerlog.Config{Dir: dir, MaxBytes: a.cfg.LogMaxBytes})
+	if err != nil {
+		return nil, usage.Errorf("agent: --log-dir %s: %w", dir, err)
+	}
+	pid, err := a.sys.Root.SpawnNamed(workerlog.Props(a.cfg.Name, logs), pb.LogsActor)
+	if err != nil {
+		return nil, fmt.Errorf("agent: spawning the logs actor: %w", err)
+	}
+	a.onClose(func() { _ = a.sys.Root.StopFuture(pid).Wait() })
+	a.log.Info("agent: workers' logs", "dir", dir, "max_bytes_per_worker", logs.MaxBytes())
+	return logs, nil
 }
 
 // startGossip starts the agent's member of the cluster's gossip,

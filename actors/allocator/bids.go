@@ -108,6 +108,7 @@ func bidOf(m *pb.Bid) (*state.Bid, error) {
 			return nil, fmt.Errorf("%w: %d model parameters", state.ErrInvalid, len(m.Params))
 		}
 		b.Params = goodput.ParamsFrom([7]float64(m.Params))
+		b.Params.AlphaX = m.AlphaX
 	}
 	var err error
 	if b.Single, b.Multi, err = tablesOf(m.Single, m.Multi); err != nil {
@@ -121,6 +122,7 @@ func bidOf(m *pb.Bid) (*state.Bid, error) {
 			return nil, fmt.Errorf("%w: GPU type %q: %d model parameters", state.ErrInvalid, t.GpuType, len(t.Params))
 		}
 		tb := state.TypeBid{GPUType: t.GpuType, Params: goodput.ParamsFrom([7]float64(t.Params)), MostProfiled: int(t.MostProfiled)}
+		tb.Params.AlphaX = t.AlphaX
 		if tb.Single, tb.Multi, err = tablesOf(t.Single, t.Multi); err != nil {
 			return nil, err
 		}
@@ -168,7 +170,7 @@ func checkMeasurements(ms []*pb.Measurement) error {
 		for _, p := range m.Profile {
 			e := profileEntry(p)
 			if err := e.ProfilePoint.Validate(); err != nil || e.Count == 0 || e.Count > 1<<40 ||
-				e.AccumTime > 3600 || e.StepTime > 3600 {
+				e.AccumTime > 3600 || e.StepTime > 3600 || e.Racks == 1 {
 				return fmt.Errorf("%w: profile point %v", state.ErrInvalid, p)
 			}
 		}
@@ -178,7 +180,7 @@ func checkMeasurements(ms []*pb.Measurement) error {
 
 func profileEntry(p *pb.ProfilePoint) state.ProfileEntry {
 	return state.ProfileEntry{ProfilePoint: goodput.ProfilePoint{Nodes: int(p.Nodes), Replicas: int(p.Replicas),
-		LocalBatch: int(p.LocalBsz), AccumTime: p.AccumTime, StepTime: p.StepTime}, Count: p.Count}
+		LocalBatch: int(p.LocalBsz), AccumTime: p.AccumTime, StepTime: p.StepTime, Racks: int(min(p.Racks, 1<<20))}, Count: p.Count}
 }
 
 // finish completes (or fails) a job's incarnation at once: a rare event,
@@ -294,7 +296,7 @@ func measurement(j *state.Job, bs *bidState, typ string) (*state.Measurement, bo
 		return nil, false
 	}
 	m := &state.Measurement{Session: bs.session, From: base, To: base, GPUType: typ}
-	sums := map[[3]int]*state.ProfileEntry{}
+	sums := map[[4]int]*state.ProfileEntry{}
 	running := false
 	for _, d := range bs.msg.Unacked {
 		if d.Seq <= m.To {
@@ -313,7 +315,7 @@ func measurement(j *state.Job, bs *bidState, typ string) (*state.Measurement, bo
 		m.Epoch, m.Progress = max(m.Epoch, int(d.Epoch)), max(m.Progress, d.Progress)
 		for _, p := range d.Profile {
 			e := profileEntry(p)
-			key := [3]int{e.Nodes, e.Replicas, e.LocalBatch}
+			key := [4]int{e.Nodes, e.Replicas, e.LocalBatch, e.Racks}
 			s := sums[key]
 			if s == nil {
 				s = &state.ProfileEntry{ProfilePoint: e.ProfilePoint}
@@ -328,7 +330,7 @@ func measurement(j *state.Job, bs *bidState, typ string) (*state.Measurement, bo
 	if m.To == m.From {
 		return nil, false
 	}
-	for _, key := range slices.SortedFunc(maps.Keys(sums), func(x, y [3]int) int { return slices.Compare(x[:], y[:]) }) {
+	for _, key := range slices.SortedFunc(maps.Keys(sums), func(x, y [4]int) int { return slices.Compare(x[:], y[:]) }) {
 		s := sums[key]
 		s.AccumTime /= float64(s.Count)
 		s.StepTime /= float64(s.Count)

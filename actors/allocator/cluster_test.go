@@ -23,6 +23,7 @@ import (
 	"pollux/consensus/state"
 	"pollux/testbed"
 	"pollux/testbed/builtin"
+	"pollux/testbed/fabric"
 	"pollux/testbed/inproc"
 )
 
@@ -85,6 +86,11 @@ type clusterOpts struct {
 	// catalog says (types_cluster_test.go).
 	gpuTypes map[string]string
 	slower   map[string]float64
+	// racks are the nodes' racks by name (none: one rack), and links
+	// the network of racks their emulated workers share
+	// (racks_cluster_test.go).
+	racks map[string]int
+	links *fabric.Links
 }
 
 // dropRule drops the first n messages matching match.
@@ -175,7 +181,13 @@ func (c *tcluster) startNode(name string) (*node.Node, error) {
 	}
 	l := &inproc.Launcher{Catalog: cat, TimeScale: o.timeScale, Tick: 10 * time.Millisecond, ReportEvery: 50 * time.Millisecond,
 		Started: func(s node.WorkerSpec) { c.mu.Lock(); c.told = append(c.told, s); c.mu.Unlock() }}
-	nd, err := node.Start(c.sys, node.Config{Name: name, GPUs: o.gpus, GPUType: typ, Grace: 5 * time.Second, ReportListen: "none",
+	meta := cluster.Meta{Role: cluster.RoleAgent, GPUs: o.gpus, GPUType: typ, ActorAddr: c.sys.Address()}
+	if r, ok := o.racks[name]; ok {
+		meta.Rack = fmt.Sprintf("r%d", r)
+		meta.Topology = "rack=" + meta.Rack
+		l.Links, l.Rack = o.links, r
+	}
+	nd, err := node.Start(c.sys, node.Config{Name: name, GPUs: o.gpus, GPUType: typ, Topology: meta.Topology, Grace: 5 * time.Second, ReportListen: "none",
 		ActorName: "node-" + name, Launch: c.watchLaunch(name, l.Launch), Logger: quiet(), WorkerOutput: io.Discard,
 		Emulator: func(app string) []string { return []string{"inproc", app} },
 		PropsOptions: []actor.PropsOption{
@@ -188,7 +200,7 @@ func (c *tcluster) startNode(name string) (*node.Node, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.nodes = append(c.nodes, nd)
-	c.agents = append(c.agents, cluster.Member{Name: name, Meta: cluster.Meta{Role: cluster.RoleAgent, GPUs: o.gpus, GPUType: typ, ActorAddr: c.sys.Address()}})
+	c.agents = append(c.agents, cluster.Member{Name: name, Meta: meta})
 	return nd, nil
 }
 

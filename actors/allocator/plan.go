@@ -214,6 +214,31 @@ func placementType(st *state.State, slots []state.Slot) string {
 	return ""
 }
 
+// placementRacks is how many racks a placement's nodes span, 0 for one
+// (or none), as profile entries count them: a node's rack is its domain
+// at the innermost level ("" for a node that declares none), and a
+// borrowed node is in its lender's (borrowedNodes).
+func placementRacks(st *state.State, slots []state.Slot) int {
+	var racks []string
+	for _, sl := range slots {
+		rack := ""
+		if n := st.Nodes[sl.Node]; n != nil {
+			if d := n.Domains(); len(d) > 0 {
+				rack = d[0]
+			}
+		} else if lender, _, ok := federation.SplitBorrowed(sl.Node); ok {
+			rack = "fed-" + strings.ToLower(lender)
+		}
+		if !slices.Contains(racks, rack) {
+			racks = append(racks, rack)
+		}
+	}
+	if len(racks) < 2 {
+		return 0
+	}
+	return len(racks)
+}
+
 // gpuTypes lists the GPU types of nodes, sorted ("" for untyped nodes).
 func gpuTypes(nodes []optimizer.Node) []string {
 	var out []string

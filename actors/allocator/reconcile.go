@@ -175,7 +175,7 @@ func (a *allocator) host(ctx actor.Context, st *state.State) bool {
 			k += sl.GPUs
 		}
 		jobs[server] = append(jobs[server], &pb.HostedJob{Job: id, Incarnation: j.Incarnation, Session: h.session,
-			Nodes: uint32(len(slots)), Replicas: uint32(k), GpuType: placementType(st, slots)})
+			Nodes: uint32(len(slots)), Replicas: uint32(k), GpuType: placementType(st, slots), Racks: uint32(placementRacks(st, slots))})
 	}
 	for id := range a.hosting {
 		if st.Jobs[id] == nil {

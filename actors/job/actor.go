@@ -30,13 +30,14 @@ type (
 	plan struct {
 		incarnation uint64
 		nodes, reps int
+		racks       int    // the incarnation's nodes span (0: one)
 		gpuType     string // of the incarnation's nodes
 		allocator   *actor.PID
 	}
 	bidTick struct{}
 )
 
-type profileKey [3]int // nodes, replicas, local batch
+type profileKey [4]int // nodes, replicas, local batch, racks (0: one)
 
 type sum struct {
 	accum, step float64
@@ -128,7 +129,7 @@ func (j *jobActor) load() {
 	spec := st.Spec
 	j.spec = &spec
 	for _, e := range st.Profile {
-		j.profileOf(e.GPUType).entries[profileKey{e.Nodes, e.Replicas, e.LocalBatch}] = e
+		j.profileOf(e.GPUType).entries[profileKey{e.Nodes, e.Replicas, e.LocalBatch, e.Racks}] = e
 	}
 	j.epoch, j.prog = st.Epoch, st.Progress
 	if b := st.Bid; b.Version > 0 {
@@ -187,7 +188,7 @@ func (j *jobActor) report(ctx actor.Context, r *pb.WorkerReport) {
 		j.cur = delta{incarnation: r.Incarnation, gpuType: j.plan.gpuType, sums: map[profileKey]*sum{}}
 	}
 	if r.Rank == 0 && r.LocalBsz > 0 {
-		key := profileKey{j.plan.nodes, j.plan.reps, int(r.LocalBsz)}
+		key := profileKey{j.plan.nodes, j.plan.reps, int(r.LocalBsz), j.plan.racks}
 		s := j.cur.sums[key]
 		if s == nil {
 			s = &sum{}
@@ -243,7 +244,7 @@ func (j *jobActor) closeDelta() {
 			e, ok := p.entries[key]
 			if !ok {
 				p.newConfig = true
-				e = state.ProfileEntry{ProfilePoint: goodput.ProfilePoint{Nodes: key[0], Replicas: key[1], LocalBatch: key[2]},
+				e = state.ProfileEntry{ProfilePoint: goodput.ProfilePoint{Nodes: key[0], Replicas: key[1], LocalBatch: key[2], Racks: key[3]},
 					GPUType: j.cur.gpuType}
 			}
 			total := e.Count + s.count
@@ -321,6 +322,10 @@ func paramsMoved(a, b goodput.Params) float64 {
 	for i := range x {
 		most = math.Max(most, math.Abs(x[i]-y[i])/math.Max(math.Abs(x[i]), 1e-12))
 	}
+	if a.AlphaX != b.AlphaX {
+		// (a term becoming known is a change whatever its size)
+		most = math.Max(most, math.Abs(a.AlphaX-b.AlphaX)/math.Max(math.Abs(a.AlphaX), 1e-12))
+	}
 	return most
 }
 
@@ -373,13 +378,13 @@ func (j *jobActor) tick(ctx actor.Context, urgent bool) {
 		msg.HasModel, msg.HasGrad = b.HasModel, b.HasGrad
 		if b.HasModel {
 			p := b.Params.Slice()
-			msg.Params = p[:]
+			msg.Params, msg.AlphaX = p[:], b.Params.AlphaX
 		}
 		msg.GradSqr, msg.GradVar, msg.MostProfiled = b.Grad.GradSqr, b.Grad.GradVar, uint32(b.MostProfiled)
 		msg.Single, msg.Multi = choices(b.Single), choices(b.Multi)
 		for _, tb := range b.Types {
 			p := tb.Params.Slice()
-			msg.Types = append(msg.Types, &pb.TypeBid{GpuType: tb.GPUType, Params: p[:], MostProfiled: uint32(tb.MostProfiled),
+			msg.Types = append(msg.Types, &pb.TypeBid{GpuType: tb.GPUType, Params: p[:], AlphaX: tb.Params.AlphaX, MostProfiled: uint32(tb.MostProfiled),
 				Single: choices(tb.Single), Multi: choices(tb.Multi)})
 		}
 	}
@@ -389,7 +394,7 @@ func (j *jobActor) tick(ctx actor.Context, urgent bool) {
 			s := d.sums[key]
 			n := float64(s.count)
 			m.Profile = append(m.Profile, &pb.ProfilePoint{Nodes: uint32(key[0]), Replicas: uint32(key[1]), LocalBsz: uint32(key[2]),
-				AccumTime: s.accum / n, StepTime: s.step / n, Count: s.count})
+				AccumTime: s.accum / n, StepTime: s.step / n, Count: s.count, Racks: uint32(key[3])})
 		}
 		msg.Unacked = append(msg.Unacked, m)
 	}

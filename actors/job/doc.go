@@ -4,7 +4,9 @@
 // A job actor owns one job's model. It receives its workers' reports
 // (forwarded by the node actors to the owner named in each assignment),
 // keeps the job's profile per GPU type (the type of the nodes each
-// incarnation ran on, which the leader sends with its shape), fits a
+// incarnation ran on, which the leader sends with its shape, with the
+// racks it spans: a configuration across racks is its own profile
+// point, from which the model's cross-rack term is fitted), fits a
 // throughput model per type from that type's measurements alone,
 // incrementally (only when there is new data: at once when a
 // configuration is profiled for the first time, otherwise at most every

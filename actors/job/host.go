@@ -121,6 +121,17 @@ func (h *host) apply(ctx actor.Context, m *pb.HostJobs) {
 			}
 			h.jobs[hj.Job] = pid
 		}
-		ctx.Send(pid, plan{incarnation: hj.Incarnation, nodes: int(hj.Nodes), reps: int(hj.Replicas), gpuType: hj.GpuType, allocator: alloc})
+		ctx.Send(pid, plan{incarnation: hj.Incarnation, nodes: int(hj.Nodes), reps: int(hj.Replicas), racks: planRacks(hj.Nodes, hj.Racks),
+			gpuType: hj.GpuType, allocator: alloc})
 	}
+}
+
+// planRacks is the racks a placement of nodes spans as profile entries
+// count them: 0 for one rack, and for a count beyond the nodes (no
+// placement's).
+func planRacks(nodes, racks uint32) int {
+	if racks < 2 || racks > nodes {
+		return 0
+	}
+	return int(racks)
 }

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"slices"
 	"syscall"
+	"time"
 
 	"pollux/actors/node/workerproto"
 )
@@ -69,6 +70,9 @@ func ExecLauncher(s WorkerSpec) (Worker, error) {
 	c.Env = slices.Clip(s.Environ)
 	c.Stdout, c.Stderr = s.Output, s.Output
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Output that is not a file is copied from a pipe, which a worker's
+	// own children may hold open after it exits: Wait gives up on them.
+	c.WaitDelay = outputDelay
 	if u := s.RunAs; u != nil {
 		c.SysProcAttr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: slices.Clone(u.Groups)}
 	}
@@ -77,6 +81,9 @@ func ExecLauncher(s WorkerSpec) (Worker, error) {
 	}
 	return execWorker{c}, nil
 }
+
+// outputDelay is how long Wait copies a worker's output after it exits.
+const outputDelay = 5 * time.Second
 
 type execWorker struct{ c *exec.Cmd }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"pollux/actors/jobspec"
+	"pollux/actors/node/workerlog"
 	"pollux/actors/node/workerproto"
 	"pollux/actors/pb"
 	"pollux/cluster/pki"
@@ -98,8 +99,11 @@ type Config struct {
 	// directory must let the workers' users reach their files (0711).
 	TokenDir string
 	// WorkerOutput receives workers' stdout and stderr (default
-	// os.Stderr).
+	// os.Stderr) when Logs is nil.
 	WorkerOutput io.Writer
+	// Logs, if set, keeps each worker's stdout and stderr in a log file
+	// of its own (job, incarnation, rank), instead of WorkerOutput.
+	Logs *workerlog.Store
 	// ReportFlush is how long the node gathers reports for one owner
 	// before it forwards them in one message (default 100 ms); a done
 	// report is forwarded at once.
@@ -688,10 +692,18 @@ func (a *nodeActor) launch(ctx actor.Context, r *run) {
 			env.ReportTokenFile, err = a.writeTokenFile(r, env.Rank, env.ReportToken)
 		}
 		var w Worker
+		output, logw := a.cfg.WorkerOutput, (*workerlog.Writer)(nil)
+		if err == nil && a.cfg.Logs != nil {
+			logw, err = a.cfg.Logs.Create(workerlog.Key{Job: r.key.job, Incarnation: r.key.incarnation, Rank: env.Rank})
+			output = logw
+		}
 		if err == nil {
 			w, err = a.cfg.Launch(WorkerSpec{Argv: argv, App: r.spec.Application, Env: env,
 				Environ: append(slices.Clip(a.cfg.WorkerEnv), env.Environ()...), RunAs: r.user,
-				Output: a.cfg.WorkerOutput, Report: a.deliver})
+				Output: output, Report: a.deliver})
+			if err != nil && logw != nil {
+				_ = logw.Close()
+			}
 		}
 		if err != nil {
 			a.cfg.Logger.Error("node: cannot start worker", "job", r.key.job, "rank", env.Rank, "err", err)
@@ -707,7 +719,13 @@ func (a *nodeActor) launch(ctx actor.Context, r *run) {
 			"rank", env.Rank, "gpu", gpu, "pid", w.Pid())
 		key, rank := r.key, env.Rank
 		go func() {
-			a.sys.Root.Send(self, procExited{key: key, rank: rank, exit: w.Wait()})
+			exit := w.Wait()
+			if logw != nil {
+				if err := logw.Close(); err != nil {
+					a.cfg.Logger.Warn("node: closing worker log", "job", key.job, "incarnation", key.incarnation, "rank", rank, "err", err)
+				}
+			}
+			a.sys.Root.Send(self, procExited{key: key, rank: rank, exit: exit})
 		}()
 	}
 }

@@ -34,7 +34,8 @@ func TestMain(m *testing.M) {
 // fakeWorker follows the worker protocol minimally. Modes: "serve" reports
 // once then waits for SIGTERM and exits 0; "slowterm" takes 300 ms to exit
 // after SIGTERM; "stubborn" ignores SIGTERM; "done" reports done and exits
-// 0; "fail" exits 3.
+// 0; "fail" exits 3; "say" writes a line to stdout and one to stderr
+// and exits 0.
 func fakeWorker(mode string) int {
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM)
@@ -45,6 +46,11 @@ func fakeWorker(mode string) int {
 	}
 	if mode == "fail" {
 		return 3
+	}
+	if mode == "say" {
+		fmt.Printf("out of rank %d\n", env.Rank)
+		fmt.Fprintf(os.Stderr, "err of rank %d\n", env.Rank)
+		return 0
 	}
 	c, err := net.Dial("tcp", env.ReportAddr)
 	if err != nil {

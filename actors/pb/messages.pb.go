@@ -1272,7 +1272,11 @@ type Bid struct {
 	// Per GPU type the job has a model on (sorted by type): that type's
 	// model and batch choices. params, single and multi above are then
 	// those of the type measured most.
-	Types         []*TypeBid `protobuf:"bytes,130,rep,name=types,proto3" json:"types,omitempty"`
+	Types []*TypeBid `protobuf:"bytes,130,rep,name=types,proto3" json:"types,omitempty"`
+	// The fitted cross-rack term alpha_x (goodput.Params.AlphaX) of
+	// params: seconds a synchronisation across racks adds, times 2(r-1)/r
+	// for r racks; 0 while unknown (no measurement across racks).
+	AlphaX        float64 `protobuf:"fixed64,140,opt,name=alpha_x,json=alphaX,proto3" json:"alpha_x,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1440,6 +1444,13 @@ func (x *Bid) GetTypes() []*TypeBid {
 	return nil
 }
 
+func (x *Bid) GetAlphaX() float64 {
+	if x != nil {
+		return x.AlphaX
+	}
+	return 0
+}
+
 // TypeBid is a bid's part for one GPU type.
 type TypeBid struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1448,6 +1459,7 @@ type TypeBid struct {
 	MostProfiled  uint32                 `protobuf:"varint,3,opt,name=most_profiled,json=mostProfiled,proto3" json:"most_profiled,omitempty"`
 	Single        []*BatchChoice         `protobuf:"bytes,4,rep,name=single,proto3" json:"single,omitempty"`
 	Multi         []*BatchChoice         `protobuf:"bytes,5,rep,name=multi,proto3" json:"multi,omitempty"`
+	AlphaX        float64                `protobuf:"fixed64,6,opt,name=alpha_x,json=alphaX,proto3" json:"alpha_x,omitempty"` // as Bid.alpha_x, fitted on this type only
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1515,6 +1527,13 @@ func (x *TypeBid) GetMulti() []*BatchChoice {
 		return x.Multi
 	}
 	return nil
+}
+
+func (x *TypeBid) GetAlphaX() float64 {
+	if x != nil {
+		return x.AlphaX
+	}
+	return 0
 }
 
 // BatchChoice is one batch configuration: atomic batch, accumulation
@@ -1668,13 +1687,16 @@ func (x *Measurement) GetGpuType() string {
 // ProfilePoint is a profiled configuration and the mean of its measured
 // times over count reports.
 type ProfilePoint struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Nodes         uint32                 `protobuf:"varint,1,opt,name=nodes,proto3" json:"nodes,omitempty"`
-	Replicas      uint32                 `protobuf:"varint,2,opt,name=replicas,proto3" json:"replicas,omitempty"`
-	LocalBsz      uint32                 `protobuf:"varint,3,opt,name=local_bsz,json=localBsz,proto3" json:"local_bsz,omitempty"`
-	AccumTime     float64                `protobuf:"fixed64,4,opt,name=accum_time,json=accumTime,proto3" json:"accum_time,omitempty"`
-	StepTime      float64                `protobuf:"fixed64,5,opt,name=step_time,json=stepTime,proto3" json:"step_time,omitempty"`
-	Count         uint64                 `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Nodes     uint32                 `protobuf:"varint,1,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	Replicas  uint32                 `protobuf:"varint,2,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	LocalBsz  uint32                 `protobuf:"varint,3,opt,name=local_bsz,json=localBsz,proto3" json:"local_bsz,omitempty"`
+	AccumTime float64                `protobuf:"fixed64,4,opt,name=accum_time,json=accumTime,proto3" json:"accum_time,omitempty"`
+	StepTime  float64                `protobuf:"fixed64,5,opt,name=step_time,json=stepTime,proto3" json:"step_time,omitempty"`
+	Count     uint64                 `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	// The racks the configuration's nodes spanned (0: one rack, as for
+	// every point measured before points carried it).
+	Racks         uint32 `protobuf:"varint,7,opt,name=racks,proto3" json:"racks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1747,6 +1769,13 @@ func (x *ProfilePoint) GetStepTime() float64 {
 func (x *ProfilePoint) GetCount() uint64 {
 	if x != nil {
 		return x.Count
+	}
+	return 0
+}
+
+func (x *ProfilePoint) GetRacks() uint32 {
+	if x != nil {
+		return x.Racks
 	}
 	return 0
 }
@@ -1831,6 +1860,7 @@ type HostedJob struct {
 	Nodes         uint32                 `protobuf:"varint,4,opt,name=nodes,proto3" json:"nodes,omitempty"`                     // N of the incarnation (0: not placed)
 	Replicas      uint32                 `protobuf:"varint,5,opt,name=replicas,proto3" json:"replicas,omitempty"`               // K of the incarnation
 	GpuType       string                 `protobuf:"bytes,130,opt,name=gpu_type,json=gpuType,proto3" json:"gpu_type,omitempty"` // of the incarnation's nodes ("" untyped)
+	Racks         uint32                 `protobuf:"varint,140,opt,name=racks,proto3" json:"racks,omitempty"`                   // racks the incarnation's nodes span (0: one)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1905,6 +1935,13 @@ func (x *HostedJob) GetGpuType() string {
 		return x.GpuType
 	}
 	return ""
+}
+
+func (x *HostedJob) GetRacks() uint32 {
+	if x != nil {
+		return x.Racks
+	}
+	return 0
 }
 
 // HostAck answers HostJobs.
@@ -2084,7 +2121,7 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\x04gpus\x18\x03 \x03(\rR\x04gpus\x12\x14\n" +
 	"\x05alive\x18\x04 \x01(\rR\x05alive\x12\x1a\n" +
 	"\bstopping\x18\x05 \x01(\bR\bstopping\x12\x18\n" +
-	"\apending\x18\x06 \x01(\bR\apending\"\xe2\x04\n" +
+	"\apending\x18\x06 \x01(\bR\apending\"\xfc\x04\n" +
 	"\x03Bid\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x18\n" +
@@ -2106,13 +2143,15 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\areports\x18\x11 \x01(\x04R\areports\x12\x1d\n" +
 	"\n" +
 	"done_token\x18i \x01(\tR\tdoneToken\x12-\n" +
-	"\x05types\x18\x82\x01 \x03(\v2\x16.pollux.actors.TypeBidR\x05types\"\xc7\x01\n" +
+	"\x05types\x18\x82\x01 \x03(\v2\x16.pollux.actors.TypeBidR\x05types\x12\x18\n" +
+	"\aalpha_x\x18\x8c\x01 \x01(\x01R\x06alphaX\"\xe0\x01\n" +
 	"\aTypeBid\x12\x19\n" +
 	"\bgpu_type\x18\x01 \x01(\tR\agpuType\x12\x16\n" +
 	"\x06params\x18\x02 \x03(\x01R\x06params\x12#\n" +
 	"\rmost_profiled\x18\x03 \x01(\rR\fmostProfiled\x122\n" +
 	"\x06single\x18\x04 \x03(\v2\x1a.pollux.actors.BatchChoiceR\x06single\x120\n" +
-	"\x05multi\x18\x05 \x03(\v2\x1a.pollux.actors.BatchChoiceR\x05multi\"_\n" +
+	"\x05multi\x18\x05 \x03(\v2\x1a.pollux.actors.BatchChoiceR\x05multi\x12\x17\n" +
+	"\aalpha_x\x18\x06 \x01(\x01R\x06alphaX\"_\n" +
 	"\vBatchChoice\x12\x1b\n" +
 	"\tlocal_bsz\x18\x01 \x01(\rR\blocalBsz\x12\x1f\n" +
 	"\vaccum_steps\x18\x02 \x01(\rR\n" +
@@ -2124,7 +2163,7 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\aprofile\x18\x03 \x03(\v2\x1b.pollux.actors.ProfilePointR\aprofile\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\rR\x05epoch\x12\x1a\n" +
 	"\bprogress\x18\x05 \x01(\x01R\bprogress\x12\x1a\n" +
-	"\bgpu_type\x18\x82\x01 \x01(\tR\agpuType\"\xaf\x01\n" +
+	"\bgpu_type\x18\x82\x01 \x01(\tR\agpuType\"\xc5\x01\n" +
 	"\fProfilePoint\x12\x14\n" +
 	"\x05nodes\x18\x01 \x01(\rR\x05nodes\x12\x1a\n" +
 	"\breplicas\x18\x02 \x01(\rR\breplicas\x12\x1b\n" +
@@ -2132,21 +2171,23 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\n" +
 	"accum_time\x18\x04 \x01(\x01R\taccumTime\x12\x1b\n" +
 	"\tstep_time\x18\x05 \x01(\x01R\bstepTime\x12\x14\n" +
-	"\x05count\x18\x06 \x01(\x04R\x05count\"\x9e\x01\n" +
+	"\x05count\x18\x06 \x01(\x04R\x05count\x12\x14\n" +
+	"\x05racks\x18\a \x01(\rR\x05racks\"\x9e\x01\n" +
 	"\bHostJobs\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x04R\x04term\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x120\n" +
 	"\tallocator\x18\x03 \x01(\v2\x12.pollux.actors.RefR\tallocator\x12,\n" +
-	"\x04jobs\x18\x04 \x03(\v2\x18.pollux.actors.HostedJobR\x04jobs\"\xa7\x01\n" +
+	"\x04jobs\x18\x04 \x03(\v2\x18.pollux.actors.HostedJobR\x04jobs\"\xbe\x01\n" +
 	"\tHostedJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x18\n" +
 	"\asession\x18\x03 \x01(\x04R\asession\x12\x14\n" +
 	"\x05nodes\x18\x04 \x01(\rR\x05nodes\x12\x1a\n" +
 	"\breplicas\x18\x05 \x01(\rR\breplicas\x12\x1a\n" +
-	"\bgpu_type\x18\x82\x01 \x01(\tR\agpuType\"5\n" +
+	"\bgpu_type\x18\x82\x01 \x01(\tR\agpuType\x12\x15\n" +
+	"\x05racks\x18\x8c\x01 \x01(\rR\x05racks\"5\n" +
 	"\aHostAck\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\x12\x12\n" +
 	"\x04jobs\x18\x02 \x01(\rR\x04jobsB\x12Z\x10pollux/actors/pbb\x06proto3"

@@ -10,4 +10,6 @@ const (
 	JobHostActor = "jobhost"
 	// AllocatorActor is every server's allocator actor.
 	AllocatorActor = "allocator"
+	// LogsActor is every agent's logs actor, which answers LogRead.
+	LogsActor = "logs"
 )

@@ -280,7 +280,7 @@ func (s *server) startServices(ctx context.Context) (http.Handler, error) {
 	autoscaling, cost := s.cfg.Autoscale.Provider != "", s.cfg.Autoscale.NodeCost
 	httpAPI := api.New(s.cfg.ID, api.Config{Backend: s.srv, Apps: s.cfg.Apps, AppLimits: s.cfg.AppLimits, Members: members.Members, Stats: stats,
 		Insecure: s.cfg.Security.Insecure, Autoscaling: autoscaling, NodeCost: cost, Logger: s.log, FederationPeers: fedPeers,
-		Interval: s.cfg.Interval, Collectors: []prometheus.Collector{s.sec.Collector()}})
+		Interval: s.cfg.Interval, Collectors: []prometheus.Collector{s.sec.Collector()}, Logs: s.fetchLog})
 	dash, err := dashboard.New(dashboard.Config{ID: s.cfg.ID, Backend: s.srv, API: httpAPI, Members: members.Members,
 		LastContact: s.srv.Raft().LastContact, Autoscaling: autoscaling, NodeCost: cost, Logger: s.log})
 	if err != nil {
@@ -293,6 +293,27 @@ func (s *server) startServices(ctx context.Context) (http.Handler, error) {
 	}
 	return dash.Handler(httpAPI), nil
 }
+
+// fetchLog asks the logs actor of the agent at addr (over the actor
+// channel's mutual TLS) for part of a worker's log.
+func (s *server) fetchLog(ctx context.Context, addr string, req *pb.LogRead) (*pb.LogChunk, error) {
+	timeout := fetchLogTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(dl), time.Millisecond)
+	}
+	res, err := s.sys.Root.RequestFuture(actor.NewPID(addr, pb.LogsActor), req, timeout).Result()
+	if err != nil {
+		return nil, fmt.Errorf("server: the agent at %s: %w", addr, err)
+	}
+	c, ok := res.(*pb.LogChunk)
+	if !ok {
+		return nil, fmt.Errorf("server: the agent at %s answered %T", addr, res)
+	}
+	return c, nil
+}
+
+// fetchLogTimeout bounds a fetchLog without a deadline.
+const fetchLogTimeout = 5 * time.Second
 
 // spawnActors spawns the job host and the allocator.
 func (s *server) spawnActors(ctx context.Context, scale *allocator.Autoscale, stats *allocator.Stats, observe allocator.Observer) error {

@@ -12,6 +12,7 @@ import (
 
 	"pollux/actors/agent"
 	"pollux/actors/node"
+	"pollux/actors/node/workerlog"
 	"pollux/internal/flagfile"
 	"pollux/internal/usage"
 )
@@ -45,7 +46,8 @@ func agentCmd(o *agentFlags) *cobra.Command {
 			"POLLUX_REPORT_CA) and gossip is encrypted with --gossip-key (docs/security.md); --insecure runs plaintext. " +
 			"It runs only commands of its allow-list (--allow-command), as --run-as, with only the protocol's " +
 			"POLLUX_* variables and those named by --pass-env, and only with checkpoint directories below the " +
-			"cluster's checkpoint root. --config FILE reads the flags from a YAML file (each key a flag's name; flags on the " +
+			"cluster's checkpoint root. Each worker's stdout and stderr go to a log file of its own under --log-dir, " +
+			"capped by --worker-log-max, which `pollux logs` reads (docs/logs.md). --config FILE reads the flags from a YAML file (each key a flag's name; flags on the " +
 			"command line win) and --print-config prints the effective settings (docs/deploy.md).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -83,6 +85,10 @@ func agentCmd(o *agentFlags) *cobra.Command {
 	f.DurationVar(&c.RestartCost, "restart-cost", 30*time.Second, "simulated start-up time of emulated workers")
 	f.StringVar(&c.DataDir, "data-dir", "", "directory of the agent's fencing state (the newest term, generation and job "+
 		"incarnations it accepted), so a restarted agent never reruns an old incarnation; empty: kept in memory only")
+	f.StringVar(&c.LogDir, "log-dir", "", "directory of the workers' logs, one file per job, incarnation and rank (0700; "+
+		"empty: logs under --data-dir, or a temporary directory removed when the agent stops)")
+	f.Int64Var(&c.LogMaxBytes, "worker-log-max", workerlog.DefaultMaxBytes, "bytes of disk each worker's log may take: "+
+		"beyond half of it the older half is deleted (pollux logs then says how much was dropped)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringSliceVar(&c.WorkerExec, "worker-exec", nil, "program (and leading arguments) that runs `pollux worker` (default: this binary)")
 	_ = f.MarkHidden("worker-exec")

@@ -394,6 +394,9 @@ func FuzzDecodeCommand(f *testing.F) {
 		&Round{Generation: 3, Term: 1, Time: 4, Jobs: map[string][]Slot{"j1": {{"n1", 1}}},
 			Updates: []RoundJob{{ID: "j1", Incarnation: 1, HasBid: true, Bid: typedBid(1, 2),
 				HasMeas: true, Meas: Measurement{Session: 1, From: 2, To: 3, Profile: []ProfileEntry{entry(1, 1, 32, 0.1, 0.2, 3)}, GPUType: "t4"}}}},
+		&Round{Generation: 4, Term: 1, Time: 5, Jobs: map[string][]Slot{"j1": {{"n1", 1}}},
+			Updates: []RoundJob{{ID: "j1", Incarnation: 1, HasBid: true, Bid: rackBid(1, 3),
+				HasMeas: true, Meas: measurement(1, 3, 4, 1, entry(2, 2, 32, 0.1, 0.2, 3), rackEntry(2, 2, 32, 2, 0.1, 0.4, 1))}}},
 		&ScaleDecision{Term: 1, Time: 2, Desired: 3, Add: []string{"auto-1", "auto-2"}, Drain: []string{"auto-0"}},
 		&ScaleUpdate{Term: 1, Time: 3, Name: "auto-1", Outcome: ScaleJoined},
 		&ScaleUpdate{Term: 1, Time: 3, Name: "auto-2", Outcome: ScaleRemoved, Reason: "never joined"},
@@ -450,7 +453,7 @@ func FuzzDecodeState(f *testing.F) {
 		&RegisterNode{Node: Node{ID: "n1", GPUs: 2, Health: Alive, Rack: "r1", Topology: []string{"r1", "z1"}, GPUType: "t4"}},
 		&SubmitJob{ID: "j", Spec: spec})
 	f.Add(EncodeState(typed.state()))
-	for _, old := range []string{"testdata/snapshot-v1.bin", "testdata/snapshot-v2.bin", "testdata/snapshot-v2-bid.bin", snapshotV3, snapshotV4, snapshotV5, snapshotV6, snapshotV7, snapshotV8, snapshotV9} {
+	for _, old := range []string{"testdata/snapshot-v1.bin", "testdata/snapshot-v2.bin", "testdata/snapshot-v2-bid.bin", snapshotV3, snapshotV4, snapshotV5, snapshotV6, snapshotV7, snapshotV8, snapshotV9, snapshotV10} {
 		if b, err := os.ReadFile(old); err == nil {
 			f.Add(b)
 		}

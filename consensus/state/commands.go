@@ -651,6 +651,9 @@ func (e *ProfileEntry) validate() error {
 	if e.Count == 0 || e.Count > 1<<40 {
 		return invalid("profile count %d", e.Count)
 	}
+	if e.Racks == 1 {
+		return invalid("profile entry of 1 rack (one rack is 0)")
+	}
 	return nil
 }
 
@@ -670,6 +673,9 @@ func (c *RecordProfile) validate() error {
 		}
 		if c.Entries[i].GPUType != "" {
 			return invalid("profile record entry of GPU type %q (typed measurements go through a Round)", c.Entries[i].GPUType)
+		}
+		if c.Entries[i].Racks != 0 {
+			return invalid("profile record entry across %d racks (measurements across racks go through a Round)", c.Entries[i].Racks)
 		}
 	}
 	if c.HasGrad {

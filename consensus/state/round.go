@@ -128,7 +128,8 @@ func encodeRoundJob(w *writer, u *RoundJob) {
 	w.uvarint(u.Incarnation)
 	var flags byte
 	typedBid, typedMeas := u.HasBid && len(u.Bid.Types) > 0, u.HasMeas && u.Meas.GPUType != ""
-	for i, b := range []bool{u.Restart, u.Running, u.HasBid, u.HasMeas, typedMeas, typedBid} {
+	racks := roundHasRacks(u)
+	for i, b := range []bool{u.Restart, u.Running, u.HasBid, u.HasMeas, typedMeas, typedBid, racks} {
 		if b {
 			flags |= 1 << i
 		}
@@ -144,6 +145,14 @@ func encodeRoundJob(w *writer, u *RoundJob) {
 		encodeMeasurement(w, &u.Meas)
 		if typedMeas {
 			w.str(u.Meas.GPUType)
+		}
+	}
+	if racks {
+		if u.HasBid {
+			encodeBidRacks(w, &u.Bid)
+		}
+		if u.HasMeas {
+			encodeProfileRacks(w, u.Meas.Profile)
 		}
 	}
 }
@@ -170,9 +179,11 @@ func decodeRoundJob(r *reader, u *RoundJob) {
 	u.ID = r.str()
 	u.Incarnation = r.uvarint()
 	flags := r.byte()
-	// Bits 16 (a typed measurement) and 32 (a bid with per-type parts)
-	// came later: an update without them encodes as it always did.
-	if flags&^0x3f != 0 || (flags&0x10 != 0 && flags&8 == 0) || (flags&0x20 != 0 && flags&4 == 0) {
+	// Bits 16 (a typed measurement), 32 (a bid with per-type parts) and
+	// 64 (racks: racks.go) came later: an update without them encodes as
+	// it always did.
+	if flags&^0x7f != 0 || (flags&0x10 != 0 && flags&8 == 0) || (flags&0x20 != 0 && flags&4 == 0) ||
+		(flags&0x40 != 0 && flags&0xc == 0) {
 		r.fail("round update flags %#x", flags)
 	}
 	u.Restart, u.Running, u.HasBid, u.HasMeas = flags&1 != 0, flags&2 != 0, flags&4 != 0, flags&8 != 0
@@ -190,6 +201,17 @@ func decodeRoundJob(r *reader, u *RoundJob) {
 			if u.Meas.GPUType = r.str(); u.Meas.GPUType == "" {
 				r.fail("measurement GPU type encoded empty (it is left out instead)")
 			}
+		}
+	}
+	if flags&0x40 != 0 {
+		if u.HasBid {
+			decodeBidRacks(r, &u.Bid)
+		}
+		if u.HasMeas {
+			decodeProfileRacks(r, u.Meas.Profile)
+		}
+		if r.err == nil && !roundHasRacks(u) {
+			r.fail("round update racks encoded empty (they are left out instead)")
 		}
 	}
 }
@@ -398,6 +420,9 @@ func checkParams(p goodput.Params) error {
 		if x > maxBidTime {
 			return invalid("bid model parameter %d is %v s", i, x)
 		}
+	}
+	if p.AlphaX > maxBidTime {
+		return invalid("bid cross-rack term is %v s", p.AlphaX)
 	}
 	return nil
 }

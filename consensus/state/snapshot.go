@@ -13,7 +13,7 @@ import (
 // CRC-32C; docs/replicated-state.md lists what each version added.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 10
+	SnapshotVersion = 11
 	// MaxSnapshot bounds the size of an encoded state.
 	MaxSnapshot = 1 << 30
 )
@@ -66,6 +66,8 @@ func EncodeState(s *State) []byte {
 		w.uvarint(j.MeasSeq)
 		w.str(j.Submitter)
 		w.str(j.SubmitterName)
+		encodeProfileRacks(w, j.Profile)
+		encodeBidRacks(w, &j.Bid)
 		w.str(j.SubmitKey)
 		w.str(j.CancelKey)
 	}
@@ -192,6 +194,10 @@ func DecodeState(b []byte) (*State, error) {
 			j.SubmitterName = r.str()
 		}
 		if version >= 10 {
+			decodeProfileRacks(r, j.Profile)
+			decodeBidRacks(r, &j.Bid)
+		}
+		if version >= 11 {
 			j.SubmitKey = r.str()
 			j.CancelKey = r.str()
 		}

@@ -12,7 +12,7 @@ import (
 	"pollux/optimizer"
 )
 
-var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v10.bin from the current encoder")
+var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v11.bin from the current encoder")
 
 // snapshotV3 is a version 3 snapshot holding everything version 3 added:
 // the token table and job submitters (API tokens), the topology levels,
@@ -319,6 +319,7 @@ func TestSnapshotVersion8Golden(t *testing.T) {
 // that resumes from a finished one of its submitter (owned submissions),
 // the cluster's default quota and state budget, and a submitter's own
 // quota.
+// It was written by the version 9 encoder and must still decode.
 const snapshotV9 = "testdata/snapshot-v9.bin"
 
 func v9State(t testing.TB) *State {
@@ -366,36 +367,36 @@ func TestSnapshotVersion9Golden(t *testing.T) {
 	}
 }
 
-// snapshotV10 is a version 10 snapshot: snapshotV9's state plus a job
+// snapshotV11 is a version 11 snapshot: snapshotV10's state plus a job
 // submitted and cancelled with idempotency keys.
-// go test ./consensus/state -run TestSnapshotVersion10Golden -update
+// go test ./consensus/state -run TestSnapshotVersion11Golden -args -update
 // rewrites it; only do so for a change that keeps the version's bytes (a
 // change of the format is a new version, and this file must still
 // decode).
-const snapshotV10 = "testdata/snapshot-v10.bin"
+const snapshotV11 = "testdata/snapshot-v11.bin"
 
-func v10State(t testing.TB) *State {
+func v11State(t testing.TB) *State {
 	t.Helper()
 	a := newApplier()
-	a.s = v9State(t)
+	a.s = v10State(t)
 	keyed := testSpec()
 	keyed.Name, keyed.CheckpointDir = "keyed", ""
-	a.must(t, 8,
-		&SubmitJob{ID: "keyed", Spec: keyed, SubmitTime: 340, Submitter: "acc-admin", Owned: true, Key: "sub-1"},
-		&CancelJob{ID: "keyed", By: "acc-admin", Reason: "user", Time: 341, Key: "can-1"},
+	a.must(t, 9,
+		&SubmitJob{ID: "keyed", Spec: keyed, SubmitTime: 440, Submitter: "acc-admin", Owned: true, Key: "sub-1"},
+		&CancelJob{ID: "keyed", By: "acc-admin", Reason: "user", Time: 441, Key: "can-1"},
 	)
 	return a.state()
 }
 
-func TestSnapshotVersion10Golden(t *testing.T) {
-	got := EncodeState(v10State(t))
+func TestSnapshotVersion11Golden(t *testing.T) {
+	got := EncodeState(v11State(t))
 	if *updateGolden {
-		if err := os.WriteFile(snapshotV10, got, 0o644); err != nil {
+		if err := os.WriteFile(snapshotV11, got, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	b, s := decodeFixture(t, snapshotV10, 10)
+	b, s := decodeFixture(t, snapshotV11, 11)
 	if j := s.Jobs["keyed"]; j == nil || j.SubmitKey != "sub-1" || j.CancelKey != "can-1" || j.State != Cancelled {
 		t.Fatalf("decoded keyed job %+v", j)
 	}
@@ -403,6 +404,13 @@ func TestSnapshotVersion10Golden(t *testing.T) {
 		t.Errorf("a job submitted without a key decodes with one: %+v", j)
 	}
 	if !bytes.Equal(got, b) {
-		t.Fatalf("the encoding of version 10 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+		t.Fatalf("the encoding of version 11 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+	}
+	// Older snapshots decode without keys.
+	_, old := decodeFixture(t, snapshotV10, 10)
+	for id, j := range old.Jobs {
+		if j.SubmitKey != "" || j.CancelKey != "" {
+			t.Fatalf("version 10 job %s with idempotency keys", id)
+		}
 	}
 }

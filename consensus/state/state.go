@@ -103,8 +103,8 @@ type JobSpec struct {
 	ResumeFrom string
 }
 
-// ProfileEntry is a profiled configuration (Nodes, Replicas, LocalBatch)
-// on one GPU type with the running mean of its measured times, what the
+// ProfileEntry is a profiled configuration (Nodes, Replicas, LocalBatch,
+// Racks: 0 for one rack, else at least 2) on one GPU type with the running mean of its measured times, what the
 // job's throughput model on that type is fitted on. Count is how many
 // measurements the mean covers; when recording, it weighs the new entry
 // against the stored mean.
@@ -120,11 +120,11 @@ type ProfileEntry struct {
 // entryKey orders profile entries: by GPU type, then configuration.
 type entryKey struct {
 	typ string
-	cfg [3]int
+	cfg [4]int
 }
 
 func (p ProfileEntry) key() entryKey {
-	return entryKey{p.GPUType, [3]int{p.Nodes, p.Replicas, p.LocalBatch}}
+	return entryKey{p.GPUType, [4]int{p.Nodes, p.Replicas, p.LocalBatch, p.Racks}}
 }
 
 // ProfiledTypes are the GPU types j has been measured on, sorted ("" for

@@ -153,9 +153,14 @@ func Refit(points []ProfilePoint, prev Params) (Params, error) {
 	start := pr.fixed
 	for _, i := range pr.free {
 		v := prev.slice()[i]
-		if i == iGamma {
+		switch {
+		case i == iAlphaX && !(v > 0):
+			// A term unknown before: from the floor its coordinate's
+			// gradient vanishes, so it starts where Fit starts it.
+			v = fitStart[i]
+		case i == iGamma:
 			v = math.Min(math.Max(v, gammaMin+1e-6), gammaMax-1e-6)
-		} else {
+		default:
 			v = math.Max(v, 2*lowerBound)
 		}
 		start[i] = v

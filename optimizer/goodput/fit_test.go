@@ -344,3 +344,25 @@ func BenchmarkRefit30(b *testing.B) {
 		}
 	}
 }
+
+// A model refitted once points across racks arrive learns the
+// cross-rack term its earlier fit did not know (a warm start from the
+// term's floor would never move it).
+func TestRefitLearnsANewCrossRackTerm(t *testing.T) {
+	truth := Params{AlphaC: 0.05, BetaC: 0.004, AlphaN: 0.3, BetaN: 0.02, AlphaR: 0.06, BetaR: 0.005, Gamma: 1.8, AlphaX: 0.4}
+	in := synthetic(truth, 0, nil)
+	prev, err := Fit(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prev.CrossRackKnown() {
+		t.Fatalf("in-rack fit knows a cross-rack term: %+v", prev)
+	}
+	got, err := Refit(crossRackPoints(truth, 0, nil), prev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.AlphaX < 0.3 || got.AlphaX > 0.5 {
+		t.Errorf("refitted alpha_x = %v, truth 0.4 (%+v)", got.AlphaX, got)
+	}
+}

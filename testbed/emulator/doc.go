@@ -6,6 +6,11 @@
 // lines to its report address, checkpoints and exits 0 when cancelled
 // (SIGTERM), and sends a final "done" report when its epochs are finished.
 //
+// Workers running in one process may share a network of racks
+// (Config.Links, package fabric: the simulator's link model), which adds
+// to their synchronised steps what crossing racks costs at the moment;
+// the control plane learns that cost from their reports alone.
+//
 // It is how a whole cluster runs on one machine: `pollux worker --emulate
 // APP` is this package behind a command.
 package emulator

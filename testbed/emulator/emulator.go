@@ -19,6 +19,7 @@ import (
 	"pollux/testbed"
 	"pollux/testbed/chaos/mono"
 	"pollux/testbed/chaos/record"
+	"pollux/testbed/fabric"
 )
 
 // CheckpointFile is the name of the emulated worker's checkpoint in the
@@ -58,6 +59,15 @@ type Config struct {
 	// progress). An error (the worker was killed) ends the worker at once,
 	// writing nothing.
 	Hold func() error
+	// Links, if set, is the network of racks the workers of this process
+	// share (package fabric, the simulator's link model); Rack is the
+	// rack of the worker's node in it. The first worker of each node
+	// joins it for its node, every worker waits until all the job's
+	// nodes have joined (the collective's rendezvous), and what the
+	// uplinks add at the moment is added to every synchronised step. Nil:
+	// the cluster is one rack.
+	Links *fabric.Links
+	Rack  int
 }
 
 // Checkpoint is what the emulated worker saves.
@@ -104,6 +114,13 @@ func Run(ctx context.Context, cfg Config) (Checkpoint, error) {
 	if !(w.iter > 0) || math.IsInf(w.iter, 0) {
 		return Checkpoint{}, fmt.Errorf("%w: %s has iteration time %v on %v", ErrConfig, cfg.App.Name(), w.iter, w.placement)
 	}
+	if cfg.Links != nil {
+		leave, err := w.join()
+		if err != nil {
+			return Checkpoint{}, err
+		}
+		defer leave()
+	}
 	// Start-up comes first and the checkpoint is read at its end, as a
 	// real trainer loads it after initialising: a predecessor still
 	// saving on another machine has had the restart time to finish.
@@ -147,6 +164,9 @@ type worker struct {
 	placement      []int
 	step, sync     float64 // true times of one micro-step and its sync part
 	iter           float64 // one iteration
+	link           string  // the incarnation's name in Config.Links
+	bytes          float64 // of gradients synchronised per step
+	extra          float64 // what the uplinks add to a synchronised step now
 	batch          float64 // total batch M
 	conn           net.Conn
 	tls            *tls.Config // nil: plaintext reports
@@ -171,10 +191,61 @@ func (w *worker) setup() {
 	w.batch = float64(e.WorldSize) * m * float64(e.AccumSteps+1)
 }
 
+// join joins the worker's node to Config.Links (the first worker of
+// the node does, for it).
+func (w *worker) join() (leave func(), err error) {
+	e := w.cfg.Env
+	b, ok := fabric.GradientBytes(w.cfg.App.Name())
+	if !ok {
+		return nil, fmt.Errorf("%w: application %q has no gradient size for the network across racks", ErrConfig, w.cfg.App.Name())
+	}
+	w.bytes, w.link = b, fmt.Sprintf("%s@%d", e.JobID, e.Incarnation)
+	if e.LocalRank != 0 {
+		return func() {}, nil
+	}
+	leave, err = w.cfg.Links.Join(w.link, w.cfg.Rack)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return leave, nil
+}
+
+// rendezvous waits until all the job's nodes have joined Config.Links,
+// as a collective waits for all its ranks.
+func (w *worker) rendezvous(ctx context.Context) error {
+	if w.cfg.Links == nil {
+		return nil
+	}
+	tick := time.NewTicker(w.cfg.Tick)
+	defer tick.Stop()
+	for w.cfg.Links.Nodes(w.link) < w.cfg.Env.NumNodes {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			if err := w.hold(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// crossRacks sets what the uplinks add to a synchronised step now.
+func (w *worker) crossRacks() {
+	if w.cfg.Links != nil {
+		w.extra, _ = w.cfg.Links.Extra(w.link, w.bytes)
+	}
+}
+
 func (w *worker) train(ctx context.Context) error {
+	if err := w.rendezvous(ctx); err != nil {
+		return err
+	}
 	tick := time.NewTicker(w.cfg.Tick)
 	defer tick.Stop()
 	last := time.Now()
+	w.crossRacks()
 	w.report(false)
 	for {
 		select {
@@ -188,6 +259,7 @@ func (w *worker) train(ctx context.Context) error {
 			now := time.Now()
 			last = last.Add(now.Sub(held)) // no progress while paused
 			epoch := w.st.Epoch
+			w.crossRacks()
 			w.advance(now.Sub(last).Seconds() * w.cfg.TimeScale)
 			last = now
 			if w.st.Done {
@@ -215,7 +287,7 @@ func (w *worker) advance(sim float64) {
 	app := w.cfg.App
 	for sim > 0 && !w.st.Done {
 		gain := app.GradStats(w.batch, w.st.Epoch).Gain(w.batch, float64(w.cfg.Env.InitBatch))
-		rate := gain / w.iter // progress per simulated second
+		rate := gain / (w.iter + w.extra) // progress per simulated second
 		end := app.EpochEnd(w.st.Epoch + 1)
 		need := (end - w.st.Progress) / rate
 		if need > sim {
@@ -240,7 +312,7 @@ func (w *worker) report(final bool) {
 	g := w.cfg.App.GradStats(w.batch, w.st.Epoch)
 	rep := workerproto.Report{
 		Job: e.JobID, Incarnation: e.Incarnation, Rank: e.Rank,
-		StepTime: w.step, SyncTime: w.sync, GradSqr: math.Max(g.GradSqr, 0), GradVar: math.Max(g.GradVar, 0),
+		StepTime: w.step + w.extra, SyncTime: w.sync + w.extra, GradSqr: math.Max(g.GradSqr, 0), GradVar: math.Max(g.GradVar, 0),
 		Epoch: w.st.Epoch, Progress: w.st.Progress, LocalBatch: e.AtomicBatch, AccumSteps: e.AccumSteps,
 		Done: final && w.st.Done && w.lead, Token: e.ReportToken,
 	}

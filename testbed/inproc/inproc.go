@@ -20,6 +20,7 @@ import (
 	"pollux/actors/node"
 	"pollux/testbed"
 	"pollux/testbed/emulator"
+	"pollux/testbed/fabric"
 )
 
 // Crash is an application whose workers exit with status 3 at once;
@@ -41,6 +42,10 @@ type Launcher struct {
 	RestartCost time.Duration
 	// AllRanks makes every rank report, not only rank 0.
 	AllRanks bool
+	// Links and Rack are those of emulator.Config: the network of racks
+	// the process's workers share and the rack of this launcher's node.
+	Links *fabric.Links
+	Rack  int
 	// Started, if set, is told about every worker started.
 	Started func(node.WorkerSpec)
 	Logger  *slog.Logger
@@ -78,7 +83,7 @@ func (l *Launcher) Launch(s node.WorkerSpec) (node.Worker, error) {
 		}
 		_, err := emulator.Run(ctx, emulator.Config{Env: s.Env, App: a, TimeScale: l.TimeScale, Tick: l.Tick,
 			ReportEvery: l.ReportEvery, RestartCost: l.RestartCost, Deliver: s.Report, AllRanks: l.AllRanks, Logger: log,
-			Hold: w.hold})
+			Hold: w.hold, Links: l.Links, Rack: l.Rack})
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		switch {

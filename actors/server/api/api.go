@@ -86,6 +86,9 @@ type Config struct {
 	// writes on a follower are redirected there). Nil: only this server
 	// is known to be alive.
 	Members func() []cluster.Member
+	// Logs reads workers' logs from the agents (nil: GET
+	// PathJobs/{id}/logs answers 503).
+	Logs LogFetcher
 	// Stats are the allocator's counters, exported as metrics (nil: none).
 	Stats *allocator.Stats
 	// Insecure turns the token check off (pollux server --insecure):
@@ -213,6 +216,9 @@ type Profiled struct {
 	Replicas   int    `json:"replicas"`
 	LocalBatch int    `json:"local_bsz"`
 	GPUType    string `json:"gpu_type,omitempty"`
+	// Racks is how many racks the configuration spanned (left out for
+	// one).
+	Racks int `json:"racks,omitempty"`
 }
 
 // Node is one node as the API shows it.
@@ -349,6 +355,8 @@ func New(id string, cfg Config) *API {
 		// Its own jobs only, unless admin (checked by the handler and
 		// the state machine).
 		{"POST " + PathJobs + "/{id}/cancel", submit, a.cancel},
+		// Its own jobs only, unless admin (checked by the handler).
+		{"GET " + PathJobs + "/{id}/logs", submit, a.logs},
 		{"GET " + PathNodes, read, a.nodes},
 		{"GET " + PathStatus, read, a.status},
 		{"GET /metrics", read, metrics.ServeHTTP},
@@ -542,7 +550,7 @@ func jobOf(st *state.State, id string) Job {
 		SubmitTime: j.SubmitTime, FinishTime: j.FinishTime, InitBatch: j.Spec.Limits.InitBatch, Reason: j.Reason, Crashes: j.Crashes,
 		Submitter: j.SubmitterName, SubmitterAccessor: j.Submitter}
 	for _, e := range j.Profile {
-		out.Profiled = append(out.Profiled, Profiled{Nodes: e.Nodes, Replicas: e.Replicas, LocalBatch: e.LocalBatch, GPUType: e.GPUType})
+		out.Profiled = append(out.Profiled, Profiled{Nodes: e.Nodes, Replicas: e.Replicas, LocalBatch: e.LocalBatch, GPUType: e.GPUType, Racks: e.Racks})
 	}
 	for _, t := range j.ProfiledTypes() {
 		if t != "" {

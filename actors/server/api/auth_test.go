@@ -35,6 +35,7 @@ func TestRouteRoles(t *testing.T) {
 		"GET " + PathJobs:                              state.RoleRead,
 		"GET " + PathJobs + "/{id}":                    state.RoleRead,
 		"POST " + PathJobs + "/{id}/cancel":            state.RoleSubmit,
+		"GET " + PathJobs + "/{id}/logs":               state.RoleSubmit,
 		"GET " + PathNodes:                             state.RoleRead,
 		"GET " + PathStatus:                            state.RoleRead,
 		"GET /metrics":                                 state.RoleRead,

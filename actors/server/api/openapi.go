@@ -25,8 +25,11 @@ type operation struct {
 	in      any
 	code    int
 	out     any
-	// text is the media type of a non-JSON answer (out is then nil).
+	// text is the media type of a non-JSON answer (out, if set, is
+	// then the schema of each of its lines).
 	text string
+	// query names the query parameters (strings).
+	query []string
 }
 
 // operations document every route of New, keyed by its pattern. The
@@ -37,6 +40,7 @@ var operations = map[string]operation{
 	"GET " + PathJobs:                              {summary: "List the jobs, oldest first", code: http.StatusOK, out: []Job{}},
 	"GET " + PathJobs + "/{id}":                    {summary: "One job with its latest bid (throughput model and batch configurations)", code: http.StatusOK, out: Job{}},
 	"POST " + PathJobs + "/{id}/cancel":            {summary: "Cancel a job (its submitter or an admin). A retry with the Idempotency-Key header of the cancel that finished it answers as it did", code: http.StatusOK, out: CancelResult{}},
+	"GET " + PathJobs + "/{id}/logs":               logsOperation,
 	"GET " + PathNodes:                             {summary: "List the nodes with their GPUs in use", code: http.StatusOK, out: []Node{}},
 	"GET " + PathStatus:                            {summary: "The cluster in brief: leader, GPUs, jobs by state, last round", code: http.StatusOK, out: Status{}},
 	"GET /metrics":                                 {summary: "Prometheus metrics of this server", code: http.StatusOK, text: "text/plain"},
@@ -54,6 +58,12 @@ var operations = map[string]operation{
 	"PUT " + PathSnapshot:                          {summary: "Replace the replicated state with a backup (the Raft membership stays)", in: []byte{}, code: http.StatusOK, out: Restored{}},
 	"GET " + PathOpenAPI:                           {summary: "This document", code: http.StatusOK, out: map[string]any{}},
 }
+
+// logsOperation documents GET PathJobs/{id}/logs.
+var logsOperation = operation{summary: "A worker's log, one JSON object a line; the job's submitter or an admin. incarnation=N " +
+	"(default: the newest with a log; with follow, the newer ones as they start), rank=R (default 0), follow=true (stream new " +
+	"lines as they are written, until the worker exits), tail=N (start at the N-th line from the end)",
+	code: http.StatusOK, text: "application/x-ndjson", out: LogLine{}, query: []string{"incarnation", "rank", "follow", "tail"}}
 
 // roleNames name the roles in the document.
 var roleNames = map[state.Role]string{roleBootstrap: "none (client certificate)", state.RoleRead: "read", state.RoleSubmit: "submit", state.RoleAdmin: "admin"}
@@ -89,6 +99,9 @@ func openAPI(needs map[string]state.Role) []byte {
 		for _, m := range pathParam.FindAllStringSubmatch(path, -1) {
 			params = append(params, map[string]any{"name": m[1], "in": "path", "required": true, "schema": map[string]any{"type": "string"}})
 		}
+		for _, name := range op.query {
+			params = append(params, map[string]any{"name": name, "in": "query", "required": false, "schema": map[string]any{"type": "string"}})
+		}
 		if params != nil {
 			o["parameters"] = params
 		}
@@ -103,6 +116,8 @@ func openAPI(needs map[string]state.Role) []byte {
 		}
 		ok200 := map[string]any{"description": http.StatusText(op.code)}
 		switch {
+		case op.text != "" && op.out != nil:
+			ok200["content"] = map[string]any{op.text: map[string]any{"schema": g.schema(reflect.TypeOf(op.out))}}
 		case op.text != "":
 			text := map[string]any{"type": "string"}
 			if op.text == "application/octet-stream" {
