@@ -12,7 +12,7 @@ import (
 	"pollux/optimizer"
 )
 
-var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v10.bin from the current encoder")
+var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v11.bin from the current encoder")
 
 // snapshotV3 is a version 3 snapshot holding everything version 3 added:
 // the token table and job submitters (API tokens), the topology levels,
@@ -364,5 +364,53 @@ func TestSnapshotVersion9Golden(t *testing.T) {
 	}
 	if again := EncodeState(s); !bytes.Equal(got, again) {
 		t.Fatalf("the version 9 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
+	}
+}
+
+// snapshotV11 is a version 11 snapshot: snapshotV10's state plus a job
+// submitted and cancelled with idempotency keys.
+// go test ./consensus/state -run TestSnapshotVersion11Golden -args -update
+// rewrites it; only do so for a change that keeps the version's bytes (a
+// change of the format is a new version, and this file must still
+// decode).
+const snapshotV11 = "testdata/snapshot-v11.bin"
+
+func v11State(t testing.TB) *State {
+	t.Helper()
+	a := newApplier()
+	a.s = v10State(t)
+	keyed := testSpec()
+	keyed.Name, keyed.CheckpointDir = "keyed", ""
+	a.must(t, 9,
+		&SubmitJob{ID: "keyed", Spec: keyed, SubmitTime: 440, Submitter: "acc-admin", Owned: true, Key: "sub-1"},
+		&CancelJob{ID: "keyed", By: "acc-admin", Reason: "user", Time: 441, Key: "can-1"},
+	)
+	return a.state()
+}
+
+func TestSnapshotVersion11Golden(t *testing.T) {
+	got := EncodeState(v11State(t))
+	if *updateGolden {
+		if err := os.WriteFile(snapshotV11, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	b, s := decodeFixture(t, snapshotV11, 11)
+	if j := s.Jobs["keyed"]; j == nil || j.SubmitKey != "sub-1" || j.CancelKey != "can-1" || j.State != Cancelled {
+		t.Fatalf("decoded keyed job %+v", j)
+	}
+	if j := s.Jobs["again"]; j == nil || j.SubmitKey != "" || j.CancelKey != "" {
+		t.Errorf("a job submitted without a key decodes with one: %+v", j)
+	}
+	if !bytes.Equal(got, b) {
+		t.Fatalf("the encoding of version 11 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+	}
+	// Older snapshots decode without keys.
+	_, old := decodeFixture(t, snapshotV10, 10)
+	for id, j := range old.Jobs {
+		if j.SubmitKey != "" || j.CancelKey != "" {
+			t.Fatalf("version 10 job %s with idempotency keys", id)
+		}
 	}
 }
