@@ -106,7 +106,10 @@ func applyOne(s *State, c Command, term uint64) error {
 }
 
 func applySubmit(s *State, c *SubmitJob) error {
-	if _, ok := s.Jobs[c.ID]; ok {
+	if j, ok := s.Jobs[c.ID]; ok {
+		if c.Key != "" && j.SubmitKey == c.Key && j.Submitter == c.Submitter {
+			return nil // a retry of the submission that made it
+		}
 		return fmt.Errorf("%w: %q", ErrJobExists, c.ID)
 	}
 	if len(s.Jobs) >= MaxJobs {
@@ -133,7 +136,7 @@ func applySubmit(s *State, c *SubmitJob) error {
 			return err
 		}
 	}
-	j := &Job{ID: c.ID, Spec: spec, State: Pending, SubmitTime: c.SubmitTime, specBytes: SpecSize(&spec)}
+	j := &Job{ID: c.ID, Spec: spec, State: Pending, SubmitTime: c.SubmitTime, SubmitKey: c.Key, specBytes: SpecSize(&spec)}
 	if t != nil {
 		j.Submitter, j.SubmitterName = t.Accessor, t.Name
 	}

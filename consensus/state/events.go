@@ -320,7 +320,7 @@ func finishEvent(st JobState) EventType {
 	return EventCompleted
 }
 
-// encodeEvents writes the events (snapshots of version 11).
+// encodeEvents writes the events (snapshots of version 12).
 func encodeEvents(w *writer, e *Events) {
 	w.uvarint(e.last)
 	w.uvarint(uint64(e.n))

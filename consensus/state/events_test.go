@@ -289,18 +289,18 @@ func FuzzDecodeEvents(f *testing.F) {
 	})
 }
 
-// snapshotV11 is a version 11 snapshot: snapshotV10's state plus the
+// snapshotV12 is a version 12 snapshot: snapshotV11's state plus the
 // events of a job placed, resized off a lost node and completed.
-// go test ./consensus/state -run TestSnapshotVersion11Golden -update
+// go test ./consensus/state -run TestSnapshotVersion12Golden -update
 // rewrites it; only do so for a change that keeps the version's bytes (a
 // change of the format is a new version, and this file must still
 // decode).
-const snapshotV11 = "testdata/snapshot-v11.bin"
+const snapshotV12 = "testdata/snapshot-v12.bin"
 
-func v11State(t testing.TB) *State {
+func v12State(t testing.TB) *State {
 	t.Helper()
 	a := newApplier()
-	a.s = v10State(t)
+	a.s = v11State(t)
 	gen := a.s.Allocation.Generation
 	place := func(slots ...Slot) map[string][]Slot {
 		m := map[string][]Slot{"again": slots}
@@ -309,24 +309,24 @@ func v11State(t testing.TB) *State {
 		}
 		return m
 	}
-	a.must(t, 8,
-		&Round{Generation: gen + 1, Term: 8, Time: 410, Jobs: place(Slot{"auto-1", 2}, Slot{"n2", 2})},
+	a.must(t, 9,
+		&Round{Generation: gen + 1, Term: 9, Time: 450, Jobs: place(Slot{"auto-1", 2}, Slot{"n2", 2})},
 		&MarkNode{ID: "n2", Health: Dead},
-		&Round{Generation: gen + 2, Term: 8, Time: 420, Jobs: place(Slot{"auto-1", 2})},
-		&FinishJob{ID: "again", State: Completed, Reason: "trained", Time: 430},
+		&Round{Generation: gen + 2, Term: 9, Time: 460, Jobs: place(Slot{"auto-1", 2})},
+		&FinishJob{ID: "again", State: Completed, Reason: "trained", Time: 470},
 	)
 	return a.state()
 }
 
-func TestSnapshotVersion11Golden(t *testing.T) {
-	got := EncodeState(v11State(t))
+func TestSnapshotVersion12Golden(t *testing.T) {
+	got := EncodeState(v12State(t))
 	if *updateGolden {
-		if err := os.WriteFile(snapshotV11, got, 0o644); err != nil {
+		if err := os.WriteFile(snapshotV12, got, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	b, s := decodeFixture(t, snapshotV11, 11)
+	b, s := decodeFixture(t, snapshotV12, 12)
 	var types []string
 	for _, ev := range s.Events.Since("again", 0, 0) {
 		types = append(types, ev.Type.String())
@@ -340,8 +340,11 @@ func TestSnapshotVersion11Golden(t *testing.T) {
 	if s.Quotas.StateBudget() != 64<<20 || s.Jobs["again"].State != Completed || s.Jobs["typed"].Bid.Params.AlphaX != 0.25 {
 		t.Errorf("versions 9 and 10 content lost")
 	}
+	if j := s.Jobs["keyed"]; j == nil || j.SubmitKey != "sub-1" {
+		t.Errorf("version 11 content lost")
+	}
 	if !bytes.Equal(got, b) {
-		t.Fatalf("the encoding of version 11 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+		t.Fatalf("the encoding of version 12 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
 	}
 }
 

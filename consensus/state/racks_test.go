@@ -171,7 +171,7 @@ func TestSnapshotVersion10Golden(t *testing.T) {
 		t.Errorf("versions 3 to 9 content lost")
 	}
 	// The state decoded from the fixture is the state the commands make,
-	// but for the events version 11 added.
+	// but for the events version 12 added.
 	if again := EncodeState(s); !bytes.Equal(got, again) {
 		t.Fatalf("the version 10 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
 	}

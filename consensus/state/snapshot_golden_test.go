@@ -12,7 +12,7 @@ import (
 	"pollux/optimizer"
 )
 
-var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v11.bin from the current encoder")
+var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v12.bin from the current encoder")
 
 // snapshotV3 is a version 3 snapshot holding everything version 3 added:
 // the token table and job submitters (API tokens), the topology levels,
@@ -365,15 +365,56 @@ func TestSnapshotVersion9Golden(t *testing.T) {
 		t.Errorf("a version 9 snapshot decodes with events: %+v", s.Events)
 	}
 	// The state decoded from the fixture is the state the commands make,
-	// but for the events version 11 added.
+	// but for the events version 12 added.
 	if again := EncodeState(s); !bytes.Equal(got, again) {
 		t.Fatalf("the version 9 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
 	}
 }
 
-// withoutEvents is s without its events (what snapshots before version 11
+// withoutEvents is s without its events (what snapshots before version 12
 // hold of the state the same commands make).
 func withoutEvents(s *State) *State {
 	s.Events = Events{}
 	return s
+}
+
+// snapshotV11 is a version 11 snapshot: snapshotV10's state plus a job
+// submitted and cancelled with idempotency keys.
+// It was written by the version 11 encoder and must still decode.
+const snapshotV11 = "testdata/snapshot-v11.bin"
+
+func v11State(t testing.TB) *State {
+	t.Helper()
+	a := newApplier()
+	a.s = v10State(t)
+	keyed := testSpec()
+	keyed.Name, keyed.CheckpointDir = "keyed", ""
+	a.must(t, 9,
+		&SubmitJob{ID: "keyed", Spec: keyed, SubmitTime: 440, Submitter: "acc-admin", Owned: true, Key: "sub-1"},
+		&CancelJob{ID: "keyed", By: "acc-admin", Reason: "user", Time: 441, Key: "can-1"},
+	)
+	return a.state()
+}
+
+func TestSnapshotVersion11Golden(t *testing.T) {
+	got := EncodeState(withoutEvents(v11State(t)))
+	_, s := decodeFixture(t, snapshotV11, 11)
+	if j := s.Jobs["keyed"]; j == nil || j.SubmitKey != "sub-1" || j.CancelKey != "can-1" || j.State != Cancelled {
+		t.Fatalf("decoded keyed job %+v", j)
+	}
+	if j := s.Jobs["again"]; j == nil || j.SubmitKey != "" || j.CancelKey != "" {
+		t.Errorf("a job submitted without a key decodes with one: %+v", j)
+	}
+	// The state decoded from the fixture is the state the commands make,
+	// but for the events version 12 added.
+	if again := EncodeState(s); !bytes.Equal(got, again) {
+		t.Fatalf("the version 11 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
+	}
+	// Older snapshots decode without keys.
+	_, old := decodeFixture(t, snapshotV10, 10)
+	for id, j := range old.Jobs {
+		if j.SubmitKey != "" || j.CancelKey != "" {
+			t.Fatalf("version 10 job %s with idempotency keys", id)
+		}
+	}
 }

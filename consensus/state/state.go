@@ -309,6 +309,11 @@ type Job struct {
 	// Only the submitter or an admin token may cancel the job.
 	Submitter     string
 	SubmitterName string
+	// SubmitKey and CancelKey are the idempotency keys of the requests
+	// that submitted and cancelled the job ("": none), so that a retry of
+	// either is recognised (SubmitJob, CancelJob).
+	SubmitKey string
+	CancelKey string
 
 	// specBytes caches specSize(&Spec), what the job's spec counts
 	// against its submitter's quota and the cluster's state budget.

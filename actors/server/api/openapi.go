@@ -38,10 +38,10 @@ type operation struct {
 // OpenAPI document is made from them, and a test checks them against
 // the routes the API really serves.
 var operations = map[string]operation{
-	"POST " + PathJobs:                             {summary: "Submit a job (its spec, YAML or JSON; the job's name is its id)", in: jobspec.Spec{}, code: http.StatusCreated, out: map[string]string{}},
+	"POST " + PathJobs:                             {summary: "Submit a job (its spec, YAML or JSON; the job's name is its id). A retry with the Idempotency-Key header of a submission that committed answers as it did", in: jobspec.Spec{}, code: http.StatusCreated, out: map[string]string{}},
 	"GET " + PathJobs:                              {summary: "List the jobs, oldest first", code: http.StatusOK, out: []Job{}},
 	"GET " + PathJobs + "/{id}":                    {summary: "One job with its latest bid (throughput model and batch configurations)", code: http.StatusOK, out: Job{}},
-	"POST " + PathJobs + "/{id}/cancel":            {summary: "Cancel a job (its submitter or an admin)", code: http.StatusOK, out: CancelResult{}},
+	"POST " + PathJobs + "/{id}/cancel":            {summary: "Cancel a job (its submitter or an admin). A retry with the Idempotency-Key header of the cancel that finished it answers as it did", code: http.StatusOK, out: CancelResult{}},
 	"GET " + PathJobs + "/{id}/logs":               logsOperation,
 	"GET " + PathNodes:                             {summary: "List the nodes with their GPUs in use", code: http.StatusOK, out: []Node{}},
 	"GET " + PathStatus:                            {summary: "The cluster in brief: leader, GPUs, jobs by state, last round", code: http.StatusOK, out: Status{}},
