@@ -155,7 +155,7 @@ func v10State(t testing.TB) *State {
 }
 
 func TestSnapshotVersion10Golden(t *testing.T) {
-	got := EncodeState(v10State(t))
+	got := EncodeState(withoutEvents(v10State(t)))
 	_, s := decodeFixture(t, snapshotV10, 10)
 	j := s.Jobs["typed"]
 	across := 0
@@ -170,6 +170,8 @@ func TestSnapshotVersion10Golden(t *testing.T) {
 	if s.Jobs["again"] == nil || s.Fed == nil {
 		t.Errorf("versions 3 to 9 content lost")
 	}
+	// The state decoded from the fixture is the state the commands make,
+	// but for the events version 12 added.
 	if again := EncodeState(s); !bytes.Equal(got, again) {
 		t.Fatalf("the version 10 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
 	}

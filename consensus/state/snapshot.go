@@ -13,7 +13,7 @@ import (
 // CRC-32C; docs/replicated-state.md lists what each version added.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 11
+	SnapshotVersion = 12
 	// MaxSnapshot bounds the size of an encoded state.
 	MaxSnapshot = 1 << 30
 )
@@ -79,6 +79,7 @@ func EncodeState(s *State) []byte {
 	encodeScale(w, &s.Scale)
 	encodeFederation(w, s.Fed)
 	encodeQuotas(w, &s.Quotas)
+	encodeEvents(w, &s.Events)
 
 	return binary.LittleEndian.AppendUint32(w.b, crc32.Checksum(w.b, castagnoli))
 }
@@ -248,6 +249,13 @@ func DecodeState(b []byte) (*State, error) {
 			return nil, err
 		}
 		s.Quotas = q
+	}
+	if version >= 12 && r.err == nil {
+		ev, err := decodeEvents(r)
+		if err != nil {
+			return nil, err
+		}
+		s.Events = ev
 	}
 	if err := r.done(); err != nil {
 		return nil, err

@@ -52,6 +52,10 @@ type Backend interface {
 	Read(ctx context.Context) (*state.State, error)
 	LocalState() *state.State
 	LocalJob(id string) (*state.Job, state.ClusterConfig)
+	// LocalEvents returns up to limit events of the local copy after
+	// sequence number since (of job only, unless job is ""; all when
+	// limit <= 0) and the last sequence number given.
+	LocalEvents(job string, since uint64, limit int) ([]state.Event, uint64)
 	// ApplyCommand commits a write (SubmitJob, CancelJob, the token
 	// commands) and returns the state machine's refusal, if any.
 	ApplyCommand(ctx context.Context, c state.Command) error
@@ -359,6 +363,7 @@ func New(id string, cfg Config) *API {
 		{"GET " + PathJobs + "/{id}/logs", submit, a.logs},
 		{"GET " + PathNodes, read, a.nodes},
 		{"GET " + PathStatus, read, a.status},
+		{"GET " + PathEvents, read, a.events},
 		{"GET /metrics", read, metrics.ServeHTTP},
 		{"GET " + PathPeers, admin, a.peers},
 		{"POST " + PathPeers, admin, a.addPeer},
