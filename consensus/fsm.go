@@ -86,6 +86,15 @@ func (f *FSM) Job(id string) (*state.Job, state.ClusterConfig) {
 	return nil, f.state.Config
 }
 
+// Events returns up to limit events after sequence number since (of job
+// only, unless job is ""; all when limit <= 0) and the last sequence
+// number given: cheaper than State for a reader of the history.
+func (f *FSM) Events(job string, since uint64, limit int) ([]state.Event, uint64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state.Events.Since(job, since, limit), f.state.Events.LastSeq()
+}
+
 // Authenticate returns the token whose secret is secret (see
 // ACL.Authenticate), and whether the token table is bootstrapped.
 func (f *FSM) Authenticate(secret string) (state.Token, bool, error) {

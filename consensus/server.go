@@ -191,6 +191,11 @@ func (s *Server) LocalState() *state.State { return s.fsm.State() }
 // unknown) and the cluster configuration.
 func (s *Server) LocalJob(id string) (*state.Job, state.ClusterConfig) { return s.fsm.Job(id) }
 
+// LocalEvents returns events of this server's state (FSM.Events).
+func (s *Server) LocalEvents(job string, since uint64, limit int) ([]state.Event, uint64) {
+	return s.fsm.Events(job, since, limit)
+}
+
 // LeaderChanges delivers true when this server becomes the Raft leader
 // and false when it stops being it. Only the latest change is kept if
 // nobody listens; it has one reader (the allocator).

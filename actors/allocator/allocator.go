@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -275,6 +276,7 @@ type allocator struct {
 	elected   time.Time // when this leadership was learnt
 	won       time.Time // when Raft last said this server won an election
 	prev      *optimizer.State
+	fitness   float64 // of the last round's allocation (0: none yet)
 	seed      uint64
 	bids      map[string]*bidState     // latest bid message per job
 	failed    map[string]failure       // job -> its failed incarnation
@@ -440,7 +442,7 @@ func (a *allocator) stepDown() {
 		a.lease.gateTimer.Stop()
 	}
 	a.lease, a.scaling, a.noSizeWhy = nil, nil, ""
-	a.term, a.prev, a.round, a.firstDone = 0, nil, nil, false
+	a.term, a.prev, a.fitness, a.round, a.firstDone = 0, nil, 0, nil, false
 	a.bids, a.failed, a.acks, a.cleanExit, a.finishing, a.hosting = nil, nil, nil, nil, nil, nil
 	clear(a.missing)
 	clear(a.gone)
@@ -522,6 +524,7 @@ func (a *allocator) run(ctx actor.Context) {
 	info := RoundInfo{Term: a.term, Jobs: len(snap.Jobs), FirstOfTerm: !a.firstDone, Elected: a.elected, Began: begin}
 	slots := map[string][]state.Slot{}
 	var scale *optimizer.ScaleDecision
+	var note string
 	if len(snap.Jobs) > 0 && len(snap.Nodes) > 0 {
 		policy, search := a.autoscalePolicy(snap, a.policy(snap, info.FirstOfTerm))
 		info.Policy = policy.Name()
@@ -549,7 +552,9 @@ func (a *allocator) run(ctx actor.Context) {
 		for _, j := range held {
 			a.cfg.Logger.Debug("allocator: the policy placed a job where its constraints forbid; it waits", "job", snap.Jobs[j].ID, "policy", policy.Name())
 		}
+		note = roundNote(info.Policy, a.fitness, res.Diagnostics.Fitness)
 		a.prev, info.Fitness, scale = res.State, res.Diagnostics.Fitness, res.Scale
+		a.fitness = info.Fitness
 		if slots, err = Slots(snap, res.Placements); err != nil {
 			a.cfg.Logger.Error("allocator: converting allocation", "err", err)
 			return
@@ -560,7 +565,7 @@ func (a *allocator) run(ctx actor.Context) {
 		accrue = min(max(nowS-st.LastRound, 0), 2*a.cfg.Interval.Seconds()) * a.cfg.TimeScale
 	}
 	r := &state.Round{Generation: st.Allocation.Generation + 1, Term: a.term, Time: nowS, Accrue: accrue,
-		MaxFailures: max(a.cfg.MaxFailures, 0), Jobs: slots, Updates: updates}
+		MaxFailures: max(a.cfg.MaxFailures, 0), Jobs: slots, Updates: updates, Note: note}
 	if enc, err := state.Encode(r); err == nil {
 		info.Bytes = len(enc)
 	}
@@ -593,6 +598,17 @@ func (a *allocator) run(ctx actor.Context) {
 		a.soon(ctx) // the full search, soon
 	}
 	a.firstDone = true
+}
+
+// roundNote says why a round chose its allocation, for the events of
+// the jobs it moves: the policy, its fitness and the last round's (prev
+// 0: none). The two are fitnesses of different rounds' jobs, so the note
+// shows both rather than a gain.
+func roundNote(policy string, prev, fitness float64) string {
+	if finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }; prev == 0 || !finite(prev) || !finite(fitness) {
+		return fmt.Sprintf("policy %s, fitness %.4g", policy, fitness)
+	}
+	return fmt.Sprintf("policy %s, fitness %.4g (the last round's %.4g)", policy, fitness, prev)
 }
 
 // policy is the policy of a round: TypedPolicy when the alive nodes have

@@ -370,7 +370,7 @@ func Assignments(st *state.State, o AssignOptions) (map[string]*pb.Assign, []str
 				Replicas: uint32(sl.GPUs), FirstRank: uint32(rank), WorldSize: uint32(k), NumNodes: uint32(len(slots)),
 				MasterAddr: master, MasterPort: masterPort(id), InitBatch: uint32(j.Spec.Limits.InitBatch),
 				AtomicBatch: uint32(choice.LocalBatch), AccumSteps: uint32(choice.AccumSteps), Gain: choice.Gain,
-				CheckpointDir: st.CheckpointDir(j), Owner: owner,
+				CheckpointDir: st.CheckpointDir(j), Owner: owner, Submitter: j.Submitter,
 			}
 			if key := st.Config.ReportKey; key != "" {
 				// Each node learns the tokens of its own ranks only.

@@ -3,10 +3,12 @@ package node
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"pollux/actors/jobspec"
 )
@@ -32,7 +34,11 @@ func checkCheckpointDir(root, dir string) error {
 // wrapping errDenied, naming the component); nothing is created
 // outside. Missing parents are created 0755. Other errors (a root that
 // cannot be created, a full disk) wrap the file system's.
-func prepareCheckpointDir(root, dir string, owner *RunAs) error {
+//
+// submitter (a token accessor, "" none) is kept beside the directory
+// (claim): a directory claimed by another submitter is refused before
+// anything in it is touched.
+func prepareCheckpointDir(root, dir string, owner *RunAs, submitter string) error {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return fmt.Errorf("node: checkpoint root: %w", err)
 	}
@@ -50,6 +56,9 @@ func prepareCheckpointDir(root, dir string, owner *RunAs) error {
 			return explain(root, dir, err)
 		}
 	}
+	if err := claim(r, rel, dir, submitter); err != nil {
+		return err
+	}
 	if err := r.Mkdir(rel, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return explain(root, dir, err)
 	}
@@ -60,6 +69,55 @@ func prepareCheckpointDir(root, dir string, owner *RunAs) error {
 	defer sub.Close()
 	return own(sub, dir, owner)
 }
+
+// maxClaim bounds a claim file.
+const maxClaim = 512
+
+// claim checks and keeps whose checkpoint directory rel (below r) is: a
+// file .<name>.submitter beside it (in its parent, which the agent
+// made, so a job's workers, owning only the directory, cannot change
+// it) holds the submitter of the job that first used it. A job of
+// another submitter is refused (errDenied): an earlier job of the same
+// name, pruned from the cluster's state since, left its checkpoints
+// there. A directory without a claim is claimed for submitter; an empty
+// submitter (a cluster without tokens) neither checks nor claims.
+func claim(r *os.Root, rel, dir, submitter string) error {
+	if submitter == "" {
+		return nil
+	}
+	path := filepath.Join(filepath.Dir(rel), "."+filepath.Base(rel)+".submitter")
+	// Written whole under a name of its own, then linked into place,
+	// which fails if the claim exists: agents sharing the root that
+	// prepare the directory at once (a job's nodes) never read half a
+	// claim.
+	tmp := fmt.Sprintf("%s.%d.%d", path, os.Getpid(), claims.Add(1))
+	if err := r.WriteFile(tmp, []byte(submitter+"\n"), 0o600); err != nil {
+		return explain(r.Name(), dir, err)
+	}
+	err := r.Link(tmp, path)
+	_ = r.Remove(tmp)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, fs.ErrExist) {
+		return explain(r.Name(), dir, err)
+	}
+	f, err := r.Open(path)
+	if err != nil {
+		return explain(r.Name(), dir, err)
+	}
+	defer f.Close()
+	b := make([]byte, maxClaim)
+	n, _ := io.ReadFull(f, b)
+	if held := strings.TrimSpace(string(b[:n])); held != submitter {
+		return fmt.Errorf("%w: checkpoint directory %s holds the checkpoints of a job of another submitter (token %s), an earlier job of this name: "+
+			"it is not this job's (submitted by token %s)", errDenied, dir, held, submitter)
+	}
+	return nil
+}
+
+// claims numbers the temporary files of claim.
+var claims atomic.Uint64
 
 // own gives the directory of sub, mode 0700, and everything in it to
 // owner (nil: only the mode).

@@ -612,7 +612,7 @@ func (a *nodeActor) admit(rj *pb.RunJob, root string) (*RunAs, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := prepareCheckpointDir(root, rj.CheckpointDir, user); err != nil {
+	if err := prepareCheckpointDir(root, rj.CheckpointDir, user, rj.Submitter); err != nil {
 		if a.uids != nil {
 			a.uids.give(user)
 		}

@@ -579,8 +579,13 @@ type RunJob struct {
 	// borrower's run to the root its federation file declares for that
 	// peer (docs/federation.md, "Checkpoints"), whatever the borrower sent.
 	CheckpointRoot string `protobuf:"bytes,190,opt,name=checkpoint_root,json=checkpointRoot,proto3" json:"checkpoint_root,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// submitter is the accessor of the token that submitted the job (""
+	// none): the agent keeps it beside the job's checkpoint directory and
+	// refuses that directory to a job of another submitter (an earlier job
+	// of the same name, pruned since, left its checkpoints there).
+	Submitter     string `protobuf:"bytes,200,opt,name=submitter,proto3" json:"submitter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunJob) Reset() {
@@ -742,6 +747,13 @@ func (x *RunJob) GetHold() bool {
 func (x *RunJob) GetCheckpointRoot() string {
 	if x != nil {
 		return x.CheckpointRoot
+	}
+	return ""
+}
+
+func (x *RunJob) GetSubmitter() string {
+	if x != nil {
+		return x.Submitter
 	}
 	return ""
 }
@@ -2049,7 +2061,7 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x03 \x01(\tR\x06signal\x12\x1c\n" +
 	"\trequested\x18\x04 \x01(\bR\trequested\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"\xe3\x04\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"\x82\x05\n" +
 	"\x06RunJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12 \n" +
@@ -2076,7 +2088,8 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\x05owner\x18\x11 \x01(\v2\x12.pollux.actors.RefR\x05owner\x12#\n" +
 	"\rreport_tokens\x18e \x03(\tR\freportTokens\x12\x13\n" +
 	"\x04hold\x18\xb4\x01 \x01(\bR\x04hold\x12(\n" +
-	"\x0fcheckpoint_root\x18\xbe\x01 \x01(\tR\x0echeckpointRootJ\x04\b\x03\x10\x04\"\xf4\x02\n" +
+	"\x0fcheckpoint_root\x18\xbe\x01 \x01(\tR\x0echeckpointRoot\x12\x1d\n" +
+	"\tsubmitter\x18\xc8\x01 \x01(\tR\tsubmitterJ\x04\b\x03\x10\x04\"\xf4\x02\n" +
 	"\fWorkerReport\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12 \n" +

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"os"
 	"os/signal"
 	"strconv"
@@ -28,8 +27,10 @@ type agentFlags struct {
 	conf     flagfile.Options
 }
 
-func newAgentCmd() *cobra.Command {
-	var o agentFlags
+func newAgentCmd() *cobra.Command { return agentCmd(new(agentFlags)) }
+
+// agentCmd is `pollux agent`, setting o.
+func agentCmd(o *agentFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the node agent of one GPU machine: joins the cluster and runs the workers it is assigned",
@@ -59,7 +60,11 @@ func newAgentCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			return runAgent(ctx, cmd, o)
+			c, err := agentConfig(cmd, *o)
+			if err != nil {
+				return err
+			}
+			return agent.Run(ctx, c)
 		},
 	}
 	host, _ := os.Hostname()
@@ -103,18 +108,18 @@ func newAgentCmd() *cobra.Command {
 	return cmd
 }
 
-// runAgent maps the flags that need it to the Config and runs the agent.
-func runAgent(ctx context.Context, cmd *cobra.Command, o agentFlags) error {
+// agentConfig maps the flags that need it to the agent's Config.
+func agentConfig(cmd *cobra.Command, o agentFlags) (agent.Config, error) {
 	c := o.cfg
 	var err error
 	if c.Logger, c.LibLogger, err = loggers(cmd.ErrOrStderr(), o.logLevel); err != nil {
-		return usage.Wrap(err)
+		return c, usage.Wrap(err)
 	}
 	if !cmd.Flags().Changed("allow-command") {
 		c.AllowCommands = nil // the default
 	}
 	c.OnReady = func(r agent.Ready) { printReady(cmd.OutOrStdout(), r) }
-	return agent.Run(ctx, c)
+	return c, nil
 }
 
 // allowFromFile re-reads the allow-list from the agent's settings file

@@ -10,7 +10,8 @@ import (
 
 // TestAttackScenarioTenants runs the attacks of one tenant on another
 // (checkpoint squatting, resuming another's job, report-token theft,
-// quotas, the state budget, a link in the checkpoint root) and the
+// a reused job name, quotas, the state budget, a link in the checkpoint
+// root) and the
 // report attacks that read a victim worker's token from its file: each
 // is refused on the refusing side, and a normal job completes after.
 func TestAttackScenarioTenants(t *testing.T) {
@@ -18,8 +19,8 @@ func TestAttackScenarioTenants(t *testing.T) {
 		t.Skip("starts a cluster and attacks it")
 	}
 	only := []string{"checkpoint-squatting-a-live-jobs-directory", "checkpoint-squatting-a-future-jobs-directory",
-		"resume-from-another-tenants-job", "report-token-theft-between-jobs", "quota-submissions-per-second",
-		"quota-spec-bytes", "state-budget-full", "checkpoint-symlink-swap", "checkpoint-dir-symlink-out-of-the-root",
+		"resume-from-another-tenants-job", "report-token-theft-between-jobs", "reused-job-name-getting-a-pruned-jobs-checkpoints",
+		"quota-submissions-per-second", "quota-spec-bytes", "quota-running-and-pending-jobs", "state-budget-full", "checkpoint-symlink-swap", "checkpoint-dir-symlink-out-of-the-root",
 		"done-from-rank-1"}
 	res, err := attack.Run(context.Background(), attack.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"},
 		Logger: testLogger(t), Only: only})

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -27,15 +26,17 @@ import (
 func init() { subcommands = append(subcommands, newServerCmd) }
 
 // serverFlags are the flags of `pollux server`: most set the Config
-// directly, the rest are mapped to it by runServer.
+// directly, the rest are mapped to it by serverConfig.
 type serverFlags struct {
 	cfg                             server.Config
 	peers, levels, policy, logLevel string
 	conf                            flagfile.Options
 }
 
-func newServerCmd() *cobra.Command {
-	var o serverFlags
+func newServerCmd() *cobra.Command { return serverCmd(new(serverFlags)) }
+
+// serverCmd is `pollux server`, setting o.
+func serverCmd(o *serverFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run one control-plane server: Raft member, gossip member, allocator and HTTP API",
@@ -62,7 +63,11 @@ func newServerCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			return runServer(ctx, cmd, o)
+			c, err := serverConfig(cmd, *o)
+			if err != nil {
+				return err
+			}
+			return server.Run(ctx, c)
 		},
 	}
 	c, f := &o.cfg, cmd.Flags()
@@ -102,36 +107,35 @@ func newServerCmd() *cobra.Command {
 	return cmd
 }
 
-// runServer maps the flags that need it to the Config and runs the
-// server.
-func runServer(ctx context.Context, cmd *cobra.Command, o serverFlags) error {
+// serverConfig maps the flags that need it to the server's Config.
+func serverConfig(cmd *cobra.Command, o serverFlags) (server.Config, error) {
 	c := o.cfg
 	var err error
 	if c.Logger, c.LibLogger, err = loggers(cmd.ErrOrStderr(), o.logLevel); err != nil {
-		return usage.Wrap(err)
+		return c, usage.Wrap(err)
 	}
 	if cmd.Flags().Changed("topology-levels") {
 		if c.Levels, err = topology.ParseLevels(o.levels); err != nil {
-			return usage.Wrap(fmt.Errorf("server: --topology-levels: %w", err))
+			return c, usage.Wrap(fmt.Errorf("server: --topology-levels: %w", err))
 		}
 	}
 	if c.Policy, c.TypedPolicy, err = serverPolicy(o.policy); err != nil {
-		return usage.Wrap(err)
+		return c, usage.Wrap(err)
 	}
 	c.PolicyName = o.policy
 	if err := checkAutoscaleFlags(cmd.Flags(), c.Autoscale.Provider); err != nil {
-		return usage.Wrap(err)
+		return c, usage.Wrap(err)
 	}
 	if c.Peers, err = server.ParsePeers(o.peers); err != nil {
-		return usage.Wrap(err)
+		return c, usage.Wrap(err)
 	}
 	catalog, err := builtin.Catalog()
 	if err != nil {
-		return err
+		return c, err
 	}
 	c.Apps, c.AppLimits = catalog.Names(), appLimits(catalog)
 	c.OnReady = func(r server.Ready) { printReady(cmd.OutOrStdout(), r) }
-	return server.Run(ctx, c)
+	return c, nil
 }
 
 // loggers are a server's or agent's log at level and its libraries'

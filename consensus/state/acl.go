@@ -254,12 +254,17 @@ type RevokeToken struct {
 
 // CancelJob cancels a job that has not finished, as FinishJob with
 // state Cancelled, if By may: the token that submitted it or an admin
-// token (empty By: a server itself).
+// token (empty By: a server itself). A non-empty Key is the request's
+// idempotency key, which the job records: a CancelJob of the key that
+// cancelled the job is a retry of that request and applies as a no-op
+// instead of failing with ErrJobFinished. It is encoded last, and only
+// when non-empty, so that entries written before it existed still decode.
 type CancelJob struct {
 	ID     string
 	By     string
 	Reason string
 	Time   float64
+	Key    string
 }
 
 func encodeToken(w *writer, t *Token) {
@@ -347,15 +352,28 @@ func (c *CancelJob) encode(w *writer) {
 	w.str(c.By)
 	w.str(c.Reason)
 	w.f64(c.Time)
+	if c.Key != "" {
+		w.str(c.Key)
+	}
 }
 func (c *CancelJob) decode(r *reader) {
 	c.ID = r.str()
 	c.By = r.str()
 	c.Reason = r.str()
 	c.Time = r.f64()
+	if !r.more() {
+		return
+	}
+	c.Key = r.str()
+	if r.err == nil && c.Key == "" {
+		r.fail("cancel with an encoded empty key (it is left out instead)")
+	}
 }
 func (c *CancelJob) validate() error {
 	if err := checkID("job", c.ID); err != nil {
+		return err
+	}
+	if err := checkKey(c.Key); err != nil {
 		return err
 	}
 	if err := checkBy(c.By); err != nil {
@@ -425,6 +443,9 @@ func applyRevokeToken(s *State, c *RevokeToken) error {
 }
 
 func applyCancelJob(s *State, c *CancelJob) error {
+	if j := s.Jobs[c.ID]; j != nil && c.Key != "" && j.State == Cancelled && j.CancelKey == c.Key {
+		return nil // a retry of the request that cancelled it
+	}
 	j, err := liveJob(s, c.ID, 0)
 	if err != nil {
 		return err
@@ -437,7 +458,11 @@ func applyCancelJob(s *State, c *CancelJob) error {
 		return fmt.Errorf("%w: job %q was submitted by %s, not by token %s (%s); only its submitter or an admin may cancel it",
 			ErrPermission, c.ID, submitterOf(j), t.Accessor, t.Name)
 	}
-	return applyFinish(s, &FinishJob{ID: c.ID, State: Cancelled, Reason: c.Reason, Time: c.Time})
+	if err := applyFinish(s, &FinishJob{ID: c.ID, State: Cancelled, Reason: c.Reason, Time: c.Time}); err != nil {
+		return err
+	}
+	j.CancelKey = c.Key
+	return nil
 }
 
 func submitterOf(j *Job) string {

@@ -95,6 +95,10 @@ func applyOne(s *State, c Command, term uint64) error {
 		if !ok {
 			return fmt.Errorf("%w: %q", ErrUnknownNode, c.ID)
 		}
+		lost := c.Health == Dead || c.Health == Left
+		if lost && n.Health != Dead && n.Health != Left {
+			emit(s, EventNodeLost, s.LastRound, "", n.ID, fmt.Sprintf("node %s is %v (it had %d GPUs)", n.ID, c.Health, n.GPUs))
+		}
 		n.Health = c.Health
 		return nil
 	}
@@ -102,7 +106,10 @@ func applyOne(s *State, c Command, term uint64) error {
 }
 
 func applySubmit(s *State, c *SubmitJob) error {
-	if _, ok := s.Jobs[c.ID]; ok {
+	if j, ok := s.Jobs[c.ID]; ok {
+		if c.Key != "" && j.SubmitKey == c.Key && j.Submitter == c.Submitter {
+			return nil // a retry of the submission that made it
+		}
 		return fmt.Errorf("%w: %q", ErrJobExists, c.ID)
 	}
 	if len(s.Jobs) >= MaxJobs {
@@ -129,12 +136,26 @@ func applySubmit(s *State, c *SubmitJob) error {
 			return err
 		}
 	}
-	j := &Job{ID: c.ID, Spec: spec, State: Pending, SubmitTime: c.SubmitTime, specBytes: SpecSize(&spec)}
+	j := &Job{ID: c.ID, Spec: spec, State: Pending, SubmitTime: c.SubmitTime, SubmitKey: c.Key, specBytes: SpecSize(&spec)}
 	if t != nil {
 		j.Submitter, j.SubmitterName = t.Accessor, t.Name
 	}
 	s.Jobs[c.ID] = j
+	emit(s, EventSubmitted, c.SubmitTime, c.ID, "", submitReason(j))
 	return nil
+}
+
+// submitReason describes a submission: by whom, asking for what.
+func submitReason(j *Job) string {
+	by := "submitted"
+	if j.SubmitterName != "" {
+		by = "submitted by " + j.SubmitterName
+	}
+	r := fmt.Sprintf("%s for %d to %d GPUs", by, j.Spec.MinReplicas, j.Spec.MaxReplicas)
+	if j.Spec.ResumeFrom != "" {
+		r += ", resuming from job " + j.Spec.ResumeFrom
+	}
+	return r
 }
 
 // liveJob returns the job id if it exists, is not finished, and (when
@@ -277,7 +298,7 @@ func applyAllocation(s *State, c *CommitAllocation, term uint64) error {
 		sortSlots(slots)
 		next[id] = slots
 	}
-	reallocate(s, c.Generation, c.Term, next, nil)
+	reallocate(s, c.Generation, c.Term, next, nil, s.LastRound, "")
 	return nil
 }
 
@@ -298,8 +319,9 @@ func fence(s *State, what string, gen, decided, term uint64) error {
 // reallocate commits the next allocation: each live job whose slots
 // change, or that restarts on slots, enters a new incarnation: pending
 // without slots, running when it had none, otherwise rescaling (a
-// restart, counted when its slots changed).
-func reallocate(s *State, gen, term uint64, next map[string][]Slot, restart map[string]bool) {
+// restart, counted when its slots changed). Each change is an event at
+// time at, quoting note (why the leader chose next) if set.
+func reallocate(s *State, gen, term uint64, next map[string][]Slot, restart map[string]bool, at float64, note string) {
 	for _, id := range s.JobIDs() {
 		j := s.Jobs[id]
 		if j.State.Terminal() {
@@ -321,6 +343,7 @@ func reallocate(s *State, gen, term uint64, next map[string][]Slot, restart map[
 				j.Restarts++
 			}
 		}
+		emitReallocation(s, j, old, cur, restart[id], gen, at, note)
 	}
 	s.Allocation = Allocation{Generation: gen, Term: term, Jobs: next}
 }

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -169,8 +170,11 @@ func evictChanged(s *State, old, n *Node) {
 		if j.State.Terminal() || !slices.ContainsFunc(s.Allocation.Jobs[id], func(sl Slot) bool { return sl.Node == n.ID }) {
 			continue
 		}
+		old := s.Allocation.Jobs[id]
 		delete(s.Allocation.Jobs, id)
 		j.Incarnation++
 		j.State = Pending
+		emit(s, EventPreempted, s.LastRound, id, "", fmt.Sprintf("lost its %s: node %s changed (now %d GPUs, type %q, topology %v)",
+			slotsText(old), n.ID, n.GPUs, n.GPUType, n.Domains()))
 	}
 }

@@ -61,12 +61,18 @@ type Command interface {
 // same submitter, never in one a live job holds; and it counts against
 // its submitter's quota and the cluster's state budget (quota.go).
 // Entries written before these rules apply as they did (Owned false).
+//
+// A non-empty Key (only with Owned) is the submission's idempotency key,
+// which the job records: a SubmitJob of the same key and submitter as an
+// existing job's is a retry of the submission that made it and applies
+// as a no-op instead of failing with ErrJobExists.
 type SubmitJob struct {
 	ID         string
 	Spec       JobSpec
 	SubmitTime float64
 	Submitter  string
 	Owned      bool
+	Key        string
 }
 
 // Fields of UpdateJob that are set.
@@ -249,6 +255,9 @@ func (c *SubmitJob) encode(w *writer) {
 	if c.Owned {
 		w.str(c.Spec.ResumeFrom)
 	}
+	if c.Key != "" {
+		w.str(c.Key)
+	}
 }
 func (c *SubmitJob) decode(r *reader) {
 	c.ID = r.str()
@@ -280,6 +289,13 @@ func (c *SubmitJob) decode(r *reader) {
 	}
 	c.Owned = true
 	c.Spec.ResumeFrom = r.str()
+	if !r.more() {
+		return
+	}
+	c.Key = r.str()
+	if r.err == nil && c.Key == "" {
+		r.fail("submission with an encoded empty key (it is left out instead)")
+	}
 }
 
 func encodeSpec(w *writer, s *JobSpec) {
@@ -515,6 +531,14 @@ func checkID(what, id string) error {
 	return nil
 }
 
+// checkKey checks an idempotency key ("": none).
+func checkKey(key string) error {
+	if key == "" {
+		return nil
+	}
+	return checkID("idempotency key", key)
+}
+
 func checkText(what, s string) error {
 	if len(s) > maxString {
 		return invalid("%s of %d bytes (limit %d)", what, len(s), maxString)
@@ -578,6 +602,12 @@ func (c *SubmitJob) validate() error {
 	}
 	if err := checkBy(c.Submitter); err != nil {
 		return err
+	}
+	if err := checkKey(c.Key); err != nil {
+		return err
+	}
+	if c.Key != "" && !c.Owned {
+		return invalid("job %q: an idempotency key in a submission without the tenancy rules", c.ID)
 	}
 	if err := checkNonNeg("submit time", c.SubmitTime); err != nil {
 		return err

@@ -3,6 +3,7 @@ package state
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -213,12 +214,18 @@ func applyFinish(s *State, c *FinishJob) error {
 	}
 	j.State, j.FinishTime, j.Reason = c.State, c.Time, c.Reason
 	delete(s.Allocation.Jobs, c.ID)
+	reason := c.Reason
+	if reason == "" {
+		reason = fmt.Sprintf("%v in incarnation %d at epoch %d", c.State, j.Incarnation, j.Epoch)
+	}
+	emit(s, finishEvent(c.State), c.Time, c.ID, "", reason)
 	return nil
 }
 
 // applyPrune applies Prune and returns what it skipped.
 func applyPrune(s *State, c *Prune) []Drop {
 	var drops []Drop
+	gone := map[string]bool{}
 	for _, id := range c.Jobs {
 		j, ok := s.Jobs[id]
 		switch {
@@ -228,8 +235,10 @@ func applyPrune(s *State, c *Prune) []Drop {
 			drops = append(drops, Drop{Job: id, Err: invalid("job %q is %v, not finished", id, j.State)})
 		default:
 			delete(s.Jobs, id)
+			gone[id] = true
 		}
 	}
+	s.Events.forget(gone)
 	used := s.UsedGPUs()
 	for _, id := range c.Nodes {
 		n, ok := s.Nodes[id]

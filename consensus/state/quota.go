@@ -163,9 +163,9 @@ func checkQuota(s *State, accessor, name string, bytes int64, sv surveyed) error
 				accessor, name, u.SpecBytes, bytes, q.SpecBytes)
 		}
 	}
-	if budget := s.Quotas.StateBudget(); sv.total+bytes > budget {
-		return fmtErr(ErrStateFull, "the cluster's state holds %d bytes of job specs; this one of %d would pass its budget of %d (pollux acl quota set default --state-budget; finished jobs count until they are pruned)",
-			sv.total, bytes, budget)
+	if budget, ev := s.Quotas.StateBudget(), s.Events.Bytes(); sv.total+ev+bytes > budget {
+		return fmtErr(ErrStateFull, "the cluster's state holds %d bytes of job specs and %d of events; this one of %d would pass its budget of %d (pollux acl quota set default --state-budget; finished jobs count until they are pruned)",
+			sv.total, ev, bytes, budget)
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package state
 import (
 	"bytes"
 	"errors"
-	"os"
 	"reflect"
 	"testing"
 
@@ -138,10 +137,7 @@ func TestRacksKeepConfigurationsApart(t *testing.T) {
 // snapshotV10 is a version 10 snapshot: snapshotV9's state plus a
 // measurement of the same configuration within one rack and across two,
 // and a bid whose top-level model and a100 part have cross-rack terms.
-// go test ./consensus/state -run TestSnapshotVersion10Golden -update
-// rewrites it; only do so for a change that keeps the version's bytes (a
-// change of the format is a new version, and this file must still
-// decode).
+// It was written by the version 10 encoder and must still decode.
 const snapshotV10 = "testdata/snapshot-v10.bin"
 
 func v10State(t testing.TB) *State {
@@ -159,15 +155,8 @@ func v10State(t testing.TB) *State {
 }
 
 func TestSnapshotVersion10Golden(t *testing.T) {
-	want := v10State(t)
-	got := EncodeState(want)
-	if *updateGolden {
-		if err := os.WriteFile(snapshotV10, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	b, s := decodeFixture(t, snapshotV10, 10)
+	got := EncodeState(withoutEvents(v10State(t)))
+	_, s := decodeFixture(t, snapshotV10, 10)
 	j := s.Jobs["typed"]
 	across := 0
 	for _, e := range j.Profile {
@@ -181,8 +170,10 @@ func TestSnapshotVersion10Golden(t *testing.T) {
 	if s.Jobs["again"] == nil || s.Fed == nil {
 		t.Errorf("versions 3 to 9 content lost")
 	}
-	if !bytes.Equal(got, b) {
-		t.Fatalf("the encoding of version 10 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+	// The state decoded from the fixture is the state the commands make,
+	// but for the events version 12 added.
+	if again := EncodeState(s); !bytes.Equal(got, again) {
+		t.Fatalf("the version 10 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
 	}
 	// Older snapshots decode with every entry within one rack and no
 	// cross-rack term.

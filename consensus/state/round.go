@@ -33,6 +33,11 @@ type Round struct {
 	Jobs map[string][]Slot
 	// Updates are per-job changes, sorted by job id, one per job.
 	Updates []RoundJob
+	// Note, if set, says why the leader chose this allocation (its
+	// policy, its fitness against the last round's); the events of the
+	// jobs it moves quote it. Added after the first encoding: encoded
+	// last, only when set.
+	Note string
 }
 
 // RoundJob is what one round changes about one job.
@@ -103,6 +108,9 @@ func (c *Round) encode(w *writer) {
 	for i := range c.Updates {
 		encodeRoundJob(w, &c.Updates[i])
 	}
+	if c.Note != "" {
+		w.str(c.Note)
+	}
 }
 
 func (c *Round) decode(r *reader) {
@@ -120,6 +128,11 @@ func (c *Round) decode(r *reader) {
 		var u RoundJob
 		decodeRoundJob(r, &u)
 		c.Updates = append(c.Updates, u)
+	}
+	if r.more() {
+		if c.Note = r.str(); c.Note == "" {
+			r.fail("round note encoded empty (it is left out instead)")
+		}
 	}
 }
 
@@ -287,6 +300,9 @@ func (c *Round) validate() error {
 	}
 	if c.MaxFailures < 0 {
 		return invalid("max failures %d", c.MaxFailures)
+	}
+	if len(c.Note) > maxEventReason {
+		return invalid("round note of %d bytes (limit %d)", len(c.Note), maxEventReason)
 	}
 	if err := (&CommitAllocation{Generation: c.Generation, Term: c.Term, Jobs: c.Jobs}).validate(); err != nil {
 		return err
@@ -507,7 +523,7 @@ func applyRound(s *State, c *Round, term uint64) ([]Drop, error) {
 	}
 	next, pdrops := admitPlacements(s, c.Jobs, c.Time)
 	drops = append(drops, pdrops...)
-	reallocate(s, c.Generation, c.Term, next, restart)
+	reallocate(s, c.Generation, c.Term, next, restart, c.Time, c.Note)
 	s.LastRound = c.Time
 	return drops, nil
 }
@@ -556,6 +572,7 @@ func applyRoundJob(s *State, j *Job, u *RoundJob, maxFailures int, now float64) 
 			j.State, j.FinishTime = Failed, now
 			j.Reason = fmt.Sprintf("workers failed in %d incarnations in a row without finishing an epoch", j.Crashes)
 			delete(s.Allocation.Jobs, j.ID)
+			emit(s, EventFailed, now, j.ID, "", j.Reason)
 		}
 	}
 	if first != nil {

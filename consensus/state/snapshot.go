@@ -13,7 +13,7 @@ import (
 // CRC-32C; docs/replicated-state.md lists what each version added.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 10
+	SnapshotVersion = 12
 	// MaxSnapshot bounds the size of an encoded state.
 	MaxSnapshot = 1 << 30
 )
@@ -68,6 +68,8 @@ func EncodeState(s *State) []byte {
 		w.str(j.SubmitterName)
 		encodeProfileRacks(w, j.Profile)
 		encodeBidRacks(w, &j.Bid)
+		w.str(j.SubmitKey)
+		w.str(j.CancelKey)
 	}
 
 	w.uvarint(s.Allocation.Generation)
@@ -77,6 +79,7 @@ func EncodeState(s *State) []byte {
 	encodeScale(w, &s.Scale)
 	encodeFederation(w, s.Fed)
 	encodeQuotas(w, &s.Quotas)
+	encodeEvents(w, &s.Events)
 
 	return binary.LittleEndian.AppendUint32(w.b, crc32.Checksum(w.b, castagnoli))
 }
@@ -195,6 +198,10 @@ func DecodeState(b []byte) (*State, error) {
 			decodeProfileRacks(r, j.Profile)
 			decodeBidRacks(r, &j.Bid)
 		}
+		if version >= 11 {
+			j.SubmitKey = r.str()
+			j.CancelKey = r.str()
+		}
 		if r.err != nil {
 			break
 		}
@@ -243,6 +250,13 @@ func DecodeState(b []byte) (*State, error) {
 		}
 		s.Quotas = q
 	}
+	if version >= 12 && r.err == nil {
+		ev, err := decodeEvents(r)
+		if err != nil {
+			return nil, err
+		}
+		s.Events = ev
+	}
 	if err := r.done(); err != nil {
 		return nil, err
 	}
@@ -260,6 +274,15 @@ func validateJob(j *Job) error {
 	}
 	if !j.State.valid() {
 		return invalid("job %q in state %d", j.ID, j.State)
+	}
+	if err := checkKey(j.SubmitKey); err != nil {
+		return err
+	}
+	if err := checkKey(j.CancelKey); err != nil {
+		return err
+	}
+	if j.CancelKey != "" && j.State != Cancelled {
+		return invalid("job %q has a cancel key but is %v", j.ID, j.State)
 	}
 	if err := checkText("reason", j.Reason); err != nil {
 		return err

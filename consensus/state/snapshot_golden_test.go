@@ -12,7 +12,7 @@ import (
 	"pollux/optimizer"
 )
 
-var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v10.bin from the current encoder")
+var updateGolden = flag.Bool("update", false, "rewrite testdata/snapshot-v12.bin from the current encoder")
 
 // snapshotV3 is a version 3 snapshot holding everything version 3 added:
 // the token table and job submitters (API tokens), the topology levels,
@@ -52,7 +52,7 @@ func v3State(t testing.TB) *State {
 }
 
 func TestSnapshotVersion3Golden(t *testing.T) {
-	got := EncodeState(v3State(t))
+	got := EncodeState(withoutEvents(v3State(t)))
 	_, s := decodeFixture(t, snapshotV3, 3)
 	// Read back by an observer of the state, not by comparing encodings
 	// only: both features' fields are there.
@@ -151,7 +151,7 @@ func TestSnapshotVersion4Golden(t *testing.T) {
 const snapshotV5 = "testdata/snapshot-v5.bin"
 
 func TestSnapshotVersion5Golden(t *testing.T) {
-	got := EncodeState(v4State(t))
+	got := EncodeState(withoutEvents(v4State(t)))
 	_, s := decodeFixture(t, snapshotV5, 5)
 	sc := s.Scale
 	// auto-4 was asked for at 10 and removed at 12: 2 s billed.
@@ -200,8 +200,7 @@ func v6State(t testing.TB) *State {
 }
 
 func TestSnapshotVersion6Golden(t *testing.T) {
-	want := v6State(t)
-	got := EncodeState(want)
+	got := EncodeState(withoutEvents(v6State(t)))
 	b, err := os.ReadFile(snapshotV6)
 	if err != nil {
 		t.Fatal(err)
@@ -255,7 +254,7 @@ func v7State(t testing.TB) *State {
 }
 
 func TestSnapshotVersion7Golden(t *testing.T) {
-	got := EncodeState(v7State(t))
+	got := EncodeState(withoutEvents(v7State(t)))
 	_, s := decodeFixture(t, snapshotV7, 7)
 	fed := s.Fed
 	if fed == nil || fed.Lab.Name != "lab-a" || fed.Lab.CA != "fp-a" || fed.Lab.Quota.Nominal != 12 || len(fed.Lab.Peers) != 1 {
@@ -298,7 +297,7 @@ func v8State(t testing.TB) *State {
 }
 
 func TestSnapshotVersion8Golden(t *testing.T) {
-	got := EncodeState(v8State(t))
+	got := EncodeState(withoutEvents(v8State(t)))
 	_, s := decodeFixture(t, snapshotV8, 8)
 	if j := s.Jobs["paced"]; j == nil || j.Spec.Epochs != 90 || j.Epoch != 30 || s.Jobs["typed"].Spec.Epochs != 0 {
 		t.Fatalf("decoded jobs %+v", s.Jobs)
@@ -340,7 +339,7 @@ func v9State(t testing.TB) *State {
 }
 
 func TestSnapshotVersion9Golden(t *testing.T) {
-	got := EncodeState(v9State(t))
+	got := EncodeState(withoutEvents(v9State(t)))
 	_, s := decodeFixture(t, snapshotV9, 9)
 	again := s.Jobs["again"]
 	if again == nil || again.Spec.ResumeFrom != "first" || s.CheckpointDir(again) != "/ckpt/first" || s.CheckpointDir(s.Jobs["first"]) != "/ckpt/first" {
@@ -362,7 +361,60 @@ func TestSnapshotVersion9Golden(t *testing.T) {
 	if s.Fed == nil || s.Jobs["paced"].Spec.Epochs != 90 {
 		t.Errorf("versions 3 to 8 content lost")
 	}
+	if s.Events.Len() != 0 || s.Events.LastSeq() != 0 {
+		t.Errorf("a version 9 snapshot decodes with events: %+v", s.Events)
+	}
+	// The state decoded from the fixture is the state the commands make,
+	// but for the events version 12 added.
 	if again := EncodeState(s); !bytes.Equal(got, again) {
 		t.Fatalf("the version 9 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
+	}
+}
+
+// withoutEvents is s without its events (what snapshots before version 12
+// hold of the state the same commands make).
+func withoutEvents(s *State) *State {
+	s.Events = Events{}
+	return s
+}
+
+// snapshotV11 is a version 11 snapshot: snapshotV10's state plus a job
+// submitted and cancelled with idempotency keys.
+// It was written by the version 11 encoder and must still decode.
+const snapshotV11 = "testdata/snapshot-v11.bin"
+
+func v11State(t testing.TB) *State {
+	t.Helper()
+	a := newApplier()
+	a.s = v10State(t)
+	keyed := testSpec()
+	keyed.Name, keyed.CheckpointDir = "keyed", ""
+	a.must(t, 9,
+		&SubmitJob{ID: "keyed", Spec: keyed, SubmitTime: 440, Submitter: "acc-admin", Owned: true, Key: "sub-1"},
+		&CancelJob{ID: "keyed", By: "acc-admin", Reason: "user", Time: 441, Key: "can-1"},
+	)
+	return a.state()
+}
+
+func TestSnapshotVersion11Golden(t *testing.T) {
+	got := EncodeState(withoutEvents(v11State(t)))
+	_, s := decodeFixture(t, snapshotV11, 11)
+	if j := s.Jobs["keyed"]; j == nil || j.SubmitKey != "sub-1" || j.CancelKey != "can-1" || j.State != Cancelled {
+		t.Fatalf("decoded keyed job %+v", j)
+	}
+	if j := s.Jobs["again"]; j == nil || j.SubmitKey != "" || j.CancelKey != "" {
+		t.Errorf("a job submitted without a key decodes with one: %+v", j)
+	}
+	// The state decoded from the fixture is the state the commands make,
+	// but for the events version 12 added.
+	if again := EncodeState(s); !bytes.Equal(got, again) {
+		t.Fatalf("the version 11 fixture decodes to another state than the commands make (%d bytes against %d)", len(again), len(got))
+	}
+	// Older snapshots decode without keys.
+	_, old := decodeFixture(t, snapshotV10, 10)
+	for id, j := range old.Jobs {
+		if j.SubmitKey != "" || j.CancelKey != "" {
+			t.Fatalf("version 10 job %s with idempotency keys", id)
+		}
 	}
 }

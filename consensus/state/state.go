@@ -309,6 +309,11 @@ type Job struct {
 	// Only the submitter or an admin token may cancel the job.
 	Submitter     string
 	SubmitterName string
+	// SubmitKey and CancelKey are the idempotency keys of the requests
+	// that submitted and cancelled the job ("": none), so that a retry of
+	// either is recognised (SubmitJob, CancelJob).
+	SubmitKey string
+	CancelKey string
 
 	// specBytes caches specSize(&Spec), what the job's spec counts
 	// against its submitter's quota and the cluster's state budget.
@@ -438,6 +443,8 @@ type State struct {
 	// Quotas are the submitters' quotas and the cluster's state budget
 	// (quota.go).
 	Quotas Quotas
+	// Events is the cluster's bounded history of events (events.go).
+	Events Events
 }
 
 // CheckpointDir is where job j checkpoints: its spec's directory or,
@@ -462,6 +469,7 @@ func (s *State) Clone() *State {
 	c.Scale = s.Scale.clone()
 	c.Fed = s.Fed.clone()
 	c.Quotas = s.Quotas.clone()
+	c.Events = s.Events.clone()
 	c.Config.Levels = slices.Clone(s.Config.Levels)
 	for id, j := range s.Jobs {
 		c.Jobs[id] = j.Clone()

@@ -177,8 +177,12 @@ func TestQuotas(t *testing.T) {
 	}
 
 	// The state budget bounds everyone together, anonymous submissions
-	// too.
+	// too, and the events count in it.
 	a.must(t, 1, &SetQuota{Budget: a.s.SpecBytes() + SpecSize(&big), By: "acc-admin"})
+	if err := submit("big-3", "acc-alice", big); !errors.Is(err, ErrStateFull) || !strings.Contains(err.Error(), "of events") {
+		t.Fatalf("beyond the budget with the events: %v", err)
+	}
+	a.must(t, 1, &SetQuota{Budget: a.s.SpecBytes() + a.s.Events.Bytes() + SpecSize(&big), By: "acc-admin"})
 	if err := submit("big-3", "acc-alice", big); err != nil {
 		t.Fatal(err)
 	}

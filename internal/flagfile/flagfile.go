@@ -81,9 +81,14 @@ func ApplyFile(fs *pflag.FlagSet, path string) error {
 
 // Apply sets the flags of fs from data, a YAML mapping of flag names to
 // values (a sequence for a repeatable flag), except those already set
-// on the command line (whose values in data are still checked). Every
-// mistake is reported, each as "flagfile: NAME:LINE: ...". On an error
-// no flag is changed.
+// on the command line (whose values in data are still checked). A key
+// whose value is the flag's default counts as left out (the flag is not
+// marked as given), so that the file Print writes, which lists every
+// flag, sets exactly the flags that were given: a command that refuses
+// a flag without another, or replaces a built-in default only when the
+// flag is given, reads the printed file as it read its own settings.
+// Every mistake is reported, each as "flagfile: NAME:LINE: ...". On an
+// error no flag is changed.
 func Apply(fs *pflag.FlagSet, name string, data []byte) error {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -137,7 +142,9 @@ func Apply(fs *pflag.FlagSet, name string, data []byte) error {
 			continue
 		}
 		undo = append(undo, restore)
-		apply[f] = true
+		if f.Value.String() != f.DefValue {
+			apply[f] = true
+		}
 	}
 	if len(errs) > 0 {
 		for _, u := range undo {

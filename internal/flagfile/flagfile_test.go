@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -240,4 +241,56 @@ func ExamplePrint() {
 	// allow-command: [python3 **]
 	// gpus: 4
 	// name: gpu-7
+}
+
+// changed lists the flags of fs marked as given.
+func changed(fs *pflag.FlagSet) []string {
+	var out []string
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			out = append(out, f.Name)
+		}
+	})
+	return out
+}
+
+// TestDefaultsAreNotGiven: a key at the flag's default does not mark the
+// flag as given, so the printed settings, which list every flag, mark as
+// given exactly the flags that were.
+func TestDefaultsAreNotGiven(t *testing.T) {
+	tests := []struct {
+		name, data string
+		given      []string
+	}{
+		{"defaults", "id: ''\ninterval: 1m0s\nmax-failures: 5\nfast-gossip: false\ncross-rack-ratio: 2\njoin: []\nallow-command: [python3 **]\n", nil},
+		{"an empty list over a default list", "allow-command: []\n", []string{"allow-command"}},
+		{"others", "id: s1\ninterval: 1m0s\njoin: [a:1]\n", []string{"id", "join"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs, _ := newFlags()
+			if err := flagfile.Apply(fs, "f.yaml", []byte(tt.data)); err != nil {
+				t.Fatal(err)
+			}
+			if got := changed(fs); !slices.Equal(got, tt.given) {
+				t.Errorf("given %q, want %q", got, tt.given)
+			}
+		})
+	}
+	// Printed and read back, the same flags are given.
+	fs, _ := newFlags()
+	if err := fs.Parse([]string{"--id", "s1", "--join", "a:1,b:2"}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := flagfile.Print(&out, fs); err != nil {
+		t.Fatal(err)
+	}
+	fs2, _ := newFlags()
+	if err := flagfile.Apply(fs2, "printed", out.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := changed(fs2), changed(fs); !slices.Equal(got, want) {
+		t.Errorf("read back, the given flags are %q, want %q", got, want)
+	}
 }

@@ -52,6 +52,10 @@ type Backend interface {
 	Read(ctx context.Context) (*state.State, error)
 	LocalState() *state.State
 	LocalJob(id string) (*state.Job, state.ClusterConfig)
+	// LocalEvents returns up to limit events of the local copy after
+	// sequence number since (of job only, unless job is ""; all when
+	// limit <= 0) and the last sequence number given.
+	LocalEvents(job string, since uint64, limit int) ([]state.Event, uint64)
 	// ApplyCommand commits a write (SubmitJob, CancelJob, the token
 	// commands) and returns the state machine's refusal, if any.
 	ApplyCommand(ctx context.Context, c state.Command) error
@@ -359,6 +363,7 @@ func New(id string, cfg Config) *API {
 		{"GET " + PathJobs + "/{id}/logs", submit, a.logs},
 		{"GET " + PathNodes, read, a.nodes},
 		{"GET " + PathStatus, read, a.status},
+		{"GET " + PathEvents, read, a.events},
 		{"GET /metrics", read, metrics.ServeHTTP},
 		{"GET " + PathPeers, admin, a.peers},
 		{"POST " + PathPeers, admin, a.addPeer},
@@ -433,7 +438,13 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	if !a.admitRate(w, r, p) {
 		return
 	}
-	spec, err := jobspec.DecodeWith(http.MaxBytesReader(w, r.Body, jobspec.MaxBytes+1), a.cfg.AppLimits)
+	key, err := idempotencyKey(r)
+	if err != nil {
+		a.refuse(w, r, http.StatusBadRequest, p, err.Error())
+		return
+	}
+	body := newDigestReader(http.MaxBytesReader(w, r.Body, jobspec.MaxBytes+1))
+	spec, err := jobspec.DecodeWith(body, a.cfg.AppLimits)
 	if err == nil && spec.Application != "" && !slices.Contains(a.cfg.Apps, spec.Application) {
 		err = &jobspec.FieldError{Field: "application", Value: fmt.Sprintf("%q", spec.Application),
 			Reason: fmt.Sprintf("not a built-in application (%v)", a.cfg.Apps)}
@@ -471,7 +482,10 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	cs := state.JobSpec{Name: spec.Name, Command: spec.Command, App: spec.Application,
 		MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas, Limits: spec.Limits(), CheckpointDir: spec.CheckpointDir,
 		Topology: spec.Topology, GPUType: spec.GPUType, Epochs: spec.Epochs, ResumeFrom: spec.ResumeFrom}
-	err = a.cfg.Backend.ApplyCommand(ctx, &state.SubmitJob{ID: spec.Name, Spec: cs, SubmitTime: a.now(), Submitter: p.accessor(), Owned: true})
+	// With a key, a retry of a submission that committed (same key,
+	// submitter and body) applies as a no-op and gets the same answer.
+	err = a.cfg.Backend.ApplyCommand(ctx, &state.SubmitJob{ID: spec.Name, Spec: cs, SubmitTime: a.now(), Submitter: p.accessor(), Owned: true,
+		Key: body.submitKey(key)})
 	if err != nil {
 		a.writeRefusal(w, r, p, err)
 		return
@@ -613,6 +627,11 @@ func (a *API) job(w http.ResponseWriter, r *http.Request) {
 func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	p := principalOf(r)
+	key, err := idempotencyKey(r)
+	if err != nil {
+		a.refuse(w, r, http.StatusBadRequest, p, err.Error())
+		return
+	}
 	// Another's job is refused from the local copy before anything is
 	// written; the state machine checks again, in log order.
 	if j, _ := a.cfg.Backend.LocalJob(id); j != nil && p.role() != state.RoleAdmin && j.Submitter != p.accessor() {
@@ -629,7 +648,9 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 	if !p.anonymous {
 		reason = "cancelled by token " + p.token.Name
 	}
-	err := a.cfg.Backend.ApplyCommand(ctx, &state.CancelJob{ID: id, By: p.accessor(), Reason: reason, Time: a.now()})
+	// With a key, a retry of the cancel that finished the job applies as
+	// a no-op and gets the same answer.
+	err = a.cfg.Backend.ApplyCommand(ctx, &state.CancelJob{ID: id, By: p.accessor(), Reason: reason, Time: a.now(), Key: key})
 	switch {
 	case errors.Is(err, state.ErrUnknownJob):
 		writeJSON(w, http.StatusNotFound, Error{fmt.Sprintf("api: no job %q", id)})

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +25,10 @@ import (
 )
 
 // fakeBackend is a leader (unless follower) holding a state in memory.
+// Writes and the reads of the event stream hold mu (a stream reads while
+// a test writes); the other methods are called from the test alone.
 type fakeBackend struct {
+	mu       sync.Mutex
 	st       *state.State
 	follower bool
 	// full refuses writes as a leader whose disk is full.
@@ -45,6 +49,8 @@ func (f *fakeBackend) ApplyCommand(_ context.Context, c state.Command) error {
 	if f.full {
 		return consensus.ErrNoSpace
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.applied++
 	_, err := state.ApplyTo(f.st, c, 3)
 	return err
@@ -84,7 +90,17 @@ func (f *fakeBackend) Read(context.Context) (*state.State, error) {
 }
 func (f *fakeBackend) LocalState() *state.State { return f.st }
 func (f *fakeBackend) LocalJob(id string) (*state.Job, state.ClusterConfig) {
-	return f.st.Jobs[id], f.st.Config
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if j := f.st.Jobs[id]; j != nil {
+		return j.Clone(), f.st.Config
+	}
+	return nil, f.st.Config
+}
+func (f *fakeBackend) LocalEvents(job string, since uint64, limit int) ([]state.Event, uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.st.Events.Since(job, since, limit), f.st.Events.LastSeq()
 }
 
 // Secrets of the tokens newTest makes.

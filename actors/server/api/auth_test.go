@@ -38,6 +38,7 @@ func TestRouteRoles(t *testing.T) {
 		"GET " + PathJobs + "/{id}/logs":               state.RoleSubmit,
 		"GET " + PathNodes:                             state.RoleRead,
 		"GET " + PathStatus:                            state.RoleRead,
+		"GET " + PathEvents:                            state.RoleRead,
 		"GET /metrics":                                 state.RoleRead,
 		"GET " + PathPeers:                             state.RoleAdmin,
 		"POST " + PathPeers:                            state.RoleAdmin,

@@ -28,21 +28,24 @@ type operation struct {
 	// text is the media type of a non-JSON answer (out, if set, is
 	// then the schema of each of its lines).
 	text string
-	// query names the query parameters (strings).
-	query []string
+	// query names the query parameters (strings) and stream the media
+	// type of the answer's streamed form, if any.
+	query  []string
+	stream string
 }
 
 // operations document every route of New, keyed by its pattern. The
 // OpenAPI document is made from them, and a test checks them against
 // the routes the API really serves.
 var operations = map[string]operation{
-	"POST " + PathJobs:                             {summary: "Submit a job (its spec, YAML or JSON; the job's name is its id)", in: jobspec.Spec{}, code: http.StatusCreated, out: map[string]string{}},
+	"POST " + PathJobs:                             {summary: "Submit a job (its spec, YAML or JSON; the job's name is its id). A retry with the Idempotency-Key header of a submission that committed answers as it did", in: jobspec.Spec{}, code: http.StatusCreated, out: map[string]string{}},
 	"GET " + PathJobs:                              {summary: "List the jobs, oldest first", code: http.StatusOK, out: []Job{}},
 	"GET " + PathJobs + "/{id}":                    {summary: "One job with its latest bid (throughput model and batch configurations)", code: http.StatusOK, out: Job{}},
-	"POST " + PathJobs + "/{id}/cancel":            {summary: "Cancel a job (its submitter or an admin)", code: http.StatusOK, out: CancelResult{}},
+	"POST " + PathJobs + "/{id}/cancel":            {summary: "Cancel a job (its submitter or an admin). A retry with the Idempotency-Key header of the cancel that finished it answers as it did", code: http.StatusOK, out: CancelResult{}},
 	"GET " + PathJobs + "/{id}/logs":               logsOperation,
 	"GET " + PathNodes:                             {summary: "List the nodes with their GPUs in use", code: http.StatusOK, out: []Node{}},
 	"GET " + PathStatus:                            {summary: "The cluster in brief: leader, GPUs, jobs by state, last round", code: http.StatusOK, out: Status{}},
+	"GET " + PathEvents:                            eventsOperation,
 	"GET /metrics":                                 {summary: "Prometheus metrics of this server", code: http.StatusOK, text: "text/plain"},
 	"GET " + PathPeers:                             {summary: "List the Raft servers", code: http.StatusOK, out: []Peer{}},
 	"POST " + PathPeers:                            {summary: "Make a running server a voter", in: AddPeer{}, code: http.StatusOK, out: map[string]string{}},
@@ -58,6 +61,11 @@ var operations = map[string]operation{
 	"PUT " + PathSnapshot:                          {summary: "Replace the replicated state with a backup (the Raft membership stays)", in: []byte{}, code: http.StatusOK, out: Restored{}},
 	"GET " + PathOpenAPI:                           {summary: "This document", code: http.StatusOK, out: map[string]any{}},
 }
+
+// eventsOperation documents GET PathEvents.
+var eventsOperation = operation{summary: "The cluster's events (of one job with job=ID) after sequence number since=SEQ; with follow=true or " +
+	"Accept: text/event-stream, a stream of server-sent events (id: the sequence number; resume with Last-Event-ID), which ends when a " +
+	"followed job has finished", code: http.StatusOK, out: Events{}, query: []string{"job", "since", "follow"}, stream: "text/event-stream"}
 
 // logsOperation documents GET PathJobs/{id}/logs.
 var logsOperation = operation{summary: "A worker's log, one JSON object a line; the job's submitter or an admin. incarnation=N " +
@@ -125,7 +133,11 @@ func openAPI(needs map[string]state.Role) []byte {
 			}
 			ok200["content"] = map[string]any{op.text: map[string]any{"schema": text}}
 		case op.out != nil:
-			ok200["content"] = map[string]any{"application/json": map[string]any{"schema": g.schema(reflect.TypeOf(op.out))}}
+			content := map[string]any{"application/json": map[string]any{"schema": g.schema(reflect.TypeOf(op.out))}}
+			if op.stream != "" {
+				content[op.stream] = map[string]any{"schema": map[string]any{"type": "string"}}
+			}
+			ok200["content"] = content
 		}
 		errBody := map[string]any{"description": "refused: the body's error says why", "content": map[string]any{
 			"application/json": map[string]any{"schema": g.schema(reflect.TypeOf(Error{}))}}}

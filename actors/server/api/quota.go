@@ -59,15 +59,19 @@ type TokenQuota struct {
 // the state budget and what the state holds against it, and every live
 // token's quota.
 type Quotas struct {
-	Default     Quota        `json:"default"`
-	StateBudget int64        `json:"state_budget"`
-	StateBytes  int64        `json:"state_bytes"`
-	Tokens      []TokenQuota `json:"tokens"`
+	Default     Quota `json:"default"`
+	StateBudget int64 `json:"state_budget"`
+	// StateBytes is what the state holds against the budget: the bytes
+	// of its job specs and of its events (EventBytes of them).
+	StateBytes int64        `json:"state_bytes"`
+	EventBytes int64        `json:"event_bytes"`
+	Tokens     []TokenQuota `json:"tokens"`
 }
 
 // QuotasOf is the quotas of st.
 func QuotasOf(st *state.State) Quotas {
-	out := Quotas{Default: quotaOf(st.Quotas.Of("")), StateBudget: st.Quotas.StateBudget(), StateBytes: st.SpecBytes(), Tokens: []TokenQuota{}}
+	out := Quotas{Default: quotaOf(st.Quotas.Of("")), StateBudget: st.Quotas.StateBudget(), StateBytes: st.SpecBytes() + st.Events.Bytes(),
+		EventBytes: st.Events.Bytes(), Tokens: []TokenQuota{}}
 	for _, t := range st.ACL.Tokens() {
 		if t.Revoked {
 			continue

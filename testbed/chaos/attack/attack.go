@@ -108,7 +108,8 @@ func (o *Options) defaults() error {
 }
 
 // Run starts a cluster, runs every attack against it, then runs a normal
-// job to completion, and stops the cluster.
+// job to completion, and stops the cluster; then it starts two federated
+// labs for the peer lab's attacks (fedAttacks) and stops them.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
@@ -122,6 +123,28 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		dir = d
 	}
+	res, err := &Result{Cases: map[string]Case{}}, error(nil)
+	if slices.ContainsFunc(attacks, func(a attack) bool { return a.fed == nil && (len(o.Only) == 0 || slices.Contains(o.Only, a.name)) }) {
+		res, err = runCluster(ctx, dir, o)
+	}
+	if res != nil && err == nil {
+		err = runFederation(ctx, dir, o, res)
+	}
+	if res != nil {
+		res.Elapsed = time.Since(begin)
+		if keep || !res.Pass() || err != nil {
+			res.Dir = dir
+		}
+	}
+	if !keep && err == nil && res.Pass() {
+		os.RemoveAll(dir)
+	}
+	return res, err
+}
+
+// runCluster starts the attacked cluster, runs the cases on it and a
+// normal job after them, and stops it.
+func runCluster(ctx context.Context, dir string, o Options) (*Result, error) {
 	cat, err := builtin.Catalog()
 	if err != nil {
 		return nil, fmt.Errorf("attack: %w", err)
@@ -138,15 +161,6 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		err = fmt.Errorf("%w: stopping the cluster: %w", ErrRun, serr)
 	}
 	_ = c.Close()
-	if res != nil {
-		res.Elapsed = time.Since(begin)
-		if keep || !res.Pass() || err != nil {
-			res.Dir = dir
-		}
-	}
-	if !keep && err == nil && res.Pass() {
-		os.RemoveAll(dir)
-	}
 	return res, err
 }
 
@@ -215,7 +229,7 @@ func attackCluster(ctx context.Context, c *launch.Cluster, cat testbed.Catalog, 
 	}
 	res := &Result{Cases: map[string]Case{}}
 	for _, a := range attacks {
-		if len(o.Only) > 0 && !slices.Contains(o.Only, a.name) {
+		if a.fed != nil || len(o.Only) > 0 && !slices.Contains(o.Only, a.name) {
 			continue
 		}
 		if ctx.Err() != nil {

@@ -18,11 +18,14 @@ type attack struct {
 	// cluster must serve again if its leader changed during it; a leader
 	// change during any other case fails the case.
 	bound time.Duration
+	// fed, instead of run, is a case of a peer lab's on two federated
+	// labs of their own (federation.go).
+	fed func(context.Context, *fedTarget) (how string, refused bool)
 }
 
 // attacks are run in this order, each on the cluster as the previous one
 // left it: the groups below, each a slice of its own file's cases.
-var attacks = slices.Concat(baseAttacks, floodAttacks, fileAttacks, loginAttacks, tenantAttacks)
+var attacks = slices.Concat(baseAttacks, floodAttacks, fileAttacks, loginAttacks, tenantAttacks, fedAttacks)
 
 // Names are the names of every case, in the order they run.
 func Names() []string {
@@ -63,6 +66,9 @@ var baseAttacks = []attack{
 	{name: "submit-token-cancelling-anothers-job", run: tokenAttack(submitSecret, http.MethodPost, cancelVictimPath, nil, http.StatusForbidden, "only its submitter or an admin")},
 	{name: "submit-token-making-an-admin-token", run: tokenAttack(submitSecret, http.MethodPost, tokensPath, newAdminToken, http.StatusForbidden, "needs admin")},
 	{name: "submit-token-removing-the-leader", run: tokenAttack(submitSecret, http.MethodDelete, removeLeaderPath, nil, http.StatusForbidden, "needs admin")},
+	{name: "submit-token-raising-the-quotas", run: tokenAttack(submitSecret, http.MethodPost, quotasPath, raisedQuotas, http.StatusForbidden, "needs admin")},
+	{name: "submit-token-saving-a-snapshot", run: tokenAttack(submitSecret, http.MethodGet, snapshotPath, nil, http.StatusForbidden, "needs admin")},
+	{name: "submit-token-restoring-a-snapshot", run: tokenAttack(submitSecret, http.MethodPut, snapshotPath, emptySnapshot, http.StatusForbidden, "needs admin")},
 	// Gossip without the key.
 	{name: "gossip-member-with-the-wrong-key", run: gossipJoin("intruder", 64, false)},
 	{name: "gossip-impersonating-an-agent", run: gossipJoin("a0", 1000, false)},

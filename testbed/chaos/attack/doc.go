@@ -9,7 +9,8 @@
 // a token of a role too low or revoked, forged Assign, forged gossip
 // members, forbidden commands and checkpoint directories, reports without
 // their rank's token or done reports from another rank, oversized bodies
-// and slow clients. An attack counts as refused only if the refusal is seen
+// and slow clients; and a peer lab's, on two federated labs of their
+// own (federation.go). An attack counts as refused only if the refusal is seen
 // where it should be (the client's error, the refusing process's log
 // line naming the peer) and an observer outside the attacked code paths
 // sees no change: the replicated state through every server's read API

@@ -162,13 +162,19 @@ func workerHandshake(ctx context.Context, t *target, addr string) error {
 // refusedMetric sums pollux_preauth_refused_total of channel ch on m's
 // /metrics.
 func (t *target) refusedMetric(ctx context.Context, m *launch.Member, ch pki.Channel) (float64, error) {
+	return refusedMetric(ctx, t.http, m, ch)
+}
+
+// refusedMetric sums pollux_preauth_refused_total of channel ch on m's
+// /metrics, read with hc.
+func refusedMetric(ctx context.Context, hc *http.Client, m *launch.Member, ch pki.Channel) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+m.HTTP+"/metrics", nil)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := t.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, err
 	}

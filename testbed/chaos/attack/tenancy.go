@@ -34,9 +34,11 @@ var tenantAttacks = []attack{
 		return t.appSpec("attack-resume", "resume_from: attack-victim\n")
 	}, http.StatusForbidden, "a job resumes only from jobs of the token that submits it", "")},
 	{name: "report-token-theft-between-jobs", run: tokenTheft},
+	{name: "reused-job-name-getting-a-pruned-jobs-checkpoints", run: reusedName},
 	{name: "quota-submissions-per-second", run: withQuota(api.SetQuota{Quota: api.Quota{Rate: 0.01, Burst: 1}}, rateLimited)},
 	{name: "quota-spec-bytes", run: withQuota(api.SetQuota{Quota: api.Quota{SpecBytes: 16}}, tenantSubmit(attackSpec("attack-quota-bytes"),
 		http.StatusTooManyRequests, "bytes of job specs", "30"))},
+	{name: "quota-running-and-pending-jobs", run: withQuota(api.SetQuota{Quota: api.Quota{Jobs: 1}}, jobsQuota)},
 	{name: "state-budget-full", run: stateBudgetFull},
 	{name: "checkpoint-symlink-swap", run: deniedJob("attack-swap", func(t *target) []byte {
 		// Someone who can write in the root puts a link out of it
@@ -183,6 +185,30 @@ func rateLimited(ctx context.Context, t *target) (string, bool) {
 	return "after one bad submission: " + how, refused
 }
 
+// jobsQuota submits, with a quota of one live job, a first job (one the
+// agents refuse to run, so that it fails soon after) and at once a
+// second: refused with 429 while the first is pending; the first must
+// then end failed by the agents' policy.
+func jobsQuota(ctx context.Context, t *target) (string, bool) {
+	const first = "attack-quota-first"
+	t.expect[first] = "refuses to run it"
+	a, err := t.request(ctx, t.tokens.submitter, http.MethodPost, api.PathJobs, t.commandSpec(first, []string{"/bin/sh", "-c", "true"}))
+	if err != nil || a.code != http.StatusCreated {
+		return fmt.Sprintf("the first submission: %v %d %s", err, a.code, a.body), false
+	}
+	how, refused := tenantSubmit(attackSpec("attack-quota-jobs"), http.StatusTooManyRequests, "running or pending jobs", "")(ctx, t)
+	how = "with one job pending: " + how
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		j, found, _, ans := t.c.Client().Job(ctx, t.leader, first, 5*time.Second)
+		if ans.OK() && found && j.State == "failed" {
+			return how, refused
+		}
+		if time.Now().After(deadline) {
+			return fmt.Sprintf("%s; the first job is %s, not failed, 60 s later", how, j.State), false
+		}
+	}
+}
+
 // stateBudgetFull sets the cluster's state budget to what the state
 // holds; a submission then gets 507, and the budget is restored.
 func stateBudgetFull(ctx context.Context, t *target) (string, bool) {
@@ -199,6 +225,69 @@ func stateBudgetFull(ctx context.Context, t *target) (string, bool) {
 		return how + "; " + err.Error(), false
 	}
 	return fmt.Sprintf("budget set to the state's %d bytes: %s", qs.StateBytes, how), refused
+}
+
+// reusedName submits, with the attackers' token, a job of a name
+// another submitter used before: its earlier job, pruned from the
+// state since (the state forgets it), left its directory ROOT/<name>
+// with a checkpoint and the agents' claim for its submitter beside it.
+// That leftover is made here as the agents left the victim's: a copy of
+// the claim they keep for the victim's running job. Refused if the job
+// ends failed by the agent's denial naming the other submitter, no
+// worker of it runs, and the checkpoint left is untouched.
+func reusedName(ctx context.Context, t *target) (string, bool) {
+	const name = "attack-reused"
+	held, err := os.ReadFile(filepath.Join(t.root, ".attack-victim.submitter"))
+	if err != nil {
+		return "the agents keep no claim beside the victim's checkpoint directory: " + err.Error(), false
+	}
+	dir := filepath.Join(t.root, name)
+	ckpt := filepath.Join(dir, "checkpoint")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err.Error(), false
+	}
+	if err := os.WriteFile(ckpt, []byte("the earlier job's checkpoint\n"), 0o600); err != nil {
+		return err.Error(), false
+	}
+	if err := os.WriteFile(filepath.Join(t.root, "."+name+".submitter"), held, 0o600); err != nil {
+		return err.Error(), false
+	}
+	var before syscall.Stat_t
+	if err := syscall.Stat(ckpt, &before); err != nil {
+		return err.Error(), false
+	}
+	t.expect[name] = "refuses to run it"
+	a, err := t.request(ctx, t.tokens.submitter, http.MethodPost, api.PathJobs, t.appSpec(name, ""))
+	if err != nil || a.code != http.StatusCreated {
+		return fmt.Sprintf("the submission: %v %d %s", err, a.code, a.body), false
+	}
+	victim := strings.TrimSpace(string(held))
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if ws := t.findWorkers(name); len(ws) > 0 {
+			return fmt.Sprintf("worker process %d of the job runs in the earlier job's directory", ws[0].pid), false
+		}
+		j, found, _, ans := t.c.Client().Job(ctx, t.leader, name, 5*time.Second)
+		if ans.OK() && found && j.State == "failed" {
+			if !strings.Contains(j.Reason, "token "+victim) {
+				return fmt.Sprintf("failed, but for another reason: %q", j.Reason), false
+			}
+			var after syscall.Stat_t
+			if err := syscall.Stat(ckpt, &after); err != nil || after.Uid != before.Uid || after.Mode != before.Mode {
+				return fmt.Sprintf("failed (%q), but the earlier job's checkpoint changed: uid %d mode %o -> uid %d mode %o (%v)",
+					j.Reason, before.Uid, before.Mode, after.Uid, after.Mode, err), false
+			}
+			for _, ag := range t.c.Agents {
+				if line, ok := t.logLine(ag, "refusing to run a job", "job="+name); ok {
+					return fmt.Sprintf("submitted (201); the job failed at once: %q; the checkpoint left is untouched; %s/%s logged: %s",
+						j.Reason, ag.Role, ag.ID, logMsg(line)), true
+				}
+			}
+			return fmt.Sprintf("failed (%q), but no agent logged the denial", j.Reason), false
+		}
+		if time.Now().After(deadline) {
+			return fmt.Sprintf("not failed within 60 s: %s %s", j.State, j.Reason), false
+		}
+	}
 }
 
 // tokenTheft is what another job's worker on the victim's machine tries

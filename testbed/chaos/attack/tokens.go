@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"pollux/actors/server/api"
+	"pollux/consensus/state"
 )
 
 // tokens are the API tokens the attackers hold, made at setup by the
@@ -177,10 +178,24 @@ func jobsPath(*target) string           { return api.PathJobs }
 func cancelVictimPath(*target) string   { return api.PathJobs + "/attack-victim/cancel" }
 func tokensPath(*target) string         { return api.PathACLTokens }
 func removeLeaderPath(t *target) string { return api.PathPeers + "/" + t.leader.ID }
+func quotasPath(*target) string         { return api.PathACLQuotas }
+func snapshotPath(*target) string       { return api.PathSnapshot }
 
 func attackSpec(name string) func(*target) []byte {
 	return func(t *target) []byte { return t.appSpec(name, "") }
 }
+
+// raisedQuotas are the largest cluster-wide quotas and state budget the
+// servers take: enough to flood the state.
+func raisedQuotas(*target) []byte {
+	b, _ := json.Marshal(api.SetQuota{Quota: api.Quota{Jobs: state.MaxJobs, SpecBytes: state.MaxStateBudget, Rate: state.MaxQuotaRate,
+		Burst: state.MaxQuotaBurst}, StateBudget: state.MaxStateBudget})
+	return b
+}
+
+// emptySnapshot is a state to restore: nothing (the restore must be
+// refused before the body is read).
+func emptySnapshot(*target) []byte { return nil }
 
 func newAdminToken(*target) []byte {
 	b, _ := json.Marshal(api.NewToken{Name: "attack-escalation", Role: "admin"})

@@ -54,6 +54,11 @@ func (f *fakeBackend) LocalState() *state.State {
 	defer f.mu.Unlock()
 	return f.st.Clone()
 }
+func (f *fakeBackend) LocalEvents(job string, since uint64, limit int) ([]state.Event, uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.st.Events.Since(job, since, limit), f.st.Events.LastSeq()
+}
 func (f *fakeBackend) LocalJob(id string) (*state.Job, state.ClusterConfig) {
 	st := f.LocalState()
 	return st.Jobs[id], st.Config

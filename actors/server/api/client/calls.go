@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -11,9 +12,11 @@ import (
 )
 
 // Submit submits a job spec (the YAML of package jobspec) and returns the
-// new job's id.
+// new job's id. Its idempotency key makes a retry on another server of a
+// submission that had committed succeed as it did.
 func (c *Client) Submit(ctx context.Context, spec []byte) (string, error) {
-	res, err := do[map[string]string](ctx, c, http.MethodPost, api.PathJobs, spec)
+	var res map[string]string
+	err := c.callKeyed(ctx, http.MethodPost, api.PathJobs, newKey(), spec, &res)
 	return res["id"], err
 }
 
@@ -27,10 +30,17 @@ func (c *Client) Job(ctx context.Context, id string) (api.Job, error) {
 	return do[api.Job](ctx, c, http.MethodGet, jobPath(id), nil)
 }
 
-// Cancel cancels a job that has not finished.
+// Cancel cancels a job that has not finished. Its idempotency key makes
+// a retry on another server of a cancel that had committed succeed as it
+// did.
 func (c *Client) Cancel(ctx context.Context, id string) (api.CancelResult, error) {
-	return do[api.CancelResult](ctx, c, http.MethodPost, jobPath(id)+"/cancel", nil)
+	var res api.CancelResult
+	err := c.callKeyed(ctx, http.MethodPost, jobPath(id)+"/cancel", newKey(), nil, &res)
+	return res, err
 }
+
+// newKey returns a new idempotency key: 26 random base32 characters.
+func newKey() string { return rand.Text() }
 
 // Nodes lists the cluster's GPU nodes.
 func (c *Client) Nodes(ctx context.Context) ([]api.Node, error) {
@@ -94,7 +104,7 @@ func (c *Client) Self(ctx context.Context) (api.Token, error) {
 // SaveSnapshot returns a backup of the replicated state (the leader's,
 // after every write completed before the call).
 func (c *Client) SaveSnapshot(ctx context.Context) ([]byte, error) {
-	b, _, err := c.send(ctx, http.MethodGet, api.PathSnapshot, nil, state.MaxSnapshot)
+	b, _, err := c.send(ctx, http.MethodGet, api.PathSnapshot, "", nil, state.MaxSnapshot)
 	return b, err
 }
 

@@ -195,7 +195,14 @@ func explain(err error, ca string) error {
 // call sends one request to the first server that answers and decodes
 // its answer into out (nil: the answer is not decoded).
 func (c *Client) call(ctx context.Context, method, path string, body []byte, out any) error {
-	data, s, err := c.send(ctx, method, path, body, maxAnswer)
+	return c.callKeyed(ctx, method, path, "", body, out)
+}
+
+// callKeyed is call with an idempotency key ("": none) sent to every
+// server tried, so that a server that gets a retry of a write that had
+// committed answers as the write did.
+func (c *Client) callKeyed(ctx context.Context, method, path, key string, body []byte, out any) error {
+	data, s, err := c.send(ctx, method, path, key, body, maxAnswer)
 	if err != nil || out == nil {
 		return err
 	}
@@ -205,9 +212,10 @@ func (c *Client) call(ctx context.Context, method, path string, body []byte, out
 	return nil
 }
 
-// send sends one request to the first server that answers and returns
-// its answer (at most limit bytes) and the server.
-func (c *Client) send(ctx context.Context, method, path string, body []byte, limit int64) ([]byte, string, error) {
+// send sends one request, with idempotency key key ("": none), to the
+// first server that answers and returns its answer (at most limit bytes)
+// and the server.
+func (c *Client) send(ctx context.Context, method, path, key string, body []byte, limit int64) ([]byte, string, error) {
 	if c.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.Timeout)
@@ -215,7 +223,7 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte, lim
 	}
 	var errs []error
 	for _, s := range c.cfg.Servers {
-		data, err := c.ask(ctx, s, method, path, body, limit)
+		data, err := c.ask(ctx, s, method, path, key, body, limit)
 		var refused *APIError
 		if errors.As(err, &refused) || errors.Is(err, ErrConfig) {
 			return nil, s, err
@@ -234,10 +242,13 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte, lim
 
 // ask sends one request to server s and returns the body of its 2xx
 // answer.
-func (c *Client) ask(ctx context.Context, s, method, path string, body []byte, limit int64) ([]byte, error) {
+func (c *Client) ask(ctx context.Context, s, method, path, key string, body []byte, limit int64) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, method, apiURL(s, path), bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("%w: server %q: %w", ErrConfig, s, err)
+	}
+	if key != "" {
+		req.Header.Set(api.HeaderIdempotencyKey, key)
 	}
 	if c.cfg.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)

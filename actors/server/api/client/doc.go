@@ -10,7 +10,11 @@
 //
 // A Client tries its servers in order: an unreachable server or a 5xx
 // answer moves on to the next, a 4xx answer (APIError) is final, since
-// every server would refuse the request the same way. It speaks HTTPS,
+// every server would refuse the request the same way. Since a write
+// whose answer was lost may have committed, Submit and Cancel send one
+// random idempotency key (api.HeaderIdempotencyKey) to every server they
+// try: a retry of a write that committed answers as the write did,
+// rather than "already exists" or "is cancelled". It speaks HTTPS,
 // checking that the server holds a server certificate of the cluster CA
 // (Config.CA), unless a server's address says http://; it sends the API
 // token as a bearer token, also after a redirect to the leader's API (Raft

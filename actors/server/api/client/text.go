@@ -228,7 +228,7 @@ func (s *stickyWriter) Write(p []byte) (int, error) {
 func WriteQuotas(w io.Writer, q api.Quotas) error {
 	d := q.Default
 	fmt.Fprintf(w, "default: %d jobs, %d spec bytes, %g submissions/s (burst %d)\n", d.Jobs, d.SpecBytes, d.Rate, d.Burst)
-	fmt.Fprintf(w, "state: %d of %d bytes of job specs\n", q.StateBytes, q.StateBudget)
+	fmt.Fprintf(w, "state: %d of %d bytes of job specs and events (%d of events)\n", q.StateBytes, q.StateBudget, q.EventBytes)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ACCESSOR\tNAME\tJOBS\tSPEC BYTES\tRATE/S\tBURST")
 	for _, t := range q.Tokens {

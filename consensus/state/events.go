@@ -1,0 +1,404 @@
+package state
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// EventType is what an event records.
+type EventType uint8
+
+// Event types. Zero is not a type (it never appears on the wire); values
+// are never reused.
+const (
+	// EventSubmitted: a job was submitted.
+	EventSubmitted EventType = 1 + iota
+	// EventPlaced: a job without GPUs was given some.
+	EventPlaced
+	// EventResized: a job's placement changed from one non-empty
+	// placement to another (its workers restart).
+	EventResized
+	// EventRestarted: a job's failed workers restart on the same
+	// placement.
+	EventRestarted
+	// EventPreempted: a job lost all its GPUs and waits again.
+	EventPreempted
+	// EventCompleted, EventFailed, EventCancelled: a job finished.
+	EventCompleted
+	EventFailed
+	EventCancelled
+	// EventNodeLost: a node was marked dead or left the cluster.
+	EventNodeLost
+)
+
+var eventTypeNames = [...]string{"", "submitted", "placed", "resized", "restarted", "preempted", "completed", "failed", "cancelled", "node_lost"}
+
+func (t EventType) String() string {
+	if t.valid() {
+		return eventTypeNames[t]
+	}
+	return fmt.Sprintf("EventType(%d)", uint8(t))
+}
+
+func (t EventType) valid() bool { return t >= EventSubmitted && t <= EventNodeLost }
+
+// ParseEventType is the type named name (EventType.String), or false.
+func ParseEventType(name string) (EventType, bool) {
+	i := slices.Index(eventTypeNames[:], name)
+	if i <= 0 {
+		return 0, false
+	}
+	return EventType(i), true
+}
+
+// Event is one entry of the cluster's history: a state change that
+// matters to a user, written by the same command as the change.
+type Event struct {
+	// Seq numbers the events of the cluster from 1, in log order.
+	Seq uint64
+	// Time is the proposer's clock of the command that made the event
+	// (seconds); a command without a clock takes the last round's.
+	Time float64
+	Type EventType
+	// Job is the job the event is about ("" for a node's event) and
+	// Node the node a node's event is about ("" otherwise).
+	Job  string
+	Node string
+	// Reason says what happened and why, for a person.
+	Reason string
+}
+
+// Retention of events: the state keeps the last MaxJobEvents of each job
+// and the last MaxEvents of the cluster, in at most MaxEventBytes; older
+// ones are dropped when newer ones are appended. The bound does not
+// depend on the state budget they count against, so that lowering the
+// budget never frees room by dropping events.
+const (
+	MaxJobEvents  = 64
+	MaxEvents     = 8192
+	MaxEventBytes = 2 << 20
+	// maxEventReason bounds an event's reason (longer ones are cut).
+	maxEventReason = 512
+	// eventOverhead is what an event counts against the state budget
+	// beyond its strings.
+	eventOverhead = 24
+)
+
+// Events is the cluster's bounded history of events, in sequence order.
+type Events struct {
+	// last is the sequence number of the last event ever appended (0:
+	// none); it outlives the events retention drops.
+	last uint64
+	// list holds the events from head on, in sequence order; an event
+	// retention dropped after head is a hole (its Seq kept, Type 0)
+	// until the list is compacted, so that dropping is O(1).
+	list []Event
+	head int
+	// n counts the events held, perJob those of each job, and bytes
+	// what they count against the state budget (all derived from list).
+	n      int
+	perJob map[string]int
+	bytes  int64
+}
+
+// LastSeq is the sequence number of the last event appended (0: none).
+func (e *Events) LastSeq() uint64 { return e.last }
+
+// Bytes is what the events count against the state budget.
+func (e *Events) Bytes() int64 { return e.bytes }
+
+// Len is how many events the state holds.
+func (e *Events) Len() int { return e.n }
+
+// Since returns up to limit events (all when limit <= 0) after sequence
+// number since, of job only unless job is "", oldest first.
+func (e *Events) Since(job string, since uint64, limit int) []Event {
+	live := e.list[e.head:]
+	i, found := slices.BinarySearchFunc(live, since, func(ev Event, seq uint64) int { return cmp.Compare(ev.Seq, seq) })
+	if found {
+		i++
+	}
+	var out []Event
+	for _, ev := range live[i:] {
+		if limit > 0 && len(out) == limit {
+			break
+		}
+		if ev.Type != 0 && (job == "" || ev.Job == job) {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func eventSize(ev *Event) int64 {
+	return eventOverhead + int64(len(ev.Job)+len(ev.Node)+len(ev.Reason))
+}
+
+// add appends ev with the next sequence number, then applies retention.
+func (e *Events) add(ev Event) {
+	ev.Reason = cutReason(ev.Reason)
+	e.last++
+	ev.Seq = e.last
+	if e.perJob == nil {
+		e.perJob = map[string]int{}
+	}
+	if ev.Job != "" && e.perJob[ev.Job] >= MaxJobEvents {
+		for i := e.head; i < len(e.list); i++ {
+			if e.list[i].Type != 0 && e.list[i].Job == ev.Job {
+				e.drop(i)
+				break
+			}
+		}
+	}
+	e.list = append(e.list, ev)
+	e.n++
+	e.bytes += eventSize(&ev)
+	if ev.Job != "" {
+		e.perJob[ev.Job]++
+	}
+	for e.n > 1 && (e.n > MaxEvents || e.bytes > MaxEventBytes) {
+		e.drop(e.head)
+	}
+	if holes := len(e.list) - e.n; holes >= 64 && holes > len(e.list)/2 {
+		e.list, e.head = e.held(), 0
+	}
+}
+
+// drop makes the i-th event a hole and moves head past the holes at the
+// front.
+func (e *Events) drop(i int) {
+	ev := &e.list[i]
+	e.n--
+	e.bytes -= eventSize(ev)
+	if ev.Job != "" {
+		if e.perJob[ev.Job]--; e.perJob[ev.Job] == 0 {
+			delete(e.perJob, ev.Job)
+		}
+	}
+	e.list[i] = Event{Seq: ev.Seq}
+	for e.head < len(e.list) && e.list[e.head].Type == 0 {
+		e.list[e.head] = Event{}
+		e.head++
+	}
+}
+
+// held is a new list of the events held, without holes.
+func (e *Events) held() []Event {
+	out := make([]Event, 0, e.n)
+	for _, ev := range e.list[e.head:] {
+		if ev.Type != 0 {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// forget drops the events of the jobs in gone (pruned jobs).
+func (e *Events) forget(gone map[string]bool) {
+	if len(gone) == 0 {
+		return
+	}
+	e.list = slices.DeleteFunc(e.held(), func(ev Event) bool { return gone[ev.Job] })
+	e.head = 0
+	e.recount()
+}
+
+// recount derives n, perJob and bytes from list.
+func (e *Events) recount() {
+	e.n, e.perJob, e.bytes = 0, map[string]int{}, 0
+	for i := e.head; i < len(e.list); i++ {
+		ev := &e.list[i]
+		if ev.Type == 0 {
+			continue
+		}
+		e.n++
+		e.bytes += eventSize(ev)
+		if ev.Job != "" {
+			e.perJob[ev.Job]++
+		}
+	}
+}
+
+func (e *Events) clone() Events {
+	return Events{last: e.last, list: e.held(), n: e.n, perJob: maps.Clone(e.perJob), bytes: e.bytes}
+}
+
+// cutReason cuts a reason to maxEventReason bytes at a rune boundary.
+func cutReason(s string) string {
+	if len(s) <= maxEventReason {
+		return s
+	}
+	n := maxEventReason - len("...")
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}
+
+// emit appends an event about job (or, with job "", node) to s.
+func emit(s *State, t EventType, at float64, job, node, reason string) {
+	s.Events.add(Event{Time: at, Type: t, Job: job, Node: node, Reason: reason})
+}
+
+// slotsText describes slots: "4 GPUs on n1 (2), n2 (2)".
+func slotsText(slots []Slot) string {
+	k := 0
+	parts := make([]string, 0, len(slots))
+	for _, sl := range slots {
+		k += sl.GPUs
+		parts = append(parts, fmt.Sprintf("%s (%d)", sl.Node, sl.GPUs))
+	}
+	unit := "GPUs"
+	if k == 1 {
+		unit = "GPU"
+	}
+	return fmt.Sprintf("%d %s on %s", k, unit, strings.Join(parts, ", "))
+}
+
+// batchText describes the batch configuration j's bid chooses on slots
+// ("" without a bid for that shape).
+func batchText(j *Job, slots []Slot) string {
+	k := 0
+	for _, sl := range slots {
+		k += sl.GPUs
+	}
+	c, ok := j.Bid.Choice(len(slots), k)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("; local batch %d, %d accumulation steps, gain %.3g", c.LocalBatch, c.AccumSteps, c.Gain)
+}
+
+// lostNode is the first node of slots that is dead or gone from s ("" if
+// none).
+func lostNode(s *State, slots []Slot) string {
+	for _, sl := range slots {
+		if n, ok := s.Nodes[sl.Node]; (ok && (n.Health == Dead || n.Health == Left)) || (!ok && !borrowedID(sl.Node)) {
+			return sl.Node
+		}
+	}
+	return ""
+}
+
+// emitReallocation records what reallocate did to job j, whose slots go
+// from old to cur, at generation gen; restart says its workers failed,
+// note why the leader chose the allocation.
+func emitReallocation(s *State, j *Job, old, cur []Slot, restart bool, gen uint64, at float64, note string) {
+	why := fmt.Sprintf("the allocator's new allocation (generation %d)", gen)
+	if note != "" {
+		why = fmt.Sprintf("the allocator's new allocation (generation %d: %s)", gen, note)
+	}
+	if restart {
+		why = fmt.Sprintf("its workers failed (%d in a row)", j.Crashes)
+	} else if n := lostNode(s, old); n != "" {
+		why = fmt.Sprintf("node %s was lost", n)
+	}
+	switch {
+	case len(cur) == 0:
+		emit(s, EventPreempted, at, j.ID, "", fmt.Sprintf("lost its %s: %s", slotsText(old), why))
+	case len(old) == 0:
+		emit(s, EventPlaced, at, j.ID, "", fmt.Sprintf("placed on %s (generation %d, incarnation %d)%s", slotsText(cur), gen, j.Incarnation, batchText(j, cur)))
+	case slices.Equal(old, cur):
+		emit(s, EventRestarted, at, j.ID, "", fmt.Sprintf("restarted on %s (incarnation %d): %s", slotsText(cur), j.Incarnation, why))
+	default:
+		emit(s, EventResized, at, j.ID, "", fmt.Sprintf("resized from %s to %s (incarnation %d): %s%s", slotsText(old), slotsText(cur), j.Incarnation, why, batchText(j, cur)))
+	}
+}
+
+// finishEvent is the event type of a job finishing in state st.
+func finishEvent(st JobState) EventType {
+	switch st {
+	case Failed:
+		return EventFailed
+	case Cancelled:
+		return EventCancelled
+	}
+	return EventCompleted
+}
+
+// encodeEvents writes the events (snapshots of version 12).
+func encodeEvents(w *writer, e *Events) {
+	w.uvarint(e.last)
+	w.uvarint(uint64(e.n))
+	for i := e.head; i < len(e.list); i++ {
+		if e.list[i].Type != 0 {
+			encodeEvent(w, &e.list[i])
+		}
+	}
+}
+
+func encodeEvent(w *writer, ev *Event) {
+	w.uvarint(ev.Seq)
+	w.f64(ev.Time)
+	w.byte(byte(ev.Type))
+	w.str(ev.Job)
+	w.str(ev.Node)
+	w.str(ev.Reason)
+}
+
+// decodeEvents reads what encodeEvents wrote and checks it: sequence
+// numbers increasing up to the last, retention kept.
+func decodeEvents(r *reader) (Events, error) {
+	var e Events
+	e.last = r.uvarint()
+	n := r.length(MaxEvents)
+	if n > 0 {
+		e.list = make([]Event, 0, n)
+	}
+	for i := 0; i < n && r.err == nil; i++ {
+		var ev Event
+		ev.Seq = r.uvarint()
+		ev.Time = r.f64()
+		ev.Type = EventType(r.byte())
+		ev.Job, ev.Node, ev.Reason = r.str(), r.str(), r.str()
+		if r.err != nil {
+			break
+		}
+		if err := ev.validate(); err != nil {
+			return Events{}, err
+		}
+		if ev.Seq > e.last || (i > 0 && ev.Seq <= e.list[i-1].Seq) {
+			return Events{}, fmt.Errorf("%w: event %d out of order (last %d)", ErrMalformed, ev.Seq, e.last)
+		}
+		e.list = append(e.list, ev)
+	}
+	if r.err != nil {
+		return Events{}, r.err
+	}
+	e.recount()
+	for job, k := range e.perJob {
+		if k > MaxJobEvents {
+			return Events{}, invalid("job %q has %d events (limit %d)", job, k, MaxJobEvents)
+		}
+	}
+	return e, nil
+}
+
+// validate checks an event read from a snapshot.
+func (ev *Event) validate() error {
+	switch {
+	case ev.Seq == 0:
+		return invalid("event of sequence number 0")
+	case !ev.Type.valid():
+		return invalid("event %d of type %d", ev.Seq, ev.Type)
+	case (ev.Type == EventNodeLost) != (ev.Node != "") || (ev.Type == EventNodeLost) == (ev.Job != ""):
+		return invalid("event %d (%v) of job %q and node %q", ev.Seq, ev.Type, ev.Job, ev.Node)
+	case len(ev.Reason) > maxEventReason:
+		return invalid("event %d reason of %d bytes (limit %d)", ev.Seq, len(ev.Reason), maxEventReason)
+	}
+	if ev.Job != "" {
+		if err := checkID("event job", ev.Job); err != nil {
+			return err
+		}
+	}
+	if ev.Node != "" {
+		if err := checkID("event node", ev.Node); err != nil {
+			return err
+		}
+	}
+	return checkNonNeg("event time", ev.Time)
+}

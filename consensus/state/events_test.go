@@ -1,0 +1,451 @@
+package state
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"testing"
+)
+
+// wantEvent is an event a command must emit: its type, job or node,
+// time, and words its reason must hold.
+type wantEvent struct {
+	typ    EventType
+	job    string
+	node   string
+	at     float64
+	reason string
+}
+
+// TestApplyEmitsEvents: each command that changes what a user sees of a
+// job (or a node) emits its event in the same apply, with the command's
+// time and a reason; a refused command emits nothing.
+func TestApplyEmitsEvents(t *testing.T) {
+	a := newApplier()
+	a.must(t, 1,
+		&RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive}},
+		&RegisterNode{Node: Node{ID: "n2", GPUs: 4, Health: Alive}},
+	)
+	steps := []struct {
+		name    string
+		c       Command
+		refused bool
+		want    []wantEvent
+	}{
+		{"submit", &SubmitJob{ID: "j", Spec: testSpec(), SubmitTime: 10}, false,
+			[]wantEvent{{EventSubmitted, "j", "", 10, "submitted for 1 to 8 GPUs"}}},
+		{"submit again", &SubmitJob{ID: "j", Spec: testSpec(), SubmitTime: 11}, true, nil},
+		{"place", &Round{Generation: 1, Term: 1, Time: 20, Jobs: map[string][]Slot{"j": {{"n1", 2}}}}, false,
+			[]wantEvent{{EventPlaced, "j", "", 20, "placed on 2 GPUs on n1 (2) (generation 1, incarnation 1)"}}},
+		{"resize", &Round{Generation: 2, Term: 1, Time: 30, Jobs: map[string][]Slot{"j": {{"n1", 2}, {"n2", 2}}},
+			Updates: []RoundJob{{ID: "j", Incarnation: 1, HasBid: true, Bid: testBid(1, 1)}}}, false,
+			[]wantEvent{{EventResized, "j", "", 30, "resized from 2 GPUs on n1 (2) to 4 GPUs on n1 (2), n2 (2) (incarnation 2): the allocator's new allocation (generation 2); local batch 64, 1 accumulation steps"}}},
+		{"stale round", &Round{Generation: 2, Term: 1, Time: 31, Jobs: map[string][]Slot{}}, true, nil},
+		{"restart", &Round{Generation: 3, Term: 1, Time: 40, Jobs: map[string][]Slot{"j": {{"n1", 2}, {"n2", 2}}},
+			Updates: []RoundJob{{ID: "j", Incarnation: 2, Restart: true}}}, false,
+			[]wantEvent{{EventRestarted, "j", "", 40, "restarted on 4 GPUs on n1 (2), n2 (2) (incarnation 3): its workers failed (1 in a row)"}}},
+		{"node lost", &MarkNode{ID: "n2", Health: Dead}, false,
+			[]wantEvent{{EventNodeLost, "", "n2", 40, "node n2 is dead"}}},
+		{"node dead again", &MarkNode{ID: "n2", Health: Left}, false, nil},
+		{"unknown node", &MarkNode{ID: "n9", Health: Dead}, true, nil},
+		{"resize off a lost node", &Round{Generation: 4, Term: 1, Time: 50, Jobs: map[string][]Slot{"j": {{"n1", 2}}}}, false,
+			[]wantEvent{{EventResized, "j", "", 50, "to 2 GPUs on n1 (2) (incarnation 4): node n2 was lost"}}},
+		{"preempt", &Round{Generation: 5, Term: 1, Time: 60, Jobs: map[string][]Slot{}}, false,
+			[]wantEvent{{EventPreempted, "j", "", 60, "lost its 2 GPUs on n1 (2): the allocator's new allocation (generation 5)"}}},
+		{"complete", &FinishJob{ID: "j", State: Completed, Reason: "trained 90 epochs", Time: 70}, false,
+			[]wantEvent{{EventCompleted, "j", "", 70, "trained 90 epochs"}}},
+		{"complete again", &FinishJob{ID: "j", State: Completed, Time: 71}, true, nil},
+		{"submit k", &SubmitJob{ID: "k", Spec: testSpec(), SubmitTime: 80}, false,
+			[]wantEvent{{EventSubmitted, "k", "", 80, "submitted"}}},
+		{"cancel", &CancelJob{ID: "k", Reason: "not needed", Time: 90}, false,
+			[]wantEvent{{EventCancelled, "k", "", 90, "not needed"}}},
+		{"submit f", &SubmitJob{ID: "f", Spec: testSpec(), SubmitTime: 100}, false,
+			[]wantEvent{{EventSubmitted, "f", "", 100, "submitted"}}},
+		{"place f", &Round{Generation: 6, Term: 2, Time: 110, Jobs: map[string][]Slot{"f": {{"n1", 1}}}}, false,
+			[]wantEvent{{EventPlaced, "f", "", 110, "placed on 1 GPU on n1 (1)"}}},
+		{"fail f", &Round{Generation: 7, Term: 2, Time: 120, MaxFailures: 1, Jobs: map[string][]Slot{},
+			Updates: []RoundJob{{ID: "f", Incarnation: 1, Restart: true}}}, false,
+			[]wantEvent{{EventFailed, "f", "", 120, "workers failed in 1 incarnations in a row"}}},
+		{"finish without a reason", &FinishJob{ID: "j", State: Failed, Time: 130}, true, nil},
+	}
+	for _, st := range steps {
+		last := a.s.Events.LastSeq()
+		before := EncodeState(a.state())
+		term := uint64(1)
+		if r, ok := st.c.(*Round); ok {
+			term = r.Term
+		}
+		err := a.apply(t, term, st.c)
+		if (err != nil) != st.refused {
+			t.Fatalf("%s: error %v, want refused %v", st.name, err, st.refused)
+		}
+		if st.refused && !bytes.Equal(before, EncodeState(a.state())) {
+			t.Fatalf("%s: the refused command changed the state", st.name)
+		}
+		got := a.s.Events.Since("", last, 0)
+		if len(got) != len(st.want) {
+			t.Fatalf("%s: events %+v, want %d", st.name, got, len(st.want))
+		}
+		for i, w := range st.want {
+			g := got[i]
+			if g.Seq != last+uint64(i)+1 || g.Type != w.typ || g.Job != w.job || g.Node != w.node || g.Time != w.at || !strings.Contains(g.Reason, w.reason) {
+				t.Errorf("%s: event %+v, want %+v after sequence number %d", st.name, g, w, last)
+			}
+		}
+	}
+	// The job's history, in order.
+	var types []string
+	for _, ev := range a.s.Events.Since("j", 0, 0) {
+		types = append(types, ev.Type.String())
+	}
+	if got := strings.Join(types, " "); got != "submitted placed resized restarted resized preempted completed" {
+		t.Errorf("job j's events: %s", got)
+	}
+}
+
+// TestReRegisterEmitsPreempted: a node re-registered with attributes its
+// jobs no longer fit evicts them, and each eviction is an event.
+func TestReRegisterEmitsPreempted(t *testing.T) {
+	a := newApplier()
+	a.must(t, 1,
+		&RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive, GPUType: "t4"}},
+		&SubmitJob{ID: "j", Spec: testSpec(), SubmitTime: 1},
+		&Round{Generation: 1, Term: 1, Time: 5, Jobs: map[string][]Slot{"j": {{"n1", 4}}}},
+		&RegisterNode{Node: Node{ID: "n1", GPUs: 2, Health: Alive, GPUType: "t4"}},
+	)
+	evs := a.s.Events.Since("j", 0, 0)
+	if last := evs[len(evs)-1]; last.Type != EventPreempted || last.Time != 5 || !strings.Contains(last.Reason, "node n1 changed (now 2 GPUs") {
+		t.Errorf("last event %+v", last)
+	}
+}
+
+// TestEventRetention: the state keeps the last MaxJobEvents of a job,
+// the last MaxEvents of the cluster and events within MaxEventBytes;
+// sequence numbers go on; a pruned job's events go.
+func TestEventRetention(t *testing.T) {
+	a := newApplier()
+	a.must(t, 1, &RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive}},
+		&SubmitJob{ID: "j", Spec: testSpec(), SubmitTime: 1})
+	for gen := uint64(1); gen <= MaxJobEvents+10; gen++ {
+		a.must(t, 1, &Round{Generation: gen, Term: 1, Time: float64(gen), Jobs: map[string][]Slot{"j": {{"n1", 1 + int(gen%2)}}}})
+	}
+	evs := a.s.Events.Since("j", 0, 0)
+	if len(evs) != MaxJobEvents || evs[len(evs)-1].Seq != MaxJobEvents+11 || evs[0].Seq != 12 {
+		t.Fatalf("%d events of j, from %d to %d", len(evs), evs[0].Seq, evs[len(evs)-1].Seq)
+	}
+
+	// The cluster's cap.
+	b := newApplier()
+	for i := range MaxEvents + 5 {
+		b.must(t, 1, &SubmitJob{ID: fmt.Sprintf("j%05d", i), Spec: testSpec(), SubmitTime: float64(i)})
+	}
+	if b.s.Events.Len() != MaxEvents || b.s.Events.LastSeq() != MaxEvents+5 || b.s.Events.Since("", 0, 1)[0].Job != "j00005" {
+		t.Fatalf("%d events up to %d", b.s.Events.Len(), b.s.Events.LastSeq())
+	}
+	// Since: after a dropped event, after the last, after the largest
+	// sequence number there is.
+	for _, tc := range []struct {
+		since uint64
+		n     int
+	}{{3, MaxEvents}, {MaxEvents, 5}, {MaxEvents + 5, 0}, {math.MaxUint64, 0}} {
+		if got := len(b.s.Events.Since("", tc.since, 0)); got != tc.n {
+			t.Errorf("since %d: %d events, want %d", tc.since, got, tc.n)
+		}
+	}
+	// Pruning a job forgets its events (its submission and its
+	// cancellation, which dropped the oldest of the cluster).
+	b.must(t, 1, &CancelJob{ID: "j00007", Time: 1}, &Prune{Jobs: []string{"j00007"}})
+	if n := len(b.s.Events.Since("j00007", 0, 0)); n != 0 || b.s.Events.Len() != MaxEvents-2 {
+		t.Errorf("%d events of a pruned job, %d in all", n, b.s.Events.Len())
+	}
+
+	// The bytes' cap: cancellations with long reasons.
+	long := strings.Repeat("r", maxEventReason)
+	for i := 10; i < 4510; i++ {
+		b.must(t, 1, &CancelJob{ID: fmt.Sprintf("j%05d", i), Reason: long, Time: 2})
+	}
+	if got := b.s.Events.Bytes(); got > MaxEventBytes || got < MaxEventBytes-2*maxEventReason || b.s.Events.Len() >= MaxEvents {
+		t.Errorf("%d events take %d bytes (cap %d)", b.s.Events.Len(), got, MaxEventBytes)
+	}
+	if evs := b.s.Events.Since("", 0, 0); evs[len(evs)-1].Job != "j04509" || evs[len(evs)-1].Type != EventCancelled {
+		t.Errorf("the newest event was dropped: %+v", evs[len(evs)-1])
+	}
+	// A budget set to what the state holds (specs and events) refuses the
+	// next submission: lowering it drops no event.
+	held := b.s.Events.Len()
+	b.must(t, 1, &InitCluster{ID: "c", CheckpointRoot: "/ckpt"})
+	b.must(t, 1, &SetQuota{Budget: b.s.SpecBytes() + b.s.Events.Bytes()})
+	late := testSpec()
+	late.CheckpointDir = ""
+	if err := b.apply(t, 1, &SubmitJob{ID: "late", Spec: late, SubmitTime: 3, Owned: true}); !errors.Is(err, ErrStateFull) || b.s.Events.Len() != held {
+		t.Errorf("submission at the budget: %v (%d events, were %d)", err, b.s.Events.Len(), held)
+	}
+}
+
+// TestEventReasonCut: a reason longer than maxEventReason is cut at a
+// rune boundary.
+func TestEventReasonCut(t *testing.T) {
+	a := newApplier()
+	a.must(t, 1, &SubmitJob{ID: "j", Spec: testSpec(), SubmitTime: 1},
+		&CancelJob{ID: "j", Reason: strings.Repeat("é", 1500), Time: 2})
+	ev := a.s.Events.Since("j", 1, 0)[0]
+	if len(ev.Reason) > maxEventReason || !strings.HasSuffix(ev.Reason, "é...") {
+		t.Errorf("reason of %d bytes ending %q", len(ev.Reason), ev.Reason[len(ev.Reason)-8:])
+	}
+}
+
+// TestEventsSnapshotRoundTrip: the events survive a snapshot, and a
+// restored state goes on exactly as the original (same retention, same
+// sequence numbers).
+func TestEventsSnapshotRoundTrip(t *testing.T) {
+	a := newApplier()
+	a.must(t, 1, &RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive}},
+		&SubmitJob{ID: "j", Spec: testSpec(), SubmitTime: 1})
+	for gen := uint64(1); gen <= MaxJobEvents; gen++ {
+		a.must(t, 1, &Round{Generation: gen, Term: 1, Time: float64(gen), Jobs: map[string][]Slot{"j": {{"n1", 1 + int(gen%2)}}}})
+	}
+	s, err := DecodeState(EncodeState(a.s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &applier{s: s}
+	next := &Round{Generation: MaxJobEvents + 1, Term: 1, Time: 100, Jobs: map[string][]Slot{}}
+	a.must(t, 1, next)
+	b.must(t, 1, next)
+	if !bytes.Equal(EncodeState(a.s), EncodeState(b.s)) {
+		t.Fatal("a restored state goes on differently")
+	}
+	if evs := b.s.Events.Since("j", 0, 0); len(evs) != MaxJobEvents || evs[len(evs)-1].Type != EventPreempted {
+		t.Errorf("%d events, last %+v", len(evs), evs[len(evs)-1])
+	}
+}
+
+// TestDecodeEventsRefuses: events out of order, beyond the last sequence
+// number, of an unknown type or naming the wrong subject do not decode.
+func TestDecodeEventsRefuses(t *testing.T) {
+	enc := func(last uint64, evs ...Event) []byte {
+		w := &writer{}
+		e := Events{last: last, list: evs}
+		e.recount()
+		encodeEvents(w, &e)
+		return w.b
+	}
+	ok := Event{Seq: 1, Time: 1, Type: EventSubmitted, Job: "j", Reason: "r"}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"out of order", enc(3, Event{Seq: 2, Type: EventSubmitted, Job: "j"}, ok), ErrMalformed},
+		{"beyond the last", enc(0, ok), ErrMalformed},
+		{"unknown type", enc(1, Event{Seq: 1, Type: 99, Job: "j"}), ErrInvalid},
+		{"node event of a job", enc(1, Event{Seq: 1, Type: EventNodeLost, Job: "j", Node: "n"}), ErrInvalid},
+		{"job event without a job", enc(1, Event{Seq: 1, Type: EventPlaced}), ErrInvalid},
+		{"negative time", enc(1, Event{Seq: 1, Time: -1, Type: EventPlaced, Job: "j"}), ErrInvalid},
+		{"truncated", enc(1, ok)[:5], ErrMalformed},
+	} {
+		r := &reader{b: tc.b}
+		_, err := decodeEvents(r)
+		if err == nil {
+			err = r.done()
+		}
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	r := &reader{b: enc(5, ok)}
+	if e, err := decodeEvents(r); err != nil || e.Len() != 1 || e.LastSeq() != 5 {
+		t.Errorf("a good encoding: %+v, %v", e, err)
+	}
+}
+
+func FuzzDecodeEvents(f *testing.F) {
+	a := newApplier()
+	a.must(f, 1, &RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive}},
+		&SubmitJob{ID: "j", Spec: testSpec(), SubmitTime: 1},
+		&Round{Generation: 1, Term: 1, Time: 2, Jobs: map[string][]Slot{"j": {{"n1", 2}}}},
+		&MarkNode{ID: "n1", Health: Dead})
+	w := &writer{}
+	encodeEvents(w, &a.s.Events)
+	f.Add(w.b)
+	f.Add([]byte{0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := &reader{b: b}
+		e, err := decodeEvents(r)
+		if err == nil {
+			err = r.done()
+		}
+		if err != nil {
+			return
+		}
+		w := &writer{}
+		encodeEvents(w, &e)
+		if !bytes.Equal(w.b, b) {
+			t.Fatal("decoded events re-encode differently")
+		}
+	})
+}
+
+// snapshotV12 is a version 12 snapshot: snapshotV11's state plus the
+// events of a job placed, resized off a lost node and completed.
+// go test ./consensus/state -run TestSnapshotVersion12Golden -update
+// rewrites it; only do so for a change that keeps the version's bytes (a
+// change of the format is a new version, and this file must still
+// decode).
+const snapshotV12 = "testdata/snapshot-v12.bin"
+
+func v12State(t testing.TB) *State {
+	t.Helper()
+	a := newApplier()
+	a.s = v11State(t)
+	gen := a.s.Allocation.Generation
+	place := func(slots ...Slot) map[string][]Slot {
+		m := map[string][]Slot{"again": slots}
+		for id, sl := range a.s.Allocation.Jobs {
+			m[id] = sl
+		}
+		return m
+	}
+	a.must(t, 9,
+		&Round{Generation: gen + 1, Term: 9, Time: 450, Jobs: place(Slot{"auto-1", 2}, Slot{"n2", 2})},
+		&MarkNode{ID: "n2", Health: Dead},
+		&Round{Generation: gen + 2, Term: 9, Time: 460, Jobs: place(Slot{"auto-1", 2})},
+		&FinishJob{ID: "again", State: Completed, Reason: "trained", Time: 470},
+	)
+	return a.state()
+}
+
+func TestSnapshotVersion12Golden(t *testing.T) {
+	got := EncodeState(v12State(t))
+	if *updateGolden {
+		if err := os.WriteFile(snapshotV12, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	b, s := decodeFixture(t, snapshotV12, 12)
+	var types []string
+	for _, ev := range s.Events.Since("again", 0, 0) {
+		types = append(types, ev.Type.String())
+	}
+	if got := strings.Join(types, " "); got != "submitted placed resized completed" {
+		t.Errorf("events of job again: %s", got)
+	}
+	if lost := s.Events.Since("", 0, 0); !strings.Contains(fmt.Sprint(lost), "node n2 is dead") {
+		t.Errorf("no node_lost event in %+v", lost)
+	}
+	if s.Quotas.StateBudget() != 64<<20 || s.Jobs["again"].State != Completed || s.Jobs["typed"].Bid.Params.AlphaX != 0.25 {
+		t.Errorf("versions 9 and 10 content lost")
+	}
+	if j := s.Jobs["keyed"]; j == nil || j.SubmitKey != "sub-1" {
+		t.Errorf("version 11 content lost")
+	}
+	if !bytes.Equal(got, b) {
+		t.Fatalf("the encoding of version 12 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+	}
+}
+
+// TestRoundNote: a round's note is encoded last and only when set (a
+// round without one encodes as before), an empty note encoded is
+// malformed, and the events of the jobs the round moves quote it.
+func TestRoundNote(t *testing.T) {
+	plain := &Round{Generation: 2, Term: 1, Time: 20, Jobs: map[string][]Slot{"j": {{"n1", 2}}}}
+	noted := *plain
+	noted.Note = "policy pollux, fitness 1.2 (the last round's 1)"
+	pb, nb := mustEncode(t, plain), mustEncode(t, &noted)
+	if !bytes.HasPrefix(nb, pb) {
+		t.Fatal("the note is not encoded last")
+	}
+	c, err := Decode(nb)
+	if err != nil || c.(*Round).Note != noted.Note {
+		t.Fatalf("decoded %+v, %v", c, err)
+	}
+	w := &writer{b: pb}
+	w.str("")
+	if _, err := Decode(w.b); !errors.Is(err, ErrMalformed) {
+		t.Errorf("an empty note encoded: %v", err)
+	}
+	noted.Note = strings.Repeat("x", maxEventReason+1)
+	if _, err := Encode(&noted); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a long note: %v", err)
+	}
+	noted.Note = "policy pollux, fitness 1.2 (the last round's 1)"
+
+	a := newApplier()
+	a.must(t, 1, &RegisterNode{Node: Node{ID: "n1", GPUs: 4, Health: Alive}},
+		&SubmitJob{ID: "j", Spec: testSpec(), SubmitTime: 1},
+		&Round{Generation: 1, Term: 1, Time: 10, Jobs: map[string][]Slot{"j": {{"n1", 1}}}},
+		&noted)
+	evs := a.s.Events.Since("j", 0, 0)
+	if last := evs[len(evs)-1]; last.Type != EventResized || !strings.Contains(last.Reason, "the allocator's new allocation (generation 2: "+noted.Note+")") {
+		t.Errorf("resized event %+v", last)
+	}
+}
+
+// BenchmarkRoundEvents is a round that moves 100 jobs of a state whose
+// event history is full: the events it writes and the retention.
+func BenchmarkRoundEvents(b *testing.B) {
+	a := newApplier()
+	a.must(b, 1, &RegisterNode{Node: Node{ID: "n1", GPUs: 1000, Health: Alive}})
+	for i := range MaxEvents {
+		a.must(b, 1, &SubmitJob{ID: fmt.Sprintf("j%05d", i), Spec: testSpec(), SubmitTime: float64(i)})
+	}
+	rounds := [2]*Round{}
+	for r := range rounds {
+		jobs := map[string][]Slot{}
+		for i := range 100 {
+			jobs[fmt.Sprintf("j%05d", i)] = []Slot{{"n1", 1 + r}}
+		}
+		rounds[r] = &Round{Term: 1, Jobs: jobs, Note: "policy pollux, fitness 1"}
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		r := rounds[i%2]
+		r.Generation, r.Time = uint64(i+1), float64(i)
+		if _, err := ApplyTo(a.s, r, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestEventRetentionAcrossSnapshots: a state restored from a snapshot
+// every few commands keeps exactly the events of one that never was,
+// when retention drops a job's oldest event from the middle of the
+// history (three jobs moved at different rates past MaxJobEvents) or
+// from its head: the holes a live state keeps never show.
+func TestEventRetentionAcrossSnapshots(t *testing.T) {
+	a, b := newApplier(), newApplier()
+	setup := []Command{&RegisterNode{Node: Node{ID: "n1", GPUs: 8, Health: Alive}}}
+	for _, id := range []string{"a", "b", "c"} {
+		setup = append(setup, &SubmitJob{ID: id, Spec: testSpec(), SubmitTime: 1})
+	}
+	a.must(t, 1, setup...)
+	b.must(t, 1, setup...)
+	for gen := uint64(1); gen <= 3*MaxJobEvents+50; gen++ {
+		// a moves every round, b every fifth, c never after its
+		// placement: a's oldest event is mostly behind b's and c's.
+		jobs := map[string][]Slot{"a": {{"n1", 1 + int(gen%2)}}, "b": {{"n1", 1 + int(gen/5%2)}}, "c": {{"n1", 1}}}
+		r := &Round{Generation: gen, Term: 1, Time: float64(gen), Jobs: jobs}
+		a.must(t, 1, r)
+		b.must(t, 1, r)
+		if gen%37 == 0 {
+			s, err := DecodeState(EncodeState(b.s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.s = s
+		}
+		if !bytes.Equal(EncodeState(a.s), EncodeState(b.s)) || a.s.Events.Len() != b.s.Events.Len() || a.s.Events.Bytes() != b.s.Events.Bytes() {
+			t.Fatalf("generation %d: the restored state's events differ", gen)
+		}
+	}
+	if n := len(a.s.Events.Since("a", 0, 0)); n != MaxJobEvents {
+		t.Errorf("job a has %d events", n)
+	}
+	if len(a.s.Events.Since("c", 0, 0)) != 2 {
+		t.Errorf("job c's events (submitted, placed) were dropped: %+v", a.s.Events.Since("c", 0, 0))
+	}
+}
