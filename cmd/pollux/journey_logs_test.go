@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"pollux/actors/server/api"
+	"pollux/consensus/state"
 )
 
 // followed is one line `pollux logs -f` printed, with when the test read
@@ -238,4 +239,38 @@ func (j *journey) logSteps(ctx context.Context, id string) {
 		t.Errorf("logs %s with a read token: exit %d, want 2 with 403: %s", id, code, out)
 	}
 	t.Logf("logs with a read token: exit %d: %s", code, out)
+}
+
+// eventSteps is the events step of TestOperatorJourney, on job id (the
+// logs steps' job, which was resized): once it has completed, `pollux
+// events --job ID --json` lists it submitted, placed, resized and
+// completed, in that order, each with its reason.
+func (j *journey) eventSteps(id string) {
+	t := j.t
+	if job := j.waitJob(id, "ended", 3*time.Minute, terminal); job.State != state.Completed.String() {
+		t.Fatalf("%s ended %s (%s), want completed", id, job.State, job.Reason)
+	}
+	code, out := j.again("events", func() (int, string) { return j.cli("events", "--job", id, "--json") })
+	var evs api.Events
+	if code != 0 || json.Unmarshal([]byte(out), &evs) != nil {
+		t.Fatalf("events --job %s --json: exit %d: %s", id, code, out)
+	}
+	var types []string
+	for i, ev := range evs.Events {
+		t.Logf("event %d: %s %s: %s", ev.Seq, ev.Type, ev.Job, ev.Reason)
+		types = append(types, ev.Type)
+		switch {
+		case ev.Job != id:
+			t.Errorf("events --job %s lists an event of %q: %+v", id, ev.Job, ev)
+		case ev.Reason == "":
+			t.Errorf("event %d (%s) has no reason", ev.Seq, ev.Type)
+		case i > 0 && ev.Seq <= evs.Events[i-1].Seq:
+			t.Errorf("event %d after event %d", ev.Seq, evs.Events[i-1].Seq)
+		}
+	}
+	placedAt, resizedAt := slices.Index(types, "placed"), slices.Index(types, "resized")
+	if len(types) < 4 || types[0] != "submitted" || placedAt < 0 || resizedAt < placedAt ||
+		types[len(types)-1] != "completed" || slices.Contains(types, "failed") || slices.Contains(types, "cancelled") {
+		t.Errorf("events of %s: %v, want submitted, placed, resized, completed in that order", id, types)
+	}
 }

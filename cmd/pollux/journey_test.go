@@ -417,4 +417,9 @@ func TestOperatorJourney(t *testing.T) {
 		steps.t = t
 		steps.logSteps(ctx, "chatty")
 	})
+	t.Run("events: submitted, placed, resized, completed, each with its reason", func(t *testing.T) {
+		steps := *j
+		steps.t = t
+		steps.eventSteps("chatty")
+	})
 }
