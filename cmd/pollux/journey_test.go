@@ -197,7 +197,8 @@ func (j *journey) bootstrapLine(within time.Duration) string {
 // restore` bring every job back, running again; and, on a job of its
 // own (journey_logs_test.go), `pollux logs -f` prints the worker's lines
 // within 1 s, an earlier incarnation's log stays readable after a
-// resize, and a read token gets 403 on the logs.
+// resize, a read token gets 403 on the logs, and `pollux events --job
+// ID --json` lists that job submitted, placed, resized and completed.
 func TestOperatorJourney(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a multi-process cluster")
