@@ -194,7 +194,11 @@ func (j *journey) bootstrapLine(within time.Duration) string {
 // other flag; a SIGHUP after an application is revoked from the agents'
 // allow-list stops new workers of it while others run on; and `pollux
 // operator snapshot save`, a wipe of every server's data and `snapshot
-// restore` bring every job back, running again.
+// restore` bring every job back, running again; and, on a job of its
+// own (journey_logs_test.go), `pollux logs -f` prints the worker's lines
+// within 1 s, an earlier incarnation's log stays readable after a
+// resize, a read token gets 403 on the logs, and `pollux events --job
+// ID --json` lists that job submitted, placed, resized and completed.
 func TestOperatorJourney(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a multi-process cluster")
@@ -405,5 +409,18 @@ func TestOperatorJourney(t *testing.T) {
 		if job := j.waitJob("first", "placed again", 2*time.Minute, placed); job.InitBatch != firstInit {
 			t.Errorf("first after the restore: init batch %d, was %d", job.InitBatch, firstInit)
 		}
+	})
+
+	// The logs steps run last, on a job of their own (the snapshot step
+	// counts the jobs, the SIGHUP step needs "first" running).
+	t.Run("logs: followed within 1 s, an earlier incarnation's after a resize, none for a read token", func(t *testing.T) {
+		steps := *j
+		steps.t = t
+		steps.logSteps(ctx, "chatty")
+	})
+	t.Run("events: submitted, placed, resized, completed, each with its reason", func(t *testing.T) {
+		steps := *j
+		steps.t = t
+		steps.eventSteps("chatty")
 	})
 }
