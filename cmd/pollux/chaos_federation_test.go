@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"os"
 	"strings"
 	"testing"
 
@@ -26,22 +24,7 @@ func TestAttackScenarioFederation(t *testing.T) {
 			only = append(only, name)
 		}
 	}
-	res, err := attack.Run(context.Background(), attack.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"},
-		Logger: testLogger(t), Only: only})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Dir != "" {
-		defer os.RemoveAll(res.Dir)
-	}
-	for _, name := range only {
-		c, ok := res.Cases[name]
-		if !ok || !c.Refused {
-			t.Errorf("case %s: %+v", name, c)
-		} else {
-			t.Logf("%s: %s", name, c.How)
-		}
-	}
+	res := runAttackCases(t, only)
 	if !res.Pass() || res.Attacks != len(only) || len(only) < 6 {
 		t.Errorf("%d attacks of %d, %d refused", res.Attacks, len(only), res.Refused)
 	}

@@ -22,13 +22,24 @@ func TestAttackScenarioTenants(t *testing.T) {
 		"resume-from-another-tenants-job", "report-token-theft-between-jobs", "reused-job-name-getting-a-pruned-jobs-checkpoints",
 		"quota-submissions-per-second", "quota-spec-bytes", "quota-running-and-pending-jobs", "state-budget-full", "checkpoint-symlink-swap", "checkpoint-dir-symlink-out-of-the-root",
 		"done-from-rank-1"}
+	res := runAttackCases(t, only)
+	if !res.Pass() || res.Attacks != len(only) {
+		t.Errorf("%d attacks, %d refused, after: %v", res.Attacks, res.Refused, res.After)
+	}
+}
+
+// runAttackCases runs the attack suite's cases named only, removes its
+// directory, and fails t for each case not refused (logging how each
+// refused one was).
+func runAttackCases(t *testing.T, only []string) *attack.Result {
+	t.Helper()
 	res, err := attack.Run(context.Background(), attack.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"},
 		Logger: testLogger(t), Only: only})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Dir != "" {
-		defer os.RemoveAll(res.Dir)
+		t.Cleanup(func() { os.RemoveAll(res.Dir) })
 	}
 	for _, name := range only {
 		c, ok := res.Cases[name]
@@ -38,7 +49,5 @@ func TestAttackScenarioTenants(t *testing.T) {
 			t.Logf("%s: %s", name, c.How)
 		}
 	}
-	if !res.Pass() || res.Attacks != len(only) {
-		t.Errorf("%d attacks, %d refused, after: %v", res.Attacks, res.Refused, res.After)
-	}
+	return res
 }
