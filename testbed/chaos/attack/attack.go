@@ -235,6 +235,13 @@ func attackCluster(ctx context.Context, c *launch.Cluster, cat testbed.Catalog, 
 		if ctx.Err() != nil {
 			return res, ctx.Err()
 		}
+		// A case before this one that got through may have moved the
+		// victim; the report attacks aim at its current incarnation.
+		if t.victimMoved() {
+			if err := t.settleVictim(ctx); err != nil {
+				return res, err
+			}
+		}
 		before, err := t.observe(ctx)
 		if err != nil {
 			return res, fmt.Errorf("%w: observing before %s: %w", ErrRun, a.name, err)
@@ -291,21 +298,33 @@ func leaderChange(a attack, before, after *view, served time.Duration) string {
 // one incarnation through before the attacks begin.
 const victimSettled = 3
 
-// startVictim submits the victim job and waits until both its workers
-// run and the scheduler has settled it: a leader's first round places a
-// job greedily and the full search after it may move it (a new
-// incarnation), which the observer would take for an attack's doing. So
-// the attacks begin once the victim has run one incarnation through
-// victimSettled committed allocations.
+// startVictim submits the victim job and waits until it settles.
 func (t *target) startVictim(ctx context.Context) error {
 	spec, err := t.spec("attack-victim", "imagenet", 2, "")
 	if err != nil {
 		return err
 	}
-	cl := t.c.Client()
-	if a := cl.Submit(ctx, t.leader, "attack-victim", spec, 10*time.Second); !a.OK() {
+	if a := t.c.Client().Submit(ctx, t.leader, "attack-victim", spec, 10*time.Second); !a.OK() {
 		return fmt.Errorf("%w: submitting the victim job: %v", ErrRun, a)
 	}
+	return t.settleVictim(ctx)
+}
+
+// victimMoved says whether the victim's workers are no longer those the
+// attacks know (a case that got through, or the scheduler, restarted it).
+func (t *target) victimMoved() bool {
+	ws := t.findWorkers("attack-victim")
+	return len(ws) != len(t.victim) || len(ws) == 0 || ws[0].inc != t.victim[0].inc || ws[0].pid != t.victim[0].pid
+}
+
+// settleVictim waits until both the victim's workers run and the
+// scheduler has settled it: a leader's first round places a job greedily
+// and the full search after it may move it (a new incarnation), which the
+// observer would take for an attack's doing. So the attacks begin once
+// the victim has run one incarnation through victimSettled committed
+// allocations.
+func (t *target) settleVictim(ctx context.Context) error {
+	cl := t.c.Client()
 	deadline := time.Now().Add(90 * time.Second)
 	var inc, since uint64
 	for {
