@@ -51,9 +51,25 @@ func TestObjective(t *testing.T) {
 		{"p=0 is the geometric mean", 0, []optimizer.Placement{pl(0, 1), pl(1, 4)}, math.Sqrt(x1 * 4 * x1 * 10 / 40)},
 		{"p=-2", -2, []optimizer.Placement{pl(0, 1), nil}, math.Pow((math.Pow(x1+1e-3, -2)+math.Pow(1e-3, -2))/2, -0.5)},
 	}
+	measured := *snap
+	measured.Jobs = append([]optimizer.Job(nil), snap.Jobs...)
+	measured.Jobs[0].RestartDelay = 15 // measured: a's penalty uses it
+	measured.Jobs[1].RestartDelay = 0  // not measured: 30 s
+	factorA15 := (90.0 - 15) / (90 + 15)
+	tests = append(tests, struct {
+		name  string
+		p     float64
+		alloc []optimizer.Placement
+		want  float64
+	}{"a measured restart delay replaces 30 s", -1, []optimizer.Placement{pl(1, 1), pl(0, 2)},
+		2 / (1/(x1*factorA15+1e-3) + 1/(2*x1*10/40+1e-3))})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			obj, err := optimizer.NewObjective(snap, tt.p)
+			s := snap
+			if tt.name == "a measured restart delay replaces 30 s" {
+				s = &measured
+			}
+			obj, err := optimizer.NewObjective(s, tt.p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,6 +125,8 @@ func TestBadSnapshots(t *testing.T) {
 		{"unknown node", func(s *optimizer.Snapshot) { s.Jobs[0].Current = pl(2, 1) }},
 		{"zero count", func(s *optimizer.Snapshot) { s.Jobs[0].Current = pl(0, 0) }},
 		{"negative age", func(s *optimizer.Snapshot) { s.Jobs[0].Age = -1 }},
+		{"negative restart delay", func(s *optimizer.Snapshot) { s.Jobs[0].RestartDelay = -1 }},
+		{"infinite restart delay", func(s *optimizer.Snapshot) { s.Jobs[0].RestartDelay = math.Inf(1) }},
 		{"bad model", func(s *optimizer.Snapshot) { s.Jobs[0].Model = &goodput.Model{} }},
 	}
 	for _, tt := range tests {

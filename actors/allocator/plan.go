@@ -65,7 +65,8 @@ func ownNodes(st *state.State) []optimizer.Node {
 // restarted with another rack or type: the job is placed afresh), its age at now
 // (seconds on the state's clock, multiplied by timeScale so that an
 // emulated cluster's restart penalty is weighed in emulated time), its
-// attained service, and the goodput models built from its bid (typeModels).
+// attained service, the restart delay its actor measured (multiplied by
+// timeScale too) and the goodput models built from its bid (typeModels).
 // bids overrides a job's replicated bid with a newer one (received since
 // the last round, committed by this round). A job without a bid is left
 // out: it is placed once its actor has bid, so that its workers run the
@@ -156,7 +157,7 @@ func buildSnapshot(st *state.State, nodes []optimizer.Node, bids map[string]*sta
 		job := optimizer.Job{
 			ID: id, SubmitTime: j.SubmitTime, Age: math.Max(now-j.SubmitTime, 0) * timeScale, Attained: j.Attained,
 			Restarts: j.Restarts, Progress: progress(j), MinReplicas: j.Spec.MinReplicas, MaxReplicas: maxReplicas(j.Spec, bid),
-			Current: cur, Model: bid.Model(j.Spec.Limits), App: j.Spec.App,
+			Current: cur, Model: bid.Model(j.Spec.Limits), App: j.Spec.App, RestartDelay: bid.RestartDelay * timeScale,
 			Topology: j.Spec.Topology, GPUType: j.Spec.GPUType,
 			// Tiresias runs a job at the count its user asked for: a
 			// user-sized spec fixes min_replicas = max_replicas; another
