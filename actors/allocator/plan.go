@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"maps"
@@ -369,7 +370,7 @@ func Assignments(st *state.State, o AssignOptions) (map[string]*pb.Assign, []str
 			rj := &pb.RunJob{
 				Job: id, Incarnation: j.Incarnation, Application: j.Spec.App, Command: j.Spec.Command,
 				Replicas: uint32(sl.GPUs), FirstRank: uint32(rank), WorldSize: uint32(k), NumNodes: uint32(len(slots)),
-				MasterAddr: master, MasterPort: masterPort(id), InitBatch: uint32(j.Spec.Limits.InitBatch),
+				MasterAddr: master, MasterPort: masterPort(id, j.Incarnation), InitBatch: uint32(j.Spec.Limits.InitBatch),
 				AtomicBatch: uint32(choice.LocalBatch), AccumSteps: uint32(choice.AccumSteps), Gain: choice.Gain,
 				CheckpointDir: st.CheckpointDir(j), Owner: owner, Submitter: j.Submitter,
 			}
@@ -401,10 +402,14 @@ func (o AssignOptions) masterHost(st *state.State, id string) string {
 	return h
 }
 
-// masterPort spreads jobs' rendezvous ports over 29500-39499.
-func masterPort(job string) uint32 {
+// masterPort spreads jobs' rendezvous ports over 29500-39499, a port per
+// incarnation: an incarnation whose rank 0 could not listen (the port
+// taken by another program, or still held by the last incarnation's
+// connections) is restarted on another port, not the same one again.
+func masterPort(job string, incarnation uint64) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(job))
+	h.Write(binary.LittleEndian.AppendUint64(nil, incarnation))
 	return 29500 + h.Sum32()%10000
 }
 
