@@ -69,7 +69,8 @@ func rateSpread(ctx context.Context, t *target) (string, bool) {
 // server: each retry must answer 201 as the first did, spending neither
 // the rate token nor the job quota; a new submission after must be
 // refused by the rate (429), which shows the bucket was empty while
-// the retries passed.
+// the retries passed. The job then ends failed (before the quota is
+// restored, so that it holds no slot of the next case's).
 func retryFree(ctx context.Context, t *target) (string, bool) {
 	const name, key = "attack-retry", "attack-retry-key"
 	acc, err := t.tenantAccessor(ctx)
@@ -118,6 +119,9 @@ func retryUnderQuota(ctx context.Context, t *target, name, key string, held int)
 		answers = append(answers, fmt.Sprintf("%s:%d", m.ID, a.code))
 	}
 	how, refused := tenantSubmit(attackSpec("attack-retry-new"), http.StatusTooManyRequests, "submissions per second", "")(ctx, t)
+	if msg, ok := t.waitFailed(ctx, name); !ok {
+		return how + "; " + msg, false
+	}
 	return fmt.Sprintf("first submission 201, %d retries with its key (%s) 201 with the bucket spent and the job quota full; a new submission then: %s",
 		len(answers), strings.Join(answers, " "), how), refused
 }

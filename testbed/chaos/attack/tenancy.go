@@ -211,13 +211,22 @@ func jobsQuota(ctx context.Context, t *target) (string, bool) {
 	}
 	how, refused := tenantSubmit(attackSpec("attack-quota-jobs"), http.StatusTooManyRequests, "running or pending jobs", "")(ctx, t)
 	how = "with one job pending: " + how
+	if msg, ok := t.waitFailed(ctx, first); !ok {
+		return how + "; " + msg, false
+	}
+	return how, refused
+}
+
+// waitFailed waits up to a minute for job name (one the agents refuse
+// to run) to end failed.
+func (t *target) waitFailed(ctx context.Context, name string) (string, bool) {
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		j, found, _, ans := t.c.Client().Job(ctx, t.leader, first, 5*time.Second)
+		j, found, _, ans := t.c.Client().Job(ctx, t.leader, name, 5*time.Second)
 		if ans.OK() && found && j.State == "failed" {
-			return how, refused
+			return "", true
 		}
 		if time.Now().After(deadline) {
-			return fmt.Sprintf("%s; the first job is %s, not failed, 60 s later", how, j.State), false
+			return fmt.Sprintf("job %s is %s, not failed, 60 s later", name, j.State), false
 		}
 	}
 }
