@@ -46,6 +46,9 @@ func (t EventType) String() string {
 
 func (t EventType) valid() bool { return t >= EventSubmitted && t <= EventNodeLost }
 
+// EventTypeNames lists the names of every event type, in type order.
+func EventTypeNames() []string { return slices.Clone(eventTypeNames[1:]) }
+
 // ParseEventType is the type named name (EventType.String), or false.
 func ParseEventType(name string) (EventType, bool) {
 	i := slices.Index(eventTypeNames[:], name)
