@@ -565,7 +565,7 @@ func (a *allocator) run(ctx actor.Context) {
 		accrue = min(max(nowS-st.LastRound, 0), 2*a.cfg.Interval.Seconds()) * a.cfg.TimeScale
 	}
 	r := &state.Round{Generation: st.Allocation.Generation + 1, Term: a.term, Time: nowS, Accrue: accrue,
-		MaxFailures: max(a.cfg.MaxFailures, 0), Jobs: slots, Updates: updates, Note: note}
+		MaxFailures: max(a.cfg.MaxFailures, 0), Jobs: slots, Updates: updates, Note: note, Leader: a.cfg.Server}
 	if enc, err := state.Encode(r); err == nil {
 		info.Bytes = len(enc)
 	}

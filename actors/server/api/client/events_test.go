@@ -58,8 +58,8 @@ func ExampleClient_Events() {
 	}
 	// Output:
 	// 1 submitted: submitted by bootstrap for 1 to 64 GPUs
-	// 2 placed: placed on 1 GPU on n1 (1) (generation 3, incarnation 1)
-	// 3 resized: resized from 1 GPU on n1 (1) to 2 GPUs on n1 (2) (incarnation 2): the allocator's new allocation (generation 4)
+	// 3 placed: placed on 1 GPU on n1 (1) (generation 3, incarnation 1)
+	// 4 resized: resized from 1 GPU on n1 (1) to 2 GPUs on n1 (2) (incarnation 2): the allocator's new allocation (generation 4)
 }
 
 // TestFollowEventsResumesOnAnotherServer: a stream that breaks or ends
@@ -121,7 +121,7 @@ func followAcrossServers(t *testing.T, abort bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"1 submitted", "2 placed", "3 resized", "4 completed"}; !slices.Equal(got, want) {
+	if want := []string{"1 submitted", "3 placed", "4 resized", "5 completed"}; !slices.Equal(got, want) {
 		t.Errorf("delivered %v, want %v", got, want)
 	}
 	mu.Lock()
