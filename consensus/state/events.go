@@ -35,11 +35,9 @@ const (
 	EventCancelled
 	// EventNodeLost: a node was marked dead or left the cluster.
 	EventNodeLost
-	// EventCheckpointed: a job's worker reported a checkpoint it saved
-	// (snapshots of version 13 on, as every type after it).
-	EventCheckpointed
 	// EventNodeJoined: a node registered for the first time, or again
-	// after it was lost.
+	// after it was lost (snapshots of version 13 on, as every type after
+	// it).
 	EventNodeJoined
 	// EventNodeDrained: the autoscaler took a node out of placement to
 	// give it back.
@@ -54,7 +52,7 @@ const (
 )
 
 var eventTypeNames = [...]string{"", "submitted", "placed", "resized", "restarted", "preempted", "completed", "failed", "cancelled", "node_lost",
-	"checkpointed", "node_joined", "node_drained", "leader_changed", "lease_granted", "lease_reclaimed"}
+	"node_joined", "node_drained", "leader_changed", "lease_granted", "lease_reclaimed"}
 
 // lastV12Event is the last event type snapshots of version 12 hold.
 const lastV12Event = EventNodeLost
