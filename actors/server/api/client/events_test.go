@@ -160,8 +160,10 @@ func TestWriteEvents(t *testing.T) {
 	var b strings.Builder
 	err := client.WriteEvents(&b, api.Events{Events: []api.Event{
 		{Seq: 7, Time: 1_700_000_000, Type: "placed", Job: "j1", Reason: "placed on 2 GPUs"},
-		{Seq: 8, Time: 1_700_000_001, Type: "node_lost", Node: "n2", Reason: "node n2 is dead"}}})
-	want := "7\t2023-11-14T22:13:20Z\tplaced    \tj1\tplaced on 2 GPUs\n8\t2023-11-14T22:13:21Z\tnode_lost \tnode n2\tnode n2 is dead\n"
+		{Seq: 8, Time: 1_700_000_001, Type: "node_lost", Node: "n2", Reason: "node n2 is dead"},
+		{Seq: 9, Time: 1_700_000_002, Type: "leader_changed", Reason: "server s2 leads in term 3"}}})
+	want := "7\t2023-11-14T22:13:20Z\tplaced    \tj1\tplaced on 2 GPUs\n8\t2023-11-14T22:13:21Z\tnode_lost \tnode n2\tnode n2 is dead\n" +
+		"9\t2023-11-14T22:13:22Z\tleader_changed\tcluster\tserver s2 leads in term 3\n"
 	if err != nil || b.String() != want {
 		t.Errorf("%q, %v", b.String(), err)
 	}
