@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -57,6 +58,10 @@ type Config struct {
 	// workerlog.DefaultMaxBytes).
 	LogDir      string
 	LogMaxBytes int64
+	// LogMaxTotal caps all the workers' logs (--worker-log-total; 0:
+	// workerlog.DefaultMaxTotal): logs are kept until their job is
+	// pruned, or this cap deletes the least recently written first.
+	LogMaxTotal int64
 	// WorkerExec runs `pollux worker` (default: this binary).
 	WorkerExec []string
 	// AllowCommands are the commands workers may run (nil: the default,
@@ -275,6 +280,9 @@ func (a *agent) startNode(reportTLS *tls.Config) error {
 // startLogs opens the workers' log store and spawns the logs actor,
 // which answers the servers' pb.LogRead over the actor channel.
 func (a *agent) startLogs() (*workerlog.Store, error) {
+	if one := cmp.Or(a.cfg.LogMaxBytes, workerlog.DefaultMaxBytes); a.cfg.LogMaxTotal < 0 || (a.cfg.LogMaxTotal > 0 && a.cfg.LogMaxTotal < one) {
+		return nil, usage.Errorf("agent: --worker-log-total %d: want a positive size, at least --worker-log-max (%d)", a.cfg.LogMaxTotal, one)
+	}
 	if a.cfg.LogMaxBytes < 0 {
 		return nil, usage.Errorf("agent: --worker-log-max %d: want a positive size", a.cfg.LogMaxBytes)
 	}
@@ -291,7 +299,7 @@ func (a *agent) startLogs() (*workerlog.Store, error) {
 		a.onClose(func() { os.RemoveAll(tmp) })
 		dir = tmp
 	}
-	logs, err := workerlog.Open(workerlog.Config{Dir: dir, MaxBytes: a.cfg.LogMaxBytes})
+	logs, err := workerlog.Open(workerlog.Config{Dir: dir, MaxBytes: a.cfg.LogMaxBytes, MaxTotal: a.cfg.LogMaxTotal})
 	if err != nil {
 		return nil, usage.Errorf("agent: --log-dir %s: %w", dir, err)
 	}

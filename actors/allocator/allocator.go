@@ -568,7 +568,7 @@ func (a *allocator) run(ctx actor.Context) {
 		accrue = min(max(nowS-st.LastRound, 0), 2*a.cfg.Interval.Seconds()) * a.cfg.TimeScale
 	}
 	r := &state.Round{Generation: st.Allocation.Generation + 1, Term: a.term, Time: nowS, Accrue: accrue,
-		MaxFailures: max(a.cfg.MaxFailures, 0), Jobs: slots, Updates: updates, Note: note}
+		MaxFailures: max(a.cfg.MaxFailures, 0), Jobs: slots, Updates: updates, Note: note, Leader: a.cfg.Server}
 	if enc, err := state.Encode(r); err == nil {
 		info.Bytes = len(enc)
 	}
@@ -688,6 +688,7 @@ func (a *allocator) assign(ctx actor.Context, st *state.State, info RoundInfo, b
 		}
 		rs.waiting[id] = true
 		l.targets[id] = a.cfg.NodePID(n)
+		assign[id].ForgetLogs = prunedLogs(st, a.acks[id])
 		a.send(ctx, id, l.targets[id], assign[id])
 	}
 	rs.info.Nodes = len(rs.waiting)
@@ -698,6 +699,19 @@ func (a *allocator) assign(ctx actor.Context, st *state.State, info RoundInfo, b
 	}
 	sys, gen := ctx.ActorSystem(), info.Generation
 	time.AfterFunc(a.cfg.AckTimeout, func() { sys.Root.Send(a.self, ackTimeout{gen: gen}) })
+}
+
+// prunedLogs are the jobs a node's last ack says it keeps logs of that
+// st no longer holds (the cluster pruned them): the node may delete
+// their logs.
+func prunedLogs(st *state.State, ack *pb.AssignAck) []string {
+	var out []string
+	for _, job := range ack.GetLogJobs() {
+		if st.Jobs[job] == nil {
+			out = append(out, job)
+		}
+	}
+	return out
 }
 
 // finishRound reports the round awaiting acks.

@@ -69,3 +69,79 @@ func TestWorkerOutputInLogs(t *testing.T) {
 		}
 	}
 }
+
+// TestPrunedJobsLogsAreDeleted: a node lists in its acks the jobs it
+// keeps logs of but runs no more, and deletes the logs of those an
+// accepted assignment's forget_logs names (the cluster pruned them):
+// never from a refused (stale) assignment, never of a job it runs.
+func TestPrunedJobsLogsAreDeleted(t *testing.T) {
+	f := newFixture(t, 2, time.Second)
+	store, err := workerlog.Open(workerlog.Config{Dir: filepath.Join(t.TempDir(), "logs")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.allow = []string{"emulated:*"}
+	f.restartWith(func(c *Config) { c.Logs = store })
+	has := func(job string) bool { return slices.Contains(store.Jobs(), job) }
+	waitExit := func() {
+		t.Helper()
+		for {
+			if _, ok := f.next(10 * time.Second).(*pb.WorkerExited); ok {
+				return
+			}
+		}
+	}
+	assign := func(gen uint64, forget []string, runs ...*pb.RunJob) *pb.AssignAck {
+		t.Helper()
+		return f.send(&pb.Assign{ClusterId: f.cluster, Term: f.term, Generation: gen, Runs: runs, ForgetLogs: forget})
+	}
+	if ack := assign(1, nil, f.run("talk", 1, 1, "say")); !ack.Ok {
+		t.Fatal(ack.Error)
+	}
+	waitExit()
+	live := f.run("live", 1, 1, "run")
+	steps := []struct {
+		name    string
+		gen     uint64
+		forget  []string
+		runs    []*pb.RunJob
+		ok      bool
+		logJobs []string // the ack's log_jobs
+		kept    []string
+		deleted []string
+	}{
+		{"a run starts; the finished job's logs are listed", 2, nil, []*pb.RunJob{live}, true, []string{"talk"}, []string{"talk", "live"}, nil},
+		{"a stale assignment forgets nothing", 1, []string{"talk"}, nil, false, []string{"talk"}, []string{"talk", "live"}, nil},
+		{"pruned: deleted, but not the running job's", 3, []string{"talk", "live"}, []*pb.RunJob{live}, true, nil, []string{"live"}, []string{"talk"}},
+	}
+	for _, st := range steps {
+		ack := assign(st.gen, st.forget, st.runs...)
+		if ack.Ok != st.ok || !slices.Equal(ack.LogJobs, st.logJobs) {
+			t.Errorf("%s: ok %v (%s), log_jobs %q; want ok %v, log_jobs %q", st.name, ack.Ok, ack.Error, ack.LogJobs, st.ok, st.logJobs)
+		}
+		for _, job := range st.kept {
+			if !has(job) {
+				t.Errorf("%s: the logs of %s are gone", st.name, job)
+			}
+		}
+		for _, job := range st.deleted {
+			if has(job) {
+				t.Errorf("%s: the logs of %s are kept", st.name, job)
+			}
+		}
+	}
+	// Once its run is stopped and its worker gone, the job's logs are
+	// listed, and go when the cluster prunes it.
+	if ack := assign(4, nil); !ack.Ok {
+		t.Fatal(ack.Error)
+	}
+	waitExit()
+	deadline := time.Now().Add(10 * time.Second)
+	for gen := uint64(5); has("live"); gen++ {
+		ack := assign(gen, []string{"live"})
+		if time.Now().After(deadline) {
+			t.Fatalf("the stopped job's logs are kept (ack %v)", ack)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

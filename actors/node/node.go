@@ -430,7 +430,7 @@ func (a *nodeActor) checkAttrs(reg *pb.NodeAttrs) error {
 // runs either way.
 func (a *nodeActor) ack(ok bool, err string, refused map[runKey]string) *pb.AssignAck {
 	ack := &pb.AssignAck{Ok: ok, Error: err, Generation: a.fence.Generation, Term: a.fence.Term,
-		Node: a.cfg.Name, ClusterId: a.fence.ClusterID}
+		Node: a.cfg.Name, ClusterId: a.fence.ClusterID, LogJobs: a.logJobs()}
 	for _, r := range a.runs {
 		rs := &pb.RunStatus{Job: r.key.job, Incarnation: r.key.incarnation, Alive: uint32(len(r.procs)),
 			Pending: !r.started, Stopping: r.stopping, Done: r.done, DoneToken: r.doneToken, Exits: r.exits}
@@ -568,7 +568,54 @@ func (a *nodeActor) assign(ctx actor.Context, m *pb.Assign) *pb.AssignAck {
 		a.pending = append(a.pending, r)
 	}
 	a.schedule(ctx)
+	a.forgetLogs(m.ForgetLogs)
 	return a.ack(true, "", refused)
+}
+
+// MaxLogJobs bounds the jobs an AssignAck lists in log_jobs.
+const MaxLogJobs = 4096
+
+// logJobs lists the jobs the node keeps logs of but runs no more (at
+// most MaxLogJobs), for the leader to say which the cluster pruned.
+func (a *nodeActor) logJobs() []string {
+	if a.cfg.Logs == nil {
+		return nil
+	}
+	running := map[string]bool{}
+	for key := range a.runs {
+		running[key.job] = true
+	}
+	var out []string
+	for _, job := range a.cfg.Logs.Jobs() {
+		if !running[job] && len(out) < MaxLogJobs {
+			out = append(out, job)
+		}
+	}
+	return out
+}
+
+// forgetLogs deletes the logs of the jobs the cluster pruned (an
+// accepted assignment's forget_logs), but never of a job it runs: its
+// logs are kept until then, and a log still being written is left for
+// a later assignment.
+func (a *nodeActor) forgetLogs(jobs []string) {
+	if a.cfg.Logs == nil {
+		return
+	}
+	running := map[string]bool{}
+	for key := range a.runs {
+		running[key.job] = true
+	}
+	for _, job := range jobs {
+		if running[job] {
+			continue
+		}
+		if err := a.cfg.Logs.Forget(job); err != nil {
+			a.cfg.Logger.Debug("node: keeping a pruned job's logs for now", "job", job, "err", err)
+			continue
+		}
+		a.cfg.Logger.Info("node: deleted the logs of a pruned job", "job", job)
+	}
 }
 
 // check validates one RunJob through the environment its first worker

@@ -102,7 +102,11 @@ type Assign struct {
 	// differs refuses the whole assignment: the placement was made for the
 	// machine before it restarted with other attributes, and the leader
 	// has not seen its new registration yet.
-	Node          *NodeAttrs `protobuf:"bytes,120,opt,name=node,proto3" json:"node,omitempty"`
+	Node *NodeAttrs `protobuf:"bytes,120,opt,name=node,proto3" json:"node,omitempty"`
+	// forget_logs are jobs of the node's log_jobs (its last AssignAck)
+	// that the cluster has pruned: the node deletes their workers' logs
+	// (never a job it still runs), and only from an assignment it accepts.
+	ForgetLogs    []string `protobuf:"bytes,121,rep,name=forget_logs,json=forgetLogs,proto3" json:"forget_logs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -179,6 +183,13 @@ func (x *Assign) GetNode() *NodeAttrs {
 	return nil
 }
 
+func (x *Assign) GetForgetLogs() []string {
+	if x != nil {
+		return x.ForgetLogs
+	}
+	return nil
+}
+
 // NodeAttrs are a node's placement attributes as registered in the
 // cluster's state.
 type NodeAttrs struct {
@@ -244,14 +255,18 @@ func (x *NodeAttrs) GetDomains() []string {
 // AssignAck answers Assign with what the node really runs (also when it
 // refuses): the leader reconciles from it.
 type AssignAck struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
-	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
-	Generation    uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"` // the newest generation the node has accepted
-	Node          string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
-	ClusterId     string                 `protobuf:"bytes,5,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	Term          uint64                 `protobuf:"varint,6,opt,name=term,proto3" json:"term,omitempty"` // the newest term the node has accepted
-	Runs          []*RunStatus           `protobuf:"bytes,7,rep,name=runs,proto3" json:"runs,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Ok         bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	Error      string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Generation uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"` // the newest generation the node has accepted
+	Node       string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	ClusterId  string                 `protobuf:"bytes,5,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Term       uint64                 `protobuf:"varint,6,opt,name=term,proto3" json:"term,omitempty"` // the newest term the node has accepted
+	Runs       []*RunStatus           `protobuf:"bytes,7,rep,name=runs,proto3" json:"runs,omitempty"`
+	// log_jobs are the jobs the node keeps workers' logs of but runs no
+	// more (up to MaxLogJobs): the leader answers with the pruned ones in
+	// the next Assign's forget_logs.
+	LogJobs       []string `protobuf:"bytes,8,rep,name=log_jobs,json=logJobs,proto3" json:"log_jobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -331,6 +346,13 @@ func (x *AssignAck) GetTerm() uint64 {
 func (x *AssignAck) GetRuns() []*RunStatus {
 	if x != nil {
 		return x.Runs
+	}
+	return nil
+}
+
+func (x *AssignAck) GetLogJobs() []string {
+	if x != nil {
+		return x.LogJobs
 	}
 	return nil
 }
@@ -2027,7 +2049,7 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\x18actors/pb/messages.proto\x12\rpollux.actors\"/\n" +
 	"\x03Ref\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"\xdd\x01\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\xfe\x01\n" +
 	"\x06Assign\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -2037,11 +2059,13 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x04 \x01(\tR\tclusterId\x12'\n" +
 	"\x0fcheckpoint_root\x18d \x01(\tR\x0echeckpointRoot\x12,\n" +
-	"\x04node\x18x \x01(\v2\x18.pollux.actors.NodeAttrsR\x04node\"X\n" +
+	"\x04node\x18x \x01(\v2\x18.pollux.actors.NodeAttrsR\x04node\x12\x1f\n" +
+	"\vforget_logs\x18y \x03(\tR\n" +
+	"forgetLogs\"X\n" +
 	"\tNodeAttrs\x12\x19\n" +
 	"\bgpu_type\x18\x01 \x01(\tR\agpuType\x12\x16\n" +
 	"\x06levels\x18\x02 \x03(\tR\x06levels\x12\x18\n" +
-	"\adomains\x18\x03 \x03(\tR\adomains\"\xc6\x01\n" +
+	"\adomains\x18\x03 \x03(\tR\adomains\"\xe1\x01\n" +
 	"\tAssignAck\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1e\n" +
@@ -2052,7 +2076,8 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x05 \x01(\tR\tclusterId\x12\x12\n" +
 	"\x04term\x18\x06 \x01(\x04R\x04term\x12,\n" +
-	"\x04runs\x18\a \x03(\v2\x18.pollux.actors.RunStatusR\x04runs\"\xb5\x02\n" +
+	"\x04runs\x18\a \x03(\v2\x18.pollux.actors.RunStatusR\x04runs\x12\x19\n" +
+	"\blog_jobs\x18\b \x03(\tR\alogJobs\"\xb5\x02\n" +
 	"\tRunStatus\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x12\n" +

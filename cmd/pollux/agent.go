@@ -89,6 +89,8 @@ func agentCmd(o *agentFlags) *cobra.Command {
 		"empty: logs under --data-dir, or a temporary directory removed when the agent stops)")
 	f.Int64Var(&c.LogMaxBytes, "worker-log-max", workerlog.DefaultMaxBytes, "bytes of disk each worker's log may take: "+
 		"beyond half of it the older half is deleted (pollux logs then says how much was dropped)")
+	f.Int64Var(&c.LogMaxTotal, "worker-log-total", workerlog.DefaultMaxTotal, "bytes of disk all the workers' logs may take: "+
+		"logs are kept until the cluster prunes their job; past this, starting a worker deletes the least recently written first")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringSliceVar(&c.WorkerExec, "worker-exec", nil, "program (and leading arguments) that runs `pollux worker` (default: this binary)")
 	_ = f.MarkHidden("worker-exec")

@@ -35,7 +35,10 @@ const screenshotsEnv = "POLLUX_SCREENSHOTS_DIR"
 // `pollux demo --ui` prints: the page shows every node, and every job
 // holding GPUs with the GPU count /v1/jobs gives it (in its list and in
 // the grid); an unknown job is a 404 page; a read token is offered no
-// control, an admin's cancel button cancels; after the leader is
+// control, an admin's cancel button cancels; the cancelled job's page
+// shows the admin lines its worker wrote (its live log) and its
+// timeline (submitted, placed, ..., cancelled), and a read token the
+// timeline but not the log; after the leader is
 // SIGKILLed the open page shows the new leader within 5 s; a job
 // cancelled through the API leaves the running list; a killed agent's
 // node is marked dead; a revoked token signs the page out; a server left
@@ -264,9 +267,52 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		return j.State == "cancelled" && strings.Contains(j.Reason, api.BootstrapName), j.State + " " + j.Reason
 	})
-	if err := do(chromedp.Navigate(launch.DashboardURL(follower, tok.Secret)), chromedp.WaitVisible(chromedp.CSS("#grid"))); err != nil {
+	// The cancelled job's page, to the admin: its log shows lines its
+	// worker wrote (the emulated worker's log lines name their job: on a
+	// quiet machine its exit line, on a loaded one perhaps only its
+	// complaints that it could not report in time), and its timeline the
+	// events of the job from its submission to its cancellation.
+	if err := do(chromedp.Navigate(base+"/ui/jobs/speech-d"), chromedp.WaitVisible(chromedp.CSS("#job-timeline"))); err != nil {
 		t.Fatal(err)
 	}
+	type jobPage struct {
+		Log    []string `json:"log"`
+		Events []string `json:"events"`
+		Status string   `json:"status"`
+	}
+	readJobPage := func() (jobPage, error) {
+		return chromedp.Run(within(bctx), chromedp.Evaluate[jobPage](`({
+			log: Array.from(document.querySelectorAll("#log-lines .log-line")).map(e => e.textContent),
+			events: Array.from(document.querySelectorAll("#job-events tr[data-event-type]")).map(e => e.dataset.eventType).reverse(),
+			status: (document.getElementById("log-status") || {}).textContent || ""
+		})`))
+	}
+	waitFor(t, ctx, 60*time.Second, "speech-d's page showing lines its worker wrote and its timeline", func() (bool, string) {
+		p, err := readJobPage()
+		if err != nil {
+			return false, err.Error()
+		}
+		wrote := slices.ContainsFunc(p.Log, func(l string) bool {
+			return workerTime.MatchString(l) && strings.Contains(l, " job=speech-d ")
+		})
+		ordered := len(p.Events) >= 3 && p.Events[0] == "submitted" && p.Events[1] == "placed" && p.Events[len(p.Events)-1] == "cancelled"
+		return wrote && ordered, fmt.Sprintf("log %q (%s); timeline %v", p.Log, p.Status, p.Events)
+	})
+	shot("job-log-timeline")
+	// To the read token, the same page draws the timeline but says the
+	// token may not read the log (the API's 403), showing none of it.
+	if err := do(chromedp.Navigate(launch.DashboardURL(follower, tok.Secret)), chromedp.WaitVisible(chromedp.CSS("#grid")),
+		chromedp.Navigate(base+"/ui/jobs/speech-d"), chromedp.WaitVisible(chromedp.CSS("#job-timeline"))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, 30*time.Second, "speech-d's page to a read token: the timeline, and no log", func() (bool, string) {
+		p, err := readJobPage()
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(p.Log) == 0 && strings.Contains(p.Status, "only its submitter or an admin") && slices.Contains(p.Events, "cancelled"),
+			fmt.Sprintf("log %q (%s); timeline %v", p.Log, p.Status, p.Events)
+	})
 
 	// Leader failover: the page, open on a follower and showing the
 	// leader, shows the new leader within 5 s of the old one's SIGKILL.

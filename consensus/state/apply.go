@@ -89,6 +89,9 @@ func applyOne(s *State, c Command, term uint64) error {
 		if old != nil {
 			evictChanged(s, old, &n)
 		}
+		if old == nil || ((old.Health == Dead || old.Health == Left) && n.Health == Alive) {
+			emit(s, EventNodeJoined, s.LastRound, "", n.ID, joinReason(old, &n))
+		}
 		return nil
 	case *MarkNode:
 		n, ok := s.Nodes[c.ID]

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"pollux/cluster/federation"
 )
 
 // EventType is what an event records.
@@ -33,9 +35,27 @@ const (
 	EventCancelled
 	// EventNodeLost: a node was marked dead or left the cluster.
 	EventNodeLost
+	// EventNodeJoined: a node registered for the first time, or again
+	// after it was lost (snapshots of version 13 on, as every type after
+	// it).
+	EventNodeJoined
+	// EventNodeDrained: the autoscaler took a node out of placement to
+	// give it back.
+	EventNodeDrained
+	// EventLeaderChanged: a new leader (a new Raft term) committed its
+	// first round.
+	EventLeaderChanged
+	// EventLeaseGranted, EventLeaseReclaimed: a lease of the federation
+	// was granted, or reclaimed by its lender.
+	EventLeaseGranted
+	EventLeaseReclaimed
 )
 
-var eventTypeNames = [...]string{"", "submitted", "placed", "resized", "restarted", "preempted", "completed", "failed", "cancelled", "node_lost"}
+var eventTypeNames = [...]string{"", "submitted", "placed", "resized", "restarted", "preempted", "completed", "failed", "cancelled", "node_lost",
+	"node_joined", "node_drained", "leader_changed", "lease_granted", "lease_reclaimed"}
+
+// lastV12Event is the last event type snapshots of versions 12 and 13 hold.
+const lastV12Event = EventNodeLost
 
 func (t EventType) String() string {
 	if t.valid() {
@@ -44,7 +64,29 @@ func (t EventType) String() string {
 	return fmt.Sprintf("EventType(%d)", uint8(t))
 }
 
-func (t EventType) valid() bool { return t >= EventSubmitted && t <= EventNodeLost }
+func (t EventType) valid() bool { return t >= EventSubmitted && t <= EventLeaseReclaimed }
+
+// eventKind is what an event of a type is about.
+type eventKind uint8
+
+const (
+	aboutJob     eventKind = iota // a job: Job set, Node empty
+	aboutNode                     // a node: Node set, Job empty
+	aboutCluster                  // the cluster: neither
+)
+
+func (t EventType) kind() eventKind {
+	switch t {
+	case EventNodeLost, EventNodeJoined, EventNodeDrained:
+		return aboutNode
+	case EventLeaderChanged, EventLeaseGranted, EventLeaseReclaimed:
+		return aboutCluster
+	}
+	return aboutJob
+}
+
+// EventTypeNames lists the names of every event type, in type order.
+func EventTypeNames() []string { return slices.Clone(eventTypeNames[1:]) }
 
 // ParseEventType is the type named name (EventType.String), or false.
 func ParseEventType(name string) (EventType, bool) {
@@ -320,7 +362,7 @@ func finishEvent(st JobState) EventType {
 	return EventCompleted
 }
 
-// encodeEvents writes the events (snapshots of version 12).
+// encodeEvents writes the events (snapshots of version 12 on).
 func encodeEvents(w *writer, e *Events) {
 	w.uvarint(e.last)
 	w.uvarint(uint64(e.n))
@@ -340,9 +382,10 @@ func encodeEvent(w *writer, ev *Event) {
 	w.str(ev.Reason)
 }
 
-// decodeEvents reads what encodeEvents wrote and checks it: sequence
-// numbers increasing up to the last, retention kept.
-func decodeEvents(r *reader) (Events, error) {
+// decodeEvents reads what encodeEvents wrote in a snapshot of version
+// and checks it: sequence numbers increasing up to the last, types the
+// version knows, retention kept.
+func decodeEvents(r *reader, version byte) (Events, error) {
 	var e Events
 	e.last = r.uvarint()
 	n := r.length(MaxEvents)
@@ -360,6 +403,9 @@ func decodeEvents(r *reader) (Events, error) {
 		}
 		if err := ev.validate(); err != nil {
 			return Events{}, err
+		}
+		if version < 14 && ev.Type > lastV12Event {
+			return Events{}, invalid("event %d of type %v in a snapshot of version %d", ev.Seq, ev.Type, version)
 		}
 		if ev.Seq > e.last || (i > 0 && ev.Seq <= e.list[i-1].Seq) {
 			return Events{}, fmt.Errorf("%w: event %d out of order (last %d)", ErrMalformed, ev.Seq, e.last)
@@ -385,7 +431,7 @@ func (ev *Event) validate() error {
 		return invalid("event of sequence number 0")
 	case !ev.Type.valid():
 		return invalid("event %d of type %d", ev.Seq, ev.Type)
-	case (ev.Type == EventNodeLost) != (ev.Node != "") || (ev.Type == EventNodeLost) == (ev.Job != ""):
+	case (ev.Type.kind() == aboutJob) != (ev.Job != "") || (ev.Type.kind() == aboutNode) != (ev.Node != ""):
 		return invalid("event %d (%v) of job %q and node %q", ev.Seq, ev.Type, ev.Job, ev.Node)
 	case len(ev.Reason) > maxEventReason:
 		return invalid("event %d reason of %d bytes (limit %d)", ev.Seq, len(ev.Reason), maxEventReason)
@@ -401,4 +447,56 @@ func (ev *Event) validate() error {
 		}
 	}
 	return checkNonNeg("event time", ev.Time)
+}
+
+// joinReason describes node n registering, after old (nil: never seen).
+func joinReason(old, n *Node) string {
+	what := fmt.Sprintf("node %s joined with %d GPUs", n.ID, n.GPUs)
+	if n.GPUType != "" {
+		what += " of type " + n.GPUType
+	}
+	if n.Rack != "" {
+		what += " in rack " + n.Rack
+	}
+	if old != nil {
+		what += fmt.Sprintf(" (again: it was %v)", old.Health)
+	}
+	return what
+}
+
+// emitLeader records that the round c, of a term newer than the last
+// allocation's (prev), is the first its leader commits.
+func emitLeader(s *State, c *Round, prev uint64) {
+	who := "a new leader"
+	if c.Leader != "" {
+		who = "server " + c.Leader
+	}
+	why := fmt.Sprintf("%s leads in term %d and committed its first round (generation %d)", who, c.Term, c.Generation)
+	if prev > 0 {
+		why += fmt.Sprintf("; the last allocation was of term %d", prev)
+	}
+	emit(s, EventLeaderChanged, c.Time, "", "", why)
+}
+
+// emitLease records what the federation command c did to the leases
+// (the ledger's answer, ls).
+func emitLease(s *State, c *federation.Command, ls []federation.Lease) {
+	for i := range ls {
+		l := &ls[i]
+		nodes := make([]string, 0, len(l.Nodes))
+		for _, n := range l.Nodes {
+			nodes = append(nodes, fmt.Sprintf("%s (%d)", n.Node, n.GPUs))
+		}
+		what := fmt.Sprintf("lease %s: %s lends %s %d GPUs on %s", l.ID, l.Lender, l.Borrower, l.GPUs(), strings.Join(nodes, ", "))
+		switch c.Op {
+		case federation.OpGrant:
+			emit(s, EventLeaseGranted, c.At, "", "", fmt.Sprintf("%s, for %.0f s unless renewed", what, l.TTL))
+		case federation.OpReclaim:
+			why := "its own jobs need the GPUs"
+			if c.Reason == federation.ReasonRebalance {
+				why = "another peer gains clearly more from them"
+			}
+			emit(s, EventLeaseReclaimed, c.At, "", "", fmt.Sprintf("%s; reclaimed by %s: %s", what, l.Lender, why))
+		}
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"pollux/cluster/federation"
 )
 
 // wantEvent is an event a command must emit: its type, job or node,
@@ -39,7 +41,8 @@ func TestApplyEmitsEvents(t *testing.T) {
 			[]wantEvent{{EventSubmitted, "j", "", 10, "submitted for 1 to 8 GPUs"}}},
 		{"submit again", &SubmitJob{ID: "j", Spec: testSpec(), SubmitTime: 11}, true, nil},
 		{"place", &Round{Generation: 1, Term: 1, Time: 20, Jobs: map[string][]Slot{"j": {{"n1", 2}}}}, false,
-			[]wantEvent{{EventPlaced, "j", "", 20, "placed on 2 GPUs on n1 (2) (generation 1, incarnation 1)"}}},
+			[]wantEvent{{EventLeaderChanged, "", "", 20, "a new leader leads in term 1 and committed its first round (generation 1)"},
+				{EventPlaced, "j", "", 20, "placed on 2 GPUs on n1 (2) (generation 1, incarnation 1)"}}},
 		{"resize", &Round{Generation: 2, Term: 1, Time: 30, Jobs: map[string][]Slot{"j": {{"n1", 2}, {"n2", 2}}},
 			Updates: []RoundJob{{ID: "j", Incarnation: 1, HasBid: true, Bid: testBid(1, 1)}}}, false,
 			[]wantEvent{{EventResized, "j", "", 30, "resized from 2 GPUs on n1 (2) to 4 GPUs on n1 (2), n2 (2) (incarnation 2): the allocator's new allocation (generation 2); local batch 64, 1 accumulation steps"}}},
@@ -51,6 +54,14 @@ func TestApplyEmitsEvents(t *testing.T) {
 			[]wantEvent{{EventNodeLost, "", "n2", 40, "node n2 is dead"}}},
 		{"node dead again", &MarkNode{ID: "n2", Health: Left}, false, nil},
 		{"unknown node", &MarkNode{ID: "n9", Health: Dead}, true, nil},
+		{"node back", &RegisterNode{Node: Node{ID: "n2", GPUs: 4, Health: Alive}}, false,
+			[]wantEvent{{EventNodeJoined, "", "n2", 40, "node n2 joined with 4 GPUs (again: it was left)"}}},
+		{"node lost again", &MarkNode{ID: "n2", Health: Dead}, false,
+			[]wantEvent{{EventNodeLost, "", "n2", 40, "node n2 is dead"}}},
+		{"node new", &RegisterNode{Node: Node{ID: "n3", GPUs: 8, Health: Alive, GPUType: "a100", Rack: "r2"}}, false,
+			[]wantEvent{{EventNodeJoined, "", "n3", 40, "node n3 joined with 8 GPUs of type a100 in rack r2"}}},
+		{"node registered again", &RegisterNode{Node: Node{ID: "n3", GPUs: 8, Health: Alive, GPUType: "a100", Rack: "r2"}}, false, nil},
+		{"node too big", &RegisterNode{Node: Node{ID: "n4", GPUs: -1, Health: Alive}}, true, nil},
 		{"resize off a lost node", &Round{Generation: 4, Term: 1, Time: 50, Jobs: map[string][]Slot{"j": {{"n1", 2}}}}, false,
 			[]wantEvent{{EventResized, "j", "", 50, "to 2 GPUs on n1 (2) (incarnation 4): node n2 was lost"}}},
 		{"preempt", &Round{Generation: 5, Term: 1, Time: 60, Jobs: map[string][]Slot{}}, false,
@@ -64,8 +75,9 @@ func TestApplyEmitsEvents(t *testing.T) {
 			[]wantEvent{{EventCancelled, "k", "", 90, "not needed"}}},
 		{"submit f", &SubmitJob{ID: "f", Spec: testSpec(), SubmitTime: 100}, false,
 			[]wantEvent{{EventSubmitted, "f", "", 100, "submitted"}}},
-		{"place f", &Round{Generation: 6, Term: 2, Time: 110, Jobs: map[string][]Slot{"f": {{"n1", 1}}}}, false,
-			[]wantEvent{{EventPlaced, "f", "", 110, "placed on 1 GPU on n1 (1)"}}},
+		{"place f", &Round{Generation: 6, Term: 2, Time: 110, Jobs: map[string][]Slot{"f": {{"n1", 1}}}, Leader: "s2"}, false,
+			[]wantEvent{{EventLeaderChanged, "", "", 110, "server s2 leads in term 2 and committed its first round (generation 6); the last allocation was of term 1"},
+				{EventPlaced, "f", "", 110, "placed on 1 GPU on n1 (1)"}}},
 		{"fail f", &Round{Generation: 7, Term: 2, Time: 120, MaxFailures: 1, Jobs: map[string][]Slot{},
 			Updates: []RoundJob{{ID: "f", Incarnation: 1, Restart: true}}}, false,
 			[]wantEvent{{EventFailed, "f", "", 120, "workers failed in 1 incarnations in a row"}}},
@@ -133,7 +145,8 @@ func TestEventRetention(t *testing.T) {
 		a.must(t, 1, &Round{Generation: gen, Term: 1, Time: float64(gen), Jobs: map[string][]Slot{"j": {{"n1", 1 + int(gen%2)}}}})
 	}
 	evs := a.s.Events.Since("j", 0, 0)
-	if len(evs) != MaxJobEvents || evs[len(evs)-1].Seq != MaxJobEvents+11 || evs[0].Seq != 12 {
+	// Before j's: n1 joined; among them: the first round's leader_changed.
+	if len(evs) != MaxJobEvents || evs[len(evs)-1].Seq != MaxJobEvents+13 || evs[0].Seq != 14 {
 		t.Fatalf("%d events of j, from %d to %d", len(evs), evs[0].Seq, evs[len(evs)-1].Seq)
 	}
 
@@ -248,7 +261,7 @@ func TestDecodeEventsRefuses(t *testing.T) {
 		{"truncated", enc(1, ok)[:5], ErrMalformed},
 	} {
 		r := &reader{b: tc.b}
-		_, err := decodeEvents(r)
+		_, err := decodeEvents(r, SnapshotVersion)
 		if err == nil {
 			err = r.done()
 		}
@@ -257,7 +270,7 @@ func TestDecodeEventsRefuses(t *testing.T) {
 		}
 	}
 	r := &reader{b: enc(5, ok)}
-	if e, err := decodeEvents(r); err != nil || e.Len() != 1 || e.LastSeq() != 5 {
+	if e, err := decodeEvents(r, SnapshotVersion); err != nil || e.Len() != 1 || e.LastSeq() != 5 {
 		t.Errorf("a good encoding: %+v, %v", e, err)
 	}
 }
@@ -274,7 +287,7 @@ func FuzzDecodeEvents(f *testing.F) {
 	f.Add([]byte{0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := &reader{b: b}
-		e, err := decodeEvents(r)
+		e, err := decodeEvents(r, SnapshotVersion)
 		if err == nil {
 			err = r.done()
 		}
@@ -294,10 +307,17 @@ func FuzzDecodeEvents(f *testing.F) {
 // It was written by the version 12 encoder and must still decode.
 const snapshotV12 = "testdata/snapshot-v12.bin"
 
+// v12State is snapshotV11's state and the commands of v12Commands.
 func v12State(t testing.TB) *State {
 	t.Helper()
 	a := newApplier()
 	a.s = v11State(t)
+	v12Commands(a, t)
+	return a.state()
+}
+
+// v12Commands are the commands snapshotV12 adds to snapshotV11's state.
+func v12Commands(a *applier, t testing.TB) {
 	gen := a.s.Allocation.Generation
 	place := func(slots ...Slot) map[string][]Slot {
 		m := map[string][]Slot{"again": slots}
@@ -312,11 +332,10 @@ func v12State(t testing.TB) *State {
 		&Round{Generation: gen + 2, Term: 9, Time: 460, Jobs: place(Slot{"auto-1", 2})},
 		&FinishJob{ID: "again", State: Completed, Reason: "trained", Time: 470},
 	)
-	return a.state()
 }
 
 func TestSnapshotVersion12Golden(t *testing.T) {
-	got := EncodeState(v12State(t))
+	got := EncodeState(withoutEvents(v12State(t)))
 	b, s := decodeFixture(t, snapshotV12, 12)
 	var types []string
 	for _, ev := range s.Events.Since("again", 0, 0) {
@@ -334,10 +353,61 @@ func TestSnapshotVersion12Golden(t *testing.T) {
 	if j := s.Jobs["keyed"]; j == nil || j.SubmitKey != "sub-1" {
 		t.Errorf("version 11 content lost")
 	}
-	// The state decoded from the fixture is the state the commands make
-	// (version 13 added nothing these commands set).
-	if again := EncodeState(s); !bytes.Equal(got, again) {
+	// The state decoded from the fixture is the state the commands make,
+	// but for the events versions 14 added (the commands write them now).
+	if again := EncodeState(withoutEvents(s)); !bytes.Equal(got, again) {
 		t.Fatalf("the version 12 fixture decodes to another state than the commands make (%d bytes against %d, fixture %d)", len(again), len(got), len(b))
+	}
+}
+
+// snapshotV14 is a version 14 snapshot: snapshotV13's state made by the
+// version 14 rules (the joins of its nodes, the leader changes of its
+// rounds, the grants and the reclaim of its leases), then n2 joining
+// again and a managed machine drained.
+// go test ./consensus/state -run TestSnapshotVersion14Golden -update
+// rewrites it; only do so for a change that keeps the version's bytes (a
+// change of the format is a new version, and this file must still
+// decode).
+const snapshotV14 = "testdata/snapshot-v14.bin"
+
+func v14State(t testing.TB) *State {
+	t.Helper()
+	a := newApplier()
+	a.s = v13State(t)
+	a.must(t, 9, &RegisterNode{Node: Node{ID: "n2", Addresses: []string{"127.0.0.1:7001"}, GPUs: 4, Health: Alive,
+		Rack: "r2", Topology: []string{"r2", "z1"}, GPUType: "t4"}},
+		&ScaleDecision{Term: 9, Time: 480, Desired: 5, Drain: []string{"auto-1"}})
+	return a.state()
+}
+
+func TestSnapshotVersion14Golden(t *testing.T) {
+	got := EncodeState(v14State(t))
+	if *updateGolden {
+		if err := os.WriteFile(snapshotV14, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	b, s := decodeFixture(t, snapshotV14, 14)
+	count := map[string]int{}
+	for _, ev := range s.Events.Since("", 0, 0) {
+		count[ev.Type.String()]++
+	}
+	if count["node_joined"] < 2 || count["leader_changed"] < 1 || count["completed"] < 1 || count["lease_granted"] < 1 ||
+		count["lease_reclaimed"] != 1 || count["node_drained"] < 2 {
+		t.Errorf("version 14 events: %v", count)
+	}
+	if !bytes.Equal(got, b) {
+		t.Fatalf("the encoding of version 14 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+	}
+	if s.Jobs["typed"].Bid.RestartDelay != 7.5 {
+		t.Errorf("version 13 content lost")
+	}
+	// A version 13 snapshot holding a type version 14 added is refused.
+	w := &writer{}
+	encodeEvents(w, &s.Events)
+	if _, err := decodeEvents(&reader{b: w.b}, 13); !errors.Is(err, ErrInvalid) {
+		t.Errorf("version 14 event types in a version 13 snapshot: %v", err)
 	}
 }
 
@@ -445,10 +515,6 @@ func TestEventRetentionAcrossSnapshots(t *testing.T) {
 
 // snapshotV13 is a version 13 snapshot: snapshotV12's state plus a bid
 // with a measured restart delay.
-// go test ./consensus/state -run TestSnapshotVersion13Golden -update
-// rewrites it; only do so for a change that keeps the version's bytes (a
-// change of the format is a new version, and this file must still
-// decode).
 const snapshotV13 = "testdata/snapshot-v13.bin"
 
 func v13State(t testing.TB) *State {
@@ -465,13 +531,7 @@ func v13State(t testing.TB) *State {
 }
 
 func TestSnapshotVersion13Golden(t *testing.T) {
-	got := EncodeState(v13State(t))
-	if *updateGolden {
-		if err := os.WriteFile(snapshotV13, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
+	got := EncodeState(withoutEvents(v13State(t)))
 	b, s := decodeFixture(t, snapshotV13, 13)
 	if d := s.Jobs["typed"].Bid.RestartDelay; d != 7.5 {
 		t.Errorf("decoded restart delay %v, want 7.5", d)
@@ -486,7 +546,96 @@ func TestSnapshotVersion13Golden(t *testing.T) {
 			t.Fatalf("version 12 job %s with a restart delay", id)
 		}
 	}
-	if !bytes.Equal(got, b) {
-		t.Fatalf("the encoding of version 13 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+	// The state decoded from the fixture is the state the commands make,
+	// but for the events version 14 added.
+	if again := EncodeState(withoutEvents(s)); !bytes.Equal(got, again) {
+		t.Fatalf("the version 13 fixture decodes to another state than the commands make (%d bytes against %d, fixture %d)", len(again), len(got), len(b))
+	}
+}
+
+// TestClusterEvents: the lease and autoscaler commands write the
+// cluster's and the nodes' events in their own apply, with their clock;
+// a refused one writes none.
+func TestClusterEvents(t *testing.T) {
+	a := fedState(t)
+	a.must(t, 2,
+		&ScaleDecision{Term: 2, Time: 10, Desired: 3, Add: []string{"auto-1"}},
+		&RegisterNode{Node: Node{ID: "auto-1", GPUs: 4, Health: Alive}},
+		&ScaleUpdate{Term: 2, Time: 11, Name: "auto-1", Outcome: ScaleJoined},
+	)
+	steps := []struct {
+		name    string
+		term    uint64
+		c       Command
+		refused bool
+		want    []wantEvent
+	}{
+		{"grant", 2, fedGrant("lab-a/n1@20", "n1", 2, 20), false,
+			[]wantEvent{{EventLeaseGranted, "", "", 20, "lease lab-a/n1@20: lab-a lends lab-b 2 GPUs on n1 (2), for 300 s unless renewed"}}},
+		{"renew", 2, fedCmd(federation.OpRenew, "lab-a", "lab-a/n1@20", 21), false, nil},
+		{"reclaim", 2, fedCmd(federation.OpReclaim, "lab-a", "lab-a/n1@20", 22), false,
+			[]wantEvent{{EventLeaseReclaimed, "", "", 22, "lease lab-a/n1@20: lab-a lends lab-b 2 GPUs on n1 (2); reclaimed by lab-a: its own jobs need the GPUs"}}},
+		{"reclaim again", 2, fedCmd(federation.OpReclaim, "lab-a", "lab-a/n1@20", 23), true, nil},
+		{"grant by the borrower", 2, &Lease{Cmd: federation.Command{Op: federation.OpGrant, From: "lab-b", Lease: "x", Lender: "lab-a", Borrower: "lab-b",
+			Nodes: []federation.NodeGPUs{{Node: "n1", GPUs: 1}}, At: 24, TTL: 60}}, true, nil},
+		{"drain", 2, &ScaleDecision{Term: 2, Time: 30, Desired: 2, Drain: []string{"auto-1"}}, false,
+			[]wantEvent{{EventNodeDrained, "", "auto-1", 30, "node auto-1 (4 GPUs) drained by the autoscaler: the cluster wants 2 nodes (term 2)"}}},
+		{"drain again", 2, &ScaleDecision{Term: 2, Time: 31, Desired: 2, Drain: []string{"auto-1"}}, true, nil},
+		{"first round", 2, &Round{Generation: 1, Term: 2, Time: 40, Jobs: map[string][]Slot{}, Leader: "s1"}, false,
+			[]wantEvent{{EventLeaderChanged, "", "", 40, "server s1 leads in term 2 and committed its first round (generation 1)"}}},
+		{"next round", 2, &Round{Generation: 2, Term: 2, Time: 41, Jobs: map[string][]Slot{}, Leader: "s1"}, false, nil},
+		{"deposed leader's round", 2, &Round{Generation: 3, Term: 3, Time: 42, Jobs: map[string][]Slot{}, Leader: "s2"}, true, nil},
+		{"new term", 4, &Round{Generation: 3, Term: 4, Time: 50, Jobs: map[string][]Slot{}, Leader: "s3"}, false,
+			[]wantEvent{{EventLeaderChanged, "", "", 50, "server s3 leads in term 4 and committed its first round (generation 3); the last allocation was of term 2"}}},
+	}
+	for _, st := range steps {
+		last := a.s.Events.LastSeq()
+		before := EncodeState(a.state())
+		err := a.apply(t, st.term, st.c)
+		if (err != nil) != st.refused {
+			t.Fatalf("%s: error %v, want refused %v", st.name, err, st.refused)
+		}
+		if st.refused && !bytes.Equal(before, EncodeState(a.state())) {
+			t.Fatalf("%s: the refused command changed the state", st.name)
+		}
+		got := a.s.Events.Since("", last, 0)
+		if len(got) != len(st.want) {
+			t.Fatalf("%s: events %+v, want %d", st.name, got, len(st.want))
+		}
+		for i, w := range st.want {
+			if g := got[i]; g.Type != w.typ || g.Job != w.job || g.Node != w.node || g.Time != w.at || g.Reason != w.reason {
+				t.Errorf("%s: event %+v, want %+v", st.name, g, w)
+			}
+		}
+	}
+}
+
+// TestRoundLeader: a round's leader is encoded after its note (an empty
+// note then encoded too), a round without one encodes as before, and an
+// empty leader encoded is malformed.
+func TestRoundLeader(t *testing.T) {
+	plain := &Round{Generation: 2, Term: 1, Time: 20, Jobs: map[string][]Slot{"j": {{"n1", 2}}}}
+	for _, tc := range []struct{ note, leader string }{{"", "s1"}, {"policy pollux", "s2"}, {"policy pollux", ""}} {
+		r := *plain
+		r.Note, r.Leader = tc.note, tc.leader
+		b := mustEncode(t, &r)
+		if !bytes.HasPrefix(b, mustEncode(t, plain)) {
+			t.Errorf("%+v: not encoded last", tc)
+		}
+		c, err := Decode(b)
+		if err != nil || c.(*Round).Note != tc.note || c.(*Round).Leader != tc.leader {
+			t.Errorf("%+v: decoded %+v, %v", tc, c, err)
+		}
+	}
+	w := &writer{b: mustEncode(t, plain)}
+	w.str("")
+	w.str("")
+	if _, err := Decode(w.b); !errors.Is(err, ErrMalformed) {
+		t.Errorf("an empty leader encoded: %v", err)
+	}
+	bad := *plain
+	bad.Leader = "s 1"
+	if _, err := Encode(&bad); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a leader with a space: %v", err)
 	}
 }

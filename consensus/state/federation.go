@@ -235,10 +235,12 @@ func applyLease(s *State, c *Lease) error {
 	if err := lg.Relabel(labOf(s, s.Fed.Lab)); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if _, err := lg.Apply(c.Cmd); err != nil {
+	ls, err := lg.Apply(c.Cmd)
+	if err != nil {
 		return fmt.Errorf("%w: %w", ErrLeaseRefused, err)
 	}
 	s.Fed.Ledger = lg
+	emitLease(s, &c.Cmd, ls)
 	return nil
 }
 

@@ -38,6 +38,10 @@ type Round struct {
 	// jobs it moves quote it. Added after the first encoding: encoded
 	// last, only when set.
 	Note string
+	// Leader, if set, is the id of the server that proposed the round:
+	// the leader_changed event of its term's first round names it.
+	// Encoded after Note (then encoded even when empty), only when set.
+	Leader string
 }
 
 // RoundJob is what one round changes about one job.
@@ -108,8 +112,11 @@ func (c *Round) encode(w *writer) {
 	for i := range c.Updates {
 		encodeRoundJob(w, &c.Updates[i])
 	}
-	if c.Note != "" {
+	if c.Note != "" || c.Leader != "" {
 		w.str(c.Note)
+	}
+	if c.Leader != "" {
+		w.str(c.Leader)
 	}
 }
 
@@ -130,7 +137,12 @@ func (c *Round) decode(r *reader) {
 		c.Updates = append(c.Updates, u)
 	}
 	if r.more() {
-		if c.Note = r.str(); c.Note == "" {
+		c.Note = r.str()
+		if r.more() {
+			if c.Leader = r.str(); c.Leader == "" {
+				r.fail("round leader encoded empty (it is left out instead)")
+			}
+		} else if c.Note == "" {
 			r.fail("round note encoded empty (it is left out instead)")
 		}
 	}
@@ -312,6 +324,11 @@ func (c *Round) validate() error {
 	}
 	if len(c.Note) > maxEventReason {
 		return invalid("round note of %d bytes (limit %d)", len(c.Note), maxEventReason)
+	}
+	if c.Leader != "" {
+		if err := checkID("round leader", c.Leader); err != nil {
+			return err
+		}
 	}
 	if err := (&CommitAllocation{Generation: c.Generation, Term: c.Term, Jobs: c.Jobs}).validate(); err != nil {
 		return err
@@ -538,6 +555,9 @@ func applyRound(s *State, c *Round, term uint64) ([]Drop, error) {
 	}
 	next, pdrops := admitPlacements(s, c.Jobs, c.Time)
 	drops = append(drops, pdrops...)
+	if prev := s.Allocation.Term; c.Term > prev {
+		emitLeader(s, c, prev)
+	}
 	reallocate(s, c.Generation, c.Term, next, restart, c.Time, c.Note)
 	s.LastRound = c.Time
 	return drops, nil

@@ -239,6 +239,11 @@ func applyScaleDecision(s *State, c *ScaleDecision, term uint64) error {
 	for _, n := range c.Drain {
 		m := s.Scale.Nodes[n]
 		m.Phase, m.Term, m.Since = ScaleDraining, c.Term, c.Time
+		gpus := 0
+		if nd := s.Nodes[n]; nd != nil {
+			gpus = nd.GPUs
+		}
+		emit(s, EventNodeDrained, c.Time, "", n, fmt.Sprintf("node %s (%d GPUs) drained by the autoscaler: the cluster wants %d nodes (term %d)", n, gpus, c.Desired, c.Term))
 	}
 	s.Scale.Seq += uint64(len(c.Add))
 	s.Scale.Desired = c.Desired

@@ -13,7 +13,7 @@ import (
 // CRC-32C; docs/replicated-state.md lists what each version added.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 13
+	SnapshotVersion = 14
 	// MaxSnapshot bounds the size of an encoded state.
 	MaxSnapshot = 1 << 30
 )
@@ -255,7 +255,7 @@ func DecodeState(b []byte) (*State, error) {
 		s.Quotas = q
 	}
 	if version >= 12 && r.err == nil {
-		ev, err := decodeEvents(r)
+		ev, err := decodeEvents(r, version)
 		if err != nil {
 			return nil, err
 		}

@@ -24,8 +24,9 @@ const (
 	// DefaultMaxBytes is the disk one worker's log may take: two
 	// segments of half of it each.
 	DefaultMaxBytes = 16 << 20
-	// DefaultKeep is how many incarnations of a job keep their logs.
-	DefaultKeep = 16
+	// DefaultMaxTotal is the disk all the store's logs may take before
+	// starting a log deletes the least recently written ones.
+	DefaultMaxTotal = 1 << 30
 	// MaxLine is the longest line kept whole; a longer one is split.
 	MaxLine = 16 << 10
 	// MinMaxBytes is the smallest cap: each half holds the longest
@@ -45,6 +46,8 @@ var (
 	ErrBadRequest = errors.New("workerlog: bad request")
 	// ErrClosed: a write to a closed Writer.
 	ErrClosed = errors.New("workerlog: writer closed")
+	// ErrBusy: a job's log is still being written.
+	ErrBusy = errors.New("workerlog: log still being written")
 )
 
 // Config configures a Store.
@@ -55,9 +58,12 @@ type Config struct {
 	// when the newest segment reaches half of it, the older segment is
 	// deleted and a new one started.
 	MaxBytes int64
-	// Keep is how many incarnations of a job keep their logs (default
-	// DefaultKeep): starting a newer one deletes the oldest.
-	Keep int
+	// MaxTotal caps the disk of all the logs (default DefaultMaxTotal,
+	// at least MaxBytes): starting a log that could pass it deletes the
+	// incarnations written least recently first (never one still being
+	// written). Logs are otherwise kept until their job is forgotten
+	// (Forget: the cluster pruned it).
+	MaxTotal int64
 	// Now stamps lines (default time.Now).
 	Now func() time.Time
 }
@@ -106,8 +112,11 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.MaxBytes < MinMaxBytes {
 		return nil, fmt.Errorf("%w: a cap of %d bytes (want at least %d)", ErrBadRequest, cfg.MaxBytes, MinMaxBytes)
 	}
-	if cfg.Keep <= 0 {
-		cfg.Keep = DefaultKeep
+	if cfg.MaxTotal <= 0 {
+		cfg.MaxTotal = DefaultMaxTotal
+	}
+	if cfg.MaxTotal < cfg.MaxBytes {
+		return nil, fmt.Errorf("%w: a total cap of %d bytes under the cap of one log (%d)", ErrBadRequest, cfg.MaxTotal, cfg.MaxBytes)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -132,8 +141,8 @@ func (s *Store) incDir(job string, inc uint64) string {
 }
 
 // Create starts the log of one worker (appending to it if it exists: a
-// worker restarted under the same incarnation) and prunes the job's
-// incarnations beyond Keep.
+// worker restarted under the same incarnation), first deleting the logs
+// written least recently while the store could pass MaxTotal.
 func (s *Store) Create(k Key) (*Writer, error) {
 	if err := k.check(); err != nil {
 		return nil, err
@@ -143,6 +152,7 @@ func (s *Store) Create(k Key) (*Writer, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.makeRoom(k)
 	if err := s.mkdir(k); err != nil {
 		return nil, err
 	}
@@ -159,7 +169,6 @@ func (s *Store) Create(k Key) (*Writer, error) {
 		return nil, fmt.Errorf("workerlog: %w", err)
 	}
 	s.open[k] = w
-	s.prune(k.Job)
 	return w, nil
 }
 
@@ -173,22 +182,103 @@ func (s *Store) mkdir(k Key) error {
 	return nil
 }
 
-// prune deletes the job's oldest incarnations beyond Keep, but none with
-// an open writer. s.mu is held.
-func (s *Store) prune(job string) {
-	incs := s.incarnations(job)
-	if len(incs) <= s.cfg.Keep {
+// incLog is one incarnation's logs on disk: their bytes and when they
+// were last written.
+type incLog struct {
+	job   string
+	inc   uint64
+	bytes int64
+	last  time.Time
+}
+
+// usage lists every incarnation's logs. s.mu is held.
+func (s *Store) usage() []incLog {
+	var out []incLog
+	for _, job := range s.jobs() {
+		for _, inc := range s.incarnations(job) {
+			l := incLog{job: job, inc: inc}
+			ents, _ := os.ReadDir(s.incDir(job, inc))
+			for _, e := range ents {
+				if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
+					l.bytes += info.Size()
+					if info.ModTime().After(l.last) {
+						l.last = info.ModTime()
+					}
+				}
+			}
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// makeRoom deletes the incarnations written least recently, but none
+// with an open writer nor k's own, while the logs and a new one of the
+// full cap would pass MaxTotal. s.mu is held.
+func (s *Store) makeRoom(k Key) {
+	logs := s.usage()
+	var total int64
+	for _, l := range logs {
+		total += l.bytes
+	}
+	if total+s.cfg.MaxBytes <= s.cfg.MaxTotal {
 		return
 	}
-	for _, inc := range incs[:len(incs)-s.cfg.Keep] {
-		busy := false
-		for k := range s.open {
-			busy = busy || (k.Job == job && k.Incarnation == inc)
+	busy := map[string]bool{filepath.Join(k.Job, strconv.FormatUint(k.Incarnation, 10)): true}
+	for ok := range s.open {
+		busy[filepath.Join(ok.Job, strconv.FormatUint(ok.Incarnation, 10))] = true
+	}
+	slices.SortFunc(logs, func(x, y incLog) int { return x.last.Compare(y.last) })
+	for _, l := range logs {
+		if total+s.cfg.MaxBytes <= s.cfg.MaxTotal {
+			return
 		}
-		if !busy {
-			_ = os.RemoveAll(s.incDir(job, inc))
+		if busy[filepath.Join(l.job, strconv.FormatUint(l.inc, 10))] {
+			continue
+		}
+		if os.RemoveAll(s.incDir(l.job, l.inc)) == nil {
+			total -= l.bytes
+			_ = os.Remove(filepath.Join(s.cfg.Dir, l.job)) // the job's directory, if that was its last incarnation
 		}
 	}
+}
+
+// Jobs lists the jobs the store holds logs of, sorted.
+func (s *Store) Jobs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.jobs()
+}
+
+// jobs lists the job directories, sorted.
+func (s *Store) jobs() []string {
+	ents, _ := os.ReadDir(s.cfg.Dir)
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && jobspec.CheckName(e.Name()) == nil {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// Forget deletes every log of job (the cluster pruned it): ErrBusy,
+// deleting nothing, while one of them is still being written.
+func (s *Store) Forget(job string) error {
+	if err := (Key{Job: job}).check(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.open {
+		if k.Job == job {
+			return fmt.Errorf("%w: %s", ErrBusy, k)
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(s.cfg.Dir, job)); err != nil {
+		return fmt.Errorf("workerlog: %w", err)
+	}
+	return nil
 }
 
 // incarnations lists the job's incarnations with a directory, oldest

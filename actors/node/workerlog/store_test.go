@@ -24,7 +24,7 @@ func (c *clock) now() time.Time {
 func newStore(t *testing.T, max int64) *Store {
 	t.Helper()
 	c := &clock{t: time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)}
-	s, err := Open(Config{Dir: filepath.Join(t.TempDir(), "logs"), MaxBytes: max, Keep: 3, Now: c.now})
+	s, err := Open(Config{Dir: filepath.Join(t.TempDir(), "logs"), MaxBytes: max, Now: c.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,17 +182,134 @@ func TestEarlierIncarnationKept(t *testing.T) {
 	if err != nil || c.Incarnation != 2 || texts(c.Lines)[0] != "inc two" || c.Closed {
 		t.Fatalf("newest: %+v %v", c, err)
 	}
-	// Keep is 3: a fifth incarnation prunes the first two.
-	for inc := uint64(3); inc <= 5; inc++ {
+	// However many incarnations follow, none is deleted before its job
+	// is forgotten.
+	for inc := uint64(3); inc <= 40; inc++ {
 		w, _ := s.Create(Key{"j", inc, 0})
 		w.Close()
 	}
-	if _, err := s.Read(Key{"j", 1, 0}, 0, 0, 0); !errors.Is(err, ErrNoLog) {
-		t.Fatalf("incarnation 1 after pruning: %v", err)
+	for _, inc := range []uint64{1, 2, 40} {
+		if _, err := s.Read(Key{"j", inc, 0}, 0, 0, 0); err != nil {
+			t.Fatalf("incarnation %d of 40: %v", inc, err)
+		}
 	}
-	// Incarnation 2's writer is open: never pruned under it.
-	if _, err := s.Read(Key{"j", 2, 0}, 0, 0, 0); err != nil {
-		t.Fatalf("open incarnation 2 pruned: %v", err)
+}
+
+// TestForget: a job's logs go when it is forgotten (the cluster pruned
+// it), all its incarnations and ranks, and nothing else; never while one
+// of them is being written.
+func TestForget(t *testing.T) {
+	s := newStore(t, 0)
+	for _, k := range []Key{{"done", 1, 0}, {"done", 2, 0}, {"done", 2, 1}, {"other", 1, 0}} {
+		w, err := s.Create(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintln(w, "line of", k)
+		w.Close()
+	}
+	open, _ := s.Create(Key{"live", 3, 0})
+	fmt.Fprintln(open, "still running")
+	if got := strings.Join(s.Jobs(), " "); got != "done live other" {
+		t.Fatalf("jobs %q", got)
+	}
+	for _, tc := range []struct {
+		name, job string
+		err       error
+		gone      []Key
+		kept      []Key
+	}{
+		{"a finished job", "done", nil, []Key{{"done", 1, 0}, {"done", 2, 0}, {"done", 2, 1}}, []Key{{"other", 1, 0}, {"live", 3, 0}}},
+		{"again", "done", nil, nil, []Key{{"other", 1, 0}}},
+		{"a job never run here", "never", nil, nil, []Key{{"other", 1, 0}}},
+		{"a log being written", "live", ErrBusy, nil, []Key{{"live", 3, 0}}},
+		{"a bad name", "../other", ErrBadRequest, nil, []Key{{"other", 1, 0}}},
+		{"an empty name", "", ErrBadRequest, nil, []Key{{"other", 1, 0}}},
+	} {
+		if err := s.Forget(tc.job); !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+			t.Errorf("%s: Forget(%q) = %v, want %v", tc.name, tc.job, err, tc.err)
+		}
+		for _, k := range tc.gone {
+			if _, err := s.Read(k, 0, 0, 0); !errors.Is(err, ErrNoLog) {
+				t.Errorf("%s: %s still readable (%v)", tc.name, k, err)
+			}
+		}
+		for _, k := range tc.kept {
+			if c, err := s.Read(k, 0, 0, 0); err != nil || len(c.Lines) == 0 {
+				t.Errorf("%s: %s lost: %+v %v", tc.name, k, c, err)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(s.Dir(), "done")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the forgotten job's directory: %v", err)
+	}
+	// Once its writer is closed, the live job's logs go too.
+	open.Close()
+	if err := s.Forget("live"); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(s.Jobs(), " "); got != "other" {
+		t.Errorf("jobs after forgetting: %q", got)
+	}
+}
+
+// TestTotalCap: starting a log that could take the store past MaxTotal
+// deletes the incarnations written least recently first, never one
+// being written, and only as many as it must.
+func TestTotalCap(t *testing.T) {
+	c := &clock{t: time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)}
+	s, err := Open(Config{Dir: filepath.Join(t.TempDir(), "logs"), MaxBytes: MinMaxBytes, MaxTotal: 2 * MinMaxBytes, Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := strings.Repeat("x", 1000)
+	write := func(k Key, lines int, close bool, age time.Duration) *Writer {
+		t.Helper()
+		w, err := s.Create(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range lines {
+			fmt.Fprintln(w, line)
+		}
+		if close {
+			w.Close()
+		}
+		// Written age ago: the least recently written go first.
+		at := time.Now().Add(-age)
+		segs, _ := s.segments(k)
+		for _, sg := range segs {
+			if err := os.Chtimes(sg.path, at, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return w
+	}
+	exists := func(k Key) bool {
+		_, err := s.Read(k, 0, 0, 0)
+		return err == nil
+	}
+	// About 29 KB each: a and b and a new log's cap (64 KiB) fit in 128 KiB.
+	write(Key{"a", 1, 0}, 28, true, 5*time.Hour)
+	write(Key{"b", 1, 0}, 28, true, 4*time.Hour)
+	write(Key{"c", 1, 0}, 28, true, 3*time.Hour)
+	if !exists(Key{"a", 1, 0}) || !exists(Key{"b", 1, 0}) || !exists(Key{"c", 1, 0}) {
+		t.Fatal("a log deleted while the store had room")
+	}
+	// d needs room: the oldest, a, goes, and only a.
+	d := write(Key{"d", 1, 0}, 28, false, 10*time.Hour)
+	if exists(Key{"a", 1, 0}) || !exists(Key{"b", 1, 0}) || !exists(Key{"c", 1, 0}) {
+		t.Fatalf("after d: a %v b %v c %v, want only a gone", exists(Key{"a", 1, 0}), exists(Key{"b", 1, 0}), exists(Key{"c", 1, 0}))
+	}
+	// e needs room: d is the least recently written but still open, so
+	// b goes (and c, the next, only if it must: it need not).
+	write(Key{"e", 1, 0}, 1, true, 0)
+	if !exists(Key{"d", 1, 0}) || exists(Key{"b", 1, 0}) || !exists(Key{"c", 1, 0}) {
+		t.Fatalf("after e: d %v b %v c %v, want d and c kept", exists(Key{"d", 1, 0}), exists(Key{"b", 1, 0}), exists(Key{"c", 1, 0}))
+	}
+	d.Close()
+	if _, err := Open(Config{Dir: filepath.Join(t.TempDir(), "x"), MaxBytes: 2 * MinMaxBytes, MaxTotal: MinMaxBytes}); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("a total cap under one log's: %v", err)
 	}
 }
 

@@ -190,9 +190,10 @@ func TestEventsStreamResumes(t *testing.T) {
 	}
 
 	// follow=true streams too, and a finished job's stream ends after
-	// its history.
+	// its history (event 2 is the first round's leader_changed, 3 the
+	// job's placed).
 	resp2, err := http.DefaultClient.Do(func() *http.Request {
-		req, _ := http.NewRequest("GET", srv.URL+PathEvents+"?job=j1&follow=true&since=2", nil)
+		req, _ := http.NewRequest("GET", srv.URL+PathEvents+"?job=j1&follow=true&since=3", nil)
 		req.Header.Set("Authorization", "Bearer "+readSecret)
 		return req
 	}())
@@ -205,7 +206,7 @@ func TestEventsStreamResumes(t *testing.T) {
 		rest = append(rest, ev.name)
 	}
 	if strings.Join(rest, " ") != "resized completed" {
-		t.Errorf("follow=true since 2: %v", rest)
+		t.Errorf("follow=true since 3: %v", rest)
 	}
 }
 

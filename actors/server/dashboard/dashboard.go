@@ -146,6 +146,8 @@ func New(cfg Config) (*Dashboard, error) {
 	d.mux.HandleFunc("GET "+PathOverview, d.apiOverview)
 	d.mux.HandleFunc("GET "+PathJob+"{id}", d.apiJob)
 	d.mux.HandleFunc("POST "+PathJob+"{id}/cancel", d.apiCancel)
+	d.mux.HandleFunc("GET "+PathJob+"{id}/logs", d.apiLogs)
+	d.mux.HandleFunc("GET "+PathJob+"{id}/events", d.apiEvents)
 	d.mux.HandleFunc("GET "+PathStatic+"{file...}", d.serveStatic)
 	d.mux.HandleFunc("GET "+Prefix+"logout", d.logout)
 	d.mux.HandleFunc("GET "+PathLogin, d.loginPage)
@@ -222,6 +224,9 @@ type pageData struct {
 	Overview             Overview
 	Job                  *JobDetail
 	JobID                string
+	// EventTypes names every event type, for the job page's timeline
+	// (an EventSource listens by name).
+	EventTypes []string
 }
 
 // authorize lets r in or answers why not (an HTML page, or JSON for the
@@ -373,7 +378,7 @@ func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.render(w, http.StatusOK, "page.html.tmpl", pageData{View: "job", Title: "Job " + id, Serving: d.cfg.ID,
-		Overview: ov, Job: &det, JobID: id})
+		Overview: ov, Job: &det, JobID: id, EventTypes: state.EventTypeNames()})
 }
 
 func (d *Dashboard) apiOverview(w http.ResponseWriter, r *http.Request) {

@@ -216,11 +216,16 @@ func readEvents(r io.Reader, fn func(api.Event) error) error {
 }
 
 // WriteEvent prints one event as a line: its sequence number, time
-// (RFC 3339, UTC), type, job (or node) and reason.
+// (RFC 3339, UTC), type, job (or node, or "cluster" for an event of the
+// whole cluster: a leader or a lease) and reason.
 func WriteEvent(w io.Writer, ev api.Event) error {
 	subject := ev.Job
-	if subject == "" {
+	switch {
+	case subject != "":
+	case ev.Node != "":
 		subject = "node " + ev.Node
+	default:
+		subject = "cluster"
 	}
 	_, err := fmt.Fprintf(w, "%d\t%s\t%-10s\t%s\t%s\n", ev.Seq, when(ev.Time), ev.Type, subject, ev.Reason)
 	return err

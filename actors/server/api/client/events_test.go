@@ -58,8 +58,8 @@ func ExampleClient_Events() {
 	}
 	// Output:
 	// 1 submitted: submitted by bootstrap for 1 to 64 GPUs
-	// 2 placed: placed on 1 GPU on n1 (1) (generation 3, incarnation 1)
-	// 3 resized: resized from 1 GPU on n1 (1) to 2 GPUs on n1 (2) (incarnation 2): the allocator's new allocation (generation 4)
+	// 3 placed: placed on 1 GPU on n1 (1) (generation 3, incarnation 1)
+	// 4 resized: resized from 1 GPU on n1 (1) to 2 GPUs on n1 (2) (incarnation 2): the allocator's new allocation (generation 4)
 }
 
 // TestFollowEventsResumesOnAnotherServer: a stream that breaks or ends
@@ -121,7 +121,7 @@ func followAcrossServers(t *testing.T, abort bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"1 submitted", "2 placed", "3 resized", "4 completed"}; !slices.Equal(got, want) {
+	if want := []string{"1 submitted", "3 placed", "4 resized", "5 completed"}; !slices.Equal(got, want) {
 		t.Errorf("delivered %v, want %v", got, want)
 	}
 	mu.Lock()
@@ -160,8 +160,10 @@ func TestWriteEvents(t *testing.T) {
 	var b strings.Builder
 	err := client.WriteEvents(&b, api.Events{Events: []api.Event{
 		{Seq: 7, Time: 1_700_000_000, Type: "placed", Job: "j1", Reason: "placed on 2 GPUs"},
-		{Seq: 8, Time: 1_700_000_001, Type: "node_lost", Node: "n2", Reason: "node n2 is dead"}}})
-	want := "7\t2023-11-14T22:13:20Z\tplaced    \tj1\tplaced on 2 GPUs\n8\t2023-11-14T22:13:21Z\tnode_lost \tnode n2\tnode n2 is dead\n"
+		{Seq: 8, Time: 1_700_000_001, Type: "node_lost", Node: "n2", Reason: "node n2 is dead"},
+		{Seq: 9, Time: 1_700_000_002, Type: "leader_changed", Reason: "server s2 leads in term 3"}}})
+	want := "7\t2023-11-14T22:13:20Z\tplaced    \tj1\tplaced on 2 GPUs\n8\t2023-11-14T22:13:21Z\tnode_lost \tnode n2\tnode n2 is dead\n" +
+		"9\t2023-11-14T22:13:22Z\tleader_changed\tcluster\tserver s2 leads in term 3\n"
 	if err != nil || b.String() != want {
 		t.Errorf("%q, %v", b.String(), err)
 	}

@@ -304,12 +304,16 @@
       main.replaceChildren(
         el("h2", {}, swatch(j.id), " job ", el("span", {id: "job-id"}, j.id)),
         el("div", {id: "job-summary"}), el("div", {id: "job-actions"}),
+        el("h2", {}, "Timeline"), el("div", {id: "job-timeline"}),
+        el("h2", {}, "Log (rank 0, live)"), el("p", {class: "muted", id: "log-status"}, "connecting…"), el("pre", {class: "log", id: "log-lines"}),
         el("h2", {}, "Throughput model"), el("div", {id: "job-model"}),
         el("div", {class: "chart", id: "chart-fit"}), el("div", {class: "chart", id: "chart-speedup"}),
         el("h2", {}, "Gradient noise"), el("div", {id: "job-grad"}), el("div", {class: "chart", id: "chart-grad"}),
         el("h2", {}, "Measured configurations"), el("div", {id: "job-profile"}),
         el("h2", {}, "Batch configurations the job's bid runs"), el("div", {id: "job-choices"}));
     }
+    startStreams();
+    renderTimeline();
     document.getElementById("job-summary").replaceChildren(kv([
       ["state", j.state + (j.reason ? " — " + j.reason : ""), "job-state"], ["application", j.application || "–"],
       ["GPUs / nodes", j.gpus + " / " + j.nodes, "job-gpus"],
@@ -420,6 +424,142 @@
     document.getElementById("job-choices").replaceChildren(rows.length ? el("table", {class: "table"},
       el("thead", {}, el("tr", {}, ...["GPUs", "one node", "several nodes"].map(h => el("th", {}, h)))), el("tbody", {}, ...rows))
       : el("p", {class: "muted"}, "No bid yet."));
+  }
+
+  // ---- job view: timeline and log -------------------------------------------
+
+  // The job's events (GET /ui/api/jobs/ID/events: the API's server-sent
+  // events of the job, which end when the job has finished and every
+  // event of it is sent) and its rank 0 worker log (GET
+  // /ui/api/jobs/ID/logs?follow=true: the newest incarnation's, then the
+  // next ones as they start, one JSON object a line).
+  const events = [];
+  let streaming = false;
+  const LOG_KEEP = 500;
+
+  function startStreams() {
+    if (streaming || view !== "job") return;
+    streaming = true;
+    followEvents();
+    followLog();
+  }
+
+  function jobActive() {
+    return !jobGone && (!job || job.active);
+  }
+
+  function followEvents() {
+    const es = new EventSource("/ui/api/jobs/" + encodeURIComponent(jobID) + "/events");
+    const add = m => {
+      let ev;
+      try { ev = JSON.parse(m.data); } catch (e) { return; }
+      if (events.length && ev.seq <= events[events.length - 1].seq) return;
+      events.push(ev);
+      renderTimeline();
+    };
+    for (const t of initial.EventTypes || []) es.addEventListener(t, add);
+    es.onmessage = add;
+    // The stream ends once the job has finished: the browser would
+    // reconnect (resuming by Last-Event-ID) for ever; a finished job's
+    // page stops it. A refused or unknown job closes it for good.
+    es.onerror = () => {
+      if (!jobActive()) es.close();
+    };
+  }
+
+  const EVENT_COLOURS = {submitted: "#6b7280", placed: "#2ca02c", resized: "#1f77b4", restarted: "#ff7f0e", preempted: "#d62728",
+    completed: "#17becf", failed: "#b42318", cancelled: "#8c564b"};
+
+  function renderTimeline() {
+    const holder = document.getElementById("job-timeline");
+    if (!holder) return;
+    if (events.length === 0) {
+      holder.replaceChildren(el("p", {class: "muted", id: "timeline-empty"}, "No events of this job yet."));
+      return;
+    }
+    const t0 = events[0].time, t1 = Math.max(ov.now || 0, events[events.length - 1].time);
+    const span = Math.max(t1 - t0, 1);
+    const strip = el("div", {class: "timeline", id: "timeline-strip"});
+    for (const ev of events) {
+      const left = (100 * (ev.time - t0) / span).toFixed(2);
+      strip.append(el("span", {class: "tick", title: ev.type + " at " + new Date(ev.time * 1000).toLocaleTimeString() + ": " + ev.reason,
+        style: "left:" + left + "%;background:" + (EVENT_COLOURS[ev.type] || "#555")}));
+    }
+    const rows = events.slice().reverse().map(ev => el("tr", {"data-event-type": ev.type, "data-seq": ev.seq},
+      el("td", {class: "num"}, ev.seq), el("td", {}, new Date(ev.time * 1000).toLocaleTimeString()),
+      el("td", {}, el("span", {class: "swatch", style: "background:" + (EVENT_COLOURS[ev.type] || "#555")}), " ", ev.type),
+      el("td", {class: "reason"}, ev.reason)));
+    holder.replaceChildren(strip, el("div", {class: "muted timeline-axis"},
+      el("span", {}, new Date(t0 * 1000).toLocaleTimeString()), el("span", {}, new Date(t1 * 1000).toLocaleTimeString())),
+      el("table", {class: "table", id: "job-events"},
+        el("thead", {}, el("tr", {}, ...["#", "time", "event", "why"].map(h => el("th", {}, h)))), el("tbody", {}, ...rows)));
+  }
+
+  async function followLog() {
+    const status = msg => setText("log-status", msg);
+    const pre = document.getElementById("log-lines");
+    let incarnation = 0;
+    let r;
+    try {
+      r = await fetch("/ui/api/jobs/" + encodeURIComponent(jobID) + "/logs?follow=true&tail=200", {credentials: "same-origin", cache: "no-store"});
+    } catch (e) {
+      status("Cannot reach " + ov.serving + " for the log; trying again.");
+      return setTimeout(followLog, 3000);
+    }
+    if (!r.ok) {
+      const body = await r.json().catch(() => ({}));
+      if (r.status === 403) {
+        status("Your token may not read this job's log: only its submitter or an admin does (" + (body.error || r.status) + ").");
+        return;
+      }
+      status("No log to show (" + r.status + "): " + (body.error || r.statusText) + (jobActive() ? "; trying again." : ""));
+      if (jobActive() && r.status !== 401) setTimeout(followLog, 3000);
+      return;
+    }
+    pre.replaceChildren();
+    status("following the newest incarnation's log");
+    const reader = r.body.getReader();
+    const dec = new TextDecoder();
+    let buf = "";
+    const show = l => {
+      if (l.error) {
+        status("The log ended: " + l.error);
+        return;
+      }
+      if (l.incarnation !== incarnation) {
+        incarnation = l.incarnation;
+        pre.append(el("div", {class: "log-mark"}, "— incarnation " + l.incarnation + (l.node ? " on " + l.node : "") + " —"));
+        status("following incarnation " + l.incarnation + (l.node ? " (node " + l.node + ")" : ""));
+      }
+      if (l.skipped_bytes) pre.append(el("div", {class: "log-mark"}, "… " + l.skipped_bytes + " bytes rotated away …"));
+      pre.append(el("div", {class: "log-line", "data-incarnation": l.incarnation}, l.line));
+    };
+    try {
+      for (;;) {
+        const {value, done} = await reader.read();
+        if (done) break;
+        buf += dec.decode(value, {stream: true});
+        let i;
+        while ((i = buf.indexOf("\n")) >= 0) {
+          const line = buf.slice(0, i);
+          buf = buf.slice(i + 1);
+          if (line) {
+            try { show(JSON.parse(line)); } catch (e) { /* not a log object */ }
+          }
+        }
+        while (pre.childElementCount > LOG_KEEP) pre.firstElementChild.remove();
+        pre.scrollTop = pre.scrollHeight;
+      }
+    } catch (e) {
+      status("The log's stream broke (" + e + ")" + (jobActive() ? "; reconnecting." : "."));
+    }
+    if (jobActive()) {
+      setTimeout(followLog, 2000);
+    } else if (incarnation === 0) {
+      status("The job has finished; its worker wrote nothing that is kept.");
+    } else {
+      status("The job has finished; the log of incarnation " + incarnation + " ends here.");
+    }
   }
 
   // ---- polling -------------------------------------------------------------
