@@ -45,6 +45,9 @@ type Config struct {
 	// RaftLogLevel is the least level of Raft's own messages that is
 	// logged (DefaultConfig: warnings; the zero value is slog.LevelInfo).
 	RaftLogLevel slog.Level
+	// Now is the clock of the submitters' token buckets on the leader
+	// (nil: time.Now).
+	Now func() time.Time
 }
 
 // DefaultConfig returns LAN-tuned defaults: 200 ms heartbeat and election
@@ -95,6 +98,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = d.Logger
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c
 }

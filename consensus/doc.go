@@ -27,6 +27,13 @@
 // directory: raft-boltdb log and stable store and file snapshots; a server
 // reopened on the same directory rejoins with its state.
 //
+// Admission: every write enters the log through the leader, so the
+// leader bounds each submitter's submission rate there (admit.go, with
+// package consensus/ratelimit): a SubmitJob past its submitter's token
+// bucket is refused with a RateError (ErrRateLimited) before it is
+// logged, whichever server took it, and a retry of a submission that
+// committed passes free.
+//
 // Errors and retries: Server.Apply retries a write (every 10 ms, until
 // its context ends) only when nothing can have been applied: no leader
 // known, the leader unreachable at connect time, or every command refused

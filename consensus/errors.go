@@ -29,4 +29,9 @@ var (
 	// log, because the leader's data directory has less free space than
 	// Config.MinFreeSpace: nothing of it is applied.
 	ErrNoSpace = errors.New("consensus: data directory full")
+	// ErrRateLimited is returned for a submission refused, before it
+	// reached the log, because its submitter passed its token bucket on
+	// the leader (state.Quota Rate and Burst): nothing of it is applied.
+	// RetryAfter tells how long until the bucket admits one.
+	ErrRateLimited = errors.New("consensus: submitter past its submission rate")
 )

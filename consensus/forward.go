@@ -89,7 +89,7 @@ var wireErrors = []error{
 	ErrNoSpace, state.ErrClusterConfig, state.ErrLimit, state.ErrStaleSession,
 	state.ErrACLBootstrapped, state.ErrUnknownToken, state.ErrTokenRevoked, state.ErrPermission, state.ErrTokenExists,
 	state.ErrNoFederation, state.ErrLeaseRefused,
-	state.ErrCheckpointHeld, state.ErrQuota, state.ErrStateFull,
+	state.ErrCheckpointHeld, state.ErrQuota, state.ErrStateFull, ErrRateLimited,
 }
 
 // otherError is the code of an error that wraps no sentinel.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"pollux/consensus/ratelimit"
 	"pollux/consensus/state"
 	"sync"
 	"sync/atomic"
@@ -61,6 +62,9 @@ type Server struct {
 	// currently fail to reach, with their last contact.
 	failingMu sync.Mutex
 	failing   map[raft.ServerID]time.Time
+
+	// limits are the submitters' token buckets while this server leads.
+	limits ratelimit.Limiter
 }
 
 // watchPeers follows Raft's heartbeat observations.
@@ -96,6 +100,9 @@ func (s *Server) relayLeadership(raw <-chan bool) {
 	for {
 		select {
 		case v := <-raw:
+			if v {
+				s.limits.Reset()
+			}
 			select {
 			case <-s.leaderCh:
 			default:
@@ -385,12 +392,17 @@ func (s *Server) applyLocal(ctx context.Context, enc [][]byte) ([]Result, error)
 		return res, nil
 	}
 	timeout := s.timeout(ctx)
+	res := make([]Result, len(enc))
 	futures := make([]raft.ApplyFuture, len(enc))
 	for i, b := range enc {
-		futures[i] = s.raft.Apply(b, timeout)
+		if res[i].Err = s.admit(b, s.cfg.Now()); res[i].Err == nil {
+			futures[i] = s.raft.Apply(b, timeout)
+		}
 	}
-	res := make([]Result, len(enc))
 	for i, f := range futures {
+		if f == nil {
+			continue
+		}
 		if err := wait(ctx, f); err != nil {
 			res[i].Err = err
 			continue

@@ -36,9 +36,11 @@ func checkCheckpointDir(root, dir string) error {
 // cannot be created, a full disk) wrap the file system's.
 //
 // submitter (a token accessor, "" none) is kept beside the directory
-// (claim): a directory claimed by another submitter is refused before
-// anything in it is touched.
-func prepareCheckpointDir(root, dir string, owner *RunAs, submitter string) error {
+// (claim): a directory claimed by another submitter, or one holding
+// files but no claim, is refused before anything in it is touched;
+// resume says the cluster gave the job this directory as the one of a
+// job of the same submitter it resumes (not ROOT/<job id>).
+func prepareCheckpointDir(root, dir string, owner *RunAs, submitter string, resume bool) error {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return fmt.Errorf("node: checkpoint root: %w", err)
 	}
@@ -56,7 +58,7 @@ func prepareCheckpointDir(root, dir string, owner *RunAs, submitter string) erro
 			return explain(root, dir, err)
 		}
 	}
-	if err := claim(r, rel, dir, submitter); err != nil {
+	if err := claim(r, rel, dir, submitter, resume); err != nil {
 		return err
 	}
 	if err := r.Mkdir(rel, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
@@ -79,13 +81,26 @@ const maxClaim = 512
 // it) holds the submitter of the job that first used it. A job of
 // another submitter is refused (errDenied): an earlier job of the same
 // name, pruned from the cluster's state since, left its checkpoints
-// there. A directory without a claim is claimed for submitter; an empty
+// there. A directory without a claim is claimed for submitter if it is
+// missing or empty, or if the job resumes (the cluster checked that the
+// job it resumes is of the same submitter); one that holds files but no
+// claim (left by a job run before claims or without tokens, or put
+// there by hand) is refused: nothing says whose they are. An empty
 // submitter (a cluster without tokens) neither checks nor claims.
-func claim(r *os.Root, rel, dir, submitter string) error {
+func claim(r *os.Root, rel, dir, submitter string, resume bool) error {
 	if submitter == "" {
 		return nil
 	}
 	path := filepath.Join(filepath.Dir(rel), "."+filepath.Base(rel)+".submitter")
+	err := heldBy(r, path, dir, submitter)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if !resume {
+		if err := unclaimedEmpty(r, rel, dir, path, submitter); err != nil {
+			return err
+		}
+	}
 	// Written whole under a name of its own, then linked into place,
 	// which fails if the claim exists: agents sharing the root that
 	// prepare the directory at once (a job's nodes) never read half a
@@ -94,7 +109,7 @@ func claim(r *os.Root, rel, dir, submitter string) error {
 	if err := r.WriteFile(tmp, []byte(submitter+"\n"), 0o600); err != nil {
 		return explain(r.Name(), dir, err)
 	}
-	err := r.Link(tmp, path)
+	err = r.Link(tmp, path)
 	_ = r.Remove(tmp)
 	if err == nil {
 		return nil
@@ -102,7 +117,17 @@ func claim(r *os.Root, rel, dir, submitter string) error {
 	if !errors.Is(err, fs.ErrExist) {
 		return explain(r.Name(), dir, err)
 	}
+	return heldBy(r, path, dir, submitter)
+}
+
+// heldBy checks the claim at path (below r) of directory dir against
+// submitter: nil if it is submitter's, an error wrapping errDenied if
+// another's, one wrapping fs.ErrNotExist if there is no claim.
+func heldBy(r *os.Root, path, dir, submitter string) error {
 	f, err := r.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	if err != nil {
 		return explain(r.Name(), dir, err)
 	}
@@ -114,6 +139,29 @@ func claim(r *os.Root, rel, dir, submitter string) error {
 			"it is not this job's (submitted by token %s)", errDenied, dir, held, submitter)
 	}
 	return nil
+}
+
+// unclaimedEmpty refuses (errDenied) the unclaimed directory rel (below
+// r) if it holds anything; a missing one is empty.
+func unclaimedEmpty(r *os.Root, rel, dir, path, submitter string) error {
+	d, err := r.Open(rel)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return explain(r.Name(), dir, err)
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(1)
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	if err != nil {
+		return explain(r.Name(), dir, err)
+	}
+	return fmt.Errorf("%w: checkpoint directory %s holds files (%s ...) but no claim of a submitter: left by a job run before claims or without tokens, "+
+		"nothing says whose they are, so it is not this job's (submitted by token %s); remove it, or write the accessor of the token it belongs to into %s",
+		errDenied, dir, names[0], submitter, filepath.Join(r.Name(), path))
 }
 
 // claims numbers the temporary files of claim.

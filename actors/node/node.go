@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"syscall"
@@ -612,7 +613,8 @@ func (a *nodeActor) admit(rj *pb.RunJob, root string) (*RunAs, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := prepareCheckpointDir(root, rj.CheckpointDir, user, rj.Submitter); err != nil {
+	resume := rj.CheckpointDir != filepath.Join(root, rj.Job)
+	if err := prepareCheckpointDir(root, rj.CheckpointDir, user, rj.Submitter, resume); err != nil {
 		if a.uids != nil {
 			a.uids.give(user)
 		}

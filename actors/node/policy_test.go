@@ -126,7 +126,7 @@ func TestPrepareCheckpointDirStaysInTheRoot(t *testing.T) {
 
 	// Created, and kept in the root through a link that stays inside.
 	for _, dir := range []string{filepath.Join(root, "j1"), filepath.Join(root, "a", "b", "j2"), filepath.Join(root, "inside", "j3")} {
-		if err := prepareCheckpointDir(root, dir, nil, ""); err != nil {
+		if err := prepareCheckpointDir(root, dir, nil, "", false); err != nil {
 			t.Errorf("%s: %v", dir, err)
 		}
 		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
@@ -145,7 +145,7 @@ func TestPrepareCheckpointDirStaysInTheRoot(t *testing.T) {
 		{filepath.Join(root, "file"), "not a directory"},
 		{filepath.Join(root, "absolute", "j"), "must be relative"},
 	} {
-		err := prepareCheckpointDir(root, tc.dir, nil, "")
+		err := prepareCheckpointDir(root, tc.dir, nil, "", false)
 		if !errors.Is(err, errDenied) || !strings.Contains(err.Error(), tc.mention) {
 			t.Errorf("%s: %v, want a denial mentioning %q", tc.dir, err, tc.mention)
 		}
@@ -175,7 +175,7 @@ func TestPrepareCheckpointDirGivesItToTheWorkersUser(t *testing.T) {
 	owner := nobody(t)
 	root := t.TempDir()
 	dir := filepath.Join(root, "a", "j")
-	if err := prepareCheckpointDir(root, dir, owner, ""); err != nil {
+	if err := prepareCheckpointDir(root, dir, owner, "", false); err != nil {
 		t.Fatal(err)
 	}
 	for p, want := range map[string]uint32{dir: owner.UID, filepath.Join(root, "a"): uint32(os.Geteuid())} {

@@ -229,7 +229,7 @@ func TestCheckpointSymlinkSwap(t *testing.T) {
 	}
 	okRuns := 0
 	for i := 0; i < 300; i++ {
-		if prepareCheckpointDir(root, filepath.Join(swap, "j"), owner, "") == nil {
+		if prepareCheckpointDir(root, filepath.Join(swap, "j"), owner, "", false) == nil {
 			okRuns++
 		}
 	}
@@ -269,7 +269,7 @@ func TestCheckpointDirContentsGiven(t *testing.T) {
 		t.Fatal(err)
 	}
 	owner := &RunAs{User: "uid 900300", UID: 900300, GID: 900300}
-	if err := prepareCheckpointDir(root, dir, owner, ""); err != nil {
+	if err := prepareCheckpointDir(root, dir, owner, "", false); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{dir, filepath.Join(dir, "sub"), filepath.Join(dir, "sub", "ckpt")} {

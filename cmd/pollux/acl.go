@@ -196,7 +196,7 @@ func newQuotaSetCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.IntVar(&q.Quota.Jobs, "jobs", 0, "running plus pending jobs (0: the default)")
 	f.Int64Var(&q.Quota.SpecBytes, "spec-bytes", 0, "bytes of the specs of its jobs the state holds, finished ones until pruned (0: the default)")
-	f.Float64Var(&q.Quota.Rate, "rate", 0, "submissions per second, on each server (0: the default)")
+	f.Float64Var(&q.Quota.Rate, "rate", 0, "submissions per second over all servers (0: the default)")
 	f.IntVar(&q.Quota.Burst, "burst", 0, "submissions at once (0: the default)")
 	f.Int64Var(&q.StateBudget, "state-budget", 0, "with default: bytes of job specs the whole state may hold (0: the built-in budget)")
 	return cmd

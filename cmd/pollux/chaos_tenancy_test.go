@@ -10,8 +10,9 @@ import (
 
 // TestAttackScenarioTenants runs the attacks of one tenant on another
 // (checkpoint squatting, resuming another's job, report-token theft,
-// a reused job name, quotas, the state budget, a link in the checkpoint
-// root) and the
+// a reused job name, quotas, the submission rate spread over the
+// servers, an idempotent retry under a spent rate, the state budget, a
+// link in the checkpoint root) and the
 // report attacks that read a victim worker's token from its file: each
 // is refused on the refusing side, and a normal job completes after.
 func TestAttackScenarioTenants(t *testing.T) {
@@ -20,7 +21,7 @@ func TestAttackScenarioTenants(t *testing.T) {
 	}
 	only := []string{"checkpoint-squatting-a-live-jobs-directory", "checkpoint-squatting-a-future-jobs-directory",
 		"resume-from-another-tenants-job", "report-token-theft-between-jobs", "reused-job-name-getting-a-pruned-jobs-checkpoints",
-		"quota-submissions-per-second", "quota-spec-bytes", "quota-running-and-pending-jobs", "state-budget-full", "checkpoint-symlink-swap", "checkpoint-dir-symlink-out-of-the-root",
+		"quota-submissions-per-second", "submit-rate-spread-over-servers", "idempotent-retry-spends-no-rate-token", "quota-spec-bytes", "quota-running-and-pending-jobs", "state-budget-full", "checkpoint-symlink-swap", "checkpoint-dir-symlink-out-of-the-root",
 		"done-from-rank-1"}
 	res := runAttackCases(t, only)
 	if !res.Pass() || res.Attacks != len(only) {

@@ -105,11 +105,19 @@ func applyOne(s *State, c Command, term uint64) error {
 	return fmt.Errorf("%w: %T", ErrUnknownCommand, c)
 }
 
+// Replays reports whether c is a retry of the submission that made one
+// of the state's jobs (same id, idempotency key and submitter): applying
+// it changes nothing, and it counts against no quota.
+func (s *State) Replays(c *SubmitJob) bool {
+	j := s.Jobs[c.ID]
+	return j != nil && c.Key != "" && j.SubmitKey == c.Key && j.Submitter == c.Submitter
+}
+
 func applySubmit(s *State, c *SubmitJob) error {
-	if j, ok := s.Jobs[c.ID]; ok {
-		if c.Key != "" && j.SubmitKey == c.Key && j.Submitter == c.Submitter {
-			return nil // a retry of the submission that made it
-		}
+	if s.Replays(c) {
+		return nil // a retry of the submission that made it
+	}
+	if _, ok := s.Jobs[c.ID]; ok {
 		return fmt.Errorf("%w: %q", ErrJobExists, c.ID)
 	}
 	if len(s.Jobs) >= MaxJobs {

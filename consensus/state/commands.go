@@ -163,6 +163,12 @@ func Encode(c Command) ([]byte, error) {
 	return w.b, nil
 }
 
+// IsSubmission reports whether b, an encoded command, is a SubmitJob
+// (without decoding it).
+func IsSubmission(b []byte) bool {
+	return len(b) >= 2 && b[0] == CommandVersion && b[1] == typeSubmitJob
+}
+
 // Decode parses and validates one encoded command. An unknown version or
 // type, a malformed body, or invalid content is an error wrapping
 // ErrUnknownVersion, ErrUnknownCommand, ErrMalformed or ErrInvalid.

@@ -17,10 +17,11 @@ type Quota struct {
 	// the state holds, finished ones included until they are pruned
 	// (SpecSize of each).
 	SpecBytes int64
-	// Rate and Burst are the submitter's token bucket on every server:
-	// Rate submissions per second on average, Burst at once. Each server
-	// keeps its own bucket (they are not replicated), so across n
-	// servers a submitter gets at most n times as many.
+	// Rate and Burst are the submitter's token bucket: Rate submissions
+	// per second on average, Burst at once, over the whole cluster. The
+	// leader keeps the buckets, where every submission passes (they are
+	// not replicated: a new leader starts them full); a retry of a
+	// submission that committed (State.Replays) takes no token.
 	Rate  float64
 	Burst int
 }

@@ -59,10 +59,17 @@ func (c *Cluster) WaitGPUs(ctx context.Context, want int, timeout time.Duration)
 }
 
 // SubmitAny submits a job through the serving servers in turn until one
-// acknowledges it (201, or 409 once an earlier attempt may have taken
-// effect), retrying every retry while none does, for up to within. A
-// definite refusal (4xx) ends it.
+// acknowledges it (201, to the first attempt or, with the same
+// idempotency key, to a retry of one that took effect), retrying every
+// retry while none does, for up to within. A definite refusal (4xx,
+// 409 for a name another submission holds among them) ends it.
 func (cl *Client) SubmitAny(ctx context.Context, job string, spec []byte, retry, within time.Duration) Answer {
+	return cl.SubmitAnyKeyed(ctx, job, spec, cl.NewKey(), retry, within)
+}
+
+// SubmitAnyKeyed is SubmitAny with the idempotency key key, for a caller
+// that retries one logical submission over several calls.
+func (cl *Client) SubmitAnyKeyed(ctx context.Context, job string, spec []byte, key string, retry, within time.Duration) Answer {
 	deadline := time.Now().Add(within)
 	last := Answer{Type: "info", Err: "no server is serving"}
 	for {
@@ -70,7 +77,7 @@ func (cl *Client) SubmitAny(ctx context.Context, job string, spec []byte, retry,
 			if !m.Serving() {
 				continue
 			}
-			last = cl.Submit(ctx, m, job, spec, 5*time.Second)
+			last = cl.SubmitKeyed(ctx, m, job, spec, key, 5*time.Second)
 			if last.OK() || last.Type == "fail" {
 				return last
 			}
@@ -86,11 +93,13 @@ func (cl *Client) SubmitAny(ctx context.Context, job string, spec []byte, retry,
 	}
 }
 
-// CancelAny cancels a job through the serving servers in turn until one
-// answers definitely (200, or a refusal: 404, 409), retrying every retry
-// while none does (no answer, a 5xx, or 507: a full disk refused it), for
-// up to within.
+// CancelAny cancels a job through the serving servers in turn, with one
+// idempotency key, until one answers definitely (200, to the first
+// attempt or to a retry of one that took effect, or a refusal: 404,
+// 409), retrying every retry while none does (no answer, a 5xx, or 507:
+// a full disk refused it), for up to within.
 func (cl *Client) CancelAny(ctx context.Context, job string, retry, within time.Duration) Answer {
+	key := cl.NewKey()
 	deadline := time.Now().Add(within)
 	last := Answer{Type: "info", Err: "no server is serving"}
 	for {
@@ -98,7 +107,7 @@ func (cl *Client) CancelAny(ctx context.Context, job string, retry, within time.
 			if !m.Serving() {
 				continue
 			}
-			last = cl.Cancel(ctx, m, job, 5*time.Second)
+			last = cl.CancelKeyed(ctx, m, job, key, 5*time.Second)
 			if last.OK() || last.Type == "fail" && last.Code != http.StatusInsufficientStorage {
 				return last
 			}

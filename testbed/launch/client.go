@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -25,6 +26,17 @@ import (
 type Client struct {
 	c  *Cluster
 	id int
+	// keys counts the idempotency keys NewKey made.
+	keys int
+}
+
+// NewKey returns a new idempotency key for one logical write: sent again
+// with each retry of it (to any server), a retry of a write that took
+// effect answers as the write did (201 or 200) instead of 409. It is
+// unique per process, client and call.
+func (cl *Client) NewKey() string {
+	cl.keys++
+	return fmt.Sprintf("launch-%d-%d-%d", os.Getpid(), cl.id, cl.keys)
 }
 
 // Client returns a new logical client.
@@ -54,15 +66,21 @@ func (a Answer) Error() string {
 // a 2xx body (an error there makes the answer unknown).
 func (cl *Client) do(ctx context.Context, m *Member, f history.F, job, method, path string, body []byte,
 	timeout time.Duration, decode func(*http.Response, *history.Op) error) Answer {
+	return cl.doKeyed(ctx, m, f, job, "", method, path, body, timeout, decode)
+}
+
+// doKeyed is do with the idempotency key key ("": none) of a write.
+func (cl *Client) doKeyed(ctx context.Context, m *Member, f history.F, job, key, method, path string, body []byte,
+	timeout time.Duration, decode func(*http.Response, *history.Op) error) Answer {
 	var id uint64
 	if h := cl.c.hist; h != nil {
 		id = h.NextID()
-		if _, err := h.Op(history.Op{Type: history.Invoke, ID: id, Client: cl.id, F: f, Server: m.ID, Job: job}); err != nil {
+		if _, err := h.Op(history.Op{Type: history.Invoke, ID: id, Client: cl.id, F: f, Server: m.ID, Job: job, Key: key}); err != nil {
 			return Answer{Type: history.Info, Err: err.Error()}
 		}
 	}
 	done := history.Op{ID: id, Client: cl.id, F: f, Job: job}
-	ans := cl.send(ctx, m, method, path, body, timeout, decode, &done)
+	ans := cl.send(ctx, m, method, path, key, body, timeout, decode, &done)
 	done.Type, done.Code = ans.Type, ans.Code
 	if ans.Type != history.OK {
 		done.Error = truncate(ans.Err, 512)
@@ -75,7 +93,7 @@ func (cl *Client) do(ctx context.Context, m *Member, f history.F, job, method, p
 	return ans
 }
 
-func (cl *Client) send(ctx context.Context, m *Member, method, path string, body []byte, timeout time.Duration,
+func (cl *Client) send(ctx context.Context, m *Member, method, path, key string, body []byte, timeout time.Duration,
 	decode func(*http.Response, *history.Op) error, done *history.Op) Answer {
 	if m.HTTP == "" {
 		return Answer{Type: history.Fail, Code: 400, Err: m.ID + " serves no API"}
@@ -85,6 +103,9 @@ func (cl *Client) send(ctx context.Context, m *Member, method, path string, body
 	req, err := http.NewRequestWithContext(ctx, method, "https://"+m.HTTP+path, bytes.NewReader(body))
 	if err != nil {
 		return Answer{Type: history.Info, Err: err.Error()}
+	}
+	if key != "" {
+		req.Header.Set(api.HeaderIdempotencyKey, key)
 	}
 	resp, err := cl.c.http.Do(req)
 	if err != nil {
@@ -99,8 +120,6 @@ func (cl *Client) send(ctx context.Context, m *Member, method, path string, body
 				return Answer{Type: history.Info, Code: code, Err: "unreadable answer: " + err.Error()}
 			}
 		}
-		return Answer{Type: history.OK, Code: code}
-	case code == http.StatusConflict && done.F == history.Submit:
 		return Answer{Type: history.OK, Code: code}
 	case code == http.StatusNotFound && done.F == history.GetJob && decode != nil:
 		// A read that found no such job: an answer like any other.
@@ -130,17 +149,31 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// Submit posts a job spec to m. 201 and 409 (it exists: an earlier
-// attempt took effect) are OK.
+// Submit posts a job spec to m with a new idempotency key: OK is 201;
+// 409 (the name is another job's) is a refusal.
 func (cl *Client) Submit(ctx context.Context, m *Member, job string, spec []byte, timeout time.Duration) Answer {
-	return cl.do(ctx, m, history.Submit, job, http.MethodPost, api.PathJobs, spec, timeout, nil)
+	return cl.SubmitKeyed(ctx, m, job, spec, cl.NewKey(), timeout)
 }
 
-// Cancel asks m to cancel job: OK is 200 (cancelled now, with the
+// SubmitKeyed posts a job spec to m with idempotency key key (NewKey):
+// OK is 201, the first time or as the answer to a retry (the same key,
+// spec and token) of a submission that took effect; 409 is a refusal
+// (the name is another submission's job).
+func (cl *Client) SubmitKeyed(ctx context.Context, m *Member, job string, spec []byte, key string, timeout time.Duration) Answer {
+	return cl.doKeyed(ctx, m, history.Submit, job, key, http.MethodPost, api.PathJobs, spec, timeout, nil)
+}
+
+// Cancel asks m to cancel job with a new idempotency key (CancelKeyed).
+func (cl *Client) Cancel(ctx context.Context, m *Member, job string, timeout time.Duration) Answer {
+	return cl.CancelKeyed(ctx, m, job, cl.NewKey(), timeout)
+}
+
+// CancelKeyed asks m to cancel job with idempotency key key: OK is 200
+// (cancelled now, or a retry of the cancel that did it, with the
 // incarnation it took effect in when the server says); a definite
 // refusal is 404 (no such job) or 409 (already finished).
-func (cl *Client) Cancel(ctx context.Context, m *Member, job string, timeout time.Duration) Answer {
-	return cl.do(ctx, m, history.Cancel, job, http.MethodPost, api.PathJobs+"/"+url.PathEscape(job)+"/cancel", nil, timeout, func(resp *http.Response, o *history.Op) error {
+func (cl *Client) CancelKeyed(ctx context.Context, m *Member, job, key string, timeout time.Duration) Answer {
+	return cl.doKeyed(ctx, m, history.Cancel, job, key, http.MethodPost, api.PathJobs+"/"+url.PathEscape(job)+"/cancel", nil, timeout, func(resp *http.Response, o *history.Op) error {
 		var c api.CancelResult
 		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&c); err != nil {
 			return err

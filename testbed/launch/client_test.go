@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"pollux/actors/server/api"
 	"pollux/testbed/chaos/history"
+	"pollux/testbed/chaos/proc"
 )
 
 // fakeAPI answers submissions by their body, and reads with fixed
@@ -83,7 +85,7 @@ func TestClientRecordsEveryOperation(t *testing.T) {
 	c := &Cluster{Servers: []*Member{m}, log: slog.New(slog.DiscardHandler), hist: rec, http: srv.Client()}
 	cl := c.Client()
 	ctx := context.Background()
-	for body, want := range map[string]history.Type{"created": history.OK, "exists": history.OK, "bad": history.Fail,
+	for body, want := range map[string]history.Type{"created": history.OK, "exists": history.Fail, "bad": history.Fail,
 		"full": history.Fail, "busy": history.Info, "slow": history.Info} {
 		timeout := 10 * time.Second // generous: a loaded machine, TLS handshakes under -race
 		if body == "slow" {
@@ -159,6 +161,9 @@ func TestClientRecordsEveryOperation(t *testing.T) {
 		if l.Op.F == history.Status && (l.Op.Status == nil || l.Op.Status.Generation != 9) {
 			t.Errorf("status answer recorded as %+v", l.Op)
 		}
+		if (l.Op.F == history.Submit || l.Op.F == history.Cancel) && l.Op.Type == history.Invoke && l.Op.Key == "" {
+			t.Errorf("a write recorded without its idempotency key: %+v", l.Op)
+		}
 		if l.Op.F == history.Cancel && l.Op.Type == history.OK && (l.Op.Inc == nil || *l.Op.Inc != 4) {
 			t.Errorf("cancel answer recorded as %+v", l.Op)
 		}
@@ -198,4 +203,119 @@ func TestCPUSlotsOptions(t *testing.T) {
 			t.Errorf("%+v: %v, want ErrConfig", bad, err)
 		}
 	}
+}
+
+// keyedAPI is two servers of one cluster that apply a write and lose
+// the answer (503) on the first server, and answer as the API does on
+// the second: a retry with the key of the write that took effect gets
+// its answer (201, 200), another key 409. It returns the servers and
+// the keys each request carried.
+func keyedAPI(t *testing.T) ([]*Member, func() []string) {
+	var (
+		mu   sync.Mutex
+		keys []string
+		made = map[string]string{"taken": "someone-elses-key"} // job -> its submission's key
+		done = map[string]string{}                             // job -> its cancel's key
+	)
+	handler := func(lose bool) http.Handler {
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST "+api.PathJobs, func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			job, key := string(b), r.Header.Get(api.HeaderIdempotencyKey)
+			mu.Lock()
+			defer mu.Unlock()
+			keys = append(keys, key)
+			code := http.StatusCreated
+			if k, ok := made[job]; !ok {
+				made[job] = key
+			} else if k != key || key == "" {
+				code = http.StatusConflict
+			}
+			if lose {
+				code = http.StatusServiceUnavailable
+			}
+			w.WriteHeader(code)
+			_ = json.NewEncoder(w).Encode(map[string]string{"id": job})
+		})
+		mux.HandleFunc("POST "+api.PathJobs+"/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
+			job, key := r.PathValue("id"), r.Header.Get(api.HeaderIdempotencyKey)
+			mu.Lock()
+			defer mu.Unlock()
+			keys = append(keys, key)
+			code := http.StatusOK
+			if k, ok := done[job]; !ok {
+				done[job] = key
+			} else if k != key || key == "" {
+				code = http.StatusConflict
+			}
+			if lose {
+				code = http.StatusServiceUnavailable
+			}
+			w.WriteHeader(code)
+			_ = json.NewEncoder(w).Encode(api.CancelResult{ID: job, State: "cancelled"})
+		})
+		return mux
+	}
+	var ms []*Member
+	for i, lose := range []bool{true, false} {
+		srv := httptest.NewTLSServer(handler(lose))
+		t.Cleanup(srv.Close)
+		ms = append(ms, &Member{Role: history.Server, ID: []string{"s0", "s1"}[i], HTTP: srv.Listener.Addr().String()})
+	}
+	return ms, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		out := keys
+		keys = nil
+		return out
+	}
+}
+
+// TestAnyRetriesWithOneKey: SubmitAny and CancelAny send one key per
+// call, the same to each server they try, so the retry of a write whose
+// answer was lost succeeds as the write did; a name another submission
+// holds is a refusal (409), not a success.
+func TestAnyRetriesWithOneKey(t *testing.T) {
+	ms, sent := keyedAPI(t)
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	c := &Cluster{Servers: ms, log: slog.New(slog.DiscardHandler), http: srv.Client()}
+	// Serving members need a process: one that sleeps stands for each.
+	g := proc.ForTest(t)
+	for _, m := range ms {
+		p, err := g.Start(proc.Spec{Name: "server/" + m.ID, Path: "/bin/sleep", Args: []string{"60"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.p = p
+	}
+	cl := c.Client()
+	ctx := context.Background()
+	sameKey := func(what string) {
+		t.Helper()
+		keys := sent()
+		if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] {
+			t.Errorf("%s: keys sent %q, want one key sent to both servers", what, keys)
+		}
+	}
+	if a := cl.SubmitAny(ctx, "j1", []byte("j1"), 10*time.Millisecond, 10*time.Second); !a.OK() || a.Code != http.StatusCreated {
+		t.Errorf("submit with a lost answer, retried: %+v", a)
+	}
+	sameKey("submit")
+	if a := cl.SubmitAny(ctx, "taken", []byte("taken"), 10*time.Millisecond, 10*time.Second); a.Type != history.Fail || a.Code != http.StatusConflict {
+		t.Errorf("submit of a name another submission holds: %+v, want a 409 refusal", a)
+	}
+	sameKey("submit of a taken name")
+	if a := cl.SubmitAny(ctx, "j1", []byte("j1"), 10*time.Millisecond, 10*time.Second); a.Type != history.Fail || a.Code != http.StatusConflict {
+		t.Errorf("a second submission (a new call) of j1: %+v, want a 409 refusal", a)
+	}
+	sameKey("a second submission")
+	if a := cl.CancelAny(ctx, "j1", 10*time.Millisecond, 10*time.Second); !a.OK() || a.Code != http.StatusOK {
+		t.Errorf("cancel with a lost answer, retried: %+v", a)
+	}
+	sameKey("cancel")
+	if a := cl.CancelAny(ctx, "j1", 10*time.Millisecond, 10*time.Second); a.Type != history.Fail || a.Code != http.StatusConflict {
+		t.Errorf("a second cancel: %+v, want a 409 refusal", a)
+	}
+	sameKey("a second cancel")
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"pollux/cluster/pki"
+	"pollux/consensus"
 	"pollux/consensus/state"
 )
 
@@ -256,7 +257,11 @@ func (a *API) writeRefusal(w http.ResponseWriter, r *http.Request, p principal, 
 		a.refuse(w, r, code, p, "api: "+err.Error())
 		return
 	case http.StatusTooManyRequests:
-		w.Header().Set("Retry-After", retryAfter(quotaRetry))
+		wait, ok := consensus.RetryAfter(err)
+		if !ok {
+			wait = quotaRetry
+		}
+		w.Header().Set("Retry-After", retryAfter(wait))
 		a.refuse(w, r, code, p, err.Error())
 		return
 	case http.StatusConflict, http.StatusInsufficientStorage, http.StatusBadRequest:

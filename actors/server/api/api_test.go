@@ -31,8 +31,10 @@ type fakeBackend struct {
 	mu       sync.Mutex
 	st       *state.State
 	follower bool
-	// full refuses writes as a leader whose disk is full.
+	// full refuses writes as a leader whose disk is full; refuse, if
+	// set, is every write's answer (a leader's refusal).
 	full    bool
+	refuse  error
 	servers []raft.Server
 	// applied counts the writes that reached the backend.
 	applied int
@@ -48,6 +50,9 @@ func (f *fakeBackend) Leadership() (uint64, bool) { return 3, !f.follower }
 func (f *fakeBackend) ApplyCommand(_ context.Context, c state.Command) error {
 	if f.full {
 		return consensus.ErrNoSpace
+	}
+	if f.refuse != nil {
+		return f.refuse
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

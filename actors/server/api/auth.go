@@ -236,7 +236,7 @@ func writeStatus(err error) int {
 	case errors.Is(err, state.ErrJobExists), errors.Is(err, state.ErrACLBootstrapped), errors.Is(err, state.ErrTokenExists),
 		errors.Is(err, state.ErrCheckpointHeld):
 		return http.StatusConflict
-	case errors.Is(err, state.ErrQuota):
+	case errors.Is(err, state.ErrQuota), errors.Is(err, consensus.ErrRateLimited):
 		return http.StatusTooManyRequests
 	case errors.Is(err, state.ErrLimit), errors.Is(err, consensus.ErrNoSpace), errors.Is(err, state.ErrStateFull):
 		return http.StatusInsufficientStorage

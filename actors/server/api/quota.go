@@ -6,10 +6,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
-
-	"golang.org/x/time/rate"
 
 	"pollux/consensus/state"
 )
@@ -111,68 +108,8 @@ func (a *API) setQuota(w http.ResponseWriter, r *http.Request) {
 		a.writeRefusal(w, r, p, err)
 		return
 	}
-	a.limits.forget(body.Accessor)
 	a.cfg.Logger.Info("api: quota set", "accessor", body.Accessor, "quota", body.Quota, "state_budget", body.StateBudget, "by", p.String())
 	writeJSON(w, http.StatusOK, body)
-}
-
-// limiters are the submitters' token buckets on this server, made from
-// their quotas (Rate, Burst) as the local state has them.
-type limiters struct {
-	mu      sync.Mutex
-	buckets map[string]*rate.Limiter
-	// quotas are the local state's quotas, read again when older than
-	// quotaRefresh (reading copies the state).
-	quotas state.Quotas
-	read   time.Time
-}
-
-// quotaRefresh is how long a server keeps the quotas it read before
-// reading them again.
-const quotaRefresh = time.Second
-
-// maxBuckets bounds the buckets kept; past it, the full ones are
-// dropped (a full bucket is what a new one would be).
-const maxBuckets = 4096
-
-// reserve takes one submission from accessor's bucket at now; past the
-// bucket it returns how long until one is there (and takes nothing).
-func (l *limiters) reserve(a *API, accessor string, now time.Time) (time.Duration, state.Quota) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.read.IsZero() || now.Sub(l.read) >= quotaRefresh || now.Before(l.read) {
-		l.quotas, l.read = a.cfg.Backend.LocalState().Quotas, now
-	}
-	q := l.quotas.Of(accessor)
-	b := l.buckets[accessor]
-	if b == nil || b.Limit() != rate.Limit(q.Rate) || b.Burst() != q.Burst {
-		if l.buckets == nil {
-			l.buckets = map[string]*rate.Limiter{}
-		}
-		if len(l.buckets) >= maxBuckets {
-			for k, v := range l.buckets {
-				if v.TokensAt(now) >= float64(v.Burst()) {
-					delete(l.buckets, k)
-				}
-			}
-		}
-		b = rate.NewLimiter(rate.Limit(q.Rate), q.Burst)
-		l.buckets[accessor] = b
-	}
-	res := b.ReserveN(now, 1)
-	if d := res.DelayFrom(now); d > 0 {
-		res.CancelAt(now)
-		return d, q
-	}
-	return 0, q
-}
-
-// forget drops accessor's bucket (its quota changed) and the quotas read.
-func (l *limiters) forget(accessor string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.buckets, accessor)
-	l.read = time.Time{}
 }
 
 // quotaRetry is the Retry-After of a refusal by the state's quota (jobs
@@ -183,21 +120,4 @@ const quotaRetry = 30 * time.Second
 // least 1).
 func retryAfter(d time.Duration) string {
 	return strconv.Itoa(max(1, int(math.Ceil(d.Seconds()))))
-}
-
-// admitRate refuses a submission past its submitter's token bucket: 429
-// and Retry-After, and one log line naming the submitter. It reports
-// whether the submission may go on.
-func (a *API) admitRate(w http.ResponseWriter, r *http.Request, p principal) bool {
-	if p.anonymous {
-		return true
-	}
-	wait, q := a.limits.reserve(a, p.accessor(), a.cfg.Now())
-	if wait == 0 {
-		return true
-	}
-	w.Header().Set("Retry-After", retryAfter(wait))
-	a.refuse(w, r, http.StatusTooManyRequests, p, fmt.Sprintf("api: token %s (%s) submits faster than its quota of %v submissions per second (burst %d): retry in %v (pollux acl quota)",
-		p.token.Accessor, p.token.Name, q.Rate, q.Burst, wait.Round(time.Millisecond)))
-	return false
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"pollux/consensus"
 	"pollux/consensus/state"
 	"pollux/internal/logbuf"
 )
@@ -114,38 +116,34 @@ func checkOneRefusal(t *testing.T, log string, accessor string, code int) {
 	}
 }
 
-// TestSubmissionRate: past its token bucket a submitter gets 429 with
-// Retry-After and one log line naming it, and nothing reaches the
-// state; the bucket refills with the clock, and another submitter's is
-// its own.
+// TestSubmissionRate: a submission the leader refuses past its
+// submitter's token bucket (consensus.ErrRateLimited, here or forwarded
+// from the leader as text) is a 429 with the leader's Retry-After and
+// one log line naming the submitter, and changes nothing.
 func TestSubmissionRate(t *testing.T) {
-	a, fb, buf, now := tenantAPI(t)
-	if _, err := state.ApplyTo(fb.st, &state.SetQuota{Accessor: "acc-submit", Quota: state.Quota{Rate: 0.5, Burst: 1}, By: "acc-admin"}, 3); err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name  string
+		err   error
+		retry string
+	}{
+		{name: "refused on this server, the leader", err: &consensus.RateError{Accessor: "acc-submit", Name: "alice", Rate: 0.5, Burst: 1, Wait: 1500 * time.Millisecond}, retry: "2"},
+		{name: "refused by the leader, forwarded", err: fmt.Errorf("%w: token acc-submit (alice) submits faster than its quota of 0.5 submissions per second (burst 1), over all servers (pollux acl quota); retry in 3.2s", consensus.ErrRateLimited), retry: "4"},
+		{name: "forwarded without a wait", err: fmt.Errorf("%w: token acc-submit", consensus.ErrRateLimited), retry: "1"},
 	}
-	*now = now.Add(time.Hour) // past the refresh of the quotas read
-	submit := func(secret, name string) (int, string, http.Header) {
-		return doHeader(a, secret, "POST", PathJobs, strings.Replace(good, "j1", name, 1))
-	}
-	if code, body, _ := submit(submitSecret, "r1"); code != http.StatusCreated {
-		t.Fatalf("first: %d %s", code, body)
-	}
-	mark := len(buf.String())
-	applied := fb.applied
-	code, body, h := submit(submitSecret, "r2")
-	if code != http.StatusTooManyRequests || !strings.Contains(body, "0.5 submissions per second") || h.Get("Retry-After") != "2" {
-		t.Fatalf("second: %d %s Retry-After %q, want 429 after 2 s", code, body, h.Get("Retry-After"))
-	}
-	if fb.applied != applied || fb.st.Jobs["r2"] != nil {
-		t.Errorf("a refused submission reached the state")
-	}
-	checkOneRefusal(t, buf.String()[mark:], "acc-submit", http.StatusTooManyRequests)
-	if code, body, _ := submit(otherSecret, "b1"); code != http.StatusCreated {
-		t.Errorf("another submitter: %d %s", code, body)
-	}
-	*now = now.Add(2 * time.Second)
-	if code, body, _ := submit(submitSecret, "r2"); code != http.StatusCreated {
-		t.Errorf("after the refill: %d %s", code, body)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, fb, buf, _ := tenantAPI(t)
+			fb.refuse = tt.err
+			before := state.EncodeState(fb.st)
+			code, body, h := doHeader(a, submitSecret, "POST", PathJobs, strings.Replace(good, "j1", "r2", 1))
+			if code != http.StatusTooManyRequests || !strings.Contains(body, "past its submission rate") || h.Get("Retry-After") != tt.retry {
+				t.Fatalf("%d %s Retry-After %q, want 429 after %s s", code, body, h.Get("Retry-After"), tt.retry)
+			}
+			if !bytes.Equal(before, state.EncodeState(fb.st)) {
+				t.Errorf("the refusal changed the state")
+			}
+			checkOneRefusal(t, buf.String(), "acc-submit", http.StatusTooManyRequests)
+		})
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"pollux/actors/server/api"
+	"pollux/testbed/launch"
 )
 
 // Attacks of one tenant (the attackers' submit token) on another's jobs
@@ -36,6 +37,8 @@ var tenantAttacks = []attack{
 	{name: "report-token-theft-between-jobs", run: tokenTheft},
 	{name: "reused-job-name-getting-a-pruned-jobs-checkpoints", run: reusedName},
 	{name: "quota-submissions-per-second", run: withQuota(api.SetQuota{Quota: api.Quota{Rate: 0.01, Burst: 1}}, rateLimited)},
+	{name: "submit-rate-spread-over-servers", run: withQuota(api.SetQuota{Quota: api.Quota{Rate: 0.011, Burst: spreadBurst}}, rateSpread)},
+	{name: "idempotent-retry-spends-no-rate-token", run: retryFree},
 	{name: "quota-spec-bytes", run: withQuota(api.SetQuota{Quota: api.Quota{SpecBytes: 16}}, tenantSubmit(attackSpec("attack-quota-bytes"),
 		http.StatusTooManyRequests, "bytes of job specs", "30"))},
 	{name: "quota-running-and-pending-jobs", run: withQuota(api.SetQuota{Quota: api.Quota{Jobs: 1}}, jobsQuota)},
@@ -62,12 +65,21 @@ type tenantAnswer struct {
 
 // request sends an API request to the leader with secret.
 func (t *target) request(ctx context.Context, secret, method, path string, body []byte) (tenantAnswer, error) {
+	return t.requestTo(ctx, t.leader, secret, "", method, path, body)
+}
+
+// requestTo sends an API request to server m with secret and, if not
+// empty, idempotency key.
+func (t *target) requestTo(ctx context.Context, m *launch.Member, secret, key, method, path string, body []byte) (tenantAnswer, error) {
 	hc := t.c.HTTPClient(10 * time.Second)
-	req, err := http.NewRequestWithContext(ctx, method, "https://"+t.leader.HTTP+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, "https://"+m.HTTP+path, bytes.NewReader(body))
 	if err != nil {
 		return tenantAnswer{}, err
 	}
 	req.Header.Set("Authorization", "Bearer "+secret)
+	if key != "" {
+		req.Header.Set(api.HeaderIdempotencyKey, key)
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return tenantAnswer{}, err
@@ -174,15 +186,16 @@ func withQuota(q api.SetQuota, attack func(context.Context, *target) (string, bo
 	}
 }
 
-// rateLimited spends the attackers' bucket (burst 1) on a spec the API
-// refuses, then submits a good one: refused with 429 and Retry-After.
+// rateLimited spends the attackers' bucket (burst 1) on a submission
+// the leader takes and the state refuses (the victim's name, 409), then
+// submits a good one: refused with 429 and Retry-After.
 func rateLimited(ctx context.Context, t *target) (string, bool) {
-	first, err := t.request(ctx, t.tokens.submitter, http.MethodPost, api.PathJobs, []byte("name: attack-rate\n"))
-	if err != nil || first.code != http.StatusBadRequest {
-		return fmt.Sprintf("the first (bad) submission: %v %d %s", err, first.code, first.body), false
+	first, err := t.request(ctx, t.tokens.submitter, http.MethodPost, api.PathJobs, t.appSpec("attack-victim", ""))
+	if err != nil || first.code != http.StatusConflict {
+		return fmt.Sprintf("the first submission (a name taken): %v %d %s", err, first.code, first.body), false
 	}
 	how, refused := tenantSubmit(attackSpec("attack-rate"), http.StatusTooManyRequests, "submissions per second", "")(ctx, t)
-	return "after one bad submission: " + how, refused
+	return "after one submission of a taken name: " + how, refused
 }
 
 // jobsQuota submits, with a quota of one live job, a first job (one the
@@ -198,13 +211,22 @@ func jobsQuota(ctx context.Context, t *target) (string, bool) {
 	}
 	how, refused := tenantSubmit(attackSpec("attack-quota-jobs"), http.StatusTooManyRequests, "running or pending jobs", "")(ctx, t)
 	how = "with one job pending: " + how
+	if msg, ok := t.waitFailed(ctx, first); !ok {
+		return how + "; " + msg, false
+	}
+	return how, refused
+}
+
+// waitFailed waits up to a minute for job name (one the agents refuse
+// to run) to end failed.
+func (t *target) waitFailed(ctx context.Context, name string) (string, bool) {
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		j, found, _, ans := t.c.Client().Job(ctx, t.leader, first, 5*time.Second)
+		j, found, _, ans := t.c.Client().Job(ctx, t.leader, name, 5*time.Second)
 		if ans.OK() && found && j.State == "failed" {
-			return how, refused
+			return "", true
 		}
 		if time.Now().After(deadline) {
-			return fmt.Sprintf("%s; the first job is %s, not failed, 60 s later", how, j.State), false
+			return fmt.Sprintf("job %s is %s, not failed, 60 s later", name, j.State), false
 		}
 	}
 }

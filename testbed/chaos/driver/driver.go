@@ -385,8 +385,9 @@ func (r *run) background(f func(ctx context.Context)) {
 // submit submits one job until it is acknowledged or definitely refused,
 // or ctx ends; it returns whether it was acknowledged.
 func (r *run) submit(ctx context.Context, cl *launch.Client, name string, spec []byte, retry time.Duration) bool {
+	key := cl.NewKey() // one submission, however many attempts
 	for {
-		a := cl.SubmitAny(ctx, name, spec, retry, 0)
+		a := cl.SubmitAnyKeyed(ctx, name, spec, key, retry, 0)
 		switch {
 		case a.OK():
 			r.mu.Lock()
@@ -487,6 +488,7 @@ func (r *run) probe(seq int) {
 		ctx, done := context.WithCancel(ctx)
 		defer done()
 		var wg sync.WaitGroup
+		key := r.c.Client().NewKey() // one submission, sent to every server
 		for _, m := range r.c.Servers {
 			wg.Add(1)
 			go func() {
@@ -494,7 +496,7 @@ func (r *run) probe(seq int) {
 				cl := r.c.Client()
 				for ctx.Err() == nil {
 					if m.Serving() {
-						a := cl.Submit(ctx, m, name, spec, time.Second)
+						a := cl.SubmitKeyed(ctx, m, name, spec, key, time.Second)
 						if a.OK() {
 							r.mu.Lock()
 							r.acked[name] = true

@@ -47,7 +47,9 @@ type F string
 
 // The operations.
 const (
-	// Submit posts a job spec (Job). OK is 201 (created) or 409 (exists).
+	// Submit posts a job spec (Job). OK is 201 (created, or a retry with
+	// the idempotency key of the submission that created it); 409
+	// (exists) is OK only in histories of clients that sent no key.
 	Submit F = "submit"
 	// Cancel cancels a job (Job).
 	Cancel F = "cancel"
@@ -72,6 +74,9 @@ type Op struct {
 	Server string `json:"server,omitempty"`
 	// Job is the job of a submit or cancel (invoke and completion).
 	Job string `json:"job,omitempty"`
+	// Key is the idempotency key of a submit or cancel (invoke; "":
+	// none): its retries carry the same.
+	Key string `json:"key,omitempty"`
 	// Code is the HTTP status of an answer; Error its error text, or the
 	// transport error (completions).
 	Code  int    `json:"code,omitempty"`

@@ -138,10 +138,10 @@ func partitions(lines []history.Line) (map[string][]porcupine.Operation, error) 
 			if done != nil {
 				out.code = done.Code
 			}
-			if inv.F == history.Submit && kind == history.Fail {
+			if inv.F == history.Submit && kind == history.Fail && out.code != 409 {
 				return // a refused spec (400, 413) or a full disk (507) says nothing about the state
 			}
-			add("job "+inv.Job, porcupine.Operation{ClientId: inv.Client, Input: input{f: inv.F, job: inv.Job},
+			add("job "+inv.Job, porcupine.Operation{ClientId: inv.Client, Input: input{f: inv.F, job: inv.Job, key: inv.Key},
 				Call: call, Output: out, Return: ret, Metadata: meta})
 		case history.Jobs:
 			if kind != history.OK || done.Stale {
@@ -240,6 +240,8 @@ func partitions(lines []history.Line) (map[string][]porcupine.Operation, error) 
 type input struct {
 	f   history.F
 	job string
+	// key is a submit's idempotency key ("": none).
+	key string
 }
 
 // output is its answer.
@@ -265,7 +267,9 @@ const (
 
 // jobState is one job's state in the sequential specification.
 type jobState struct {
-	exists   bool
+	exists bool
+	// key is the idempotency key of the submission that created it.
+	key      string
 	state    string
 	inc      uint64
 	epoch    int
@@ -284,7 +288,7 @@ func normState(s string) string {
 func stepJob(s jobState, in input, out output) []jobState {
 	switch in.f {
 	case history.Submit:
-		created := jobState{exists: true, state: active}
+		created := jobState{exists: true, state: active, key: in.key}
 		switch {
 		case out.unknown:
 			if s.exists {
@@ -293,8 +297,10 @@ func stepJob(s jobState, in input, out output) []jobState {
 			return []jobState{s, created}
 		case out.code == 409:
 			return when(s.exists, s)
+		case out.code >= 200 && out.code < 300 && s.exists:
+			return when(in.key != "" && in.key == s.key, s) // a retry of the submission that made it
 		case out.code >= 200 && out.code < 300:
-			return when(!s.exists, created)
+			return []jobState{created}
 		}
 		return nil
 	case history.Cancel:
@@ -329,7 +335,7 @@ func stepJob(s jobState, in input, out output) []jobState {
 			return when(!s.exists, s)
 		}
 		v := out.job
-		next := jobState{exists: true, state: normState(v.State), inc: v.Inc, epoch: v.Epoch, progress: v.Progress}
+		next := jobState{exists: true, key: s.key, state: normState(v.State), inc: v.Inc, epoch: v.Epoch, progress: v.Progress}
 		reachable := next.state == s.state || (s.state == active && (next.state == completed || next.state == failed))
 		forward := next.inc >= s.inc && next.epoch >= s.epoch && next.progress >= s.progress
 		return when(s.exists && reachable && forward, next)

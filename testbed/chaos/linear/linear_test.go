@@ -232,3 +232,64 @@ func TestBadHistory(t *testing.T) {
 		t.Errorf("completion of another job: %v", err)
 	}
 }
+
+// keyed is a submit of job with idempotency key key, answered code.
+func (b *builder) keyed(job, key string, typ history.Type, code int) {
+	b.id++
+	id := b.id
+	b.line(&history.Op{Type: history.Invoke, ID: id, Client: 0, F: history.Submit, Server: "s0", Job: job, Key: key})
+	b.line(&history.Op{Type: typ, ID: id, Client: 0, F: history.Submit, Job: job, Code: code})
+}
+
+// TestKeyedSubmitRetries: a 201 for a job that exists is the answer to a
+// retry with the key of the submission that made it, and nothing else;
+// a keyed 409 (a refusal) says the job exists.
+func TestKeyedSubmitRetries(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(b *builder)
+		ok   bool
+	}{
+		{"retry with the key after a lost answer", func(b *builder) {
+			b.keyed("k", "key1", history.Info, 503)
+			b.keyed("k", "key1", history.OK, 201)
+		}, true},
+		{"retry with the key after the answer", func(b *builder) {
+			b.keyed("k", "key1", history.OK, 201)
+			b.keyed("k", "key1", history.OK, 201)
+		}, true},
+		{"another key created it again", func(b *builder) {
+			b.keyed("k", "key1", history.OK, 201)
+			b.keyed("k", "key2", history.OK, 201)
+		}, false},
+		{"no key created it again", func(b *builder) {
+			b.keyed("k", "", history.OK, 201)
+			b.keyed("k", "", history.OK, 201)
+		}, false},
+		{"another key refused, the job existing", func(b *builder) {
+			b.keyed("k", "key1", history.OK, 201)
+			b.keyed("k", "key2", history.Fail, 409)
+		}, true},
+		{"refused as existing before any submission", func(b *builder) {
+			b.keyed("k", "key2", history.Fail, 409)
+		}, false},
+		{"the key kept over a read", func(b *builder) {
+			b.keyed("k", "key1", history.OK, 201)
+			b.get(false, "k", ptr(job("k", "running", 1, 0, 0)))
+			b.keyed("k", "key1", history.OK, 201)
+		}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := &builder{}
+			tt.edit(b)
+			res, err := Check(b.lines, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Linearizable() != tt.ok {
+				t.Errorf("linearizable %v, want %v: %+v", res.Linearizable(), tt.ok, res)
+			}
+		})
+	}
+}
