@@ -237,7 +237,7 @@ func (p *Pollux) sizes(snap *Snapshot, prev *State, s Autoscale) ([]SizePoint, f
 	flat := *p
 	flat.Hierarchy = HierarchyFlat
 	q := &flat
-	obj, err := newObjective(ext, q.PowerMean, q.Cache)
+	obj, err := newObjective(ext, q.PowerMean, q.Cache, q.MeasuredRestart)
 	if err != nil {
 		return nil, nil, err
 	}

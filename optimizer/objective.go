@@ -13,7 +13,8 @@ import (
 
 // Objective constants of pollux-spec.md section 4.
 const (
-	// RestartDelay is the seconds a reallocation costs a job; it sets the
+	// RestartDelay is the seconds a reallocation costs a job (unless the
+	// objective weighs measured delays and the job has one); it sets the
 	// restart penalty of the objective.
 	RestartDelay = 30.0
 	// MaxJobNodes is the most nodes one job may span.
@@ -85,12 +86,13 @@ func (f speedFn) atRacks(r, n, k int) float64 {
 // largest feasible K below it), and priced across racks by the job's
 // fitted cross-rack term (none fitted: racks are free).
 func NewObjective(snap *Snapshot, p float64) (*Objective, error) {
-	return newObjective(snap, p, nil)
+	return newObjective(snap, p, nil, false)
 }
 
 // newObjective is NewObjective drawing speedup functions from cache (nil
-// for none).
-func newObjective(snap *Snapshot, p float64, cache *SpeedupCache) (*Objective, error) {
+// for none), and with measured, pricing a restart at the job's measured
+// delay (Job.RestartDelay) where it has one.
+func newObjective(snap *Snapshot, p float64, cache *SpeedupCache, measured bool) (*Objective, error) {
 	if snap == nil {
 		return nil, fmt.Errorf("%w: nil snapshot", ErrBadSnapshot)
 	}
@@ -127,8 +129,7 @@ func newObjective(snap *Snapshot, p float64, cache *SpeedupCache) (*Objective, e
 		job := &snap.Jobs[j]
 		o.current[j] = normalize(job.Current)
 		o.order[j] = j
-		age := job.Age
-		o.factor[j] = math.Max(age-float64(job.Restarts)*RestartDelay, 0) / (age + RestartDelay)
+		o.factor[j] = restartFactor(job, measured)
 		sf, err := cache.get(job, o.nFair, o.kFair)
 		if err != nil {
 			return nil, err
@@ -143,6 +144,18 @@ func newObjective(snap *Snapshot, p float64, cache *SpeedupCache) (*Objective, e
 		return ja.SubmitTime < jb.SubmitTime
 	})
 	return o, nil
+}
+
+// restartFactor is the multiplier of a job's speedup under a changed
+// placement: max(age - restarts * delay, 0) / (age + delay), with delay
+// RestartDelay, or with measured the job's measured restart delay if it
+// has one.
+func restartFactor(job *Job, measured bool) float64 {
+	delay := RestartDelay
+	if measured && job.RestartDelay > 0 {
+		delay = job.RestartDelay
+	}
+	return math.Max(job.Age-float64(job.Restarts)*delay, 0) / (job.Age + delay)
 }
 
 // SpeedupCache keeps jobs' memoised speedup functions from one round to the
@@ -279,6 +292,9 @@ func checkJobsNodes(snap *Snapshot) error {
 		}
 		if !(job.Age >= 0) || math.IsInf(job.Age, 0) || job.Restarts < 0 {
 			return fmt.Errorf("%w: job %q age %v restarts %d", ErrBadSnapshot, job.ID, job.Age, job.Restarts)
+		}
+		if !(job.RestartDelay >= 0) || math.IsInf(job.RestartDelay, 0) {
+			return fmt.Errorf("%w: job %q restart delay %v", ErrBadSnapshot, job.ID, job.RestartDelay)
 		}
 		if !(job.Progress >= 0 && job.Progress <= 1) {
 			return fmt.Errorf("%w: job %q progress %v, want a fraction in [0, 1]", ErrBadSnapshot, job.ID, job.Progress)

@@ -51,6 +51,7 @@ func TestObjective(t *testing.T) {
 		{"p=0 is the geometric mean", 0, []optimizer.Placement{pl(0, 1), pl(1, 4)}, math.Sqrt(x1 * 4 * x1 * 10 / 40)},
 		{"p=-2", -2, []optimizer.Placement{pl(0, 1), nil}, math.Pow((math.Pow(x1+1e-3, -2)+math.Pow(1e-3, -2))/2, -0.5)},
 	}
+
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			obj, err := optimizer.NewObjective(snap, tt.p)
@@ -109,6 +110,8 @@ func TestBadSnapshots(t *testing.T) {
 		{"unknown node", func(s *optimizer.Snapshot) { s.Jobs[0].Current = pl(2, 1) }},
 		{"zero count", func(s *optimizer.Snapshot) { s.Jobs[0].Current = pl(0, 0) }},
 		{"negative age", func(s *optimizer.Snapshot) { s.Jobs[0].Age = -1 }},
+		{"negative restart delay", func(s *optimizer.Snapshot) { s.Jobs[0].RestartDelay = -1 }},
+		{"infinite restart delay", func(s *optimizer.Snapshot) { s.Jobs[0].RestartDelay = math.Inf(1) }},
 		{"bad model", func(s *optimizer.Snapshot) { s.Jobs[0].Model = &goodput.Model{} }},
 	}
 	for _, tt := range tests {
@@ -257,5 +260,41 @@ func TestEpochProgress(t *testing.T) {
 		if got := optimizer.EpochProgress(c.done, c.declared); got != c.want {
 			t.Errorf("EpochProgress(%d, %d) = %v, want %v", c.done, c.declared, got, c.want)
 		}
+	}
+}
+
+// TestPolluxMeasuredRestart: a job 40 s old that restarted once, on 1 of
+// 4 GPUs, gains 4x on all 4. At the assumed 30 s a restart is not worth
+// it (factor 10/70: 4 x 0.14 < 1); at the 2 s it measured it is (38/42),
+// but only for a policy that weighs measured delays.
+func TestPolluxMeasuredRestart(t *testing.T) {
+	snap := &optimizer.Snapshot{Nodes: nodes(1, 4), Seed: 1,
+		Jobs: []optimizer.Job{{ID: "a", Age: 40, Restarts: 1, MaxReplicas: 4, Current: pl(0, 1), RestartDelay: 2}}}
+	tests := []struct {
+		name     string
+		measured bool
+		delay    float64
+		want     int
+	}{
+		{"fixed 30 s", false, 2, 1},
+		{"measured 2 s", true, 2, 4},
+		{"measured, none yet: 30 s", true, 0, 1},
+		{"measured 30 s", true, 30, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := *snap
+			s.Jobs = []optimizer.Job{snap.Jobs[0]}
+			s.Jobs[0].RestartDelay = tt.delay
+			p := optimizer.NewPollux()
+			p.MeasuredRestart = tt.measured
+			res, err := p.Allocate(&s, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := res.Placements[0].Replicas(); got != tt.want {
+				t.Errorf("%d replicas, want %d", got, tt.want)
+			}
+		})
 	}
 }

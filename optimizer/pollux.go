@@ -49,6 +49,12 @@ type Pollux struct {
 	// is searched rack by rack (see allocateHier) or over the whole
 	// cluster at once; the zero value decides by the round's size.
 	Hierarchy Hierarchy
+	// MeasuredRestart prices a job's restart at the delay it measured
+	// (Job.RestartDelay) where it has one, as the running system does;
+	// without it every restart costs RestartDelay, as in the paper's and
+	// Sia's simulators, whose figures the trace-driven testbed
+	// reproduces.
+	MeasuredRestart bool
 }
 
 // NewPollux returns the policy with the paper's p = -1, the default budget
@@ -87,7 +93,7 @@ func (p *Pollux) workers() int {
 
 // Allocate implements Policy.
 func (p *Pollux) Allocate(snap *Snapshot, prev *State) (Result, error) {
-	obj, err := newObjective(snap, p.PowerMean, p.Cache)
+	obj, err := newObjective(snap, p.PowerMean, p.Cache, p.MeasuredRestart)
 	if err != nil {
 		return Result{}, err
 	}

@@ -18,6 +18,9 @@ type Options struct {
 	// Workers is how many goroutines Pollux's search uses (pollux,
 	// pollux-unaware; 0: its default).
 	Workers int
+	// MeasuredRestart is Pollux.MeasuredRestart (pollux,
+	// pollux-unaware): the running system's servers set it.
+	MeasuredRestart bool
 	// ProfiledNodes caps Sia's configurations per GPU type (nil: no cap).
 	ProfiledNodes map[string]int
 	// Autoscale, if not nil, makes pollux and pollux-het decide the
@@ -89,6 +92,7 @@ func (o Options) setPollux(p *Pollux) {
 		p.PowerMean = *o.PowerMean
 	}
 	p.Workers = o.Workers
+	p.MeasuredRestart = o.MeasuredRestart
 }
 
 // sized is p, deciding the cluster size too when o.Autoscale is set.

@@ -41,7 +41,8 @@ type Config struct {
 	// declare a busy but healthy machine dead for a moment, and marking
 	// it dead would restart every job on it.
 	NodeGrace time.Duration
-	// Policy decides allocations (default optimizer.NewPollux()).
+	// Policy decides allocations (default optimizer.NewPollux() pricing
+	// restarts at the delays the jobs measured).
 	Policy optimizer.Policy
 	// TypedPolicy decides the rounds whose alive nodes have several GPU
 	// types (default optimizer.NewHetPollux(): a job runs on one type at
@@ -196,7 +197,9 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 		return nil, fmt.Errorf("%w: no store", ErrConfig)
 	}
 	if cfg.Policy == nil {
-		cfg.Policy = optimizer.NewPollux()
+		p := optimizer.NewPollux()
+		p.MeasuredRestart = true
+		cfg.Policy = p
 	}
 	if cfg.FirstPolicy == nil {
 		cfg.FirstPolicy = optimizer.NewGreedy()

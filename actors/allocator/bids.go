@@ -102,7 +102,7 @@ func (a *allocator) bid(ctx actor.Context, m *pb.Bid) {
 // bidOf converts a bid message.
 func bidOf(m *pb.Bid) (*state.Bid, error) {
 	b := &state.Bid{Session: m.Session, Version: m.Version, HasModel: m.HasModel, HasGrad: m.HasGrad,
-		Grad: goodput.GradStats{GradSqr: m.GradSqr, GradVar: m.GradVar}, MostProfiled: int(m.MostProfiled)}
+		Grad: goodput.GradStats{GradSqr: m.GradSqr, GradVar: m.GradVar}, MostProfiled: int(m.MostProfiled), RestartDelay: m.RestartDelay}
 	if m.HasModel {
 		if len(m.Params) != 7 {
 			return nil, fmt.Errorf("%w: %d model parameters", state.ErrInvalid, len(m.Params))

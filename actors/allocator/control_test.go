@@ -307,7 +307,10 @@ func TestDoneNeedsRank0sToken(t *testing.T) {
 	}
 	c := newTCluster(t, clusterOpts{servers: 1, nodes: 1, gpus: 2, timeScale: 10})
 	lead := c.leader()
-	c.submit("long", "bert", 2)
+	// On one replica at most: the dones below name the incarnation read
+	// once, which a resize would make stale (in-process workers restart
+	// in a tenth of a second, a cheap restart the allocator takes).
+	c.submit("long", "bert", 1)
 	waitFor(t, "the job to run", 20*time.Second, func() bool { return len(c.any().srv.LocalState().Allocation.Jobs["long"]) > 0 })
 	st := c.any().srv.LocalState()
 	j := st.Jobs["long"]

@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"maps"
@@ -65,7 +66,8 @@ func ownNodes(st *state.State) []optimizer.Node {
 // restarted with another rack or type: the job is placed afresh), its age at now
 // (seconds on the state's clock, multiplied by timeScale so that an
 // emulated cluster's restart penalty is weighed in emulated time), its
-// attained service, and the goodput models built from its bid (typeModels).
+// attained service, the restart delay its actor measured (multiplied by
+// timeScale too) and the goodput models built from its bid (typeModels).
 // bids overrides a job's replicated bid with a newer one (received since
 // the last round, committed by this round). A job without a bid is left
 // out: it is placed once its actor has bid, so that its workers run the
@@ -156,7 +158,7 @@ func buildSnapshot(st *state.State, nodes []optimizer.Node, bids map[string]*sta
 		job := optimizer.Job{
 			ID: id, SubmitTime: j.SubmitTime, Age: math.Max(now-j.SubmitTime, 0) * timeScale, Attained: j.Attained,
 			Restarts: j.Restarts, Progress: progress(j), MinReplicas: j.Spec.MinReplicas, MaxReplicas: maxReplicas(j.Spec, bid),
-			Current: cur, Model: bid.Model(j.Spec.Limits), App: j.Spec.App,
+			Current: cur, Model: bid.Model(j.Spec.Limits), App: j.Spec.App, RestartDelay: bid.RestartDelay * timeScale,
 			Topology: j.Spec.Topology, GPUType: j.Spec.GPUType,
 			// Tiresias runs a job at the count its user asked for: a
 			// user-sized spec fixes min_replicas = max_replicas; another
@@ -368,7 +370,7 @@ func Assignments(st *state.State, o AssignOptions) (map[string]*pb.Assign, []str
 			rj := &pb.RunJob{
 				Job: id, Incarnation: j.Incarnation, Application: j.Spec.App, Command: j.Spec.Command,
 				Replicas: uint32(sl.GPUs), FirstRank: uint32(rank), WorldSize: uint32(k), NumNodes: uint32(len(slots)),
-				MasterAddr: master, MasterPort: masterPort(id), InitBatch: uint32(j.Spec.Limits.InitBatch),
+				MasterAddr: master, MasterPort: masterPort(id, j.Incarnation), InitBatch: uint32(j.Spec.Limits.InitBatch),
 				AtomicBatch: uint32(choice.LocalBatch), AccumSteps: uint32(choice.AccumSteps), Gain: choice.Gain,
 				CheckpointDir: st.CheckpointDir(j), Owner: owner, Submitter: j.Submitter,
 			}
@@ -400,10 +402,14 @@ func (o AssignOptions) masterHost(st *state.State, id string) string {
 	return h
 }
 
-// masterPort spreads jobs' rendezvous ports over 29500-39499.
-func masterPort(job string) uint32 {
+// masterPort spreads jobs' rendezvous ports over 29500-39499, a port per
+// incarnation: an incarnation whose rank 0 could not listen (the port
+// taken by another program, or still held by the last incarnation's
+// connections) is restarted on another port, not the same one again.
+func masterPort(job string, incarnation uint64) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(job))
+	h.Write(binary.LittleEndian.AppendUint64(nil, incarnation))
 	return 29500 + h.Sum32()%10000
 }
 

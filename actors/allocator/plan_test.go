@@ -87,9 +87,15 @@ func TestBuildSnapshotFromBids(t *testing.T) {
 	// A newer bid received this round overrides the replicated one.
 	newer := bidOfTable(8, 4)
 	newer.Params.AlphaC = 0.5
+	newer.RestartDelay = 6
 	snap, _ = BuildSnapshot(st, map[string]*state.Bid{"a": &newer, "nobid": &newer}, 200, 10, 42)
 	if len(snap.Jobs) != 3 || snap.Jobs[0].Model.Params.AlphaC != 0.5 || snap.Jobs[0].MaxReplicas != 8 {
 		t.Errorf("with newer bids: %+v", snap.Jobs)
+	}
+	// The measured restart delay is weighed on the clock of job ages
+	// (real seconds times the time scale); b has measured none.
+	if a, b := snap.Jobs[0], snap.Jobs[1]; a.RestartDelay != 60 || b.RestartDelay != 0 {
+		t.Errorf("restart delays %v and %v, want 60 (6 s at time scale 10) and 0", a.RestartDelay, b.RestartDelay)
 	}
 	if snap.Seed != 42 || snap.Now != 200 {
 		t.Errorf("seed %d now %v", snap.Seed, snap.Now)

@@ -58,7 +58,7 @@ func TestRoundInfoCarriesThePolicyInput(t *testing.T) {
 		policy optimizer.Policy
 	}{
 		{"first round", first, optimizer.NewGreedy()},
-		{"search", search, &optimizer.Pollux{PowerMean: optimizer.DefaultPowerMean, Effort: search.SearchEffort}},
+		{"search", search, &optimizer.Pollux{PowerMean: optimizer.DefaultPowerMean, Effort: search.SearchEffort, MeasuredRestart: true}},
 	} {
 		res, err := tc.policy.Allocate(tc.r.Snapshot, tc.r.Prev)
 		if err != nil {

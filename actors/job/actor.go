@@ -81,6 +81,15 @@ type jobActor struct {
 	epoch   int
 	prog    float64
 
+	// lastStep is when rank 0 of plan.incarnation last reported a step
+	// (zero: not yet); movedAt is where the current incarnation's delay
+	// is measured from while it has not stepped (zero: nothing to
+	// measure; see restartFrom). restartDelay is the mean of the delays
+	// measured, over restarts of them.
+	lastStep, movedAt time.Time
+	restartDelay      float64
+	restarts          int
+
 	done, failed bool   // of plan.incarnation
 	doneToken    string // the report token of rank 0's done report
 	failure      string
@@ -147,6 +156,9 @@ func (j *jobActor) load() {
 		if b.HasGrad {
 			j.grad, j.hasGrad = b.Grad, true
 		}
+		if b.RestartDelay > 0 {
+			j.restartDelay, j.restarts = b.RestartDelay, 1
+		}
 	} else if st.HasGrad {
 		j.grad, j.hasGrad = st.Grad, true
 	}
@@ -166,11 +178,12 @@ func (j *jobActor) profileOf(t string) *typeProfile {
 }
 
 func (j *jobActor) setPlan(ctx actor.Context, p plan) {
+	first := j.plan.allocator == nil
 	if p.incarnation != j.plan.incarnation {
 		j.closeDelta()
 		j.done, j.failed, j.failure, j.doneToken = false, false, "", ""
+		j.restartFrom(p, first)
 	}
-	first := j.plan.allocator == nil
 	j.plan = p
 	if first {
 		j.tick(ctx, true) // bid at once: a job is placed only once it has bid
@@ -188,6 +201,7 @@ func (j *jobActor) report(ctx actor.Context, r *pb.WorkerReport) {
 		j.cur = delta{incarnation: r.Incarnation, gpuType: j.plan.gpuType, sums: map[profileKey]*sum{}}
 	}
 	if r.Rank == 0 && r.LocalBsz > 0 {
+		j.stepped()
 		key := profileKey{j.plan.nodes, j.plan.reps, int(r.LocalBsz), j.plan.racks}
 		s := j.cur.sums[key]
 		if s == nil {
@@ -207,6 +221,46 @@ func (j *jobActor) report(ctx actor.Context, r *pb.WorkerReport) {
 		j.log.Info("job: workers report done", "incarnation", r.Incarnation, "epoch", r.Epoch)
 		j.tick(ctx, true)
 	}
+}
+
+// restartFrom starts measuring the delay of incarnation p, which replaces
+// the current one: from the current one's last step (or, if it has not
+// stepped yet, from where its own delay was measured), or, for workers
+// starting from none (the job's first placement, or after a
+// preemption: the wait before is not a restart's), from now. A job
+// placed nowhere, and the first plan of an actor (it may have taken
+// over a running incarnation), measure nothing.
+func (j *jobActor) restartFrom(p plan, first bool) {
+	switch {
+	case p.reps == 0 || first:
+		j.movedAt = time.Time{}
+	case j.plan.reps > 0 && !j.lastStep.IsZero():
+		j.movedAt = j.lastStep
+	case j.plan.reps > 0 && !j.movedAt.IsZero():
+	default:
+		j.movedAt = j.cfg.Now()
+	}
+	j.lastStep = time.Time{}
+}
+
+// stepped notes a step of rank 0 of the current incarnation: the first
+// of an incarnation whose delay is being measured (restartFrom) ends the
+// measurement.
+func (j *jobActor) stepped() {
+	now := j.cfg.Now()
+	if !j.movedAt.IsZero() {
+		d := now.Sub(j.movedAt).Seconds()
+		j.movedAt = time.Time{}
+		if d > maxRestartDelay {
+			j.log.Warn("job: restart delay not taken as one", "incarnation", j.plan.incarnation, "delay_s", d)
+			j.lastStep = now
+			return
+		}
+		j.restarts++
+		j.restartDelay += (d - j.restartDelay) / float64(j.restarts)
+		j.log.Info("job: restart measured", "incarnation", j.plan.incarnation, "delay_s", d, "mean_s", j.restartDelay)
+	}
+	j.lastStep = now
 }
 
 func (j *jobActor) exited(ctx actor.Context, e *pb.WorkerExited) {
@@ -329,15 +383,21 @@ func paramsMoved(a, b goodput.Params) float64 {
 	return most
 }
 
-// rebid rebuilds the bid if the model, the gradient statistics or the
-// replica bound moved; it reports whether it did.
+// maxRestartDelay bounds a restart delay the actor takes as one (seconds,
+// the replicated state's bound on a bid's times): a restart that took
+// longer was something else (a stalled node, a long wait for a slot).
+const maxRestartDelay = 3600
+
+// rebid rebuilds the bid if the model, the gradient statistics, the
+// replica bound or the measured restart delay moved; it reports whether
+// it did.
 func (j *jobActor) rebid(modelChanged bool) bool {
 	most := 0
 	for _, p := range j.profiles {
 		most = max(most, p.mostReplicas())
 	}
 	gradMoved := j.hasGrad && (j.bid.Version == 0 || !j.bid.HasGrad || relChange(j.grad, j.bidGrad) > gradChange)
-	if j.bid.Version > 0 && !modelChanged && !gradMoved && most == j.bid.MostProfiled {
+	if j.bid.Version > 0 && !modelChanged && !gradMoved && most == j.bid.MostProfiled && j.bid.RestartDelay == j.restartDelay {
 		return false
 	}
 	grad := goodput.GradStats{}
@@ -345,6 +405,7 @@ func (j *jobActor) rebid(modelChanged bool) bool {
 		grad = j.grad
 	}
 	b := bidOn(*j.spec, j.profiles, grad, j.hasGrad)
+	b.RestartDelay = j.restartDelay
 	j.version++
 	b.Session, b.Version = j.session, j.version
 	j.bid, j.bidGrad = b, j.grad
@@ -381,6 +442,7 @@ func (j *jobActor) tick(ctx actor.Context, urgent bool) {
 			msg.Params, msg.AlphaX = p[:], b.Params.AlphaX
 		}
 		msg.GradSqr, msg.GradVar, msg.MostProfiled = b.Grad.GradSqr, b.Grad.GradVar, uint32(b.MostProfiled)
+		msg.RestartDelay = b.RestartDelay
 		msg.Single, msg.Multi = choices(b.Single), choices(b.Multi)
 		for _, tb := range b.Types {
 			p := tb.Params.Slice()

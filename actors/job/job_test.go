@@ -289,3 +289,121 @@ func TestJobActorResumesPerTypeModels(t *testing.T) {
 		}
 	}
 }
+
+// fakeClock is an injected clock the test moves by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// TestJobActorMeasuresRestartDelay: the actor measures a restart from
+// the old incarnation's last step to the new one's first and a start
+// from no workers from its placement to its first step (not the first
+// placement an actor sees: it may have taken over running workers), bids
+// the mean, and does not count the wait of a preempted job.
+func TestJobActorMeasuresRestartDelay(t *testing.T) {
+	cat, _ := builtin.Catalog()
+	spec := state.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 8, Limits: cat["cifar10"].Limits()}
+	store := &fakeStore{job: &state.Job{ID: "j", Spec: spec, State: state.Running, Incarnation: 1}}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
+	defer sys.Shutdown()
+	sink := &bidSink{got: make(chan *pb.Bid, 1000)}
+	alloc := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink }))
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	props, err := NewHost(HostConfig{Server: "s0", Store: store, BidEvery: 20 * time.Millisecond, Now: clock.Now, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := sys.Root.Spawn(props)
+	owner := actor.NewPID(host.Address, host.Id+"/job-j")
+	gen := uint64(0)
+	place := func(inc uint64, reps uint32) {
+		t.Helper()
+		gen++
+		res, err := sys.Root.RequestFuture(host, &pb.HostJobs{Term: 1, Generation: gen, Allocator: &pb.Ref{Address: alloc.Address, Id: alloc.Id},
+			Jobs: []*pb.HostedJob{{Job: "j", Incarnation: inc, Session: 7, Nodes: 1, Replicas: reps}}}, 5*time.Second).Result()
+		if err != nil || res.(*pb.HostAck).Jobs != 1 {
+			t.Fatalf("host ack %v %v", res, err)
+		}
+	}
+	step := func(inc uint64) {
+		sys.Root.Send(owner, &pb.WorkerReports{Reports: []*pb.WorkerReport{{Job: "j", Incarnation: inc, Rank: 0, StepTime: 0.2, SyncTime: 0.05,
+			GradSqr: 1, GradVar: 10, Epoch: 1, Progress: 3, LocalBsz: 64}}})
+	}
+	// waitDelay waits for a bid with the restart delay want, the
+	// reports sent before taken (a bid counts them).
+	waitDelay := func(want float64, reports uint64) {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case b := <-sink.got:
+				if b.Reports < reports {
+					continue
+				}
+				if b.RestartDelay == want {
+					return
+				}
+				if b.RestartDelay != 0 && b.RestartDelay != want {
+					t.Fatalf("bid with restart delay %v, want %v", b.RestartDelay, want)
+				}
+			case <-deadline:
+				t.Fatalf("no bid with restart delay %v", want)
+			}
+		}
+	}
+	// waitReports waits for a bid that counts reports reports and returns
+	// its restart delay.
+	waitReports := func(reports uint64) float64 {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case b := <-sink.got:
+				if b.Reports >= reports {
+					return b.RestartDelay
+				}
+			case <-deadline:
+				t.Fatalf("no bid counting %d reports", reports)
+			}
+		}
+	}
+	place(1, 1)
+	step(1)
+	waitDelay(0, 1)
+	clock.add(2 * time.Second)
+	step(1) // the old incarnation's last step
+	waitDelay(0, 2)
+	place(2, 2)
+	clock.add(6 * time.Second)
+	step(2) // 6 s after the last step of incarnation 1
+	waitDelay(6, 3)
+	place(3, 1)
+	clock.add(10 * time.Second)
+	step(3)
+	waitDelay(8, 4) // the mean of 6 and 10
+	// Preempted, then placed again a minute later: the wait is not a
+	// restart's, the start from no workers (up to 5 s: the actor may
+	// take the placement after the clock moved) is.
+	place(4, 0)
+	clock.add(time.Minute)
+	place(5, 1)
+	clock.add(5 * time.Second)
+	step(5)
+	if d := waitReports(5); d < (6+10+0)/3.0 || d > (6+10+5)/3.0 {
+		t.Fatalf("restart delay %v after a start from none, want the mean of 6, 10 and at most 5", d)
+	}
+}

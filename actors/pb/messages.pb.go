@@ -1288,7 +1288,11 @@ type Bid struct {
 	// The fitted cross-rack term alpha_x (goodput.Params.AlphaX) of
 	// params: seconds a synchronisation across racks adds, times 2(r-1)/r
 	// for r racks; 0 while unknown (no measurement across racks).
-	AlphaX        float64 `protobuf:"fixed64,140,opt,name=alpha_x,json=alphaX,proto3" json:"alpha_x,omitempty"`
+	AlphaX float64 `protobuf:"fixed64,140,opt,name=alpha_x,json=alphaX,proto3" json:"alpha_x,omitempty"`
+	// The job's restart delay as its actor measured it: real seconds from
+	// the last step of one incarnation to the first step of the next, the
+	// mean over its restarts; 0 until it has restarted once.
+	RestartDelay  float64 `protobuf:"fixed64,150,opt,name=restart_delay,json=restartDelay,proto3" json:"restart_delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1459,6 +1463,13 @@ func (x *Bid) GetTypes() []*TypeBid {
 func (x *Bid) GetAlphaX() float64 {
 	if x != nil {
 		return x.AlphaX
+	}
+	return 0
+}
+
+func (x *Bid) GetRestartDelay() float64 {
+	if x != nil {
+		return x.RestartDelay
 	}
 	return 0
 }
@@ -2134,7 +2145,7 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\x04gpus\x18\x03 \x03(\rR\x04gpus\x12\x14\n" +
 	"\x05alive\x18\x04 \x01(\rR\x05alive\x12\x1a\n" +
 	"\bstopping\x18\x05 \x01(\bR\bstopping\x12\x18\n" +
-	"\apending\x18\x06 \x01(\bR\apending\"\xfc\x04\n" +
+	"\apending\x18\x06 \x01(\bR\apending\"\xa2\x05\n" +
 	"\x03Bid\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x18\n" +
@@ -2157,7 +2168,8 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\n" +
 	"done_token\x18i \x01(\tR\tdoneToken\x12-\n" +
 	"\x05types\x18\x82\x01 \x03(\v2\x16.pollux.actors.TypeBidR\x05types\x12\x18\n" +
-	"\aalpha_x\x18\x8c\x01 \x01(\x01R\x06alphaX\"\xe0\x01\n" +
+	"\aalpha_x\x18\x8c\x01 \x01(\x01R\x06alphaX\x12$\n" +
+	"\rrestart_delay\x18\x96\x01 \x01(\x01R\frestartDelay\"\xe0\x01\n" +
 	"\aTypeBid\x12\x19\n" +
 	"\bgpu_type\x18\x01 \x01(\tR\agpuType\x12\x16\n" +
 	"\x06params\x18\x02 \x03(\x01R\x06params\x12#\n" +

@@ -24,10 +24,12 @@ func serverPolicy(name string) (single, typed optimizer.Policy, err error) {
 	if name == "auto" {
 		singleName, typedName = "pollux", "pollux-het"
 	}
-	if single, err = optimizer.Lookup(singleName, optimizer.Options{}); err != nil {
+	// Jobs measure their restarts: the penalty weighs what they cost.
+	opts := optimizer.Options{MeasuredRestart: true}
+	if single, err = optimizer.Lookup(singleName, opts); err != nil {
 		return nil, nil, fmt.Errorf("server: --policy: %w", err)
 	}
-	if typed, err = optimizer.Lookup(typedName, optimizer.Options{}); err != nil {
+	if typed, err = optimizer.Lookup(typedName, opts); err != nil {
 		return nil, nil, fmt.Errorf("server: --policy: %w", err)
 	}
 	return single, typed, nil

@@ -453,7 +453,7 @@ func FuzzDecodeState(f *testing.F) {
 		&RegisterNode{Node: Node{ID: "n1", GPUs: 2, Health: Alive, Rack: "r1", Topology: []string{"r1", "z1"}, GPUType: "t4"}},
 		&SubmitJob{ID: "j", Spec: spec})
 	f.Add(EncodeState(typed.state()))
-	for _, old := range []string{"testdata/snapshot-v1.bin", "testdata/snapshot-v2.bin", "testdata/snapshot-v2-bid.bin", snapshotV3, snapshotV4, snapshotV5, snapshotV6, snapshotV7, snapshotV8, snapshotV9, snapshotV10, snapshotV11, snapshotV12} {
+	for _, old := range []string{"testdata/snapshot-v1.bin", "testdata/snapshot-v2.bin", "testdata/snapshot-v2-bid.bin", snapshotV3, snapshotV4, snapshotV5, snapshotV6, snapshotV7, snapshotV8, snapshotV9, snapshotV10, snapshotV11, snapshotV12, snapshotV13} {
 		if b, err := os.ReadFile(old); err == nil {
 			f.Add(b)
 		}

@@ -291,10 +291,7 @@ func FuzzDecodeEvents(f *testing.F) {
 
 // snapshotV12 is a version 12 snapshot: snapshotV11's state plus the
 // events of a job placed, resized off a lost node and completed.
-// go test ./consensus/state -run TestSnapshotVersion12Golden -update
-// rewrites it; only do so for a change that keeps the version's bytes (a
-// change of the format is a new version, and this file must still
-// decode).
+// It was written by the version 12 encoder and must still decode.
 const snapshotV12 = "testdata/snapshot-v12.bin"
 
 func v12State(t testing.TB) *State {
@@ -320,12 +317,6 @@ func v12State(t testing.TB) *State {
 
 func TestSnapshotVersion12Golden(t *testing.T) {
 	got := EncodeState(v12State(t))
-	if *updateGolden {
-		if err := os.WriteFile(snapshotV12, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
 	b, s := decodeFixture(t, snapshotV12, 12)
 	var types []string
 	for _, ev := range s.Events.Since("again", 0, 0) {
@@ -343,8 +334,10 @@ func TestSnapshotVersion12Golden(t *testing.T) {
 	if j := s.Jobs["keyed"]; j == nil || j.SubmitKey != "sub-1" {
 		t.Errorf("version 11 content lost")
 	}
-	if !bytes.Equal(got, b) {
-		t.Fatalf("the encoding of version 12 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+	// The state decoded from the fixture is the state the commands make
+	// (version 13 added nothing these commands set).
+	if again := EncodeState(s); !bytes.Equal(got, again) {
+		t.Fatalf("the version 12 fixture decodes to another state than the commands make (%d bytes against %d, fixture %d)", len(again), len(got), len(b))
 	}
 }
 
@@ -447,5 +440,53 @@ func TestEventRetentionAcrossSnapshots(t *testing.T) {
 	}
 	if len(a.s.Events.Since("c", 0, 0)) != 2 {
 		t.Errorf("job c's events (submitted, placed) were dropped: %+v", a.s.Events.Since("c", 0, 0))
+	}
+}
+
+// snapshotV13 is a version 13 snapshot: snapshotV12's state plus a bid
+// with a measured restart delay.
+// go test ./consensus/state -run TestSnapshotVersion13Golden -update
+// rewrites it; only do so for a change that keeps the version's bytes (a
+// change of the format is a new version, and this file must still
+// decode).
+const snapshotV13 = "testdata/snapshot-v13.bin"
+
+func v13State(t testing.TB) *State {
+	t.Helper()
+	a := newApplier()
+	a.s = v12State(t)
+	j := a.s.Jobs["typed"]
+	bid := j.Bid.clone()
+	bid.Version++
+	bid.RestartDelay = 7.5
+	a.must(t, 9, &Round{Generation: a.s.Allocation.Generation + 1, Term: 9, Time: 480, Jobs: a.s.Allocation.Jobs,
+		Updates: []RoundJob{{ID: "typed", Incarnation: j.Incarnation, HasBid: true, Bid: bid}}})
+	return a.state()
+}
+
+func TestSnapshotVersion13Golden(t *testing.T) {
+	got := EncodeState(v13State(t))
+	if *updateGolden {
+		if err := os.WriteFile(snapshotV13, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	b, s := decodeFixture(t, snapshotV13, 13)
+	if d := s.Jobs["typed"].Bid.RestartDelay; d != 7.5 {
+		t.Errorf("decoded restart delay %v, want 7.5", d)
+	}
+	if s.Jobs["typed"].Bid.Params.AlphaX != 0.25 || s.Jobs["keyed"].SubmitKey != "sub-1" {
+		t.Errorf("older versions' content lost")
+	}
+	// Older snapshots decode without a restart delay.
+	_, old := decodeFixture(t, snapshotV12, 12)
+	for id, j := range old.Jobs {
+		if j.Bid.RestartDelay != 0 {
+			t.Fatalf("version 12 job %s with a restart delay", id)
+		}
+	}
+	if !bytes.Equal(got, b) {
+		t.Fatalf("the encoding of version 13 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
 	}
 }

@@ -142,7 +142,8 @@ func encodeRoundJob(w *writer, u *RoundJob) {
 	var flags byte
 	typedBid, typedMeas := u.HasBid && len(u.Bid.Types) > 0, u.HasMeas && u.Meas.GPUType != ""
 	racks := roundHasRacks(u)
-	for i, b := range []bool{u.Restart, u.Running, u.HasBid, u.HasMeas, typedMeas, typedBid, racks} {
+	delay := u.HasBid && u.Bid.RestartDelay != 0
+	for i, b := range []bool{u.Restart, u.Running, u.HasBid, u.HasMeas, typedMeas, typedBid, racks, delay} {
 		if b {
 			flags |= 1 << i
 		}
@@ -168,6 +169,9 @@ func encodeRoundJob(w *writer, u *RoundJob) {
 			encodeProfileRacks(w, u.Meas.Profile)
 		}
 	}
+	if delay {
+		w.f64(u.Bid.RestartDelay)
+	}
 }
 
 // encodeMeasurement encodes a measurement but its GPU type, which each
@@ -192,11 +196,11 @@ func decodeRoundJob(r *reader, u *RoundJob) {
 	u.ID = r.str()
 	u.Incarnation = r.uvarint()
 	flags := r.byte()
-	// Bits 16 (a typed measurement), 32 (a bid with per-type parts) and
-	// 64 (racks: racks.go) came later: an update without them encodes as
-	// it always did.
-	if flags&^0x7f != 0 || (flags&0x10 != 0 && flags&8 == 0) || (flags&0x20 != 0 && flags&4 == 0) ||
-		(flags&0x40 != 0 && flags&0xc == 0) {
+	// Bits 16 (a typed measurement), 32 (a bid with per-type parts), 64
+	// (racks: racks.go) and 128 (the bid's restart delay, encoded last)
+	// came later: an update without them encodes as it always did.
+	if (flags&0x10 != 0 && flags&8 == 0) || (flags&0x20 != 0 && flags&4 == 0) ||
+		(flags&0x40 != 0 && flags&0xc == 0) || (flags&0x80 != 0 && flags&4 == 0) {
 		r.fail("round update flags %#x", flags)
 	}
 	u.Restart, u.Running, u.HasBid, u.HasMeas = flags&1 != 0, flags&2 != 0, flags&4 != 0, flags&8 != 0
@@ -225,6 +229,11 @@ func decodeRoundJob(r *reader, u *RoundJob) {
 		}
 		if r.err == nil && !roundHasRacks(u) {
 			r.fail("round update racks encoded empty (they are left out instead)")
+		}
+	}
+	if flags&0x80 != 0 {
+		if u.Bid.RestartDelay = r.f64(); u.Bid.RestartDelay == 0 {
+			r.fail("bid restart delay encoded zero (it is left out instead)")
 		}
 	}
 }
@@ -397,6 +406,12 @@ func (b *Bid) Validate() error {
 		}
 	} else if b.Grad != (goodput.GradStats{}) {
 		return invalid("bid gradient statistics without HasGrad")
+	}
+	if err := checkNonNeg("bid restart delay", b.RestartDelay); err != nil {
+		return err
+	}
+	if b.RestartDelay > maxBidTime {
+		return invalid("bid restart delay %v s", b.RestartDelay)
 	}
 	if b.MostProfiled < 0 || b.MostProfiled > MaxBidReplicas {
 		return invalid("bid profiled at %d replicas", b.MostProfiled)

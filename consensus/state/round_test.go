@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -391,7 +392,10 @@ func TestBidValidate(t *testing.T) {
 	gain.Single[0].Gain = 1e6
 	empty := testBid(1, 1)
 	empty.Single = nil
-	for name, b := range map[string]Bid{"NaN": nan, "negative": neg, "absurd": absurd, "gain": gain, "no table": empty, "version 0": testBid(1, 0)} {
+	negDelay, longDelay := testBid(1, 1), testBid(1, 1)
+	negDelay.RestartDelay, longDelay.RestartDelay = -1, 1e5
+	for name, b := range map[string]Bid{"NaN": nan, "negative": neg, "absurd": absurd, "gain": gain, "no table": empty, "version 0": testBid(1, 0),
+		"negative restart delay": negDelay, "restart delay of a day": longDelay} {
 		if err := b.Validate(); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v", name, err)
 		}
@@ -399,5 +403,41 @@ func TestBidValidate(t *testing.T) {
 	good := testBid(1, 1)
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRoundBidRestartDelay: a bid's restart delay is encoded last and
+// only when set (a bid without one encodes as before), round-trips, and
+// an encoded zero is malformed.
+func TestRoundBidRestartDelay(t *testing.T) {
+	plain := &Round{Generation: 2, Term: 1, Time: 20, Jobs: map[string][]Slot{"j": {{"n1", 2}}},
+		Updates: []RoundJob{{ID: "j", Incarnation: 1, HasBid: true, Bid: testBid(3, 1)}}}
+	timed := *plain
+	timed.Updates = []RoundJob{plain.Updates[0]}
+	timed.Updates[0].Bid.RestartDelay = 6.25
+	pb, tb := mustEncode(t, plain), mustEncode(t, &timed)
+	if len(tb) != len(pb)+8 {
+		t.Fatalf("the restart delay takes %d bytes, want 8", len(tb)-len(pb))
+	}
+	c, err := Decode(tb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.(*Round).Updates[0].Bid.RestartDelay; d != 6.25 {
+		t.Fatalf("decoded restart delay %v", d)
+	}
+	c, err = Decode(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.(*Round).Updates[0].Bid.RestartDelay; d != 0 {
+		t.Fatalf("a bid without a restart delay decodes with %v", d)
+	}
+	zero := slices.Clone(tb)
+	for i := len(zero) - 8; i < len(zero); i++ {
+		zero[i] = 0
+	}
+	if _, err := Decode(zero); err == nil {
+		t.Fatal("an encoded zero restart delay decodes")
 	}
 }

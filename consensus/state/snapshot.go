@@ -13,7 +13,7 @@ import (
 // CRC-32C; docs/replicated-state.md lists what each version added.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 12
+	SnapshotVersion = 13
 	// MaxSnapshot bounds the size of an encoded state.
 	MaxSnapshot = 1 << 30
 )
@@ -70,6 +70,7 @@ func EncodeState(s *State) []byte {
 		encodeBidRacks(w, &j.Bid)
 		w.str(j.SubmitKey)
 		w.str(j.CancelKey)
+		w.f64(j.Bid.RestartDelay)
 	}
 
 	w.uvarint(s.Allocation.Generation)
@@ -202,6 +203,9 @@ func DecodeState(b []byte) (*State, error) {
 			j.SubmitKey = r.str()
 			j.CancelKey = r.str()
 		}
+		if version >= 13 {
+			j.Bid.RestartDelay = r.f64()
+		}
 		if r.err != nil {
 			break
 		}
@@ -299,7 +303,7 @@ func validateJob(j *Job) error {
 		if err := j.Bid.Validate(); err != nil {
 			return fmt.Errorf("job %q: %w", j.ID, err)
 		}
-	} else if j.Bid.Session != 0 || j.Bid.HasModel || j.Bid.HasGrad || j.Bid.Params != (goodput.Params{}) ||
+	} else if j.Bid.Session != 0 || j.Bid.RestartDelay != 0 || j.Bid.HasModel || j.Bid.HasGrad || j.Bid.Params != (goodput.Params{}) ||
 		j.Bid.Grad != (goodput.GradStats{}) || j.Bid.MostProfiled != 0 || j.Bid.Single != nil || j.Bid.Multi != nil || j.Bid.Types != nil {
 		return invalid("job %q has a bid of version 0", j.ID)
 	}

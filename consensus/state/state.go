@@ -174,6 +174,10 @@ type Bid struct {
 	// only; nil for a job measured on untyped nodes only, and in every
 	// bid made before bids carried them).
 	Types []TypeBid
+	// RestartDelay is the job's measured restart delay, real seconds
+	// from the last step of one incarnation to the first step of the
+	// next (the mean over its restarts); 0 until it has restarted once.
+	RestartDelay float64
 }
 
 // TypeBid is a bid's part for one GPU type the job has a model on: the

@@ -8,11 +8,12 @@
 // reached, and the replicas and batch size of every incarnation that
 // trained (pollux-progress.json's run history).
 //
-// Real jobs restart in seconds (Python and torch start in about 1 s on
-// an idle machine, the replicas then meet and restore the checkpoint),
-// while the scheduler's restart penalty charges 30 s of its clock per
-// restart, as for jobs of hours on GPUs. So the servers weigh job ages on
-// a faster clock (Options.TimeScale, default 20): the penalty then stands
-// for 1.5 s of real time, and jobs of a minute or two are resized as
-// Pollux resizes jobs of hours.
+// Real jobs restart in seconds (Python and torch start in a few seconds,
+// the replicas then meet and restore the checkpoint: 4-10 s per restart
+// on the 2-core machine of docs/benchmarks.md). Each job's actor measures
+// its own restart delay and the scheduler's restart penalty uses it; the
+// servers weigh job ages on a faster clock (Options.TimeScale, default
+// 20), which scales the measured delays alike (so it cancels out of the
+// penalty) and makes the 30 s the penalty assumes before a job has
+// measured one stand for 1.5 s of real time.
 package realdemo
