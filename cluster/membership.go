@@ -84,6 +84,14 @@ type Config struct {
 	// declared dead after three probe intervals, so a lost lab is noticed
 	// within a few seconds.
 	WAN bool
+	// Crowded tunes the LAN profile for many members sharing a few cores
+	// (the control-plane bench runs hundreds in one process): a probe is
+	// answered within a second (not 500 ms) and sent every 2 s, so a
+	// member starved of CPU for a moment is not suspected, which costs a
+	// suspicion and a refutation, each spread to every member; and
+	// packets go uncompressed (memberlist's LZW allocates a 64 KiB table
+	// for every packet it sends). docs/benchmarks.md has the measurements.
+	Crowded bool
 }
 
 // WANLabel is the label of a federation's gossip pool.
@@ -150,27 +158,7 @@ func Start(cfg Config) (*Membership, error) {
 		done:   make(chan struct{}),
 		pumped: make(chan struct{}),
 	}
-	mc := memberlist.DefaultLANConfig()
-	switch {
-	case cfg.WAN:
-		mc = memberlist.DefaultWANConfig()
-		mc.ProbeInterval = 500 * time.Millisecond
-		mc.ProbeTimeout = 400 * time.Millisecond
-		mc.GossipInterval = 200 * time.Millisecond
-		mc.SuspicionMult = 3
-		mc.SuspicionMaxTimeoutMult = 3
-		mc.DeadNodeReclaimTime = 30 * time.Second
-	case cfg.Fast:
-		mc = memberlist.DefaultLocalConfig()
-		mc.ProbeInterval = 200 * time.Millisecond
-		mc.ProbeTimeout = 100 * time.Millisecond
-		mc.GossipInterval = 50 * time.Millisecond
-		mc.SuspicionMult = 2
-		mc.SuspicionMaxTimeoutMult = 2
-		mc.DeadNodeReclaimTime = time.Second
-	default:
-		mc.DeadNodeReclaimTime = 30 * time.Second
-	}
+	mc := memberlistConfig(cfg)
 	mc.Name = cfg.Name
 	mc.Label = cfg.Label
 	mc.Keyring = ring
@@ -190,6 +178,38 @@ func Start(cfg Config) (*Membership, error) {
 	m.ml = ml
 	m.addr = ml.LocalNode().Address()
 	return m, nil
+}
+
+// memberlistConfig is memberlist's configuration of cfg's profile
+// (timing and compression; Start adds the rest).
+func memberlistConfig(cfg Config) *memberlist.Config {
+	mc := memberlist.DefaultLANConfig()
+	switch {
+	case cfg.WAN:
+		mc = memberlist.DefaultWANConfig()
+		mc.ProbeInterval = 500 * time.Millisecond
+		mc.ProbeTimeout = 400 * time.Millisecond
+		mc.GossipInterval = 200 * time.Millisecond
+		mc.SuspicionMult = 3
+		mc.SuspicionMaxTimeoutMult = 3
+		mc.DeadNodeReclaimTime = 30 * time.Second
+	case cfg.Fast:
+		mc = memberlist.DefaultLocalConfig()
+		mc.ProbeInterval = 200 * time.Millisecond
+		mc.ProbeTimeout = 100 * time.Millisecond
+		mc.GossipInterval = 50 * time.Millisecond
+		mc.SuspicionMult = 2
+		mc.SuspicionMaxTimeoutMult = 2
+		mc.DeadNodeReclaimTime = time.Second
+	case cfg.Crowded:
+		mc.ProbeInterval = 2 * time.Second
+		mc.ProbeTimeout = time.Second
+		mc.EnableCompression = false
+		mc.DeadNodeReclaimTime = 30 * time.Second
+	default:
+		mc.DeadNodeReclaimTime = 30 * time.Second
+	}
+	return mc
 }
 
 // Join contacts the given gossip addresses (host:port) and returns how

@@ -278,3 +278,68 @@ func TestWANPool(t *testing.T) {
 	b.Shutdown()
 	waitEvent(t, a, EventLeave, "lab-b/s0", 30*time.Second)
 }
+
+func TestProfiles(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		cfg                 Config
+		probe, probeTimeout time.Duration
+		compress            bool
+		reclaim             time.Duration
+	}{
+		{"lan", Config{}, time.Second, 500 * time.Millisecond, true, 30 * time.Second},
+		{"fast", Config{Fast: true}, 200 * time.Millisecond, 100 * time.Millisecond, true, time.Second},
+		{"crowded", Config{Crowded: true}, 2 * time.Second, time.Second, false, 30 * time.Second},
+		{"wan", Config{WAN: true}, 500 * time.Millisecond, 400 * time.Millisecond, true, 30 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mc := memberlistConfig(tc.cfg)
+			if mc.ProbeInterval != tc.probe || mc.ProbeTimeout != tc.probeTimeout || mc.EnableCompression != tc.compress || mc.DeadNodeReclaimTime != tc.reclaim {
+				t.Errorf("probe %v timeout %v compression %v reclaim %v, want %v %v %v %v", mc.ProbeInterval, mc.ProbeTimeout, mc.EnableCompression,
+					mc.DeadNodeReclaimTime, tc.probe, tc.probeTimeout, tc.compress, tc.reclaim)
+			}
+			// Indirect probes need time left in the interval.
+			if mc.ProbeTimeout >= mc.ProbeInterval {
+				t.Errorf("probe timeout %v leaves no time in the interval %v", mc.ProbeTimeout, mc.ProbeInterval)
+			}
+		})
+	}
+}
+
+// A crowded member (uncompressed packets) and a LAN one (compressed)
+// share one encrypted pool.
+func TestCrowdedJoinsLAN(t *testing.T) {
+	key, err := NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := ParseKeys([]byte(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	member := func(name string, crowded bool) *Membership {
+		m, err := Start(Config{Name: name, Meta: Meta{Role: RoleAgent, GPUs: 4}, Crowded: crowded, Keys: keys, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Shutdown() })
+		return m
+	}
+	lan, crowded := member("s0", false), member("n0", true)
+	if _, err := crowded.Join([]string{lan.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	ev := waitEvent(t, lan, EventJoin, "n0", 10*time.Second)
+	if ev.Member.Meta.GPUs != 4 {
+		t.Errorf("join carries %+v", ev.Member.Meta)
+	}
+	third := member("n1", true)
+	if _, err := third.Join([]string{crowded.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, lan, EventJoin, "n1", 10*time.Second)
+	if err := third.Leave(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, lan, EventLeave, "n1", 10*time.Second)
+}

@@ -124,13 +124,14 @@ func startRemote(rem *remote.Remote) (err error) {
 	return nil
 }
 
-// startGossip starts a gossip member of the bench's pool (LAN profile,
-// as `pollux server` and `pollux agent` without --fast-gossip; encrypted
-// with the run's key unless Insecure), on port (0: any), advertising
-// meta, and joins seeds (none: the first member). Its events are
-// drained: the bench reads the view.
+// startGossip starts a gossip member of the bench's pool (the crowded
+// profile: `pollux server` and `pollux agent` use the LAN one, but here
+// hundreds of members share the process's cores; encrypted with the
+// run's key unless Insecure), on port (0: any), advertising meta, and
+// joins seeds (none: the first member). Its events are drained: the
+// bench reads the view.
 func (b *bench) startGossip(name string, port int, meta cluster.Meta, seeds []string) (*cluster.Membership, error) {
-	m, err := cluster.Start(cluster.Config{Name: name, BindPort: port, Meta: meta, Keys: b.gossipKeys, Logger: b.lib})
+	m, err := cluster.Start(cluster.Config{Name: name, BindPort: port, Meta: meta, Keys: b.gossipKeys, Crowded: true, Logger: b.lib})
 	if err != nil {
 		return nil, err
 	}
