@@ -164,12 +164,12 @@ func TestKeepJoinedHealsAfterDeath(t *testing.T) {
 	if _, err := agent.Join([]string{srv.Addr()}); err != nil {
 		t.Fatal(err)
 	}
-	waitEvent(t, srv, EventJoin, "a1", 2*time.Second)
+	waitEvent(t, srv, EventJoin, "a1", 15*time.Second)
 	addr := agent.Addr()
 	_, portStr, _ := net.SplitHostPort(addr)
 	port, _ := strconv.Atoi(portStr)
 	agent.Shutdown() // a crash (or a partition), seen as a death
-	waitEvent(t, srv, EventLeave, "a1", 3*time.Second)
+	waitEvent(t, srv, EventLeave, "a1", 15*time.Second)
 
 	back, err := Start(Config{Name: "a1", BindPort: port, Meta: Meta{Role: RoleAgent, GPUs: 1}, Fast: true, Logger: quiet()})
 	if err != nil {
@@ -183,9 +183,9 @@ func TestKeepJoinedHealsAfterDeath(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go srv.KeepJoined(ctx, []string{addr}, 100*time.Millisecond)
-	waitEvent(t, srv, EventJoin, "a1", 3*time.Second)
+	waitEvent(t, srv, EventJoin, "a1", 15*time.Second)
 	// The join's push-pull reaches the two members in either order.
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for got := names(back.Members()); !slices.Equal(got, []string{"a1", "s1"}); got = names(back.Members()) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the member that came back sees %v", got)
