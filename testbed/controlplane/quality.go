@@ -50,7 +50,9 @@ func policyOf(ri allocator.RoundInfo) (optimizer.Policy, error) {
 		p = optimizer.NewGreedy()
 	} else {
 		var err error
-		if p, err = optimizer.Lookup(ri.Policy, optimizer.Options{}); err != nil {
+		// The bench's servers run the allocator's default, which prices
+		// restarts at the jobs' measured delays.
+		if p, err = optimizer.Lookup(ri.Policy, optimizer.Options{MeasuredRestart: true}); err != nil {
 			return nil, fmt.Errorf("controlplane: %w", err)
 		}
 	}
