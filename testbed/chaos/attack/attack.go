@@ -242,26 +242,23 @@ func attackCluster(ctx context.Context, c *launch.Cluster, cat testbed.Catalog, 
 				return res, err
 			}
 		}
-		before, err := t.observe(ctx)
+		how, refused, victimOnly, err := t.runCase(ctx, a)
 		if err != nil {
-			return res, fmt.Errorf("%w: observing before %s: %w", ErrRun, a.name, err)
+			return res, err
 		}
-		how, refused := a.run(ctx, t)
-		ended := time.Now()
-		after, err := t.observe(ctx)
-		if err != nil {
-			refused, how = false, how+"; the cluster cannot be observed afterwards: "+err.Error()
-		} else {
-			diff, notes := t.changes(before, after)
-			if len(diff) > 0 {
-				refused, how = false, how+"; changed: "+strings.Join(diff, ", ")
+		if victimOnly {
+			// Refused, but the scheduler moved the victim meanwhile:
+			// the case runs again once on a settled victim, and fails
+			// if anything changes again.
+			o.Logger.Warn("attack: the victim moved during the case; running it again", "name", a.name, "how", how)
+			if err := t.settleVictim(ctx); err != nil {
+				return res, err
 			}
-			if len(notes) > 0 {
-				how += "; " + strings.Join(notes, ", ")
+			first := how
+			if how, refused, _, err = t.runCase(ctx, a); err != nil {
+				return res, err
 			}
-			if why := leaderChange(a, before, after, time.Since(ended)); why != "" {
-				refused, how = false, how+"; "+why
-			}
+			how += " (run again: during the first run only the victim moved: " + first + ")"
 		}
 		res.Attacks++
 		if refused {
@@ -274,6 +271,38 @@ func attackCluster(ctx context.Context, c *launch.Cluster, cat testbed.Catalog, 
 	}
 	res.After = t.normalJob(ctx)
 	return res, nil
+}
+
+// runCase runs case a between two observations of the cluster: how it
+// went, whether it was refused with nothing changed, and whether it was
+// refused and the only change was the victim job moving (which the
+// scheduler may do on its own).
+func (t *target) runCase(ctx context.Context, a attack) (how string, refused, victimOnly bool, err error) {
+	before, err := t.observe(ctx)
+	if err != nil {
+		return "", false, false, fmt.Errorf("%w: observing before %s: %w", ErrRun, a.name, err)
+	}
+	how, refused = a.run(ctx, t)
+	ended := time.Now()
+	after, err := t.observe(ctx)
+	if err != nil {
+		return how + "; the cluster cannot be observed afterwards: " + err.Error(), false, false, nil
+	}
+	diff, notes := t.changes(before, after)
+	victimOnly = refused && len(diff) > 0
+	for _, d := range diff {
+		victimOnly = victimOnly && strings.HasPrefix(d, "job attack-victim went from ")
+	}
+	if len(diff) > 0 {
+		refused, how = false, how+"; changed: "+strings.Join(diff, ", ")
+	}
+	if len(notes) > 0 {
+		how += "; " + strings.Join(notes, ", ")
+	}
+	if why := leaderChange(a, before, after, time.Since(ended)); why != "" {
+		refused, victimOnly, how = false, false, how+"; "+why
+	}
+	return how, refused, victimOnly, nil
 }
 
 // leaderChange says why a leader change between before and after fails
