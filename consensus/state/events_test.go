@@ -90,14 +90,7 @@ func TestApplyEmitsEvents(t *testing.T) {
 		if r, ok := st.c.(*Round); ok {
 			term = r.Term
 		}
-		err := a.apply(t, term, st.c)
-		if (err != nil) != st.refused {
-			t.Fatalf("%s: error %v, want refused %v", st.name, err, st.refused)
-		}
-		if st.refused && !bytes.Equal(before, EncodeState(a.state())) {
-			t.Fatalf("%s: the refused command changed the state", st.name)
-		}
-		got := a.s.Events.Since("", last, 0)
+		got := applyStep(t, a, st.name, term, st.c, st.refused, before, last)
 		if len(got) != len(st.want) {
 			t.Fatalf("%s: events %+v, want %d", st.name, got, len(st.want))
 		}
@@ -306,6 +299,21 @@ func FuzzDecodeEvents(f *testing.F) {
 // events of a job placed, resized off a lost node and completed.
 // It was written by the version 12 encoder and must still decode.
 const snapshotV12 = "testdata/snapshot-v12.bin"
+
+// applyStep applies c in term, checks it was refused or not as refused
+// says (a refused one leaving the state as encoded in before), and
+// returns the events written after sequence number last.
+func applyStep(t *testing.T, a *applier, name string, term uint64, c Command, refused bool, before []byte, last uint64) []Event {
+	t.Helper()
+	err := a.apply(t, term, c)
+	if (err != nil) != refused {
+		t.Fatalf("%s: error %v, want refused %v", name, err, refused)
+	}
+	if refused && !bytes.Equal(before, EncodeState(a.state())) {
+		t.Fatalf("%s: the refused command changed the state", name)
+	}
+	return a.s.Events.Since("", last, 0)
+}
 
 // v12State is snapshotV11's state and the commands of v12Commands.
 func v12State(t testing.TB) *State {
@@ -591,14 +599,7 @@ func TestClusterEvents(t *testing.T) {
 	for _, st := range steps {
 		last := a.s.Events.LastSeq()
 		before := EncodeState(a.state())
-		err := a.apply(t, st.term, st.c)
-		if (err != nil) != st.refused {
-			t.Fatalf("%s: error %v, want refused %v", st.name, err, st.refused)
-		}
-		if st.refused && !bytes.Equal(before, EncodeState(a.state())) {
-			t.Fatalf("%s: the refused command changed the state", st.name)
-		}
-		got := a.s.Events.Since("", last, 0)
+		got := applyStep(t, a, st.name, st.term, st.c, st.refused, before, last)
 		if len(got) != len(st.want) {
 			t.Fatalf("%s: events %+v, want %d", st.name, got, len(st.want))
 		}
