@@ -49,13 +49,22 @@ const (
 	// was granted, or reclaimed by its lender.
 	EventLeaseGranted
 	EventLeaseReclaimed
+	// EventCheckpointed: a job's workers saved a checkpoint later than
+	// the last one the state records (at most one per job per round:
+	// the latest of the round's measurement; snapshots of version 15
+	// on).
+	EventCheckpointed
 )
 
 var eventTypeNames = [...]string{"", "submitted", "placed", "resized", "restarted", "preempted", "completed", "failed", "cancelled", "node_lost",
-	"node_joined", "node_drained", "leader_changed", "lease_granted", "lease_reclaimed"}
+	"node_joined", "node_drained", "leader_changed", "lease_granted", "lease_reclaimed", "checkpointed"}
 
-// lastV12Event is the last event type snapshots of versions 12 and 13 hold.
-const lastV12Event = EventNodeLost
+// lastV12Event is the last event type snapshots of versions 12 and 13
+// hold, lastV14Event the last one snapshots of version 14 hold.
+const (
+	lastV12Event = EventNodeLost
+	lastV14Event = EventLeaseReclaimed
+)
 
 func (t EventType) String() string {
 	if t.valid() {
@@ -64,7 +73,7 @@ func (t EventType) String() string {
 	return fmt.Sprintf("EventType(%d)", uint8(t))
 }
 
-func (t EventType) valid() bool { return t >= EventSubmitted && t <= EventLeaseReclaimed }
+func (t EventType) valid() bool { return t >= EventSubmitted && t <= EventCheckpointed }
 
 // eventKind is what an event of a type is about.
 type eventKind uint8
@@ -404,7 +413,7 @@ func decodeEvents(r *reader, version byte) (Events, error) {
 		if err := ev.validate(); err != nil {
 			return Events{}, err
 		}
-		if version < 14 && ev.Type > lastV12Event {
+		if (version < 14 && ev.Type > lastV12Event) || (version < 15 && ev.Type > lastV14Event) {
 			return Events{}, invalid("event %d of type %v in a snapshot of version %d", ev.Seq, ev.Type, version)
 		}
 		if ev.Seq > e.last || (i > 0 && ev.Seq <= e.list[i-1].Seq) {
