@@ -111,10 +111,15 @@ func decodeRoundCheckpoints(r *reader, us []RoundJob) {
 
 // noteCheckpoint records ck, carried by a measurement merged into j at
 // time at, as j's last checkpoint if it is a later one than j's (and
-// not of an incarnation j has not reached), with its event.
+// not of an incarnation j has not reached), with its event; the event
+// replaces the one of j's last checkpoint if both are of the same
+// incarnation.
 func noteCheckpoint(s *State, j *Job, ck *Checkpoint, at float64) {
 	if ck.IsZero() || ck.Incarnation > j.Incarnation || !ck.after(&j.Checkpoint) {
 		return
+	}
+	if j.Checkpoint.Incarnation == ck.Incarnation {
+		s.Events.dropCheckpointed(j.ID)
 	}
 	j.Checkpoint = *ck
 	emit(s, EventCheckpointed, at, j.ID, "", checkpointReason(j, ck))

@@ -95,6 +95,17 @@ func TestRoundCheckpointEvents(t *testing.T) {
 	if got := strings.Join(types, " "); got != "checkpointed completed" {
 		t.Errorf("events of the completion: %s", got)
 	}
+	// The history keeps the latest checkpointed event of each
+	// incarnation: the later one replaced the first.
+	var cks []string
+	for _, ev := range a.s.Events.Since("j", 0, 0) {
+		if ev.Type == EventCheckpointed {
+			cks = append(cks, ev.Reason)
+		}
+	}
+	if len(cks) != 2 || !strings.Contains(cks[0], "epoch 13 of 40") || !strings.Contains(cks[1], "incarnation 2") {
+		t.Errorf("checkpointed events kept: %q", cks)
+	}
 	if a.s.Jobs["j"].Checkpoint != next {
 		t.Errorf("last checkpoint %+v", a.s.Jobs["j"].Checkpoint)
 	}
@@ -191,6 +202,58 @@ func TestCheckpointEncoding(t *testing.T) {
 		r.Updates[0].Meas.Checkpoint = ck
 		if _, err := Encode(&r); !errors.Is(err, ErrInvalid) {
 			t.Errorf("checkpoint %+v: %v", ck, err)
+		}
+	}
+}
+
+// TestCheckpointsKeepAJobsHistory: a job checkpointing in every round,
+// far more often than MaxJobEvents, keeps its first events (submitted,
+// placed) and one checkpointed event per incarnation; a state restored
+// from a snapshot now and then keeps exactly the same events as one
+// that never was (the replaced event's hole never shows).
+func TestCheckpointsKeepAJobsHistory(t *testing.T) {
+	a, b := newApplier(), newApplier()
+	setup := []Command{&RegisterNode{Node: Node{ID: "n1", GPUs: 8, Health: Alive}},
+		&SubmitJob{ID: "j", Spec: testSpec(), SubmitTime: 1}, &SubmitJob{ID: "k", Spec: testSpec(), SubmitTime: 1}}
+	a.must(t, 1, setup...)
+	b.must(t, 1, setup...)
+	inc := map[string]uint64{}
+	for gen := uint64(1); gen <= 3*MaxJobEvents; gen++ {
+		// j moves every 50 rounds (a new incarnation), k never; both
+		// checkpoint in every round after their placement.
+		r := &Round{Generation: gen, Term: 1, Time: float64(gen), Jobs: map[string][]Slot{"j": {{"n1", 1 + int(gen/50%2)}}, "k": {{"n1", 1}}}}
+		if gen > 1 {
+			for _, id := range []string{"j", "k"} {
+				r.Updates = append(r.Updates, RoundJob{ID: id, Incarnation: inc[id], HasMeas: true, Meas: Measurement{Session: 1, From: gen - 2, To: gen - 1,
+					Epoch: int(gen), Progress: float64(gen), Checkpoint: Checkpoint{Incarnation: inc[id], Epoch: int(gen), Progress: float64(gen), Time: float64(gen)}}})
+			}
+		}
+		a.must(t, 1, r)
+		b.must(t, 1, r)
+		for _, id := range []string{"j", "k"} {
+			inc[id] = a.s.Jobs[id].Incarnation
+		}
+		if gen%23 == 0 {
+			s, err := DecodeState(EncodeState(b.s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.s = s
+		}
+		if !bytes.Equal(EncodeState(a.s), EncodeState(b.s)) || a.s.Events.Len() != b.s.Events.Len() || a.s.Events.Bytes() != b.s.Events.Bytes() {
+			t.Fatalf("generation %d: the restored state's events differ", gen)
+		}
+	}
+	for id, want := range map[string]string{
+		"j": "submitted placed checkpointed resized checkpointed resized checkpointed resized checkpointed",
+		"k": "submitted placed checkpointed",
+	} {
+		var types []string
+		for _, ev := range a.s.Events.Since(id, 0, 0) {
+			types = append(types, ev.Type.String())
+		}
+		if got := strings.Join(types, " "); got != want {
+			t.Errorf("events of %s: %s, want %s", id, got, want)
 		}
 	}
 }
