@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"pollux/internal/poll"
 	"slices"
 	"strconv"
 	"testing"
@@ -122,10 +123,7 @@ func TestEventsNeverBlockGossip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for len(srv.Members()) < n+1 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Wait(3*time.Second, func() bool { return len(srv.Members()) >= n+1 })
 	if got := len(srv.Members()); got != n+1 {
 		t.Fatalf("srv sees %d members, want %d", got, n+1)
 	}
@@ -176,7 +174,9 @@ func TestKeepJoinedHealsAfterDeath(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { back.Shutdown() })
-	time.Sleep(time.Second) // deliberately: nothing may bring it back unasked
+	// The window is the test (five probe intervals): nothing may bring
+	// the dead member back unasked, and nothing reports that it did not.
+	time.Sleep(time.Second)
 	if got := names(srv.Members()); !slices.Equal(got, []string{"s1"}) {
 		t.Fatalf("without a re-join the dead member should stay unseen: %v", got)
 	}
@@ -185,12 +185,8 @@ func TestKeepJoinedHealsAfterDeath(t *testing.T) {
 	go srv.KeepJoined(ctx, []string{addr}, 100*time.Millisecond)
 	waitEvent(t, srv, EventJoin, "a1", 15*time.Second)
 	// The join's push-pull reaches the two members in either order.
-	deadline := time.Now().Add(15 * time.Second)
-	for got := names(back.Members()); !slices.Equal(got, []string{"a1", "s1"}); got = names(back.Members()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the member that came back sees %v", got)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !poll.Wait(15*time.Second, func() bool { return slices.Equal(names(back.Members()), []string{"a1", "s1"}) }) {
+		t.Fatalf("the member that came back sees %v", names(back.Members()))
 	}
 }
 
@@ -222,16 +218,11 @@ func TestUpdateMetaWhileReading(t *testing.T) {
 	if err := srv.UpdateMeta(Meta{Role: RoleServer, ActorAddr: "127.0.0.1:9001", Levels: "rack,zone"}, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	if !poll.Wait(5*time.Second, func() bool {
 		i := slices.IndexFunc(a1.Members(), func(m Member) bool { return m.Name == "s1" })
-		if i >= 0 && a1.Members()[i].Meta.Levels == "rack,zone" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a1 sees %+v", a1.Members())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return i >= 0 && a1.Members()[i].Meta.Levels == "rack,zone"
+	}) {
+		t.Fatalf("a1 sees %+v", a1.Members())
 	}
 	if l := srv.Local(); l.Meta.Levels != "rack,zone" || l.Addr != srv.Addr() {
 		t.Errorf("local %+v", l)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"pollux/consensus/state"
+	"pollux/internal/poll"
 )
 
 // TestSaveAndRestoreSnapshot: a backup saved on one cluster, restored
@@ -46,7 +47,7 @@ func TestSaveAndRestoreSnapshot(t *testing.T) {
 		t.Fatal("the restored leader's state is not the backup")
 	}
 	for _, m := range fresh.followers(nl) {
-		waitFor(t, 5*time.Second, "the follower has the backup", func() bool {
+		poll.Until(t, 5*time.Second, "the follower has the backup", func() bool {
 			return bytes.Equal(state.EncodeState(m.srv.LocalState()), backup)
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"pollux/consensus/state"
+	"pollux/internal/poll"
 	"testing"
 	"time"
 
@@ -83,7 +84,7 @@ func TestRestartFromDisk(t *testing.T) {
 		t.Fatal("state after restart differs")
 	}
 	for _, m := range c.members {
-		waitFor(t, 5*time.Second, fmt.Sprintf("%s to catch up", m.id), func() bool {
+		poll.Until(t, 5*time.Second, fmt.Sprintf("%s to catch up", m.id), func() bool {
 			return bytes.Equal(state.EncodeState(m.srv.LocalState()), want)
 		})
 	}
@@ -160,7 +161,7 @@ func TestDiskModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t, 10*time.Second)
-	waitFor(t, 10*time.Second, "a leader", func() bool { return s.Raft().State() == raft.Leader })
+	poll.Until(t, 10*time.Second, "a leader", func() bool { return s.Raft().State() == raft.Leader })
 	if err := s.RegisterNode(ctx, state.Node{ID: "n", GPUs: 1}); err != nil {
 		t.Fatal(err)
 	}

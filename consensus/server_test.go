@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"pollux/consensus/state"
+	"pollux/internal/poll"
 	"testing"
 	"time"
 
@@ -121,7 +122,7 @@ func (c *cluster) heal() {
 func (c *cluster) leader(ms ...*member) *member {
 	c.t.Helper()
 	var found *member
-	waitFor(c.t, 10*time.Second, "a leader", func() bool {
+	poll.Until(c.t, 10*time.Second, "a leader", func() bool {
 		for _, m := range ms {
 			if m.srv.Raft().State() == raft.Leader {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -146,18 +147,6 @@ func (c *cluster) followers(leader *member) []*member {
 		}
 	}
 	return fs
-}
-
-// waitFor polls cond every few milliseconds until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
@@ -258,7 +247,7 @@ func TestPartitionedMinorityCannotCommit(t *testing.T) {
 	want := encodingOf(t, nl.srv)
 
 	c.heal()
-	waitFor(t, 10*time.Second, "the old leader to catch up", func() bool {
+	poll.Until(t, 10*time.Second, "the old leader to catch up", func() bool {
 		return bytes.Equal(state.EncodeState(old.srv.LocalState()), want)
 	})
 	st := old.srv.LocalState()
@@ -301,7 +290,7 @@ func TestDeposedLeaderAllocationRejected(t *testing.T) {
 	// and fenced by the term, whatever generation it claims.
 	c.heal()
 	var cur *member
-	waitFor(t, 10*time.Second, "the old leader to follow a new one", func() bool {
+	poll.Until(t, 10*time.Second, "the old leader to follow a new one", func() bool {
 		id, _ := old.srv.Leader()
 		if old.srv.Raft().State() != raft.Follower || id == "" || id == old.id {
 			return false
@@ -362,7 +351,7 @@ func TestSnapshotInstalledOnNewVoter(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := encodingOf(t, l.srv)
-	waitFor(t, 10*time.Second, "the new voter to restore", func() bool {
+	poll.Until(t, 10*time.Second, "the new voter to restore", func() bool {
 		return bytes.Equal(state.EncodeState(m.srv.LocalState()), want)
 	})
 	servers, err := l.srv.Servers()
@@ -518,12 +507,12 @@ func TestLeaderSeesUnreachablePeersAndNotifies(t *testing.T) {
 	f := c.followers(l)[0]
 	c.isolate(f)
 	c.fwd.SetReachable(f.id, true)
-	waitFor(t, 5*time.Second, "the cut-off follower to be unreachable", func() bool {
+	poll.Until(t, 5*time.Second, "the cut-off follower to be unreachable", func() bool {
 		_, ok := l.srv.Unreachable()[f.id]
 		return ok
 	})
 	c.heal()
-	waitFor(t, 5*time.Second, "the follower to be reachable again", func() bool {
+	poll.Until(t, 5*time.Second, "the follower to be reachable again", func() bool {
 		_, ok := l.srv.Unreachable()[f.id]
 		return !ok
 	})

@@ -16,6 +16,7 @@ import (
 
 	"pollux/cluster/pki"
 	"pollux/internal/logbuf"
+	"pollux/internal/poll"
 )
 
 // tlsCluster is three servers over real Raft ports with mutual TLS, in
@@ -180,7 +181,7 @@ func TestRaftPortTLS(t *testing.T) {
 		if c.typ == connForward && len(got) > 5 && got[4] == forwardOK {
 			t.Errorf("%s: the leader answered OK: %q", c.name, got)
 		}
-		waitFor(t, 3*time.Second, c.name+" logged", func() bool {
+		poll.Until(t, 3*time.Second, c.name+" logged", func() bool {
 			return len(tc.logs.Lines("refused connection", "peer=127.0.0.1:")) > n
 		})
 		if k := len(tc.logs.Lines("refused connection", c.log)); k == 0 {
@@ -223,19 +224,19 @@ func TestForwardToServerAddedLater(t *testing.T) {
 	// is asked of whichever server leads then.
 	onLeader(t, tc, func(l *member) error { return l.srv.AddVoter(ctx, fresh.id, fresh.addr) })
 	want := encodingOf(t, l.srv)
-	waitFor(t, 10*time.Second, "t3 to catch up", func() bool { return bytes.Equal(state.EncodeState(fresh.srv.LocalState()), want) })
+	poll.Until(t, 10*time.Second, "t3 to catch up", func() bool { return bytes.Equal(state.EncodeState(fresh.srv.LocalState()), want) })
 	onLeader(t, tc, func(l *member) error {
 		if l == fresh {
 			return nil
 		}
 		return wait(ctx, l.srv.Raft().LeadershipTransferToServer(fresh.id, fresh.addr))
 	})
-	waitFor(t, 10*time.Second, "t3 to lead", func() bool {
+	poll.Until(t, 10*time.Second, "t3 to lead", func() bool {
 		_, leads := fresh.srv.Leadership()
 		return leads
 	})
 	for _, f := range tc.followers(fresh) {
-		waitFor(t, 5*time.Second, string(f.id)+" to know the new leader", func() bool {
+		poll.Until(t, 5*time.Second, string(f.id)+" to know the new leader", func() bool {
 			id, _ := f.srv.Leader()
 			return id == fresh.id
 		})

@@ -11,6 +11,7 @@ import (
 	"pollux/cluster"
 	"pollux/cluster/pki"
 	"pollux/internal/logbuf"
+	"pollux/internal/poll"
 	"pollux/internal/secure"
 )
 
@@ -74,7 +75,7 @@ func TestRunJoinsAndLeaves(t *testing.T) {
 		}
 		return false
 	}
-	waitFor(t, "the agent's member", 30*time.Second, func() bool {
+	poll.Until(t, 30*time.Second, "the agent's member", func() bool {
 		return seen(func(mb cluster.Member) bool {
 			return mb.Meta.Role == cluster.RoleAgent && mb.Meta.GPUs == 2 && mb.Meta.Rack == "r1" && mb.Meta.GPUType == "t4" && mb.Meta.ActorAddr == r.Actor
 		})
@@ -92,15 +93,5 @@ func TestRunJoinsAndLeaves(t *testing.T) {
 	if len(log.Lines("agent: stopping")) != 1 {
 		t.Errorf("no stop logged:\n%s", log.String())
 	}
-	waitFor(t, "the agent leaving", 30*time.Second, func() bool { return !seen(func(cluster.Member) bool { return true }) })
-}
-
-// waitFor polls ok until it holds, failing the test after d.
-func waitFor(t *testing.T, what string, d time.Duration, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(d); !ok(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %v", what, d)
-		}
-	}
+	poll.Until(t, 30*time.Second, "the agent leaving", func() bool { return !seen(func(cluster.Member) bool { return true }) })
 }

@@ -21,6 +21,7 @@ import (
 	"pollux/cluster"
 	"pollux/consensus"
 	"pollux/consensus/state"
+	"pollux/internal/poll"
 	"pollux/testbed"
 	"pollux/testbed/builtin"
 	"pollux/testbed/fabric"
@@ -279,7 +280,7 @@ func (c *tcluster) kill(s *tserver) {
 func (c *tcluster) leader() *tserver {
 	c.t.Helper()
 	var out *tserver
-	waitFor(c.t, "a leader", 10*time.Second, func() bool {
+	poll.Until(c.t, 10*time.Second, "a leader", func() bool {
 		for _, s := range c.server {
 			if _, l := s.srv.Leadership(); l && !s.down {
 				out = s
@@ -316,7 +317,7 @@ func (c *tcluster) submitSpec(id string, spec state.JobSpec) {
 	ctx := ctxT(c.t)
 	// Submissions without a checkpoint directory need the cluster's
 	// root: wait for the first leader to configure it.
-	waitFor(c.t, "the cluster configuration", 10*time.Second, func() bool { return c.any().srv.LocalState().Config.ID != "" })
+	poll.Until(c.t, 10*time.Second, "the cluster configuration", func() bool { return c.any().srv.LocalState().Config.ID != "" })
 	if err := c.any().srv.SubmitJob(ctx, id, spec, float64(time.Now().UnixNano())/1e9); err != nil {
 		c.t.Fatal(err)
 	}
@@ -350,7 +351,7 @@ func inprocApp(app string) (string, bool) {
 func (c *tcluster) waitAll(d time.Duration, ids ...string) *state.State {
 	c.t.Helper()
 	var st *state.State
-	waitFor(c.t, fmt.Sprintf("jobs %v to finish", ids), d, func() bool {
+	poll.Until(c.t, d, fmt.Sprintf("jobs %v to finish", ids), func() bool {
 		st = c.any().srv.LocalState()
 		for _, id := range ids {
 			if j := st.Jobs[id]; j == nil || !j.State.Terminal() {
@@ -455,7 +456,7 @@ func (c *tcluster) roundMark() int {
 // roundMark) satisfy ok (nil: any).
 func (c *tcluster) waitRounds(what string, mark, n int, ok func(allocator.RoundInfo) bool) {
 	c.t.Helper()
-	waitFor(c.t, what, 60*time.Second, func() bool {
+	poll.Until(c.t, 60*time.Second, what, func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		got := 0
@@ -466,16 +467,4 @@ func (c *tcluster) waitRounds(what string, mark, n int, ok func(allocator.RoundI
 		}
 		return got >= n
 	})
-}
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

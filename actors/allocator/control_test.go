@@ -11,6 +11,7 @@ import (
 	"pollux/actors/node/workerproto"
 	"pollux/actors/pb"
 	"pollux/consensus/state"
+	"pollux/internal/poll"
 )
 
 // choiceIn reports whether bid b chose (m, s, gain) for k replicas over n
@@ -45,7 +46,7 @@ func TestThreeServersRunJobsOnTheirActorsBids(t *testing.T) {
 		ids = append(ids, id)
 	}
 	// Kill the leader once the jobs run.
-	waitFor(t, "jobs running", 30*time.Second, func() bool {
+	poll.Until(t, 30*time.Second, "jobs running", func() bool {
 		st := c.any().srv.LocalState()
 		return len(st.Allocation.Jobs) >= 3
 	})
@@ -228,12 +229,12 @@ func TestCancelStopsWorkers(t *testing.T) {
 	c := newTCluster(t, clusterOpts{servers: 1, nodes: 1, gpus: 2, timeScale: 10})
 	c.leader()
 	c.submit("long", "bert", 2)
-	waitFor(t, "the job to run", 20*time.Second, func() bool { return len(c.any().srv.LocalState().Allocation.Jobs["long"]) > 0 })
+	poll.Until(t, 20*time.Second, "the job to run", func() bool { return len(c.any().srv.LocalState().Allocation.Jobs["long"]) > 0 })
 	ctx := ctxT(t)
 	if err := c.any().srv.FinishJob(ctx, state.FinishJob{ID: "long", State: state.Cancelled, Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "its workers to stop", 20*time.Second, func() bool {
+	poll.Until(t, 20*time.Second, "its workers to stop", func() bool {
 		for _, r := range c.nodeStatus(0).Jobs {
 			if r.Job == "long" {
 				return false
@@ -247,7 +248,7 @@ func TestCancelStopsWorkers(t *testing.T) {
 	}
 	// Its GPUs go to the next job.
 	c.submit("next", "cifar10", 2)
-	waitFor(t, "the next job to run", 20*time.Second, func() bool { return len(c.any().srv.LocalState().Allocation.Jobs["next"]) > 0 })
+	poll.Until(t, 20*time.Second, "the next job to run", func() bool { return len(c.any().srv.LocalState().Allocation.Jobs["next"]) > 0 })
 }
 
 // TestKeylessClusterGetsAReportKey: a cluster configured before report
@@ -259,7 +260,7 @@ func TestKeylessClusterGetsAReportKey(t *testing.T) {
 		t.Skip("runs a cluster")
 	}
 	c := newTCluster(t, clusterOpts{servers: 1, nodes: 1, gpus: 2, timeScale: 3000, keyless: true})
-	waitFor(t, "a report key", 10*time.Second, func() bool { return c.any().srv.LocalState().Config.ReportKey != "" })
+	poll.Until(t, 10*time.Second, "a report key", func() bool { return c.any().srv.LocalState().Config.ReportKey != "" })
 	if cfg := c.any().srv.LocalState().Config; cfg.ID != "old" || cfg.CheckpointRoot != c.root || len(cfg.ReportKey) != state.ReportKeyLen {
 		t.Fatalf("config %+v", cfg)
 	}
@@ -311,7 +312,7 @@ func TestDoneNeedsRank0sToken(t *testing.T) {
 	// once, which a resize would make stale (in-process workers restart
 	// in a tenth of a second, a cheap restart the allocator takes).
 	c.submit("long", "bert", 1)
-	waitFor(t, "the job to run", 20*time.Second, func() bool { return len(c.any().srv.LocalState().Allocation.Jobs["long"]) > 0 })
+	poll.Until(t, 20*time.Second, "the job to run", func() bool { return len(c.any().srv.LocalState().Allocation.Jobs["long"]) > 0 })
 	st := c.any().srv.LocalState()
 	j := st.Jobs["long"]
 	key := []byte(st.Config.ReportKey)

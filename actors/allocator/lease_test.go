@@ -14,6 +14,7 @@ import (
 	"pollux/actors/node"
 	"pollux/actors/pb"
 	"pollux/consensus/state"
+	"pollux/internal/poll"
 )
 
 // netState is what the lease tests do to the cluster's network and see
@@ -137,7 +138,7 @@ func (c *tcluster) partition(name string, cut bool) {
 func (c *tcluster) waitWorker(what string, d time.Duration, match func(*workerRec) bool) *workerRec {
 	c.t.Helper()
 	var out *workerRec
-	waitFor(c.t, what, d, func() bool {
+	poll.Until(c.t, d, what, func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		for _, w := range c.net.workers {
@@ -162,7 +163,7 @@ func replacedAfterCut(t *testing.T, c *tcluster, beforeCut func()) (first, secon
 	c.mu.Lock()
 	acks := c.net.acks[first.node]
 	c.mu.Unlock()
-	waitFor(t, "renewals of the lease of "+first.node, 20*time.Second, func() bool {
+	poll.Until(t, 20*time.Second, "renewals of the lease of "+first.node, func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.net.acks[first.node] >= acks+3
@@ -203,7 +204,7 @@ func TestCutOffNodePausesBeforeItsJobStartsElsewhere(t *testing.T) {
 		t.Errorf("the cut-off worker %v was not paused before its successor started: signals %v", first, first.signals())
 	}
 	c.partition(first.node, false)
-	waitFor(t, "the paused worker killed once the network heals", 20*time.Second, func() bool {
+	poll.Until(t, 20*time.Second, "the paused worker killed once the network heals", func() bool {
 		return !first.signalled(syscall.SIGKILL).IsZero()
 	})
 	if s := first.signals(); slices.Contains(s, syscall.SIGTERM) || slices.Contains(s, syscall.SIGCONT) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"pollux/consensus/state"
+	"pollux/internal/poll"
 	"pollux/optimizer/goodput"
 	"pollux/testbed/fabric"
 )
@@ -101,14 +102,14 @@ func liveCrossRack(t *testing.T, over float64, oneRack bool) {
 			return false
 		}
 	}
-	waitFor(t, "measurements within rack 0", 60*time.Second, measured(0))
+	poll.Until(t, 60*time.Second, "measurements within rack 0", measured(0))
 	if x := job().Bid.Params.AlphaX; x != 0 {
 		t.Fatalf("cross-rack term %v fitted before any measurement across racks", x)
 	}
 
 	c.partition("n1", true)
 	c.addNode("n2")
-	waitFor(t, "measurements across the racks", 60*time.Second, measured(2))
+	poll.Until(t, 60*time.Second, "measurements across the racks", measured(2))
 	var fitted float64
 	defer func() {
 		if t.Failed() {
@@ -116,7 +117,7 @@ func liveCrossRack(t *testing.T, over float64, oneRack bool) {
 			t.Logf("true term %v; job's bid %+v; profile %+v", truth, j.Bid.Params, j.Profile)
 		}
 	}()
-	waitFor(t, "a fitted cross-rack term near the network's", 60*time.Second, func() bool {
+	poll.Until(t, 60*time.Second, "a fitted cross-rack term near the network's", func() bool {
 		fitted = job().Bid.Params.AlphaX
 		return fitted > 0 && math.Abs(fitted-truth) <= crossRackBound*truth+crossRackFloor
 	})
@@ -130,10 +131,10 @@ func liveCrossRack(t *testing.T, over float64, oneRack bool) {
 		return len(slots) == 2 && rack[slots[0].Node] == rack[slots[1].Node], len(slots)
 	}
 	if oneRack {
-		waitFor(t, "the job placed within one rack", 60*time.Second, func() bool { ok, _ := within(); return ok })
+		poll.Until(t, 60*time.Second, "the job placed within one rack", func() bool { ok, _ := within(); return ok })
 		return
 	}
-	waitFor(t, "all four nodes alive", 30*time.Second, func() bool {
+	poll.Until(t, 30*time.Second, "all four nodes alive", func() bool {
 		alive := 0
 		for _, n := range c.any().srv.LocalState().Nodes {
 			if n.Health == state.Alive {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"pollux/actors/allocator"
+	"pollux/internal/poll"
 	"pollux/optimizer"
 )
 
@@ -35,14 +36,14 @@ func TestRoundInfoCarriesThePolicyInput(t *testing.T) {
 		return nil
 	}
 	var search, first *allocator.RoundInfo
-	waitFor(t, "a search with jobs", 60*time.Second, func() bool {
+	poll.Until(t, 60*time.Second, "a search with jobs", func() bool {
 		search = find(func(r *allocator.RoundInfo) bool { return r.Policy == "pollux" && r.Prev != nil })
 		return search != nil
 	})
 	// A new leader's first round, with the jobs placed.
 	killed := time.Now()
 	c.kill(c.leader())
-	waitFor(t, "the first round of a new leader", 60*time.Second, func() bool {
+	poll.Until(t, 60*time.Second, "the first round of a new leader", func() bool {
 		first = find(func(r *allocator.RoundInfo) bool { return r.FirstOfTerm && r.Elected.After(killed) })
 		return first != nil
 	})

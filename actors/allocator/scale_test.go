@@ -16,6 +16,7 @@ import (
 	"pollux/cluster"
 	"pollux/cluster/provider"
 	"pollux/consensus/state"
+	"pollux/internal/poll"
 	"pollux/optimizer"
 	"pollux/testbed/emulator"
 )
@@ -142,7 +143,7 @@ func TestAutoscaleFailoverDuringScaleUpAsksOnce(t *testing.T) {
 	c.kill(old)
 	next := c.leader()
 	// Let the new leader run rounds while the machine still boots.
-	waitFor(t, "rounds of the new leader", 20*time.Second, func() bool {
+	poll.Until(t, 20*time.Second, "rounds of the new leader", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		n := 0
@@ -155,7 +156,7 @@ func TestAutoscaleFailoverDuringScaleUpAsksOnce(t *testing.T) {
 	})
 	close(hold)
 	// Up at some point (with the jobs done it may be drained soon after).
-	waitFor(t, first+" up", 60*time.Second, func() bool {
+	poll.Until(t, 60*time.Second, first+" up", func() bool {
 		m := next.srv.LocalState().Scale.Nodes[first]
 		return m != nil && m.Phase != state.ScaleBooting
 	})
@@ -219,7 +220,7 @@ func TestAutoscaleDrainMovesJobsFromCheckpoints(t *testing.T) {
 	}()
 	l := c.leader()
 	var machine string
-	waitFor(t, "a machine up running a job", 60*time.Second, func() bool {
+	poll.Until(t, 60*time.Second, "a machine up running a job", func() bool {
 		st := l.srv.LocalState()
 		for name, m := range st.Scale.Nodes {
 			if m.Phase == state.ScaleUp && st.UsedGPUs()[name] > 0 {
@@ -237,7 +238,7 @@ func TestAutoscaleDrainMovesJobsFromCheckpoints(t *testing.T) {
 			moved = append(moved, id)
 		}
 	}
-	waitFor(t, "a checkpoint of every job on "+machine, 60*time.Second, func() bool {
+	poll.Until(t, 60*time.Second, "a checkpoint of every job on "+machine, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, id := range moved {
@@ -254,7 +255,7 @@ func TestAutoscaleDrainMovesJobsFromCheckpoints(t *testing.T) {
 		Desired: 1, Drain: []string{machine}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, machine+" removed", 60*time.Second, func() bool {
+	poll.Until(t, 60*time.Second, machine+" removed", func() bool {
 		_, removes := p.counts()
 		return removes[machine] > 0
 	})
@@ -316,7 +317,7 @@ func TestAutoscaleHangingProviderLeavesClusterAsItWas(t *testing.T) {
 		c.submit(fmt.Sprintf("j%d", i), "cifar10", 8)
 	}
 	l := c.leader()
-	waitFor(t, "a machine given up", 60*time.Second, func() bool {
+	poll.Until(t, 60*time.Second, "a machine given up", func() bool {
 		b, _ := os.ReadFile(calls)
 		return strings.Contains(string(b), "remove auto-1")
 	})
@@ -332,7 +333,7 @@ func TestAutoscaleHangingProviderLeavesClusterAsItWas(t *testing.T) {
 	if !slices.Equal(first[:min(3, len(first))], []string{"add auto-1", "add auto-1", "remove auto-1"}) {
 		t.Errorf("calls for auto-1: %q", first)
 	}
-	waitFor(t, "auto-1 forgotten", 10*time.Second, func() bool { return l.srv.LocalState().Scale.Nodes["auto-1"] == nil })
+	poll.Until(t, 10*time.Second, "auto-1 forgotten", func() bool { return l.srv.LocalState().Scale.Nodes["auto-1"] == nil })
 	st := l.srv.LocalState()
 	if st.Nodes["auto-1"] != nil {
 		t.Errorf("auto-1 registered: %+v", st.Nodes["auto-1"])
@@ -366,7 +367,7 @@ func TestAutoscaleMachineThatNeverJoinsIsGivenUp(t *testing.T) {
 	}
 	l := c.leader()
 	var asked []string
-	waitFor(t, "a machine given up and another asked for", 60*time.Second, func() bool {
+	poll.Until(t, 60*time.Second, "a machine given up and another asked for", func() bool {
 		adds, removes := p.counts()
 		asked = asked[:0]
 		for name := range adds {
@@ -383,7 +384,7 @@ func TestAutoscaleMachineThatNeverJoinsIsGivenUp(t *testing.T) {
 	if removes["auto-1"] != 1 {
 		t.Errorf("auto-1 removed %d times", removes["auto-1"])
 	}
-	waitFor(t, "auto-1 forgotten", 10*time.Second, func() bool { return l.srv.LocalState().Scale.Nodes["auto-1"] == nil })
+	poll.Until(t, 10*time.Second, "auto-1 forgotten", func() bool { return l.srv.LocalState().Scale.Nodes["auto-1"] == nil })
 	st := l.srv.LocalState()
 	// Seq counts every machine asked for: none is counted twice.
 	if st.Scale.Seq < uint64(len(adds)) || st.Scale.Nodes["auto-1"] != nil {
@@ -407,7 +408,7 @@ func TestAutoscaleScaleDownDelayHoldsMachines(t *testing.T) {
 		c.submit(id, "cifar10", 8)
 	}
 	l := c.leader()
-	waitFor(t, "a machine up", 60*time.Second, func() bool {
+	poll.Until(t, 60*time.Second, "a machine up", func() bool {
 		for _, m := range l.srv.LocalState().Scale.Nodes {
 			if m.Phase == state.ScaleUp {
 				return true
@@ -455,7 +456,7 @@ func TestAutoscaleSeveralGPUTypesGrowsByTheTemplateType(t *testing.T) {
 	}
 	l := c.leader()
 	var up string
-	waitFor(t, "a machine up", 60*time.Second, func() bool {
+	poll.Until(t, 60*time.Second, "a machine up", func() bool {
 		for name, m := range l.srv.LocalState().Scale.Nodes {
 			if m.Phase == state.ScaleUp {
 				up = name
@@ -501,7 +502,7 @@ func TestAutoscaleSeveralGPUTypesWithoutTemplateTypeDecidesNoSize(t *testing.T) 
 	for _, id := range jobs {
 		c.submit(id, "cifar10", 8)
 	}
-	waitFor(t, "15 rounds placing jobs", 60*time.Second, func() bool {
+	poll.Until(t, 60*time.Second, "15 rounds placing jobs", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		n := 0

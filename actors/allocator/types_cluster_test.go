@@ -7,6 +7,7 @@ import (
 
 	"pollux/actors/pb"
 	"pollux/consensus/state"
+	"pollux/internal/poll"
 	"pollux/optimizer/goodput"
 	"pollux/testbed"
 )
@@ -52,16 +53,16 @@ func TestJobBidsAModelPerGPUType(t *testing.T) {
 	c.submitSpec("j", state.JobSpec{Name: "j", App: "imagenet", MinReplicas: 2, MaxReplicas: 2, Limits: l})
 	first := c.waitWorker("job j's first worker", 30*time.Second, func(w *workerRec) bool { return w.job == "j" })
 	firstType := c.opts.gpuTypes[first.node]
-	waitFor(t, "a measurement of j on "+firstType, 30*time.Second, func() bool {
+	poll.Until(t, 30*time.Second, "a measurement of j on "+firstType, func() bool {
 		return len(profiledOn(c.any().srv.LocalState().Jobs["j"], firstType)) > 0
 	})
 	c.partition(first.node, true)
-	waitFor(t, "measurements of j on both types", 60*time.Second, func() bool {
+	poll.Until(t, 60*time.Second, "measurements of j on both types", func() bool {
 		j := c.any().srv.LocalState().Jobs["j"]
 		return len(profiledOn(j, "a100")) > 0 && len(profiledOn(j, "t4")) > 0
 	})
 	var bid *pb.Bid
-	waitFor(t, "a bid of j with models on both types", 60*time.Second, func() bool {
+	poll.Until(t, 60*time.Second, "a bid of j with models on both types", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		bids := c.bids["j"]

@@ -31,6 +31,7 @@ import (
 	"pollux/consensus"
 	"pollux/consensus/state"
 	"pollux/internal/logbuf"
+	"pollux/internal/poll"
 )
 
 // clock is an injected clock.
@@ -374,11 +375,7 @@ func TestRefusals(t *testing.T) {
 	// The listener logs a refused handshake once the handshake failed on
 	// its side, which may be just after the dialer gave up.
 	for _, want := range []string{"lab-c/server/s0", "cluster lab-c is not a peer", "not signed by a CA trusted for cluster lab-a"} {
-		deadline := time.Now().Add(10 * time.Second)
-		for !strings.Contains(b.logs.String(), want) && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if !strings.Contains(b.logs.String(), want) {
+		if !poll.Wait(10*time.Second, func() bool { return strings.Contains(b.logs.String(), want) }) {
 			t.Errorf("lab-b's log does not say %q:\n%s", want, b.logs.String())
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"pollux/actors/pb"
 	"pollux/consensus/state"
+	"pollux/internal/poll"
 	"pollux/optimizer/goodput"
 	"pollux/testbed/builtin"
 )
@@ -79,16 +80,13 @@ func (f *fakeStore) ack(session, seq uint64) int {
 // waitReads waits until the store has served n reads.
 func (f *fakeStore) waitReads(t *testing.T, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	reads := func() int {
 		f.mu.Lock()
-		got := f.reads
-		f.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the store served %d reads in 5 s, want %d", got, n)
-		}
+		defer f.mu.Unlock()
+		return f.reads
+	}
+	if !poll.Wait(5*time.Second, func() bool { return reads() >= n }) {
+		t.Fatalf("the store served %d reads in 5 s, want %d", reads(), n)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"pollux/actors/node/workerproto"
 	"pollux/actors/pb"
 	"pollux/internal/logbuf"
+	"pollux/internal/poll"
 )
 
 // sendLine opens a connection to addr, writes line and returns the
@@ -45,23 +46,19 @@ func closedWithin(t *testing.T, c net.Conn, d time.Duration) {
 // accepted report.
 func waitProved(t *testing.T, l *reportListener, n int) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
+	proved := func() int {
 		l.mu.Lock()
-		proved := 0
+		defer l.mu.Unlock()
+		k := 0
 		for _, st := range l.conns {
 			if st.proved {
-				proved++
+				k++
 			}
 		}
-		l.mu.Unlock()
-		if proved == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections proved, want %d", proved, n)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return k
+	}
+	if !poll.Wait(3*time.Second, func() bool { return proved() == n }) {
+		t.Fatalf("%d connections proved, want %d", proved(), n)
 	}
 }
 
@@ -256,16 +253,13 @@ func TestReportPortProbation(t *testing.T) {
 	// room by closing the oldest.
 	admitted := func(n int) {
 		t.Helper()
-		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(time.Millisecond) {
+		conns := func() int {
 			l.mu.Lock()
-			got := len(l.conns)
-			l.mu.Unlock()
-			if got >= n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d connections admitted, want %d", got, n)
-			}
+			defer l.mu.Unlock()
+			return len(l.conns)
+		}
+		if !poll.Wait(3*time.Second, func() bool { return conns() >= n }) {
+			t.Fatalf("%d connections admitted, want %d", conns(), n)
 		}
 	}
 	c1 := sendLine(t, l.addr(), "")

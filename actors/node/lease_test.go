@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"pollux/actors/pb"
+	"pollux/internal/poll"
 )
 
 // fakeClock is the lease's injected clock.
@@ -126,17 +127,6 @@ func (f *fixture) renewAt(gen uint64, lease time.Duration, echo uint64) *pb.Leas
 	return f.renewOnce(&pb.LeaseRenew{ClusterId: f.cluster, Term: f.term, Generation: gen, LeaseMs: uint64(lease / time.Millisecond), Echo: echo})
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestNoWorkerStartsWithoutALease(t *testing.T) {
 	l, clock := &fakeLauncher{}, newFakeClock()
 	f := newLeaseFixture(t, 2, l, clock)
@@ -153,7 +143,7 @@ func TestNoWorkerStartsWithoutALease(t *testing.T) {
 	if ack := f.renewAt(1, 2*time.Second, first.Nonce); !ack.Renewed || ack.ValidMs != 2000 {
 		t.Fatalf("renewal: %v", ack)
 	}
-	eventually(t, "two workers", func() bool { return len(l.started()) == 2 })
+	poll.Until(t, 5*time.Second, "two workers", func() bool { return len(l.started()) == 2 })
 }
 
 func TestLeaseRunsFromTheEchoedAckAndLapsePausesWorkers(t *testing.T) {
@@ -166,7 +156,7 @@ func TestLeaseRunsFromTheEchoedAckAndLapsePausesWorkers(t *testing.T) {
 	if ack := f.renewAt(1, 2*time.Second, sent.Nonce); !ack.Renewed || ack.ValidMs != 1000 {
 		t.Fatalf("renewal: %v, want a lease valid for 1000 ms more", ack)
 	}
-	eventually(t, "two workers", func() bool { return len(l.started()) == 2 })
+	poll.Until(t, 5*time.Second, "two workers", func() bool { return len(l.started()) == 2 })
 	clock.advance(999 * time.Millisecond)
 	f.check()
 	for _, p := range l.started() {
@@ -207,7 +197,7 @@ func TestSupersededPausedRunIsKilledNeverTerminated(t *testing.T) {
 	f := newLeaseFixture(t, 2, l, clock)
 	f.sendOnce(&pb.Assign{ClusterId: f.cluster, Term: f.term, Generation: 1, Runs: []*pb.RunJob{f.run("a", 1, 2, "serve")}})
 	f.renewAt(1, 2*time.Second, f.renewAt(1, 2*time.Second, 0).Nonce)
-	eventually(t, "two workers", func() bool { return len(l.started()) == 2 })
+	poll.Until(t, 5*time.Second, "two workers", func() bool { return len(l.started()) == 2 })
 	clock.advance(2 * time.Second)
 	f.check()
 	// Cut off, the node missed the leader's move of job a elsewhere; the
@@ -217,7 +207,7 @@ func TestSupersededPausedRunIsKilledNeverTerminated(t *testing.T) {
 	if !ack.Ok {
 		t.Fatal(ack.Error)
 	}
-	eventually(t, "job a's workers to end", func() bool {
+	poll.Until(t, 5*time.Second, "job a's workers to end", func() bool {
 		a := runStatus(f.sendOnce(&pb.Assign{ClusterId: f.cluster, Term: f.term, Generation: 5, Runs: []*pb.RunJob{f.run("b", 1, 1, "serve")}}), "a", 1)
 		return a == nil
 	})
@@ -234,7 +224,7 @@ func TestSupersededPausedRunIsKilledNeverTerminated(t *testing.T) {
 		t.Fatalf("renewal of the old generation: %v", ack)
 	}
 	f.renewAt(5, 2*time.Second, f.renewAt(5, 2*time.Second, 0).Nonce)
-	eventually(t, "job b's worker", func() bool { return len(l.started()) == 3 })
+	poll.Until(t, 5*time.Second, "job b's worker", func() bool { return len(l.started()) == 3 })
 	if p := l.started()[2]; p.job != "b" {
 		t.Fatalf("started %s", p.job)
 	}
@@ -245,7 +235,7 @@ func TestRunBeingStoppedIsKilledAtTheLapse(t *testing.T) {
 	f := newLeaseFixture(t, 2, l, clock)
 	f.sendOnce(&pb.Assign{ClusterId: f.cluster, Term: f.term, Generation: 1, Runs: []*pb.RunJob{f.run("a", 1, 1, "stubborn"), f.run("b", 1, 1, "serve")}})
 	f.renewAt(1, 2*time.Second, f.renewAt(1, 2*time.Second, 0).Nonce)
-	eventually(t, "two workers", func() bool { return len(l.started()) == 2 })
+	poll.Until(t, 5*time.Second, "two workers", func() bool { return len(l.started()) == 2 })
 	// a is stopped (it ignores SIGTERM while it writes its checkpoint) ...
 	f.sendOnce(&pb.Assign{ClusterId: f.cluster, Term: f.term, Generation: 2, Runs: []*pb.RunJob{f.run("b", 1, 1, "serve")}})
 	// ... when the lease lapses: resumed later, it would checkpoint
@@ -319,11 +309,11 @@ func TestPausedWorkerProcessIsStopped(t *testing.T) {
 	clock.advance(2 * time.Second)
 	f.check()
 	for _, pid := range pids {
-		eventually(t, fmt.Sprintf("process %d stopped", pid), func() bool { s, _ := procState(pid); return s == "T" })
+		poll.Until(t, 5*time.Second, fmt.Sprintf("process %d stopped", pid), func() bool { s, _ := procState(pid); return s == "T" })
 	}
 	f.renewAt(1, 2*time.Second, f.renewAt(1, 2*time.Second, 0).Nonce)
 	for _, pid := range pids {
-		eventually(t, fmt.Sprintf("process %d running again", pid), func() bool { s, _ := procState(pid); return s != "T" })
+		poll.Until(t, 5*time.Second, fmt.Sprintf("process %d running again", pid), func() bool { s, _ := procState(pid); return s != "T" })
 	}
 	// Superseded while paused: killed, and the exit says so.
 	clock.advance(2 * time.Second)
@@ -378,7 +368,7 @@ func TestHeldRunIsKeptIfRunningButNotStarted(t *testing.T) {
 	if ack := f.sendOnce(&pb.Assign{ClusterId: f.cluster, Term: f.term, Generation: 2, Runs: []*pb.RunJob{held(2, false)}}); !ack.Ok || len(ack.Runs) != 1 || ack.Runs[0].Refused != "" {
 		t.Fatalf("released run: %v", ack)
 	}
-	eventually(t, "the worker", func() bool { return len(l.started()) == 1 })
+	poll.Until(t, 5*time.Second, "the worker", func() bool { return len(l.started()) == 1 })
 	// Held again (a new leader with no ack yet): kept running.
 	ack = f.sendOnce(&pb.Assign{ClusterId: f.cluster, Term: f.term + 1, Generation: 3, Runs: []*pb.RunJob{held(2, true)}})
 	if !ack.Ok || len(ack.Runs) != 1 || ack.Runs[0].Alive != 1 || ack.Runs[0].Stopping {

@@ -8,6 +8,7 @@ import (
 
 	"pollux/actors/node/workerlog"
 	"pollux/actors/pb"
+	"pollux/internal/poll"
 )
 
 // TestWorkerOutputInLogs: with a log store, each worker's stdout and
@@ -48,14 +49,10 @@ func TestWorkerOutputInLogs(t *testing.T) {
 	} {
 		// The log is closed once the exit is seen; wait for it.
 		var c workerlog.Chunk
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		poll.Wait(10*time.Second, func() bool {
 			c, err = store.Read(workerlog.Key{Job: "talk", Incarnation: tc.inc, Rank: tc.rank}, 0, 0, 0)
-			if (err == nil && c.Closed) || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return err == nil && c.Closed
+		})
 		if err != nil || !c.Closed {
 			t.Fatalf("incarnation %d rank %d: %+v, %v", tc.inc, tc.rank, c, err)
 		}

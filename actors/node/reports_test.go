@@ -14,17 +14,14 @@ import (
 	"pollux/actors/node/workerproto"
 	"pollux/cluster/pki"
 	"pollux/internal/logbuf"
+	"pollux/internal/poll"
 )
 
 // waitCount waits for the log to hold n lines with s.
 func waitCount(t *testing.T, l fmt.Stringer, s string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for strings.Count(l.String(), s) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("log has %d lines with %q, want %d:\n%s", strings.Count(l.String(), s), s, n, l)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !poll.Wait(3*time.Second, func() bool { return strings.Count(l.String(), s) >= n }) {
+		t.Fatalf("log has %d lines with %q, want %d:\n%s", strings.Count(l.String(), s), s, n, l)
 	}
 }
 

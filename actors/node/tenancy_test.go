@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"pollux/actors/pb"
+	"pollux/internal/poll"
 )
 
 // needRoot skips a test that switches uids when not run as root, or
@@ -168,7 +169,7 @@ func TestJobsRunAsUIDsOfTheirOwn(t *testing.T) {
 	if ack := f.assign(3); !ack.Ok {
 		t.Fatalf("ack %v", ack)
 	}
-	waitFor(t, func() bool {
+	poll.Until(t, 10*time.Second, "the condition", func() bool {
 		_, err1 := os.Stat(vtok)
 		_, err2 := os.Stat(filepath.Join(tokens, "thief.1.0"))
 		return errors.Is(err1, os.ErrNotExist) && errors.Is(err2, os.ErrNotExist)
@@ -309,17 +310,5 @@ func readFile(t *testing.T, p string) string {
 
 func waitFile(t *testing.T, p string) {
 	t.Helper()
-	waitFor(t, func() bool { _, err := os.Stat(p); return err == nil })
-}
-
-// waitFor polls cond until it holds (10 s at most).
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "the condition", func() bool { _, err := os.Stat(p); return err == nil })
 }

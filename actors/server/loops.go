@@ -84,7 +84,9 @@ func watchLevels(ctx context.Context, src configSource, m metaUpdater, given []s
 			meta.Levels = strings.Join(levels, ",")
 			if err := m.UpdateMeta(meta, 5*time.Second); err != nil {
 				log.Warn("server: advertising the topology levels", "err", err)
+				return
 			}
+			log.Info("server: topology levels checked and advertised", "levels", meta.Levels)
 			return
 		}
 		select {

@@ -16,6 +16,7 @@ import (
 	"pollux/cluster"
 	"pollux/cluster/pki"
 	"pollux/internal/logbuf"
+	"pollux/internal/poll"
 	"pollux/internal/secure"
 	"pollux/optimizer"
 )
@@ -29,16 +30,6 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-// waitFor polls ok until it holds, failing the test after d.
-func waitFor(t *testing.T, what string, d time.Duration, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(d); !ok(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %v", what, d)
-		}
-	}
 }
 
 // A server run in process with TLS bootstraps a one-server cluster with
@@ -85,7 +76,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	if r.ID != "s0" || r.HTTP != httpAddr || r.Raft != raftAddr || r.Gossip == "" || r.Actor == "" || r.Federation != "" {
 		t.Errorf("ready %+v", r)
 	}
-	waitFor(t, "cluster configuration", 30*time.Second, func() bool { return len(log.Lines("server: cluster configuration")) == 1 })
+	poll.Until(t, 30*time.Second, "cluster configuration", func() bool { return len(log.Lines("server: cluster configuration")) == 1 })
 
 	keys, err := b.GossipKeys()
 	if err != nil {
@@ -100,7 +91,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	if _, err := m.Join([]string{r.Gossip}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "levels advertised in the gossip", 30*time.Second, func() bool {
+	poll.Until(t, 30*time.Second, "levels advertised in the gossip", func() bool {
 		for _, mb := range m.Members() {
 			if mb.Name == "s0" && mb.Meta.Levels == "rack,zone" && mb.Meta.Topology == "rack=r1,zone=z1" && mb.Meta.HTTPAddr == httpAddr {
 				return true

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"pollux/internal/logbuf"
+	"pollux/internal/poll"
 )
 
 // fixture is a CA with issued credentials, and a second CA.
@@ -364,10 +365,7 @@ func TestHandshakeMatrix(t *testing.T) {
 				continue
 			}
 			// The refusal is logged once, naming the peer.
-			deadline := time.Now().Add(2 * time.Second)
-			for len(logs.Lines("refused connection")) == before && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
+			poll.Wait(2*time.Second, func() bool { return len(logs.Lines("refused connection")) != before })
 			lines := logs.Lines("refused connection")[before:]
 			if len(lines) != 1 || !strings.Contains(lines[0], "peer=127.0.0.1:") || !strings.Contains(lines[0], "channel="+string(l.ch)) {
 				t.Errorf("%s, %s: refusal log lines %q", l.name, p.name, lines)
@@ -450,10 +448,7 @@ func TestListenerAnswersPlainHTTPAndTimesOutSilentPeers(t *testing.T) {
 	if _, err := c.Read(make([]byte, 1)); err == nil || time.Since(start) > 3*time.Second {
 		t.Errorf("silent peer: read %v after %v, want a close after about 200ms", err, time.Since(start))
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for len(logs.Lines("refused connection")) < 2 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Wait(2*time.Second, func() bool { return len(logs.Lines("refused connection")) >= 2 })
 	if n := len(logs.Lines("refused connection")); n != 2 {
 		t.Errorf("%d refusal lines, want 2:\n%s", n, logs.String())
 	}
@@ -504,10 +499,7 @@ func TestListenerCapsHandshakes(t *testing.T) {
 			t.Fatal("a third connection was not closed while two handshakes were pending")
 		}
 	}
-	deadline = time.Now().Add(2 * time.Second)
-	for len(logs.Lines("too many TLS handshakes")) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Wait(2*time.Second, func() bool { return len(logs.Lines("too many TLS handshakes")) > 0 })
 	if l := logs.Lines("too many TLS handshakes"); len(l) == 0 {
 		t.Errorf("no log line for the overload:\n%s", logs.String())
 	}
@@ -524,16 +516,13 @@ func TestListenerCapsHandshakes(t *testing.T) {
 		}
 	}()
 	rc, _ := server.ClientConfig(ChannelRaft)
-	deadline = time.Now().Add(3 * time.Second)
-	for {
+	var last error
+	if !poll.Wait(3*time.Second, func() bool {
 		ok, err := dial(ln.Addr().String(), rc)
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server not accepted after the slots freed: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		last = err
+		return ok
+	}) {
+		t.Fatalf("server not accepted after the slots freed: %v", last)
 	}
 }
 

@@ -83,11 +83,7 @@ func TestTokensOnACluster(t *testing.T) {
 	// cli runs a client command against the given servers with a token.
 	cli := func(secret string, servers []*launch.Member, args ...string) (int, string) {
 		t.Helper()
-		var hs []string
-		for _, m := range servers {
-			hs = append(hs, m.HTTP)
-		}
-		args = append(args, "--server", strings.Join(hs, ","), "--ca", c.TLS().CA, "--token", secret)
+		args = append(args, clientFlags(c.Cluster, secret, servers)...)
 		code, out := runOut(args...)
 		t.Logf("pollux %v: exit %d: %s", args[:len(args)-6], code, strings.TrimSpace(out))
 		return code, out

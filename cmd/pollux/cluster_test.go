@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 
@@ -28,6 +29,21 @@ func startCluster(ctx context.Context, t *testing.T, o launch.Options) *testClus
 		t.Fatal(err)
 	}
 	return &testCluster{Cluster: c, t: t}
+}
+
+// clientFlags are the flags a CLI command needs to reach the servers ms
+// of c with token: --server, --ca, --token.
+func clientFlags(c *launch.Cluster, token string, ms []*launch.Member) []string {
+	return []string{"--server", httpAddrs(ms), "--ca", c.TLS().CA, "--token", token}
+}
+
+// httpAddrs is the servers' HTTP addresses as --server takes them.
+func httpAddrs(ms []*launch.Member) string {
+	hs := make([]string, len(ms))
+	for i, m := range ms {
+		hs[i] = m.HTTP
+	}
+	return strings.Join(hs, ",")
 }
 
 // Stop stops every process the first time; later calls return its result.

@@ -30,12 +30,7 @@ type followed struct {
 // stderr.
 func (j *journey) follow(ctx context.Context, id string) (<-chan followed, func() string) {
 	j.t.Helper()
-	var hs []string
-	for _, m := range j.c.Servers {
-		hs = append(hs, m.HTTP)
-	}
-	args := append(slices.Clone(selfExec), "logs", "-f", id, "--json",
-		"--server", strings.Join(hs, ","), "--ca", j.c.TLS().CA, "--token", j.c.AdminToken())
+	args := append(append(slices.Clone(selfExec), "logs", "-f", id, "--json"), clientFlags(j.c.Cluster, j.c.AdminToken(), j.c.Servers)...)
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "POLLUX_") {
@@ -82,11 +77,7 @@ var workerTime = regexp.MustCompile(`^time=(\S+) `)
 // cliAs runs `pollux ARGS` with the cluster's servers and CA and token.
 func (j *journey) cliAs(token string, args ...string) (int, string) {
 	j.t.Helper()
-	var hs []string
-	for _, m := range j.c.Servers {
-		hs = append(hs, m.HTTP)
-	}
-	return runOut(append(args, "--server", strings.Join(hs, ","), "--ca", j.c.TLS().CA, "--token", token, "--timeout", "30s")...)
+	return runOut(append(append(args, clientFlags(j.c.Cluster, token, j.c.Servers)...), "--timeout", "30s")...)
 }
 
 // logSteps are the logs steps of TestOperatorJourney, on a job of its

@@ -37,11 +37,7 @@ type journey struct {
 // cli runs `pollux ARGS` with the cluster's servers, CA and admin token.
 func (j *journey) cli(args ...string) (int, string) {
 	j.t.Helper()
-	var hs []string
-	for _, m := range j.c.Servers {
-		hs = append(hs, m.HTTP)
-	}
-	return runOut(append(args, "--server", strings.Join(hs, ","), "--ca", j.c.TLS().CA, "--token", j.c.AdminToken(), "--timeout", "30s")...)
+	return j.cliAs(j.c.AdminToken(), args...)
 }
 
 // unavailable is the exit status of the CLI when no server could answer
@@ -164,12 +160,8 @@ func (j *journey) bootstrapLine(within time.Duration) string {
 	if err != nil {
 		j.t.Fatal(err)
 	}
-	var hs []string
-	for _, m := range j.c.Servers {
-		hs = append(hs, m.HTTP)
-	}
 	for deadline := time.Now().Add(within); ; time.Sleep(300 * time.Millisecond) {
-		code, out := runOut("acl", "bootstrap", "--server", strings.Join(hs, ","), "--ca", j.c.TLS().CA,
+		code, out := runOut("acl", "bootstrap", "--server", httpAddrs(j.c.Servers), "--ca", j.c.TLS().CA,
 			"--cert", cert, "--key", key, "--secret-file", j.c.TokenFile(), "--timeout", "10s")
 		if code == 0 {
 			lines := strings.Split(strings.TrimSpace(out), "\n")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"pollux/actors/server/api"
+	"pollux/internal/poll"
 	"pollux/testbed/builtin"
 	"pollux/testbed/launch"
 )
@@ -44,17 +45,17 @@ func TestCancelRetentionAndServerReplacement(t *testing.T) {
 	// leader's API, which the client follows.
 	client := func(args ...string) (int, string) {
 		t.Helper()
-		var hs []string
+		var ms []*launch.Member
 		leader, _, _ := c.Leader(ctx, 5*time.Second)
 		for _, m := range live() {
 			if m != leader {
-				hs = append(hs, m.HTTP)
+				ms = append(ms, m)
 			}
 		}
 		if leader != nil {
-			hs = append(hs, leader.HTTP)
+			ms = append(ms, leader)
 		}
-		code, out := runOut(append(args, "--server", strings.Join(hs, ","), "--ca", c.TLS().CA, "--token", c.AdminToken())...)
+		code, out := runOut(append(args, clientFlags(c.Cluster, c.AdminToken(), ms)...)...)
 		t.Logf("pollux %v: exit %d: %s", args, code, strings.TrimSpace(out))
 		return code, out
 	}
@@ -87,25 +88,15 @@ func TestCancelRetentionAndServerReplacement(t *testing.T) {
 		}
 		return 0, j
 	}
-	until := func(what string, d time.Duration, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(d)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out after %v waiting for %s", d, what)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
 
 	// Cancel: a long job runs, is cancelled, its workers stop.
 	submit("long", "bert")
-	until("the long job's workers", 30*time.Second, func() bool { return len(workersIn(dir, "POLLUX_JOB_ID=long")) > 0 })
+	poll.Until(t, 30*time.Second, "the long job's workers", func() bool { return len(workersIn(dir, "POLLUX_JOB_ID=long")) > 0 })
 	if code, out := client("cancel", "long"); code != 0 || !strings.Contains(out, "cancelled long") {
 		t.Fatalf("cancel: %d %q", code, out)
 	}
 	// (a follower's answer may lag by a moment)
-	until("the job listed as cancelled, without GPUs", 5*time.Second, func() bool {
+	poll.Until(t, 5*time.Second, "the job listed as cancelled, without GPUs", func() bool {
 		code, j := jobState("long")
 		return code == http.StatusOK && j.State == "cancelled" && j.GPUs == 0
 	})
@@ -115,9 +106,9 @@ func TestCancelRetentionAndServerReplacement(t *testing.T) {
 	if code, _ := client("cancel", "no-such-job"); code != 2 {
 		t.Errorf("cancelling an unknown job: exit %d, want 2", code)
 	}
-	until("the cancelled job's workers to stop", 30*time.Second, func() bool { return len(workersIn(dir, "POLLUX_JOB_ID=long")) == 0 })
+	poll.Until(t, 30*time.Second, "the cancelled job's workers to stop", func() bool { return len(workersIn(dir, "POLLUX_JOB_ID=long")) == 0 })
 	// Retention: pruned after --retain.
-	until("the cancelled job to be pruned", 30*time.Second, func() bool {
+	poll.Until(t, 30*time.Second, "the cancelled job to be pruned", func() bool {
 		code, _ := jobState("long")
 		return code == http.StatusNotFound
 	})
@@ -149,7 +140,7 @@ func TestCancelRetentionAndServerReplacement(t *testing.T) {
 		t.Fatalf("remove-server: %d %q", code, out)
 	}
 	var peers []api.Peer
-	until("three voters with the new one", 20*time.Second, func() bool {
+	poll.Until(t, 20*time.Second, "three voters with the new one", func() bool {
 		code, out := client("operator", "raft", "list-peers", "--json")
 		if code != 0 || json.Unmarshal([]byte(out), &peers) != nil {
 			return false
@@ -187,7 +178,7 @@ func TestCancelRetentionAndServerReplacement(t *testing.T) {
 		t.Errorf("removing a live server below quorum: exit %d, want 2 (refused)", code)
 	}
 	submit("after", "cifar10")
-	until("the job submitted after the replacement to complete", 90*time.Second, func() bool {
+	poll.Until(t, 90*time.Second, "the job submitted after the replacement to complete", func() bool {
 		code, j := jobState("after")
 		return code == http.StatusOK && j.State == "completed"
 	})

@@ -24,28 +24,21 @@ func TestSnapshotSaveAndRestore(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
 	defer cancel()
-	start := func(name string) *launch.Cluster {
+	start := func(name string) *testCluster {
 		t.Helper()
-		c, err := launch.Start(ctx, launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: filepath.Join(t.TempDir(), name),
+		c := startCluster(ctx, t, launch.Options{Dir: filepath.Join(t.TempDir(), name),
 			Servers: 3, NoAgents: true, Interval: 500 * time.Millisecond, LogLevel: "warn"})
-		if err != nil {
-			t.Fatal(err)
-		}
 		t.Cleanup(func() { _ = c.Stop() })
 		if _, _, err := c.Leader(ctx, 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
-	cli := func(c *launch.Cluster, secret string, args ...string) (int, string) {
+	cli := func(c *testCluster, secret string, args ...string) (int, string) {
 		t.Helper()
-		var hs []string
-		for _, m := range c.Servers {
-			hs = append(hs, m.HTTP)
-		}
-		return runOut(append(args, "--server", strings.Join(hs, ","), "--ca", c.TLS().CA, "--token", secret, "--timeout", "30s")...)
+		return runOut(append(append(args, clientFlags(c.Cluster, secret, c.Servers)...), "--timeout", "30s")...)
 	}
-	jobs := func(c *launch.Cluster, secret string) []string {
+	jobs := func(c *testCluster, secret string) []string {
 		t.Helper()
 		code, out := cli(c, secret, "jobs", "--json")
 		var js []api.Job

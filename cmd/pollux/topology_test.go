@@ -379,9 +379,17 @@ func TestServerLevelsAreTheClusters(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// Deliberately nothing within a second: the server checks its levels
-	// within 250 ms of the configuration, and a mismatch would stop it.
-	time.Sleep(time.Second)
+	// The server checks its levels once the cluster is configured, and a
+	// mismatch would stop it: the line saying they were checked and
+	// advertised shows the check passed.
+	for len(log.Lines("server: topology levels checked and advertised", "levels=rack,zone")) == 0 {
+		if time.Now().After(deadline) {
+			_ = first.Process.Kill()
+			_ = first.Wait()
+			t.Fatalf("the bootstrapped server never advertised its levels:\n%s", log.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	_ = first.Process.Signal(syscall.SIGTERM)
 	if err := first.Wait(); err != nil {
 		t.Fatalf("the server with fitting levels and topology: %v\n%s", err, log.String())

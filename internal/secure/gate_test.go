@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"pollux/cluster/pki"
+	"pollux/internal/poll"
 )
 
 // TestTrackMembers: addresses, host:port pairs and names of the sources
@@ -38,13 +39,9 @@ func TestTrackMembers(t *testing.T) {
 		t.Error("127.0.0.2 is a member")
 	}
 	gossip <- []string{"10.0.0.8:1"}
-	deadline := time.Now().Add(5 * time.Second)
-	for !sec.Members.Contains(netip.MustParseAddr("10.0.0.8")) || sec.Members.Contains(netip.MustParseAddr("10.0.0.7")) {
-		if time.Now().After(deadline) {
-			t.Fatal("the members did not follow the source")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, 5*time.Second, "the members to follow the source", func() bool {
+		return sec.Members.Contains(netip.MustParseAddr("10.0.0.8")) && !sec.Members.Contains(netip.MustParseAddr("10.0.0.7"))
+	})
 }
 
 // TestCollectorCountsRefusals: a refusal of a gate shows in the

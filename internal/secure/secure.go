@@ -141,17 +141,12 @@ func (o Options) credentials(role pki.Role, name string, hosts []string) (*pki.C
 	return creds, nil
 }
 
-// dropWhileUnreachable makes protoactor's remote give up on a peer it
-// cannot connect to after one attempt, dropping what was sent to it
-// meanwhile, instead of holding the messages through up to five
-// attempts (about ten seconds) and delivering them all once the peer is
-// back. A node agent restarted within that time would otherwise receive
-// the assignments sent while it was down, oldest first, and act on
-// them: its fencing state on disk predates them all, so it would start
-// the workers of a job cancelled (or moved) in the meantime before the
-// newer assignments stop them again. The protocol needs no redelivery:
-// every message is repeated or reconciled within a round
-// (docs/control-plane.md).
+// dropWhileUnreachable makes protoactor's remote give up on a peer after
+// one failed connection, dropping what was sent to it meanwhile: held
+// through the default five attempts, stale assignments would reach an
+// agent restarted within them and start workers of jobs cancelled or
+// moved since. Nothing needs redelivery: every message is repeated or
+// reconciled within a round (docs/control-plane.md).
 func dropWhileUnreachable(c *remote.Config) { c.MaxRetryCount = 1 }
 
 // RemoteOptions configure protoactor's gRPC transport of a process

@@ -15,6 +15,7 @@ import (
 	"pollux/cluster"
 	"pollux/cluster/pki"
 	"pollux/internal/logbuf"
+	"pollux/internal/poll"
 	"pollux/internal/usage"
 )
 
@@ -155,10 +156,8 @@ func TestReloadOnHangup(t *testing.T) {
 		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		for deadline := time.Now().Add(10 * time.Second); len(log.Lines(want)) == n; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %q logged after SIGHUP:\n%s", want, log.String())
-			}
+		if !poll.Wait(10*time.Second, func() bool { return len(log.Lines(want)) != n }) {
+			t.Fatalf("no %q logged after SIGHUP:\n%s", want, log.String())
 		}
 	}
 	hup("not a key\n", "gossip keys not reloaded")

@@ -17,6 +17,7 @@ import (
 
 	"pollux/actors/node/workerproto"
 	"pollux/cluster/pki"
+	"pollux/internal/poll"
 	"pollux/optimizer/goodput"
 	"pollux/testbed/chaos/mono"
 	"pollux/testbed/chaos/record"
@@ -46,6 +47,7 @@ type collector struct {
 	ln      net.Listener
 	mu      sync.Mutex
 	reports []workerproto.Report
+	open    int // connections accepted and not yet read to their end
 }
 
 func listen(t *testing.T) *collector { return listenTLS(t, nil) }
@@ -67,8 +69,16 @@ func listenTLS(t *testing.T, cfg *tls.Config) *collector {
 			if err != nil {
 				return
 			}
+			c.mu.Lock()
+			c.open++
+			c.mu.Unlock()
 			go func() {
-				defer conn.Close()
+				defer func() {
+					conn.Close()
+					c.mu.Lock()
+					c.open--
+					c.mu.Unlock()
+				}()
 				rd := workerproto.NewReader(conn)
 				for {
 					r, err := rd.Next()
@@ -87,6 +97,14 @@ func listenTLS(t *testing.T, cfg *tls.Config) *collector {
 		}
 	}()
 	return c
+}
+
+// drained says whether every connection accepted so far has been read
+// to its end.
+func (c *collector) drained() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.open == 0
 }
 
 func (c *collector) all() []workerproto.Report {
@@ -318,7 +336,11 @@ func TestReportsOverTLS(t *testing.T) {
 		if err != nil || !st.Done {
 			t.Fatalf("%s: %+v, %v", tc.name, st, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		// The worker closed its connections when Run returned; once the
+		// listener has read each to its end, every report sent is in. (A
+		// TLS handshake cannot finish before the accept, so no connection
+		// waits unseen in the backlog.)
+		poll.Until(t, 30*time.Second, tc.name+": the listener reading every connection to its end", c.drained)
 		if got := len(c.all()) > 0; got != tc.reports {
 			t.Errorf("%s: reports arrived %v, want %v", tc.name, got, tc.reports)
 		}
@@ -435,10 +457,11 @@ func TestDeliverAllRanks(t *testing.T) {
 
 // pauser is a Config.Hold: it blocks while paused and fails once killed.
 type pauser struct {
-	mu     sync.Mutex
-	paused bool
-	killed bool
-	cont   *sync.Cond
+	mu      sync.Mutex
+	paused  bool
+	killed  bool
+	waiting bool // a call of hold is blocked
+	cont    *sync.Cond
 }
 
 func newPauser() *pauser {
@@ -451,12 +474,21 @@ func (p *pauser) hold() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for p.paused && !p.killed {
+		p.waiting = true
 		p.cont.Wait()
 	}
+	p.waiting = false
 	if p.killed {
 		return errors.New("killed")
 	}
 	return nil
+}
+
+// holding says whether the worker is blocked in hold.
+func (p *pauser) holding() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.waiting
 }
 
 func (p *pauser) set(paused, killed bool) {
@@ -486,20 +518,18 @@ func TestHoldPausesAndAKilledWorkerWritesNothing(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { _, err := Run(ctx, cfg); done <- err }()
-	for n, _ := last(); n < 3; n, _ = last() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, 30*time.Second, "three reports", func() bool { n, _ := last(); return n >= 3 })
 	p.set(true, false)
-	time.Sleep(20 * time.Millisecond) // a step in progress ends
+	poll.Until(t, 30*time.Second, "the worker held between two steps", p.holding)
 	n, before := last()
+	// The window is the test: a paused worker stays held for 300 ms (six
+	// steps' time at this scale) and reports nothing.
 	time.Sleep(300 * time.Millisecond)
 	if m, _ := last(); m != n {
 		t.Fatalf("%d reports while paused", m-n)
 	}
 	p.set(false, false)
-	for m, _ := last(); m < n+2; m, _ = last() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, 30*time.Second, "two reports after the pause", func() bool { m, _ := last(); return m >= n+2 })
 	// The 300 ms paused made no progress: at time scale 2 and 0.1 s a
 	// step, they would have made 6 steps.
 	if _, after := last(); after-before > 2 {
@@ -513,6 +543,8 @@ func TestHoldPausesAndAKilledWorkerWritesNothing(t *testing.T) {
 	}
 	p.set(true, false)
 	cancel() // a stopped process ignores SIGTERM ...
+	// Nothing marks a cancellation ignored: 50 ms gives a worker that
+	// wrongly ended on it the time to do so.
 	time.Sleep(50 * time.Millisecond)
 	select {
 	case err := <-done:

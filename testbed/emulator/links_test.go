@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"pollux/actors/node/workerproto"
+	"pollux/internal/poll"
 	"pollux/testbed/fabric"
 )
 
@@ -57,9 +58,9 @@ func TestLinksAddTheUplinksToSynchronisedSteps(t *testing.T) {
 	}
 	start(0, 0)
 	key := "toy-1@2"
-	waitUntil(t, "rank 0 joined", func() bool { return links.Nodes(key) == 1 })
+	poll.Until(t, 30*time.Second, "rank 0 joined", func() bool { return links.Nodes(key) == 1 })
 	start(1, 1)
-	waitUntil(t, "reports", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 3 })
+	poll.Until(t, 30*time.Second, "reports", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 3 })
 	cancel()
 	wg.Wait()
 	if links.Nodes(key) != 0 {
@@ -86,16 +87,5 @@ func TestLinksNeedTheGradientSize(t *testing.T) {
 	cfg.App, cfg.Rack = named{name: "cifar10"}, 5
 	if _, err := Run(context.Background(), cfg); !errors.Is(err, ErrConfig) {
 		t.Fatalf("a worker joined a rack the network lacks: %v", err)
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"pollux/internal/poll"
 	"strconv"
 	"strings"
 	"syscall"
@@ -127,12 +128,8 @@ func procState(t *testing.T, pid int) byte {
 
 func waitState(t *testing.T, pid int, want func(byte) bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !want(procState(t, pid)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d never %s (state %c)", pid, what, procState(t, pid))
-		}
-		time.Sleep(2 * time.Millisecond)
+	if !poll.Wait(10*time.Second, func() bool { return want(procState(t, pid)) }) {
+		t.Fatalf("pid %d never %s (state %c)", pid, what, procState(t, pid))
 	}
 }
 
