@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"pollux/internal/cpuset"
 )
 
 // TestStartSaysWhyAMemberExited: a server that exits before it is ready
@@ -82,4 +84,34 @@ func TestReservePorts(t *testing.T) {
 		t.Fatalf("the released port: %v", err)
 	}
 	ln.Close()
+}
+
+// AgentCores gives each agent a share of the affinity of its own, the
+// shares covering it, and nothing (all cores each) when there are more
+// agents than cores.
+func TestAgentCores(t *testing.T) {
+	all, err := cpuset.Allowed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, agents := range []int{1, 2, len(all), len(all) + 1} {
+		shares, err := AgentCores(agents)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if agents > len(all) {
+			if shares != nil {
+				t.Errorf("%d agents on %d cores: shares %v, want none", agents, len(all), shares)
+			}
+			continue
+		}
+		if len(shares) != agents || !slices.Equal(slices.Concat(shares...), all) {
+			t.Errorf("%d agents on cores %v: shares %v", agents, all, shares)
+		}
+		for i, s := range shares {
+			if len(s) < len(all)/agents {
+				t.Errorf("%d agents on cores %v: agent %d got %v", agents, all, i, s)
+			}
+		}
+	}
 }

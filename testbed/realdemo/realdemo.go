@@ -16,6 +16,7 @@ import (
 
 	"pollux/actors/node/worker"
 	"pollux/actors/server/api"
+	"pollux/internal/cpuset"
 	"pollux/testbed/launch"
 )
 
@@ -315,6 +316,7 @@ func run(ctx context.Context, o Options) (res Result, final map[string]api.Job, 
 	if err != nil {
 		return Result{}, nil, err
 	}
+	progressf(o.Progress, "%s", cores(c.Agents, o.Slots))
 	defer func() {
 		progressf(o.Progress, "stopping the cluster")
 		if serr := c.Stop(); serr != nil {
@@ -486,6 +488,25 @@ func (d *driver) result(js []api.Job) (Result, error) {
 		res.Jobs[j.ID] = r
 	}
 	return res, nil
+}
+
+// cores says which cores each agent's slots run on.
+func cores(agents []*launch.Member, slots int) string {
+	var parts []string
+	for _, a := range agents {
+		if a.CPUs == nil {
+			return "every agent's CPU slots share all the cores (fewer cores than agents)"
+		}
+		what := fmt.Sprintf("%d CPU slots", slots)
+		switch {
+		case slots == 1:
+			what = "1 CPU slot"
+		case slots > len(a.CPUs):
+			what += ", sharing cores"
+		}
+		parts = append(parts, fmt.Sprintf("%s on cores %s (%s)", a.ID, cpuset.Format(a.CPUs), what))
+	}
+	return "agents' cores: " + strings.Join(parts, ", ")
 }
 
 func progressf(w io.Writer, format string, args ...any) {
