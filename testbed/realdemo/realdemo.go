@@ -32,6 +32,9 @@ var (
 	ErrShort = errors.New("realdemo: not shown")
 )
 
+// defaultAgents is how many agents a run starts by default.
+const defaultAgents = 2
+
 // MinResizes is how many times every job's replica count must change
 // between its incarnations for the run to show elastic scheduling.
 const MinResizes = 2
@@ -87,7 +90,7 @@ type Options struct {
 	// Debian's /usr/bin/python3).
 	Python string
 	// Servers (default 3), Agents (default 2) and Slots, the CPU slots
-	// of each agent (default 2).
+	// of each agent (default 2; Compare's default: CoreSlots).
 	Servers, Agents, Slots int
 	// Jobs (default Workload(15 s, 16, 60)).
 	Jobs []Job
@@ -120,7 +123,7 @@ func (o *Options) defaults() error {
 		}
 	}
 	def(&o.Servers, 3)
-	def(&o.Agents, 2)
+	def(&o.Agents, defaultAgents)
 	def(&o.Slots, 2)
 	if o.Jobs == nil {
 		o.Jobs = Workload(15*time.Second, 16, 60)
