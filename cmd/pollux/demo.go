@@ -70,7 +70,7 @@ func newDemoCmd() *cobra.Command {
 	f.DurationVar(&d.scaleDownDelay, "scale-down-delay", 3*time.Second, "with --autoscale: real time the servers wait, once fewer agents are wanted, "+
 		"before removing any (the servers' --scale-down-delay)")
 	f.DurationVar(&d.settle, "settle", 90*time.Second, "with --autoscale: how long to wait, after the last job, for the cluster to shrink to one agent")
-	f.IntVar(&d.realOpts.Slots, "cpu-slots", 0, "with --real: CPU slots per agent (0: 2; with --compare, one per core of the agent's own "+
+	f.IntVar(&d.realOpts.Slots, "cpu-slots", 0, "with --real: CPU slots per agent (0: 2, or with --compare one per core of the agent's own "+
 		"share of this machine's cores, so that the slots are cores)")
 	f.StringVar(&d.realOpts.Python, "python", worker.Python, "with --real: the interpreter of the workers (it needs torch and sklearn)")
 	f.Float64Var(&d.lmTarget, "lm-target", worker.LMTarget, "with --real --compare: the language model's target validation loss (nats per byte)")
