@@ -291,7 +291,7 @@ func (c *Cluster) layout(ctx context.Context) error {
 	var cores [][]int
 	if o.CPUSlots > 0 {
 		gpuFlag = "--cpu-slots"
-		if cores, err = AgentCores(o.Agents); err != nil {
+		if cores, err = AgentCores(o.Agents, o.CPUSlots); err != nil {
 			return err
 		}
 	}
@@ -393,16 +393,19 @@ func (c *Cluster) layout(ctx context.Context) error {
 	return nil
 }
 
-// AgentCores shares the cores this process may use among agents on this
-// machine: agent i gets the i-th of agents contiguous, as even as
-// possible runs, so that no two agents' CPU slots share a core. Nil when
-// there are fewer cores than agents: each agent then gets all of them.
-func AgentCores(agents int) ([][]int, error) {
+// AgentCores shares the cores this process may use among agents of
+// slots CPU slots each on this machine: agent i gets the i-th of agents
+// contiguous, as even as possible runs, so that no two slots share a
+// core. Nil when there are fewer cores than slots in all: each agent
+// then gets all of them (slot i of every agent on the same cores, as
+// `pollux agent --cpu-slots` splits them), rather than slots of one
+// agent sharing a core.
+func AgentCores(agents, slots int) ([][]int, error) {
 	cpus, err := cpuset.Allowed()
 	if err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
-	if len(cpus) < agents || agents < 1 {
+	if agents < 1 || slots < 1 || len(cpus) < agents*slots {
 		return nil, nil
 	}
 	return cpuset.Split(cpus, agents), nil

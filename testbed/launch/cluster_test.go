@@ -87,30 +87,32 @@ func TestReservePorts(t *testing.T) {
 }
 
 // AgentCores gives each agent a share of the affinity of its own, the
-// shares covering it, and nothing (all cores each) when there are more
-// agents than cores.
+// shares covering it and each holding the agent's slots, and nothing
+// (all cores each) when there are more slots in all than cores.
 func TestAgentCores(t *testing.T) {
 	all, err := cpuset.Allowed()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, agents := range []int{1, 2, len(all), len(all) + 1} {
-		shares, err := AgentCores(agents)
+	n := len(all)
+	for _, tc := range [][2]int{{1, 1}, {2, 1}, {n, 1}, {n + 1, 1}, {1, n}, {2, n}, {1, n + 1}} {
+		agents, slots := tc[0], tc[1]
+		shares, err := AgentCores(agents, slots)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if agents > len(all) {
+		if agents*slots > n {
 			if shares != nil {
-				t.Errorf("%d agents on %d cores: shares %v, want none", agents, len(all), shares)
+				t.Errorf("%d agents of %d slots on %d cores: shares %v, want none", agents, slots, n, shares)
 			}
 			continue
 		}
 		if len(shares) != agents || !slices.Equal(slices.Concat(shares...), all) {
-			t.Errorf("%d agents on cores %v: shares %v", agents, all, shares)
+			t.Errorf("%d agents of %d slots on cores %v: shares %v", agents, slots, all, shares)
 		}
 		for i, s := range shares {
-			if len(s) < len(all)/agents {
-				t.Errorf("%d agents on cores %v: agent %d got %v", agents, all, i, s)
+			if len(s) < slots {
+				t.Errorf("%d agents of %d slots on cores %v: agent %d got %v", agents, slots, all, i, s)
 			}
 		}
 	}

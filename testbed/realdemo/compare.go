@@ -79,7 +79,7 @@ type Comparison struct {
 // cores (launch.AgentCores, the smallest share), so that the slots the
 // scheduler counts are cores; 1 when there are fewer cores than agents.
 func CoreSlots(agents int) (int, error) {
-	shares, err := launch.AgentCores(agents)
+	shares, err := launch.AgentCores(agents, 1)
 	if err != nil || shares == nil {
 		return 1, err
 	}

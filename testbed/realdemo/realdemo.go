@@ -498,14 +498,11 @@ func cores(agents []*launch.Member, slots int) string {
 	var parts []string
 	for _, a := range agents {
 		if a.CPUs == nil {
-			return "every agent's CPU slots share all the cores (fewer cores than agents)"
+			return "every agent's CPU slots share all the cores (fewer cores than slots)"
 		}
 		what := fmt.Sprintf("%d CPU slots", slots)
-		switch {
-		case slots == 1:
+		if slots == 1 {
 			what = "1 CPU slot"
-		case slots > len(a.CPUs):
-			what += ", sharing cores"
 		}
 		parts = append(parts, fmt.Sprintf("%s on cores %s (%s)", a.ID, cpuset.Format(a.CPUs), what))
 	}
