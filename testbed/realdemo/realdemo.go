@@ -498,7 +498,7 @@ func cores(agents []*launch.Member, slots int) string {
 	var parts []string
 	for _, a := range agents {
 		if a.CPUs == nil {
-			return "every agent's CPU slots share all the cores (fewer cores than slots)"
+			return "agents' cores: all of them, each agent's slots splitting them (fewer cores than slots in all)"
 		}
 		what := fmt.Sprintf("%d CPU slots", slots)
 		if slots == 1 {

@@ -112,7 +112,7 @@ func TestCores(t *testing.T) {
 			"agents' cores: a0 on cores 0 (1 CPU slot), a1 on cores 1 (1 CPU slot)"},
 		{[]*launch.Member{{ID: "a0", CPUs: []int{0, 1, 2}}, {ID: "a1", CPUs: []int{3, 4, 5, 6}}}, 3,
 			"agents' cores: a0 on cores 0-2 (3 CPU slots), a1 on cores 3-6 (3 CPU slots)"},
-		{[]*launch.Member{{ID: "a0"}, {ID: "a1"}, {ID: "a2"}}, 1, "every agent's CPU slots share all the cores (fewer cores than slots)"},
+		{[]*launch.Member{{ID: "a0"}, {ID: "a1"}, {ID: "a2"}}, 1, "agents' cores: all of them, each agent's slots splitting them (fewer cores than slots in all)"},
 	}
 	for _, tc := range tests {
 		if got := cores(tc.agents, tc.slots); got != tc.want {
