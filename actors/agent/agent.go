@@ -40,6 +40,9 @@ type Config struct {
 	// GPUs emulates that many GPUs (0: count them with nvidia-smi);
 	// CPUSlots offers that many CPU slots as GPUs instead.
 	GPUs, CPUSlots int
+	// CPUs are the cores the CPU slots split, a cpu-list such as "0-3,6"
+	// within the process's affinity (--cpus; "": the whole affinity).
+	CPUs string
 	// Topology is where the machine sits (level=domain pairs), Rack the
 	// older --rack (the rack alone), GPUType the type of its GPUs.
 	Topology, Rack, GPUType string

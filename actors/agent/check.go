@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"slices"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"pollux/actors/node"
 	"pollux/cluster"
+	"pollux/internal/cpuset"
 	"pollux/internal/member"
 	"pollux/internal/usage"
 )
@@ -50,12 +48,14 @@ func (a *agent) checkGPUs(ctx context.Context) error {
 		return usage.Errorf("agent: --gpus and --cpu-slots exclude each other")
 	case c.CPUSlots < 0 || c.CPUSlots > cluster.MaxGPUs:
 		return usage.Errorf("agent: --cpu-slots %d outside [1, %d]", c.CPUSlots, cluster.MaxGPUs)
+	case c.CPUs != "" && c.CPUSlots == 0:
+		return usage.Errorf("agent: --cpus needs --cpu-slots")
 	case c.CPUSlots > 0:
-		cpus, err := allowedCPUs()
+		cpus, err := a.cores()
 		if err != nil {
-			return fmt.Errorf("agent: --cpu-slots: %w", err)
+			return err
 		}
-		a.gpus, a.slots = c.CPUSlots, splitCPUs(cpus, c.CPUSlots)
+		a.gpus, a.slots = c.CPUSlots, cpuset.Split(cpus, c.CPUSlots)
 		if c.CPUSlots > len(cpus) {
 			a.log.Warn("agent: more CPU slots than cores: slots share cores", "slots", c.CPUSlots, "cores", len(cpus))
 		}
@@ -97,33 +97,24 @@ func (a *agent) checkWorkers() error {
 	return nil
 }
 
-// allowedCPUs lists the CPUs this process may run on.
-func allowedCPUs() ([]int, error) {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return nil, fmt.Errorf("reading the CPU affinity: %w", err)
+// cores are the cores the agent's CPU slots split: --cpus, which must
+// be within the process's affinity, or the whole affinity.
+func (a *agent) cores() ([]int, error) {
+	allowed, err := cpuset.Allowed()
+	if err != nil {
+		return nil, fmt.Errorf("agent: --cpu-slots: %w", err)
 	}
-	var cpus []int
-	for c := 0; len(cpus) < set.Count(); c++ {
-		if set.IsSet(c) {
-			cpus = append(cpus, c)
-		}
+	if a.cfg.CPUs == "" {
+		return allowed, nil
+	}
+	cpus, err := cpuset.Parse(a.cfg.CPUs)
+	if err == nil {
+		err = cpuset.Within(cpus, allowed)
+	}
+	if err != nil {
+		return nil, usage.Errorf("agent: --cpus: %w", err)
 	}
 	return cpus, nil
-}
-
-// splitCPUs shares cpus among n slots: contiguous runs as even as
-// possible, or, with more slots than CPUs, one CPU per slot round robin.
-func splitCPUs(cpus []int, n int) [][]int {
-	slots := make([][]int, n)
-	for i := range slots {
-		if n > len(cpus) {
-			slots[i] = []int{cpus[i%len(cpus)]}
-			continue
-		}
-		slots[i] = slices.Clone(cpus[i*len(cpus)/n : (i+1)*len(cpus)/n])
-	}
-	return slots
 }
 
 // countGPUs counts the GPUs nvidia-smi lists.

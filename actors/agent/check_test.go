@@ -12,28 +12,9 @@ import (
 	"time"
 
 	"pollux/cluster"
+	"pollux/internal/cpuset"
 	"pollux/internal/usage"
 )
-
-func TestSplitCPUs(t *testing.T) {
-	tests := []struct {
-		cpus []int
-		n    int
-		want [][]int
-	}{
-		{[]int{0, 1}, 2, [][]int{{0}, {1}}},
-		{[]int{0, 1, 2, 3}, 2, [][]int{{0, 1}, {2, 3}}},
-		{[]int{0, 1, 2, 3, 4}, 2, [][]int{{0, 1}, {2, 3, 4}}},
-		{[]int{2, 5, 7}, 3, [][]int{{2}, {5}, {7}}},
-		{[]int{0, 1}, 1, [][]int{{0, 1}}},
-		{[]int{0, 1}, 3, [][]int{{0}, {1}, {0}}},
-	}
-	for _, tc := range tests {
-		if got := splitCPUs(tc.cpus, tc.n); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("splitCPUs(%v, %d) = %v, want %v", tc.cpus, tc.n, got, tc.want)
-		}
-	}
-}
 
 // validConfig is a configuration check accepts: two emulated GPUs.
 func validConfig() Config {
@@ -56,6 +37,9 @@ func TestCheck(t *testing.T) {
 		{"too many GPUs", func(c *Config) { c.GPUs = cluster.MaxGPUs + 1 }, fmt.Sprintf("--gpus %d outside", cluster.MaxGPUs+1)},
 		{"GPUs and CPU slots", func(c *Config) { c.CPUSlots = 2 }, "--gpus and --cpu-slots exclude each other"},
 		{"negative CPU slots", func(c *Config) { c.GPUs, c.CPUSlots = 0, -1 }, "--cpu-slots -1 outside"},
+		{"cores without CPU slots", func(c *Config) { c.CPUs = "0" }, "agent: --cpus needs --cpu-slots"},
+		{"bad core list", func(c *Config) { c.GPUs, c.CPUSlots, c.CPUs = 0, 1, "1-0" }, `agent: --cpus: cpuset: bad cpu list: "1-0": range "1-0" runs backwards`},
+		{"cores outside the affinity", func(c *Config) { c.GPUs, c.CPUSlots, c.CPUs = 0, 1, "0,1023" }, "agent: --cpus: cpuset: cores not allowed: 1023 (this process may use "},
 		{"bad allowed command", func(c *Config) { c.AllowCommands = []string{""} }, "agent: --allow-command"},
 		{"bad variable name", func(c *Config) { c.PassEnv = []string{"A=B"} }, `--pass-env "A=B" is not a variable name`},
 		{"unknown user", func(c *Config) { c.RunAs = "no-such-user-of-pollux" }, `--run-as "no-such-user-of-pollux"`},
@@ -102,6 +86,19 @@ func TestCheckDerives(t *testing.T) {
 	}
 	if a.gpus != 2 || len(a.slots) != 2 {
 		t.Errorf("CPU slots: %d GPUs, slots %v", a.gpus, a.slots)
+	}
+	// --cpus: the slots split the cores named, here the affinity's first.
+	allowed, err := cpuset.Allowed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.CPUs = fmt.Sprint(allowed[0])
+	a = &agent{cfg: c, log: slog.New(slog.DiscardHandler)}
+	if err := a.check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want := [][]int{{allowed[0]}, {allowed[0]}}; a.gpus != 2 || !reflect.DeepEqual(a.slots, want) {
+		t.Errorf("CPU slots on --cpus %s: %d GPUs, slots %v, want %v", c.CPUs, a.gpus, a.slots, want)
 	}
 }
 

@@ -76,6 +76,7 @@ func agentCmd(o *agentFlags) *cobra.Command {
 	f.StringSliceVar(&c.Join, "join", nil, "gossip addresses (host:port) of cluster members to join")
 	f.IntVar(&c.GPUs, "gpus", 0, "emulate this many GPUs (0: count them with nvidia-smi)")
 	f.IntVar(&c.CPUSlots, "cpu-slots", 0, "offer this many CPU slots as GPUs, each pinned to its share of this machine's cores (POLLUX_CPUS)")
+	f.StringVar(&c.CPUs, "cpus", "", "with --cpu-slots: the cores the slots share, a cpu-list such as 0-3,6 within this process's affinity (empty: all)")
 	f.StringVar(&c.Topology, "topology", "", "where this machine sits: level=domain pairs, innermost first, e.g. rack=r3,zone=z1 (empty: the default rack)")
 	f.StringVar(&c.Rack, "rack", "", "this machine's rack: short for --topology rack=R on a cluster whose only level is the rack")
 	f.StringVar(&c.GPUType, "gpu-type", "", "the type of this machine's GPUs, lower-case letters, digits, '-', '_', '.' (e.g. a100, t4; empty: untyped)")

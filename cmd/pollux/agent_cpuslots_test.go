@@ -19,6 +19,9 @@ func TestAgentRefusesBadCPUSlots(t *testing.T) {
 		{"agent", "--gpus", "2", "--cpu-slots", "2"},
 		{"agent", "--cpu-slots", "-1"},
 		{"agent", "--cpu-slots", fmt.Sprint(cluster.MaxGPUs + 1)},
+		{"agent", "--cpus", "0"},
+		{"agent", "--cpu-slots", "1", "--cpus", "0-"},
+		{"agent", "--cpu-slots", "1", "--cpus", "1023"},
 	} {
 		if code := run(args); code != 2 {
 			t.Errorf("pollux %v exited %d, want 2", args, code)

@@ -32,6 +32,8 @@ func TestConfigFiles(t *testing.T) {
 			[]string{"name: gpu-1", "gpus: 4", "gpu-type: a100", "grace: 10s", "allow-command: [python3 train.py **, 'emulated:*']", "pass-env: [CUDA_HOME]", "insecure: false"}, nil},
 		{"flags win", []string{"agent", "--gpus", "2", "--config", filepath.Join(dir, "agent.yaml"), "--allow-command", "python3 x.py", "--print-config"},
 			[]string{"gpus: 2", "allow-command: [python3 x.py]", "name: gpu-1"}, nil},
+		{"agent of CPU slots", []string{"agent", "--config", filepath.Join(dir, "agent-cpus.yaml"), "--print-config"},
+			[]string{"name: cpu-1", "cpu-slots: 2", "cpus: 0-1"}, nil},
 		{"server defaults", []string{"server", "--print-config", "--id", "s1"},
 			[]string{"id: s1", "http: 127.0.0.1:8080", "interval: 1m0s", "bootstrap: false"}, nil},
 		{"bad server file", []string{"server", "--config", filepath.Join(dir, "server-bad.yaml")}, nil, []string{
@@ -118,6 +120,7 @@ func TestPrintedConfigStarts(t *testing.T) {
 		{"autoscaling server", "server", []string{"--id", "s1", "--autoscale", "exec", "--scale-up-command", "up",
 			"--scale-down-command", "down", "--max-nodes", "6", "--min-nodes", "2"}, nil},
 		{"agent defaults", "agent", []string{"--name", "gpu-1", "--gpus", "4"}, nil},
+		{"agent of CPU slots", "agent", []string{"--name", "cpu-1", "--cpu-slots", "2", "--cpus", "0-1"}, nil},
 		{"agent with an allow-list", "agent", []string{"--name", "gpu-1", "--join", "127.0.0.1:7946,127.0.0.1:7947",
 			"--allow-command", "python3 train.py **", "--allow-command", "emulated:*"}, []string{"python3 train.py **", "emulated:*"}},
 	}

@@ -70,7 +70,8 @@ func newDemoCmd() *cobra.Command {
 	f.DurationVar(&d.scaleDownDelay, "scale-down-delay", 3*time.Second, "with --autoscale: real time the servers wait, once fewer agents are wanted, "+
 		"before removing any (the servers' --scale-down-delay)")
 	f.DurationVar(&d.settle, "settle", 90*time.Second, "with --autoscale: how long to wait, after the last job, for the cluster to shrink to one agent")
-	f.IntVar(&d.realOpts.Slots, "cpu-slots", 2, "with --real: CPU slots per agent")
+	f.IntVar(&d.realOpts.Slots, "cpu-slots", 0, "with --real: CPU slots per agent (0: 2, or with --compare one per core of the agent's own "+
+		"share of this machine's cores, so that the slots are cores)")
 	f.StringVar(&d.realOpts.Python, "python", worker.Python, "with --real: the interpreter of the workers (it needs torch and sklearn)")
 	f.Float64Var(&d.lmTarget, "lm-target", worker.LMTarget, "with --real --compare: the language model's target validation loss (nats per byte)")
 	f.IntVar(&d.augment, "augment", 16, "with --real: training copies of every digit (a longer epoch)")
@@ -157,7 +158,7 @@ func runRealDemo(cmd *cobra.Command, d *demoFlags) error {
 	if !f.Changed("timeout") {
 		timeout = 20 * time.Minute
 	}
-	if o.Servers < 1 || o.Agents < 1 || o.Slots < 1 || d.augment < 1 || d.minEpochs < 1 || spread < 0 || timeout <= 0 {
+	if o.Servers < 1 || o.Agents < 1 || o.Slots < 0 || d.augment < 1 || d.minEpochs < 1 || spread < 0 || timeout <= 0 {
 		return usage.Wrap(errors.New("demo: --real needs at least one server, agent, CPU slot, augmentation and epoch, and a positive timeout"))
 	}
 	o.Dir, o.Jobs = d.dir, realdemo.Workload(spread/2, d.augment, d.minEpochs)

@@ -285,7 +285,7 @@ func TestRealDemoNamesThePackagesWithoutTorch(t *testing.T) {
 		{"demo", "--json"},
 		{"demo", "--cpu-slots", "2"},
 		{"demo", "--real", "--gpus", "2"},
-		{"demo", "--real", "--cpu-slots", "0"},
+		{"demo", "--real", "--cpu-slots", "-1"},
 		{"demo", "--real", "--min-epochs", "0"},
 		{"demo", "--compare"},
 		{"demo", "--real", "--lm-target", "2"},

@@ -23,6 +23,7 @@ import (
 
 	"pollux/cluster/pki"
 	"pollux/cluster/provider"
+	"pollux/internal/cpuset"
 	"pollux/testbed/chaos/history"
 	"pollux/testbed/chaos/mono"
 	"pollux/testbed/chaos/netns"
@@ -54,6 +55,9 @@ type Member struct {
 	// Rack is the rack the member declares ("" for a server without
 	// Options.ServerRacks).
 	Rack string
+	// CPUs are the cores an agent's CPU slots share (its --cpus; nil:
+	// all the launcher's, see AgentCores).
+	CPUs []int
 
 	args   []string // after the command
 	prefix []string // before it (a namespace)
@@ -284,8 +288,12 @@ func (c *Cluster) layout(ctx context.Context) error {
 		ckpt = o.CheckpointRoot
 	}
 	gpuFlag := "--gpus"
+	var cores [][]int
 	if o.CPUSlots > 0 {
 		gpuFlag = "--cpu-slots"
+		if cores, err = AgentCores(o.Agents, o.CPUSlots); err != nil {
+			return err
+		}
 	}
 	for i := range o.Servers {
 		id := fmt.Sprintf("s%d", i)
@@ -361,6 +369,10 @@ func (c *Cluster) layout(ctx context.Context) error {
 		if len(o.GPUTypes) > 0 {
 			m.args = append(m.args, "--gpu-type", o.GPUTypes[i%len(o.GPUTypes)])
 		}
+		if cores != nil {
+			m.CPUs = cores[i]
+			m.args = append(m.args, "--cpus", cpuset.Format(cores[i]))
+		}
 		m.args = append(append(m.args, c.tls.Flags(id)...), o.AgentArgs...)
 		if workersAsRoot(o.AgentArgs) {
 			m.args = append(m.args, "--run-as", "root")
@@ -379,6 +391,24 @@ func (c *Cluster) layout(ctx context.Context) error {
 		c.Agents = append(c.Agents, m)
 	}
 	return nil
+}
+
+// AgentCores shares the cores this process may use among agents of
+// slots CPU slots each on this machine: agent i gets the i-th of agents
+// contiguous, as even as possible runs, so that no two slots share a
+// core. Nil when there are fewer cores than slots in all: each agent
+// then gets all of them (slot i of every agent on the same cores, as
+// `pollux agent --cpu-slots` splits them), rather than slots of one
+// agent sharing a core.
+func AgentCores(agents, slots int) ([][]int, error) {
+	cpus, err := cpuset.Allowed()
+	if err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	if agents < 1 || slots < 1 || len(cpus) < agents*slots {
+		return nil, nil
+	}
+	return cpuset.Split(cpus, agents), nil
 }
 
 // envNames are the names of KEY=VALUE variables.

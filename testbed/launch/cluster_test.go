@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"pollux/internal/cpuset"
 )
 
 // TestStartSaysWhyAMemberExited: a server that exits before it is ready
@@ -82,4 +84,36 @@ func TestReservePorts(t *testing.T) {
 		t.Fatalf("the released port: %v", err)
 	}
 	ln.Close()
+}
+
+// AgentCores gives each agent a share of the affinity of its own, the
+// shares covering it and each holding the agent's slots, and nothing
+// (all cores each) when there are more slots in all than cores.
+func TestAgentCores(t *testing.T) {
+	all, err := cpuset.Allowed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(all)
+	for _, tc := range [][2]int{{1, 1}, {2, 1}, {n, 1}, {n + 1, 1}, {1, n}, {2, n}, {1, n + 1}} {
+		agents, slots := tc[0], tc[1]
+		shares, err := AgentCores(agents, slots)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if agents*slots > n {
+			if shares != nil {
+				t.Errorf("%d agents of %d slots on %d cores: shares %v, want none", agents, slots, n, shares)
+			}
+			continue
+		}
+		if len(shares) != agents || !slices.Equal(slices.Concat(shares...), all) {
+			t.Errorf("%d agents of %d slots on cores %v: shares %v", agents, slots, all, shares)
+		}
+		for i, s := range shares {
+			if len(s) < slots {
+				t.Errorf("%d agents of %d slots on cores %v: agent %d got %v", agents, slots, all, i, s)
+			}
+		}
+	}
 }

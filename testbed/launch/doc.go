@@ -5,7 +5,9 @@
 // command lines, signals and the HTTP API, as a user would.
 //
 // Agents run emulated GPUs, or with Options.CPUSlots CPU slots on which
-// they run real workers (`pollux demo --real`, package realdemo).
+// they run real workers (`pollux demo --real`, package realdemo); with at
+// least as many cores as slots in all, each agent's slots get cores of
+// their own (`pollux agent --cpus`, AgentCores), as on machines of their own.
 //
 // Processes talk over 127.0.0.1 (Loopback), or each runs in a network
 // namespace of its own on a virtual LAN (Namespaces, package netns) that

@@ -59,7 +59,8 @@ type Options struct {
 	// CPUSlots, if positive, makes every agent offer that many CPU slots
 	// (`pollux agent --cpu-slots`) for real workers instead of emulated
 	// GPUs; GPUsPerAgent is then CPUSlots (the scheduler counts slots as
-	// GPUs).
+	// GPUs). With at least as many cores as slots in all, the agents get
+	// disjoint shares of the cores (AgentCores, Member.CPUs).
 	CPUSlots int
 	// AgentArgs are added to every agent's command line (e.g. the
 	// --allow-command flags that allow the programs its workers run;

@@ -1,6 +1,7 @@
 package realdemo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"pollux/actors/node/worker"
 	"pollux/actors/server/api"
 	"pollux/optimizer/goodput"
+	"pollux/testbed/launch"
 )
 
 // MaxRatio is the largest ratio of Pollux's average completion time to
@@ -72,6 +74,18 @@ type Comparison struct {
 	Ratio    float64                 `json:"ratio"`
 }
 
+// CoreSlots is how many CPU slots each of agents agents on this machine
+// offers in a comparison by default: one per core of its share of the
+// cores (launch.AgentCores, the smallest share), so that the slots the
+// scheduler counts are cores; 1 when there are fewer cores than agents.
+func CoreSlots(agents int) (int, error) {
+	shares, err := launch.AgentCores(agents, 1)
+	if err != nil || shares == nil {
+		return 1, err
+	}
+	return len(shares[0]), nil
+}
+
 // Compare runs o's jobs twice on the same cluster shape, in Dir/pollux
 // under the Pollux policy, then in Dir/tiresias under Tiresias with every
 // job user-sized: the configuration its own profile from the Pollux run
@@ -80,6 +94,12 @@ type Comparison struct {
 func Compare(ctx context.Context, o Options) (Comparison, error) {
 	if len(o.Jobs) == 0 || o.Dir == "" {
 		return Comparison{}, fmt.Errorf("%w: Jobs and Dir are required", ErrConfig)
+	}
+	if o.Slots == 0 {
+		var err error
+		if o.Slots, err = CoreSlots(cmp.Or(o.Agents, defaultAgents)); err != nil {
+			return Comparison{}, err
+		}
 	}
 	out := Comparison{Policies: map[string]PolicyResult{}}
 	po := o

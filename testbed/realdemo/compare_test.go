@@ -10,6 +10,7 @@ import (
 
 	"pollux/actors/node/worker"
 	"pollux/actors/server/api"
+	"pollux/internal/cpuset"
 	"pollux/optimizer/goodput"
 )
 
@@ -115,5 +116,20 @@ func TestComparisonJSON(t *testing.T) {
 		!slices.Equal(cnn, []string{"accuracy", "batch_sizes", "incarnations", "jct_s", "replicas", "target"}) ||
 		raw.Ratio != 0.7 || raw.Policies["tiresias"].AvgJCT != 100 {
 		t.Errorf("JSON %s", b)
+	}
+}
+
+// A comparison's default slots are the cores of an agent's share: as
+// many as there are cores per agent, one with more agents than cores.
+func TestCoreSlots(t *testing.T) {
+	all, err := cpuset.Allowed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, agents := range []int{1, 2, len(all) + 1} {
+		got, err := CoreSlots(agents)
+		if want := max(len(all)/agents, 1); err != nil || got != want {
+			t.Errorf("CoreSlots(%d) on %d cores = %d, %v; want %d", agents, len(all), got, err, want)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"pollux/actors/node/worker"
 	"pollux/actors/server/api"
+	"pollux/internal/cpuset"
 	"pollux/testbed/launch"
 )
 
@@ -30,6 +31,9 @@ var (
 	// job below its target, or resized fewer than MinResizes times).
 	ErrShort = errors.New("realdemo: not shown")
 )
+
+// defaultAgents is how many agents a run starts by default.
+const defaultAgents = 2
 
 // MinResizes is how many times every job's replica count must change
 // between its incarnations for the run to show elastic scheduling.
@@ -86,7 +90,7 @@ type Options struct {
 	// Debian's /usr/bin/python3).
 	Python string
 	// Servers (default 3), Agents (default 2) and Slots, the CPU slots
-	// of each agent (default 2).
+	// of each agent (default 2; Compare's default: CoreSlots).
 	Servers, Agents, Slots int
 	// Jobs (default Workload(15 s, 16, 60)).
 	Jobs []Job
@@ -119,7 +123,7 @@ func (o *Options) defaults() error {
 		}
 	}
 	def(&o.Servers, 3)
-	def(&o.Agents, 2)
+	def(&o.Agents, defaultAgents)
 	def(&o.Slots, 2)
 	if o.Jobs == nil {
 		o.Jobs = Workload(15*time.Second, 16, 60)
@@ -315,6 +319,7 @@ func run(ctx context.Context, o Options) (res Result, final map[string]api.Job, 
 	if err != nil {
 		return Result{}, nil, err
 	}
+	progressf(o.Progress, "%s", cores(c.Agents, o.Slots))
 	defer func() {
 		progressf(o.Progress, "stopping the cluster")
 		if serr := c.Stop(); serr != nil {
@@ -486,6 +491,22 @@ func (d *driver) result(js []api.Job) (Result, error) {
 		res.Jobs[j.ID] = r
 	}
 	return res, nil
+}
+
+// cores says which cores each agent's slots run on.
+func cores(agents []*launch.Member, slots int) string {
+	var parts []string
+	for _, a := range agents {
+		if a.CPUs == nil {
+			return "agents' cores: all of them, each agent's slots splitting them (fewer cores than slots in all)"
+		}
+		what := fmt.Sprintf("%d CPU slots", slots)
+		if slots == 1 {
+			what = "1 CPU slot"
+		}
+		parts = append(parts, fmt.Sprintf("%s on cores %s (%s)", a.ID, cpuset.Format(a.CPUs), what))
+	}
+	return "agents' cores: " + strings.Join(parts, ", ")
 }
 
 func progressf(w io.Writer, format string, args ...any) {

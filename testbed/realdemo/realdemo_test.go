@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"pollux/actors/node/worker"
+	"pollux/testbed/launch"
 )
 
 func TestResizes(t *testing.T) {
@@ -98,5 +99,24 @@ func TestWriteTable(t *testing.T) {
 	if len(lines) != 3 || !strings.HasPrefix(lines[1], "digits-cnn-1") || !strings.Contains(lines[2], "1 2 4 1") ||
 		!strings.Contains(lines[2], "32 186 512 512") || !strings.Contains(lines[2], "0.9666") {
 		t.Errorf("table:\n%s", b.String())
+	}
+}
+
+func TestCores(t *testing.T) {
+	tests := []struct {
+		agents []*launch.Member
+		slots  int
+		want   string
+	}{
+		{[]*launch.Member{{ID: "a0", CPUs: []int{0}}, {ID: "a1", CPUs: []int{1}}}, 1,
+			"agents' cores: a0 on cores 0 (1 CPU slot), a1 on cores 1 (1 CPU slot)"},
+		{[]*launch.Member{{ID: "a0", CPUs: []int{0, 1, 2}}, {ID: "a1", CPUs: []int{3, 4, 5, 6}}}, 3,
+			"agents' cores: a0 on cores 0-2 (3 CPU slots), a1 on cores 3-6 (3 CPU slots)"},
+		{[]*launch.Member{{ID: "a0"}, {ID: "a1"}, {ID: "a2"}}, 1, "agents' cores: all of them, each agent's slots splitting them (fewer cores than slots in all)"},
+	}
+	for _, tc := range tests {
+		if got := cores(tc.agents, tc.slots); got != tc.want {
+			t.Errorf("cores(%d slots) = %q, want %q", tc.slots, got, tc.want)
+		}
 	}
 }

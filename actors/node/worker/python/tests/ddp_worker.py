@@ -8,6 +8,7 @@ writes what it saw as JSON to --out:
     sync_times  the sync_time of every step
     params      the parameters at the end (flat)
     accumulated the Accumulator's job-wide values after synchronized()
+    affinity    the cores the worker runs on, threads torch's thread count
 
     ddp_worker.py --out FILE [--iterations N] [--lr-scaling NAME]
                   [--unwrapped] [--fake-scaler S] [--mixed-precision]
@@ -153,6 +154,8 @@ def main():
         accumulated = {k: acc[k] for k in acc.keys()}
     out = {"rank": job.rank, "observed": observed, "lrs": opt.optimizer.lrs,
            "sync_times": sync_times, "accumulated": accumulated,
+           "affinity": sorted(os.sched_getaffinity(0)),
+           "threads": torch.get_num_threads(),
            "params": torch.cat([q.detach().reshape(-1).cpu()
                                 for q in raw.parameters()]).tolist()}
     with open(args.out, "w") as f:

@@ -94,6 +94,18 @@ class ParallelTest(unittest.TestCase):
         self.check_against_reference(2, 4, 1, 8, 2,
                                      args=["--fake-scaler", "1024"])
 
+    def test_a_cpu_slot_pins_the_worker_and_sizes_its_threads(self):
+        # One core, then all: POLLUX_CPUS sets the affinity and torch's
+        # threads (replicas.run sets OMP_NUM_THREADS=1 besides).
+        cores = sorted(os.sched_getaffinity(0))
+        for slot in ([cores[-1]], cores):
+            codes, outs, errs = replicas.run(
+                1, 4, 0, 4, ["--iterations", "1"],
+                env={"POLLUX_CPUS": ",".join(map(str, slot))})
+            self.assertEqual(codes, [0], errs)
+            self.assertEqual(outs[0]["affinity"], slot)
+            self.assertEqual(outs[0]["threads"], len(slot))
+
     def test_a_batch_around_the_ddp_model_is_refused(self):
         codes, outs, errs = replicas.run(2, 4, 1, 8, ["--unwrapped"])
         self.assertEqual(codes, [1, 1], errs)
