@@ -7,6 +7,8 @@ import (
 	"image/color"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -16,6 +18,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // ScalePoint is one policy's round times at one cluster size of the
@@ -92,7 +95,7 @@ func ReadPublishedRuntimes(r io.Reader) ([]RuntimeRef, error) {
 		}
 	}
 	refs = slices.DeleteFunc(refs, func(r RuntimeRef) bool {
-		return r.GPUs <= 0 || !(r.Seconds > 0) || math.IsInf(r.Seconds, 0)
+		return r.Policy == "" || r.Stat == "" || r.GPUs <= 0 || !(r.Seconds > 0) || math.IsInf(r.Seconds, 0)
 	})
 	slices.SortFunc(refs, func(a, b RuntimeRef) int {
 		return cmp.Or(cmp.Compare(a.Policy, b.Policy), cmp.Compare(a.Stat, b.Stat), cmp.Compare(a.GPUs, b.GPUs))
@@ -110,24 +113,38 @@ var refGlyphs = map[string]draw.GlyphDrawer{
 
 // WriteScalePlot writes scale-round-time.png: each policy's median round
 // time (solid line) and p95 (dashed) against the cluster's GPUs, both axes
-// logarithmic, and the runtimes Sia's paper reports as markers labelled
-// "published" (the paper's Pollux coloured as our pollux-unaware). It
-// returns the file written.
+// logarithmic, and the runtimes Sia's paper reports for Sia and Pollux as
+// markers labelled "published" (the paper's Pollux coloured as our
+// pollux-unaware), the legend beside the plot. It returns the file
+// written.
 func WriteScalePlot(dir string, points []ScalePoint, refs []RuntimeRef) ([]string, error) {
-	p, _, err := scalePlot(points, refs)
+	p, leg, _, err := scalePlot(points, refs)
 	if err != nil {
 		return nil, err
 	}
-	var files []string
-	if err := save(p, dir, "scale-round-time.png", &files); err != nil {
-		return nil, err
+	img := vgimg.New(11*vg.Inch, 5*vg.Inch)
+	c := draw.New(img)
+	legW := leg.Rectangle(c).Size().X + vg.Points(16)
+	p.Draw(draw.Crop(c, 0, -legW, 0, 0))
+	leg.Draw(draw.Crop(c, c.Max.X-legW+vg.Points(8), 0, 0, -vg.Points(28)))
+	path := filepath.Join(dir, "scale-round-time.png")
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("report: %w", err)
 	}
-	return files, nil
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("report: %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	return []string{path}, nil
 }
 
-// scalePlot builds WriteScalePlot's plot and returns its legend's labels
-// in order.
-func scalePlot(points []ScalePoint, refs []RuntimeRef) (*plot.Plot, []string, error) {
+// scalePlot builds WriteScalePlot's plot and its legend, and returns the
+// legend's labels in order.
+func scalePlot(points []ScalePoint, refs []RuntimeRef) (*plot.Plot, plot.Legend, []string, error) {
 	var policies []string
 	for _, pt := range points {
 		if !slices.Contains(policies, pt.Policy) {
@@ -145,8 +162,11 @@ func scalePlot(points []ScalePoint, refs []RuntimeRef) (*plot.Plot, []string, er
 	p.X.Label.Text = "GPUs (log scale)"
 	p.Y.Label.Text = "round time (s, log scale)"
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
-	p.Legend.Top, p.Legend.Left = true, true
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	leg := plot.NewLegend()
+	leg.Top, leg.Left = true, true
+	leg.TextStyle.Font.Size = vg.Points(10)
+	leg.Padding = vg.Points(2)
 	p.Add(plotter.NewGrid())
 	var labels []string
 	drawn := 0
@@ -170,7 +190,7 @@ func scalePlot(points []ScalePoint, refs []RuntimeRef) (*plot.Plot, []string, er
 			slices.SortFunc(series, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
 			l, s, err := plotter.NewLinePoints(series)
 			if err != nil {
-				return nil, nil, fmt.Errorf("report: %s: %w", pol, err)
+				return nil, leg, nil, fmt.Errorf("report: %s: %w", pol, err)
 			}
 			l.Color, s.Color = colour(pol), colour(pol)
 			l.Width = vg.Points(1.2)
@@ -180,7 +200,7 @@ func scalePlot(points []ScalePoint, refs []RuntimeRef) (*plot.Plot, []string, er
 				label = pol + " p95"
 			}
 			p.Add(l, s)
-			p.Legend.Add(label, l, s)
+			leg.Add(label, l, s)
 			labels = append(labels, label)
 			drawn += len(series)
 		}
@@ -189,7 +209,7 @@ func scalePlot(points []ScalePoint, refs []RuntimeRef) (*plot.Plot, []string, er
 	var groups []group
 	byGroup := map[group]plotter.XYs{}
 	for _, r := range refs {
-		if r.GPUs <= 0 || !(r.Seconds > 0) {
+		if _, ours := artifactPolicy[r.Policy]; !ours || r.GPUs <= 0 || !(r.Seconds > 0) {
 			continue
 		}
 		g := group{r.Policy, r.Stat}
@@ -201,7 +221,7 @@ func scalePlot(points []ScalePoint, refs []RuntimeRef) (*plot.Plot, []string, er
 	for _, g := range groups {
 		sc, err := plotter.NewScatter(byGroup[g])
 		if err != nil {
-			return nil, nil, fmt.Errorf("report: published %s: %w", g.policy, err)
+			return nil, leg, nil, fmt.Errorf("report: published %s: %w", g.policy, err)
 		}
 		ours := g.policy
 		if a, ok := artifactPolicy[g.policy]; ok {
@@ -221,12 +241,28 @@ func scalePlot(points []ScalePoint, refs []RuntimeRef) (*plot.Plot, []string, er
 			label += " (\"single-second\")"
 		}
 		p.Add(sc)
-		p.Legend.Add(label, sc)
+		leg.Add(label, sc)
 		labels = append(labels, label)
 		drawn += len(byGroup[g])
 	}
 	if drawn == 0 {
-		return nil, nil, fmt.Errorf("report: scale plot: %w", errNoRuntimes)
+		return nil, leg, nil, fmt.Errorf("report: scale plot: %w", errNoRuntimes)
 	}
-	return p, labels, nil
+	padRange(&p.X, 1.25)
+	padRange(&p.Y, 1.5)
+	var ticks []plot.Tick
+	for g := 1; g <= 1<<20; g *= 2 {
+		if x := float64(g); x >= p.X.Min && x <= p.X.Max {
+			ticks = append(ticks, plot.Tick{Value: x, Label: strconv.Itoa(g)})
+		}
+	}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	return p, leg, labels, nil
+}
+
+// padRange widens a's range by factor f at each end, so that points on
+// its ends are drawn whole on a log axis.
+func padRange(a *plot.Axis, f float64) {
+	a.Min /= f
+	a.Max *= f
 }
