@@ -160,7 +160,7 @@ func TestSiaSweepBadInput(t *testing.T) {
 }
 
 // A small sweep on the artifact: one JSON object with a point per N, and
-// the plot, JSON and CSV written beside each other.
+// the plot, JSON and CSV written beside each other after every N.
 func TestSiaSweepArtifact(t *testing.T) {
 	dir := artifact.Need(t, "sia-artifact", "workloads", "scale", "scale_2x")
 	dir = filepath.Dir(filepath.Dir(filepath.Dir(dir)))
@@ -202,6 +202,9 @@ func TestSiaSweepArtifact(t *testing.T) {
 	}
 	if len(doc.Published) == 0 {
 		t.Error("no published runtimes")
+	}
+	if !strings.Contains(stderr.String(), "(1 of 2 sizes)") || !strings.Contains(stderr.String(), "(2 of 2 sizes)") {
+		t.Errorf("the files were not written after each size:\n%s", stderr.String())
 	}
 	want := []string{filepath.Join(out, "scale-round-time.png"), filepath.Join(out, "scale-round-time.csv"), filepath.Join(out, "scale-round-time.json")}
 	if !slices.Equal(doc.Files, want) {

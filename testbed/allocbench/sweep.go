@@ -87,8 +87,8 @@ func RunSiaScale(ctx context.Context, arg string, o SiaSweepOptions, stdout, std
 // N) or a table. With o.Out it also writes there scale-round-time.png
 // (report.WriteScalePlot, beside the runtimes of the artifact's
 // published.json), scale-round-time.json (what it prints with --json)
-// and scale-round-time.csv (a row per N and policy). Every input is
-// checked before the first replay.
+// and scale-round-time.csv (a row per N and policy), rewritten after
+// every N. Every input is checked before the first replay.
 func SiaSweep(ctx context.Context, o SiaSweepOptions, stdout, stderr io.Writer) error {
 	if len(o.Scales) == 0 {
 		return usage.Errorf("--sia-scale: no sizes")
@@ -114,8 +114,12 @@ func SiaSweep(ctx context.Context, o SiaSweepOptions, stdout, stderr io.Writer) 
 			return err
 		}
 	}
-	var points []SiaSweepPoint
-	var all []SiaScaleReport
+	var (
+		points []SiaSweepPoint
+		all    []SiaScaleReport
+		doc    map[string]any
+		files  = []string{filepath.Join(o.Out, sweepPNG), filepath.Join(o.Out, sweepCSV), filepath.Join(o.Out, sweepJSON)}
+	)
 	start := time.Now()
 	for i, n := range o.Scales {
 		fmt.Fprintf(stderr, "scale %d/%d: %dx (%.0f s so far)\n", i+1, len(o.Scales), n, time.Since(start).Seconds())
@@ -131,16 +135,15 @@ func SiaSweep(ctx context.Context, o SiaSweepOptions, stdout, stderr io.Writer) 
 		}
 		points = append(points, pt)
 		all = append(all, reports...)
-	}
-	doc := map[string]any{"sia_scale_sweep": points}
-	if o.Out != "" {
-		files := []string{filepath.Join(o.Out, sweepPNG), filepath.Join(o.Out, sweepCSV), filepath.Join(o.Out, sweepJSON)}
-		doc["published"], doc["files"] = refs, files
-		if err := writeSweep(o.Out, points, refs, doc); err != nil {
-			return err
-		}
-		for _, f := range files {
-			fmt.Fprintf(stderr, "wrote %s\n", f)
+		doc = map[string]any{"sia_scale_sweep": points}
+		if o.Out != "" {
+			// Written after every N, so a sweep cut short leaves the
+			// sizes it finished.
+			doc["published"], doc["files"] = refs, files
+			if err := writeSweep(o.Out, points, refs, doc); err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "  wrote %s (%d of %d sizes)\n", strings.Join(files, ", "), len(points), len(o.Scales))
 		}
 	}
 	if o.JSON {
