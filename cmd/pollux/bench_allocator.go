@@ -20,7 +20,8 @@ func init() {
 func newBenchAllocatorCmd() *cobra.Command {
 	var (
 		o         allocbench.Options
-		sia       allocbench.SiaScaleOptions
+		sia       allocbench.SiaSweepOptions
+		siaScales string
 		snapshots string
 		seeds     int
 		asJSON    bool
@@ -32,9 +33,11 @@ func newBenchAllocatorCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
-			case sia.Scale != 0:
+			case siaScales != "":
 				sia.JSON = asJSON
-				return allocbench.SiaScale(cmd.Context(), sia, cmd.OutOrStdout(), cmd.ErrOrStderr())
+				return allocbench.RunSiaScale(cmd.Context(), siaScales, sia, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			case sia.Out != "":
+				return usage.Errorf("--out needs --sia-scale")
 			case snapshots != "":
 				return allocbench.Snapshots(cmd.OutOrStdout(), snapshots, seeds, asJSON)
 			}
@@ -61,7 +64,8 @@ func newBenchAllocatorCmd() *cobra.Command {
 	f.StringVar(&snapshots, "snapshots", "", "directory of artifact snapshots (snapshot mode)")
 	f.IntVar(&seeds, "seeds", 5, "seeds per snapshot (snapshot mode)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object on stdout")
-	f.IntVar(&sia.Scale, "sia-scale", 0, "Sia-scale mode: replay Sia's workloads/scale/scale_Nx on its heterogeneous cluster N times larger and time every round (N in 1..64)")
+	f.StringVar(&siaScales, "sia-scale", "", "Sia-scale mode: replay Sia's workloads/scale/scale_Nx on its heterogeneous cluster N times larger and time every round (N in 1..64; a list such as 1,2,4,8,16,32 of powers of two up to 32 runs the sweep)")
+	f.StringVar(&sia.Out, "out", "", "with --sia-scale: write scale-round-time.png, .json and .csv of the sweep into this directory")
 	f.StringVar(&sia.Dir, "sia-artifact", "../shared/sia-artifact", "Sia's artifact directory (Sia-scale mode)")
 	f.StringVar(&sia.Policies, "policy", "sia,pollux-het", "policies to time (Sia-scale mode)")
 	f.StringVar(&sia.Workload, "workload", "workload-1", "which workload of the scale directory (Sia-scale mode)")

@@ -76,6 +76,11 @@ func TestBenchAllocatorBadInput(t *testing.T) {
 		{"--gpus", "64", "--racks", "17"},
 		{"--gpus", "64", "--compare-flat"},
 		{"--gpus", "64", "--racks", "4", "--cross-rack-ratio", "0.5"},
+		{"--gpus", "64", "--out", t.TempDir()},
+		{"--sia-scale", "two"},
+		{"--sia-scale", "1,3"},
+		{"--sia-scale", "64", "--out", t.TempDir()},
+		{"--sia-scale", "1,2", "--sia-artifact", t.TempDir()},
 	} {
 		if _, err := runAllocatorBench(t, args...); err == nil {
 			t.Errorf("%v: no error", args)

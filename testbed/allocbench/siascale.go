@@ -98,9 +98,6 @@ func abs(x float64) float64 {
 // fairness runs, and prints the median, p95 and largest wall time of each
 // policy's rounds (a table, or one JSON object).
 func SiaScale(ctx context.Context, o SiaScaleOptions, stdout, stderr io.Writer) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	n := o.Scale
 	if n < 1 || n > 64 {
 		return usage.Errorf("--sia-scale %d: want 1..64", n)
@@ -108,17 +105,40 @@ func SiaScale(ctx context.Context, o SiaScaleOptions, stdout, stderr io.Writer) 
 	if o.MaxRounds < 0 {
 		return usage.Errorf("--max-rounds %d: want 0 or more", o.MaxRounds)
 	}
-	wlDir := filepath.Join(o.Dir, "workloads", "scale", fmt.Sprintf("scale_%dx", n))
-	if n == 1 {
-		wlDir = filepath.Join(o.Dir, "workloads", "saturn")
-	}
-	wlPath := filepath.Join(wlDir, o.Workload+".csv")
-	if _, err := os.Stat(wlPath); err != nil {
+	if _, err := os.Stat(scaleWorkload(o.Dir, o.Workload, n)); err != nil {
 		return usage.Errorf("--sia-scale %d: %w", n, err)
 	}
-	spec, err := clusterspec.Resolve("hetero")
+	reports, err := replayScale(ctx, o, stderr)
 	if err != nil {
 		return err
+	}
+	if o.JSON {
+		return jsonout.Write(stdout, map[string]any{"sia_scale": reports})
+	}
+	return writeScaleTable(stdout, reports)
+}
+
+// scaleWorkload is the path of workload wl of Sia's scale_Nx directory
+// under the artifact directory dir (saturn for N = 1).
+func scaleWorkload(dir, wl string, n int) string {
+	wlDir := filepath.Join(dir, "workloads", "scale", fmt.Sprintf("scale_%dx", n))
+	if n == 1 {
+		wlDir = filepath.Join(dir, "workloads", "saturn")
+	}
+	return filepath.Join(wlDir, wl+".csv")
+}
+
+// replayScale replays o.Scale's workload under each of o.Policies and
+// returns a report per policy.
+func replayScale(ctx context.Context, o SiaScaleOptions, stderr io.Writer) ([]SiaScaleReport, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	n := o.Scale
+	wlPath := scaleWorkload(o.Dir, o.Workload, n)
+	spec, err := clusterspec.Resolve("hetero")
+	if err != nil {
+		return nil, err
 	}
 	for i := range spec.Groups {
 		spec.Groups[i].Nodes *= n
@@ -126,7 +146,7 @@ func SiaScale(ctx context.Context, o SiaScaleOptions, stdout, stderr io.Writer) 
 	traces := filepath.Join(o.Dir, "traces")
 	wls, err := workload.Load(wlPath, nil)
 	if err != nil {
-		return usage.Wrap(err)
+		return nil, usage.Wrap(err)
 	}
 	var apps []string
 	for _, j := range wls[0].Jobs {
@@ -136,7 +156,7 @@ func SiaScale(ctx context.Context, o SiaScaleOptions, stdout, stderr io.Writer) 
 	}
 	cats, err := trace.LoadTyped(traces, spec.Types(), apps)
 	if err != nil {
-		return usage.Wrap(err)
+		return nil, usage.Wrap(err)
 	}
 	cfg := sim.DefaultConfig()
 	cfg.Cluster = spec.Groups
@@ -147,15 +167,15 @@ func SiaScale(ctx context.Context, o SiaScaleOptions, stdout, stderr io.Writer) 
 		name = strings.TrimSpace(name)
 		inner, err := optimizer.Lookup(name, optimizer.Options{Workers: 2, ProfiledNodes: cats.ProfiledNodes()})
 		if err != nil {
-			return usage.Errorf("--policy %q: %w", name, err)
+			return nil, usage.Errorf("--policy %q: %w", name, err)
 		}
 		pol := &timedPolicy{Policy: inner, limit: o.MaxRounds}
-		fmt.Fprintf(stderr, "replaying %s (%d jobs) on %s under %s\n", filepath.Base(wlDir)+"/"+o.Workload, len(wls[0].Jobs), spec, name)
+		fmt.Fprintf(stderr, "replaying %s (%d jobs) on %s under %s\n", filepath.Base(filepath.Dir(wlPath))+"/"+o.Workload, len(wls[0].Jobs), spec, name)
 		start := time.Now()
 		_, err = sim.RunTyped(ctx, cfg, cats, wls[0], pol, sim.ModeFor(name), nil)
 		complete := err == nil
 		if err != nil && !strings.Contains(err.Error(), errEnough.Error()) {
-			return err
+			return nil, err
 		}
 		fmt.Fprintf(stderr, "  %d rounds in %.1f s\n", len(pol.times), time.Since(start).Seconds())
 		times := slices.Clone(pol.times)
@@ -174,10 +194,12 @@ func SiaScale(ctx context.Context, o SiaScaleOptions, stdout, stderr io.Writer) 
 		}
 		reports = append(reports, r)
 	}
-	if o.JSON {
-		return jsonout.Write(stdout, map[string]any{"sia_scale": reports})
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	return reports, nil
+}
+
+// writeScaleTable prints reports as a table.
+func writeScaleTable(w io.Writer, reports []SiaScaleReport) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "policy\tscale\tGPUs\tjobs\tmax active\trounds\tmedian s\tp95 s\tmax s\tinexact rounds\tworst gap\n")
 	for _, r := range reports {
 		fmt.Fprintf(tw, "%s\t%dx\t%d\t%d\t%d\t%d\t%.4f\t%.4f\t%.4f\t%d\t%.2g\n", r.Policy, r.Scale, r.GPUs, r.Jobs, r.MaxJobs, r.Rounds, r.MedianS, r.P95S, r.MaxS, r.InexactRounds, r.WorstGap)
