@@ -30,8 +30,9 @@ import (
 // and its own gossip member.
 type nodeHost struct {
 	name   string
-	sys    *actor.ActorSystem
-	rem    *remote.Remote // nil: the local transport
+	addr   string             // its actor system's advertised address
+	sys    *actor.ActorSystem // nil: in the node process
+	rem    *remote.Remote     // nil: the local transport
 	nd     *node.Node
 	gossip *cluster.Membership
 }
@@ -77,6 +78,9 @@ func (b *bench) actorAddr(sys *actor.ActorSystem) string {
 
 // credentials are identity name's (nil with Insecure).
 func (b *bench) credentials(name string) (*pki.Credentials, error) {
+	if b.creds != nil {
+		return b.creds(name)
+	}
 	if b.tls == nil {
 		return nil, nil
 	}
@@ -153,16 +157,15 @@ func (b *bench) startGossip(name string, port int, meta cluster.Meta, seeds []st
 	return nil, fmt.Errorf("controlplane: %s joining the gossip: %w", name, jerr)
 }
 
-// startNode starts node i: its actor system (with the remote transport),
+// startNode starts node name: its actor system (with the remote transport),
 // its node actor of emulated in-process workers, and its gossip member
 // joined to the servers'.
-func (b *bench) startNode(i int, seeds []string) (*nodeHost, error) {
-	name := fmt.Sprintf("n%04d", i)
+func (b *bench) startNode(name string, seeds []string) (*nodeHost, error) {
 	sys, rem, err := b.newSystem(name)
 	if err != nil {
 		return nil, err
 	}
-	h := &nodeHost{name: name, sys: sys, rem: rem}
+	h := &nodeHost{name: name, addr: b.actorAddr(sys), sys: sys, rem: rem}
 	h.nd, err = node.Start(sys, node.Config{Name: name, GPUs: b.o.GPUs, ReportListen: "none", ActorName: b.actorName(pb.NodeActor, name),
 		Launch: func(s node.WorkerSpec) (node.Worker, error) {
 			deliver := s.Report
