@@ -1,13 +1,13 @@
 package cluster
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
 
 	"github.com/hashicorp/memberlist"
 
+	"pollux/internal/jsonin"
 	"pollux/optimizer/topology"
 )
 
@@ -115,14 +115,9 @@ func DecodeMeta(b []byte) (Meta, error) {
 	if len(b) > memberlist.MetaMaxSize {
 		return Meta{}, fmt.Errorf("%w: %d bytes", ErrBadMeta, len(b))
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
 	var m Meta
-	if err := dec.Decode(&m); err != nil {
+	if err := jsonin.Decode(b, &m); err != nil {
 		return Meta{}, fmt.Errorf("%w: %w", ErrBadMeta, err)
-	}
-	if dec.More() {
-		return Meta{}, fmt.Errorf("%w: trailing data", ErrBadMeta)
 	}
 	if err := m.Validate(); err != nil {
 		return Meta{}, err

@@ -6,12 +6,12 @@ import (
 	"testing"
 )
 
-// deps returns, for every package the patterns match, its transitive
-// imports, as `go list` computes them (test files excluded: they may use
-// test equipment).
-func deps(t *testing.T, patterns ...string) map[string][]string {
+// goList returns, for every package the patterns match, the list field
+// ("Deps": transitive imports, "Imports": direct ones) as `go list`
+// computes it (test files excluded: they may use test equipment).
+func goList(t *testing.T, field string, patterns ...string) map[string][]string {
 	t.Helper()
-	args := append([]string{"list", "-f", "{{.ImportPath}}: {{join .Deps \" \"}}"}, patterns...)
+	args := append([]string{"list", "-f", "{{.ImportPath}}: {{join ." + field + " \" \"}}"}, patterns...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = ".."
 	out, err := cmd.Output()
@@ -40,7 +40,7 @@ func testbedDeps(ds []string) []string {
 // cluster, optimizer, actors) is free of the test harness and equipment;
 // only cmd/pollux and testbed itself may depend on testbed.
 func TestProductionDoesNotDependOnTestbed(t *testing.T) {
-	pkgs := deps(t, "./consensus/...", "./cluster/...", "./optimizer/...", "./actors/...")
+	pkgs := goList(t, "Deps", "./consensus/...", "./cluster/...", "./optimizer/...", "./actors/...")
 	if len(pkgs) < 10 {
 		t.Fatalf("go list found only %d production packages: %v", len(pkgs), pkgs)
 	}
@@ -50,7 +50,7 @@ func TestProductionDoesNotDependOnTestbed(t *testing.T) {
 		}
 	}
 	// The same query sees testbed where it is a dependency.
-	if bad := testbedDeps(deps(t, "./cmd/pollux")["pollux/cmd/pollux"]); len(bad) == 0 {
+	if bad := testbedDeps(goList(t, "Deps", "./cmd/pollux")["pollux/cmd/pollux"]); len(bad) == 0 {
 		t.Error("go list shows no testbed dependency of cmd/pollux, which has some: the query is blind")
 	}
 }

@@ -1,30 +1,10 @@
 package testbed_test
 
 import (
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 )
-
-// imports returns, for every package the patterns match, its direct
-// imports (test files excluded), as `go list` gives them.
-func imports(t *testing.T, patterns ...string) map[string][]string {
-	t.Helper()
-	args := append([]string{"list", "-f", "{{.ImportPath}}: {{join .Imports \" \"}}"}, patterns...)
-	cmd := exec.Command("go", args...)
-	cmd.Dir = ".."
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go %s: %v", strings.Join(args, " "), err)
-	}
-	m := map[string][]string{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		pkg, rest, _ := strings.Cut(line, ": ")
-		m[pkg] = strings.Fields(rest)
-	}
-	return m
-}
 
 // under reports whether pkg is dir or a package below it.
 func under(pkg, dir string) bool { return pkg == dir || strings.HasPrefix(pkg, dir+"/") }
@@ -69,7 +49,7 @@ var (
 // package); optimizer/topology is a leaf; and package cluster uses no
 // optimizer package but optimizer/topology.
 func TestImportRules(t *testing.T) {
-	low := deps(t, "./cluster/...", "./consensus/...")
+	low := goList(t, "Deps", "./cluster/...", "./consensus/...")
 	if len(low) < 5 || low["pollux/cluster"] == nil || low["pollux/consensus"] == nil {
 		t.Fatalf("go list found only %d cluster and consensus packages: %v", len(low), low)
 	}
@@ -79,7 +59,7 @@ func TestImportRules(t *testing.T) {
 		}
 	}
 
-	opt := imports(t, "./optimizer/...")
+	opt := goList(t, "Imports", "./optimizer/...")
 	if len(opt) < 4 {
 		t.Fatalf("go list found only %d optimizer packages: %v", len(opt), opt)
 	}
@@ -88,7 +68,7 @@ func TestImportRules(t *testing.T) {
 			t.Errorf("%s imports %v", pkg, bad)
 		}
 	}
-	for pkg, ds := range deps(t, "./optimizer/...") {
+	for pkg, ds := range goList(t, "Deps", "./optimizer/...") {
 		var pollux []string
 		for _, d := range ds {
 			if under(d, "pollux") {
@@ -99,7 +79,7 @@ func TestImportRules(t *testing.T) {
 			t.Errorf("%s depends on %v", pkg, bad)
 		}
 	}
-	leaf := deps(t, "./optimizer/topology")["pollux/optimizer/topology"]
+	leaf := goList(t, "Deps", "./optimizer/topology")["pollux/optimizer/topology"]
 	if len(leaf) == 0 {
 		t.Fatal("go list shows no dependency of optimizer/topology: the query is blind")
 	}
@@ -119,7 +99,7 @@ func TestImportRules(t *testing.T) {
 	if !slices.Contains(opt["pollux/optimizer"], "gonum.org/v1/gonum/optimize") && !slices.Contains(opt["pollux/optimizer/goodput"], "gonum.org/v1/gonum/optimize") {
 		t.Error("go list shows no gonum import in the optimizer, which has one: the query is blind")
 	}
-	server := deps(t, "./cmd/pollux")["pollux/cmd/pollux"]
+	server := goList(t, "Deps", "./cmd/pollux")["pollux/cmd/pollux"]
 	for name, rule := range map[string]func([]string) []string{
 		"no actors": noActors, "optimizer only": optimizerOnly, "standard library only": stdOnly, "topology only": topologyOnly,
 	} {

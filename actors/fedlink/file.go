@@ -1,18 +1,17 @@
 package fedlink
 
 import (
-	"bytes"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
 
 	"pollux/cluster/federation"
 	"pollux/cluster/pki"
+	"pollux/internal/jsonin"
 )
 
 // maxFile bounds a federation file.
@@ -119,13 +118,8 @@ func Load(path, self string) (*Federation, error) {
 	// Terms given in part keep the defaults of the others.
 	terms := federation.DefaultSettings()
 	f := File{Terms: &terms}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
+	if err := jsonin.Decode(b, &f); err != nil {
 		return nil, fmt.Errorf("%w: %s: %s", ErrBadFile, path, jsonError(b, err))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: %s: trailing data after the object", ErrBadFile, path)
 	}
 	fed := &Federation{Quota: f.Quota, Settings: terms}
 	if f.Terms == nil { // "terms": null

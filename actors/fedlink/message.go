@@ -1,17 +1,14 @@
 package fedlink
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"slices"
 	"strings"
 
 	"pollux/cluster/federation"
+	"pollux/internal/jsonin"
 )
 
 // Paths of the federation listener.
@@ -113,13 +110,8 @@ func DecodeBid(b []byte) (*BidMessage, error) {
 		return nil, fmt.Errorf("%w: bid of %d bytes, at most %d", ErrBadMessage, len(b), maxBidBytes)
 	}
 	var m BidMessage
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
+	if err := jsonin.Decode(b, &m); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadMessage, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: trailing data after the bid", ErrBadMessage)
 	}
 	if err := m.Validate(); err != nil {
 		return nil, err

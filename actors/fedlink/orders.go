@@ -1,11 +1,8 @@
 package fedlink
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 
@@ -14,6 +11,7 @@ import (
 	"pollux/actors/jobspec"
 	"pollux/actors/pb"
 	"pollux/cluster/federation"
+	"pollux/internal/jsonin"
 )
 
 // Paths of the federation listener for workers on borrowed GPUs
@@ -65,13 +63,8 @@ func decodeStrict(b []byte, v any) error {
 	if len(b) > maxOrderBytes {
 		return fmt.Errorf("%w: message of %d bytes, at most %d", ErrBadMessage, len(b), maxOrderBytes)
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := jsonin.Decode(b, v); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadMessage, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%w: trailing data after the message", ErrBadMessage)
 	}
 	return nil
 }

@@ -1,10 +1,10 @@
 package federation
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
+
+	"pollux/internal/jsonin"
 )
 
 // Bounds of a command.
@@ -163,13 +163,8 @@ func DecodeCommand(data []byte) (Command, error) {
 	if len(data) > MaxCommandBytes {
 		return c, fmt.Errorf("%w: %d bytes, want at most %d", ErrBadCommand, len(data), MaxCommandBytes)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
+	if err := jsonin.Decode(data, &c); err != nil {
 		return Command{}, fmt.Errorf("%w: %v", ErrBadCommand, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return Command{}, fmt.Errorf("%w: trailing data after the command", ErrBadCommand)
 	}
 	if err := c.Validate(); err != nil {
 		return Command{}, err

@@ -17,31 +17,8 @@ import (
 // table) whenever the jobs completed, also when the run fell short of
 // what it shows (the error then says what).
 func Real(ctx context.Context, o realdemo.Options, keep, asJSON bool, stdout, stderr io.Writer) error {
-	done, err := prepare(&o.Exec, &o.Dir, "pollux-demo-real-", keep)
-	defer done()
-	if err != nil {
-		return err
-	}
-	o.Progress = stderr
-	start := time.Now()
-	res, err := realdemo.Run(ctx, o)
-	if err != nil && !errors.Is(err, realdemo.ErrShort) {
-		return fmt.Errorf("demo: %w", err)
-	}
-	fmt.Fprintf(stderr, "done in %.0f s\n", time.Since(start).Seconds())
-	if asJSON {
-		b, jerr := json.Marshal(res)
-		if jerr != nil {
-			return fmt.Errorf("demo: %w", jerr)
-		}
-		fmt.Fprintln(stdout, string(b))
-	} else if werr := res.WriteTable(stdout); werr != nil {
-		return fmt.Errorf("demo: %w", werr)
-	}
-	if err != nil {
-		return fmt.Errorf("demo: %w", err)
-	}
-	return nil
+	return runReal(ctx, o, "pollux-demo-real-", keep, asJSON, stdout, stderr, realdemo.Run,
+		func(res *realdemo.Result) error { return res.WriteTable(stdout) })
 }
 
 // Compare runs realdemo.Compare with o (Exec and Dir as for Real),
@@ -49,14 +26,32 @@ func Real(ctx context.Context, o realdemo.Options, keep, asJSON bool, stdout, st
 // asJSON, else a table per policy) whenever both runs completed, also
 // when they fell short of what the comparison shows.
 func Compare(ctx context.Context, o realdemo.Options, keep, asJSON bool, stdout, stderr io.Writer) error {
-	done, err := prepare(&o.Exec, &o.Dir, "pollux-demo-compare-", keep)
+	return runReal(ctx, o, "pollux-demo-compare-", keep, asJSON, stdout, stderr, realdemo.Compare,
+		func(res *realdemo.Comparison) error {
+			for _, name := range []string{"pollux", "tiresias"} {
+				p := res.Policies[name]
+				fmt.Fprintf(stdout, "%s: average JCT %.0f s\n", name, p.AvgJCT)
+				if err := (realdemo.Result{Jobs: p.Jobs}).WriteTable(stdout); err != nil {
+					return err
+				}
+			}
+			_, err := fmt.Fprintf(stdout, "ratio (pollux / tiresias average JCT): %.3f\n", res.Ratio)
+			return err
+		})
+}
+
+// runReal prepares o, runs it with run and prints what it returned, as JSON
+// or with table, unless run failed short of a result.
+func runReal[R any](ctx context.Context, o realdemo.Options, prefix string, keep, asJSON bool, stdout, stderr io.Writer,
+	run func(context.Context, realdemo.Options) (R, error), table func(*R) error) error {
+	done, err := prepare(&o.Exec, &o.Dir, prefix, keep)
 	defer done()
 	if err != nil {
 		return err
 	}
 	o.Progress = stderr
 	start := time.Now()
-	res, err := realdemo.Compare(ctx, o)
+	res, err := run(ctx, o)
 	if err != nil && !errors.Is(err, realdemo.ErrShort) {
 		return fmt.Errorf("demo: %w", err)
 	}
@@ -67,15 +62,8 @@ func Compare(ctx context.Context, o realdemo.Options, keep, asJSON bool, stdout,
 			return fmt.Errorf("demo: %w", jerr)
 		}
 		fmt.Fprintln(stdout, string(b))
-	} else {
-		for _, name := range []string{"pollux", "tiresias"} {
-			p := res.Policies[name]
-			fmt.Fprintf(stdout, "%s: average JCT %.0f s\n", name, p.AvgJCT)
-			if werr := (realdemo.Result{Jobs: p.Jobs}).WriteTable(stdout); werr != nil {
-				return fmt.Errorf("demo: %w", werr)
-			}
-		}
-		fmt.Fprintf(stdout, "ratio (pollux / tiresias average JCT): %.3f\n", res.Ratio)
+	} else if werr := table(&res); werr != nil {
+		return fmt.Errorf("demo: %w", werr)
 	}
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)

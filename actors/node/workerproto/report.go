@@ -9,6 +9,7 @@ import (
 	"math"
 
 	"pollux/actors/jobspec"
+	"pollux/internal/jsonin"
 )
 
 // MaxLineBytes bounds one report line (newline excluded).
@@ -103,14 +104,9 @@ func Decode(line []byte) (Report, error) {
 	if len(line) > MaxLineBytes {
 		return Report{}, fmt.Errorf("%w: %d bytes", ErrLineTooLong, len(line))
 	}
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
 	var r Report
-	if err := dec.Decode(&r); err != nil {
+	if err := jsonin.Decode(line, &r); err != nil {
 		return Report{}, fmt.Errorf("%w: %w", ErrBadReport, err)
-	}
-	if dec.More() {
-		return Report{}, fmt.Errorf("%w: trailing data after the JSON object", ErrBadReport)
 	}
 	if err := r.Validate(); err != nil {
 		return Report{}, err

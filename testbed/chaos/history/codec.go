@@ -2,12 +2,13 @@ package history
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+
+	"pollux/internal/jsonin"
 )
 
 // Encode validates l and returns its JSON line, newline included.
@@ -68,13 +69,8 @@ func Decode(r io.Reader, name string) ([]Line, error) {
 
 func decodeLine(b []byte) (Line, error) {
 	var l Line
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&l); err != nil {
+	if err := jsonin.Decode(b, &l); err != nil {
 		return Line{}, fmt.Errorf("%w: %w", ErrMalformed, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return Line{}, fmt.Errorf("%w: data after the line", ErrMalformed)
 	}
 	return l, l.Validate()
 }

@@ -2,8 +2,6 @@ package record
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"pollux/internal/jsonin"
 )
 
 // Worker is one worker's file, decoded.
@@ -106,13 +106,8 @@ func follows(prev []Record, seen map[Kind]bool, r Record) error {
 
 func decodeLine(b []byte) (Record, error) {
 	var r Record
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
+	if err := jsonin.Decode(b, &r); err != nil {
 		return Record{}, fmt.Errorf("%w: %w", ErrMalformed, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return Record{}, fmt.Errorf("%w: data after the record", ErrMalformed)
 	}
 	return r, r.Validate()
 }
