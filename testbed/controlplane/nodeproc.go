@@ -17,6 +17,7 @@ import (
 
 	"pollux/cluster"
 	"pollux/cluster/pki"
+	"pollux/internal/jsonin"
 	"pollux/testbed/builtin"
 	"pollux/testbed/inproc"
 )
@@ -32,7 +33,7 @@ var NodesCommand = []string{"bench", "controlplane-nodes"}
 const NodeProcessNice = 5
 
 // NodesConfig is what the servers' process sends its node process on
-// stdin (one JSON object).
+// stdin (one JSON object on the first line; unknown fields refused).
 type NodesConfig struct {
 	Names       []string      `json:"names"`
 	GPUs        int           `json:"gpus"`
@@ -65,15 +66,13 @@ type nodeLine struct {
 // remoteOptions configure the actor systems' gRPC as Options.RemoteOptions.
 func ServeNodes(ctx context.Context, in io.Reader, out, progress io.Writer,
 	remoteOptions func(creds *pki.Credentials, log *slog.Logger) ([]remote.ConfigOption, error)) error {
-	dec := json.NewDecoder(in)
-	var cfg NodesConfig
-	if err := dec.Decode(&cfg); err != nil {
-		return fmt.Errorf("controlplane: node process configuration: %w", err)
+	r := bufio.NewReader(in)
+	cfg, err := readNodesConfig(r)
+	if err != nil {
+		return err
 	}
 	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
-		return fmt.Errorf("%w: log level %q", ErrConfig, cfg.LogLevel)
-	}
+	_ = lvl.UnmarshalText([]byte(cfg.LogLevel)) // checked by readNodesConfig
 	cat, err := builtin.Catalog()
 	if err != nil {
 		return err
@@ -107,8 +106,7 @@ func ServeNodes(ctx context.Context, in io.Reader, out, progress io.Writer,
 	defer cancel()
 	go func() {
 		// The servers' process closes stdin to stop the nodes (or dies).
-		_, _ = io.Copy(io.Discard, dec.Buffered())
-		_, _ = io.Copy(io.Discard, in)
+		_, _ = io.Copy(io.Discard, r)
 		cancel()
 	}()
 	defer b.stop()
@@ -128,6 +126,27 @@ func ServeNodes(ctx context.Context, in io.Reader, out, progress io.Writer,
 			write(nodeLine{Offered: b.offered.Load()})
 		}
 	}
+}
+
+// readNodesConfig reads a node process's configuration: the first line
+// of r; the rest of the input is only watched for its end.
+func readNodesConfig(r *bufio.Reader) (NodesConfig, error) {
+	var cfg NodesConfig
+	line, err := r.ReadBytes('\n')
+	if err != nil && (!errors.Is(err, io.EOF) || len(line) == 0) {
+		return cfg, fmt.Errorf("%w: node process configuration: %w", ErrConfig, err)
+	}
+	if err := jsonin.Decode(line, &cfg); err != nil {
+		return cfg, fmt.Errorf("%w: node process configuration: %w", ErrConfig, err)
+	}
+	var lvl slog.Level
+	switch {
+	case lvl.UnmarshalText([]byte(cfg.LogLevel)) != nil:
+		return cfg, fmt.Errorf("%w: log level %q", ErrConfig, cfg.LogLevel)
+	case len(cfg.Names) > 4096 || (len(cfg.Names) > 0 && (cfg.GPUs < 1 || cfg.ReportEvery <= 0)):
+		return cfg, fmt.Errorf("%w: %d nodes of %d GPUs reporting every %v", ErrConfig, len(cfg.Names), cfg.GPUs, cfg.ReportEvery)
+	}
+	return cfg, nil
 }
 
 // nodeProcess is the node process as the servers' process sees it.

@@ -24,7 +24,11 @@ func TestServeNodesConfiguration(t *testing.T) {
 		in      string
 		wantErr error // nil: any error
 	}{
-		{name: "not JSON", in: "{nodes", wantErr: nil},
+		{name: "not JSON", in: "{nodes", wantErr: ErrConfig},
+		{name: "unknown field", in: `{"log_level":"error","insecure":true,"nodez":["n0"]}` + "\n", wantErr: ErrConfig},
+		{name: "two objects", in: `{"log_level":"error"} {"insecure":true}` + "\n", wantErr: ErrConfig},
+		{name: "empty", in: "", wantErr: ErrConfig},
+		{name: "nodes of no GPUs", in: `{"log_level":"error","insecure":true,"names":["n0"],"report_every":50000000}`, wantErr: ErrConfig},
 		{name: "bad log level", in: `{"log_level":"loud","insecure":true}`, wantErr: ErrConfig},
 		{name: "no gossip key", in: `{"log_level":"error","gossip_key":"/nonexistent/gossip.key"}`},
 	}
@@ -73,4 +77,18 @@ func TestServeNodesStopsWhenInputEnds(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("still serving after its input ended")
 	}
+}
+
+func FuzzReadNodesConfig(f *testing.F) {
+	f.Add([]byte(`{"names":["n0000"],"gpus":4,"report_every":50000000,"seeds":["127.0.0.1:1"],"log_level":"error","insecure":true}` + "\n"))
+	f.Add([]byte(`{"log_level":"warn","ca":"ca.pem","certs":{"n0":["c","k"]},"gossip_key":"g"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cfg, err := readNodesConfig(bufio.NewReader(bytes.NewReader(b)))
+		if err != nil && !errors.Is(err, ErrConfig) {
+			t.Fatalf("error %v is not ErrConfig", err)
+		}
+		if err == nil && len(cfg.Names) > 0 && cfg.GPUs < 1 {
+			t.Fatalf("accepted %d nodes of %d GPUs", len(cfg.Names), cfg.GPUs)
+		}
+	})
 }
