@@ -361,7 +361,7 @@ func (b *bench) startNodes(ctx context.Context, names, seeds []string) error {
 				if i >= len(names) || ctx.Err() != nil {
 					return
 				}
-				h, err := b.startNode(names[i], seeds)
+				h, err := b.startNode(ctx, names[i], seeds)
 				if err != nil {
 					errs[w] = err
 					return

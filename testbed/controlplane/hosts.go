@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -132,9 +133,10 @@ func startRemote(rem *remote.Remote) (err error) {
 // profile: `pollux server` and `pollux agent` use the LAN one, but here
 // hundreds of members share the process's cores; encrypted with the
 // run's key unless Insecure), on port (0: any), advertising meta, and
-// joins seeds (none: the first member). Its events are drained: the
-// bench reads the view.
-func (b *bench) startGossip(name string, port int, meta cluster.Meta, seeds []string) (*cluster.Membership, error) {
+// joins seeds (none: the first member), trying again until ctx is done
+// (a node process whose servers are gone stops). Its events are
+// drained: the bench reads the view.
+func (b *bench) startGossip(ctx context.Context, name string, port int, meta cluster.Meta, seeds []string) (*cluster.Membership, error) {
 	m, err := cluster.Start(cluster.Config{Name: name, BindPort: port, Meta: meta, Keys: b.gossipKeys, Crowded: true, Logger: b.lib})
 	if err != nil {
 		return nil, err
@@ -151,7 +153,12 @@ func (b *bench) startGossip(name string, port int, meta cluster.Meta, seeds []st
 		if _, jerr = m.Join(seeds); jerr == nil {
 			return m, nil
 		}
-		time.Sleep(250 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			_ = m.Shutdown()
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 	_ = m.Shutdown()
 	return nil, fmt.Errorf("controlplane: %s joining the gossip: %w", name, jerr)
@@ -160,7 +167,7 @@ func (b *bench) startGossip(name string, port int, meta cluster.Meta, seeds []st
 // startNode starts node name: its actor system (with the remote transport),
 // its node actor of emulated in-process workers, and its gossip member
 // joined to the servers'.
-func (b *bench) startNode(name string, seeds []string) (*nodeHost, error) {
+func (b *bench) startNode(ctx context.Context, name string, seeds []string) (*nodeHost, error) {
 	sys, rem, err := b.newSystem(name)
 	if err != nil {
 		return nil, err
@@ -178,7 +185,7 @@ func (b *bench) startNode(name string, seeds []string) (*nodeHost, error) {
 		return nil, err
 	}
 	meta := cluster.Meta{Role: cluster.RoleAgent, GPUs: b.o.GPUs, ActorAddr: b.actorAddr(sys)}
-	if h.gossip, err = b.startGossip(name, 0, meta, seeds); err != nil {
+	if h.gossip, err = b.startGossip(ctx, name, 0, meta, seeds); err != nil {
 		h.stop()
 		return nil, err
 	}
@@ -250,7 +257,7 @@ func (b *bench) startMember(s *server) error {
 		}
 	}
 	meta := cluster.Meta{Role: cluster.RoleServer, ActorAddr: b.actorAddr(s.sys), RaftAddr: s.raftAddr}
-	if s.gossip, err = b.startGossip(s.id, s.gossipPort, meta, seeds); err != nil {
+	if s.gossip, err = b.startGossip(context.Background(), s.id, s.gossipPort, meta, seeds); err != nil {
 		return err
 	}
 	if s.gossipPort == 0 {
