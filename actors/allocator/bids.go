@@ -159,6 +159,10 @@ func checkMeasurements(ms []*pb.Measurement) error {
 		if !(m.Progress >= 0) || math.IsInf(m.Progress, 0) {
 			return fmt.Errorf("%w: progress %v", state.ErrInvalid, m.Progress)
 		}
+		if !(m.CheckpointAt >= 0) || math.IsInf(m.CheckpointAt, 0) || !(m.CheckpointProgress >= 0) || math.IsInf(m.CheckpointProgress, 0) ||
+			(m.CheckpointAt == 0 && (m.CheckpointEpoch != 0 || m.CheckpointProgress != 0)) {
+			return fmt.Errorf("%w: measurement %d checkpoint at %v (epoch %d, progress %v)", state.ErrInvalid, m.Seq, m.CheckpointAt, m.CheckpointEpoch, m.CheckpointProgress)
+		}
 		if len(m.Profile) > 256 {
 			return fmt.Errorf("%w: %d profile points in one measurement", state.ErrInvalid, len(m.Profile))
 		}
@@ -313,6 +317,9 @@ func measurement(j *state.Job, bs *bidState, typ string) (*state.Measurement, bo
 		}
 		running = true
 		m.Epoch, m.Progress = max(m.Epoch, int(d.Epoch)), max(m.Progress, d.Progress)
+		if d.CheckpointAt > m.Checkpoint.Time {
+			m.Checkpoint = state.Checkpoint{Incarnation: d.Incarnation, Epoch: int(d.CheckpointEpoch), Progress: d.CheckpointProgress, Time: d.CheckpointAt}
+		}
 		for _, p := range d.Profile {
 			e := profileEntry(p)
 			key := [4]int{e.Nodes, e.Replicas, e.LocalBatch, e.Racks}

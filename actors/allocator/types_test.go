@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"errors"
 	"math"
 	"slices"
 	"testing"
@@ -192,5 +193,47 @@ func TestMeasurementTaggedWithThePlacementsType(t *testing.T) {
 	}
 	if e := m.Profile[0]; e.Count != 4 || math.Abs(e.StepTime-0.4) > 1e-12 {
 		t.Errorf("merged entry %+v, want the mean of the t4 and untagged reports (0.4 over 4)", e)
+	}
+}
+
+// TestMeasurementCarriesTheLatestCheckpoint: the round's measurement of
+// a job carries the latest checkpoint of the measurements it sums, of
+// the job's current incarnation only, and none when they name none; a
+// measurement whose checkpoint numbers are out of range is refused.
+func TestMeasurementCarriesTheLatestCheckpoint(t *testing.T) {
+	j := &state.Job{ID: "j", Incarnation: 4, MeasSession: 7, MeasSeq: 2}
+	tests := []struct {
+		name string
+		ms   []*pb.Measurement
+		want state.Checkpoint
+	}{
+		{"none", []*pb.Measurement{{Seq: 3, Incarnation: 4, Epoch: 1}}, state.Checkpoint{}},
+		{"the latest", []*pb.Measurement{
+			{Seq: 3, Incarnation: 4, CheckpointEpoch: 5, CheckpointProgress: 50, CheckpointAt: 100},
+			{Seq: 4, Incarnation: 4},
+			{Seq: 5, Incarnation: 4, CheckpointEpoch: 6, CheckpointProgress: 60, CheckpointAt: 160},
+		}, state.Checkpoint{Incarnation: 4, Epoch: 6, Progress: 60, Time: 160}},
+		{"an old incarnation's", []*pb.Measurement{
+			{Seq: 3, Incarnation: 4, CheckpointEpoch: 5, CheckpointProgress: 50, CheckpointAt: 100},
+			{Seq: 4, Incarnation: 3, CheckpointEpoch: 6, CheckpointProgress: 60, CheckpointAt: 160},
+		}, state.Checkpoint{Incarnation: 4, Epoch: 5, Progress: 50, Time: 100}},
+	}
+	for _, tc := range tests {
+		if err := checkMeasurements(tc.ms); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		m, _ := measurement(j, &bidState{session: 7, msg: &pb.Bid{Unacked: tc.ms}}, "")
+		if m == nil || m.Checkpoint != tc.want {
+			t.Errorf("%s: measurement %+v, want checkpoint %+v", tc.name, m, tc.want)
+		}
+	}
+	for _, bad := range []*pb.Measurement{
+		{Seq: 1, CheckpointAt: math.NaN()},
+		{Seq: 1, CheckpointAt: 1, CheckpointProgress: -1},
+		{Seq: 1, CheckpointEpoch: 3},
+	} {
+		if err := checkMeasurements([]*pb.Measurement{bad}); !errors.Is(err, state.ErrInvalid) {
+			t.Errorf("measurement %v: %v", bad, err)
+		}
 	}
 }

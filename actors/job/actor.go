@@ -52,9 +52,19 @@ type delta struct {
 	sums             map[profileKey]*sum
 	epoch            int
 	progress         float64
+	ckpt             savedCheckpoint // the latest reported (at 0: none)
 }
 
-func (d *delta) empty() bool { return len(d.sums) == 0 && d.epoch == 0 && d.progress == 0 }
+// savedCheckpoint is a checkpoint the workers reported saving.
+type savedCheckpoint struct {
+	epoch    uint32
+	progress float64
+	at       float64 // seconds since the Unix epoch
+}
+
+func (d *delta) empty() bool {
+	return len(d.sums) == 0 && d.epoch == 0 && d.progress == 0 && d.ckpt.at == 0
+}
 
 // jobActor owns one job's model on one server.
 type jobActor struct {
@@ -80,6 +90,9 @@ type jobActor struct {
 	unacked []delta
 	epoch   int
 	prog    float64
+	// lastCkpt is when the latest checkpoint of plan.incarnation that a
+	// measurement holds was saved: later reports of it are not new.
+	lastCkpt float64
 
 	// lastStep is when rank 0 of plan.incarnation last reported a step
 	// (zero: not yet); movedAt is where the current incarnation's delay
@@ -182,6 +195,7 @@ func (j *jobActor) setPlan(ctx actor.Context, p plan) {
 	if p.incarnation != j.plan.incarnation {
 		j.closeDelta()
 		j.done, j.failed, j.failure, j.doneToken = false, false, "", ""
+		j.lastCkpt = 0
 		j.restartFrom(p, first)
 	}
 	j.plan = p
@@ -216,6 +230,9 @@ func (j *jobActor) report(ctx actor.Context, r *pb.WorkerReport) {
 		j.grad, j.hasGrad = goodput.GradStats{GradSqr: r.GradSqr, GradVar: r.GradVar}, true
 	}
 	j.cur.epoch, j.cur.progress = max(j.cur.epoch, int(r.Epoch)), max(j.cur.progress, r.Progress)
+	if r.CheckpointAt > j.cur.ckpt.at && r.CheckpointAt > j.lastCkpt {
+		j.cur.ckpt = savedCheckpoint{epoch: r.CheckpointEpoch, progress: r.CheckpointProgress, at: r.CheckpointAt}
+	}
 	if r.Done && r.Rank == 0 && !j.done {
 		j.done, j.doneToken = true, r.Token
 		j.log.Info("job: workers report done", "incarnation", r.Incarnation, "epoch", r.Epoch)
@@ -311,6 +328,7 @@ func (j *jobActor) closeDelta() {
 		}
 	}
 	j.epoch, j.prog = max(j.epoch, j.cur.epoch), max(j.prog, j.cur.progress)
+	j.lastCkpt = max(j.lastCkpt, j.cur.ckpt.at)
 	j.unacked = append(j.unacked, j.cur)
 	if len(j.unacked) > maxUnacked {
 		j.unacked = slices.Delete(j.unacked, 0, len(j.unacked)-maxUnacked)
@@ -451,7 +469,8 @@ func (j *jobActor) tick(ctx actor.Context, urgent bool) {
 		}
 	}
 	for _, d := range j.unacked {
-		m := &pb.Measurement{Seq: d.seq, Incarnation: d.incarnation, Epoch: uint32(d.epoch), Progress: d.progress, GpuType: d.gpuType}
+		m := &pb.Measurement{Seq: d.seq, Incarnation: d.incarnation, Epoch: uint32(d.epoch), Progress: d.progress, GpuType: d.gpuType,
+			CheckpointEpoch: d.ckpt.epoch, CheckpointProgress: d.ckpt.progress, CheckpointAt: d.ckpt.at}
 		for _, key := range slices.SortedFunc(maps.Keys(d.sums), compareKeys) {
 			s := d.sums[key]
 			n := float64(s.count)

@@ -880,6 +880,7 @@ func (a *nodeActor) forwardReport(ctx actor.Context, rep workerproto.Report) {
 		StepTime: rep.StepTime, SyncTime: rep.SyncTime, GradSqr: rep.GradSqr, GradVar: rep.GradVar,
 		Epoch: uint32(rep.Epoch), Progress: rep.Progress, LocalBsz: uint32(rep.LocalBatch),
 		AccumSteps: uint32(rep.AccumSteps), Done: rep.Done,
+		CheckpointEpoch: uint32(rep.Checkpoint.Epoch), CheckpointProgress: rep.Checkpoint.Progress, CheckpointAt: rep.Checkpoint.SavedAt,
 	}
 	if rep.Done {
 		wr.Token = rep.Token // for the leader to check

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 }
 
 // fakeWorker follows the worker protocol minimally. Modes: "serve" reports
-// once then waits for SIGTERM and exits 0; "slowterm" takes 300 ms to exit
+// once (rank 0 naming a checkpoint) then waits for SIGTERM and exits 0; "slowterm" takes 300 ms to exit
 // after SIGTERM; "stubborn" ignores SIGTERM; "done" reports done and exits
 // 0; "fail" exits 3; "say" writes a line to stdout and one to stderr
 // and exits 0.
@@ -77,6 +77,10 @@ func fakeWorker(mode string) int {
 		rep.Epoch, rep.AccumSteps = env.CPUs[0], len(env.CPUs)
 	} else {
 		rep.Epoch = env.GPUs[0] // the GPU, for the test to see
+	}
+	if mode == "serve" && env.Rank == 0 {
+		// Rank 0 names a checkpoint it saved, for the test to see.
+		rep.Checkpoint = workerproto.SavedCheckpoint{Epoch: rep.Epoch, Progress: 2.5, SavedAt: 1_796_000_000.5}
 	}
 	line, err := workerproto.Encode(rep)
 	if err != nil {
@@ -380,6 +384,10 @@ func TestStartsWorkersOnDistinctGPUsIdempotently(t *testing.T) {
 		ranks = append(ranks, int(r.Rank))
 		if r.Job != "a" || r.Incarnation != 1 || r.Node != "n1" || r.LocalBsz != 32 {
 			t.Errorf("report %v", r)
+		}
+		// The checkpoint rank 0 names is forwarded with its report.
+		if ck := r.Rank == 0; ck != (r.CheckpointAt == 1_796_000_000.5) || (ck && (r.CheckpointEpoch != r.Epoch || r.CheckpointProgress != 2.5)) {
+			t.Errorf("rank %d report's checkpoint: epoch %d, progress %v, at %v", r.Rank, r.CheckpointEpoch, r.CheckpointProgress, r.CheckpointAt)
 		}
 	}
 	slices.Sort(gpus)

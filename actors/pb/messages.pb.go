@@ -799,9 +799,15 @@ type WorkerReport struct {
 	Done        bool                   `protobuf:"varint,13,opt,name=done,proto3" json:"done,omitempty"`
 	// token is the report token of a done report (rank 0's), for the
 	// leader to check.
-	Token         string `protobuf:"bytes,102,opt,name=token,proto3" json:"token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Token string `protobuf:"bytes,102,opt,name=token,proto3" json:"token,omitempty"`
+	// The latest checkpoint the worker saved in this incarnation
+	// (checkpoint_at 0: none): its epoch, progress and when (seconds since
+	// the Unix epoch, the worker's clock).
+	CheckpointEpoch    uint32  `protobuf:"varint,110,opt,name=checkpoint_epoch,json=checkpointEpoch,proto3" json:"checkpoint_epoch,omitempty"`
+	CheckpointProgress float64 `protobuf:"fixed64,111,opt,name=checkpoint_progress,json=checkpointProgress,proto3" json:"checkpoint_progress,omitempty"`
+	CheckpointAt       float64 `protobuf:"fixed64,112,opt,name=checkpoint_at,json=checkpointAt,proto3" json:"checkpoint_at,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *WorkerReport) Reset() {
@@ -930,6 +936,27 @@ func (x *WorkerReport) GetToken() string {
 		return x.Token
 	}
 	return ""
+}
+
+func (x *WorkerReport) GetCheckpointEpoch() uint32 {
+	if x != nil {
+		return x.CheckpointEpoch
+	}
+	return 0
+}
+
+func (x *WorkerReport) GetCheckpointProgress() float64 {
+	if x != nil {
+		return x.CheckpointProgress
+	}
+	return 0
+}
+
+func (x *WorkerReport) GetCheckpointAt() float64 {
+	if x != nil {
+		return x.CheckpointAt
+	}
+	return 0
 }
 
 // WorkerReports are worker reports the node forwards together: a node
@@ -1646,15 +1673,20 @@ func (x *BatchChoice) GetGain() float64 {
 // Measurement is what a job actor aggregated from one incarnation's
 // reports between two of its bids.
 type Measurement struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Incarnation   uint64                 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
-	Profile       []*ProfilePoint        `protobuf:"bytes,3,rep,name=profile,proto3" json:"profile,omitempty"`
-	Epoch         uint32                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Progress      float64                `protobuf:"fixed64,5,opt,name=progress,proto3" json:"progress,omitempty"`
-	GpuType       string                 `protobuf:"bytes,130,opt,name=gpu_type,json=gpuType,proto3" json:"gpu_type,omitempty"` // of the nodes the incarnation ran on
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Seq         uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Incarnation uint64                 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Profile     []*ProfilePoint        `protobuf:"bytes,3,rep,name=profile,proto3" json:"profile,omitempty"`
+	Epoch       uint32                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Progress    float64                `protobuf:"fixed64,5,opt,name=progress,proto3" json:"progress,omitempty"`
+	GpuType     string                 `protobuf:"bytes,130,opt,name=gpu_type,json=gpuType,proto3" json:"gpu_type,omitempty"` // of the nodes the incarnation ran on
+	// The latest checkpoint the incarnation's workers reported saving
+	// (checkpoint_at 0: none), as WorkerReport's.
+	CheckpointEpoch    uint32  `protobuf:"varint,140,opt,name=checkpoint_epoch,json=checkpointEpoch,proto3" json:"checkpoint_epoch,omitempty"`
+	CheckpointProgress float64 `protobuf:"fixed64,141,opt,name=checkpoint_progress,json=checkpointProgress,proto3" json:"checkpoint_progress,omitempty"`
+	CheckpointAt       float64 `protobuf:"fixed64,142,opt,name=checkpoint_at,json=checkpointAt,proto3" json:"checkpoint_at,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Measurement) Reset() {
@@ -1727,6 +1759,27 @@ func (x *Measurement) GetGpuType() string {
 		return x.GpuType
 	}
 	return ""
+}
+
+func (x *Measurement) GetCheckpointEpoch() uint32 {
+	if x != nil {
+		return x.CheckpointEpoch
+	}
+	return 0
+}
+
+func (x *Measurement) GetCheckpointProgress() float64 {
+	if x != nil {
+		return x.CheckpointProgress
+	}
+	return 0
+}
+
+func (x *Measurement) GetCheckpointAt() float64 {
+	if x != nil {
+		return x.CheckpointAt
+	}
+	return 0
 }
 
 // ProfilePoint is a profiled configuration and the mean of its measured
@@ -2125,7 +2178,7 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\rreport_tokens\x18e \x03(\tR\freportTokens\x12\x13\n" +
 	"\x04hold\x18\xb4\x01 \x01(\bR\x04hold\x12(\n" +
 	"\x0fcheckpoint_root\x18\xbe\x01 \x01(\tR\x0echeckpointRoot\x12\x1d\n" +
-	"\tsubmitter\x18\xc8\x01 \x01(\tR\tsubmitterJ\x04\b\x03\x10\x04\"\xf4\x02\n" +
+	"\tsubmitter\x18\xc8\x01 \x01(\tR\tsubmitterJ\x04\b\x03\x10\x04\"\xf5\x03\n" +
 	"\fWorkerReport\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12 \n" +
@@ -2142,7 +2195,10 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\vaccum_steps\x18\f \x01(\rR\n" +
 	"accumSteps\x12\x12\n" +
 	"\x04done\x18\r \x01(\bR\x04done\x12\x14\n" +
-	"\x05token\x18f \x01(\tR\x05token\"F\n" +
+	"\x05token\x18f \x01(\tR\x05token\x12)\n" +
+	"\x10checkpoint_epoch\x18n \x01(\rR\x0fcheckpointEpoch\x12/\n" +
+	"\x13checkpoint_progress\x18o \x01(\x01R\x12checkpointProgress\x12#\n" +
+	"\rcheckpoint_at\x18p \x01(\x01R\fcheckpointAt\"F\n" +
 	"\rWorkerReports\x125\n" +
 	"\areports\x18\x01 \x03(\v2\x1b.pollux.actors.WorkerReportR\areports\"\xd3\x01\n" +
 	"\fWorkerExited\x12\x12\n" +
@@ -2206,14 +2262,17 @@ const file_actors_pb_messages_proto_rawDesc = "" +
 	"\tlocal_bsz\x18\x01 \x01(\rR\blocalBsz\x12\x1f\n" +
 	"\vaccum_steps\x18\x02 \x01(\rR\n" +
 	"accumSteps\x12\x12\n" +
-	"\x04gain\x18\x03 \x01(\x01R\x04gain\"\xc6\x01\n" +
+	"\x04gain\x18\x03 \x01(\x01R\x04gain\"\xca\x02\n" +
 	"\vMeasurement\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x125\n" +
 	"\aprofile\x18\x03 \x03(\v2\x1b.pollux.actors.ProfilePointR\aprofile\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\rR\x05epoch\x12\x1a\n" +
 	"\bprogress\x18\x05 \x01(\x01R\bprogress\x12\x1a\n" +
-	"\bgpu_type\x18\x82\x01 \x01(\tR\agpuType\"\xc5\x01\n" +
+	"\bgpu_type\x18\x82\x01 \x01(\tR\agpuType\x12*\n" +
+	"\x10checkpoint_epoch\x18\x8c\x01 \x01(\rR\x0fcheckpointEpoch\x120\n" +
+	"\x13checkpoint_progress\x18\x8d\x01 \x01(\x01R\x12checkpointProgress\x12$\n" +
+	"\rcheckpoint_at\x18\x8e\x01 \x01(\x01R\fcheckpointAt\"\xc5\x01\n" +
 	"\fProfilePoint\x12\x14\n" +
 	"\x05nodes\x18\x01 \x01(\rR\x05nodes\x12\x1a\n" +
 	"\breplicas\x18\x02 \x01(\rR\breplicas\x12\x1b\n" +

@@ -17,7 +17,7 @@ func newEventsCmd() *cobra.Command {
 	var follow bool
 	cmd := &cobra.Command{
 		Use:   "events",
-		Short: "Show the cluster's events: jobs submitted, placed, resized, restarted, preempted, finished; nodes lost; each with its reason",
+		Short: "Show the cluster's events: jobs submitted, placed, resized, restarted, preempted, checkpointed, finished; nodes lost; each with its reason",
 		Long: "Shows the replicated history of events (docs/replicated-state.md, \"Events\"), oldest first, of one job with --job. " +
 			"With --json: the server's answer, one object {\"events\":[{\"seq\",\"time\",\"type\",\"job\",\"node\",\"reason\"}],\"last_seq\"}. " +
 			"With -f: the events as they happen (resumed on another server if one fails), one a line, one JSON object a line with " +

@@ -38,7 +38,7 @@ func (b *eventsBackend) LocalEvents(job string, since uint64, limit int) ([]stat
 }
 
 // eventsServer serves the API (--insecure) over a state where job j was
-// submitted, placed, resized and completed.
+// submitted, placed, checkpointed, resized and completed.
 func eventsServer(t *testing.T) string {
 	t.Helper()
 	st := state.New()
@@ -48,7 +48,9 @@ func eventsServer(t *testing.T) string {
 		&state.RegisterNode{Node: state.Node{ID: "n1", GPUs: 4, Health: state.Alive}},
 		&state.SubmitJob{ID: "j", Spec: spec, SubmitTime: 1_700_000_000},
 		&state.Round{Generation: 1, Term: 1, Time: 1_700_000_010, Jobs: map[string][]state.Slot{"j": {{Node: "n1", GPUs: 1}}}},
-		&state.Round{Generation: 2, Term: 1, Time: 1_700_000_020, Jobs: map[string][]state.Slot{"j": {{Node: "n1", GPUs: 2}}}},
+		&state.Round{Generation: 2, Term: 1, Time: 1_700_000_020, Jobs: map[string][]state.Slot{"j": {{Node: "n1", GPUs: 2}}},
+			Updates: []state.RoundJob{{ID: "j", Incarnation: 1, HasMeas: true, Meas: state.Measurement{Session: 1, To: 1, Epoch: 3, Progress: 300,
+				Checkpoint: state.Checkpoint{Incarnation: 1, Epoch: 3, Progress: 300, Time: 1_700_000_015}}}}},
 		&state.FinishJob{ID: "j", State: state.Completed, Reason: "trained 10 epochs", Time: 1_700_000_030},
 	} {
 		if _, err := state.ApplyTo(st, c, 1); err != nil {
@@ -87,13 +89,13 @@ func TestEventsCommand(t *testing.T) {
 			t.Errorf("event %+v", ev)
 		}
 	}
-	if strings.Join(types, " ") != "submitted placed resized completed" {
+	if strings.Join(types, " ") != "submitted placed checkpointed resized completed" || !strings.Contains(got.Events[2].Reason, "checkpoint at epoch 3") {
 		t.Errorf("events of j: %v", types)
 	}
 
 	code, out = runOut("events", "--server", url, "--job", "j", "-f", "--json")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if code != 0 || len(lines) != 4 {
+	if code != 0 || len(lines) != len(types) {
 		t.Fatalf("events -f --json: %d %q", code, out)
 	}
 	for i, line := range lines {

@@ -244,7 +244,8 @@ func (j *journey) logSteps(ctx context.Context, id string) {
 // eventSteps is the events step of TestOperatorJourney, on job id (the
 // logs steps' job, which was resized): once it has completed, `pollux
 // events --job ID --json` lists it submitted, placed, resized and
-// completed, in that order, each with its reason.
+// completed, in that order, each with its reason, and a checkpointed
+// event between its placement and its completion.
 func (j *journey) eventSteps(id string) {
 	t := j.t
 	if job := j.waitJob(id, "ended", 3*time.Minute, terminal); job.State != state.Completed.String() {
@@ -272,5 +273,13 @@ func (j *journey) eventSteps(id string) {
 	if len(types) < 4 || types[0] != "submitted" || placedAt < 0 || resizedAt < placedAt ||
 		types[len(types)-1] != "completed" || slices.Contains(types, "failed") || slices.Contains(types, "cancelled") {
 		t.Errorf("events of %s: %v, want submitted, placed, resized, completed in that order", id, types)
+	}
+	// Its workers' checkpoints (the emulated worker saves one at every
+	// epoch's end) show between its placement and its completion.
+	ck := slices.IndexFunc(evs.Events, func(ev api.Event) bool {
+		return ev.Type == "checkpointed" && strings.Contains(ev.Reason, "checkpoint at epoch") && strings.Contains(ev.Reason, "incarnation")
+	})
+	if ck <= placedAt || ck >= len(types)-1 {
+		t.Errorf("events of %s: %v, want a checkpointed event (with its epoch and incarnation) between placed and completed", id, types)
 	}
 }

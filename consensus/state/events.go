@@ -49,13 +49,24 @@ const (
 	// was granted, or reclaimed by its lender.
 	EventLeaseGranted
 	EventLeaseReclaimed
+	// EventCheckpointed: a job's workers saved a checkpoint later than
+	// the last one the state records (at most one per job per round:
+	// the latest of the round's measurement). Only the latest of each
+	// incarnation is kept: a newer one of the same incarnation replaces
+	// it, so that frequent checkpoints do not push a job's other events
+	// out of its history (snapshots of version 15 on).
+	EventCheckpointed
 )
 
 var eventTypeNames = [...]string{"", "submitted", "placed", "resized", "restarted", "preempted", "completed", "failed", "cancelled", "node_lost",
-	"node_joined", "node_drained", "leader_changed", "lease_granted", "lease_reclaimed"}
+	"node_joined", "node_drained", "leader_changed", "lease_granted", "lease_reclaimed", "checkpointed"}
 
-// lastV12Event is the last event type snapshots of versions 12 and 13 hold.
-const lastV12Event = EventNodeLost
+// lastV12Event is the last event type snapshots of versions 12 and 13
+// hold, lastV14Event the last one snapshots of version 14 hold.
+const (
+	lastV12Event = EventNodeLost
+	lastV14Event = EventLeaseReclaimed
+)
 
 func (t EventType) String() string {
 	if t.valid() {
@@ -64,7 +75,7 @@ func (t EventType) String() string {
 	return fmt.Sprintf("EventType(%d)", uint8(t))
 }
 
-func (t EventType) valid() bool { return t >= EventSubmitted && t <= EventLeaseReclaimed }
+func (t EventType) valid() bool { return t >= EventSubmitted && t <= EventCheckpointed }
 
 // eventKind is what an event of a type is about.
 type eventKind uint8
@@ -145,6 +156,9 @@ type Events struct {
 	n      int
 	perJob map[string]int
 	bytes  int64
+	// lastCk is, per job, the sequence number of its latest
+	// checkpointed event held (derived from list).
+	lastCk map[string]uint64
 }
 
 // LastSeq is the sequence number of the last event appended (0: none).
@@ -202,6 +216,12 @@ func (e *Events) add(ev Event) {
 	if ev.Job != "" {
 		e.perJob[ev.Job]++
 	}
+	if ev.Type == EventCheckpointed {
+		if e.lastCk == nil {
+			e.lastCk = map[string]uint64{}
+		}
+		e.lastCk[ev.Job] = ev.Seq
+	}
 	for e.n > 1 && (e.n > MaxEvents || e.bytes > MaxEventBytes) {
 		e.drop(e.head)
 	}
@@ -221,10 +241,25 @@ func (e *Events) drop(i int) {
 			delete(e.perJob, ev.Job)
 		}
 	}
+	if ev.Type == EventCheckpointed && e.lastCk[ev.Job] == ev.Seq {
+		delete(e.lastCk, ev.Job)
+	}
 	e.list[i] = Event{Seq: ev.Seq}
 	for e.head < len(e.list) && e.list[e.head].Type == 0 {
 		e.list[e.head] = Event{}
 		e.head++
+	}
+}
+
+// dropCheckpointed drops job's latest checkpointed event, if held.
+func (e *Events) dropCheckpointed(job string) {
+	seq, ok := e.lastCk[job]
+	if !ok {
+		return
+	}
+	live := e.list[e.head:]
+	if i, found := slices.BinarySearchFunc(live, seq, func(ev Event, seq uint64) int { return cmp.Compare(ev.Seq, seq) }); found {
+		e.drop(e.head + i)
 	}
 }
 
@@ -249,9 +284,9 @@ func (e *Events) forget(gone map[string]bool) {
 	e.recount()
 }
 
-// recount derives n, perJob and bytes from list.
+// recount derives n, perJob, bytes and lastCk from list.
 func (e *Events) recount() {
-	e.n, e.perJob, e.bytes = 0, map[string]int{}, 0
+	e.n, e.perJob, e.bytes, e.lastCk = 0, map[string]int{}, 0, map[string]uint64{}
 	for i := e.head; i < len(e.list); i++ {
 		ev := &e.list[i]
 		if ev.Type == 0 {
@@ -262,11 +297,14 @@ func (e *Events) recount() {
 		if ev.Job != "" {
 			e.perJob[ev.Job]++
 		}
+		if ev.Type == EventCheckpointed {
+			e.lastCk[ev.Job] = ev.Seq
+		}
 	}
 }
 
 func (e *Events) clone() Events {
-	return Events{last: e.last, list: e.held(), n: e.n, perJob: maps.Clone(e.perJob), bytes: e.bytes}
+	return Events{last: e.last, list: e.held(), n: e.n, perJob: maps.Clone(e.perJob), bytes: e.bytes, lastCk: maps.Clone(e.lastCk)}
 }
 
 // cutReason cuts a reason to maxEventReason bytes at a rune boundary.
@@ -404,7 +442,7 @@ func decodeEvents(r *reader, version byte) (Events, error) {
 		if err := ev.validate(); err != nil {
 			return Events{}, err
 		}
-		if version < 14 && ev.Type > lastV12Event {
+		if (version < 14 && ev.Type > lastV12Event) || (version < 15 && ev.Type > lastV14Event) {
 			return Events{}, invalid("event %d of type %v in a snapshot of version %d", ev.Seq, ev.Type, version)
 		}
 		if ev.Seq > e.last || (i > 0 && ev.Seq <= e.list[i-1].Seq) {

@@ -372,10 +372,7 @@ func TestSnapshotVersion12Golden(t *testing.T) {
 // version 14 rules (the joins of its nodes, the leader changes of its
 // rounds, the grants and the reclaim of its leases), then n2 joining
 // again and a managed machine drained.
-// go test ./consensus/state -run TestSnapshotVersion14Golden -update
-// rewrites it; only do so for a change that keeps the version's bytes (a
-// change of the format is a new version, and this file must still
-// decode).
+// It was written by the version 14 encoder and must still decode.
 const snapshotV14 = "testdata/snapshot-v14.bin"
 
 func v14State(t testing.TB) *State {
@@ -390,12 +387,6 @@ func v14State(t testing.TB) *State {
 
 func TestSnapshotVersion14Golden(t *testing.T) {
 	got := EncodeState(v14State(t))
-	if *updateGolden {
-		if err := os.WriteFile(snapshotV14, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
 	b, s := decodeFixture(t, snapshotV14, 14)
 	count := map[string]int{}
 	for _, ev := range s.Events.Since("", 0, 0) {
@@ -405,17 +396,76 @@ func TestSnapshotVersion14Golden(t *testing.T) {
 		count["lease_reclaimed"] != 1 || count["node_drained"] < 2 {
 		t.Errorf("version 14 events: %v", count)
 	}
-	if !bytes.Equal(got, b) {
-		t.Fatalf("the encoding of version 14 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
-	}
 	if s.Jobs["typed"].Bid.RestartDelay != 7.5 {
 		t.Errorf("version 13 content lost")
+	}
+	for id, j := range s.Jobs {
+		if !j.Checkpoint.IsZero() {
+			t.Errorf("version 14 job %s with a checkpoint %+v", id, j.Checkpoint)
+		}
+	}
+	// The state decoded from the fixture is the state the commands make.
+	if again := EncodeState(s); !bytes.Equal(got, again) {
+		t.Fatalf("the version 14 fixture decodes to another state than the commands make (%d bytes against %d, fixture %d)", len(again), len(got), len(b))
 	}
 	// A version 13 snapshot holding a type version 14 added is refused.
 	w := &writer{}
 	encodeEvents(w, &s.Events)
 	if _, err := decodeEvents(&reader{b: w.b}, 13); !errors.Is(err, ErrInvalid) {
 		t.Errorf("version 14 event types in a version 13 snapshot: %v", err)
+	}
+}
+
+// snapshotV15 is a version 15 snapshot: snapshotV14's state, then a
+// round whose measurement carries the checkpoint of job typed (its last
+// checkpoint and the checkpointed event).
+// go test ./consensus/state -run TestSnapshotVersion15Golden -update
+// rewrites it; only do so for a change that keeps the version's bytes (a
+// change of the format is a new version, and this file must still
+// decode).
+const snapshotV15 = "testdata/snapshot-v15.bin"
+
+// v15Checkpoint is the checkpoint snapshotV15's job typed holds.
+var v15Checkpoint = Checkpoint{Incarnation: 2, Epoch: 3, Progress: 12.5, Time: 1_796_000_000.25}
+
+func v15State(t testing.TB) *State {
+	t.Helper()
+	a := newApplier()
+	a.s = v14State(t)
+	j := a.s.Jobs["typed"]
+	ck := v15Checkpoint
+	ck.Incarnation = j.Incarnation
+	a.must(t, 9, &Round{Generation: a.s.Allocation.Generation + 1, Term: 9, Time: 490, Jobs: a.s.Allocation.Jobs,
+		Updates: []RoundJob{{ID: "typed", Incarnation: j.Incarnation, HasMeas: true,
+			Meas: Measurement{Session: max(j.MeasSession, 1), From: j.MeasSeq, To: j.MeasSeq + 1, Epoch: 3, Progress: 12.5, GPUType: "a100", Checkpoint: ck}}}})
+	return a.state()
+}
+
+func TestSnapshotVersion15Golden(t *testing.T) {
+	got := EncodeState(v15State(t))
+	if *updateGolden {
+		if err := os.WriteFile(snapshotV15, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	b, s := decodeFixture(t, snapshotV15, 15)
+	j := s.Jobs["typed"]
+	if j.Checkpoint.IsZero() || j.Checkpoint.Epoch != v15Checkpoint.Epoch || j.Checkpoint.Time != v15Checkpoint.Time {
+		t.Errorf("decoded checkpoint %+v", j.Checkpoint)
+	}
+	evs := s.Events.Since("typed", 0, 0)
+	if last := evs[len(evs)-1]; last.Type != EventCheckpointed || !strings.Contains(last.Reason, "checkpoint at epoch 3") {
+		t.Errorf("last event of typed: %+v", last)
+	}
+	if !bytes.Equal(got, b) {
+		t.Fatalf("the encoding of version 15 changed (%d bytes, fixture %d): bump SnapshotVersion instead", len(got), len(b))
+	}
+	// A version 14 snapshot holding a type version 15 added is refused.
+	w := &writer{}
+	encodeEvents(w, &s.Events)
+	if _, err := decodeEvents(&reader{b: w.b}, 14); !errors.Is(err, ErrInvalid) {
+		t.Errorf("version 15 event types in a version 14 snapshot: %v", err)
 	}
 }
 

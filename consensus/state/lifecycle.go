@@ -116,6 +116,9 @@ func (c *FinishJob) encode(w *writer) {
 	if c.Meas != nil {
 		encodeMeasurement(w, c.Meas)
 		w.str(c.Meas.GPUType)
+		if !c.Meas.Checkpoint.IsZero() {
+			encodeCheckpoint(w, &c.Meas.Checkpoint)
+		}
 	}
 }
 func (c *FinishJob) decode(r *reader) {
@@ -128,6 +131,11 @@ func (c *FinishJob) decode(r *reader) {
 		c.Meas = &Measurement{}
 		decodeMeasurement(r, c.Meas)
 		c.Meas.GPUType = r.str()
+		if r.more() {
+			if c.Meas.Checkpoint = decodeCheckpoint(r); r.err == nil && c.Meas.Checkpoint.IsZero() {
+				r.fail("finish checkpoint encoded empty (it is left out instead)")
+			}
+		}
 	}
 }
 
@@ -210,7 +218,9 @@ func applyFinish(s *State, c *FinishJob) error {
 	if c.Meas != nil {
 		// A stale measurement is left out: the job's end does not wait
 		// for it.
-		_ = mergeMeasurement(j, c.Meas)
+		if mergeMeasurement(j, c.Meas) == nil {
+			noteCheckpoint(s, j, &c.Meas.Checkpoint, c.Time)
+		}
 	}
 	j.State, j.FinishTime, j.Reason = c.State, c.Time, c.Reason
 	delete(s.Allocation.Jobs, c.ID)

@@ -79,6 +79,12 @@ type Measurement struct {
 	Epoch             int
 	Progress          float64
 	GPUType           string
+	// Checkpoint is the latest checkpoint the measured incarnation's
+	// workers reported saving (zero: none); a measurement merged with
+	// one later than the job's last records it (EventCheckpointed).
+	// Added after the first encoding: a Round encodes it in its last
+	// block, a FinishJob after the GPU type, only when set.
+	Checkpoint Checkpoint
 }
 
 // Drop names an entry of a Round or Prune that was not applied, and why.
@@ -112,11 +118,15 @@ func (c *Round) encode(w *writer) {
 	for i := range c.Updates {
 		encodeRoundJob(w, &c.Updates[i])
 	}
-	if c.Note != "" || c.Leader != "" {
+	cks := roundCheckpoints(c.Updates)
+	if c.Note != "" || c.Leader != "" || len(cks) > 0 {
 		w.str(c.Note)
 	}
-	if c.Leader != "" {
+	if c.Leader != "" || len(cks) > 0 {
 		w.str(c.Leader)
+	}
+	if len(cks) > 0 {
+		encodeRoundCheckpoints(w, c.Updates, cks)
 	}
 }
 
@@ -139,7 +149,10 @@ func (c *Round) decode(r *reader) {
 	if r.more() {
 		c.Note = r.str()
 		if r.more() {
-			if c.Leader = r.str(); c.Leader == "" {
+			c.Leader = r.str()
+			if r.more() {
+				decodeRoundCheckpoints(r, c.Updates)
+			} else if c.Leader == "" {
 				r.fail("round leader encoded empty (it is left out instead)")
 			}
 		} else if c.Note == "" {
@@ -366,7 +379,7 @@ func (u *RoundJob) validate() error {
 		if err := u.Meas.validate(u.ID); err != nil {
 			return err
 		}
-	} else if m := u.Meas; m.Session != 0 || m.From != 0 || m.To != 0 || m.Profile != nil || m.Epoch != 0 || m.Progress != 0 || m.GPUType != "" {
+	} else if m := u.Meas; m.Session != 0 || m.From != 0 || m.To != 0 || m.Profile != nil || m.Epoch != 0 || m.Progress != 0 || m.GPUType != "" || !m.Checkpoint.IsZero() {
 		return invalid("job %q: a measurement without HasMeas", u.ID)
 	}
 	return nil
@@ -396,6 +409,9 @@ func (m *Measurement) validate(job string) error {
 	}
 	if m.Epoch < 0 {
 		return invalid("job %q epoch %d", job, m.Epoch)
+	}
+	if err := m.Checkpoint.validate(job); err != nil {
+		return err
 	}
 	return checkNonNeg("progress", m.Progress)
 }
@@ -578,6 +594,8 @@ func applyRoundJob(s *State, j *Job, u *RoundJob, maxFailures int, now float64) 
 	if u.HasMeas {
 		if err := mergeMeasurement(j, &u.Meas); err != nil {
 			note(err)
+		} else {
+			noteCheckpoint(s, j, &u.Meas.Checkpoint, now)
 		}
 	}
 	if u.HasBid {

@@ -13,7 +13,7 @@ import (
 // CRC-32C; docs/replicated-state.md lists what each version added.
 const (
 	snapshotMagic   = "PLXS"
-	SnapshotVersion = 14
+	SnapshotVersion = 15
 	// MaxSnapshot bounds the size of an encoded state.
 	MaxSnapshot = 1 << 30
 )
@@ -71,6 +71,7 @@ func EncodeState(s *State) []byte {
 		w.str(j.SubmitKey)
 		w.str(j.CancelKey)
 		w.f64(j.Bid.RestartDelay)
+		encodeCheckpoint(w, &j.Checkpoint)
 	}
 
 	w.uvarint(s.Allocation.Generation)
@@ -206,6 +207,9 @@ func DecodeState(b []byte) (*State, error) {
 		if version >= 13 {
 			j.Bid.RestartDelay = r.f64()
 		}
+		if version >= 15 {
+			j.Checkpoint = decodeCheckpoint(r)
+		}
 		if r.err != nil {
 			break
 		}
@@ -295,6 +299,12 @@ func validateJob(j *Job) error {
 		if err := checkNonNeg("job "+j.ID+" figure", v); err != nil {
 			return err
 		}
+	}
+	if err := j.Checkpoint.validate(j.ID); err != nil {
+		return err
+	}
+	if j.Checkpoint.Incarnation > j.Incarnation {
+		return invalid("job %q has a checkpoint of incarnation %d, after its %d", j.ID, j.Checkpoint.Incarnation, j.Incarnation)
 	}
 	if j.Restarts < 0 || j.Epoch < 0 || j.Crashes < 0 || j.CrashEpoch < 0 {
 		return invalid("job %q restarts %d, epoch %d, crashes %d at epoch %d", j.ID, j.Restarts, j.Epoch, j.Crashes, j.CrashEpoch)

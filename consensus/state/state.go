@@ -284,6 +284,9 @@ type Job struct {
 	// Epoch and Progress are as last reported by the job.
 	Epoch    int
 	Progress float64
+	// Checkpoint is the last checkpoint its workers reported saving
+	// (zero: none reported).
+	Checkpoint Checkpoint
 	// Profile holds the profiled configurations, sorted by (GPUType,
 	// Nodes, Replicas, LocalBatch).
 	Profile []ProfileEntry

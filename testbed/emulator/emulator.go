@@ -171,6 +171,7 @@ type worker struct {
 	conn           net.Conn
 	tls            *tls.Config // nil: plaintext reports
 	lastReportTime time.Time
+	saved          workerproto.SavedCheckpoint // the last this incarnation saved
 }
 
 // setup derives the true timing of the configuration in the environment:
@@ -314,7 +315,7 @@ func (w *worker) report(final bool) {
 		Job: e.JobID, Incarnation: e.Incarnation, Rank: e.Rank,
 		StepTime: w.step + w.extra, SyncTime: w.sync + w.extra, GradSqr: math.Max(g.GradSqr, 0), GradVar: math.Max(g.GradVar, 0),
 		Epoch: w.st.Epoch, Progress: w.st.Progress, LocalBatch: e.AtomicBatch, AccumSteps: e.AccumSteps,
-		Done: final && w.st.Done && w.lead, Token: e.ReportToken,
+		Done: final && w.st.Done && w.lead, Token: e.ReportToken, Checkpoint: w.saved,
 	}
 	if w.cfg.Deliver != nil {
 		w.cfg.Deliver(rep)
@@ -394,6 +395,7 @@ func (w *worker) save() error {
 	if err := Save(w.cfg.Env.CheckpointDir, w.st); err != nil {
 		return err
 	}
+	w.saved = workerproto.SavedCheckpoint{Epoch: w.st.Epoch, Progress: w.st.Progress, SavedAt: float64(time.Now().UnixNano()) / 1e9}
 	return w.cfg.Record.Checkpoint(t0, w.st.Epoch, w.st.Progress, w.st.Done)
 }
 

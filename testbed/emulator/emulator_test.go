@@ -161,6 +161,14 @@ func TestRunToCompletion(t *testing.T) {
 			if len(rs) < 3 {
 				t.Errorf("only %d reports", len(rs))
 			}
+			// The first report precedes every checkpoint; the done
+			// report names the one saved at the first epoch's end.
+			if rs[0].Checkpoint != (workerproto.SavedCheckpoint{}) {
+				t.Errorf("first report with a checkpoint: %+v", rs[0])
+			}
+			if ck := last.Checkpoint; ck.Epoch != 1 || ck.Progress < 100 || ck.Progress >= 200 || !(ck.SavedAt > 0) {
+				t.Errorf("final report's checkpoint %+v, want the one at epoch 1", ck)
+			}
 			break
 		}
 		if time.Now().After(deadline) {

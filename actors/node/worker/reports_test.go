@@ -69,6 +69,11 @@ func TestTwoRanksReportToTheGoDecoder(t *testing.T) {
 		t.Errorf("done report at epoch %d progress %v, checkpoint at epoch %d progress %v",
 			final.Epoch, final.Progress, sum.Epoch, sum.Progress)
 	}
+	// The done report names the final checkpoint, which the summary
+	// describes.
+	if ck := final.Checkpoint; ck.Epoch != sum.Epoch || ck.Progress != sum.Progress || ck.SavedAt != sum.SavedAt {
+		t.Errorf("done report's checkpoint %+v, the summary's epoch %d progress %v saved at %v", ck, sum.Epoch, sum.Progress, sum.SavedAt)
+	}
 	t.Logf("%d reports (%v by rank), done at epoch %d, progress %.1f, accuracy %.4f, grad_sqr %.3g grad_var %.3g",
 		len(reps), byRank, sum.Epoch, sum.Progress, sum.Metrics["accuracy"], final.GradSqr, final.GradVar)
 }

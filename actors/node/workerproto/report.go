@@ -44,12 +44,38 @@ type Report struct {
 	// AccumSteps is the number of accumulation micro-steps per
 	// synchronisation the worker ran (>= 0).
 	AccumSteps int `json:"accum_steps"`
+	// Checkpoint, if set (not zero), is the latest checkpoint the worker
+	// saved in this incarnation (rank 0 saves them).
+	Checkpoint SavedCheckpoint `json:"checkpoint,omitzero"`
 	// Done is set on the last report of a worker whose training finished.
 	Done bool `json:"done,omitempty"`
 	// Token is the worker's report token (POLLUX_REPORT_TOKEN): the
 	// receiving agent refuses a report without the token of its rank and
 	// incarnation (see ReportToken).
 	Token string `json:"token,omitempty"`
+}
+
+// SavedCheckpoint is a checkpoint a worker saved.
+type SavedCheckpoint struct {
+	// Epoch and Progress are the finished epochs and the progress the
+	// checkpoint holds (as Report's).
+	Epoch    int     `json:"epoch"`
+	Progress float64 `json:"progress"`
+	// SavedAt is when it was saved: seconds since the Unix epoch (> 0).
+	SavedAt float64 `json:"saved_at"`
+}
+
+// validate checks a saved checkpoint's fields.
+func (c *SavedCheckpoint) validate() error {
+	switch {
+	case c.Epoch < 0:
+		return fmt.Errorf("%w: checkpoint epoch %d is negative", ErrBadReport, c.Epoch)
+	case !(c.Progress >= 0) || math.IsInf(c.Progress, 0):
+		return fmt.Errorf("%w: checkpoint progress is %v, want a finite number >= 0", ErrBadReport, c.Progress)
+	case !(c.SavedAt > 0) || math.IsInf(c.SavedAt, 0):
+		return fmt.Errorf("%w: checkpoint saved_at is %v, want a finite number > 0", ErrBadReport, c.SavedAt)
+	}
+	return nil
 }
 
 // Validate reports whether every field of r is in its documented range.
@@ -92,6 +118,9 @@ func (r Report) Validate() error {
 		return fmt.Errorf("%w: accum_steps %d is negative", ErrBadReport, r.AccumSteps)
 	case len(r.Token) > MaxTokenBytes:
 		return fmt.Errorf("%w: token of %d bytes, at most %d", ErrBadReport, len(r.Token), MaxTokenBytes)
+	}
+	if r.Checkpoint != (SavedCheckpoint{}) {
+		return r.Checkpoint.validate()
 	}
 	return nil
 }

@@ -22,6 +22,29 @@ func TestDecodeGood(t *testing.T) {
 	}
 }
 
+// TestDecodeCheckpoint: a report may carry the latest checkpoint its
+// worker saved, and it survives an encoding.
+func TestDecodeCheckpoint(t *testing.T) {
+	r, err := Decode([]byte(ckpt(`{"epoch":1,"progress":120.5,"saved_at":1796000000.25}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := SavedCheckpoint{Epoch: 1, Progress: 120.5, SavedAt: 1796000000.25}
+	if r.Checkpoint != want {
+		t.Fatalf("checkpoint %+v, want %+v", r.Checkpoint, want)
+	}
+	line, err := Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back, err := Decode(line); err != nil || back.Checkpoint != want {
+		t.Fatalf("re-decoded %+v, %v", back, err)
+	}
+}
+
+// ckpt is the good report with a checkpoint field of value v.
+func ckpt(v string) string { return strings.Replace(good, `"rank":0`, `"rank":0,"checkpoint":`+v, 1) }
+
 func TestDecodeRejects(t *testing.T) {
 	sub := func(old, new string) string { return strings.Replace(good, old, new, 1) }
 	tests := []struct {
@@ -48,6 +71,11 @@ func TestDecodeRejects(t *testing.T) {
 		{"missing job", sub(`"job":"j1",`, ``), "job", ErrBadReport},
 		{"huge token", sub(`"rank":0`, `"rank":0,"token":"`+strings.Repeat("t", MaxTokenBytes+1)+`"`), "token", ErrBadReport},
 		{"token not a string", sub(`"rank":0`, `"rank":0,"token":7`), "token", ErrBadReport},
+		{"checkpoint unknown field", ckpt(`{"epoch":1,"progress":2,"saved_at":3,"path":"/x"}`), "path", ErrBadReport},
+		{"checkpoint negative epoch", ckpt(`{"epoch":-1,"progress":2,"saved_at":3}`), "checkpoint epoch", ErrBadReport},
+		{"checkpoint negative progress", ckpt(`{"epoch":1,"progress":-2,"saved_at":3}`), "checkpoint progress", ErrBadReport},
+		{"checkpoint without time", ckpt(`{"epoch":1,"progress":2}`), "saved_at", ErrBadReport},
+		{"checkpoint not an object", ckpt(`7`), "checkpoint", ErrBadReport},
 		{"too long", good[:len(good)-1] + `,"x":"` + strings.Repeat("a", MaxLineBytes) + `"}`, "", ErrLineTooLong},
 	}
 	for _, tc := range tests {
@@ -111,6 +139,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(strings.Replace(good, `"rank":0`, `"rank":0,"token":"abc","done":true`, 1)))
 	f.Add([]byte(`{"job":"a","step_time":1e-300,"local_bsz":1}`))
 	f.Add([]byte(`{"job":"a","step_time":-0,"local_bsz":1}`))
+	f.Add([]byte(strings.Replace(good, `"rank":0`, `"rank":0,"checkpoint":{"epoch":1,"progress":120.5,"saved_at":1796000000.5}`, 1)))
 	f.Fuzz(func(t *testing.T, line []byte) {
 		r, err := Decode(line)
 		if err != nil {

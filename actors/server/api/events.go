@@ -19,8 +19,8 @@ const PathEvents = "/v1/events"
 
 // Event is one event of the cluster's history as the API shows it: its
 // sequence number, time (Unix seconds, the proposer's clock), type
-// (submitted, placed, resized, restarted, preempted, completed,
-// failed, cancelled; node_joined, node_lost, node_drained;
+// (submitted, placed, resized, restarted, preempted, checkpointed,
+// completed, failed, cancelled; node_joined, node_lost, node_drained;
 // leader_changed, lease_granted, lease_reclaimed), the job or node it is
 // about (neither for a leader's or a lease's), and why.
 type Event struct {

@@ -411,6 +411,11 @@ func TestUnknownJobIs404(t *testing.T) {
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `data-view="job"`) {
 		t.Errorf("known job page: %d", rec.Code)
 	}
+	// The page follows every event type of the job's timeline, the
+	// checkpointed events among them.
+	if !strings.Contains(rec.Body.String(), "checkpointed") {
+		t.Errorf("known job page does not name the checkpointed event type")
+	}
 }
 
 func overviewOf(t *testing.T, f *fixture, secret string) Overview {

@@ -468,7 +468,7 @@
   }
 
   const EVENT_COLOURS = {submitted: "#6b7280", placed: "#2ca02c", resized: "#1f77b4", restarted: "#ff7f0e", preempted: "#d62728",
-    completed: "#17becf", failed: "#b42318", cancelled: "#8c564b"};
+    completed: "#17becf", failed: "#b42318", cancelled: "#8c564b", checkpointed: "#9467bd"};
 
   function renderTimeline() {
     const holder = document.getElementById("job-timeline");

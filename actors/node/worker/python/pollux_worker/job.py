@@ -111,6 +111,8 @@ class Job:
         self._win = [0.0, 0.0, 0]  # sums of step time, sync time; count
         self._last_report = clock()
         self._last_ckpt = clock()
+        # The latest checkpoint this incarnation saved, as reported.
+        self._saved = None
 
         signal.signal(signal.SIGTERM, self._on_sigterm)
         malloc.steady(os.environ)
@@ -366,6 +368,8 @@ class Job:
             LOG.error("pollux_worker: %s", e)
             return
         self._last_ckpt = self._clock()
+        self._saved = {"epoch": self.epoch, "progress": self.progress,
+                       "saved_at": summary["saved_at"]}
 
     def _restore(self):
         path = os.path.join(self.env.checkpoint_dir, ckpt.CHECKPOINT)
@@ -448,6 +452,8 @@ class Job:
              "grad_var": self._opt.noise.grad_var, "epoch": self.epoch,
              "progress": self.progress, "local_bsz": self.env.atomic_bsz,
              "accum_steps": self.env.accum_steps}
+        if self._saved is not None:
+            r["checkpoint"] = dict(self._saved)
         if done:
             r["done"] = True
             if not self.reporter.send_final(r):

@@ -66,6 +66,30 @@ def validate(r):
         raise ReportError("local_bsz %d, want > 0" % r["local_bsz"])
     if "done" in r and not isinstance(r["done"], bool):
         raise ReportError("done %r is not a boolean" % r["done"])
+    if "checkpoint" in r:
+        _validate_checkpoint(r["checkpoint"])
+
+
+def _validate_checkpoint(c):
+    """Checks a report's checkpoint (the latest the worker saved) as
+    actors/node/workerproto SavedCheckpoint does."""
+    if not isinstance(c, dict) or set(c) != {"epoch", "progress",
+                                              "saved_at"}:
+        raise ReportError("checkpoint %r is not {epoch, progress, saved_at}"
+                          % (c,))
+    if not isinstance(c["epoch"], int) or isinstance(c["epoch"], bool) or \
+            c["epoch"] < 0:
+        raise ReportError("checkpoint epoch %r, want an integer >= 0" %
+                          (c["epoch"],))
+    for k in ("progress", "saved_at"):
+        v = c[k]
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or \
+                math.isnan(v) or math.isinf(v) or v < 0:
+            raise ReportError("checkpoint %s is %r, want a finite number "
+                              ">= 0" % (k, v))
+    if not c["saved_at"] > 0:
+        raise ReportError("checkpoint saved_at is %r, want > 0" %
+                          (c["saved_at"],))
 
 
 def encode(r, token=None):

@@ -75,6 +75,18 @@ class ReportTest(unittest.TestCase):
         with self.assertRaises(report.ReportError):
             report.validate({k: v for k, v in GOOD.items() if k != "job"})
 
+    def test_checkpoint_mirrors_the_go_decoder(self):
+        ck = {"epoch": 2, "progress": 210.5, "saved_at": 1796000000.25}
+        report.validate(dict(GOOD, checkpoint=ck))
+        bad = [dict(ck, epoch=-1), dict(ck, progress=float("nan")),
+               dict(ck, saved_at=0), dict(ck, path="/x"), 7,
+               {k: v for k, v in ck.items() if k != "saved_at"}]
+        for c in bad:
+            with self.subTest(checkpoint=c):
+                with self.assertRaises(report.ReportError) as cm:
+                    report.validate(dict(GOOD, checkpoint=c))
+                self.assertIn("checkpoint", str(cm.exception))
+
     def test_encode_is_one_line(self):
         b = report.encode(dict(GOOD, done=True))
         self.assertTrue(b.endswith(b"\n"))
