@@ -560,6 +560,35 @@ func (s *Server) RegisterNode(ctx context.Context, n state.Node) error {
 	return s.single(ctx, &state.RegisterNode{Node: n})
 }
 
+// RegisterNodes adds or replaces nodes (a zero Health means Alive) in
+// one batch: the commands are pipelined into Raft together, so that they
+// are replicated and fsynced as one group commit, not one after the
+// other. It returns each node's error (nil: registered; an invalid node
+// is refused alone), or the error that kept the batch from being known
+// to commit.
+func (s *Server) RegisterNodes(ctx context.Context, nodes []state.Node) ([]error, error) {
+	errs := make([]error, len(nodes))
+	var cmds []state.Command
+	var at []int
+	for i, n := range nodes {
+		if n.Health == 0 {
+			n.Health = state.Alive
+		}
+		c := &state.RegisterNode{Node: n}
+		if _, errs[i] = state.Encode(c); errs[i] == nil {
+			cmds, at = append(cmds, c), append(at, i)
+		}
+	}
+	res, err := s.Apply(ctx, cmds...)
+	if err != nil {
+		return nil, err
+	}
+	for k, r := range res {
+		errs[at[k]] = r.Err
+	}
+	return errs, nil
+}
+
 // MarkNode sets a node's health.
 func (s *Server) MarkNode(ctx context.Context, id string, h state.Health) error {
 	return s.single(ctx, &state.MarkNode{ID: id, Health: h})

@@ -555,3 +555,49 @@ func TestLeaderSeesUnreachablePeersAndNotifies(t *testing.T) {
 func commitAllocation(ctx context.Context, s *Server, generation, term uint64, jobs map[string][]state.Slot) error {
 	return s.single(ctx, &state.CommitAllocation{Generation: generation, Term: term, Jobs: jobs})
 }
+
+func TestRegisterNodesBatch(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	l := c.leader(c.members...)
+	ctx := ctxT(t, 10*time.Second)
+	tests := []struct {
+		name  string
+		via   func() *Server
+		nodes []state.Node
+		bad   []bool // refused nodes
+	}{
+		{"on the leader", func() *Server { return l.srv },
+			[]state.Node{{ID: "a", GPUs: 4}, {ID: "b", GPUs: 8, Health: state.Suspect}}, []bool{false, false}},
+		{"forwarded, one invalid", func() *Server { return c.followers(l)[0].srv },
+			[]state.Node{{ID: "c", GPUs: 4}, {ID: "d", GPUs: -1}, {ID: "e", GPUs: 2}}, []bool{false, true, false}},
+		{"none", func() *Server { return l.srv }, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			errs, err := tt.via().RegisterNodes(ctx, tt.nodes)
+			if err != nil || len(errs) != len(tt.nodes) {
+				t.Fatalf("RegisterNodes: %v, %d results for %d nodes", err, len(errs), len(tt.nodes))
+			}
+			st, err := l.srv.Read(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, n := range tt.nodes {
+				got := st.Nodes[n.ID]
+				if tt.bad[i] {
+					if !errors.Is(errs[i], state.ErrInvalid) || got != nil {
+						t.Errorf("node %s: error %v, registered %v; want ErrInvalid, not registered", n.ID, errs[i], got)
+					}
+					continue
+				}
+				want := n.Health
+				if want == 0 {
+					want = state.Alive
+				}
+				if errs[i] != nil || got == nil || got.GPUs != n.GPUs || got.Health != want {
+					t.Errorf("node %s: error %v, registered %+v", n.ID, errs[i], got)
+				}
+			}
+		})
+	}
+}

@@ -92,6 +92,9 @@ type clusterOpts struct {
 	// (racks_cluster_test.go).
 	racks map[string]int
 	links *fabric.Links
+	// store, if set, is what each allocator writes through (default:
+	// its server).
+	store func(*consensus.Server) allocator.Store
 }
 
 // dropRule drops the first n messages matching match.
@@ -226,7 +229,11 @@ func (c *tcluster) startActors(s *tserver) {
 	if c.opts.keyless {
 		root = ""
 	}
-	props, err := allocator.NewAllocator(allocator.Config{Store: s.srv, Server: s.id, Members: c.members, Interval: c.opts.interval,
+	var store allocator.Store = s.srv
+	if c.opts.store != nil {
+		store = c.opts.store(s.srv)
+	}
+	props, err := allocator.NewAllocator(allocator.Config{Store: store, Server: s.id, Members: c.members, Interval: c.opts.interval,
 		TimeScale: c.opts.timeScale, CheckpointRoot: root, MaxFailures: c.opts.maxFailures, AckTimeout: time.Second,
 		NodeGrace: c.opts.nodeGrace, Lease: c.opts.lease,
 		NodePID: func(n *state.Node) *actor.PID { return actor.NewPID(n.Addresses[0], "node-"+n.ID) },

@@ -199,6 +199,10 @@ func (a *allocator) reconcileMembers(c context.Context, st *state.State) bool {
 	}
 	changed := false
 	seen := map[string]bool{}
+	// Agents new or changed are registered together: a cluster whose
+	// agents start at once has hundreds, one commit instead of one each.
+	var register []state.Node
+	var before []*state.Node
 	for _, m := range a.cfg.Members() {
 		if m.Meta.Role != cluster.RoleAgent {
 			continue
@@ -219,19 +223,10 @@ func (a *allocator) reconcileMembers(c context.Context, st *state.State) bool {
 			slices.Equal(n.Topology, want.Topology) && n.GPUType == want.GPUType {
 			continue
 		}
-		if err := a.cfg.Store.RegisterNode(c, want); err != nil {
-			a.cfg.Logger.Warn("allocator: registering node", "node", m.Name, "err", err)
-			continue
-		}
-		if n != nil && (!slices.Equal(n.Domains(), want.Domains()) || n.GPUType != want.GPUType) {
-			// An agent restarted with another rack or GPU type: the
-			// registration took their GPUs from the jobs placed on it
-			// (consensus), the next round places them afresh.
-			a.cfg.Logger.Warn("allocator: node attributes changed", "node", m.Name,
-				"topology", strings.Join(n.Domains(), ","), "new_topology", strings.Join(want.Domains(), ","),
-				"gpu_type", n.GPUType, "new_gpu_type", want.GPUType)
-		}
-		a.cfg.Logger.Info("allocator: node registered", "node", m.Name, "gpus", want.GPUs, "topology", m.Meta.Topology, "gpu_type", want.GPUType)
+		register = append(register, want)
+		before = append(before, n)
+	}
+	if a.registerNodes(c, register, before) {
 		changed = true
 	}
 	for id := range a.refused {
@@ -266,6 +261,38 @@ func (a *allocator) reconcileMembers(c context.Context, st *state.State) bool {
 		}
 		delete(a.acks, id)
 		a.cfg.Logger.Warn("allocator: node gone", "node", id)
+		changed = true
+	}
+	return changed
+}
+
+// registerNodes registers nodes (before holds each one's registration
+// as the state had it, nil if new) in one batch of writes and reports
+// whether any was registered.
+func (a *allocator) registerNodes(c context.Context, nodes []state.Node, before []*state.Node) bool {
+	if len(nodes) == 0 {
+		return false
+	}
+	errs, err := a.cfg.Store.RegisterNodes(c, nodes)
+	if err != nil {
+		a.cfg.Logger.Warn("allocator: registering nodes", "nodes", len(nodes), "err", err)
+		return false
+	}
+	changed := false
+	for i, want := range nodes {
+		if errs[i] != nil {
+			a.cfg.Logger.Warn("allocator: registering node", "node", want.ID, "err", errs[i])
+			continue
+		}
+		if n := before[i]; n != nil && (!slices.Equal(n.Domains(), want.Domains()) || n.GPUType != want.GPUType) {
+			// An agent restarted with another rack or GPU type: the
+			// registration took their GPUs from the jobs placed on it
+			// (consensus), the next round places them afresh.
+			a.cfg.Logger.Warn("allocator: node attributes changed", "node", want.ID,
+				"topology", strings.Join(n.Domains(), ","), "new_topology", strings.Join(want.Domains(), ","),
+				"gpu_type", n.GPUType, "new_gpu_type", want.GPUType)
+		}
+		a.cfg.Logger.Info("allocator: node registered", "node", want.ID, "gpus", want.GPUs, "topology", strings.Join(want.Domains(), ","), "gpu_type", want.GPUType)
 		changed = true
 	}
 	return changed

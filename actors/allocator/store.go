@@ -23,7 +23,9 @@ type Store interface {
 	CommitRound(ctx context.Context, r *state.Round) (consensus.Result, error)
 	FinishJob(ctx context.Context, f state.FinishJob) error
 	InitCluster(ctx context.Context, c state.InitCluster) error
-	RegisterNode(ctx context.Context, n state.Node) error
+	// RegisterNodes registers nodes in one batch and returns each one's
+	// error.
+	RegisterNodes(ctx context.Context, nodes []state.Node) ([]error, error)
 	MarkNode(ctx context.Context, id string, h state.Health) error
 	Prune(ctx context.Context, p state.Prune) ([]state.Drop, error)
 	// ApplyCommand commits one command (the autoscaler's).

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/asynkron/protoactor-go/remote"
@@ -15,7 +16,24 @@ import (
 	"pollux/testbed/controlplane"
 )
 
-func init() { benchCommands = append(benchCommands, newBenchControlPlaneCmd) }
+func init() {
+	benchCommands = append(benchCommands, newBenchControlPlaneCmd, newBenchControlPlaneNodesCmd)
+}
+
+// newBenchControlPlaneNodesCmd is the node process of `pollux bench
+// controlplane` (hidden): its configuration on stdin, its nodes'
+// addresses on stdout.
+func newBenchControlPlaneNodesCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    controlplane.NodesCommand[1],
+		Short:  "The node process of bench controlplane (configuration on stdin)",
+		Args:   cobra.NoArgs,
+		Hidden: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return controlplane.ServeNodes(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr(), remoteOptionsOf)
+		},
+	}
+}
 
 // remoteOptionsOf configures an actor system's gRPC as servers and
 // agents do (TLS with creds, plaintext without).
@@ -25,9 +43,10 @@ func remoteOptionsOf(creds *pki.Credentials, log *slog.Logger) ([]remote.ConfigO
 
 func newBenchControlPlaneCmd() *cobra.Command {
 	var (
-		o         = controlplane.Options{RemoteOptions: remoteOptionsOf}
-		transport string
-		asJSON    bool
+		o          = controlplane.Options{RemoteOptions: remoteOptionsOf}
+		transport  string
+		asJSON     bool
+		oneProcess bool
 	)
 	cmd := &cobra.Command{
 		Use:   "controlplane",
@@ -44,6 +63,13 @@ func newBenchControlPlaneCmd() *cobra.Command {
 			}
 			if err := o.Validate(); err != nil {
 				return usage.Wrap(fmt.Errorf("bench controlplane: %w", err))
+			}
+			if !oneProcess {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("bench controlplane: %w", err)
+				}
+				o.Executable = exe
 			}
 			rep, err := controlplane.Run(cmd.Context(), o, cmd.ErrOrStderr())
 			if err != nil {
@@ -71,6 +97,7 @@ func newBenchControlPlaneCmd() *cobra.Command {
 	f.StringVar(&transport, "transport", "remote", "remote (protoactor over gRPC, an actor system and listener per server and per node) or local (one actor system)")
 	f.BoolVar(&o.Insecure, "insecure", false, "plaintext Raft, actor messages and gossip (a baseline for the cost of TLS)")
 	f.StringVar(&o.LogLevel, "log-level", "error", "log level of the servers and nodes (to stderr)")
+	f.BoolVar(&oneProcess, "one-process", false, "run the nodes in the servers' process (by default, with the remote transport, they run in a second, nicer process, so that their gossip does not take the cores the servers' Raft timers need)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the timed rounds to this file")
 	_ = f.MarkHidden("cpuprofile")

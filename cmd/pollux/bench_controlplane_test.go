@@ -112,8 +112,8 @@ func TestBenchControlPlaneTLS(t *testing.T) {
 		t.Fatalf("pollux bench controlplane: %v\n%s", err, out.String())
 	}
 	rep := checkBenchReport(t, out.Bytes(), 8, 12, 3, 1)
-	if rep.Transport != "remote" || !rep.TLS || rep.NodeEndpoints != 8 || rep.ActorSystems != 8+3 {
-		t.Errorf("want 8 node endpoints and 11 actor systems over TLS: %s", out.String())
+	if rep.Transport != "remote" || !rep.TLS || rep.NodeEndpoints != 8 || rep.ActorSystems != 8+3 || rep.NodeProcesses != 1 {
+		t.Errorf("want 8 node endpoints and 11 actor systems over TLS, the nodes in a process of their own: %s", out.String())
 	}
 }
 

@@ -149,8 +149,19 @@ func (o Options) credentials(role pki.Role, name string, hosts []string) (*pki.C
 // reconciled within a round (docs/control-plane.md).
 func dropWhileUnreachable(c *remote.Config) { c.MaxRetryCount = 1 }
 
+// endpointQueue is the initial length of the queue protoactor keeps for
+// every peer a process sends to. The queue doubles when full; its
+// default initial length, a million, is a 16 MiB slice of pointers per
+// peer, allocated on the first message and scanned by every garbage
+// collection: 8 GiB on a server talking to 512 agents
+// (docs/benchmarks.md).
+const endpointQueue = 1024
+
+func smallEndpointQueues(c *remote.Config) { c.EndpointWriterQueueSize = endpointQueue }
+
 // RemoteOptions configure protoactor's gRPC transport of a process
-// holding creds: no redelivery to an unreachable peer, and unless creds
+// holding creds: no redelivery to an unreachable peer, small initial
+// queues per peer (they grow as needed), and unless creds
 // is nil (insecure), TLS credentials on the dialer and the listener,
 // each connection to the listener admitted by gate before its handshake
 // and its handshake bounded by gate's deadline (a refusal is logged
@@ -158,7 +169,7 @@ func dropWhileUnreachable(c *remote.Config) { c.MaxRetryCount = 1 }
 // members.
 func RemoteOptions(creds *pki.Credentials, gate *pki.Gate, log *slog.Logger) ([]remote.ConfigOption, error) {
 	if creds == nil {
-		return []remote.ConfigOption{dropWhileUnreachable}, nil
+		return []remote.ConfigOption{dropWhileUnreachable, smallEndpointQueues}, nil
 	}
 	if gate == nil {
 		gate = pki.NewGate(pki.GateOptions{Channel: pki.ChannelActor, Logger: log})
@@ -170,6 +181,7 @@ func RemoteOptions(creds *pki.Credentials, gate *pki.Gate, log *slog.Logger) ([]
 	}
 	return []remote.ConfigOption{
 		dropWhileUnreachable,
+		smallEndpointQueues,
 		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(cli))),
 		remote.WithServerOptions(grpc.Creds(gatedCreds{credentials.NewTLS(srv), gate}), grpc.ConnectionTimeout(gate.HandshakeTimeout())),
 	}, nil

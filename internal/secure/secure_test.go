@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/remote"
+
 	"pollux/cluster"
 	"pollux/cluster/pki"
 	"pollux/internal/logbuf"
@@ -170,5 +172,23 @@ func TestReloadOnHangup(t *testing.T) {
 	// The parts run in order: the first SIGHUP's extra part is done.
 	if n := len(log.Lines("allow-list not reloaded")); n < 1 {
 		t.Errorf("the extra part was not run (or not logged):\n%s", log.String())
+	}
+}
+
+func TestRemoteOptionsKeepPeerQueuesSmall(t *testing.T) {
+	creds, err := bundle(t).Credentials("s0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]*pki.Credentials{"insecure": nil, "TLS": creds} {
+		opts, err := RemoteOptions(c, nil, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		cfg := remote.Configure("127.0.0.1", 0, opts...)
+		if cfg.EndpointWriterQueueSize != endpointQueue || cfg.MaxRetryCount != 1 {
+			t.Errorf("%s: a peer's queue starts at %d entries, %d connection attempts; want %d and 1",
+				name, cfg.EndpointWriterQueueSize, cfg.MaxRetryCount, endpointQueue)
+		}
 	}
 }

@@ -49,6 +49,9 @@ type Report struct {
 	NodeEndpoints int    `json:"node_endpoints"`
 	ActorSystems  int    `json:"actor_systems"`
 	GossipMembers int    `json:"gossip_members"`
+	// NodeProcesses counts the processes the nodes ran in apart from the
+	// servers' (0: all in one process).
+	NodeProcesses int `json:"node_processes"`
 	// RoundS is the leader's rounds' time, from the tick to the last
 	// node's acknowledgement.
 	RoundS             MedianP95 `json:"round_s"`
@@ -129,6 +132,11 @@ type Options struct {
 	// agents do, secured with creds (nil: plaintext, with Insecure);
 	// required unless Local.
 	RemoteOptions func(creds *pki.Credentials, log *slog.Logger) ([]remote.ConfigOption, error)
+	// Executable, if set, is the pollux binary: with the remote
+	// transport the nodes then run in a process of their own
+	// (NodesCommand, nicer by NodeProcessNice), so that their gossip and
+	// workers do not take the servers' cores; empty: in this process.
+	Executable string
 	// LogLevel of the servers and nodes (debug, info, warn or error).
 	LogLevel string
 	// CPUProfile, if set, receives a CPU profile of the timed rounds.
@@ -168,7 +176,15 @@ type bench struct {
 	shared     *actor.ActorSystem // local transport: everyone's
 	nodes      []*nodeHost
 	reports    atomic.Int64 // taken in by job actors
-	offered    atomic.Int64 // sent by workers
+	offered    atomic.Int64 // sent by workers of this process
+	// remoteOffered are the reports sent by the workers of the node
+	// process (nodeProc, nil: none) so far.
+	remoteOffered atomic.Int64
+	nodeProc      *nodeProcess
+	progress      io.Writer
+	// creds, if set, loads an identity's credentials (the node process);
+	// otherwise they come from tls.
+	creds func(name string) (*pki.Credentials, error)
 
 	mu     sync.Mutex
 	rounds []round
@@ -197,7 +213,7 @@ func Run(ctx context.Context, o Options, progress io.Writer) (rep *Report, err e
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	b := &bench{o: o, cat: cat, dir: dir,
+	b := &bench{o: o, cat: cat, dir: dir, progress: progress,
 		log:   slog.New(slog.NewTextHandler(progress, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		quiet: slog.New(slog.NewTextHandler(progress, &slog.HandlerOptions{Level: lvl})),
 		lib:   slog.New(slog.NewTextHandler(progress, &slog.HandlerOptions{Level: max(lvl, slog.LevelError+1)}))}
@@ -209,6 +225,9 @@ func Run(ctx context.Context, o Options, progress io.Writer) (rep *Report, err e
 		}
 	}()
 	rep = &Report{Nodes: o.Nodes, Jobs: o.Jobs, Transport: map[bool]string{true: "local", false: "remote"}[o.Local], TLS: !o.Insecure}
+	if b.nodesApart() {
+		rep.NodeProcesses = 1
+	}
 	if err := b.start(ctx); err != nil {
 		return nil, err
 	}
@@ -293,7 +312,18 @@ func (b *bench) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := b.startNodes(ctx); err != nil {
+	var seeds, names []string
+	for _, s := range b.servers {
+		seeds = append(seeds, s.gossip.Addr())
+	}
+	for i := range o.Nodes {
+		names = append(names, nodeName(i))
+	}
+	start := b.startNodes
+	if b.nodesApart() {
+		start = b.startNodeProcess
+	}
+	if err := start(ctx, names, seeds); err != nil {
 		return err
 	}
 	if err := b.awaitGossip(ctx, 3*time.Minute); err != nil {
@@ -312,14 +342,13 @@ func (b *bench) start(ctx context.Context) error {
 	return nil
 }
 
-// startNodes starts the nodes, a few at a time, each joining the
-// servers' gossip.
-func (b *bench) startNodes(ctx context.Context) error {
-	var seeds []string
-	for _, s := range b.servers {
-		seeds = append(seeds, s.gossip.Addr())
-	}
-	b.nodes = make([]*nodeHost, b.o.Nodes)
+// nodesApart says whether the nodes run in a process of their own.
+func (b *bench) nodesApart() bool { return !b.o.Local && b.o.Executable != "" }
+
+// startNodes starts the named nodes in this process, a few at a time,
+// each joining the gossip of seeds.
+func (b *bench) startNodes(ctx context.Context, names, seeds []string) error {
+	b.nodes = make([]*nodeHost, len(names))
 	var next atomic.Int64
 	errs := make([]error, 4)
 	var wg sync.WaitGroup
@@ -329,10 +358,10 @@ func (b *bench) startNodes(ctx context.Context) error {
 			defer wg.Done()
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= b.o.Nodes || ctx.Err() != nil {
+				if i >= len(names) || ctx.Err() != nil {
 					return
 				}
-				h, err := b.startNode(i, seeds)
+				h, err := b.startNode(ctx, names[i], seeds)
 				if err != nil {
 					errs[w] = err
 					return
@@ -385,7 +414,7 @@ func (b *bench) setup(ctx context.Context, leader *server) error {
 	init.ID = "bench"
 	setup := []state.Command{&init}
 	for _, h := range b.nodes {
-		setup = append(setup, &state.RegisterNode{Node: state.Node{ID: h.name, Addresses: []string{b.actorAddr(h.sys)}, GPUs: b.o.GPUs,
+		setup = append(setup, &state.RegisterNode{Node: state.Node{ID: h.name, Addresses: []string{h.addr}, GPUs: b.o.GPUs,
 			Health: state.Alive}})
 	}
 	// Jobs of hours, as in a cluster's steady state: a job completing is a
@@ -611,12 +640,12 @@ func (b *bench) timeRoundsOnce(ctx context.Context, rep *Report) ([]round, error
 		}
 		defer pprof.StopCPUProfile()
 	}
-	idx0, rep0, off0, t0 := l.srv.LastIndex(), b.reports.Load(), b.offered.Load(), time.Now()
+	idx0, rep0, off0, t0 := l.srv.LastIndex(), b.reports.Load(), b.offeredNow(), time.Now()
 	m = b.mark()
 	if err := b.waitRounds(ctx, m, b.o.Rounds, time.Duration(b.o.Rounds+30)*(b.o.Interval+5*time.Second)); err != nil {
 		return nil, err
 	}
-	idx1, rep1, off1, t1 := l.srv.LastIndex(), b.reports.Load(), b.offered.Load(), time.Now()
+	idx1, rep1, off1, t1 := l.srv.LastIndex(), b.reports.Load(), b.offeredNow(), time.Now()
 	rounds := b.roundsSince(m)[:b.o.Rounds]
 	var ds []float64
 	for _, r := range rounds {
@@ -646,7 +675,7 @@ func (b *bench) timeRoundsOnce(ctx context.Context, rep *Report) ([]round, error
 func (b *bench) census(rep *Report, l *server) {
 	nodes, all := map[string]bool{}, map[string]bool{}
 	for _, h := range b.nodes {
-		nodes[h.sys.Address()], all[h.sys.Address()] = true, true
+		nodes[h.addr], all[h.addr] = true, true
 	}
 	for _, s := range b.servers {
 		all[s.sys.Address()] = true
@@ -772,6 +801,7 @@ func (b *bench) stop() {
 	for _, s := range b.servers {
 		b.stopServer(s)
 	}
+	b.stopNodeProcess()
 	var wg sync.WaitGroup
 	for _, h := range b.nodes {
 		wg.Add(1)

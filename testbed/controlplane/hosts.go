@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -30,8 +31,9 @@ import (
 // and its own gossip member.
 type nodeHost struct {
 	name   string
-	sys    *actor.ActorSystem
-	rem    *remote.Remote // nil: the local transport
+	addr   string             // its actor system's advertised address
+	sys    *actor.ActorSystem // nil: in the node process
+	rem    *remote.Remote     // nil: the local transport
 	nd     *node.Node
 	gossip *cluster.Membership
 }
@@ -77,6 +79,9 @@ func (b *bench) actorAddr(sys *actor.ActorSystem) string {
 
 // credentials are identity name's (nil with Insecure).
 func (b *bench) credentials(name string) (*pki.Credentials, error) {
+	if b.creds != nil {
+		return b.creds(name)
+	}
 	if b.tls == nil {
 		return nil, nil
 	}
@@ -128,9 +133,10 @@ func startRemote(rem *remote.Remote) (err error) {
 // profile: `pollux server` and `pollux agent` use the LAN one, but here
 // hundreds of members share the process's cores; encrypted with the
 // run's key unless Insecure), on port (0: any), advertising meta, and
-// joins seeds (none: the first member). Its events are drained: the
-// bench reads the view.
-func (b *bench) startGossip(name string, port int, meta cluster.Meta, seeds []string) (*cluster.Membership, error) {
+// joins seeds (none: the first member), trying again until ctx is done
+// (a node process whose servers are gone stops). Its events are
+// drained: the bench reads the view.
+func (b *bench) startGossip(ctx context.Context, name string, port int, meta cluster.Meta, seeds []string) (*cluster.Membership, error) {
 	m, err := cluster.Start(cluster.Config{Name: name, BindPort: port, Meta: meta, Keys: b.gossipKeys, Crowded: true, Logger: b.lib})
 	if err != nil {
 		return nil, err
@@ -147,22 +153,26 @@ func (b *bench) startGossip(name string, port int, meta cluster.Meta, seeds []st
 		if _, jerr = m.Join(seeds); jerr == nil {
 			return m, nil
 		}
-		time.Sleep(250 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			_ = m.Shutdown()
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 	_ = m.Shutdown()
 	return nil, fmt.Errorf("controlplane: %s joining the gossip: %w", name, jerr)
 }
 
-// startNode starts node i: its actor system (with the remote transport),
+// startNode starts node name: its actor system (with the remote transport),
 // its node actor of emulated in-process workers, and its gossip member
 // joined to the servers'.
-func (b *bench) startNode(i int, seeds []string) (*nodeHost, error) {
-	name := fmt.Sprintf("n%04d", i)
+func (b *bench) startNode(ctx context.Context, name string, seeds []string) (*nodeHost, error) {
 	sys, rem, err := b.newSystem(name)
 	if err != nil {
 		return nil, err
 	}
-	h := &nodeHost{name: name, sys: sys, rem: rem}
+	h := &nodeHost{name: name, addr: b.actorAddr(sys), sys: sys, rem: rem}
 	h.nd, err = node.Start(sys, node.Config{Name: name, GPUs: b.o.GPUs, ReportListen: "none", ActorName: b.actorName(pb.NodeActor, name),
 		Launch: func(s node.WorkerSpec) (node.Worker, error) {
 			deliver := s.Report
@@ -175,7 +185,7 @@ func (b *bench) startNode(i int, seeds []string) (*nodeHost, error) {
 		return nil, err
 	}
 	meta := cluster.Meta{Role: cluster.RoleAgent, GPUs: b.o.GPUs, ActorAddr: b.actorAddr(sys)}
-	if h.gossip, err = b.startGossip(name, 0, meta, seeds); err != nil {
+	if h.gossip, err = b.startGossip(ctx, name, 0, meta, seeds); err != nil {
 		h.stop()
 		return nil, err
 	}
@@ -247,7 +257,7 @@ func (b *bench) startMember(s *server) error {
 		}
 	}
 	meta := cluster.Meta{Role: cluster.RoleServer, ActorAddr: b.actorAddr(s.sys), RaftAddr: s.raftAddr}
-	if s.gossip, err = b.startGossip(s.id, s.gossipPort, meta, seeds); err != nil {
+	if s.gossip, err = b.startGossip(context.Background(), s.id, s.gossipPort, meta, seeds); err != nil {
 		return err
 	}
 	if s.gossipPort == 0 {
