@@ -9,6 +9,7 @@ import (
 	"pollux/actors/allocator"
 	"pollux/consensus"
 	"pollux/consensus/state"
+	"pollux/internal/poll"
 )
 
 // batchCounter records the sizes of the allocators' registration
@@ -45,7 +46,7 @@ func TestAgentsJoiningAtOnceRegisteredInOneBatch(t *testing.T) {
 	b := &batchCounter{}
 	c := newTCluster(t, clusterOpts{servers: 3, nodes: nodes, gpus: 1,
 		store: func(s *consensus.Server) allocator.Store { return countingStore{s, b} }})
-	waitFor(t, "every agent registered", 60*time.Second, func() bool {
+	poll.Until(t, 60*time.Second, "every agent registered", func() bool {
 		st := c.leader().srv.LocalState()
 		alive := 0
 		for _, n := range st.Nodes {
