@@ -105,8 +105,10 @@ func TestLoad(t *testing.T) {
 // peers and listeners stay plaintext; secure, both use TLS.
 func TestChannels(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	if opts, err := RemoteOptions(nil, nil, log); err != nil || len(opts) != 1 {
-		t.Errorf("insecure remote options %d, %v", len(opts), err)
+	opts, err := RemoteOptions(nil, nil, log)
+	if c := remote.Configure("127.0.0.1", 0, opts...); err != nil || len(c.ServerOptions) != 0 || len(c.DialOptions) != 1 ||
+		c.EndpointWriterQueueSize != endpointQueue {
+		t.Errorf("insecure remote config %+v, %v", c, err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -121,8 +123,12 @@ func TestChannels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts, err := RemoteOptions(sec.Creds, nil, log); err != nil || len(opts) != 3 {
-		t.Errorf("secure remote options %d, %v", len(opts), err)
+	// Secure: a TLS dialer in place of the default plaintext one, a gated
+	// TLS listener, and the small queues as well.
+	opts, err = RemoteOptions(sec.Creds, nil, log)
+	if c := remote.Configure("127.0.0.1", 0, opts...); err != nil || len(c.ServerOptions) != 2 || len(c.DialOptions) != 1 ||
+		c.EndpointWriterQueueSize != endpointQueue {
+		t.Errorf("secure remote config %+v, %v", c, err)
 	}
 	if got, err := sec.Listen(ln, pki.ChannelAPI, log); got == ln || err != nil {
 		t.Errorf("secure listener %v, %v", got, err)

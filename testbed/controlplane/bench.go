@@ -678,7 +678,7 @@ func (b *bench) census(rep *Report, l *server) {
 		nodes[h.addr], all[h.addr] = true, true
 	}
 	for _, s := range b.servers {
-		all[s.sys.Address()] = true
+		all[b.actorAddr(s.sys)] = true
 	}
 	rep.NodeEndpoints, rep.ActorSystems = len(nodes), len(all)
 	rep.GossipMembers = len(l.gossip.Members())
