@@ -402,6 +402,11 @@ func (a *allocator) Receive(ctx actor.Context) {
 		if a.term != 0 {
 			a.release(ctx)
 		}
+	case releaseDue:
+		if a.term != 0 && a.lease != nil {
+			a.lease.releasing = false
+			a.release(ctx)
+		}
 	case scaleDone:
 		a.scaleFinished(ctx, m)
 	case *pb.HostAck:

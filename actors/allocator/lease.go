@@ -41,8 +41,10 @@ const fastRenewals = 3
 type (
 	leaseTick     struct{}
 	gateTick      struct{}
+	releaseDue    struct{}
 	leaseVerified struct {
-		term  uint64
+		term uint64
+		// echo holds the nodes to renew and the nonce to echo to each.
 		echo  map[string]uint64
 		err   error
 		began time.Time
@@ -61,8 +63,9 @@ type leaseState struct {
 	// released are the incarnations the gate let start in this
 	// leadership; held those it holds now.
 	released, held map[incKey]bool
-	verifying      bool // a leadership confirmation is under way
-	again          bool // renew once more after it
+	verifying      bool            // a leadership confirmation is under way
+	due            map[string]bool // nodes to renew after the next confirmation
+	releasing      bool            // a releaseDue is in the mailbox
 	gateTimer      *time.Timer
 }
 
@@ -80,7 +83,7 @@ type nodeLease struct {
 
 func newLeaseState(now time.Time) *leaseState {
 	return &leaseState{start: now, targets: map[string]*actor.PID{}, nodes: map[string]*nodeLease{},
-		released: map[incKey]bool{}, held: map[incKey]bool{}}
+		released: map[incKey]bool{}, held: map[incKey]bool{}, due: map[string]bool{}}
 }
 
 func (l *leaseState) node(id string) *nodeLease {
@@ -113,25 +116,31 @@ func (a *allocator) leaseTicked(ctx actor.Context) {
 	for _, nl := range a.lease.nodes {
 		nl.fast = 0
 	}
-	a.renewLeases(ctx)
+	a.renewLeases(ctx, slices.Collect(maps.Keys(a.lease.targets))...)
 }
 
 // renewLeases confirms the leadership with a quorum, in the background,
-// and then renews (leaseConfirmed).
-func (a *allocator) renewLeases(ctx actor.Context) {
+// and then renews the leases of nodes ids (leaseConfirmed). Nodes asked
+// for while a confirmation is under way are renewed after the next one:
+// a renewal echoes only nonces that arrived before its confirmation
+// began.
+func (a *allocator) renewLeases(ctx actor.Context, ids ...string) {
 	l := a.lease
 	if l.gen == 0 {
 		return // nothing assigned yet in this leadership
 	}
-	if l.verifying {
-		l.again = true
+	for _, id := range ids {
+		l.due[id] = true
+	}
+	if l.verifying || len(l.due) == 0 {
 		return
 	}
 	l.verifying = true
 	echo := map[string]uint64{}
-	for id, nl := range l.nodes {
-		echo[id] = nl.nonce
+	for id := range l.due {
+		echo[id] = l.node(id).nonce
 	}
+	clear(l.due)
 	term, began, timeout := a.term, a.cfg.Now(), a.renewEvery()
 	store, sys, self := a.cfg.Store, ctx.ActorSystem(), ctx.Self()
 	go func() {
@@ -145,8 +154,9 @@ func (a *allocator) renewLeases(ctx actor.Context) {
 	}()
 }
 
-// leaseConfirmed renews every node assigned in the newest round, echoing
-// the nonces that arrived before the confirmation began.
+// leaseConfirmed renews the nodes the confirmation was for that are
+// assigned in the newest round, echoing the nonces that arrived before
+// the confirmation began.
 func (a *allocator) leaseConfirmed(ctx actor.Context, m leaseVerified) {
 	l := a.lease
 	if l == nil || a.term != m.term {
@@ -159,14 +169,13 @@ func (a *allocator) leaseConfirmed(ctx actor.Context, m leaseVerified) {
 	}
 	self := &pb.Ref{Address: ctx.Self().Address, Id: ctx.Self().Id}
 	ms := uint64(a.cfg.Lease / time.Millisecond)
-	for _, id := range slices.Sorted(maps.Keys(l.targets)) {
-		ctx.Request(l.targets[id], &pb.LeaseRenew{ClusterId: l.cluster, Term: a.term, Generation: l.gen, LeaseMs: ms,
-			Echo: m.echo[id], Allocator: self})
+	for _, id := range slices.Sorted(maps.Keys(m.echo)) {
+		if pid, ok := l.targets[id]; ok {
+			ctx.Request(pid, &pb.LeaseRenew{ClusterId: l.cluster, Term: a.term, Generation: l.gen, LeaseMs: ms,
+				Echo: m.echo[id], Allocator: self})
+		}
 	}
-	if l.again {
-		l.again = false
-		a.renewLeases(ctx)
-	}
+	a.renewLeases(ctx) // those asked for meanwhile
 }
 
 // leaseAcked takes a node's answer to a renewal (or its unsolicited
@@ -211,10 +220,22 @@ func (a *allocator) leaseFollowUp(ctx actor.Context, ack *pb.AssignAck) {
 			a.resend(ctx, ack.Node, pid)
 		case !behind && ack.Term == a.term && !nl.renewed && nl.fast < fastRenewals:
 			nl.fast++
-			a.renewLeases(ctx)
+			a.renewLeases(ctx, ack.Node)
 		}
 	}
-	a.release(ctx)
+	a.releaseSoon(ctx)
+}
+
+// releaseSoon has the gate's held runs looked at (release) once the
+// messages already in the mailbox are handled: a round's hundreds of
+// acks then cost one look at the whole allocation, not one each.
+func (a *allocator) releaseSoon(ctx actor.Context) {
+	l := a.lease
+	if l == nil || len(l.held) == 0 || l.releasing {
+		return
+	}
+	l.releasing = true
+	ctx.Send(ctx.Self(), releaseDue{})
 }
 
 // forget drops, after a committed round, what the gate holds of jobs

@@ -35,6 +35,23 @@ func (s *Security) Gate(ch pki.Channel, log *slog.Logger, extra func(netip.Addr)
 	return g
 }
 
+// LocalGate is the gate of a listener of ch in a process whose peers
+// all run on this machine (a benchmark's servers and nodes): this
+// machine's addresses are the members, as TrackMembers makes them for
+// a server or agent, so that hundreds of peers on one loopback address
+// get the members' room rather than one source's share of handshakes.
+func LocalGate(ch pki.Channel, log *slog.Logger) *pki.Gate {
+	s := &Security{}
+	var addrs []netip.Addr
+	for _, a := range LocalAddrs() {
+		if ip, err := netip.ParseAddr(a); err == nil {
+			addrs = append(addrs, ip)
+		}
+	}
+	s.Members.Set(addrs)
+	return s.Gate(ch, log, nil)
+}
+
 // Gates are the gates made so far.
 func (s *Security) Gates() []*pki.Gate {
 	s.mu.Lock()
