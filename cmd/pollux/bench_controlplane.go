@@ -36,9 +36,13 @@ func newBenchControlPlaneNodesCmd() *cobra.Command {
 }
 
 // remoteOptionsOf configures an actor system's gRPC as servers and
-// agents do (TLS with creds, plaintext without).
+// agents do (TLS with creds, plaintext without), its listener's gate
+// counting the bench's peers, all on this machine, as members.
 func remoteOptionsOf(creds *pki.Credentials, log *slog.Logger) ([]remote.ConfigOption, error) {
-	return secure.RemoteOptions(creds, nil, log)
+	if creds == nil {
+		return secure.RemoteOptions(nil, nil, log)
+	}
+	return secure.RemoteOptions(creds, secure.LocalGate(pki.ChannelActor, log), log)
 }
 
 func newBenchControlPlaneCmd() *cobra.Command {
