@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
 
 	"pollux/actors/allocator"
 	"pollux/actors/node"
@@ -25,7 +26,11 @@ type netState struct {
 	gone, cut map[string]bool
 	lastAck   map[string]time.Time
 	acks      map[string]int // lease acks that went through, by node
-	workers   []*workerRec
+	renews    map[string]int // lease renewals received, by node
+	// garble, by node: its lease acks reach the leader with a nonce it
+	// never made, so that it refuses every renewal.
+	garble  map[string]bool
+	workers []*workerRec
 }
 
 // workerRec is one worker as an observer outside the node sees it.
@@ -92,6 +97,12 @@ func (c *tcluster) cutIn(name string) actor.ReceiverMiddleware {
 			case *pb.Assign, *pb.LeaseRenew:
 				c.mu.Lock()
 				cut := c.net.cut[name]
+				if _, renew := env.Message.(*pb.LeaseRenew); renew && !cut {
+					if c.net.renews == nil {
+						c.net.renews = map[string]int{}
+					}
+					c.net.renews[name]++
+				}
 				c.mu.Unlock()
 				if cut {
 					return
@@ -108,6 +119,11 @@ func (c *tcluster) cutOut(name string) actor.SenderMiddleware {
 		return func(ctx actor.SenderContext, target *actor.PID, env *actor.MessageEnvelope) {
 			c.mu.Lock()
 			cut := c.net.cut[name]
+			if m, ok := env.Message.(*pb.LeaseAck); ok && c.net.garble[name] {
+				g := proto.Clone(m).(*pb.LeaseAck)
+				g.Nonce = m.Nonce ^ 1
+				env = &actor.MessageEnvelope{Header: env.Header, Message: g, Sender: env.Sender}
+			}
 			if _, ok := env.Message.(*pb.LeaseAck); ok && !cut {
 				if c.net.lastAck == nil {
 					c.net.lastAck, c.net.acks = map[string]time.Time{}, map[string]int{}
@@ -258,4 +274,37 @@ func TestNewLeaderKeepsWhatItsPredecessorStarted(t *testing.T) {
 	if j := st.Jobs["j"]; j.State != state.Completed {
 		t.Fatalf("job %v after two leader kills (incarnation %d was running): %s", j.State, w.inc, j.Reason)
 	}
+}
+
+// TestRefusedRenewalsRenewOnlyThatNode: a node that refuses every
+// renewal (its acks reach the leader with nonces it never made) asks
+// for a renewal with each answer; the leader renews that node again,
+// not every node: the others get the tick's renewals only. (Renewing
+// every node for each such answer made hundreds of nodes' renewals and
+// answers feed each other.)
+func TestRefusedRenewalsRenewOnlyThatNode(t *testing.T) {
+	c := newTCluster(t, clusterOpts{servers: 1, nodes: 4, gpus: 1, lease: 400 * time.Millisecond})
+	c.mu.Lock()
+	c.net.garble = map[string]bool{"n0": true}
+	c.mu.Unlock()
+	counts := func() map[string]int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return maps(c.net.renews)
+	}
+	poll.Until(t, 30*time.Second, "renewals of every node", func() bool {
+		n := counts()
+		return n["n0"] > 0 && n["n1"] > 0 && n["n2"] > 0 && n["n3"] > 0
+	})
+	before := counts()
+	poll.Until(t, 60*time.Second, "40 renewals of the refusing node", func() bool { return counts()["n0"] >= before["n0"]+40 })
+	after := counts()
+	refusing := after["n0"] - before["n0"]
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if got := after[n] - before[n]; got > refusing/2 {
+			t.Errorf("%s got %d renewals while the refusing node got %d: renewals for it go to every node", n, got, refusing)
+		}
+	}
+	t.Logf("renewals in the window: refusing node %d, others %d, %d, %d", refusing,
+		after["n1"]-before["n1"], after["n2"]-before["n2"], after["n3"]-before["n3"])
 }

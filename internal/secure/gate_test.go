@@ -76,3 +76,30 @@ func TestCollectorCountsRefusals(t *testing.T) {
 		t.Errorf("metrics %v", got)
 	}
 }
+
+// TestLocalGateAdmitsLocalPeersAsMembers: a local gate gives peers on
+// this machine's loopback address the members' room, more handshakes
+// at once than one other source's share, and still caps others.
+func TestLocalGateAdmitsLocalPeersAsMembers(t *testing.T) {
+	g := LocalGate(pki.ChannelActor, slog.New(slog.DiscardHandler))
+	local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
+	for i := range pki.DefaultPerSource * 4 {
+		tk, err := g.Admit(local)
+		if err != nil {
+			t.Fatalf("local handshake %d refused: %v", i+1, err)
+		}
+		if !tk.Member() {
+			t.Fatalf("local peer %d is not a member", i+1)
+		}
+	}
+	other := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1}
+	refused := 0
+	for range pki.DefaultPerSource + 1 {
+		if _, err := g.Admit(other); err != nil {
+			refused++
+		}
+	}
+	if refused != 1 {
+		t.Errorf("%d of %d handshakes of another source refused, want 1", refused, pki.DefaultPerSource+1)
+	}
+}
