@@ -298,7 +298,8 @@ type allocator struct {
 	leaseTimer *time.Timer
 	plant      plant // a planted bug's state (test binaries with the judgebugs tag only)
 
-	round     *roundState // the round awaiting acks
+	round     *roundState   // the round awaiting acks
+	search    *pendingRound // the round whose search is under way
 	lastRound time.Time
 	timer     *time.Timer
 	soonTimer *time.Timer
@@ -352,7 +353,11 @@ func (a *allocator) Receive(ctx actor.Context) {
 		close(a.stop)
 	case roundTick:
 		a.run(ctx)
-		a.timer.Reset(a.cfg.Interval)
+		if a.search == nil {
+			a.timer.Reset(a.cfg.Interval)
+		} // else once the search is done, as for a round decided at once
+	case searchDone:
+		a.searched(ctx, m)
 	case leaderChanged:
 		if m.leader {
 			// Act at once: a new leader must not wait for its timer.
@@ -488,11 +493,18 @@ func (a *allocator) leading(ctx actor.Context) (*state.State, bool) {
 	return st, true
 }
 
-// run runs one round if this server leads.
+// run runs one round if this server leads: it decides on a snapshot of
+// the state, the policy's search running on a goroutine of its own (so
+// that lease renewals, acks and bids are handled meanwhile), and then
+// commits and assigns (decided).
 func (a *allocator) run(ctx actor.Context) {
 	if a.soonTimer != nil {
 		a.soonTimer.Stop()
 		a.soonTimer = nil
+	}
+	if a.search != nil {
+		a.search.again = true // once the search under way is done
+		return
 	}
 	begin := time.Now()
 	a.lastRound = begin
@@ -529,36 +541,95 @@ func (a *allocator) run(ctx actor.Context) {
 		a.cfg.Logger.Error("allocator: building snapshot", "err", err)
 		return
 	}
-	info := RoundInfo{Term: a.term, Jobs: len(snap.Jobs), FirstOfTerm: !a.firstDone, Elected: a.elected, Began: begin}
+	p := &pendingRound{term: a.term, st: st, snap: snap, bids: bids, updates: updates, nowS: nowS, begin: begin,
+		info: RoundInfo{Term: a.term, Jobs: len(snap.Jobs), FirstOfTerm: !a.firstDone, Elected: a.elected, Began: begin}}
+	if len(snap.Jobs) == 0 || len(snap.Nodes) == 0 {
+		a.decided(ctx, p)
+		return
+	}
+	policy, search := a.autoscalePolicy(snap, a.policy(snap, p.info.FirstOfTerm))
+	p.info.Policy = policy.Name()
+	px, budgeted := search.(optimizer.Budgeted)
+	if budgeted {
+		px.SetEffort(a.effort)
+		p.info.SearchEffort = a.effort
+	}
+	p.budgeted, p.policyName = budgeted, policy.Name()
+	p.info.Snapshot, p.info.Prev = snap, a.prev
+	a.search = p
+	prev, sys, self := a.prev, ctx.ActorSystem(), ctx.Self()
+	go func() {
+		t0 := time.Now()
+		res, err := policy.Allocate(snap, prev)
+		sys.Root.Send(self, searchDone{p: p, res: res, err: err, took: time.Since(t0)})
+	}()
+}
+
+// pendingRound is a round between its snapshot and its commit.
+type pendingRound struct {
+	term       uint64
+	st         *state.State
+	snap       *optimizer.Snapshot
+	bids       map[string]*state.Bid
+	updates    []state.RoundJob
+	nowS       float64
+	begin      time.Time
+	info       RoundInfo
+	budgeted   bool
+	policyName string
+	res        *optimizer.Result // the search's (nil: nothing to decide)
+	again      bool              // a round was asked for during the search
+}
+
+// searchDone is a round's search, done.
+type searchDone struct {
+	p    *pendingRound
+	res  optimizer.Result
+	err  error
+	took time.Duration
+}
+
+// searched takes a round's search result: the round goes on if this
+// server still leads in the term it began in.
+func (a *allocator) searched(ctx actor.Context, m searchDone) {
+	p := m.p
+	if a.search == p {
+		a.search = nil
+	}
+	a.timer.Reset(a.cfg.Interval)
+	if p.again {
+		a.soon(ctx)
+	}
+	if p.budgeted {
+		a.effort = nextEffort(a.effort, m.took, a.cfg.SearchBudget)
+		p.info.Effort = a.effort
+	}
+	switch {
+	case m.err != nil:
+		a.cfg.Logger.Error("allocator: policy", "err", m.err)
+		return
+	case a.term != p.term:
+		return // leadership moved during the search
+	}
+	p.res = &m.res
+	a.decided(ctx, p)
+}
+
+// decided commits a round the policy decided (or one with nothing to
+// decide), assigns it and reports it.
+func (a *allocator) decided(ctx actor.Context, p *pendingRound) {
+	st, snap, info, nowS := p.st, p.snap, p.info, p.nowS
 	slots := map[string][]state.Slot{}
 	var scale *optimizer.ScaleDecision
 	var note string
-	if len(snap.Jobs) > 0 && len(snap.Nodes) > 0 {
-		policy, search := a.autoscalePolicy(snap, a.policy(snap, info.FirstOfTerm))
-		info.Policy = policy.Name()
-		px, budgeted := search.(optimizer.Budgeted)
-		if budgeted {
-			px.SetEffort(a.effort)
-			info.SearchEffort = a.effort
-		}
-		info.Snapshot, info.Prev = snap, a.prev
-		t0 := time.Now()
-		res, err := policy.Allocate(snap, a.prev)
-		if err != nil {
-			a.cfg.Logger.Error("allocator: policy", "err", err)
-			return
-		}
-		if budgeted {
-			a.effort = nextEffort(a.effort, time.Since(t0), a.cfg.SearchBudget)
-			info.Effort = a.effort
-		}
-		held, err := optimizer.HoldConstraints(snap, &res)
+	if res := p.res; res != nil {
+		held, err := optimizer.HoldConstraints(snap, res)
 		if err != nil {
 			a.cfg.Logger.Error("allocator: checking constraints", "err", err)
 			return
 		}
 		for _, j := range held {
-			a.cfg.Logger.Debug("allocator: the policy placed a job where its constraints forbid; it waits", "job", snap.Jobs[j].ID, "policy", policy.Name())
+			a.cfg.Logger.Debug("allocator: the policy placed a job where its constraints forbid; it waits", "job", snap.Jobs[j].ID, "policy", p.policyName)
 		}
 		note = roundNote(info.Policy, a.fitness, res.Diagnostics.Fitness)
 		a.prev, info.Fitness, scale = res.State, res.Diagnostics.Fitness, res.Scale
@@ -568,12 +639,14 @@ func (a *allocator) run(ctx actor.Context) {
 			return
 		}
 	}
+	c, cancel := a.raftContext()
+	defer cancel()
 	accrue := 0.0
 	if st.LastRound > 0 {
 		accrue = min(max(nowS-st.LastRound, 0), 2*a.cfg.Interval.Seconds()) * a.cfg.TimeScale
 	}
 	r := &state.Round{Generation: st.Allocation.Generation + 1, Term: a.term, Time: nowS, Accrue: accrue,
-		MaxFailures: max(a.cfg.MaxFailures, 0), Jobs: slots, Updates: updates, Note: note, Leader: a.cfg.Server}
+		MaxFailures: max(a.cfg.MaxFailures, 0), Jobs: slots, Updates: p.updates, Note: note, Leader: a.cfg.Server}
 	if enc, err := state.Encode(r); err == nil {
 		info.Bytes = len(enc)
 	}
@@ -582,6 +655,7 @@ func (a *allocator) run(ctx actor.Context) {
 		a.cfg.Logger.Warn("allocator: committing round", "generation", r.Generation, "err", err)
 		return
 	}
+	begin := p.begin
 	info.Committed, info.Generation, info.Decided, info.Dropped = true, r.Generation, time.Since(begin), len(res.Dropped)
 	a.committed(res)
 	st = a.cfg.Store.LocalState()
@@ -594,7 +668,7 @@ func (a *allocator) run(ctx actor.Context) {
 		bid := FederationBid(snap, st, l.Settings().PowerMean)
 		// The what-if round runs the first-round policy (the committed
 		// allocation hill-climbed): a fraction of the search's time.
-		reclaim, err := Reclaimable(st, bids, nowS, a.cfg.TimeScale, a.seed, a.cfg.FirstPolicy)
+		reclaim, err := Reclaimable(st, p.bids, nowS, a.cfg.TimeScale, a.seed, a.cfg.FirstPolicy)
 		if err != nil {
 			a.cfg.Logger.Warn("allocator: what-if round of the federation", "err", err)
 			reclaim = map[string]bool{} // no reclaim on a round that failed

@@ -22,6 +22,7 @@ import (
 	"pollux/consensus"
 	"pollux/consensus/state"
 	"pollux/internal/poll"
+	"pollux/optimizer"
 	"pollux/testbed"
 	"pollux/testbed/builtin"
 	"pollux/testbed/fabric"
@@ -95,6 +96,9 @@ type clusterOpts struct {
 	// store, if set, is what each allocator writes through (default:
 	// its server).
 	store func(*consensus.Server) allocator.Store
+	// policy, if set, makes each allocator's policy (default: the
+	// allocator's).
+	policy func() optimizer.Policy
 }
 
 // dropRule drops the first n messages matching match.
@@ -208,6 +212,13 @@ func (c *tcluster) startNode(name string) (*node.Node, error) {
 	return nd, nil
 }
 
+func (c *tcluster) policy() optimizer.Policy {
+	if c.opts.policy == nil {
+		return nil
+	}
+	return c.opts.policy()
+}
+
 func (c *tcluster) autoscale() *allocator.Autoscale {
 	if c.opts.autoscale == nil {
 		return nil
@@ -238,7 +249,7 @@ func (c *tcluster) startActors(s *tserver) {
 		NodeGrace: c.opts.nodeGrace, Lease: c.opts.lease,
 		NodePID: func(n *state.Node) *actor.PID { return actor.NewPID(n.Addresses[0], "node-"+n.ID) },
 		HostPID: func(m cluster.Member) *actor.PID { return actor.NewPID(m.Meta.ActorAddr, "jobhost-"+m.Name) },
-		Stats:   c.stats, Logger: quiet(), Autoscale: c.autoscale()}, func(ri allocator.RoundInfo) { c.mu.Lock(); c.rounds = append(c.rounds, ri); c.mu.Unlock() })
+		Stats:   c.stats, Logger: quiet(), Autoscale: c.autoscale(), Policy: c.policy()}, func(ri allocator.RoundInfo) { c.mu.Lock(); c.rounds = append(c.rounds, ri); c.mu.Unlock() })
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"pollux/actors/pb"
 	"pollux/consensus/state"
 	"pollux/internal/poll"
+	"pollux/optimizer"
 )
 
 // netState is what the lease tests do to the cluster's network and see
@@ -307,4 +308,70 @@ func TestRefusedRenewalsRenewOnlyThatNode(t *testing.T) {
 	}
 	t.Logf("renewals in the window: refusing node %d, others %d, %d, %d", refusing,
 		after["n1"]-before["n1"], after["n2"]-before["n2"], after["n3"]-before["n3"])
+}
+
+// stalledPolicy is Pollux's policy whose searches wait, once armed,
+// until released: a search far longer than the agents' lease.
+type stalledPolicy struct {
+	optimizer.Policy
+	mu      sync.Mutex
+	armed   bool
+	stalled chan struct{} // closed when an armed search waits
+	release chan struct{}
+}
+
+func (p *stalledPolicy) Allocate(s *optimizer.Snapshot, prev *optimizer.State) (optimizer.Result, error) {
+	p.mu.Lock()
+	armed := p.armed
+	p.armed = false
+	p.mu.Unlock()
+	if armed {
+		close(p.stalled)
+		<-p.release
+	}
+	return p.Policy.Allocate(s, prev)
+}
+
+// TestLeasesRenewedDuringALongSearch: while a round's search runs for
+// longer than the agents' lease, the leader goes on renewing the
+// leases, so the node's worker is not paused.
+func TestLeasesRenewedDuringALongSearch(t *testing.T) {
+	lease := 400 * time.Millisecond
+	pol := &stalledPolicy{Policy: optimizer.NewPollux(), stalled: make(chan struct{}), release: make(chan struct{})}
+	c := newTCluster(t, clusterOpts{servers: 1, nodes: 1, gpus: 1, timeScale: 10, lease: lease,
+		policy: func() optimizer.Policy { return pol }})
+	c.submit("j", "imagenet", 1)
+	w := c.waitWorker("job j's worker", 30*time.Second, func(w *workerRec) bool { return w.job == "j" })
+	renews := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.net.renews["n0"]
+	}
+	poll.Until(t, 20*time.Second, "renewals of the node's lease", func() bool { return renews() >= 3 })
+	pol.mu.Lock()
+	pol.armed = true
+	pol.mu.Unlock()
+	released := false
+	defer func() {
+		if !released {
+			close(pol.release)
+		}
+	}()
+	select {
+	case <-pol.stalled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no search within 30 s")
+	}
+	before := renews()
+	// Ten renewal periods of a search: the lease (four periods) would
+	// have lapsed without renewals.
+	ok := poll.Wait(20*time.Second, func() bool { return renews() >= before+10 })
+	close(pol.release)
+	released = true
+	if !ok {
+		t.Fatalf("%d lease renewals while the search ran, want 10", renews()-before)
+	}
+	if s := w.signals(); slices.Contains(s, syscall.SIGSTOP) {
+		t.Errorf("the worker was paused during the search: signals %v", s)
+	}
 }
