@@ -22,6 +22,7 @@ import (
 	"gonum.org/v1/gonum/stat"
 
 	"pollux/actors/allocator"
+	"pollux/actors/pb"
 	"pollux/cluster"
 	"pollux/cluster/pki"
 	"pollux/consensus"
@@ -332,6 +333,9 @@ func (b *bench) start(ctx context.Context) error {
 	if err := b.setup(ctx, leader); err != nil {
 		return err
 	}
+	if !o.Local {
+		b.connect(ctx)
+	}
 	b.log.Info("controlplane: cluster up", "nodes", o.Nodes, "gpus", o.Nodes*o.GPUs, "jobs", o.Jobs,
 		"transport", map[bool]string{true: "local", false: "remote"}[o.Local], "tls", b.tls != nil)
 	for _, s := range b.servers {
@@ -340,6 +344,45 @@ func (b *bench) start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// connect has every server ask every node for its status, a few at a
+// time, before the allocators start: the servers' and the nodes'
+// connections to each other (both directions, mutual TLS) are then up
+// before the timing, as in a cluster whose agents joined long ago,
+// rather than hundreds of handshakes reaching the servers at once with
+// the first round. A node that does not answer is left to connect later.
+func (b *bench) connect(ctx context.Context) {
+	begin := time.Now()
+	var failed atomic.Int64
+	for _, s := range b.servers {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= len(b.nodes) || ctx.Err() != nil {
+						return
+					}
+					pid := actor.NewPID(b.nodes[i].addr, b.actorName(pb.NodeActor, b.nodes[i].name))
+					var err error
+					for range 3 {
+						if _, err = s.sys.Root.RequestFuture(pid, &pb.StatusRequest{}, 10*time.Second).Result(); err == nil {
+							break
+						}
+					}
+					if err != nil {
+						failed.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	b.log.Info("controlplane: servers and nodes connected", "took_s", time.Since(begin).Seconds(), "unanswered", failed.Load())
 }
 
 // nodesApart says whether the nodes run in a process of their own.
