@@ -1,13 +1,9 @@
 package job
 
 import (
-	"io"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/asynkron/protoactor-go/actor"
 
 	"pollux/actors/pb"
 	"pollux/consensus/state"
@@ -23,23 +19,10 @@ func TestReportCheckpointReachesTheBid(t *testing.T) {
 	cat, _ := builtin.Catalog()
 	spec := state.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 8, Limits: cat["cifar10"].Limits()}
 	store := &fakeStore{job: &state.Job{ID: "j", Spec: spec, State: state.Running, Incarnation: 3}}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
-	defer sys.Shutdown()
-	sink := &bidSink{got: make(chan *pb.Bid, 100)}
-	alloc := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink }))
 	var reports atomic.Int64
-	props, err := NewHost(HostConfig{Server: "s0", Store: store, BidEvery: 50 * time.Millisecond, Reports: &reports, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := sys.Root.Spawn(props)
-	res, err := sys.Root.RequestFuture(host, &pb.HostJobs{Term: 1, Generation: 1, Allocator: &pb.Ref{Address: alloc.Address, Id: alloc.Id},
-		Jobs: []*pb.HostedJob{{Job: "j", Incarnation: 3, Session: 5, Nodes: 1, Replicas: 1}}}, 5*time.Second).Result()
-	if err != nil || res.(*pb.HostAck).Jobs != 1 {
-		t.Fatalf("host ack %v %v", res, err)
-	}
-	owner := actor.NewPID(host.Address, host.Id+"/job-j")
+	f := startHost(t, HostConfig{Server: "s0", Store: store, BidEvery: 50 * time.Millisecond, Reports: &reports}, 100)
+	sys, sink, owner := f.sys, f.sink, f.owner("j")
+	f.hostJobs(t, 1, 1, &pb.HostedJob{Job: "j", Incarnation: 3, Session: 5, Nodes: 1, Replicas: 1})
 	report := func(epoch uint32, at float64) {
 		sys.Root.Send(owner, &pb.WorkerReports{Reports: []*pb.WorkerReport{{Job: "j", Incarnation: 3, Rank: 0, StepTime: 0.2, SyncTime: 0.05,
 			Epoch: epoch, Progress: float64(epoch) * 100, LocalBsz: 64,

@@ -105,6 +105,52 @@ func (s *bidSink) Receive(ctx actor.Context) {
 	}
 }
 
+// hostFixture is a job host under test beside an allocator stand-in
+// that collects its bids.
+type hostFixture struct {
+	sys   *actor.ActorSystem
+	host  *actor.PID
+	alloc *actor.PID
+	sink  *bidSink
+}
+
+// startHost spawns a job host of cfg, logging nowhere, and a bidSink
+// holding up to bids bids as its allocator; the actor system stops with
+// the test.
+func startHost(t *testing.T, cfg HostConfig, bids int) *hostFixture {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = log
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
+	t.Cleanup(sys.Shutdown)
+	sink := &bidSink{got: make(chan *pb.Bid, bids)}
+	alloc := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink }))
+	props, err := NewHost(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &hostFixture{sys: sys, host: sys.Root.Spawn(props), alloc: alloc, sink: sink}
+}
+
+// hostJobs hands the host jobs as generation gen of term and waits for
+// its acknowledgement of them all.
+func (f *hostFixture) hostJobs(t *testing.T, term, gen uint64, jobs ...*pb.HostedJob) {
+	t.Helper()
+	res, err := f.sys.Root.RequestFuture(f.host, &pb.HostJobs{Term: term, Generation: gen,
+		Allocator: &pb.Ref{Address: f.alloc.Address, Id: f.alloc.Id}, Jobs: jobs}, 5*time.Second).Result()
+	if err != nil {
+		t.Fatalf("host jobs: %v", err)
+	}
+	if ack, ok := res.(*pb.HostAck); !ok || ack.Jobs != uint32(len(jobs)) {
+		t.Fatalf("host ack %v, want %d jobs", res, len(jobs))
+	}
+}
+
+// owner is the PID of job id's actor.
+func (f *hostFixture) owner(id string) *actor.PID {
+	return actor.NewPID(f.host.Address, f.host.Id+"/job-"+id)
+}
+
 // TestJobActorBidsAndRepeatsUntilAcknowledged drives one job actor by
 // hand: its first bid comes at once, measurements are numbered and
 // repeated until the state acknowledges them, a done report is bid at
@@ -113,17 +159,9 @@ func TestJobActorBidsAndRepeatsUntilAcknowledged(t *testing.T) {
 	cat, _ := builtin.Catalog()
 	spec := state.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 8, Limits: cat["cifar10"].Limits()}
 	store := &fakeStore{job: &state.Job{ID: "j", Spec: spec, State: state.Running, Incarnation: 2}}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
-	defer sys.Shutdown()
-	sink := &bidSink{got: make(chan *pb.Bid, 100)}
-	alloc := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink }))
 	var reports atomic.Int64
-	props, err := NewHost(HostConfig{Server: "s0", Store: store, BidEvery: 50 * time.Millisecond, Reports: &reports, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := sys.Root.Spawn(props)
+	f := startHost(t, HostConfig{Server: "s0", Store: store, BidEvery: 50 * time.Millisecond, Reports: &reports}, 100)
+	sys, alloc, sink := f.sys, f.alloc, f.sink
 	next := func() *pb.Bid {
 		t.Helper()
 		select {
@@ -134,16 +172,12 @@ func TestJobActorBidsAndRepeatsUntilAcknowledged(t *testing.T) {
 			return nil
 		}
 	}
-	res, err := sys.Root.RequestFuture(host, &pb.HostJobs{Term: 1, Generation: 1, Allocator: &pb.Ref{Address: alloc.Address, Id: alloc.Id},
-		Jobs: []*pb.HostedJob{{Job: "j", Incarnation: 2, Session: 7, Nodes: 1, Replicas: 2}}}, 5*time.Second).Result()
-	if err != nil || res.(*pb.HostAck).Jobs != 1 {
-		t.Fatalf("host ack %v %v", res, err)
-	}
+	f.hostJobs(t, 1, 1, &pb.HostedJob{Job: "j", Incarnation: 2, Session: 7, Nodes: 1, Replicas: 2})
 	first := next()
 	if first.Session != 7 || first.Incarnation != 2 || len(first.Single) != 1 || first.HasModel || len(first.Unacked) != 0 {
 		t.Fatalf("first bid %v", first)
 	}
-	owner := actor.NewPID(host.Address, host.Id+"/job-j")
+	owner := f.owner("j")
 	report := func(inc uint64, done bool) {
 		sys.Root.Send(owner, &pb.WorkerReports{Reports: []*pb.WorkerReport{{Job: "j", Incarnation: inc, Rank: 0, StepTime: 0.2, SyncTime: 0.05,
 			GradSqr: 1, GradVar: 10, Epoch: 1, Progress: 3, LocalBsz: 64, Done: done}}})
@@ -227,19 +261,10 @@ func TestJobActorResumesPerTypeModels(t *testing.T) {
 	}
 	store := &fakeStore{job: &state.Job{ID: "j", Spec: spec, State: state.Running, Incarnation: 4, Profile: prof,
 		Bid: bid, MeasSession: 3, MeasSeq: 2}}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
-	defer sys.Shutdown()
-	sink := &bidSink{got: make(chan *pb.Bid, 100)}
-	alloc := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink }))
 	var fits atomic.Int64
-	props, err := NewHost(HostConfig{Server: "s1", Store: store, BidEvery: 50 * time.Millisecond, Fits: &fits, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := sys.Root.Spawn(props)
-	sys.Root.Send(host, &pb.HostJobs{Term: 2, Generation: 9, Allocator: &pb.Ref{Address: alloc.Address, Id: alloc.Id},
-		Jobs: []*pb.HostedJob{{Job: "j", Incarnation: 4, Session: 8, Nodes: 1, Replicas: 2, GpuType: "t4"}}})
+	f := startHost(t, HostConfig{Server: "s1", Store: store, BidEvery: 50 * time.Millisecond, Fits: &fits}, 100)
+	sink := f.sink
+	f.hostJobs(t, 2, 9, &pb.HostedJob{Job: "j", Incarnation: 4, Session: 8, Nodes: 1, Replicas: 2, GpuType: "t4"})
 	var first *pb.Bid
 	select {
 	case first = <-sink.got:
@@ -261,8 +286,7 @@ func TestJobActorResumesPerTypeModels(t *testing.T) {
 	}
 	// A report of the incarnation, on t4, at a new local batch: measured
 	// and refitted under t4 only.
-	owner := actor.NewPID(host.Address, host.Id+"/job-j")
-	sys.Root.Send(owner, &pb.WorkerReports{Reports: []*pb.WorkerReport{{Job: "j", Incarnation: 4, Rank: 0, StepTime: 0.5, SyncTime: 0.05,
+	f.sys.Root.Send(f.owner("j"), &pb.WorkerReports{Reports: []*pb.WorkerReport{{Job: "j", Incarnation: 4, Rank: 0, StepTime: 0.5, SyncTime: 0.05,
 		GradSqr: 1, GradVar: 10, Epoch: 1, Progress: 3, LocalBsz: 64}}})
 	deadline := time.After(5 * time.Second)
 	for {
@@ -315,27 +339,14 @@ func TestJobActorMeasuresRestartDelay(t *testing.T) {
 	cat, _ := builtin.Catalog()
 	spec := state.JobSpec{App: "cifar10", MinReplicas: 1, MaxReplicas: 8, Limits: cat["cifar10"].Limits()}
 	store := &fakeStore{job: &state.Job{ID: "j", Spec: spec, State: state.Running, Incarnation: 1}}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
-	defer sys.Shutdown()
-	sink := &bidSink{got: make(chan *pb.Bid, 1000)}
-	alloc := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink }))
 	clock := &fakeClock{now: time.Unix(1000, 0)}
-	props, err := NewHost(HostConfig{Server: "s0", Store: store, BidEvery: 20 * time.Millisecond, Now: clock.Now, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := sys.Root.Spawn(props)
-	owner := actor.NewPID(host.Address, host.Id+"/job-j")
+	f := startHost(t, HostConfig{Server: "s0", Store: store, BidEvery: 20 * time.Millisecond, Now: clock.Now}, 1000)
+	sys, sink, owner := f.sys, f.sink, f.owner("j")
 	gen := uint64(0)
 	place := func(inc uint64, reps uint32) {
 		t.Helper()
 		gen++
-		res, err := sys.Root.RequestFuture(host, &pb.HostJobs{Term: 1, Generation: gen, Allocator: &pb.Ref{Address: alloc.Address, Id: alloc.Id},
-			Jobs: []*pb.HostedJob{{Job: "j", Incarnation: inc, Session: 7, Nodes: 1, Replicas: reps}}}, 5*time.Second).Result()
-		if err != nil || res.(*pb.HostAck).Jobs != 1 {
-			t.Fatalf("host ack %v %v", res, err)
-		}
+		f.hostJobs(t, 1, gen, &pb.HostedJob{Job: "j", Incarnation: inc, Session: 7, Nodes: 1, Replicas: reps})
 	}
 	step := func(inc uint64) {
 		sys.Root.Send(owner, &pb.WorkerReports{Reports: []*pb.WorkerReport{{Job: "j", Incarnation: inc, Rank: 0, StepTime: 0.2, SyncTime: 0.05,

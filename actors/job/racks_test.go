@@ -1,13 +1,9 @@
 package job
 
 import (
-	"io"
-	"log/slog"
 	"math"
 	"testing"
 	"time"
-
-	"github.com/asynkron/protoactor-go/actor"
 
 	"pollux/actors/pb"
 	"pollux/consensus/state"
@@ -26,22 +22,10 @@ func TestJobActorFitsTheCrossRackTerm(t *testing.T) {
 	one := state.ProfileEntry{ProfilePoint: goodput.ProfilePoint{Nodes: 1, Replicas: 1, LocalBatch: 128, AccumTime: 0.25, StepTime: 0.25}, Count: 20}
 	store := &fakeStore{job: &state.Job{ID: "j", Spec: spec, State: state.Running, Incarnation: 3,
 		Profile: []state.ProfileEntry{one, in}}}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
-	defer sys.Shutdown()
-	sink := &bidSink{got: make(chan *pb.Bid, 100)}
-	alloc := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink }))
-	props, err := NewHost(HostConfig{Server: "s0", Store: store, BidEvery: 50 * time.Millisecond, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := sys.Root.Spawn(props)
-	if _, err := sys.Root.RequestFuture(host, &pb.HostJobs{Term: 1, Generation: 1, Allocator: &pb.Ref{Address: alloc.Address, Id: alloc.Id},
-		Jobs: []*pb.HostedJob{{Job: "j", Incarnation: 3, Session: 5, Nodes: 2, Replicas: 2, Racks: 2}}}, 5*time.Second).Result(); err != nil {
-		t.Fatal(err)
-	}
-	owner := actor.NewPID(host.Address, host.Id+"/job-j")
-	sys.Root.Send(owner, &pb.WorkerReports{Reports: []*pb.WorkerReport{{Job: "j", Incarnation: 3, StepTime: 0.3, SyncTime: 0.15,
+	f := startHost(t, HostConfig{Server: "s0", Store: store, BidEvery: 50 * time.Millisecond}, 100)
+	sink := f.sink
+	f.hostJobs(t, 1, 1, &pb.HostedJob{Job: "j", Incarnation: 3, Session: 5, Nodes: 2, Replicas: 2, Racks: 2})
+	f.sys.Root.Send(f.owner("j"), &pb.WorkerReports{Reports: []*pb.WorkerReport{{Job: "j", Incarnation: 3, StepTime: 0.3, SyncTime: 0.15,
 		GradSqr: 1, GradVar: 10, LocalBsz: 64}}})
 	deadline := time.After(10 * time.Second)
 	for {
