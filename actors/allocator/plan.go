@@ -402,15 +402,24 @@ func (o AssignOptions) masterHost(st *state.State, id string) string {
 	return h
 }
 
-// masterPort spreads jobs' rendezvous ports over 29500-39499, a port per
-// incarnation: an incarnation whose rank 0 could not listen (the port
-// taken by another program, or still held by the last incarnation's
+// Rendezvous ports: below Linux's default ephemeral range (32768-60999),
+// from which the kernel picks the local ports of outgoing connections
+// (the workers' reports, the agents' gRPC), so that no connection of the
+// machine's holds a port a job's rank 0 is told to listen on.
+const (
+	firstMasterPort = 29500
+	masterPorts     = 32768 - firstMasterPort
+)
+
+// masterPort spreads jobs' rendezvous ports over the rendezvous range, a
+// port per incarnation: an incarnation whose rank 0 could not listen (the
+// port taken by another program, or still held by the last incarnation's
 // connections) is restarted on another port, not the same one again.
 func masterPort(job string, incarnation uint64) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(job))
 	h.Write(binary.LittleEndian.AppendUint64(nil, incarnation))
-	return 29500 + h.Sum32()%10000
+	return firstMasterPort + h.Sum32()%masterPorts
 }
 
 // Place picks, by rendezvous hashing, the server that hosts job's actor:

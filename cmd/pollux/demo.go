@@ -73,9 +73,9 @@ func newDemoCmd() *cobra.Command {
 	f.IntVar(&d.realOpts.Slots, "cpu-slots", 0, "with --real: CPU slots per agent (0: 2, or with --compare one per core of the agent's own "+
 		"share of this machine's cores, so that the slots are cores)")
 	f.StringVar(&d.realOpts.Python, "python", worker.Python, "with --real: the interpreter of the workers (it needs torch and sklearn)")
-	f.Float64Var(&d.lmTarget, "lm-target", worker.LMTarget, "with --real --compare: the language model's target validation loss (nats per byte)")
-	f.IntVar(&d.augment, "augment", 16, "with --real: training copies of every digit (a longer epoch)")
-	f.IntVar(&d.minEpochs, "min-epochs", 60, "with --real: epochs the CNNs train at least (the MLP: 4 times as many)")
+	f.Float64Var(&d.lmTarget, "lm-target", realdemo.CompareLMTarget, "with --real --compare: the language model's target validation loss (nats per byte)")
+	f.IntVar(&d.augment, "augment", 16, fmt.Sprintf("with --real: training copies of every digit (a longer epoch; with --compare the CNNs' default is %d, the MLP's 4 times as much)", realdemo.CompareAugment))
+	f.IntVar(&d.minEpochs, "min-epochs", 60, "with --real, not --compare: epochs the CNNs train at least (the MLP: 4 times as many)")
 	return cmd
 }
 
@@ -169,7 +169,14 @@ func runRealDemo(cmd *cobra.Command, d *demoFlags) error {
 		if !(d.lmTarget > 0) {
 			return usage.Wrap(fmt.Errorf("demo: --lm-target %v: want a positive validation loss", d.lmTarget))
 		}
-		o.Jobs = realdemo.CompareWorkload(spread/3, d.augment, d.minEpochs, d.lmTarget)
+		if f.Changed("min-epochs") {
+			return usage.Wrap(errors.New("demo: --min-epochs cannot be used with --compare: its jobs train until their targets"))
+		}
+		augment := realdemo.CompareAugment
+		if f.Changed("augment") {
+			augment = d.augment
+		}
+		o.Jobs = realdemo.CompareWorkload(spread/3, augment, d.lmTarget)
 		if !f.Changed("timeout") {
 			timeout = 90 * time.Minute
 		}

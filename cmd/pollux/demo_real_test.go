@@ -290,6 +290,7 @@ func TestRealDemoNamesThePackagesWithoutTorch(t *testing.T) {
 		{"demo", "--compare"},
 		{"demo", "--real", "--lm-target", "2"},
 		{"demo", "--real", "--compare", "--lm-target", "0"},
+		{"demo", "--real", "--compare", "--min-epochs", "5"},
 	} {
 		if code := run(args); code != 2 {
 			t.Errorf("pollux %v exited %d, want 2", args, code)

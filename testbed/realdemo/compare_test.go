@@ -3,8 +3,10 @@ package realdemo
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,11 +17,11 @@ import (
 )
 
 func TestCompareWorkload(t *testing.T) {
-	jobs := CompareWorkload(10*time.Second, 16, 40, 0)
-	if len(jobs) != 4 || jobs[3].Example.Metric != "loss" || jobs[3].Example.Target != worker.LMTarget || jobs[3].After != 30*time.Second {
+	jobs := CompareWorkload(10*time.Second, 4, 0)
+	if len(jobs) != 4 || jobs[3].Example.Metric != "loss" || jobs[3].Example.Target != CompareLMTarget || jobs[3].After != 30*time.Second {
 		t.Fatalf("workload %+v", jobs)
 	}
-	if lm := CompareWorkload(10*time.Second, 16, 40, 2.5)[3]; lm.Example.Target != 2.5 {
+	if lm := CompareWorkload(10*time.Second, 4, 2.5)[3]; lm.Example.Target != 2.5 {
 		t.Errorf("language model's target %v, want 2.5", lm.Example.Target)
 	}
 	l := worker.Layout{Dir: "/w", Digits: "/w/train_digits.py"}
@@ -27,6 +29,13 @@ func TestCompareWorkload(t *testing.T) {
 		s, err := j.Example.Spec(j.Name, l, "/ck/"+j.Name, j.Args...)
 		if err != nil {
 			t.Fatalf("%s: %v", j.Name, err)
+		}
+		// The jobs train until their targets: no minimum epochs.
+		cmd := strings.Join(s.Command, " ")
+		want := map[string]float64{"cnn": CompareCNNTarget, "mlp": CompareMLPTarget, "transformer": CompareLMTarget}[j.Example.Model]
+		if strings.Contains(cmd, "--min-epochs") || !strings.Contains(cmd, fmt.Sprintf("--target %v", want)) ||
+			(j.Example.Model == "cnn" && !strings.Contains(cmd, "--augment 4 ")) || (j.Example.Model == "mlp" && !strings.Contains(cmd, "--augment 16 ")) {
+			t.Errorf("%s: command %q", j.Name, cmd)
 		}
 		for _, f := range []Fixed{{1, 32}, {2, 64}, {4, 512}} {
 			fs, err := f.apply(s)

@@ -210,7 +210,7 @@ func (r Result) check(resized bool) error {
 	for _, name := range r.names() {
 		j := r.Jobs[name]
 		if !j.Reached() {
-			errs = append(errs, fmt.Errorf("%w: %s reached %s %.4f, short of its target %.2f", ErrShort, name, j.metric(), j.value(), j.Target))
+			errs = append(errs, fmt.Errorf("%w: %s reached %s %.4f, short of its target %g", ErrShort, name, j.metric(), j.value(), j.Target))
 		}
 		if n := j.Resizes(); resized && n < MinResizes {
 			errs = append(errs, fmt.Errorf("%w: %s was resized %d times (replicas %v), want at least %d", ErrShort, name, n, j.Replicas, MinResizes))
@@ -243,7 +243,7 @@ func (r Result) WriteTable(w io.Writer) error {
 	fmt.Fprintf(&b, "%-14s %-8s %8s %6s %5s %5s  %-22s %s\n", "job", "metric", "value", "target", "incs", "JCT s", "replicas", "batch sizes")
 	for _, name := range r.names() {
 		j := r.Jobs[name]
-		fmt.Fprintf(&b, "%-14s %-8s %8.4f %6.2f %5d %5.0f  %-22s %s\n", name, j.metric(), j.value(), j.Target, j.Incarnations, j.JCT,
+		fmt.Fprintf(&b, "%-14s %-8s %8.4f %6.3g %5d %5.0f  %-22s %s\n", name, j.metric(), j.value(), j.Target, j.Incarnations, j.JCT,
 			ints(j.Replicas), ints(j.BatchSizes))
 	}
 	_, err := io.WriteString(w, b.String())
@@ -393,7 +393,7 @@ func (d *driver) run(ctx context.Context) ([]api.Job, error) {
 				}
 				return nil, fmt.Errorf("%w: submitting %s: %s", ErrJob, j.Name, a.Error())
 			}
-			progressf(d.o.Progress, "%5.0fs  submitted %s (%s, target %s %.2f)", elapsed.Seconds(), j.Name, j.Example.Model, j.Example.Metric, j.Example.Target)
+			progressf(d.o.Progress, "%5.0fs  submitted %s (%s, target %s %g)", elapsed.Seconds(), j.Name, j.Example.Model, j.Example.Metric, j.Example.Target)
 			pending = pending[1:]
 		}
 		js, _, jerr := d.cl.JobsAny(ctx)

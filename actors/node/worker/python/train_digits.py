@@ -147,7 +147,7 @@ def main():
             optimizer.step()
         acc = accuracy(net, x_test, y_test)
         job.metrics.update(accuracy=acc, target=args.target)
-        LOG.info("epoch %d: test accuracy %.4f (target %.2f), progress %.1f",
+        LOG.info("epoch %d: test accuracy %.4f (target %g), progress %.1f",
                  epoch, acc, args.target, job.progress)
         if acc >= args.target and epoch + 1 >= args.min_epochs:
             break

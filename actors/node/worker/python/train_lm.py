@@ -243,7 +243,7 @@ def main():
             optimizer.step()
         val_loss = validation_loss(net, val_windows, job, acc)
         job.metrics.update(loss=val_loss, target=args.target)
-        LOG.info("epoch %d: validation loss %.4f (target %.2f), progress "
+        LOG.info("epoch %d: validation loss %.4f (target %g), progress "
                  "%.1f", epoch, val_loss, args.target, job.progress)
         if val_loss <= args.target and epoch + 1 >= args.min_epochs:
             break
