@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -430,16 +431,18 @@ func (b *bench) awaitGossip(ctx context.Context, within time.Duration) error {
 	want := len(b.nodes) + len(b.servers)
 	deadline := time.Now().Add(within)
 	for {
-		least := want
+		least, fewest := want, []cluster.Member(nil)
 		for _, s := range b.servers {
-			least = min(least, len(s.gossip.Members()))
+			if m := s.gossip.Members(); len(m) < least {
+				least, fewest = len(m), m
+			}
 		}
 		if least == want {
 			b.log.Info("controlplane: gossip converged", "members", want)
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("controlplane: a server's gossip lists %d of %d members after %v", least, want, within)
+			return fmt.Errorf("controlplane: a server's gossip lists %d of %d members after %v (missing: %s)", least, want, within, b.missing(fewest))
 		}
 		select {
 		case <-ctx.Done():
@@ -447,6 +450,31 @@ func (b *bench) awaitGossip(ctx context.Context, within time.Duration) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// missing names the bench's gossip members that listed does not hold,
+// the first ten of them.
+func (b *bench) missing(listed []cluster.Member) string {
+	have := map[string]bool{}
+	for _, m := range listed {
+		have[m.Name] = true
+	}
+	var want, out []string
+	for _, h := range b.nodes {
+		want = append(want, h.name)
+	}
+	for _, s := range b.servers {
+		want = append(want, s.gossip.Local().Name)
+	}
+	for _, n := range want {
+		if !have[n] {
+			out = append(out, n)
+		}
+	}
+	if len(out) > 10 {
+		out = append(out[:10], fmt.Sprintf("and %d more", len(out)-10))
+	}
+	return strings.Join(out, ", ")
 }
 
 // setup configures the cluster, registers the nodes as the leader would
