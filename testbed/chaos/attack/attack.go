@@ -193,6 +193,8 @@ type target struct {
 	http   *http.Client
 	pool   *x509.CertPool
 	certs  certs
+	// forger sends the forged Assigns.
+	forger *forger
 	// The victim: a long job of two replicas the report attacks aim at.
 	victim workers
 	// The attackers' API tokens.
@@ -227,6 +229,8 @@ func attackCluster(ctx context.Context, c *launch.Cluster, cat testbed.Catalog, 
 	if err := t.startVictim(ctx); err != nil {
 		return nil, err
 	}
+	t.startForger()
+	defer t.stopForger()
 	res := &Result{Cases: map[string]Case{}}
 	for _, a := range attacks {
 		if a.fed != nil || len(o.Only) > 0 && !slices.Contains(o.Only, a.name) {

@@ -54,9 +54,9 @@ var baseAttacks = []attack{
 	{name: "api-expired-client-certificate", run: refusedConn(leader, apiAddr, expired, false, httpGet)},
 	{name: "api-self-signed-client-certificate", run: refusedConn(leader, apiAddr, selfSigned, false, httpGet)},
 	{name: "agent-actor-plaintext", run: refusedConn(agent, agentActor, nil, true, h2Preface)},
-	{name: "forged-assign-agent-certificate", run: forgedAssign(otherAgentCert)},
-	{name: "forged-assign-client-certificate", run: forgedAssign(clientCert)},
-	{name: "forged-assign-self-signed-server", run: forgedAssign(selfSigned)},
+	{name: "forged-assign-agent-certificate", run: forgedAssign("agent")},
+	{name: "forged-assign-client-certificate", run: forgedAssign("client")},
+	{name: "forged-assign-self-signed-server", run: forgedAssign("self-signed")},
 	{name: "reports-plaintext", run: refusedConn(agent, reportAddr, nil, true, report)},
 	// The API without the right token.
 	{name: "api-submit-without-a-token", run: tokenAttack(noSecret, http.MethodPost, jobsPath, attackSpec("attack-anonymous"), http.StatusUnauthorized, "no token")},
