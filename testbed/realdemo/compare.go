@@ -85,12 +85,8 @@ func CompareWorkload(gap time.Duration, augment int, lmTarget float64) []Job {
 		return []string{"--augment", fmt.Sprint(augment), "--max-epochs", fmt.Sprint(compareMaxEpochs), "--lr", compareLR,
 			"--checkpoint-interval", "5"}
 	}
-	return []Job{
-		{Name: "digits-cnn-1", Example: cnn, After: 0, Args: args(augment)},
-		{Name: "digits-cnn-2", Example: cnn, After: gap, Args: args(augment)},
-		{Name: "digits-mlp-3", Example: mlp, After: 2 * gap, Args: args(4 * augment)},
-		{Name: "lm-4", Example: lm, After: 3 * gap, Args: []string{"--checkpoint-interval", "5"}},
-	}
+	jobs := digitsJobs(gap, cnn, mlp, args(augment), args(4*augment))
+	return append(jobs, Job{Name: "lm-4", Example: lm, After: 3 * gap, Args: []string{"--checkpoint-interval", "5"}})
 }
 
 // PolicyResult is one run of a comparison: the jobs' average completion

@@ -69,10 +69,16 @@ func Workload(gap time.Duration, augment, minEpochs int) []Job {
 		return []string{"--augment", fmt.Sprint(augment), "--min-epochs", fmt.Sprint(epochs),
 			"--max-epochs", fmt.Sprint(max(3*epochs, 30)), "--lr", "0.02", "--checkpoint-interval", "5"}
 	}
+	return digitsJobs(gap, cnn, mlp, args(minEpochs), args(4*minEpochs))
+}
+
+// digitsJobs are the demos' two CNNs and MLP, submitted gap apart, with
+// the arguments cnnArgs and mlpArgs.
+func digitsJobs(gap time.Duration, cnn, mlp worker.Example, cnnArgs, mlpArgs []string) []Job {
 	return []Job{
-		{Name: "digits-cnn-1", Example: cnn, After: 0, Args: args(minEpochs)},
-		{Name: "digits-cnn-2", Example: cnn, After: gap, Args: args(minEpochs)},
-		{Name: "digits-mlp-3", Example: mlp, After: 2 * gap, Args: args(4 * minEpochs)},
+		{Name: "digits-cnn-1", Example: cnn, After: 0, Args: cnnArgs},
+		{Name: "digits-cnn-2", Example: cnn, After: gap, Args: cnnArgs},
+		{Name: "digits-mlp-3", Example: mlp, After: 2 * gap, Args: mlpArgs},
 	}
 }
 
