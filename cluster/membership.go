@@ -86,11 +86,15 @@ type Config struct {
 	WAN bool
 	// Crowded tunes the LAN profile for many members sharing a few cores
 	// (the control-plane bench runs hundreds in one process): a probe is
-	// answered within a second (not 500 ms) and sent every 2 s, so a
-	// member starved of CPU for a moment is not suspected, which costs a
-	// suspicion and a refutation, each spread to every member; and
-	// packets go uncompressed (memberlist's LZW allocates a 64 KiB table
-	// for every packet it sends). docs/benchmarks.md has the measurements.
+	// answered within 3 s (not 500 ms) and sent every 5 s, so a member
+	// starved of CPU for a moment is not suspected, which costs a
+	// suspicion and a refutation, each spread to every member; gossip
+	// every 500 ms (not 200 ms), each message retransmitted 2 x log(N+1)
+	// times (not 4), and 16,384 received messages queued (not 1,024:
+	// a full queue drops them, and a member whose join was dropped stays
+	// unknown until a push-pull minutes later); packets go uncompressed
+	// (memberlist's LZW allocates a 64 KiB table for every packet it
+	// sends). docs/benchmarks.md has the measurements.
 	Crowded bool
 }
 
@@ -202,8 +206,11 @@ func memberlistConfig(cfg Config) *memberlist.Config {
 		mc.SuspicionMaxTimeoutMult = 2
 		mc.DeadNodeReclaimTime = time.Second
 	case cfg.Crowded:
-		mc.ProbeInterval = 2 * time.Second
-		mc.ProbeTimeout = time.Second
+		mc.ProbeInterval = 5 * time.Second
+		mc.ProbeTimeout = 3 * time.Second
+		mc.GossipInterval = 500 * time.Millisecond
+		mc.RetransmitMult = 2
+		mc.HandoffQueueDepth = 16384
 		mc.EnableCompression = false
 		mc.DeadNodeReclaimTime = 30 * time.Second
 	default:

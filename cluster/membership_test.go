@@ -280,7 +280,7 @@ func TestProfiles(t *testing.T) {
 	}{
 		{"lan", Config{}, time.Second, 500 * time.Millisecond, true, 30 * time.Second},
 		{"fast", Config{Fast: true}, 200 * time.Millisecond, 100 * time.Millisecond, true, time.Second},
-		{"crowded", Config{Crowded: true}, 2 * time.Second, time.Second, false, 30 * time.Second},
+		{"crowded", Config{Crowded: true}, 5 * time.Second, 3 * time.Second, false, 30 * time.Second},
 		{"wan", Config{WAN: true}, 500 * time.Millisecond, 400 * time.Millisecond, true, 30 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

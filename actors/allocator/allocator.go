@@ -412,6 +412,10 @@ func (a *allocator) Receive(ctx actor.Context) {
 			a.lease.releasing = false
 			a.release(ctx)
 		}
+	case resendDue:
+		if a.term != 0 && a.lease != nil && len(a.lease.resendTo) > 0 {
+			a.resend(ctx)
+		}
 	case scaleDone:
 		a.scaleFinished(ctx, m)
 	case *pb.HostAck:

@@ -42,6 +42,7 @@ type (
 	leaseTick     struct{}
 	gateTick      struct{}
 	releaseDue    struct{}
+	resendDue     struct{}
 	leaseVerified struct {
 		term uint64
 		// echo holds the nodes to renew and the nonce to echo to each.
@@ -66,7 +67,11 @@ type leaseState struct {
 	verifying      bool            // a leadership confirmation is under way
 	due            map[string]bool // nodes to renew after the next confirmation
 	releasing      bool            // a releaseDue is in the mailbox
-	gateTimer      *time.Timer
+	// resendTo are the nodes behind the newest assignment that get it
+	// again once the mailbox's messages are handled (a resendDue is
+	// in the mailbox while it is not empty).
+	resendTo  map[string]bool
+	gateTimer *time.Timer
 }
 
 // nodeLease is one node's lease as the leader knows it.
@@ -83,7 +88,7 @@ type nodeLease struct {
 
 func newLeaseState(now time.Time) *leaseState {
 	return &leaseState{start: now, targets: map[string]*actor.PID{}, nodes: map[string]*nodeLease{},
-		released: map[incKey]bool{}, held: map[incKey]bool{}, due: map[string]bool{}}
+		released: map[incKey]bool{}, held: map[incKey]bool{}, due: map[string]bool{}, resendTo: map[string]bool{}}
 }
 
 func (l *leaseState) node(id string) *nodeLease {
@@ -207,7 +212,7 @@ func (a *allocator) leaseFollowUp(ctx actor.Context, ack *pb.AssignAck) {
 	if l == nil || l.gen == 0 {
 		return
 	}
-	if pid, ok := l.targets[ack.Node]; ok {
+	if _, ok := l.targets[ack.Node]; ok {
 		nl := l.node(ack.Node)
 		now := a.cfg.Now()
 		behind := ack.Term < a.term || (ack.Term == a.term && ack.Generation < l.gen) || ack.ClusterId != l.cluster
@@ -217,7 +222,7 @@ func (a *allocator) leaseFollowUp(ctx actor.Context, ack *pb.AssignAck) {
 		switch {
 		case ack.Ok && behind && late:
 			nl.resent = now
-			a.resend(ctx, ack.Node, pid)
+			a.resendSoon(ctx, ack.Node)
 		case !behind && ack.Term == a.term && !nl.renewed && nl.fast < fastRenewals:
 			nl.fast++
 			a.renewLeases(ctx, ack.Node)
@@ -413,18 +418,37 @@ func (a *allocator) release(ctx actor.Context) {
 	}
 }
 
-// resend sends a node that missed the newest assignment the assignment
-// again (its lease is renewed only once it has applied it).
-func (a *allocator) resend(ctx actor.Context, id string, pid *actor.PID) {
+// resendSoon has node id sent the newest assignment again once the
+// messages already in the mailbox are handled (resend): when a slow
+// round leaves hundreds of nodes behind, their acks cost one reading of
+// the state and one computation of the assignments, not one each.
+func (a *allocator) resendSoon(ctx actor.Context, id string) {
+	l := a.lease
+	if len(l.resendTo) == 0 {
+		ctx.Send(ctx.Self(), resendDue{})
+	}
+	l.resendTo[id] = true
+}
+
+// resend sends the nodes that missed the newest assignment the
+// assignment again (a lease is renewed only once its node has applied
+// it).
+func (a *allocator) resend(ctx actor.Context) {
+	l := a.lease
+	ids := slices.Sorted(maps.Keys(l.resendTo))
+	clear(l.resendTo)
 	st := a.cfg.Store.LocalState()
-	if st.Allocation.Generation != a.lease.gen {
+	if st.Allocation.Generation != l.gen {
 		return
 	}
 	assign, _ := Assignments(st, a.assignOptions())
-	if as := assign[id]; as != nil {
-		a.gate(st, assign)
-		a.merge(st, assign)
-		a.cfg.Logger.Info("allocator: node missed the newest assignment: sent again", "node", id, "generation", as.Generation)
-		a.send(ctx, id, pid, as)
+	a.gate(st, assign)
+	a.merge(st, assign)
+	for _, id := range ids {
+		pid, ok := l.targets[id]
+		if as := assign[id]; ok && as != nil {
+			a.cfg.Logger.Info("allocator: node missed the newest assignment: sent again", "node", id, "generation", as.Generation)
+			a.send(ctx, id, pid, as)
+		}
 	}
 }

@@ -375,3 +375,49 @@ func TestLeasesRenewedDuringALongSearch(t *testing.T) {
 		t.Errorf("the worker was paused during the search: signals %v", s)
 	}
 }
+
+// TestNodesThatMissedARoundGetItAgain: every node loses the Assign of
+// one round; their next lease acks show them behind, and the leader
+// sends each the round's assignment again (one batch for all of them)
+// long before the next round would have brought them up to date.
+func TestNodesThatMissedARoundGetItAgain(t *testing.T) {
+	const nodes = 4
+	c := newTCluster(t, clusterOpts{servers: 1, nodes: nodes, gpus: 1, interval: 4 * time.Second, lease: 300 * time.Millisecond})
+	for i := range nodes {
+		c.submit(fmt.Sprintf("j%d", i), "imagenet", 1)
+	}
+	poll.Until(t, 60*time.Second, "a worker on every node", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		on := map[string]bool{}
+		for _, w := range c.net.workers {
+			on[w.node] = true
+		}
+		return len(on) == nodes
+	})
+	var lost uint64 // the generation whose Assigns are lost
+	c.drop("assign", nodes, func(m any) bool {
+		if as := m.(*pb.Assign); lost == 0 || as.Generation == lost {
+			lost = as.Generation
+			return true
+		}
+		return false
+	})
+	poll.Until(t, 30*time.Second, "every node's Assign of one round lost", func() bool { return c.dropped("assign") == nodes })
+	c.mu.Lock()
+	gen := lost
+	c.mu.Unlock()
+	poll.Until(t, 30*time.Second, "every node up to date", func() bool {
+		for i := range nodes {
+			if c.nodeStatus(i).Generation < gen {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range nodes {
+		if got := c.nodeStatus(i).Generation; got != gen {
+			t.Errorf("node %d is at generation %d, not the lost round's %d: the next round, not a resend, brought it up to date", i, got, gen)
+		}
+	}
+}

@@ -91,7 +91,7 @@ func newBenchControlPlaneCmd() *cobra.Command {
 	f.IntVar(&o.GPUs, "gpus", 4, "GPUs per node")
 	f.IntVar(&o.Rounds, "rounds", 10, "rounds timed")
 	f.IntVar(&o.Failovers, "failovers", 5, "leader kills timed")
-	f.DurationVar(&o.Interval, "interval", time.Second, "scheduling interval")
+	f.DurationVar(&o.Interval, "interval", 5*time.Second, "scheduling interval (Pollux's is 60 s; a 512-node round takes about a second here, and rounds back to back leave nodes behind the newest assignment, so their leases lapse)")
 	f.DurationVar(&o.ReportEvery, "report-every", 50*time.Millisecond, "time between two reports of one worker (every rank reports)")
 	f.DurationVar(&o.Warmup, "warmup", 2*time.Minute, "longest wait for the jobs to be placed before timing")
 	f.DurationVar(&o.Settle, "settle", 20*time.Second, "time the placed jobs run (profile, bid, scale out) before timing")

@@ -40,6 +40,8 @@ var ErrConfig = errors.New("controlplane: bad options")
 type Report struct {
 	Nodes int `json:"nodes"`
 	Jobs  int `json:"jobs"`
+	// IntervalS is the scheduling interval the rounds ran at.
+	IntervalS float64 `json:"interval_s"`
 	// Transport is remote (every node and server an actor system with a
 	// listener of its own) or local (one actor system); TLS says the
 	// listeners, Raft and gossip were secured. NodeEndpoints counts the
@@ -226,7 +228,7 @@ func Run(ctx context.Context, o Options, progress io.Writer) (rep *Report, err e
 			b.stop()
 		}
 	}()
-	rep = &Report{Nodes: o.Nodes, Jobs: o.Jobs, Transport: map[bool]string{true: "local", false: "remote"}[o.Local], TLS: !o.Insecure}
+	rep = &Report{Nodes: o.Nodes, Jobs: o.Jobs, IntervalS: o.Interval.Seconds(), Transport: map[bool]string{true: "local", false: "remote"}[o.Local], TLS: !o.Insecure}
 	if b.nodesApart() {
 		rep.NodeProcesses = 1
 	}

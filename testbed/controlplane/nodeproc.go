@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os/exec"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -31,6 +32,10 @@ var NodesCommand = []string{"bench", "controlplane-nodes"}
 // take the cores the servers' Raft timers need (a real cluster runs its
 // servers on machines of their own).
 const NodeProcessNice = 5
+
+// nodesGCPercent is the node process's garbage-collection target
+// (runtime/debug.SetGCPercent; Go's default is 100).
+const nodesGCPercent = 400
 
 // NodesConfig is what the servers' process sends its node process on
 // stdin (one JSON object on the first line; unknown fields refused).
@@ -66,6 +71,11 @@ type nodeLine struct {
 // remoteOptions configure the actor systems' gRPC as Options.RemoteOptions.
 func ServeNodes(ctx context.Context, in io.Reader, out, progress io.Writer,
 	remoteOptions func(creds *pki.Credentials, log *slog.Logger) ([]remote.ConfigOption, error)) error {
+	// The process stands in for hundreds of machines on a few cores;
+	// memberlist allocates a 64 KiB buffer for every packet it receives,
+	// so the default collector spends a third of the process's CPU
+	// marking. A larger heap target trades memory for that CPU.
+	debug.SetGCPercent(nodesGCPercent)
 	r := bufio.NewReader(in)
 	cfg, err := readNodesConfig(r)
 	if err != nil {
