@@ -60,6 +60,41 @@ type TLS struct {
 type Transport struct {
 	*raft.NetworkTransport
 	mux *mux
+	// hb guards Raft's heartbeat fast path against Close (see
+	// SetHeartbeatHandler); hbClosed is set by Close.
+	hb       sync.RWMutex
+	hbClosed bool
+}
+
+// SetHeartbeatHandler hands Raft's heartbeat fast path to cb until
+// Close. The transport runs cb on the connection's goroutine, outside
+// Raft's main loop, so a heartbeat that arrives as the server shuts
+// down can still be writing the new term to the stable store when
+// Server.Shutdown closes it, and Raft panics on a store it cannot
+// write. Close waits for a heartbeat being handled and refuses those
+// after it.
+func (t *Transport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
+	if cb == nil {
+		t.NetworkTransport.SetHeartbeatHandler(nil)
+		return
+	}
+	t.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+		t.hb.RLock()
+		defer t.hb.RUnlock()
+		if t.hbClosed {
+			rpc.Respond(nil, raft.ErrTransportShutdown)
+			return
+		}
+		cb(rpc)
+	})
+}
+
+// Close closes the port once no heartbeat is being handled.
+func (t *Transport) Close() error {
+	t.hb.Lock()
+	t.hbClosed = true
+	t.hb.Unlock()
+	return t.NetworkTransport.Close()
 }
 
 // ListenTCP returns the Raft port bound to addr (host:port; port 0 picks

@@ -364,3 +364,52 @@ func TestFrames(t *testing.T) {
 	}
 
 }
+
+// TestCloseWaitsForAHeartbeatBeingHandled: Raft handles heartbeats on
+// the transport's connection goroutines; Close must not return while
+// one is being handled (Server.Shutdown closes the stores right after,
+// and a heartbeat writing its term to a closed store panicked a
+// server in the control-plane bench).
+func TestCloseWaitsForAHeartbeatBeingHandled(t *testing.T) {
+	from, err := ListenTCP("127.0.0.1:0", testConfig("a"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer from.Close()
+	to, err := ListenTCP("127.0.0.1:0", testConfig("b"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	to.SetHeartbeatHandler(func(rpc raft.RPC) {
+		close(entered)
+		<-release
+		rpc.Respond(&raft.AppendEntriesResponse{Term: 1, Success: true}, nil)
+	})
+	go func() {
+		var resp raft.AppendEntriesResponse
+		hb := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ID: []byte("a"), Addr: []byte(from.LocalAddr())}, Term: 1}
+		_ = from.AppendEntries("b", to.LocalAddr(), hb, &resp)
+	}()
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the heartbeat never reached the handler")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- to.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a heartbeat was being handled", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return once the heartbeat was handled")
+	}
+}
