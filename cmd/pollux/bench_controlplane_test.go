@@ -50,6 +50,9 @@ func checkBenchReport(t *testing.T, out []byte, nodes, jobs, rounds, failovers i
 		if r.Policy != "pollux" || !(r.SearchEffort > 0) || !(r.Fitness > 0) || !(r.FullFitness > 0) || r.FitnessVsFull != r.Fitness/r.FullFitness {
 			t.Errorf("timed round %+v: want a search judged against the full one", r)
 		}
+		if !(r.DecidedS > 0) || r.DecidedS > r.RoundS {
+			t.Errorf("timed round %+v: decided %v s into a round of %v s", r, r.DecidedS, r.RoundS)
+		}
 	}
 	for _, f := range rep.Failovers {
 		if f.Killed == f.NewLeader || !(f.ElectedAfterKillS > 0) || f.FirstRoundCommittedAfterKillS < f.ElectedAfterKillS ||

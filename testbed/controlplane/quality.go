@@ -17,6 +17,10 @@ type Round struct {
 	Server     string  `json:"server"`
 	Generation uint64  `json:"generation"`
 	RoundS     float64 `json:"round_s"`
+	// DecidedS is the part of RoundS from the tick to the round's
+	// commit (the search and the Raft write); the rest is the
+	// assignments reaching the nodes and their acknowledgements.
+	DecidedS float64 `json:"decided_s"`
 	// Policy decided the round: pollux (the search, at SearchEffort) or
 	// greedy (a new leader's first round: the committed allocation
 	// hill-climbed, no search).
@@ -68,7 +72,7 @@ func policyOf(ri allocator.RoundInfo) (optimizer.Policy, error) {
 // search is seeded): otherwise the input is not the round's, and the
 // comparison would mean nothing.
 func judge(server string, ri allocator.RoundInfo) (Round, error) {
-	r := Round{Server: server, Generation: ri.Generation, RoundS: ri.Duration.Seconds(), Policy: ri.Policy, Fitness: ri.Fitness,
+	r := Round{Server: server, Generation: ri.Generation, RoundS: ri.Duration.Seconds(), DecidedS: ri.Decided.Seconds(), Policy: ri.Policy, Fitness: ri.Fitness,
 		Jobs: ri.Jobs, GPUsUsed: ri.GPUsUsed, Nodes: ri.Nodes, Acked: ri.Acked}
 	if ri.Snapshot == nil {
 		return r, fmt.Errorf("controlplane: round %d decided nothing: no jobs or no nodes", ri.Generation)
