@@ -54,13 +54,16 @@ type tcluster struct {
 	server []*tserver
 	agents []cluster.Member
 	nodes  []*node.Node
-	bids   map[string][]*pb.Bid    // job -> every bid its actors sent
-	told   []node.WorkerSpec       // every worker started
-	rounds []allocator.RoundInfo   // rounds of every leader
-	drops  map[string]*dropRule    // message kind -> rule
-	seen   map[string]int          // message kind -> how many passed the drop points
-	runs   map[string][]*pb.RunJob // job -> every run assigned to a node
-	net    netState                // partitions and workers' signals (lease_test.go)
+	bids   map[string][]*pb.Bid     // job -> every bid its actors sent
+	told   []node.WorkerSpec        // every worker started
+	rounds []allocator.RoundInfo    // rounds of every leader
+	drops  map[string]*dropRule     // message kind -> rule
+	seen   map[string]int           // message kind -> how many passed the drop points
+	delays map[string]time.Duration // message kind -> how long each is held on its way
+	// assigns counts the Assigns sent, per generation.
+	assigns map[uint64]int
+	runs    map[string][]*pb.RunJob // job -> every run assigned to a node
+	net     netState                // partitions and workers' signals (lease_test.go)
 }
 
 type tserver struct {
@@ -121,7 +124,8 @@ func newTCluster(t *testing.T, o clusterOpts) *tcluster {
 		t.Fatal(err)
 	}
 	c := &tcluster{t: t, cat: cat, fwd: consensus.NewLocalForwarder(), root: t.TempDir(), opts: o, stats: &allocator.Stats{},
-		bids: map[string][]*pb.Bid{}, drops: map[string]*dropRule{}, seen: map[string]int{}, runs: map[string][]*pb.RunJob{}}
+		bids: map[string][]*pb.Bid{}, drops: map[string]*dropRule{}, seen: map[string]int{}, runs: map[string][]*pb.RunJob{},
+		delays: map[string]time.Duration{}, assigns: map[uint64]int{}}
 	c.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet() }))
 	var peers []raft.Server
 	trans := map[raft.ServerAddress]*raft.InmemTransport{}
@@ -435,6 +439,7 @@ func (c *tcluster) pass(m any) bool {
 	case *pb.Bid:
 		c.bids[m.Job] = append(c.bids[m.Job], m)
 	case *pb.Assign:
+		c.assigns[m.Generation]++
 		for _, r := range m.Runs {
 			c.runs[r.Job] = append(c.runs[r.Job], r)
 		}
@@ -448,10 +453,25 @@ func (c *tcluster) pass(m any) bool {
 
 func (c *tcluster) sendDrops(next actor.SenderFunc) actor.SenderFunc {
 	return func(ctx actor.SenderContext, target *actor.PID, env *actor.MessageEnvelope) {
-		if c.pass(env.Message) {
-			next(ctx, target, env)
+		if !c.pass(env.Message) {
+			return
 		}
+		c.mu.Lock()
+		d := c.delays[kindOf(env.Message)]
+		c.mu.Unlock()
+		if d > 0 {
+			time.AfterFunc(d, func() { next(ctx, target, env) })
+			return
+		}
+		next(ctx, target, env)
 	}
+}
+
+// delay holds every message of a kind for d on its way (0: no more).
+func (c *tcluster) delay(kind string, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.delays[kind] = d
 }
 
 func (c *tcluster) receiveDrops(next actor.ReceiverFunc) actor.ReceiverFunc {

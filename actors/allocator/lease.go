@@ -37,6 +37,10 @@ const maxLease = 10 * time.Minute
 // renewal that fetches a nonce and one that echoes it.
 const fastRenewals = 3
 
+// maxUnanswered bounds the renewals a node's lease remembers as sent and
+// not answered: a node that stops answering costs no more.
+const maxUnanswered = 16
+
 // Local messages of the lease.
 type (
 	leaseTick     struct{}
@@ -81,6 +85,14 @@ type nodeLease struct {
 	renewed bool      // its newest answer to a renewal said it renewed
 	fast    int       // renewals beyond the tick's since the last tick
 	resent  time.Time // when its assignment was last sent outside a round
+	// renewals are the generations the renewals sent to the node and
+	// not answered yet carried, oldest first (at most maxUnanswered):
+	// a node answers in order, so its answer to a renewal sent after
+	// the newest assignment shows whether it got that assignment.
+	renewals []uint64
+	// answered is the generation of the renewal the ack being handled
+	// answers (0: the ack answers none).
+	answered uint64
 	// listed holds, per job, the newest generation of an assignment
 	// this leader sent the node that listed the job.
 	listed map[string]uint64
@@ -176,6 +188,11 @@ func (a *allocator) leaseConfirmed(ctx actor.Context, m leaseVerified) {
 	ms := uint64(a.cfg.Lease / time.Millisecond)
 	for _, id := range slices.Sorted(maps.Keys(m.echo)) {
 		if pid, ok := l.targets[id]; ok {
+			nl := l.node(id)
+			if len(nl.renewals) == maxUnanswered {
+				nl.renewals = nl.renewals[1:]
+			}
+			nl.renewals = append(nl.renewals, l.gen)
 			ctx.Request(pid, &pb.LeaseRenew{ClusterId: l.cluster, Term: a.term, Generation: l.gen, LeaseMs: ms,
 				Echo: m.echo[id], Allocator: self})
 		}
@@ -199,8 +216,12 @@ func (a *allocator) leaseAcked(ctx actor.Context, m *pb.LeaseAck) {
 	}
 	if !m.Update {
 		nl.renewed = m.Renewed && m.Status.Term == a.term
+		if len(nl.renewals) > 0 {
+			nl.answered, nl.renewals = nl.renewals[0], nl.renewals[1:]
+		}
 	}
 	a.acked(ctx, m.Status)
+	nl.answered = 0
 }
 
 // leaseFollowUp acts on a node's ack (of an assignment or a renewal): a
@@ -216,9 +237,14 @@ func (a *allocator) leaseFollowUp(ctx actor.Context, ack *pb.AssignAck) {
 		nl := l.node(ack.Node)
 		now := a.cfg.Now()
 		behind := ack.Term < a.term || (ack.Term == a.term && ack.Generation < l.gen) || ack.ClusterId != l.cluster
-		// (An ack sent before the newest assignment arrived is behind
-		// too: give that a renewal period.)
-		late := now.Sub(l.sentAt) >= a.renewEvery() && now.Sub(nl.resent) >= a.renewEvery()
+		// A node answers in order: behind in its answer to a renewal
+		// sent after the newest assignment, it did not get that
+		// assignment. Behind in an answer to anything older, the
+		// assignment may still be on its way (a round takes a while to
+		// reach hundreds of nodes): it is sent again only once a whole
+		// lease has passed.
+		lost := nl.answered == l.gen || now.Sub(l.sentAt) >= a.cfg.Lease
+		late := lost && now.Sub(nl.resent) >= a.renewEvery()
 		switch {
 		case ack.Ok && behind && late:
 			nl.resent = now

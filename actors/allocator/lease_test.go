@@ -421,3 +421,53 @@ func TestNodesThatMissedARoundGetItAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowAcksBringNoResends: when the nodes' answers take longer than
+// a renewal period, the answers to renewals sent before a round's
+// Assign arrive after it showing the node behind; the Assign is on its
+// way, not lost, and is not sent again. (Before the leader told these
+// apart by the order of a node's answers, every such answer made it
+// send the round's Assign a second time.)
+func TestSlowAcksBringNoResends(t *testing.T) {
+	const nodes = 4
+	c := newTCluster(t, clusterOpts{servers: 1, nodes: nodes, gpus: 1, interval: time.Second, lease: 600 * time.Millisecond})
+	for i := range nodes {
+		c.submit(fmt.Sprintf("j%d", i), "imagenet", 1)
+	}
+	poll.Until(t, 60*time.Second, "a worker on every node", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		on := map[string]bool{}
+		for _, w := range c.net.workers {
+			on[w.node] = true
+		}
+		return len(on) == nodes
+	})
+	// Answers take 300 ms: twice the 150 ms renewal period, so some
+	// answer sent before each round's Assign arrives a renewal period
+	// after it, and within the lease.
+	c.delay("ack", 300*time.Millisecond)
+	var from uint64
+	poll.Until(t, 30*time.Second, "a round with the answers slow", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for g := range c.assigns {
+			from = max(from, g)
+		}
+		return from > 0
+	})
+	from++ // the first round sent wholly with slow answers
+	poll.Until(t, 30*time.Second, "three more rounds", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.assigns[from+3] > 0
+	})
+	time.Sleep(500 * time.Millisecond) // any resend of the last counted round
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for g := from; g <= from+2; g++ {
+		if c.assigns[g] != nodes {
+			t.Errorf("generation %d: %d Assigns sent to %d nodes, want one each", g, c.assigns[g], nodes)
+		}
+	}
+}
