@@ -386,15 +386,7 @@ func TestNodesThatMissedARoundGetItAgain(t *testing.T) {
 	for i := range nodes {
 		c.submit(fmt.Sprintf("j%d", i), "imagenet", 1)
 	}
-	poll.Until(t, 60*time.Second, "a worker on every node", func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		on := map[string]bool{}
-		for _, w := range c.net.workers {
-			on[w.node] = true
-		}
-		return len(on) == nodes
-	})
+	c.workerOnEveryNode(t, nodes)
 	var lost uint64 // the generation whose Assigns are lost
 	c.drop("assign", nodes, func(m any) bool {
 		if as := m.(*pb.Assign); lost == 0 || as.Generation == lost {
@@ -434,15 +426,7 @@ func TestSlowAcksBringNoResends(t *testing.T) {
 	for i := range nodes {
 		c.submit(fmt.Sprintf("j%d", i), "imagenet", 1)
 	}
-	poll.Until(t, 60*time.Second, "a worker on every node", func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		on := map[string]bool{}
-		for _, w := range c.net.workers {
-			on[w.node] = true
-		}
-		return len(on) == nodes
-	})
+	c.workerOnEveryNode(t, nodes)
 	// Answers take 300 ms: twice the 150 ms renewal period, so some
 	// answer sent before each round's Assign arrives a renewal period
 	// after it, and within the lease.
@@ -470,4 +454,18 @@ func TestSlowAcksBringNoResends(t *testing.T) {
 			t.Errorf("generation %d: %d Assigns sent to %d nodes, want one each", g, c.assigns[g], nodes)
 		}
 	}
+}
+
+// workerOnEveryNode waits until each of the nodes runs a worker.
+func (c *tcluster) workerOnEveryNode(t *testing.T, nodes int) {
+	t.Helper()
+	poll.Until(t, 60*time.Second, "a worker on every node", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		on := map[string]bool{}
+		for _, w := range c.net.workers {
+			on[w.node] = true
+		}
+		return len(on) == nodes
+	})
 }
