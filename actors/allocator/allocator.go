@@ -382,7 +382,7 @@ func (a *allocator) Receive(ctx actor.Context) {
 		if l := a.cfg.Federation; l != nil {
 			m = l.SplitAck(m) // the runs of borrowers go back to them
 		}
-		a.acked(ctx, m)
+		a.acked(ctx, m, 0)
 	case OrdersChanged:
 		// A borrower ordered other runs on this lab's nodes: assign them
 		// soon rather than at the next round.

@@ -90,9 +90,6 @@ type nodeLease struct {
 	// a node answers in order, so its answer to a renewal sent after
 	// the newest assignment shows whether it got that assignment.
 	renewals []uint64
-	// answered is the generation of the renewal the ack being handled
-	// answers (0: the ack answers none).
-	answered uint64
 	// listed holds, per job, the newest generation of an assignment
 	// this leader sent the node that listed the job.
 	listed map[string]uint64
@@ -214,21 +211,22 @@ func (a *allocator) leaseAcked(ctx actor.Context, m *pb.LeaseAck) {
 	if m.Nonce != 0 {
 		nl.nonce, nl.at = m.Nonce, a.cfg.Now()
 	}
+	var answered uint64 // the generation of the renewal m answers
 	if !m.Update {
 		nl.renewed = m.Renewed && m.Status.Term == a.term
 		if len(nl.renewals) > 0 {
-			nl.answered, nl.renewals = nl.renewals[0], nl.renewals[1:]
+			answered, nl.renewals = nl.renewals[0], nl.renewals[1:]
 		}
 	}
-	a.acked(ctx, m.Status)
-	nl.answered = 0
+	a.acked(ctx, m.Status, answered)
 }
 
-// leaseFollowUp acts on a node's ack (of an assignment or a renewal): a
+// leaseFollowUp acts on a node's ack (of an assignment, or of a renewal
+// that carried generation answered; 0 when it answers none): a
 // node behind the newest assignment is sent it again, one up to date but
 // not renewed yet is renewed at once, and incarnations held by the gate
 // are let through if they may start now.
-func (a *allocator) leaseFollowUp(ctx actor.Context, ack *pb.AssignAck) {
+func (a *allocator) leaseFollowUp(ctx actor.Context, ack *pb.AssignAck, answered uint64) {
 	l := a.lease
 	if l == nil || l.gen == 0 {
 		return
@@ -243,7 +241,7 @@ func (a *allocator) leaseFollowUp(ctx actor.Context, ack *pb.AssignAck) {
 		// assignment may still be on its way (a round takes a while to
 		// reach hundreds of nodes): it is sent again only once a whole
 		// lease has passed.
-		lost := nl.answered == l.gen || now.Sub(l.sentAt) >= a.cfg.Lease
+		lost := answered == l.gen || now.Sub(l.sentAt) >= a.cfg.Lease
 		late := lost && now.Sub(nl.resent) >= a.renewEvery()
 		switch {
 		case ack.Ok && behind && late:

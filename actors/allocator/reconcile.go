@@ -29,8 +29,10 @@ const cleanExitRounds = 2
 // or an incarnation the node refuses because it already ran it) is
 // restarted by the next round; one whose workers all exited cleanly
 // without a done report is judged at the next rounds (reconcileExits).
-// Everything else is already what the node was told.
-func (a *allocator) acked(ctx actor.Context, ack *pb.AssignAck) {
+// Everything else is already what the node was told. answered is, for
+// an ack that answers a lease renewal, the generation the renewal
+// carried (0 otherwise).
+func (a *allocator) acked(ctx actor.Context, ack *pb.AssignAck, answered uint64) {
 	if a.term == 0 {
 		return
 	}
@@ -65,7 +67,7 @@ func (a *allocator) acked(ctx actor.Context, ack *pb.AssignAck) {
 			}
 		}
 	}
-	a.leaseFollowUp(ctx, ack)
+	a.leaseFollowUp(ctx, ack, answered)
 }
 
 // doneByRankZero reports whether token is rank 0's report token of the
