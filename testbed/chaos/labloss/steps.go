@@ -144,20 +144,32 @@ func (r *run) lose(ctx context.Context) {
 	}
 	c := r.ls.Labs[lost]
 	members := append(slices.Clone(c.Servers), c.Agents...)
-	workers := c.Workers()
-	for _, n := range names {
-		if n != lost {
-			for _, w := range r.ls.Labs[n].Workers() {
-				if jobLab(w.Job, names) == lost {
-					res.BorrowedWorkersAtLoss++
+	// A resize or a finished job can leave a moment with no worker on one
+	// side since lendsAndBorrows held: the loss waits (boundedly) for a
+	// moment with workers on both, and kills the workers it counted. If
+	// none comes, judge reports the zero counts.
+	var workers []launch.Worker
+	both := func(*leaseWatch) bool {
+		res.BorrowedWorkersAtLoss, res.PeerWorkersAtLoss = 0, 0
+		for _, n := range names {
+			if n != lost {
+				for _, w := range r.ls.Labs[n].Workers() {
+					if jobLab(w.Job, names) == lost {
+						res.BorrowedWorkersAtLoss++
+					}
 				}
 			}
 		}
-	}
-	for _, w := range workers {
-		if jobLab(w.Job, names) != lost {
-			res.PeerWorkersAtLoss++
+		workers = c.Workers()
+		for _, w := range workers {
+			if jobLab(w.Job, names) != lost {
+				res.PeerWorkersAtLoss++
+			}
 		}
+		return res.BorrowedWorkersAtLoss > 0 && res.PeerWorkersAtLoss > 0
+	}
+	if err := r.waitFor(ctx, lost+"'s workers on both sides", 30*time.Second, both); err != nil {
+		r.log.Warn("chaos: lab-loss: losing the lab without workers on both sides", "err", err)
 	}
 	atLoss := r.leasesAtLoss(ctx)
 	r.log.Info("chaos: lab-loss: killing every process of the lab", "lab", lost, "members", len(members), "workers", len(workers))
