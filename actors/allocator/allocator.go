@@ -144,6 +144,11 @@ type RoundInfo struct {
 	Dropped   int
 	// Nodes were sent an Assign; Acked answered in time.
 	Nodes, Acked int
+	// Sent is from Began to the last Assign handed to the transport, and
+	// AckMedian to the median node's ack (of those that answered in
+	// time): with Decided and Duration they say where a round's time
+	// goes.
+	Sent, AckMedian time.Duration
 	// FirstOfTerm marks the first round of a leadership, and Elected is
 	// when this server learnt it leads.
 	FirstOfTerm bool
@@ -330,6 +335,7 @@ type roundState struct {
 	info    RoundInfo
 	begin   time.Time
 	waiting map[string]bool
+	acks    []time.Duration // from begin, in the order the acks came
 }
 
 func (a *allocator) Receive(ctx actor.Context) {
@@ -774,7 +780,7 @@ func (a *allocator) assign(ctx actor.Context, st *state.State, info RoundInfo, b
 		assign[id].ForgetLogs = prunedLogs(st, a.acks[id])
 		a.send(ctx, id, l.targets[id], assign[id])
 	}
-	rs.info.Nodes = len(rs.waiting)
+	rs.info.Nodes, rs.info.Sent = len(rs.waiting), time.Since(begin)
 	a.round = rs
 	if len(rs.waiting) == 0 {
 		a.finishRound()
@@ -806,6 +812,9 @@ func (a *allocator) finishRound() {
 	a.round = nil
 	r.info.Acked = r.info.Nodes - len(r.waiting)
 	r.info.Duration = time.Since(r.begin)
+	if len(r.acks) > 0 {
+		r.info.AckMedian = r.acks[len(r.acks)/2]
+	}
 	if r.info.Committed {
 		a.cfg.Logger.Debug("allocator: round", "generation", r.info.Generation, "term", r.info.Term, "jobs", r.info.Jobs,
 			"gpus_used", r.info.GPUsUsed, "fitness", r.info.Fitness, "took", r.info.Duration, "acked", r.info.Acked)

@@ -469,3 +469,29 @@ func (c *tcluster) workerOnEveryNode(t *testing.T, nodes int) {
 		return len(on) == nodes
 	})
 }
+
+// TestRoundTimesSayWhereTheyGo holds every answer 300 ms: a round's
+// times then put the 300 ms between its last Assign sent and its acks,
+// in order (decided, sent, median ack, last ack).
+func TestRoundTimesSayWhereTheyGo(t *testing.T) {
+	const nodes, slow = 3, 300 * time.Millisecond
+	c := newTCluster(t, clusterOpts{servers: 1, nodes: nodes, gpus: 1, interval: time.Second, lease: 2 * slow})
+	for i := range nodes {
+		c.submit(fmt.Sprintf("j%d", i), "imagenet", 1)
+	}
+	c.workerOnEveryNode(t, nodes)
+	c.delay("ack", slow)
+	mark := c.roundMark()
+	c.waitRounds("two rounds acked by every node after the delay", mark, 3, func(r allocator.RoundInfo) bool { return r.Acked == nodes })
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.rounds[mark+1:] { // the first may have been sent before the delay
+		if !r.Committed || r.Acked != nodes {
+			continue
+		}
+		if !(r.Decided <= r.Sent && r.Sent+slow <= r.AckMedian && r.AckMedian <= r.Duration) {
+			t.Errorf("generation %d: decided %v, sent %v, median ack %v, last ack %v: want them in order with the %v delay between sent and the median ack",
+				r.Generation, r.Decided, r.Sent, r.AckMedian, r.Duration, slow)
+		}
+	}
+}

@@ -38,6 +38,7 @@ func (a *allocator) acked(ctx actor.Context, ack *pb.AssignAck, answered uint64)
 	}
 	if r := a.round; r != nil && r.waiting[ack.Node] && (!ack.Ok || ack.Generation == r.info.Generation) {
 		delete(r.waiting, ack.Node)
+		r.acks = append(r.acks, time.Since(r.begin))
 		if len(r.waiting) == 0 {
 			a.finishRound()
 		}

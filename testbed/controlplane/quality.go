@@ -21,6 +21,10 @@ type Round struct {
 	// commit (the search and the Raft write); the rest is the
 	// assignments reaching the nodes and their acknowledgements.
 	DecidedS float64 `json:"decided_s"`
+	// SentS runs from the tick to the last assignment handed to the
+	// transport, AckMedianS to the median node's acknowledgement.
+	SentS      float64 `json:"sent_s"`
+	AckMedianS float64 `json:"ack_median_s"`
 	// Policy decided the round: pollux (the search, at SearchEffort) or
 	// greedy (a new leader's first round: the committed allocation
 	// hill-climbed, no search).
@@ -72,7 +76,8 @@ func policyOf(ri allocator.RoundInfo) (optimizer.Policy, error) {
 // search is seeded): otherwise the input is not the round's, and the
 // comparison would mean nothing.
 func judge(server string, ri allocator.RoundInfo) (Round, error) {
-	r := Round{Server: server, Generation: ri.Generation, RoundS: ri.Duration.Seconds(), DecidedS: ri.Decided.Seconds(), Policy: ri.Policy, Fitness: ri.Fitness,
+	r := Round{Server: server, Generation: ri.Generation, RoundS: ri.Duration.Seconds(), DecidedS: ri.Decided.Seconds(),
+		SentS: ri.Sent.Seconds(), AckMedianS: ri.AckMedian.Seconds(), Policy: ri.Policy, Fitness: ri.Fitness,
 		Jobs: ri.Jobs, GPUsUsed: ri.GPUsUsed, Nodes: ri.Nodes, Acked: ri.Acked}
 	if ri.Snapshot == nil {
 		return r, fmt.Errorf("controlplane: round %d decided nothing: no jobs or no nodes", ri.Generation)
