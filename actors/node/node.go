@@ -207,6 +207,7 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 	var pid *actor.PID
 	ready := make(chan struct{})
 	auth := newReportAuth()
+	queue := &reportQueue{}
 	// Every report, from the listener or an in-process worker, is
 	// checked against the runs' tokens before the actor sees it.
 	deliver := func(r workerproto.Report) error {
@@ -214,7 +215,9 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 			return err
 		}
 		<-ready
-		sys.Root.Send(pid, reportIn{r})
+		if queue.push(r) {
+			sys.Root.Send(pid, reportsIn{})
+		}
 		return nil
 	}
 	deliverInProcess := func(r workerproto.Report) {
@@ -244,6 +247,7 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Node, error) {
 			sys:        sys,
 			reportAddr: reportAddr,
 			deliver:    deliverInProcess,
+			queue:      queue,
 			auth:       auth,
 			allow:      allow,
 			denied:     map[runKey]string{},
@@ -310,7 +314,7 @@ func (n *Node) stop(timeout time.Duration) error {
 
 // Local messages of the actor (never sent across processes).
 type (
-	reportIn     struct{ r workerproto.Report }
+	reportsIn    struct{} // the queue has reports
 	flushReports struct{}
 	graceExpired struct{ key runKey }
 	shutdown     struct{ done chan struct{} }
@@ -348,6 +352,8 @@ type nodeActor struct {
 	sys        *actor.ActorSystem
 	reportAddr string
 	deliver    func(workerproto.Report)
+	queue      *reportQueue
+	taken      []workerproto.Report // the last reports taken from queue (its buffer, reused)
 	auth       *reportAuth
 	allow      []CommandPattern
 	denied     map[runKey]string // runs of the last assignment the policy forbids
@@ -376,8 +382,11 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		ctx.Respond(true)
 	case *pb.StatusRequest:
 		ctx.Respond(a.status())
-	case reportIn:
-		a.forwardReport(ctx, m.r)
+	case reportsIn:
+		a.taken = a.queue.take(a.taken)
+		for _, r := range a.taken {
+			a.forwardReport(ctx, r)
+		}
 	case flushReports:
 		a.flushing = false
 		a.flush(ctx)
