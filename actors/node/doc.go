@@ -33,9 +33,10 @@
 // report token of the report's rank, which the leader sent with the
 // assignment, lets only rank 0 of a current run say done, queues it for
 // the actor (reportqueue.go: one wake-up for all the reports that arrive
-// before the actor takes them), and forwards it to the run's owner (its job actor), gathered per owner for ReportFlush
-// (a done report at once, with its token for the leader to check), and
-// tells the owner of every worker exit. The listener (reports.go) keeps a
+// before the actor takes them), and forwards it to the run's owner (its
+// job actor), gathered per owner for ReportFlush (a done report at once,
+// with its token for the leader to check), and tells the owner of every
+// worker exit. The listener (reports.go) keeps a
 // connection that has not delivered an accepted report on probation: a
 // short deadline, closed at its first bad line, first to go at the
 // connection cap.

@@ -35,7 +35,7 @@ func deniedJob(name string, spec func(*target) []byte, mention string) func(cont
 		// Run again (the victim moved during the first run), the case
 		// finds its job of the first run and judges that one: a name is
 		// taken once.
-		again := a.Code == http.StatusConflict && strings.Contains(a.Err, "job already exists")
+		again := takenByFirstRun(a.Code, a.Err)
 		if !a.OK() && !again {
 			return "submission not taken: " + a.Error(), false
 		}
@@ -63,6 +63,13 @@ func deniedJob(name string, spec func(*target) []byte, mention string) func(cont
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+}
+
+// takenByFirstRun reports whether a submission's answer (status and
+// error text) says its name is taken: run again, a case that submits a
+// job meets its own job of the first run, and judges that one.
+func takenByFirstRun(code int, msg string) bool {
+	return code == http.StatusConflict && strings.Contains(msg, "job already exists")
 }
 
 // rejectedSubmit submits a spec the API must refuse with a 400 naming

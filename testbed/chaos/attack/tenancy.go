@@ -282,7 +282,7 @@ func reusedName(ctx context.Context, t *target) (string, bool) {
 	a, err := t.request(ctx, t.tokens.submitter, http.MethodPost, api.PathJobs, t.appSpec(name, ""))
 	// Run again (the victim moved during the first run), the case finds
 	// its job of the first run and judges that one, as deniedJob does.
-	again := err == nil && a.code == http.StatusConflict && strings.Contains(a.body, "job already exists")
+	again := err == nil && takenByFirstRun(a.code, a.body)
 	if err != nil || a.code != http.StatusCreated && !again {
 		return fmt.Sprintf("the submission: %v %d %s", err, a.code, a.body), false
 	}
