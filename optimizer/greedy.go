@@ -8,6 +8,10 @@ import "slices"
 // search adds.
 type Greedy struct {
 	PowerMean float64
+	// MeasuredRestart is Pollux.MeasuredRestart: a first round of a
+	// leadership decided greedily is then judged by the objective the
+	// leader's Pollux searches with.
+	MeasuredRestart bool
 }
 
 // NewGreedy returns the greedy baseline with p = -1.
@@ -18,7 +22,7 @@ func (g *Greedy) Name() string { return "greedy" }
 
 // Allocate implements Policy.
 func (g *Greedy) Allocate(snap *Snapshot, _ *State) (Result, error) {
-	obj, err := NewObjective(snap, g.PowerMean)
+	obj, err := newObjective(snap, g.PowerMean, nil, g.MeasuredRestart)
 	if err != nil {
 		return Result{}, err
 	}

@@ -59,8 +59,9 @@ type Config struct {
 	// it takes well less, so a loaded leader keeps its rounds short.
 	SearchBudget time.Duration
 	// FirstPolicy decides the first round of a leadership (default
-	// optimizer.NewGreedy(): the committed allocation hill-climbed, a
-	// fraction of the search's time), so that a new leader acts within a
+	// optimizer.NewGreedy(), pricing restarts as Policy does: the
+	// committed allocation hill-climbed, a fraction of the search's
+	// time), so that a new leader acts within a
 	// second; the next round, soon after, runs Policy. Under Tiresias,
 	// which is quick and never resizes, the default is Tiresias itself.
 	FirstPolicy optimizer.Policy
@@ -207,7 +208,11 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 		cfg.Policy = p
 	}
 	if cfg.FirstPolicy == nil {
-		cfg.FirstPolicy = optimizer.NewGreedy()
+		g := optimizer.NewGreedy()
+		if px, ok := cfg.Policy.(*optimizer.Pollux); ok {
+			g.MeasuredRestart = px.MeasuredRestart // one objective for every round
+		}
+		cfg.FirstPolicy = g
 		if _, fixed := cfg.Policy.(optimizer.Tiresias); fixed {
 			cfg.FirstPolicy = cfg.Policy
 		}

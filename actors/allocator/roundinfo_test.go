@@ -58,7 +58,7 @@ func TestRoundInfoCarriesThePolicyInput(t *testing.T) {
 		r      *allocator.RoundInfo
 		policy optimizer.Policy
 	}{
-		{"first round", first, optimizer.NewGreedy()},
+		{"first round", first, &optimizer.Greedy{PowerMean: optimizer.DefaultPowerMean, MeasuredRestart: true}},
 		{"search", search, &optimizer.Pollux{PowerMean: optimizer.DefaultPowerMean, Effort: search.SearchEffort, MeasuredRestart: true}},
 	} {
 		res, err := tc.policy.Allocate(tc.r.Snapshot, tc.r.Prev)

@@ -53,13 +53,16 @@ type MinMedian struct {
 
 // policyOf builds the policy a round names, at the round's effort.
 func policyOf(ri allocator.RoundInfo) (optimizer.Policy, error) {
+	// The bench's servers run the allocator's default, which prices
+	// restarts at the jobs' measured delays, in its greedy first rounds
+	// too.
 	var p optimizer.Policy
 	if ri.Policy == "greedy" {
-		p = optimizer.NewGreedy()
+		g := optimizer.NewGreedy()
+		g.MeasuredRestart = true
+		p = g
 	} else {
 		var err error
-		// The bench's servers run the allocator's default, which prices
-		// restarts at the jobs' measured delays.
 		if p, err = optimizer.Lookup(ri.Policy, optimizer.Options{MeasuredRestart: true}); err != nil {
 			return nil, fmt.Errorf("controlplane: %w", err)
 		}
@@ -94,7 +97,11 @@ func judge(server string, ri allocator.RoundInfo) (Round, error) {
 		return r, fmt.Errorf("controlplane: round %d decided again by %s at effort %v reaches fitness %v, not the round's %v",
 			ri.Generation, ri.Policy, ri.SearchEffort, again.Diagnostics.Fitness, ri.Fitness)
 	}
-	full, err := optimizer.NewPollux().Allocate(ri.Snapshot, ri.Prev)
+	// The full search prices restarts as the round's policy did: the
+	// two fitnesses are of one objective.
+	fp := optimizer.NewPollux()
+	fp.MeasuredRestart = true
+	full, err := fp.Allocate(ri.Snapshot, ri.Prev)
 	if err != nil {
 		return r, fmt.Errorf("controlplane: round %d at full effort: %w", ri.Generation, err)
 	}
