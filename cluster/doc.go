@@ -8,4 +8,9 @@
 // Peers' metadata arrives from the network and is decoded strictly
 // (DecodeMeta); a member whose metadata does not decode is logged and left
 // out of events and of Members.
+//
+// A crowded member (Config.Crowded: hundreds in one process, as in the
+// control-plane bench) uses a transport of this package that receives
+// each gossip packet into one reused buffer; every other member uses
+// memberlist's own.
 package cluster

@@ -94,7 +94,9 @@ type Config struct {
 	// a full queue drops them, and a member whose join was dropped stays
 	// unknown until a push-pull minutes later); packets go uncompressed
 	// (memberlist's LZW allocates a 64 KiB table for every packet it
-	// sends). docs/benchmarks.md has the measurements.
+	// sends), and received into one buffer, each copied out at its size
+	// (memberlist's own transport allocates 64 KiB for every packet it
+	// receives). docs/benchmarks.md has the measurements.
 	Crowded bool
 }
 
@@ -173,10 +175,20 @@ func Start(cfg Config) (*Membership, error) {
 	mc.Delegate = (*delegate)(m)
 	mc.Events = (*eventDelegate)(m)
 	mc.LogOutput = logWriter{m.log}
+	var own *packetTransport
+	if cfg.Crowded {
+		if own, err = newPacketTransport(cfg.BindAddr, cfg.BindPort, m.log); err != nil {
+			return nil, err
+		}
+		mc.Transport = own
+	}
 	go m.pump()
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		m.stop()
+		if own != nil {
+			own.Shutdown()
+		}
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	m.ml = ml
