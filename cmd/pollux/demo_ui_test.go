@@ -40,7 +40,9 @@ func TestDemoUIKeepsTheDashboardUp(t *testing.T) {
 	var mu sync.Mutex
 	var lines []string
 	read := make(chan struct{}, 1)
+	scanned := make(chan struct{}) // closed once the demo's output has ended and been read
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			mu.Lock()
@@ -52,7 +54,12 @@ func TestDemoUIKeepsTheDashboardUp(t *testing.T) {
 			}
 		}
 	}()
-	// waitLine returns the first line with prefix, waiting up to within.
+	// ended is closed when the demo has returned (demoErr).
+	ended := make(chan struct{})
+	var demoErr error
+	var stderr bytes.Buffer
+	// waitLine returns the first line with prefix, waiting up to within,
+	// and fails at once if the demo ends without printing it.
 	waitLine := func(prefix string, within time.Duration) (string, []string) {
 		t.Helper()
 		deadline := time.After(within)
@@ -70,6 +77,16 @@ func TestDemoUIKeepsTheDashboardUp(t *testing.T) {
 			select {
 			case <-read:
 			case <-time.After(200 * time.Millisecond):
+			case <-scanned:
+				mu.Lock()
+				found := slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, prefix) })
+				all = strings.Join(lines, "\n")
+				mu.Unlock()
+				if found {
+					continue
+				}
+				<-ended
+				t.Fatalf("the demo ended (%v) with no line %q; it printed:\n%s\nstderr:\n%s", demoErr, prefix, all, stderr.String())
 			case <-deadline:
 				t.Fatalf("no line %q within %v; the demo printed:\n%s", prefix, within, all)
 			}
@@ -77,15 +94,19 @@ func TestDemoUIKeepsTheDashboardUp(t *testing.T) {
 	}
 	ctx, interrupt := context.WithCancel(context.Background())
 	defer interrupt()
-	var stderr bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- demo.Emulated(ctx, demo.Options{Cluster: launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir,
+		defer close(ended)
+		demoErr = demo.Emulated(ctx, demo.Options{Cluster: launch.Options{Exec: selfExec, Env: []string{"POLLUX_TEST_PROCESS=1"}, Dir: dir,
 			Servers: 3, Agents: 2, GPUsPerAgent: 4, TimeScale: 1000}, Spread: 3 * time.Second, Timeout: 3 * time.Minute, UI: true}, pw, &stderr)
 		pw.Close()
+		done <- demoErr
 	}()
 
-	line, rest := waitLine("dashboard: ", 90*time.Second)
+	// Longer than the demo's own bounds on starting the cluster (60 s to
+	// bootstrap the tokens, 60 s for the agents' GPUs): on a loaded
+	// machine the demo fails on its own with a reason before this does.
+	line, rest := waitLine("dashboard: ", 150*time.Second)
 	dash := strings.TrimPrefix(line, "dashboard: ")
 	u, err := url.Parse(dash)
 	frag, _ := url.ParseQuery(u.Fragment)
