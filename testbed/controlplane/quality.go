@@ -99,8 +99,10 @@ func judge(server string, ri allocator.RoundInfo) (Round, error) {
 	}
 	// The full search prices restarts as the round's policy did: the
 	// two fitnesses are of one objective.
-	fp := optimizer.NewPollux()
-	fp.MeasuredRestart = true
+	fp, err := optimizer.Lookup("pollux", optimizer.Options{MeasuredRestart: true})
+	if err != nil {
+		return r, fmt.Errorf("controlplane: %w", err)
+	}
 	full, err := fp.Allocate(ri.Snapshot, ri.Prev)
 	if err != nil {
 		return r, fmt.Errorf("controlplane: round %d at full effort: %w", ri.Generation, err)
