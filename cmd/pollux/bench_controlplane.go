@@ -99,6 +99,8 @@ func newBenchControlPlaneCmd() *cobra.Command {
 		"shorter than Raft's own 1 s, with which the median time from a leader's kill to the next leader's first round was over 2 s in 6 of 9 runs, docs/benchmarks.md)")
 	f.DurationVar(&o.Election, "election", 750*time.Millisecond, "Raft election timeout")
 	f.DurationVar(&o.Lease, "lease", 500*time.Millisecond, "Raft leader lease timeout")
+	f.DurationVar(&o.AgentLease, "agent-lease", 5*time.Second, "the nodes' lease (a server's --agent-lease; its default, 2 s, is too short here: a renewal extends a lease from the node's ack it echoes, "+
+		"so two round trips must fit in one lease, and with every node's messages queued behind the workers' reports on this machine's cores a round trip takes up to a second, docs/benchmarks.md)")
 	f.StringVar(&transport, "transport", "remote", "remote (protoactor over gRPC, an actor system and listener per server and per node) or local (one actor system)")
 	f.BoolVar(&o.Insecure, "insecure", false, "plaintext Raft, actor messages and gossip (a baseline for the cost of TLS)")
 	f.StringVar(&o.LogLevel, "log-level", "error", "log level of the servers and nodes (to stderr)")

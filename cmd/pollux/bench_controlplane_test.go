@@ -15,7 +15,7 @@ import (
 )
 
 // benchKeys are the fields of `pollux bench controlplane --json`.
-var benchKeys = []string{"actor_systems", "elapsed_s", "failover_to_first_round_s", "failovers", "first_round_after_failover_s",
+var benchKeys = []string{"actor_systems", "agent_lease_s", "elapsed_s", "failover_to_first_round_s", "failovers", "first_round_after_failover_s",
 	"fitness_vs_full", "goroutines", "gossip_members", "interval_s", "jobs", "node_endpoints", "node_processes", "nodes", "peak_rss_mib", "raft_bytes_per_round",
 	"raft_writes_per_round", "reports_per_s", "round_s", "rounds", "search_effort", "setup_s", "tls", "transport"}
 
@@ -76,11 +76,14 @@ func TestBenchControlPlaneShape(t *testing.T) {
 	root.SetOut(&out)
 	root.SetErr(testWriter{t})
 	root.SetArgs([]string{"bench", "controlplane", "--nodes", "6", "--jobs", "10", "--rounds", "3", "--failovers", "1",
-		"--interval", "300ms", "--settle", "2s", "--transport", "local", "--json"})
+		"--interval", "300ms", "--settle", "2s", "--transport", "local", "--agent-lease", "3s", "--json"})
 	if err := root.Execute(); err != nil {
 		t.Fatal(err)
 	}
 	rep := checkBenchReport(t, out.Bytes(), 6, 10, 3, 1)
+	if rep.AgentLeaseS != 3 {
+		t.Errorf("agent_lease_s %v, want 3 (--agent-lease 3s)", rep.AgentLeaseS)
+	}
 	if rep.Transport != "local" || rep.NodeEndpoints != 1 || rep.ActorSystems != 1 {
 		t.Errorf("local transport: %d node endpoints, %d actor systems; want one shared", rep.NodeEndpoints, rep.ActorSystems)
 	}

@@ -40,8 +40,10 @@ var ErrConfig = errors.New("controlplane: bad options")
 type Report struct {
 	Nodes int `json:"nodes"`
 	Jobs  int `json:"jobs"`
-	// IntervalS is the scheduling interval the rounds ran at.
-	IntervalS float64 `json:"interval_s"`
+	// IntervalS is the scheduling interval the rounds ran at;
+	// AgentLeaseS the nodes' lease.
+	IntervalS   float64 `json:"interval_s"`
+	AgentLeaseS float64 `json:"agent_lease_s"`
 	// Transport is remote (every node and server an actor system with a
 	// listener of its own) or local (one actor system); TLS says the
 	// listeners, Raft and gossip were secured. NodeEndpoints counts the
@@ -125,6 +127,8 @@ type Options struct {
 	Warmup, Settle time.Duration
 	// Heartbeat, Election and Lease are the servers' Raft timeouts.
 	Heartbeat, Election, Lease time.Duration
+	// AgentLease is the nodes' lease (the allocator's Config.Lease).
+	AgentLease time.Duration
 	// Local puts every actor in one actor system (no gRPC).
 	Local bool
 	// Insecure runs Raft, the actors' gRPC and gossip in plaintext (a
@@ -152,9 +156,9 @@ func (o Options) Validate() error {
 	var lvl slog.Level
 	switch {
 	case o.Nodes < 1 || o.Jobs < 1 || o.GPUs < 1 || o.Rounds < 1 || o.Failovers < 0 || o.Interval <= 0 || o.ReportEvery <= 0 ||
-		o.Warmup < 0 || o.Settle < 0 || o.Heartbeat <= 0 || o.Election <= 0 || o.Lease <= 0:
-		return fmt.Errorf("%w: %d nodes, %d jobs, %d GPUs, %d rounds, %d failovers, interval %v, reports every %v, Raft timeouts %v/%v/%v: want positive (failovers, warm-up and settling >= 0)",
-			ErrConfig, o.Nodes, o.Jobs, o.GPUs, o.Rounds, o.Failovers, o.Interval, o.ReportEvery, o.Heartbeat, o.Election, o.Lease)
+		o.Warmup < 0 || o.Settle < 0 || o.Heartbeat <= 0 || o.Election <= 0 || o.Lease <= 0 || o.AgentLease <= 0:
+		return fmt.Errorf("%w: %d nodes, %d jobs, %d GPUs, %d rounds, %d failovers, interval %v, reports every %v, Raft timeouts %v/%v/%v, agents' lease %v: want positive (failovers, warm-up and settling >= 0)",
+			ErrConfig, o.Nodes, o.Jobs, o.GPUs, o.Rounds, o.Failovers, o.Interval, o.ReportEvery, o.Heartbeat, o.Election, o.Lease, o.AgentLease)
 	case o.Nodes > 4096 || o.Jobs > 8192:
 		return fmt.Errorf("%w: at most 4096 nodes and 8192 jobs in one process", ErrConfig)
 	case lvl.UnmarshalText([]byte(o.LogLevel)) != nil:
@@ -228,7 +232,7 @@ func Run(ctx context.Context, o Options, progress io.Writer) (rep *Report, err e
 			b.stop()
 		}
 	}()
-	rep = &Report{Nodes: o.Nodes, Jobs: o.Jobs, IntervalS: o.Interval.Seconds(), Transport: map[bool]string{true: "local", false: "remote"}[o.Local], TLS: !o.Insecure}
+	rep = &Report{Nodes: o.Nodes, Jobs: o.Jobs, IntervalS: o.Interval.Seconds(), AgentLeaseS: o.AgentLease.Seconds(), Transport: map[bool]string{true: "local", false: "remote"}[o.Local], TLS: !o.Insecure}
 	if b.nodesApart() {
 		rep.NodeProcesses = 1
 	}

@@ -13,7 +13,7 @@ import (
 
 func TestValidate(t *testing.T) {
 	good := Options{Nodes: 4, Jobs: 8, GPUs: 2, Rounds: 3, Failovers: 1, Interval: time.Second, ReportEvery: 50 * time.Millisecond,
-		Heartbeat: time.Second, Election: time.Second, Lease: 500 * time.Millisecond, LogLevel: "error",
+		Heartbeat: time.Second, Election: time.Second, Lease: 500 * time.Millisecond, AgentLease: 2 * time.Second, LogLevel: "error",
 		RemoteOptions: func(*pki.Credentials, *slog.Logger) ([]remote.ConfigOption, error) { return nil, nil }}
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
@@ -24,6 +24,7 @@ func TestValidate(t *testing.T) {
 		"negative failovers": func(o *Options) { o.Failovers = -1 },
 		"no interval":        func(o *Options) { o.Interval = 0 },
 		"no lease":           func(o *Options) { o.Lease = 0 },
+		"no agents' lease":   func(o *Options) { o.AgentLease = 0 },
 		"bad log level":      func(o *Options) { o.LogLevel = "loud" },
 		"gRPC unconfigured":  func(o *Options) { o.RemoteOptions = nil },
 	} {

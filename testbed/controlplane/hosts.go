@@ -278,7 +278,7 @@ func (b *bench) startActors(s *server) error {
 		return err
 	}
 	id := s.id
-	cfg := allocator.Config{Store: s.srv, Server: s.id, Members: s.gossip.Members, Interval: b.o.Interval, MaxFailures: -1, Logger: b.quiet}
+	cfg := allocator.Config{Store: s.srv, Server: s.id, Members: s.gossip.Members, Interval: b.o.Interval, MaxFailures: -1, Lease: b.o.AgentLease, Logger: b.quiet}
 	if b.o.Local {
 		cfg.NodePID = func(n *state.Node) *actor.PID {
 			return actor.NewPID(b.shared.Address(), b.actorName(pb.NodeActor, n.ID))

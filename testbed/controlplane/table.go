@@ -13,6 +13,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	row("nodes", "%d (%d endpoints, %d actor systems, %s transport, TLS %v)", rep.Nodes, rep.NodeEndpoints, rep.ActorSystems, rep.Transport, rep.TLS)
 	row("jobs", "%d", rep.Jobs)
 	row("scheduling interval", "%g s", rep.IntervalS)
+	row("agents' lease", "%g s", rep.AgentLeaseS)
 	row("gossip members", "%d", rep.GossipMembers)
 	row("round median / p95", "%.3f s / %.3f s", rep.RoundS.Median, rep.RoundS.P95)
 	row("search effort min / median", "%.3f / %.3f", rep.SearchEffort.Min, rep.SearchEffort.Median)

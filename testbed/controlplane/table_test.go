@@ -3,7 +3,7 @@ package controlplane
 import "os"
 
 func ExampleReport_WriteTable() {
-	rep := &Report{Nodes: 512, Jobs: 1024, IntervalS: 5, Transport: "remote", TLS: true, NodeEndpoints: 512, ActorSystems: 515, GossipMembers: 515,
+	rep := &Report{Nodes: 512, Jobs: 1024, IntervalS: 5, AgentLeaseS: 5, Transport: "remote", TLS: true, NodeEndpoints: 512, ActorSystems: 515, GossipMembers: 515,
 		RoundS: MedianP95{Median: 0.21, P95: 0.34}, SearchEffort: MinMedian{Min: 0.1, Median: 0.25},
 		FitnessVsFull: MinMedian{Min: 0.981, Median: 0.995}, RaftWritesPerRound: 1, RaftBytesPerRound: 51200,
 		ReportsPerS: 40960, FirstRoundAfterFailoverS: MedianMax{Median: 0.5, Max: 0.75}, FailoverToFirstRoundS: MedianMax{Median: 1.5, Max: 2.25},
@@ -13,6 +13,7 @@ func ExampleReport_WriteTable() {
 	// nodes                                       512 (512 endpoints, 515 actor systems, remote transport, TLS true)
 	// jobs                                        1024
 	// scheduling interval                         5 s
+	// agents' lease                               5 s
 	// gossip members                              515
 	// round median / p95                          0.210 s / 0.340 s
 	// search effort min / median                  0.100 / 0.250
