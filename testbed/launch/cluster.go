@@ -58,6 +58,11 @@ type Member struct {
 	// CPUs are the cores an agent's CPU slots share (its --cpus; nil:
 	// all the launcher's, see AgentCores).
 	CPUs []int
+	// TempDir is the member's TMPDIR (Dir/tmp/<id>, 0700), kept across
+	// its incarnations: what a killed one leaves there (an agent's
+	// pollux-agent-* directories, its workers' report tokens among them)
+	// goes with the run's directory instead of piling up in /tmp.
+	TempDir string
 
 	args   []string // after the command
 	prefix []string // before it (a namespace)
@@ -308,13 +313,17 @@ func (c *Cluster) layout(ctx context.Context) error {
 			}
 			c.mounts = append(c.mounts, data)
 		}
+		tmp, err := c.tempDir(id)
+		if err != nil {
+			return err
+		}
 		// Every other member is a gossip seed: after a cold restart the
 		// servers find the agents again through it.
 		join := append(slices.Delete(slices.Clone(gossip), i, i+1), agentGossip...)
 		_, gport, _ := net.SplitHostPort(a[2])
 		_, aport, _ := net.SplitHostPort(a[3])
 		c.Servers = append(c.Servers, &Member{Role: history.Server, ID: id, HTTP: a[1], Raft: a[0], Gossip: a[2], Actor: a[3],
-			Log: filepath.Join(o.Dir, id+".log"), DataDir: data, prefix: prefixes[i],
+			Log: filepath.Join(o.Dir, id+".log"), DataDir: data, TempDir: tmp, prefix: prefixes[i],
 			args: []string{"server", "--id", id, "--data-dir", data, "--bind", binds[i],
 				"--raft", a[0], "--http", a[1], "--gossip-port", gport, "--actor-port", aport,
 				"--peers", strings.Join(peers, ","), "--bootstrap", "--fast-gossip", "--interval", o.Interval.String(),
@@ -357,10 +366,14 @@ func (c *Cluster) layout(ctx context.Context) error {
 		a := addrs[o.Servers+i]
 		_, gport, _ := net.SplitHostPort(a[2])
 		_, aport, _ := net.SplitHostPort(a[3])
+		tmp, err := c.tempDir(id)
+		if err != nil {
+			return err
+		}
 		// The agent's fencing state (the incarnations it ran) survives
 		// its restarts in its data directory.
 		m := &Member{Role: history.Agent, ID: id, Gossip: a[2], Actor: a[3], Log: filepath.Join(o.Dir, id+".log"), prefix: prefixes[o.Servers+i],
-			DataDir: filepath.Join(o.Dir, id), Rack: Rack(i, o.Racks),
+			DataDir: filepath.Join(o.Dir, id), TempDir: tmp, Rack: Rack(i, o.Racks),
 			args: []string{"agent", "--name", id, "--bind", binds[o.Servers+i], gpuFlag, strconv.Itoa(o.GPUsPerAgent),
 				"--data-dir", filepath.Join(o.Dir, id),
 				"--topology", "rack=" + Rack(i, o.Racks), "--gossip-port", gport, "--actor-port", aport, "--join", strings.Join(gossip, ","),
@@ -391,6 +404,22 @@ func (c *Cluster) layout(ctx context.Context) error {
 		c.Agents = append(c.Agents, m)
 	}
 	return nil
+}
+
+// tempDir makes member id's TMPDIR, Dir/tmp/<id> (0700). A member's
+// temporary files are removed only by its clean shutdown; a member
+// killed with SIGKILL (as tests and pollux chaos do) leaves them
+// behind, an agent's workers' report tokens among them. Beside its data
+// directory rather than in it: a test may wipe that, a tmpfs may bound
+// it (DataSize), and it holds private files only (0700 and 0600, as
+// pollux chaos's local-user attack checks), which an agent's
+// pollux-agent-ca-* directory (0755, for its workers' users) is not.
+func (c *Cluster) tempDir(id string) (string, error) {
+	dir := filepath.Join(c.o.Dir, "tmp", id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("launch: %w", err)
+	}
+	return dir, nil
 }
 
 // AgentCores shares the cores this process may use among agents of
@@ -457,9 +486,13 @@ func (c *Cluster) AddServer(ctx context.Context, id string) (*Member, error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
+	tmp, err := c.tempDir(id)
+	if err != nil {
+		return nil, err
+	}
 	a := []string{join("127.0.0.1", ports[0]), join("127.0.0.1", ports[1]), join("127.0.0.1", ports[2]), join("127.0.0.1", ports[3])}
 	m := &Member{Role: history.Server, ID: id, HTTP: a[1], Raft: a[0], Gossip: a[2], Actor: a[3],
-		Log: filepath.Join(o.Dir, id+".log"), DataDir: data,
+		Log: filepath.Join(o.Dir, id+".log"), DataDir: data, TempDir: tmp,
 		args: []string{"server", "--id", id, "--data-dir", data, "--bind", "127.0.0.1",
 			"--raft", a[0], "--http", a[1], "--gossip-port", strconv.Itoa(ports[2]), "--actor-port", strconv.Itoa(ports[3]),
 			"--fast-gossip", "--interval", o.Interval.String(), "--time-scale", strconv.FormatFloat(o.TimeScale, 'g', -1, 64),
@@ -561,8 +594,15 @@ func (c *Cluster) Start(ctx context.Context, m *Member, fault string, seq int) e
 		}
 	}
 	full := append(append(slices.Clone(m.prefix), c.o.Exec...), args...)
+	// TMPDIR first, as the last of equal names wins: a TMPDIR in
+	// Options.Env is the caller's to choose.
+	var env []string
+	if m.TempDir != "" {
+		env = []string{"TMPDIR=" + m.TempDir}
+	}
+	env = append(append(env, c.o.Env...), m.env...)
 	p, err := c.group.Start(proc.Spec{Name: string(m.Role) + "/" + m.ID, Path: full[0], Args: full[1:],
-		Env: append(slices.Clone(c.o.Env), m.env...), Stdout: rw, Stderr: logf})
+		Env: env, Stdout: rw, Stderr: logf})
 	if err != nil {
 		m.mu.Unlock()
 		logf.Close()

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +15,95 @@ import (
 
 	"pollux/internal/cpuset"
 )
+
+// polluxBinary builds pollux into the test's directory (the tests of
+// this package cannot run themselves as pollux, as cmd/pollux's do).
+// Skipped with -short.
+func polluxBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds pollux and starts a cluster of its processes")
+	}
+	gobin, err := exec.LookPath("go") // go test puts $GOROOT/bin first on PATH
+	if err != nil {
+		t.Skipf("no go command to build pollux with: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "pollux")
+	if b, err := exec.Command(gobin, "build", "-o", bin, "pollux/cmd/pollux").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	return bin
+}
+
+// agentTemps are the names of the pollux-agent-* entries in dir.
+func agentTemps(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		if strings.HasPrefix(e.Name(), "pollux-agent-") {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// TestKilledAgentLeavesItsTempFilesInTheRun: an agent killed with
+// SIGKILL never removes its temporary directories (its workers' report
+// tokens among them); they stay in its own TMPDIR in the run's
+// directory, none lands in the launcher's TMPDIR, and an agent stopped
+// cleanly removes its own.
+func TestKilledAgentLeavesItsTempFilesInTheRun(t *testing.T) {
+	bin := polluxBinary(t)
+	dir := t.TempDir()
+	// Where the members' temporary files went without a TMPDIR of their
+	// own: the launcher's.
+	launcherTmp := t.TempDir()
+	t.Setenv("TMPDIR", launcherTmp)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, Options{Exec: []string{bin}, Dir: dir, Servers: 1, Agents: 2, GPUsPerAgent: 1,
+		Network: Loopback, LogLevel: "warn"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = c.Close() // after a failure before Stop
+		if t.Failed() {
+			for _, m := range append(slices.Clone(c.Servers), c.Agents...) {
+				t.Logf("%s/%s%s", m.Role, m.ID, logTail(m.Log))
+			}
+		}
+	}()
+	killed, stopped := c.Agents[0], c.Agents[1]
+	for _, m := range append(slices.Clone(c.Servers), c.Agents...) {
+		if want := filepath.Join(dir, "tmp", m.ID); m.TempDir != want {
+			t.Errorf("%s's TempDir %q, want %q", m.ID, m.TempDir, want)
+		}
+		if st, err := os.Stat(m.TempDir); err != nil || st.Mode().Perm() != 0o700 {
+			t.Errorf("%s's TempDir: %v, %v; want a directory of mode 0700", m.ID, st, err)
+		}
+	}
+	if err := c.Kill(killed, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if got := agentTemps(t, launcherTmp); len(got) > 0 {
+		t.Errorf("the launcher's TMPDIR holds %v", got)
+	}
+	got := agentTemps(t, killed.TempDir)
+	if !slices.ContainsFunc(got, func(n string) bool { return strings.HasPrefix(n, "pollux-agent-tokens-") }) {
+		t.Errorf("the killed agent's TempDir holds %v, want its pollux-agent-tokens-* directory", got)
+	}
+	if got := agentTemps(t, stopped.TempDir); len(got) > 0 {
+		t.Errorf("the agent stopped cleanly left %v", got)
+	}
+}
 
 // TestStartSaysWhyAMemberExited: a server that exits before it is ready
 // fails the start with the end of its log in the error, so that a run

@@ -36,5 +36,8 @@
 //
 // Stop and Close stop every process the launcher started, and every
 // worker it saw, also when its caller is interrupted; a run's network
-// namespaces and tmpfs mounts go with them.
+// namespaces and tmpfs mounts go with them. Every server and agent runs
+// with a TMPDIR of its own in the run's directory (Member.TempDir), so
+// that what a killed one leaves there, such as an agent's workers'
+// report tokens, is removed with that directory.
 package launch

@@ -48,7 +48,8 @@ type Options struct {
 	// agents pass these names on, with --pass-env).
 	Env []string
 	// Dir holds data directories (a server's Raft state, an agent's
-	// fencing state: Dir/<id>), logs (<id>.log), the cluster's checkpoint
+	// fencing state: Dir/<id>), logs (<id>.log), each member's TMPDIR
+	// (Dir/tmp/<id>, unless Env sets TMPDIR), the cluster's checkpoint
 	// root (Dir/checkpoints), and with Observe the history and the worker
 	// records. Required; made absolute.
 	Dir string
