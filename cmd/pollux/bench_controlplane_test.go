@@ -16,7 +16,7 @@ import (
 
 // benchKeys are the fields of `pollux bench controlplane --json`.
 var benchKeys = []string{"actor_systems", "agent_lease_s", "elapsed_s", "failover_to_first_round_s", "failovers", "first_round_after_failover_s",
-	"fitness_vs_full", "goroutines", "gossip_members", "interval_s", "jobs", "node_endpoints", "node_processes", "nodes", "peak_rss_mib", "raft_bytes_per_round",
+	"fitness_vs_full", "goroutines", "gossip_members", "interval_s", "jobs", "lease_lapses", "node_endpoints", "node_processes", "nodes", "peak_rss_mib", "raft_bytes_per_round",
 	"raft_writes_per_round", "reports_per_s", "round_s", "rounds", "search_effort", "setup_s", "tls", "transport"}
 
 // checkBenchReport checks the JSON shape of a report of nodes nodes,

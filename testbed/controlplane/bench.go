@@ -64,6 +64,9 @@ type Report struct {
 	RaftWritesPerRound float64   `json:"raft_writes_per_round"`
 	RaftBytesPerRound  float64   `json:"raft_bytes_per_round"`
 	ReportsPerS        float64   `json:"reports_per_s"`
+	// LeaseLapses counts the nodes' leases that lapsed during the timed
+	// rounds (each pauses a node's workers until a renewal).
+	LeaseLapses int64 `json:"lease_lapses"`
 	// SearchEffort and FitnessVsFull summarise the timed rounds and the
 	// new leaders' first rounds (Rounds, Failovers).
 	SearchEffort  MinMedian `json:"search_effort"`
@@ -185,11 +188,13 @@ type bench struct {
 	nodes      []*nodeHost
 	reports    atomic.Int64 // taken in by job actors
 	offered    atomic.Int64 // sent by workers of this process
+	lapses     atomic.Int64 // leases lapsed on nodes of this process
 	// remoteOffered are the reports sent by the workers of the node
-	// process (nodeProc, nil: none) so far.
-	remoteOffered atomic.Int64
-	nodeProc      *nodeProcess
-	progress      io.Writer
+	// process (nodeProc, nil: none) so far, remoteLapses the leases
+	// lapsed on its nodes.
+	remoteOffered, remoteLapses atomic.Int64
+	nodeProc                    *nodeProcess
+	progress                    io.Writer
 	// creds, if set, loads an identity's credentials (the node process);
 	// otherwise they come from tls.
 	creds func(name string) (*pki.Credentials, error)
@@ -717,12 +722,12 @@ func (b *bench) timeRoundsOnce(ctx context.Context, rep *Report) ([]round, error
 		}
 		defer pprof.StopCPUProfile()
 	}
-	idx0, rep0, off0, t0 := l.srv.LastIndex(), b.reports.Load(), b.offeredNow(), time.Now()
+	idx0, rep0, off0, lap0, t0 := l.srv.LastIndex(), b.reports.Load(), b.offeredNow(), b.lapsesNow(), time.Now()
 	m = b.mark()
 	if err := b.waitRounds(ctx, m, b.o.Rounds, time.Duration(b.o.Rounds+30)*(b.o.Interval+5*time.Second)); err != nil {
 		return nil, err
 	}
-	idx1, rep1, off1, t1 := l.srv.LastIndex(), b.reports.Load(), b.offeredNow(), time.Now()
+	idx1, rep1, off1, lap1, t1 := l.srv.LastIndex(), b.reports.Load(), b.offeredNow(), b.lapsesNow(), time.Now()
 	rounds := b.roundsSince(m)[:b.o.Rounds]
 	var ds []float64
 	for _, r := range rounds {
@@ -741,8 +746,9 @@ func (b *bench) timeRoundsOnce(ctx context.Context, rep *Report) ([]round, error
 	rep.RaftWritesPerRound = float64(entries) / float64(b.o.Rounds)
 	rep.RaftBytesPerRound = float64(bytes) / float64(b.o.Rounds)
 	rep.ReportsPerS = float64(rep1-rep0) / t1.Sub(t0).Seconds()
+	rep.LeaseLapses = lap1 - lap0
 	b.log.Info("controlplane: rounds timed", "rounds", len(ds), "median_s", rep.RoundS.Median, "p95_s", rep.RoundS.P95,
-		"entries", entries, "by_command", fmt.Sprint(byCommand), "bytes", bytes, "reports_per_s", rep.ReportsPerS, "offered_per_s", float64(off1-off0)/t1.Sub(t0).Seconds(),
+		"entries", entries, "by_command", fmt.Sprint(byCommand), "bytes", bytes, "reports_per_s", rep.ReportsPerS, "lease_lapses", rep.LeaseLapses, "offered_per_s", float64(off1-off0)/t1.Sub(t0).Seconds(),
 		"jobs_placed", rounds[len(rounds)-1].info.Jobs, "gpus_used", rounds[len(rounds)-1].info.GPUsUsed)
 	return rounds, nil
 }

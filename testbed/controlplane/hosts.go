@@ -179,7 +179,7 @@ func (b *bench) startNode(ctx context.Context, name string, seeds []string) (*no
 			s.Report = func(r workerproto.Report) { b.offered.Add(1); deliver(r) }
 			return b.launcher.Launch(s)
 		}, Emulator: func(app string) []string { return []string{"inproc", app} }, Grace: 5 * time.Second,
-		WorkerOutput: io.Discard, Logger: b.quiet})
+		WorkerOutput: io.Discard, Logger: slog.New(lapseCounter{next: b.quiet.Handler(), n: &b.lapses})})
 	if err != nil {
 		h.stop()
 		return nil, err

@@ -54,12 +54,14 @@ type NodesConfig struct {
 }
 
 // nodeLine is one line a node process writes on stdout: a node up
-// (Node, Addr), the reports its workers offered so far (Offered), the
-// end of the start-up (Up) or why it failed (Err).
+// (Node, Addr), the reports its workers offered and the leases that
+// lapsed so far (Offered, Lapses), the end of the start-up (Up) or why
+// it failed (Err).
 type nodeLine struct {
 	Node    string `json:"node,omitempty"`
 	Addr    string `json:"addr,omitempty"`
 	Offered int64  `json:"offered,omitempty"`
+	Lapses  int64  `json:"lapses,omitempty"`
 	Up      bool   `json:"up,omitempty"`
 	Err     string `json:"err,omitempty"`
 }
@@ -133,7 +135,7 @@ func ServeNodes(ctx context.Context, in io.Reader, out, progress io.Writer,
 		case <-ctx.Done():
 			return nil
 		case <-time.After(500 * time.Millisecond):
-			write(nodeLine{Offered: b.offered.Load()})
+			write(nodeLine{Offered: b.offered.Load(), Lapses: b.lapses.Load()})
 		}
 	}
 }
@@ -220,8 +222,9 @@ func (b *bench) startNodeProcess(ctx context.Context, names, seeds []string) err
 			if json.Unmarshal(sc.Bytes(), &l) != nil {
 				continue
 			}
-			if l.Offered > 0 {
+			if l.Offered > 0 || l.Lapses > 0 {
 				b.remoteOffered.Store(l.Offered)
+				b.remoteLapses.Store(l.Lapses)
 				continue
 			}
 			lines <- l
@@ -268,3 +271,6 @@ func (b *bench) stopNodeProcess() {
 // offeredNow is the reports the workers offered so far, in both
 // processes.
 func (b *bench) offeredNow() int64 { return b.offered.Load() + b.remoteOffered.Load() }
+
+// lapsesNow is the leases lapsed so far, in both processes.
+func (b *bench) lapsesNow() int64 { return b.lapses.Load() + b.remoteLapses.Load() }

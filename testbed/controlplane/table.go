@@ -21,6 +21,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	row("raft writes per round", "%.2f", rep.RaftWritesPerRound)
 	row("raft bytes per round", "%.0f", rep.RaftBytesPerRound)
 	row("reports/s ingested", "%.0f", rep.ReportsPerS)
+	row("lease lapses in the timed rounds", "%d", rep.LeaseLapses)
 	row("kill to first round committed median / max", "%.3f s / %.3f s", rep.FailoverToFirstRoundS.Median, rep.FailoverToFirstRoundS.Max)
 	row("election to first round done median / max", "%.3f s / %.3f s", rep.FirstRoundAfterFailoverS.Median, rep.FirstRoundAfterFailoverS.Max)
 	row("setup / whole run", "%.0f s / %.0f s", rep.SetupS, rep.ElapsedS)
