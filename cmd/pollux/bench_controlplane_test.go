@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"maps"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
+	"pollux/internal/testbin"
 	"pollux/testbed/controlplane"
 )
 
@@ -99,15 +99,7 @@ func TestBenchControlPlaneTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds pollux and runs a control plane")
 	}
-	gobin, err := exec.LookPath("go") // go test puts $GOROOT/bin first on PATH
-	if err != nil {
-		t.Fatalf("no go command: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "pollux")
-	build := exec.Command(gobin, "build", "-o", bin, "pollux/cmd/pollux")
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
+	bin := testbin.Build(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var out bytes.Buffer

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -14,26 +13,8 @@ import (
 	"time"
 
 	"pollux/internal/cpuset"
+	"pollux/internal/testbin"
 )
-
-// polluxBinary builds pollux into the test's directory (the tests of
-// this package cannot run themselves as pollux, as cmd/pollux's do).
-// Skipped with -short.
-func polluxBinary(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds pollux and starts a cluster of its processes")
-	}
-	gobin, err := exec.LookPath("go") // go test puts $GOROOT/bin first on PATH
-	if err != nil {
-		t.Skipf("no go command to build pollux with: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "pollux")
-	if b, err := exec.Command(gobin, "build", "-o", bin, "pollux/cmd/pollux").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
-	return bin
-}
 
 // agentTemps are the names of the pollux-agent-* entries in dir.
 func agentTemps(t *testing.T, dir string) []string {
@@ -57,7 +38,10 @@ func agentTemps(t *testing.T, dir string) []string {
 // directory, none lands in the launcher's TMPDIR, and an agent stopped
 // cleanly removes its own.
 func TestKilledAgentLeavesItsTempFilesInTheRun(t *testing.T) {
-	bin := polluxBinary(t)
+	if testing.Short() {
+		t.Skip("builds pollux and starts a cluster of its processes")
+	}
+	bin := testbin.Build(t)
 	dir := t.TempDir()
 	// Where the members' temporary files went without a TMPDIR of their
 	// own: the launcher's.

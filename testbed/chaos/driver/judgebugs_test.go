@@ -4,13 +4,12 @@ package driver
 
 import (
 	"context"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"pollux/internal/judgebugs"
+	"pollux/internal/testbin"
 	"pollux/testbed/chaos/check"
 	"pollux/testbed/chaos/schedule"
 )
@@ -26,14 +25,7 @@ func TestJudgeCatchesPlantedBugs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds pollux and runs five-process clusters")
 	}
-	gobin, err := exec.LookPath("go") // go test puts $GOROOT/bin first on PATH
-	if err != nil {
-		t.Fatalf("no go command: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "pollux")
-	if b, err := exec.Command(gobin, "build", "-tags", "judgebugs", "-o", bin, "pollux/cmd/pollux").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
+	bin := testbin.Build(t, "judgebugs")
 	sc := schedule.Scenario{Name: "planted", Counts: []schedule.Count{{Kind: schedule.LeaderKill, N: 1}, {Kind: schedule.WorkerKill, N: 1}}}
 	has := func(inv check.Invariant) func(*check.Result) bool {
 		return func(c *check.Result) bool {
