@@ -124,10 +124,11 @@ func (cl *Client) CancelAny(ctx context.Context, job string, retry, within time.
 }
 
 // JobAny reads one job from the leader (a linearizable read), trying the
-// serving servers in turn; found is false if the leader has no such job.
+// serving servers in turn (from the next one at each call, readOrder);
+// found is false if the leader has no such job.
 func (cl *Client) JobAny(ctx context.Context, job string) (j api.Job, found bool, err error) {
 	var last Answer
-	for _, m := range cl.c.Servers {
+	for _, m := range cl.readOrder() {
 		if !m.Serving() {
 			continue
 		}
@@ -141,13 +142,14 @@ func (cl *Client) JobAny(ctx context.Context, job string) (j api.Job, found bool
 }
 
 // JobsAny lists the jobs from the leader (a linearizable read), trying
-// the serving servers in turn; a follower's stale answer is returned only
-// if no leader answers.
+// the serving servers in turn (from the next one at each call,
+// readOrder); a follower's stale answer is returned only if no leader
+// answers.
 func (cl *Client) JobsAny(ctx context.Context) ([]api.Job, bool, error) {
 	var staleJobs []api.Job
 	var last Answer
 	gotStale := false
-	for _, m := range cl.c.Servers {
+	for _, m := range cl.readOrder() {
 		if !m.Serving() {
 			continue
 		}
@@ -167,11 +169,11 @@ func (cl *Client) JobsAny(ctx context.Context) ([]api.Job, bool, error) {
 }
 
 // StatusAny is the status from the leader if one answers, else from any
-// serving server.
+// serving server (asked from the next one at each call, readOrder).
 func (cl *Client) StatusAny(ctx context.Context) (api.Status, error) {
 	var fallback *api.Status
 	var last Answer
-	for _, m := range cl.c.Servers {
+	for _, m := range cl.readOrder() {
 		if !m.Serving() {
 			continue
 		}

@@ -28,6 +28,24 @@ type Client struct {
 	id int
 	// keys counts the idempotency keys NewKey made.
 	keys int
+	// reads counts the reads sent to "any" server: each starts from the
+	// next server in turn (readOrder).
+	reads int
+}
+
+// readOrder lists the cluster's servers starting from the next one in
+// turn at each call, so that a client's successive reads do not all go to
+// the first server that answers: a follower that wrongly claims to be
+// fresh is then read between the leader's answers, where the checker
+// sees it show the past.
+func (cl *Client) readOrder() []*Member {
+	s := cl.c.Servers
+	if len(s) == 0 {
+		return nil
+	}
+	k := cl.reads % len(s)
+	cl.reads++
+	return append(append(make([]*Member, 0, len(s)), s[k:]...), s[:k]...)
 }
 
 // NewKey returns a new idempotency key for one logical write: sent again

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -318,4 +319,78 @@ func TestAnyRetriesWithOneKey(t *testing.T) {
 		t.Errorf("a second cancel: %+v, want a 409 refusal", a)
 	}
 	sameKey("a second cancel")
+}
+
+// TestReadsReachEveryServer: a client's successive reads start from the
+// next server in turn, so a follower that answers from the past marked
+// fresh is read between the leader's answers (where a checker sees it)
+// instead of the first server to answer taking every read.
+func TestReadsReachEveryServer(t *testing.T) {
+	// s0 is a frozen follower claiming freshness, s1 an honest follower
+	// (stale), s2 the leader.
+	answer := map[string]struct {
+		stale string
+		state string
+	}{"s0": {"false", "running"}, "s1": {"true", "running"}, "s2": {"false", "completed"}}
+	var ms []*Member
+	var client *http.Client
+	for _, id := range []string{"s0", "s1", "s2"} {
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET "+api.PathJobs, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set(api.HeaderStale, answer[id].stale)
+			_ = json.NewEncoder(w).Encode([]api.Job{{ID: "j", State: answer[id].state}})
+		})
+		mux.HandleFunc("GET "+api.PathJobs+"/{id}", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set(api.HeaderStale, answer[id].stale)
+			_ = json.NewEncoder(w).Encode(api.Job{ID: r.PathValue("id"), State: answer[id].state})
+		})
+		srv := httptest.NewTLSServer(mux)
+		t.Cleanup(srv.Close)
+		client = srv.Client() // every httptest server shares one certificate
+		ms = append(ms, &Member{Role: history.Server, ID: id, HTTP: srv.Listener.Addr().String()})
+	}
+	g := proc.ForTest(t)
+	for _, m := range ms {
+		p, err := g.Start(proc.Spec{Name: "server/" + m.ID, Path: "/bin/sleep", Args: []string{"60"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.p = p
+	}
+	c := &Cluster{Servers: ms, log: slog.New(slog.DiscardHandler), http: client}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		read func(cl *Client) (string, error)
+	}{
+		{"JobsAny", func(cl *Client) (string, error) {
+			js, stale, err := cl.JobsAny(ctx)
+			if err != nil || stale || len(js) != 1 {
+				return "", fmt.Errorf("jobs %v, stale %v, err %v", js, stale, err)
+			}
+			return js[0].State, nil
+		}},
+		{"JobAny", func(cl *Client) (string, error) {
+			j, found, err := cl.JobAny(ctx, "j")
+			if err != nil || !found {
+				return "", fmt.Errorf("found %v, err %v", found, err)
+			}
+			return j.State, nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := c.Client()
+			seen := map[string]int{}
+			for range 6 {
+				st, err := tc.read(cl)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen[st]++
+			}
+			if seen["running"] == 0 || seen["completed"] == 0 {
+				t.Errorf("6 reads saw %v: want both the frozen follower's past and the leader's present", seen)
+			}
+		})
+	}
 }
