@@ -8,8 +8,8 @@ import "slices"
 // search adds.
 type Greedy struct {
 	PowerMean float64
-	// MeasuredRestart is Pollux.MeasuredRestart: a first round of a
-	// leadership decided greedily is then judged by the objective the
+	// MeasuredRestart is Pollux.MeasuredRestart: a federation reclaim's
+	// what-if round decided greedily is then judged by the objective the
 	// leader's Pollux searches with.
 	MeasuredRestart bool
 }

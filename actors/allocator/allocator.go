@@ -58,13 +58,12 @@ type Config struct {
 	// optimizer's least population and generations), and back up when
 	// it takes well less, so a loaded leader keeps its rounds short.
 	SearchBudget time.Duration
-	// FirstPolicy decides the first round of a leadership (default
-	// optimizer.NewGreedy(), pricing restarts as Policy does: the
-	// committed allocation hill-climbed, a fraction of the search's
-	// time), so that a new leader acts within a
-	// second; the next round, soon after, runs Policy. Under Tiresias,
-	// which is quick and never resizes, the default is Tiresias itself.
-	FirstPolicy optimizer.Policy
+	// ReclaimPolicy decides the what-if round of a federation lab's
+	// reclaim (Reclaimable; default optimizer.NewGreedy(), pricing
+	// restarts as Policy does: the committed allocation hill-climbed, a
+	// fraction of the search's time). Under Tiresias, which is quick, the
+	// default is Tiresias itself.
+	ReclaimPolicy optimizer.Policy
 	// Interval between rounds (default 60 s).
 	Interval time.Duration
 	// CheckpointRoot is the checkpoint root a cluster without a
@@ -156,7 +155,8 @@ type RoundInfo struct {
 	Elected     time.Time
 	// Effort is the search's effort for the next round (see SearchBudget);
 	// SearchEffort the effort this round's search ran at (0: the policy
-	// is not budgeted, as the first round's climb).
+	// is not budgeted, as Tiresias; the least, minEffort, in the first
+	// round of a leadership, whose time does not move Effort).
 	Effort, SearchEffort float64
 	// Policy names the policy that decided the round ("" when there was
 	// nothing to decide).
@@ -207,14 +207,14 @@ func NewAllocator(cfg Config, observe Observer) (*actor.Props, error) {
 		p.MeasuredRestart = true
 		cfg.Policy = p
 	}
-	if cfg.FirstPolicy == nil {
+	if cfg.ReclaimPolicy == nil {
 		g := optimizer.NewGreedy()
 		if px, ok := cfg.Policy.(*optimizer.Pollux); ok {
 			g.MeasuredRestart = px.MeasuredRestart // one objective for every round
 		}
-		cfg.FirstPolicy = g
+		cfg.ReclaimPolicy = g
 		if _, fixed := cfg.Policy.(optimizer.Tiresias); fixed {
-			cfg.FirstPolicy = cfg.Policy
+			cfg.ReclaimPolicy = cfg.Policy
 		}
 	}
 	if cfg.TypedPolicy == nil {
@@ -562,14 +562,26 @@ func (a *allocator) run(ctx actor.Context) {
 		a.decided(ctx, p)
 		return
 	}
-	policy, search := a.autoscalePolicy(snap, a.policy(snap, p.info.FirstOfTerm))
+	policy, search := a.policy(snap), a.policy(snap)
+	if !p.info.FirstOfTerm {
+		policy, search = a.autoscalePolicy(snap, policy)
+	}
 	p.info.Policy = policy.Name()
 	px, budgeted := search.(optimizer.Budgeted)
 	if budgeted {
-		px.SetEffort(a.effort)
-		p.info.SearchEffort = a.effort
+		// A new leader acts at once: its first round searches at the
+		// least effort (seeded, like every search, with the committed
+		// allocation hill-climbed, so never worse than that climb), and
+		// the next round, soon after, at the effort the budget allows.
+		effort := a.effort
+		if p.info.FirstOfTerm {
+			effort = minEffort
+		}
+		px.SetEffort(effort)
+		p.info.SearchEffort = effort
 	}
-	p.budgeted, p.policyName = budgeted, policy.Name()
+	// Only the budgeted rounds' times move the effort.
+	p.budgeted, p.policyName = budgeted && !p.info.FirstOfTerm, policy.Name()
 	p.info.Snapshot, p.info.Prev = snap, a.prev
 	a.search = p
 	prev, sys, self := a.prev, ctx.ActorSystem(), ctx.Self()
@@ -590,7 +602,7 @@ type pendingRound struct {
 	nowS       float64
 	begin      time.Time
 	info       RoundInfo
-	budgeted   bool
+	budgeted   bool // its search's time moves the effort
 	policyName string
 	res        *optimizer.Result // the search's (nil: nothing to decide)
 	again      bool              // a round was asked for during the search
@@ -681,9 +693,9 @@ func (a *allocator) decided(ctx actor.Context, p *pendingRound) {
 	a.scale(ctx, st, scale)
 	if l := a.cfg.Federation; l != nil {
 		bid := FederationBid(snap, st, l.Settings().PowerMean)
-		// The what-if round runs the first-round policy (the committed
-		// allocation hill-climbed): a fraction of the search's time.
-		reclaim, err := Reclaimable(st, p.bids, nowS, a.cfg.TimeScale, a.seed, a.cfg.FirstPolicy)
+		// The what-if round runs ReclaimPolicy (the committed allocation
+		// hill-climbed): a fraction of the search's time.
+		reclaim, err := Reclaimable(st, p.bids, nowS, a.cfg.TimeScale, a.seed, a.cfg.ReclaimPolicy)
 		if err != nil {
 			a.cfg.Logger.Warn("allocator: what-if round of the federation", "err", err)
 			reclaim = map[string]bool{} // no reclaim on a round that failed
@@ -709,18 +721,12 @@ func roundNote(policy string, prev, fitness float64) string {
 }
 
 // policy is the policy of a round: TypedPolicy when the alive nodes have
-// several GPU types, else Policy, and FirstPolicy (a quick climb of
-// Pollux's objective) instead of a search whose effort is budgeted
-// (optimizer.Budgeted: Pollux's) for the first round of a leadership.
-func (a *allocator) policy(snap *optimizer.Snapshot, first bool) optimizer.Policy {
-	p := a.cfg.Policy
+// several GPU types, else Policy.
+func (a *allocator) policy(snap *optimizer.Snapshot) optimizer.Policy {
 	if len(gpuTypes(snap.Nodes)) > 1 {
-		p = a.cfg.TypedPolicy
+		return a.cfg.TypedPolicy
 	}
-	if _, long := p.(optimizer.Budgeted); long && first {
-		return a.cfg.FirstPolicy
-	}
-	return p
+	return a.cfg.Policy
 }
 
 // initCluster gives a cluster without a configuration one (an existing

@@ -97,16 +97,15 @@ func TestNodeOf(t *testing.T) {
 }
 
 func TestPolicyByGPUTypes(t *testing.T) {
-	a := &allocator{cfg: Config{Policy: optimizer.NewPollux(), TypedPolicy: optimizer.NewHetPollux(), FirstPolicy: optimizer.NewGreedy()}}
+	a := &allocator{cfg: Config{Policy: optimizer.NewPollux(), TypedPolicy: optimizer.NewHetPollux()}}
 	one := &optimizer.Snapshot{Nodes: []optimizer.Node{{ID: "a", GPUs: 4, Type: "t4"}, {ID: "b", GPUs: 4, Type: "t4"}}}
 	two := &optimizer.Snapshot{Nodes: []optimizer.Node{{ID: "a", GPUs: 4, Type: "t4"}, {ID: "b", GPUs: 4, Type: "a100"}}}
 	for _, tt := range []struct {
-		snap  *optimizer.Snapshot
-		first bool
-		want  string
-	}{{one, false, "pollux"}, {one, true, "greedy"}, {two, false, "pollux-het"}, {two, true, "pollux-het"}} {
-		if got := a.policy(tt.snap, tt.first).Name(); got != tt.want {
-			t.Errorf("%d types, first %t: %s, want %s", len(gpuTypes(tt.snap.Nodes)), tt.first, got, tt.want)
+		snap *optimizer.Snapshot
+		want string
+	}{{one, "pollux"}, {two, "pollux-het"}} {
+		if got := a.policy(tt.snap).Name(); got != tt.want {
+			t.Errorf("%d types: %s, want %s", len(gpuTypes(tt.snap.Nodes)), got, tt.want)
 		}
 	}
 }

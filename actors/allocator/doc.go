@@ -25,9 +25,10 @@
 // the job's batch limits, of the job's current incarnation and newest job
 // actor session) and counted when dropped.
 //
-// A new leadership's first round decides with FirstPolicy (greedy) so a
-// new leader acts within a second; the search's effort adapts to
-// SearchBudget so rounds stay short on a loaded leader. docs/control-
+// A new leadership's first round searches at the least effort (seeded
+// with the committed allocation hill-climbed) so a new leader acts within
+// a second; the search's effort adapts to SearchBudget so rounds stay
+// short on a loaded leader. docs/control-
 // plane.md draws the whole message flow.
 //
 // In a lab of a federation (Config.Federation), a round places the lab's

@@ -13,7 +13,7 @@ import (
 // round's input: the policy that decided it, run again on the round's
 // snapshot and previous state at the round's search effort, reaches the
 // round's fitness exactly (the search is seeded and deterministic), both
-// for the first round of a leadership (the climb, no search effort) and
+// for the first round of a leadership (a search at the least effort) and
 // for a later search.
 func TestRoundInfoCarriesThePolicyInput(t *testing.T) {
 	if testing.Short() {
@@ -47,8 +47,8 @@ func TestRoundInfoCarriesThePolicyInput(t *testing.T) {
 		first = find(func(r *allocator.RoundInfo) bool { return r.FirstOfTerm && r.Elected.After(killed) })
 		return first != nil
 	})
-	if first.Policy != "greedy" || first.SearchEffort != 0 {
-		t.Errorf("first round: policy %q, search effort %v; want the climb (greedy) and no search", first.Policy, first.SearchEffort)
+	if first.Policy != "pollux" || first.SearchEffort != 1.0/64 {
+		t.Errorf("first round: policy %q, search effort %v; want pollux's search at the least effort, 1/64", first.Policy, first.SearchEffort)
 	}
 	if !(search.SearchEffort > 0 && search.SearchEffort <= 1) {
 		t.Errorf("search round: effort %v, want in (0, 1]", search.SearchEffort)
@@ -58,7 +58,7 @@ func TestRoundInfoCarriesThePolicyInput(t *testing.T) {
 		r      *allocator.RoundInfo
 		policy optimizer.Policy
 	}{
-		{"first round", first, &optimizer.Greedy{PowerMean: optimizer.DefaultPowerMean, MeasuredRestart: true}},
+		{"first round", first, &optimizer.Pollux{PowerMean: optimizer.DefaultPowerMean, Effort: 1.0 / 64, MeasuredRestart: true}},
 		{"search", search, &optimizer.Pollux{PowerMean: optimizer.DefaultPowerMean, Effort: search.SearchEffort, MeasuredRestart: true}},
 	} {
 		res, err := tc.policy.Allocate(tc.r.Snapshot, tc.r.Prev)

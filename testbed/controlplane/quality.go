@@ -25,13 +25,12 @@ type Round struct {
 	// transport, AckMedianS to the median node's acknowledgement.
 	SentS      float64 `json:"sent_s"`
 	AckMedianS float64 `json:"ack_median_s"`
-	// Policy decided the round: pollux (the search, at SearchEffort) or
-	// greedy (a new leader's first round: the committed allocation
-	// hill-climbed, no search).
+	// Policy decided the round: pollux (the search, at SearchEffort; the
+	// least, 1/64, in a new leader's first round).
 	Policy string `json:"policy"`
 	// SearchEffort is the round's search work as a fraction of the full
 	// search's on the same input: its individuals evaluated over the full
-	// search's (0: no search, the climb alone).
+	// search's.
 	SearchEffort float64 `json:"search_effort"`
 	// Fitness is the round's (Pollux's objective); FullFitness that of a
 	// search of full effort on the same input; FitnessVsFull their ratio.
@@ -54,18 +53,11 @@ type MinMedian struct {
 // policyOf builds the policy a round names, at the round's effort.
 func policyOf(ri allocator.RoundInfo) (optimizer.Policy, error) {
 	// The bench's servers run the allocator's default, which prices
-	// restarts at the jobs' measured delays, in its greedy first rounds
-	// too.
-	var p optimizer.Policy
-	if ri.Policy == "greedy" {
-		g := optimizer.NewGreedy()
-		g.MeasuredRestart = true
-		p = g
-	} else {
-		var err error
-		if p, err = optimizer.Lookup(ri.Policy, optimizer.Options{MeasuredRestart: true}); err != nil {
-			return nil, fmt.Errorf("controlplane: %w", err)
-		}
+	// restarts at the jobs' measured delays, in a leadership's first
+	// round (a search of the least effort) too.
+	p, err := optimizer.Lookup(ri.Policy, optimizer.Options{MeasuredRestart: true})
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: %w", err)
 	}
 	if b, ok := p.(optimizer.Budgeted); ok && ri.SearchEffort > 0 {
 		b.SetEffort(ri.SearchEffort)
