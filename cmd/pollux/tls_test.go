@@ -149,21 +149,38 @@ func startProc(t *testing.T, stderr io.Writer, args ...string) (*exec.Cmd, []byt
 			_ = cmd.Wait()
 		}
 	})
-	ready := make(chan []byte, 1)
+	ready := make(chan []byte, 1) // nil: stdout closed without a line
 	go func() {
 		sc := bufio.NewScanner(out)
+		var line []byte
 		if sc.Scan() {
-			ready <- slices.Clone(sc.Bytes())
+			line = slices.Clone(sc.Bytes())
 		}
+		ready <- line
 		_, _ = io.Copy(io.Discard, out)
 	}()
 	select {
 	case line := <-ready:
+		if line == nil {
+			err := cmd.Wait() // stdout is at its end: the process exited
+			t.Fatalf("%v exited before its ready line (%v)%s", args[:1], err, logTail(stderr))
+		}
 		return cmd, line
 	case <-time.After(60 * time.Second):
-		t.Fatalf("%v not ready within 60 s", args[:1])
+		t.Fatalf("%v not ready within 60 s%s", args[:1], logTail(stderr))
 	}
 	return nil, nil
+}
+
+// logTail is the last lines of a process's log, if its sink can say
+// them (a logbuf.Buffer), for the message of a test that failed on it.
+func logTail(sink io.Writer) string {
+	s, ok := sink.(fmt.Stringer)
+	if !ok {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(s.String(), "\n"), "\n")
+	return "; its log ends:\n" + strings.Join(lines[max(0, len(lines)-20):], "\n")
 }
 
 // attacker holds the certificates an outsider might try: the cluster's
