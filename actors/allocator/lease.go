@@ -34,7 +34,9 @@ const maxLease = 10 * time.Minute
 // fastRenewals bounds the renewals a node gets between two ticks beyond
 // the tick's own: a node this leadership has not renewed yet (just
 // assigned, or brought up to date) is renewed at once, which takes a
-// renewal that fetches a nonce and one that echoes it.
+// renewal that fetches a nonce and one that echoes it. A node whose last
+// renewal took half the lease or more to be answered gets none (see
+// nodeLease.slow).
 const fastRenewals = 3
 
 // maxUnanswered bounds the renewals a node's lease remembers as sent and
@@ -85,14 +87,29 @@ type nodeLease struct {
 	renewed bool      // its newest answer to a renewal said it renewed
 	fast    int       // renewals beyond the tick's since the last tick
 	resent  time.Time // when its assignment was last sent outside a round
-	// renewals are the generations the renewals sent to the node and
-	// not answered yet carried, oldest first (at most maxUnanswered):
-	// a node answers in order, so its answer to a renewal sent after
-	// the newest assignment shows whether it got that assignment.
-	renewals []uint64
+	// slow: the node's answer to its last renewal came half a lease or
+	// more after the renewal was sent. A renewal is refused once the ack
+	// it echoes is a lease old, and an ack the leader has just got is
+	// already one trip old when the renewal leaves, so a fast renewal
+	// would likely be refused too, and under overload its messages add
+	// to what keeps the trips long; such a node is renewed on the ticks
+	// only.
+	slow bool
+	// renewals are the renewals sent to the node and not answered yet,
+	// oldest first (at most maxUnanswered): a node answers in order, so
+	// its answer to a renewal sent after the newest assignment shows
+	// whether it got that assignment, and when it comes, how long the
+	// trip took.
+	renewals []sentRenewal
 	// listed holds, per job, the newest generation of an assignment
 	// this leader sent the node that listed the job.
 	listed map[string]uint64
+}
+
+// sentRenewal is a renewal sent: the generation it carried, and when.
+type sentRenewal struct {
+	gen uint64
+	at  time.Time
 }
 
 func newLeaseState(now time.Time) *leaseState {
@@ -189,7 +206,7 @@ func (a *allocator) leaseConfirmed(ctx actor.Context, m leaseVerified) {
 			if len(nl.renewals) == maxUnanswered {
 				nl.renewals = nl.renewals[1:]
 			}
-			nl.renewals = append(nl.renewals, l.gen)
+			nl.renewals = append(nl.renewals, sentRenewal{gen: l.gen, at: a.cfg.Now()})
 			ctx.Request(pid, &pb.LeaseRenew{ClusterId: l.cluster, Term: a.term, Generation: l.gen, LeaseMs: ms,
 				Echo: m.echo[id], Allocator: self})
 		}
@@ -208,14 +225,17 @@ func (a *allocator) leaseAcked(ctx actor.Context, m *pb.LeaseAck) {
 		return
 	}
 	nl := l.node(m.Status.Node)
+	now := a.cfg.Now()
 	if m.Nonce != 0 {
-		nl.nonce, nl.at = m.Nonce, a.cfg.Now()
+		nl.nonce, nl.at = m.Nonce, now
 	}
 	var answered uint64 // the generation of the renewal m answers
 	if !m.Update {
 		nl.renewed = m.Renewed && m.Status.Term == a.term
 		if len(nl.renewals) > 0 {
-			answered, nl.renewals = nl.renewals[0], nl.renewals[1:]
+			r := nl.renewals[0]
+			answered, nl.renewals = r.gen, nl.renewals[1:]
+			nl.slow = now.Sub(r.at) >= a.cfg.Lease/2
 		}
 	}
 	a.acked(ctx, m.Status, answered)
@@ -247,7 +267,7 @@ func (a *allocator) leaseFollowUp(ctx actor.Context, ack *pb.AssignAck, answered
 		case ack.Ok && behind && late:
 			nl.resent = now
 			a.resendSoon(ctx, ack.Node)
-		case !behind && ack.Term == a.term && !nl.renewed && nl.fast < fastRenewals:
+		case !behind && ack.Term == a.term && !nl.renewed && !nl.slow && nl.fast < fastRenewals:
 			nl.fast++
 			a.renewLeases(ctx, ack.Node)
 		}

@@ -495,3 +495,37 @@ func TestRoundTimesSayWhereTheyGo(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowTripsBringNoFastRenewals: when the nodes' answers take longer
+// than the lease, every renewal is refused (the ack it echoes is a lease
+// old when it arrives); the leader then renews on its ticks only (one a
+// quarter lease), not up to fastRenewals more on each answer, which
+// would only add messages to an overloaded network.
+func TestSlowTripsBringNoFastRenewals(t *testing.T) {
+	const lease = 400 * time.Millisecond
+	// Rounds far apart, so that the nodes are up to date between them.
+	c := newTCluster(t, clusterOpts{servers: 1, nodes: 2, gpus: 1, lease: lease, interval: time.Minute})
+	counts := func() map[string]int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return maps(c.net.renews)
+	}
+	poll.Until(t, 30*time.Second, "renewals of every node", func() bool {
+		n := counts()
+		return n["n0"] > 0 && n["n1"] > 0
+	})
+	c.delay("ack", 500*time.Millisecond)
+	time.Sleep(2 * time.Second) // the answers sent before the delay are in
+	before, t0 := counts(), time.Now()
+	time.Sleep(3 * time.Second)
+	after, window := counts(), time.Since(t0)
+	ticks := int(window / (lease / 4))
+	for _, n := range []string{"n0", "n1"} {
+		got := after[n] - before[n]
+		t.Logf("%s: %d renewals in %v (%d ticks)", n, got, window.Round(time.Millisecond), ticks)
+		if got > ticks*3/2 {
+			t.Errorf("%s got %d renewals in %v, more than 1.5 a tick (%d ticks): fast renewals to a node whose answers take longer than the lease",
+				n, got, window.Round(time.Millisecond), ticks)
+		}
+	}
+}
