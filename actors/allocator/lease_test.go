@@ -277,6 +277,28 @@ func TestNewLeaderKeepsWhatItsPredecessorStarted(t *testing.T) {
 	}
 }
 
+// renewalCounts waits until each of nodes n0... has received a lease
+// renewal, and returns a function that counts the renewals each node
+// has received.
+func (c *tcluster) renewalCounts(t *testing.T, nodes int) func() map[string]int {
+	t.Helper()
+	counts := func() map[string]int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return maps(c.net.renews)
+	}
+	poll.Until(t, 30*time.Second, "renewals of every node", func() bool {
+		n := counts()
+		for i := range nodes {
+			if n[fmt.Sprintf("n%d", i)] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	return counts
+}
+
 // TestRefusedRenewalsRenewOnlyThatNode: a node that refuses every
 // renewal (its acks reach the leader with nonces it never made) asks
 // for a renewal with each answer; the leader renews that node again,
@@ -288,15 +310,7 @@ func TestRefusedRenewalsRenewOnlyThatNode(t *testing.T) {
 	c.mu.Lock()
 	c.net.garble = map[string]bool{"n0": true}
 	c.mu.Unlock()
-	counts := func() map[string]int {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return maps(c.net.renews)
-	}
-	poll.Until(t, 30*time.Second, "renewals of every node", func() bool {
-		n := counts()
-		return n["n0"] > 0 && n["n1"] > 0 && n["n2"] > 0 && n["n3"] > 0
-	})
+	counts := c.renewalCounts(t, 4)
 	before := counts()
 	poll.Until(t, 60*time.Second, "40 renewals of the refusing node", func() bool { return counts()["n0"] >= before["n0"]+40 })
 	after := counts()
@@ -505,15 +519,7 @@ func TestSlowTripsBringNoFastRenewals(t *testing.T) {
 	const lease = 400 * time.Millisecond
 	// Rounds far apart, so that the nodes are up to date between them.
 	c := newTCluster(t, clusterOpts{servers: 1, nodes: 2, gpus: 1, lease: lease, interval: time.Minute})
-	counts := func() map[string]int {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return maps(c.net.renews)
-	}
-	poll.Until(t, 30*time.Second, "renewals of every node", func() bool {
-		n := counts()
-		return n["n0"] > 0 && n["n1"] > 0
-	})
+	counts := c.renewalCounts(t, 2)
 	c.delay("ack", 500*time.Millisecond)
 	time.Sleep(2 * time.Second) // the answers sent before the delay are in
 	before, t0 := counts(), time.Now()

@@ -272,6 +272,20 @@ func keyedAPI(t *testing.T) ([]*Member, func() []string) {
 	}
 }
 
+// serving makes members ms serving: a serving member needs a process,
+// and one that sleeps stands for each.
+func serving(t *testing.T, ms []*Member) {
+	t.Helper()
+	g := proc.ForTest(t)
+	for _, m := range ms {
+		p, err := g.Start(proc.Spec{Name: "server/" + m.ID, Path: "/bin/sleep", Args: []string{"60"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.p = p
+	}
+}
+
 // TestAnyRetriesWithOneKey: SubmitAny and CancelAny send one key per
 // call, the same to each server they try, so the retry of a write whose
 // answer was lost succeeds as the write did; a name another submission
@@ -281,15 +295,7 @@ func TestAnyRetriesWithOneKey(t *testing.T) {
 	srv := httptest.NewTLSServer(http.NotFoundHandler())
 	t.Cleanup(srv.Close)
 	c := &Cluster{Servers: ms, log: slog.New(slog.DiscardHandler), http: srv.Client()}
-	// Serving members need a process: one that sleeps stands for each.
-	g := proc.ForTest(t)
-	for _, m := range ms {
-		p, err := g.Start(proc.Spec{Name: "server/" + m.ID, Path: "/bin/sleep", Args: []string{"60"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.p = p
-	}
+	serving(t, ms)
 	cl := c.Client()
 	ctx := context.Background()
 	sameKey := func(what string) {
@@ -349,14 +355,7 @@ func TestReadsReachEveryServer(t *testing.T) {
 		client = srv.Client() // every httptest server shares one certificate
 		ms = append(ms, &Member{Role: history.Server, ID: id, HTTP: srv.Listener.Addr().String()})
 	}
-	g := proc.ForTest(t)
-	for _, m := range ms {
-		p, err := g.Start(proc.Spec{Name: "server/" + m.ID, Path: "/bin/sleep", Args: []string{"60"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.p = p
-	}
+	serving(t, ms)
 	c := &Cluster{Servers: ms, log: slog.New(slog.DiscardHandler), http: client}
 	ctx := context.Background()
 	for _, tc := range []struct {
