@@ -562,7 +562,8 @@ func (a *allocator) run(ctx actor.Context) {
 		a.decided(ctx, p)
 		return
 	}
-	policy, search := a.policy(snap), a.policy(snap)
+	policy := a.policy(snap)
+	search := policy
 	if !p.info.FirstOfTerm {
 		policy, search = a.autoscalePolicy(snap, policy)
 	}

@@ -28,8 +28,8 @@
 // A new leadership's first round searches at the least effort (seeded
 // with the committed allocation hill-climbed) so a new leader acts within
 // a second; the search's effort adapts to SearchBudget so rounds stay
-// short on a loaded leader. docs/control-
-// plane.md draws the whole message flow.
+// short on a loaded leader. docs/control-plane.md draws the whole
+// message flow.
 //
 // In a lab of a federation (Config.Federation), a round places the lab's
 // jobs only on GPUs it does not lend, and hands the lab's bid
