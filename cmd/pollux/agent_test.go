@@ -56,11 +56,12 @@ func rootRunAs(args []string) []string {
 	return []string{"--run-as", "root"}
 }
 
-// agentTempDir is a TMPDIR for one agent, removed at cleanup: an agent
-// the test kills leaves its pollux-agent-* directories (its workers'
-// report tokens among them) there rather than in /tmp. Its workers'
-// users (--run-as nobody) must pass through it to their token: 0711.
-func agentTempDir(t *testing.T) string {
+// procTempDir is a TMPDIR for one pollux process, removed at cleanup:
+// an agent the test kills leaves its pollux-agent-* directories (its
+// workers' report tokens among them) there rather than in /tmp. Its
+// workers' users (--run-as nobody) must pass through it to their
+// token: 0711.
+func procTempDir(t *testing.T) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "pollux-agent-test-")
 	if err == nil {
@@ -87,7 +88,7 @@ func startAgentTo(t *testing.T, stderr io.Writer, name string, args ...string) (
 		"--worker-exec", strings.Join(selfExec, ","), "--pass-env", "POLLUX_TEST_PROCESS")
 	full = append(full, testBundle().Flags(name)...)
 	cmd := exec.Command(full[0], append(append(full[1:], args...), rootRunAs(args)...)...)
-	cmd.Env = append(os.Environ(), "POLLUX_TEST_PROCESS=1", "TMPDIR="+agentTempDir(t))
+	cmd.Env = append(os.Environ(), "POLLUX_TEST_PROCESS=1", "TMPDIR="+procTempDir(t))
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -535,6 +535,9 @@ func browser(t *testing.T, ctx context.Context, pins []string) (context.Context,
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("ignore-certificate-errors-spki-list", strings.Join(pins, ",")),
 		chromedp.UserDataDir(t.TempDir()),
+		// Its own TMPDIR: Chromium stopped by the test's end leaves its
+		// org.chromium.Chromium.* directory behind.
+		chromedp.Env("TMPDIR=" + t.TempDir()),
 		chromedp.WindowSize(1300, 1000),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)

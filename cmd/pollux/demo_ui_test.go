@@ -132,6 +132,9 @@ func TestDemoUIKeepsTheDashboardUp(t *testing.T) {
 		cmd := exec.CommandContext(dctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 			"--disable-background-networking", "--disable-component-update", "--disable-sync", "--user-data-dir="+filepath.Join(t.TempDir(), "profile"),
 			"--ignore-certificate-errors-spki-list="+pins, "--dump-dom", dash)
+		// Its own TMPDIR, which Chromium leaves its org.chromium.Chromium.*
+		// directory in.
+		cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
 		if dom, err = cmd.Output(); err != nil {
 			t.Fatalf("chromium --dump-dom: %v", err)
 		}

@@ -129,12 +129,13 @@ func TestMain(m *testing.M) {
 }
 
 // startProc runs `pollux ARGS` as a subprocess with its log in stderr and
-// returns it with its ready line; it is killed at cleanup.
+// a TMPDIR of its own, and returns it with its ready line; it is killed
+// at cleanup.
 func startProc(t *testing.T, stderr io.Writer, args ...string) (*exec.Cmd, []byte) {
 	t.Helper()
 	full := append(slices.Clone(selfExec), args...)
 	cmd := exec.Command(full[0], full[1:]...)
-	cmd.Env = append(os.Environ(), "POLLUX_TEST_PROCESS=1")
+	cmd.Env = append(os.Environ(), "POLLUX_TEST_PROCESS=1", "TMPDIR="+procTempDir(t))
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -48,7 +48,10 @@ func TestJudgeCatchesPlantedBugs(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 			defer cancel()
-			o := Options{Exec: []string{bin}, Env: []string{judgebugs.Env + "=" + string(tc.bug)}, Servers: 3, Agents: 2, GPUsPerAgent: 2,
+			// The run's directory in the test's artifacts: a run that
+			// fails (as a planted bug's must) keeps its directory, which
+			// a temporary one of the driver's would leave in /tmp.
+			o := Options{Dir: t.ArtifactDir(), Exec: []string{bin}, Env: []string{judgebugs.Env + "=" + string(tc.bug)}, Servers: 3, Agents: 2, GPUsPerAgent: 2,
 				TimeScale: 400, Converge: 150 * time.Second, Jobs: 4, Cancels: -1,
 				Schedule: schedule.Options{Gap: 1500 * time.Millisecond, ElectionTimeout: time.Second, ServerDown: time.Second,
 					AgentDown: 4 * time.Second, AgentRestartDown: 200 * time.Millisecond, NetDown: 2 * time.Second}}
