@@ -44,6 +44,11 @@
 // ErrStaleGeneration; RegisterNode, MarkNode, InitCluster and Prune are
 // idempotent.
 //
+// A follower that sees a Raft connection end and the leader's Raft port
+// refuse connections (its process ended) elects on the leader lease's
+// timeouts instead of the configured ones until a leader is known
+// (leaderloss.go); other failures wait out the configured timeouts.
+//
 // Timeouts default to LAN values (200 ms heartbeat and election, 100 ms
 // leader lease): on loopback with bolt, a SIGKILLed leader is replaced and
 // the next write committed in about 0.4 s median (docs/benchmarks.md,

@@ -154,6 +154,7 @@ func NewServer(cfg Config, st Stores) (*Server, error) {
 	go s.watchPeers(obs)
 	if t, ok := st.Transport.(*Transport); ok {
 		t.serveForwards(s)
+		go s.watchLeaderLoss(t.mux)
 	}
 	return s, nil
 }

@@ -94,6 +94,9 @@ func (t *Transport) Close() error {
 	t.hb.Lock()
 	t.hbClosed = true
 	t.hb.Unlock()
+	// Every connection goes with the port, as when the process ends:
+	// the peers' reads end at once (see watchLeaderLoss).
+	t.NetworkTransport.CloseStreams()
 	return t.NetworkTransport.Close()
 }
 
@@ -115,7 +118,7 @@ func ListenTCP(addr string, cfg Config, tlsCfg *TLS) (*Transport, error) {
 		return nil, fmt.Errorf("%w: raft address %s is not advertisable: bind to a concrete host", state.ErrInvalid, inner.Addr())
 	}
 	m := &mux{inner: inner, ln: inner, log: cfg.Logger, raftConns: make(chan net.Conn), done: make(chan struct{}),
-		conns: map[net.Conn]struct{}{}}
+		conns: map[net.Conn]struct{}{}, ended: make(chan struct{}, 1)}
 	if tlsCfg != nil {
 		m.client = tlsCfg.Client
 		m.ln = pki.NewListener(inner, tlsCfg.Server, pki.ListenerOptions{Channel: pki.ChannelRaft, Logger: cfg.Logger, Gate: tlsCfg.Gate})
@@ -151,6 +154,9 @@ type mux struct {
 	log       *slog.Logger
 	srv       atomic.Pointer[Server]
 	raftConns chan net.Conn
+	// ended gets a token when a Raft connection a peer opened ends
+	// (endWatch): a leader's connections end when its process does.
+	ended     chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -381,11 +387,12 @@ func (m *mux) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn,
 	return m.dialType(ctx, string(address), connRaft)
 }
 
-// Accept implements raft.StreamLayer: Raft's connections.
+// Accept implements raft.StreamLayer: Raft's connections, each telling
+// ended when it ends.
 func (m *mux) Accept() (net.Conn, error) {
 	select {
 	case c := <-m.raftConns:
-		return c, nil
+		return &endWatch{Conn: c, ended: m.ended}, nil
 	case <-m.done:
 		return nil, net.ErrClosed
 	}
@@ -406,6 +413,26 @@ func (m *mux) Close() error {
 		m.mu.Unlock()
 	})
 	return err
+}
+
+// endWatch is a Raft connection accepted from a peer that puts a token
+// in ended (without waiting) the first time a read fails: the peer
+// closed it, or its process ended.
+type endWatch struct {
+	net.Conn
+	ended chan<- struct{}
+	once  atomic.Bool
+}
+
+func (c *endWatch) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil && c.once.CompareAndSwap(false, true) {
+		select {
+		case c.ended <- struct{}{}:
+		default:
+		}
+	}
+	return n, err
 }
 
 // Addr implements raft.StreamLayer: the bound (and advertised) address.
