@@ -51,6 +51,7 @@
 //
 // Timeouts default to LAN values (200 ms heartbeat and election, 100 ms
 // leader lease): on loopback with bolt, a SIGKILLed leader is replaced and
-// the next write committed in about 0.4 s median (docs/benchmarks.md,
-// `pollux bench failover`); see Config.
+// the next write committed in about 0.2 s median (0.4 s before
+// leaderloss.go; docs/benchmarks.md, `pollux bench failover`); see
+// Config.
 package consensus
