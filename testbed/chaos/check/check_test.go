@@ -460,6 +460,19 @@ func TestFaultAccounting(t *testing.T) {
 	if len(res.Metrics.ReplacementsMissing) != 0 || len(res.Failures()) != 0 {
 		t.Errorf("replacements %v missing %v, failures %q", res.Metrics.Replacements, res.Metrics.ReplacementsMissing, res.Failures())
 	}
+	// Job a finished (its rank 0 elsewhere recorded done) just before its
+	// agent died, its rank 1 there not yet gone: nothing to re-place (the
+	// leader-kill of seed 7's mixed scenario, 47 ms before the kill).
+	f = base()
+	delete(f.workers, "a2")
+	f.workers["a1"] = start("n1", 100, "a", 1, 101, 1)
+	f.workers["a0"] = start("n2", 100, "a", 1, 102, 0).restore(150, 151, 0, 0, 0).done(990, 2, 200).ckpt(991, 992, 2, 200, true).exit(1020)
+	f.h.dropFinalRead()
+	f.h.read(2600, 2610, jv("a", "completed", 1, 2, 200), jv("b", "completed", 1, 2, 200), jv("p", "completed", 1, 2, 200))
+	res = judge(t, f)
+	if len(res.Metrics.ReplacementsMissing) != 0 || len(res.Metrics.Replacements) != 0 {
+		t.Errorf("job finished before the kill: replacements %v missing %v", res.Metrics.Replacements, res.Metrics.ReplacementsMissing)
+	}
 	// Job a cancelled just before its agent died: nothing to re-place.
 	f = base()
 	delete(f.workers, "a2")

@@ -146,7 +146,9 @@ func replacement(r *run, ls []*life, b event) (time.Duration, []string) {
 			if l.start.Inc > inc && l.start.T > b.t && (first < 0 || l.start.T < first) {
 				first = l.start.T
 			}
-			if d, ok := l.w.Find(record.Done); ok && d.T > b.t {
+			// A job done before the kill needs no re-placement either:
+			// its workers on the node may still be exiting then.
+			if _, ok := l.w.Find(record.Done); ok {
 				finished = true
 			}
 		}
