@@ -17,8 +17,8 @@ import (
 // process ends on a machine that stays up, there is a surer sign: its
 // Raft connections end (their reads fail at once) and its Raft port
 // refuses connections. watchLeaderLoss takes that sign: on a follower,
-// when a connection from a peer ends and the leader's Raft address
-// refuses a TCP connection, the leader's process is gone, and the
+// when a connection from a peer ends and the leader's Raft port refuses
+// a connection (refuses), the leader's process is gone, and the
 // follower shortens its heartbeat and election timeouts to the leader
 // lease (the least Raft accepts: a leader's lease may not outlast a
 // follower's patience) until a leader is known again. A dead machine, a
