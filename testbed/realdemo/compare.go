@@ -12,7 +12,6 @@ import (
 	"pollux/actors/jobspec"
 	"pollux/actors/node/worker"
 	"pollux/actors/server/api"
-	"pollux/optimizer/goodput"
 	"pollux/testbed/launch"
 )
 
@@ -71,6 +70,15 @@ const (
 	// compareMaxEpochs bounds a digits job of the comparison that never
 	// reaches its target (it then fails the comparison).
 	compareMaxEpochs = 200
+	// compareCNNBatch, compareMLPBatch and compareLMBatch are the total
+	// batches of 32, 128 and 512 with the shortest measured time to the
+	// comparison's targets on one core (docs/benchmarks.md, "Epochs to
+	// target": the CNN 28 s at 128 against 92 s at 32, the MLP 12 s at
+	// 128 against 14 s and 24 s, the language model 233 s at 32 against
+	// 617 s at 128): the careful user's batch (Choose).
+	compareCNNBatch = 128
+	compareMLPBatch = 128
+	compareLMBatch  = 32
 )
 
 // CompareWorkload is the comparison's four jobs, submitted gap apart: two
@@ -86,7 +94,13 @@ func CompareWorkload(gap time.Duration, augment int, lmTarget float64) []Job {
 			"--checkpoint-interval", "5"}
 	}
 	jobs := digitsJobs(gap, cnn, mlp, args(augment), args(4*augment))
-	return append(jobs, Job{Name: "lm-4", Example: lm, After: 3 * gap, Args: []string{"--checkpoint-interval", "5"}})
+	for i := range jobs {
+		jobs[i].UserBatch = compareCNNBatch
+		if jobs[i].Example.Model == mlp.Model {
+			jobs[i].UserBatch = compareMLPBatch
+		}
+	}
+	return append(jobs, Job{Name: "lm-4", Example: lm, After: 3 * gap, Args: []string{"--checkpoint-interval", "5"}, UserBatch: compareLMBatch})
 }
 
 // PolicyResult is one run of a comparison: the jobs' average completion
@@ -118,9 +132,10 @@ func CoreSlots(agents int) (int, error) {
 
 // Compare runs o's jobs twice on the same cluster shape, in Dir/pollux
 // under the Pollux policy, then in Dir/tiresias under Tiresias with every
-// job user-sized: the configuration its own profile from the Pollux run
-// picks (Choose). The error wraps ErrShort when a job missed its target
-// or the ratio is above MaxRatio (the comparison is returned too).
+// job user-sized: its UserBatch on the replicas its own throughput
+// profile from the Pollux run favours (Choose). The error wraps ErrShort
+// when a job missed its target or the ratio is above MaxRatio (the
+// comparison is returned too).
 func Compare(ctx context.Context, o Options) (Comparison, error) {
 	if len(o.Jobs) == 0 || o.Dir == "" {
 		return Comparison{}, fmt.Errorf("%w: Jobs and Dir are required", ErrConfig)
@@ -146,13 +161,13 @@ func Compare(ctx context.Context, o Options) (Comparison, error) {
 	to := o
 	to.Policy, to.Dir, to.Jobs = "tiresias", filepath.Join(o.Dir, "tiresias"), nil
 	for _, j := range o.Jobs {
-		f := Choose(j.Example, final[j.Name].Bid, po.Agents, po.Slots)
+		f := Choose(j.Example, j.UserBatch, final[j.Name].Bid, po.Agents, po.Slots)
 		fixed[j.Name] = f
 		j.Fixed = &f
 		to.Jobs = append(to.Jobs, j)
-		how := "from its fitted model"
-		if b := final[j.Name].Bid; b == nil || b.Model == nil || b.Grad == nil {
-			how = "no fitted model in its last bid: the default"
+		how := "its measured best batch, replicas from its fitted throughput"
+		if b := final[j.Name].Bid; b == nil || b.Model == nil {
+			how = "its measured best batch; no fitted model in its last bid: one replica"
 		}
 		progressf(o.Progress, "%s: user-sized (%s): %d replicas, batch %d", j.Name, how, f.Replicas, f.Batch)
 	}
@@ -174,32 +189,42 @@ func Compare(ctx context.Context, o Options) (Comparison, error) {
 }
 
 // Choose is the configuration a careful user picks for a job of example
-// ex from its profile (the bid its job actor fitted from the measured
-// step times and gradient statistics): among 1 to agents*slots replicas
-// (over as few agents as hold them), the one with the highest goodput
-// whose scaling efficiency is at least MinEfficiency, at the total batch
-// the model finds best there, without accumulation. Without a fitted
-// model it is one replica at the initial batch.
-func Choose(ex worker.Example, bid *api.BidJSON, agents, slots int) Fixed {
-	best := Fixed{Replicas: 1, Batch: ex.InitBatch}
-	if bid == nil || bid.Model == nil || bid.Grad == nil {
+// ex whose best total batch, measured offline as the shortest time to
+// its target on one core, is batch (Job.UserBatch): among 1 to
+// agents*slots replicas (over as few agents as hold them), the one with
+// the highest throughput at that batch by the job's profile (the
+// throughput model its job actor fitted from measured step times; the
+// gradient statistics are not used, so the baseline's choice does not
+// rest on the model Pollux schedules with) whose scaling efficiency is
+// at least MinEfficiency, the batch rounded up to a multiple of the
+// replicas, without accumulation. Without a fitted model it is one
+// replica at that batch.
+func Choose(ex worker.Example, batch int, bid *api.BidJSON, agents, slots int) Fixed {
+	batch = max(batch, ex.InitBatch)
+	best := Fixed{Replicas: 1, Batch: batch}
+	if bid == nil || bid.Model == nil {
 		return best
 	}
-	l := goodput.Limits{InitBatch: ex.InitBatch, MaxBatch: ex.MaxBatch, MinLocal: ex.MinLocal, MaxLocal: ex.MaxLocal}
-	md := goodput.Model{Params: *bid.Model, Grad: *bid.Grad, Limits: l}
-	one, err := md.Optimize(1, 1)
-	if err != nil || !(one.Goodput > 0) {
+	p := *bid.Model
+	through := func(k int) (Fixed, float64) {
+		f := Fixed{Replicas: k, Batch: k * int(math.Ceil(float64(batch)/float64(k)))}
+		m := f.Batch / k
+		if m < ex.MinLocal || m > ex.MaxLocal {
+			return f, 0
+		}
+		return f, p.Throughput((k+slots-1)/slots, k, float64(m), 0)
+	}
+	_, one := through(1)
+	if !(one > 0) {
 		return best
 	}
-	bestGoodput := one.Goodput
+	bestThrough := one
 	for k := 2; k <= agents*slots; k++ {
-		c, err := md.Optimize((k+slots-1)/slots, k)
-		if err != nil || c.Goodput < MinEfficiency*float64(k)*one.Goodput || c.Goodput <= bestGoodput {
+		f, t := through(k)
+		if t < MinEfficiency*float64(k)*one || t <= bestThrough {
 			continue
 		}
-		m := c.TotalBatch / k
-		batch := max(k*m, k*int(math.Ceil(float64(ex.InitBatch)/float64(k))))
-		best, bestGoodput = Fixed{Replicas: k, Batch: batch}, c.Goodput
+		best, bestThrough = f, t
 	}
 	return best
 }

@@ -26,6 +26,9 @@ func TestCompareWorkload(t *testing.T) {
 	}
 	l := worker.Layout{Dir: "/w", Digits: "/w/train_digits.py"}
 	for _, j := range jobs {
+		if want := map[string]int{"cnn": 128, "mlp": 128, "transformer": 32}[j.Example.Model]; j.UserBatch != want {
+			t.Errorf("%s: user batch %d, want %d (the measured best)", j.Name, j.UserBatch, want)
+		}
 		s, err := j.Example.Spec(j.Name, l, "/ck/"+j.Name, j.Args...)
 		if err != nil {
 			t.Fatalf("%s: %v", j.Name, err)
@@ -54,33 +57,44 @@ func TestCompareWorkload(t *testing.T) {
 	}
 }
 
-// TestChoose checks the careful user's choice from a job's profile: the
-// most replicas that still scale at MinEfficiency, nothing without a
-// model.
+// TestChoose checks the careful user's choice: the measured best batch,
+// on the most replicas that its throughput profile says still scale at
+// MinEfficiency; one replica without a profile. The gradient statistics
+// play no part.
 func TestChoose(t *testing.T) {
 	ex := worker.Examples[1] // the CNN: M0 32, local 8-256
-	if got := Choose(ex, nil, 2, 2); got != (Fixed{1, 32}) {
+	if got := Choose(ex, 128, nil, 2, 2); got != (Fixed{1, 128}) {
 		t.Errorf("without a bid: %+v", got)
 	}
-	grad := goodput.GradStats{GradSqr: 1, GradVar: 20} // noise scale 640 at M0 32: large batches pay
+	if got := Choose(ex, 0, nil, 2, 2); got != (Fixed{1, 32}) {
+		t.Errorf("without a batch: %+v, want M0 on one replica", got)
+	}
 	cheapSync := goodput.Params{AlphaC: 0.01, BetaC: 0.002, AlphaN: 0.002, BetaN: 0.0002, AlphaR: 0.02, BetaR: 0.001, Gamma: 1.2}
 	costlySync := cheapSync
 	costlySync.AlphaR, costlySync.AlphaN = 2, 1 // a second of sync per step on two replicas
+	tiny := goodput.GradStats{GradSqr: 1, GradVar: 0.001}
+	huge := goodput.GradStats{GradSqr: 1, GradVar: 1e6}
 	for _, tc := range []struct {
 		name   string
 		params goodput.Params
-		want   func(Fixed) bool
+		batch  int
+		want   Fixed
 	}{
-		{"cheap sync scales out", cheapSync, func(f Fixed) bool { return f.Replicas == 4 && f.Batch >= 32 && f.Batch%4 == 0 }},
-		{"costly sync stays on one", costlySync, func(f Fixed) bool { return f == Fixed{1, 32} }},
+		{"cheap sync scales out", cheapSync, 128, Fixed{4, 128}},
+		{"rounded to the replicas", cheapSync, 130, Fixed{4, 132}},
+		{"costly sync stays on one", costlySync, 128, Fixed{1, 128}},
+		{"a local batch below the least stays on fewer", cheapSync, 24, Fixed{3, 24}},
 	} {
-		p, g := tc.params, grad
-		got := Choose(ex, &api.BidJSON{Model: &p, Grad: &g}, 2, 2)
-		if !tc.want(got) {
-			t.Errorf("%s: %+v", tc.name, got)
-		}
-		if got.Batch < ex.InitBatch || got.Batch%got.Replicas != 0 {
-			t.Errorf("%s: %+v is no valid user-sized batch", tc.name, got)
+		for _, g := range []goodput.GradStats{tiny, huge} {
+			p, g := tc.params, g
+			ex := ex
+			if tc.batch < ex.InitBatch {
+				ex.InitBatch = 8
+			}
+			got := Choose(ex, tc.batch, &api.BidJSON{Model: &p, Grad: &g}, 2, 2)
+			if got != tc.want {
+				t.Errorf("%s (noise %v): %+v, want %+v", tc.name, g.GradVar, got, tc.want)
+			}
 		}
 	}
 }

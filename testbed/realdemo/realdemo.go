@@ -51,6 +51,9 @@ type Job struct {
 	// Fixed, if set, makes it a user-sized job (jobspec replicas and
 	// batch_size), as under the Tiresias policy.
 	Fixed *Fixed
+	// UserBatch is the total batch a careful user gives it when sizing it
+	// for a comparison (Choose; 0: the example's initial batch).
+	UserBatch int
 }
 
 // Workload is the demo's three jobs: two CNNs, then an MLP, submitted gap
