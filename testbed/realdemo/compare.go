@@ -93,14 +93,13 @@ func CompareWorkload(gap time.Duration, augment int, lmTarget float64) []Job {
 		return []string{"--augment", fmt.Sprint(augment), "--max-epochs", fmt.Sprint(compareMaxEpochs), "--lr", compareLR,
 			"--checkpoint-interval", "5"}
 	}
-	jobs := digitsJobs(gap, cnn, mlp, args(augment), args(4*augment))
+	jobs := append(digitsJobs(gap, cnn, mlp, args(augment), args(4*augment)),
+		Job{Name: "lm-4", Example: lm, After: 3 * gap, Args: []string{"--checkpoint-interval", "5"}})
+	userBatch := map[string]int{cnn.Model: compareCNNBatch, mlp.Model: compareMLPBatch, lm.Model: compareLMBatch}
 	for i := range jobs {
-		jobs[i].UserBatch = compareCNNBatch
-		if jobs[i].Example.Model == mlp.Model {
-			jobs[i].UserBatch = compareMLPBatch
-		}
+		jobs[i].UserBatch = userBatch[jobs[i].Example.Model]
 	}
-	return append(jobs, Job{Name: "lm-4", Example: lm, After: 3 * gap, Args: []string{"--checkpoint-interval", "5"}, UserBatch: compareLMBatch})
+	return jobs
 }
 
 // PolicyResult is one run of a comparison: the jobs' average completion
