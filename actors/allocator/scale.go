@@ -196,31 +196,8 @@ func (a *allocator) scale(ctx actor.Context, st *state.State, dec *optimizer.Sca
 	if !ok {
 		return
 	}
-	booting, up, draining := 0, 0, 0
-	for _, m := range st.Scale.Nodes {
-		if m.Phase == state.ScaleBooting {
-			booting++
-		}
-	}
-	var drainable []string
-	for _, id := range st.NodeIDs() {
-		n := st.Nodes[id]
-		if n.Health != state.Alive {
-			delete(a.scaling.removed, id) // gossip noticed
-		}
-		if n.Health != state.Alive || n.GPUs == 0 || a.scaling.removed[id] {
-			continue
-		}
-		m := st.Scale.Nodes[id]
-		if m != nil && m.Phase == state.ScaleDraining {
-			draining++
-			continue
-		}
-		up++
-		if m != nil && m.Phase == state.ScaleUp && a.scaling.ops[id] == (scaleOp{}) && !a.runsServer(n) {
-			drainable = append(drainable, id)
-		}
-	}
+	count := a.census(st)
+	booting, up := count.booting, count.up
 	have := up + booting
 	if desired >= have || booting > 0 {
 		a.scaling.lowSince = time.Time{}
@@ -228,12 +205,7 @@ func (a *allocator) scale(ctx actor.Context, st *state.State, dec *optimizer.Sca
 	cmd := &state.ScaleDecision{Term: a.term, Time: now, Desired: desired}
 	switch {
 	case desired > have && live:
-		// A draining machine is still held (and paid for) until it is
-		// removed: the cluster never holds more than MaxNodes.
-		add := desired - have
-		if limit := a.cfg.Autoscale.Settings.MaxNodes; limit > 0 {
-			add = min(add, limit-have-draining)
-		}
+		add := count.addable(desired, a.cfg.Autoscale.Settings.MaxNodes)
 		for i := range add {
 			cmd.Add = append(cmd.Add, MachineName(s.Prefix, st.Scale.Seq+uint64(i)+1))
 		}
@@ -241,7 +213,7 @@ func (a *allocator) scale(ctx actor.Context, st *state.State, dec *optimizer.Sca
 		// The last machines first: the autoscaler's allocation vacates
 		// the nodes beyond the size it wants; of those, the emptiest.
 		to := a.scaling.shrinkTo(desired, have, a.cfg.Now(), s.ScaleDownDelay)
-		used := st.UsedGPUs()
+		used, drainable := st.UsedGPUs(), count.drainable
 		slices.Reverse(drainable)
 		slices.SortStableFunc(drainable, func(x, y string) int { return used[x] - used[y] })
 		cmd.Drain = drainable[:min(have-to, len(drainable))]
@@ -260,6 +232,69 @@ func (a *allocator) scale(ctx actor.Context, st *state.State, dec *optimizer.Sca
 		"drain", cmd.Drain, "cost_per_hour", float64(desired)*s.NodeCost, "utility", utilityOf(dec))
 	// Act on what is committed, at once.
 	a.trackMachines(ctx, c, a.cfg.Store.LocalState(), now)
+}
+
+// census counts the machines a scale decision weighs.
+type census struct {
+	// up are the alive nodes with GPUs that are not draining, managed
+	// or not; booting the managed machines asked for and not registered.
+	up, booting int
+	// draining are the alive managed machines being drained; leaving the
+	// managed machines that are up or draining but no longer alive:
+	// until the provider has removed them, both are still held (and
+	// paid for).
+	draining, leaving int
+	// drainable are the managed machines up, idle of provider calls and
+	// running no server, in node order.
+	drainable []string
+}
+
+// census counts st's machines. A machine the provider removed that the
+// node table still shows alive is not counted; one gossip has noticed
+// is dropped from that list.
+func (a *allocator) census(st *state.State) census {
+	var c census
+	for _, name := range st.Scale.Names() {
+		m := st.Scale.Nodes[name]
+		n := st.Nodes[name]
+		switch {
+		case m.Phase == state.ScaleBooting:
+			c.booting++
+		case n == nil || n.Health != state.Alive:
+			c.leaving++
+		}
+	}
+	for _, id := range st.NodeIDs() {
+		n := st.Nodes[id]
+		if n.Health != state.Alive {
+			delete(a.scaling.removed, id) // gossip noticed
+		}
+		if n.Health != state.Alive || n.GPUs == 0 || a.scaling.removed[id] {
+			continue
+		}
+		m := st.Scale.Nodes[id]
+		if m != nil && m.Phase == state.ScaleDraining {
+			c.draining++
+			continue
+		}
+		c.up++
+		if m != nil && m.Phase == state.ScaleUp && a.scaling.ops[id] == (scaleOp{}) && !a.runsServer(n) {
+			c.drainable = append(c.drainable, id)
+		}
+	}
+	return c
+}
+
+// addable is how many machines to ask for to reach desired: every
+// machine still held counts against limit (0: none), so that the
+// cluster never holds more than limit machines, even while one that
+// died or was drained waits for the provider to remove it.
+func (c census) addable(desired, limit int) int {
+	add := desired - c.up - c.booting
+	if limit > 0 {
+		add = min(add, limit-c.up-c.booting-c.draining-c.leaving)
+	}
+	return max(add, 0)
 }
 
 func utilityOf(dec *optimizer.ScaleDecision) float64 {

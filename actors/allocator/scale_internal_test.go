@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -81,6 +82,58 @@ func TestMasterPortPerIncarnation(t *testing.T) {
 		}
 		if len(seen) != 10 {
 			t.Errorf("%s: %d ports for 10 incarnations", job, len(seen))
+		}
+	}
+}
+
+// Every machine the provider still holds counts against --max-nodes:
+// one that died or was drained is held until the provider has removed
+// it, so its replacement waits (the failure CI once saw: a new leader
+// asked for a third machine while the second, declared dead, still
+// ran).
+func TestAddableCountsMachinesStillHeld(t *testing.T) {
+	node := func(id string, h state.Health) *state.Node { return &state.Node{ID: id, GPUs: 4, Health: h} }
+	managed := func(name string, p state.ScalePhase) *state.ScaleNode { return &state.ScaleNode{Name: name, Phase: p} }
+	st := &state.State{
+		Nodes: map[string]*state.Node{
+			"t4":     node("t4", state.Alive),
+			"auto-1": node("auto-1", state.Alive),
+			"auto-2": node("auto-2", state.Dead),
+			"auto-3": node("auto-3", state.Alive),
+			"auto-5": node("auto-5", state.Left),
+		},
+		Scale: state.Scale{Nodes: map[string]*state.ScaleNode{
+			"auto-1": managed("auto-1", state.ScaleUp),
+			"auto-2": managed("auto-2", state.ScaleUp),
+			"auto-3": managed("auto-3", state.ScaleDraining),
+			"auto-4": managed("auto-4", state.ScaleBooting),
+			"auto-5": managed("auto-5", state.ScaleDraining),
+			"auto-6": managed("auto-6", state.ScaleUp), // not registered at all
+		}},
+	}
+	a := &allocator{scaling: &scaleState{ops: map[string]scaleOp{"auto-2": {add: false, term: 1}}, removed: map[string]bool{}}}
+	got := a.census(st)
+	want := census{up: 2, booting: 1, draining: 1, leaving: 3, drainable: []string{"auto-1"}}
+	if got.up != want.up || got.booting != want.booting || got.draining != want.draining || got.leaving != want.leaving ||
+		!slices.Equal(got.drainable, want.drainable) {
+		t.Fatalf("census %+v, want %+v", got, want)
+	}
+	for _, tc := range []struct {
+		name           string
+		c              census
+		desired, limit int
+		want           int
+	}{
+		{"no limit", census{up: 2, leaving: 1}, 4, 0, 2},
+		{"room under the limit", census{up: 1, booting: 1}, 4, 3, 1},
+		{"a dead machine not yet removed fills the last place", census{up: 2, leaving: 1}, 3, 3, 0},
+		{"a draining machine fills a place", census{up: 1, draining: 1}, 3, 3, 1},
+		{"never negative", census{up: 2, draining: 2}, 3, 3, 0},
+		{"enough already", census{up: 3}, 2, 0, 0},
+		{"the census above", got, 5, 8, 1},
+	} {
+		if n := tc.c.addable(tc.desired, tc.limit); n != tc.want {
+			t.Errorf("%s: %+v to %d under %d: add %d, want %d", tc.name, tc.c, tc.desired, tc.limit, n, tc.want)
 		}
 	}
 }
