@@ -395,8 +395,11 @@ func TestAttackScenario(t *testing.T) {
 }
 
 // TestAttackScenarioSeesWhatGetsThrough: with agents that allow any
-// shell command, the forbidden job runs, and the scenario says so (the
-// file it wrote, the job not failed) and fails.
+// shell command, the forbidden job runs, and the scenario says so (its
+// worker process seen running, or the file it wrote, the job not
+// failed) and fails. Which of the two the observer sees first depends
+// on the machine's load: on a loaded one the worker runs before its
+// shell has written the file.
 func TestAttackScenarioSeesWhatGetsThrough(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster and attacks it")
@@ -410,7 +413,8 @@ func TestAttackScenarioSeesWhatGetsThrough(t *testing.T) {
 		defer os.RemoveAll(res.Dir)
 	}
 	c := res.Cases["job-command-not-allowed"]
-	if res.Pass() || res.Attacks != 2 || res.Succeeded != 1 || c.Refused || !strings.Contains(c.How, "files [shell]") ||
+	seen := strings.Contains(c.How, "files [shell]") || strings.Contains(c.How, "worker process")
+	if res.Pass() || res.Attacks != 2 || res.Succeeded != 1 || c.Refused || !seen ||
 		!res.Cases["done-from-rank-1"].Refused {
 		t.Fatalf("result %+v", res)
 	}
