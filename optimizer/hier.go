@@ -161,7 +161,7 @@ func (p *Pollux) allocateHier(pr *problem, prev *State, seed uint64) (*indiv, []
 					}
 					seeds = append(seeds, alloc)
 				}
-				best, _, ev, _ := evolve(sub, seeds, hierPopulation, hierGenerations, 1, seed^(uint64(g+1)*0xd1b54a32d192ed03))
+				best, _, ev, _ := evolve(sub, seeds, true, hierPopulation, hierGenerations, 1, seed^(uint64(g+1)*0xd1b54a32d192ed03))
 				out[g] = groupResult{alloc: best.alloc, evals: ev}
 			}
 		}()

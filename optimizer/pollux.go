@@ -55,6 +55,16 @@ type Pollux struct {
 	// Sia's simulators, whose figures the trace-driven testbed
 	// reproduces.
 	MeasuredRestart bool
+	// PreviousOnly starts a round's search from the previous round's
+	// population alone once there is one, as the artifacts' NSGA-II
+	// does (its first generation is the previous final population; the
+	// current allocation enters only through the mutation that resets a
+	// job to it). Without it the current allocation and a hill-climbed
+	// copy of it are seeded too. Sia's type-blind Pollux runs this way
+	// (PolluxUnaware): seeded with the repaired current allocation, the
+	// search settles on allocations of one type and idles about half as
+	// many GPUs to the repair as the artifact's (docs/fidelity.md).
+	PreviousOnly bool
 }
 
 // NewPollux returns the policy with the paper's p = -1, the default budget
@@ -119,7 +129,8 @@ func (p *Pollux) search(obj *Objective, pr *problem, snap *Snapshot, prev *State
 		best, final, evals, gens = p.allocateHier(pr, prev, snap.Seed)
 	} else {
 		var cl *climber
-		best, final, evals, cl = evolve(pr, pr.adopt(prev, popSize), popSize, gens, p.workers(), snap.Seed)
+		prevPop := pr.adopt(prev, popSize)
+		best, final, evals, cl = evolve(pr, prevPop, !p.PreviousOnly || len(prevPop) == 0, popSize, gens, p.workers(), snap.Seed)
 		if pr.anyPref {
 			cl.prefer(best)
 		}
@@ -136,13 +147,14 @@ func (p *Pollux) search(obj *Objective, pr *problem, snap *Snapshot, prev *State
 }
 
 // evolve runs the genetic search on pr with nw workers: its seeds are the
-// repaired current allocation, a hill-climbed copy of it and the
-// previous population prevPop (already mapped onto pr), the population
+// repaired current allocation and a hill-climbed copy of it (when
+// withCurrent) and the previous population prevPop (already mapped onto
+// pr; at least one of the two), the population
 // is filled with their mutants and evolved popSize x gens, and the best
 // few individuals of the last generation are climbed. It returns the best
 // individual, the final population (the best first, at most popSize),
 // the evaluations and the climber (loaded with nothing in particular).
-func evolve(pr *problem, prevPop [][]Placement, popSize, gens, nw int, seed uint64) (*indiv, [][]Placement, int, *climber) {
+func evolve(pr *problem, prevPop [][]Placement, withCurrent bool, popSize, gens, nw int, seed uint64) (*indiv, [][]Placement, int, *climber) {
 	workers := make([]*worker, nw)
 	for i := range workers {
 		workers[i] = pr.newWorker()
@@ -153,16 +165,19 @@ func evolve(pr *problem, prevPop [][]Placement, popSize, gens, nw int, seed uint
 	// Seeds: the repaired current allocation, a hill-climbed copy of it,
 	// and the previous population.
 	w0.reseed(seed, 0, 0)
-	base := pr.newIndiv()
-	copy(base.alloc, pr.obj.current)
-	w0.clearTouched()
-	w0.repair(base)
-	pr.evaluate(base)
-	climbed := pr.newIndiv()
-	climbed.copyFrom(base)
 	cl := pr.newClimber()
-	cl.improve(climbed)
-	seeds := []*indiv{base, climbed}
+	var seeds []*indiv
+	if withCurrent {
+		base := pr.newIndiv()
+		copy(base.alloc, pr.obj.current)
+		w0.clearTouched()
+		w0.repair(base)
+		pr.evaluate(base)
+		climbed := pr.newIndiv()
+		climbed.copyFrom(base)
+		cl.improve(climbed)
+		seeds = append(seeds, base, climbed)
+	}
 	for _, alloc := range prevPop {
 		ind := pr.newIndiv()
 		copy(ind.alloc, alloc)

@@ -48,3 +48,43 @@ func TestThreshold(t *testing.T) {
 		}
 	}
 }
+
+// The search's first population: with the current allocation among the
+// seeds it is in the final population of a search of no generations;
+// without it (Pollux.PreviousOnly once a previous population exists)
+// the search starts from the previous population alone, here every job
+// unallocated, and does not come back to the current allocation of all
+// twelve jobs.
+func TestEvolveSeedsCurrentOnlyWhenAsked(t *testing.T) {
+	snap, err := Synthetic(64, 4, 12, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := NewObjective(snap, DefaultPowerMean)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := newProblem(obj)
+	current := func(final [][]Placement) bool {
+		for _, alloc := range final {
+			same := true
+			for j, pl := range alloc {
+				if !normalize(pl).Equal(normalize(obj.current[j])) {
+					same = false
+					break
+				}
+			}
+			if same {
+				return true
+			}
+		}
+		return false
+	}
+	empty := [][]Placement{make([]Placement, pr.jobs)}
+	if _, final, _, _ := evolve(pr, empty, true, 16, 0, 1, 3); !current(final) {
+		t.Error("seeded with the current allocation: not in the final population")
+	}
+	if _, final, _, _ := evolve(pr, empty, false, 16, 0, 1, 3); current(final) {
+		t.Error("seeded with the previous population alone: the current allocation is in the final population")
+	}
+}

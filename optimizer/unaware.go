@@ -25,8 +25,14 @@ type PolluxUnaware struct {
 	TypeOrder []string
 }
 
-// NewPolluxUnaware returns the policy with Pollux's defaults.
-func NewPolluxUnaware() *PolluxUnaware { return &PolluxUnaware{Inner: NewPollux()} }
+// NewPolluxUnaware returns the policy with Pollux's defaults, its search
+// started from the previous round's population alone, as the artifact's
+// (Pollux.PreviousOnly).
+func NewPolluxUnaware() *PolluxUnaware {
+	inner := NewPollux()
+	inner.PreviousOnly = true
+	return &PolluxUnaware{Inner: inner}
+}
 
 // Name implements Policy.
 func (p *PolluxUnaware) Name() string { return "pollux-unaware" }
