@@ -129,8 +129,7 @@ func (p *Pollux) search(obj *Objective, pr *problem, snap *Snapshot, prev *State
 		best, final, evals, gens = p.allocateHier(pr, prev, snap.Seed)
 	} else {
 		var cl *climber
-		prevPop := pr.adopt(prev, popSize)
-		best, final, evals, cl = evolve(pr, prevPop, !p.PreviousOnly || len(prevPop) == 0, popSize, gens, p.workers(), snap.Seed)
+		best, final, evals, cl = evolve(pr, pr.adopt(prev, popSize), !p.PreviousOnly, popSize, gens, p.workers(), snap.Seed)
 		if pr.anyPref {
 			cl.prefer(best)
 		}
@@ -148,8 +147,8 @@ func (p *Pollux) search(obj *Objective, pr *problem, snap *Snapshot, prev *State
 
 // evolve runs the genetic search on pr with nw workers: its seeds are the
 // repaired current allocation and a hill-climbed copy of it (when
-// withCurrent) and the previous population prevPop (already mapped onto
-// pr; at least one of the two), the population
+// withCurrent, or when there is no previous population) and the
+// previous population prevPop (already mapped onto pr), the population
 // is filled with their mutants and evolved popSize x gens, and the best
 // few individuals of the last generation are climbed. It returns the best
 // individual, the final population (the best first, at most popSize),
@@ -167,7 +166,7 @@ func evolve(pr *problem, prevPop [][]Placement, withCurrent bool, popSize, gens,
 	w0.reseed(seed, 0, 0)
 	cl := pr.newClimber()
 	var seeds []*indiv
-	if withCurrent {
+	if withCurrent || len(prevPop) == 0 {
 		base := pr.newIndiv()
 		copy(base.alloc, pr.obj.current)
 		w0.clearTouched()

@@ -54,7 +54,8 @@ func TestThreshold(t *testing.T) {
 // without it (Pollux.PreviousOnly once a previous population exists)
 // the search starts from the previous population alone, here every job
 // unallocated, and does not come back to the current allocation of all
-// twelve jobs.
+// twelve jobs; without a previous population the current allocation is
+// seeded either way.
 func TestEvolveSeedsCurrentOnlyWhenAsked(t *testing.T) {
 	snap, err := Synthetic(64, 4, 12, 7)
 	if err != nil {
@@ -86,5 +87,10 @@ func TestEvolveSeedsCurrentOnlyWhenAsked(t *testing.T) {
 	}
 	if _, final, _, _ := evolve(pr, empty, false, 16, 0, 1, 3); current(final) {
 		t.Error("seeded with the previous population alone: the current allocation is in the final population")
+	}
+	// The first round has no previous population: the current allocation
+	// is seeded whatever is asked.
+	if _, final, _, _ := evolve(pr, nil, false, 16, 0, 1, 3); !current(final) {
+		t.Error("no previous population: the current allocation is not in the final population")
 	}
 }
